@@ -1,0 +1,24 @@
+//! Compiles the wire protocol (`src/proto/*.proto`) into Rust with
+//! tonic-prost-build. protoc comes from the `protoc-bin-vendored` crate so a
+//! fresh machine needs nothing but cargo.
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let protoc = protoc_bin_vendored::protoc_bin_path()?;
+    // SAFETY: a build script is single-threaded; prost-build reads PROTOC.
+    unsafe { std::env::set_var("PROTOC", protoc) };
+    let protos = [
+        "src/proto/metapb.proto",
+        "src/proto/errorpb.proto",
+        "src/proto/kvrpcpb.proto",
+        "src/proto/tikvpb.proto",
+        "src/proto/pdpb.proto",
+    ];
+    for p in protos {
+        println!("cargo:rerun-if-changed={p}");
+    }
+    tonic_prost_build::configure()
+        .build_client(true)
+        .build_server(true)
+        .compile_protos(&protos, &["src/proto"])?;
+    Ok(())
+}

@@ -1,0 +1,140 @@
+//! Client configuration: timeouts, backoff, store health, the busy probe,
+//! and TLS. Every routing extension beyond upstream has a switch so its
+//! effect can be measured against the upstream behaviour.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use crate::backoff::{Backoff, DEFAULT_REGION_BACKOFF};
+
+/// Default bound on one RPC.
+pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(2);
+/// Default bound on opening a connection to a store or PD.
+pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
+/// Default time an unreachable store is avoided before it is tried first again.
+pub const DEFAULT_STORE_COOLDOWN: Duration = Duration::from_secs(10);
+/// Default window in which ServerIsBusy(0) answers from one leader add up.
+pub const DEFAULT_BUSY_PROBE_WINDOW: Duration = Duration::from_secs(5);
+
+/// Paths of the PEM files for TLS. With only `ca_path` the client checks the
+/// server; with `cert_path` and `key_path` too it also presents its own
+/// certificate (mutual TLS).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SecurityConfig {
+    /// The CA certificate that signs the servers' certificates.
+    pub ca_path: Option<PathBuf>,
+    /// The client's certificate.
+    pub cert_path: Option<PathBuf>,
+    /// The client's private key.
+    pub key_path: Option<PathBuf>,
+}
+
+/// Client configuration. Build it with `Config::default()` and the `with_*`
+/// methods.
+///
+/// ```
+/// use std::time::Duration;
+/// let config = tikv_plan::Config::default()
+///     .with_timeout(Duration::from_millis(500))
+///     .with_connect_timeout(Duration::from_millis(200));
+/// assert_eq!(config.timeout, Duration::from_millis(500));
+/// ```
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// Bound on each RPC to a store or to PD.
+    pub timeout: Duration,
+    /// Bound on opening a connection.
+    pub connect_timeout: Duration,
+    /// Retry schedule for Region errors and exhausted candidate rounds.
+    pub region_backoff: Backoff,
+    /// TLS settings; plaintext when empty.
+    pub security: SecurityConfig,
+    /// How many RPCs one request may have in flight at once, over all its
+    /// shards.
+    pub max_concurrency: usize,
+    /// Client-wide store health (routing.md, "Store health"). Off restores the
+    /// upstream behaviour: every request pays for a dead store again.
+    pub store_health: bool,
+    /// How long a store marked unreachable is tried last. Jittered by up to a
+    /// quarter either way.
+    pub store_cooldown: Duration,
+    /// Consecutive timeouts from one store, with no success between, that
+    /// mark it unreachable.
+    pub store_timeout_strikes: u32,
+    /// Share the ServerIsBusy(0) suspicion across requests (routing.md,
+    /// "ServerIsBusy(0) follower probe"). Off restores per-request counting.
+    pub shared_busy_probe: bool,
+    /// How long busy answers from one leader keep counting toward the probe.
+    pub busy_probe_window: Duration,
+    /// One connection attempt per address at a time. Off lets concurrent
+    /// misses each dial.
+    pub single_flight_connect: bool,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            timeout: DEFAULT_REQUEST_TIMEOUT,
+            connect_timeout: DEFAULT_CONNECT_TIMEOUT,
+            region_backoff: DEFAULT_REGION_BACKOFF,
+            security: SecurityConfig::default(),
+            max_concurrency: 16,
+            store_health: true,
+            store_cooldown: DEFAULT_STORE_COOLDOWN,
+            store_timeout_strikes: 2,
+            shared_busy_probe: true,
+            busy_probe_window: DEFAULT_BUSY_PROBE_WINDOW,
+            single_flight_connect: true,
+        }
+    }
+}
+
+impl Config {
+    /// Uses TLS with the given CA, certificate and key files.
+    pub fn with_security(
+        mut self,
+        ca_path: impl Into<PathBuf>,
+        cert_path: impl Into<PathBuf>,
+        key_path: impl Into<PathBuf>,
+    ) -> Self {
+        self.security = SecurityConfig {
+            ca_path: Some(ca_path.into()),
+            cert_path: Some(cert_path.into()),
+            key_path: Some(key_path.into()),
+        };
+        self
+    }
+
+    /// Sets the per-RPC timeout.
+    pub fn with_timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = timeout;
+        self
+    }
+
+    /// Sets the connect timeout.
+    pub fn with_connect_timeout(mut self, timeout: Duration) -> Self {
+        self.connect_timeout = timeout;
+        self
+    }
+
+    /// Sets the Region retry schedule.
+    pub fn with_region_backoff(mut self, backoff: Backoff) -> Self {
+        self.region_backoff = backoff;
+        self
+    }
+
+    /// Sets the store-health cool-down.
+    pub fn with_store_cooldown(mut self, cooldown: Duration) -> Self {
+        self.store_cooldown = cooldown;
+        self
+    }
+
+    /// Turns every routing extension beyond upstream off (store health,
+    /// shared busy probe, single-flight connect), for comparisons.
+    pub fn upstream_routing(mut self) -> Self {
+        self.store_health = false;
+        self.shared_busy_probe = false;
+        self.single_flight_connect = false;
+        self
+    }
+}

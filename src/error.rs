@@ -1,0 +1,231 @@
+//! The crate's error type. Every variant prints a sentence a person can act
+//! on and carries the Region, store or address it concerns.
+
+use std::time::Duration;
+
+use crate::proto::{errorpb, kvrpcpb, pdpb};
+
+/// Result with [`Error`] as the error type.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Everything that can go wrong in tikv-plan.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// Opening a connection to a TiKV store or PD failed before any request
+    /// was sent.
+    #[error("could not connect to {address}: {message}; check that the server is running and the address is reachable")]
+    Connect {
+        /// The address that was dialled.
+        address: String,
+        /// What the transport reported.
+        message: String,
+    },
+    /// Opening a connection did not finish within the connect timeout.
+    #[error("connecting to {address} did not finish within {timeout:?}; the server may be down or dropping packets (raise `Config::connect_timeout` if the network is just slow)")]
+    ConnectTimeout {
+        /// The address that was dialled.
+        address: String,
+        /// The connect timeout in force.
+        timeout: Duration,
+    },
+    /// A gRPC call ended with a status. The status keeps its source chain,
+    /// which the router walks to tell transport failures from server answers.
+    #[error("gRPC call failed with {}: {}", .0.code(), .0.message())]
+    Grpc(Box<tonic::Status>),
+    /// A Region answered with a Region error the client could not resolve.
+    #[error("region {region_id} answered with a region error: {}", describe_region_error(.error))]
+    RegionError {
+        /// The Region the request was for.
+        region_id: u64,
+        /// The error as TiKV sent it.
+        error: Box<errorpb::Error>,
+    },
+    /// A key-level error from TiKV (a raw request's `error` string or a
+    /// `KeyError`).
+    #[error("TiKV rejected the request: {message}")]
+    KeyError {
+        /// The server's message.
+        message: String,
+        /// The structured key error, when TiKV sent one.
+        key_error: Option<Box<kvrpcpb::KeyError>>,
+    },
+    /// PD answered with an error header.
+    #[error("PD answered with {error_type:?}: {message}")]
+    Pd {
+        /// PD's error type.
+        error_type: pdpb::ErrorType,
+        /// PD's message.
+        message: String,
+    },
+    /// No PD endpoint could be used.
+    #[error("no PD endpoint answered ({endpoints}): {message}; check the PD addresses and that PD is running")]
+    PdUnavailable {
+        /// The endpoints that were tried, comma separated.
+        endpoints: String,
+        /// Why the last one failed.
+        message: String,
+    },
+    /// PD endpoints disagree on the cluster id: they belong to different
+    /// clusters.
+    #[error("PD endpoint {endpoint} belongs to cluster {found}, but the client is connected to cluster {expected}; list endpoints of one cluster only")]
+    ClusterIdMismatch {
+        /// The endpoint that answered with another id.
+        endpoint: String,
+        /// The id the client settled on.
+        expected: u64,
+        /// The id that endpoint reported.
+        found: u64,
+    },
+    /// PD knows no Region for a key.
+    #[error("PD has no region for key {key:?}; the cluster may not be bootstrapped")]
+    RegionForKeyNotFound {
+        /// The key looked up.
+        key: Vec<u8>,
+    },
+    /// PD knows no Region with this id.
+    #[error("PD has no region with id {region_id}; it may have been merged away")]
+    RegionNotFoundInPd {
+        /// The Region id looked up.
+        region_id: u64,
+    },
+    /// PD knows no store with this id.
+    #[error("PD has no store with id {store_id}; it may have been removed from the cluster")]
+    StoreNotFound {
+        /// The store id looked up.
+        store_id: u64,
+    },
+    /// A Region has no leader the client could find.
+    #[error("region {region_id} has no known leader and no voter accepted the request; the Region may be electing a leader, retry later")]
+    LeaderNotFound {
+        /// The Region.
+        region_id: u64,
+    },
+    /// The request may or may not have been applied: it may have reached the
+    /// server before the failure. It was not replayed.
+    #[error("the outcome of the request to region {region_id} is unknown (it may or may not have been applied): {cause}; read the key back before deciding whether to retry")]
+    Undetermined {
+        /// The Region the request went to.
+        region_id: u64,
+        /// What interrupted it.
+        cause: Box<Error>,
+    },
+    /// The caller passed something the client cannot use.
+    #[error("invalid argument: {0}")]
+    InvalidArgument(String),
+    /// An operation did not finish in time.
+    #[error("{what} did not finish within {after:?}")]
+    Timeout {
+        /// What timed out.
+        what: String,
+        /// The bound that was exceeded.
+        after: Duration,
+    },
+    /// The TLS configuration could not be used.
+    #[error("TLS setup failed for {path}: {message}")]
+    Security {
+        /// The file concerned, or a description of the setting.
+        path: String,
+        /// What was wrong with it.
+        message: String,
+    },
+    /// Retries were spent without an answer; `last` is the strongest error
+    /// seen (routing.md, "One round, per shard").
+    #[error("gave up on region {region_id} after {attempts} attempts: {last}")]
+    RetriesExhausted {
+        /// The Region.
+        region_id: u64,
+        /// How many attempts were made.
+        attempts: u32,
+        /// The strongest error of the last round.
+        last: Box<Error>,
+    },
+    /// Several errors, one per shard, in shard order.
+    #[error("{} requests failed; first: {}", .0.len(), .0.first().map(|e| e.to_string()).unwrap_or_default())]
+    Multiple(Vec<Error>),
+    /// A bug or a protocol mismatch inside the client; please report it.
+    #[error("internal error (please report): {0}")]
+    Internal(String),
+}
+
+impl From<tonic::Status> for Error {
+    fn from(status: tonic::Status) -> Self {
+        Error::Grpc(Box::new(status))
+    }
+}
+
+impl Error {
+    /// Wraps a Region error.
+    pub fn region_error(region_id: u64, error: errorpb::Error) -> Self {
+        Error::RegionError {
+            region_id,
+            error: Box::new(error),
+        }
+    }
+
+    /// True for an outcome that may or may not have been applied.
+    pub fn is_undetermined(&self) -> bool {
+        matches!(self, Error::Undetermined { .. })
+    }
+}
+
+/// A short human description of a Region error: its kind and message.
+pub fn describe_region_error(e: &errorpb::Error) -> String {
+    let kind = if let Some(nl) = &e.not_leader {
+        match &nl.leader {
+            Some(l) => format!(
+                "not leader (leader is peer {} on store {})",
+                l.id, l.store_id
+            ),
+            None => "not leader (leader unknown)".to_owned(),
+        }
+    } else if e.region_not_found.is_some() {
+        "region not found".to_owned()
+    } else if e.key_not_in_region.is_some() {
+        "key not in region".to_owned()
+    } else if e.epoch_not_match.is_some() {
+        "epoch not match".to_owned()
+    } else if let Some(b) = &e.server_is_busy {
+        format!(
+            "server is busy (reason {:?}, estimated wait {} ms)",
+            b.reason, b.estimated_wait_ms
+        )
+    } else if e.stale_command.is_some() {
+        "stale command".to_owned()
+    } else if e.store_not_match.is_some() {
+        "store not match".to_owned()
+    } else if e.raft_entry_too_large.is_some() {
+        "raft entry too large: make the request smaller".to_owned()
+    } else if e.max_timestamp_not_synced.is_some() {
+        "max timestamp not synced".to_owned()
+    } else if e.read_index_not_ready.is_some() {
+        "read index not ready".to_owned()
+    } else if e.proposal_in_merging_mode.is_some() {
+        "proposal in merging mode".to_owned()
+    } else if e.data_is_not_ready.is_some() {
+        "data is not ready".to_owned()
+    } else if e.region_not_initialized.is_some() {
+        "region not initialized".to_owned()
+    } else if e.disk_full.is_some() {
+        "disk full".to_owned()
+    } else if e.recovery_in_progress.is_some() {
+        "recovery in progress".to_owned()
+    } else if e.flashback_in_progress.is_some() {
+        "flashback in progress".to_owned()
+    } else if e.flashback_not_prepared.is_some() {
+        "flashback not prepared".to_owned()
+    } else if e.is_witness.is_some() {
+        "peer is a witness".to_owned()
+    } else if e.mismatch_peer_id.is_some() {
+        "mismatch peer id".to_owned()
+    } else if e.bucket_version_not_match.is_some() {
+        "bucket version not match".to_owned()
+    } else {
+        "unrecognised region error".to_owned()
+    };
+    if e.message.is_empty() {
+        kind
+    } else {
+        format!("{kind}: {}", e.message)
+    }
+}

@@ -1,0 +1,37 @@
+//! # tikv-plan
+//!
+//! A TiKV raw-KV client whose request plan routes **leader-first with voter
+//! fallback**: each request goes to the Region's cached leader first and,
+//! when that leader is unreachable or stuck, to the Region's other voters one
+//! at a time, always as a leader request (never a follower read). Successful
+//! fallbacks heal the shared leader cache for every later request.
+//!
+//! The crate also ships a simulated TiKV cluster (feature `sim`) that speaks
+//! the real protocol over gRPC on 127.0.0.1, for testing applications against
+//! leader loss, and public test doubles (feature `mock`).
+//!
+//! Layout: [`proto`] (wire protocol), [`region`] (Regions, candidates,
+//! caches), [`pd`] (PD client), [`store`] (store connections), [`request`]
+//! (the plan and routing), [`raw`] (the raw-KV client), `mock`, `sim`.
+
+#![deny(missing_docs)]
+
+pub mod backoff;
+pub mod config;
+mod error;
+pub mod pd;
+pub mod proto;
+pub mod raw;
+pub mod region;
+pub mod request;
+pub mod security;
+pub mod store;
+
+#[cfg(feature = "mock")]
+pub mod mock;
+#[cfg(feature = "sim")]
+pub mod sim;
+
+pub use backoff::Backoff;
+pub use config::{Config, SecurityConfig};
+pub use error::{describe_region_error, Error, Result};

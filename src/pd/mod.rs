@@ -1,0 +1,148 @@
+//! Placement Driver access: the [`PdClient`] trait the plan calls, and
+//! [`PdRpcClient`], its implementation over real PD with Region and store
+//! caches.
+
+mod client;
+mod cluster;
+
+pub use client::PdRpcClient;
+pub use cluster::{Cluster, Timestamp};
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+
+use crate::proto::metapb;
+use crate::region::{RegionId, RegionVerId, RegionWithLeader, StoreId};
+use crate::store::{KvClient, RegionStore, Store};
+use crate::{Error, Result};
+
+/// What the request plan needs from PD and the caches in front of it.
+///
+/// Method names and meanings follow client-rust, plus
+/// [`map_peer_to_store`](PdClient::map_peer_to_store), which voter fallback
+/// needs: it maps *any* peer of a Region to that peer's store client.
+#[async_trait]
+pub trait PdClient: Send + Sync + 'static {
+    /// The store client type.
+    type KvClient: KvClient + Send + Sync + 'static;
+
+    /// Maps a Region to a client of its cached leader's store.
+    /// Fails with [`Error::LeaderNotFound`] when no leader is cached.
+    async fn map_region_to_store(self: Arc<Self>, region: RegionWithLeader) -> Result<RegionStore> {
+        let leader = region.leader.ok_or(Error::LeaderNotFound {
+            region_id: region.id(),
+        })?;
+        self.map_peer_to_store(region, leader).await
+    }
+
+    /// Maps a Region and one of its peers to a client of that peer's store:
+    /// looks the store up (cache, then PD) and opens or reuses a channel,
+    /// bounded by the connect timeout.
+    async fn map_peer_to_store(
+        self: Arc<Self>,
+        region: RegionWithLeader,
+        peer: metapb::Peer,
+    ) -> Result<RegionStore>;
+
+    /// The Region that contains `key` (cache, then PD).
+    async fn region_for_key(&self, key: &[u8]) -> Result<RegionWithLeader>;
+
+    /// The Region with this id (cache, then PD).
+    async fn region_for_id(&self, id: RegionId) -> Result<RegionWithLeader>;
+
+    /// Every store PD knows, excluding tombstones, each with a client.
+    async fn all_stores(&self) -> Result<Vec<Store>>;
+
+    /// A timestamp from PD's TSO.
+    async fn get_timestamp(self: Arc<Self>) -> Result<Timestamp>;
+
+    /// Records `leader` as the leader of the cached Region `ver_id`. Ignored
+    /// unless the cache holds exactly that version and `leader` is one of its
+    /// peers.
+    async fn update_leader(&self, ver_id: RegionVerId, leader: metapb::Peer) -> Result<()>;
+
+    /// Drops the cached Region `ver_id`, so the next lookup asks PD.
+    async fn invalidate_region_cache(&self, ver_id: RegionVerId);
+
+    /// Drops the cached store and its connection.
+    async fn invalidate_store_cache(&self, store_id: StoreId);
+
+    /// Inserts Regions learned from an `EpochNotMatch` answer, when they are
+    /// newer than what the cache holds. The default does nothing.
+    async fn add_regions(&self, _regions: Vec<metapb::Region>) {}
+
+    /// Groups sorted keys by the Region containing them, in key order.
+    async fn group_keys_by_region<K>(&self, keys: Vec<K>) -> Result<Vec<(RegionWithLeader, Vec<K>)>>
+    where
+        K: AsRef<[u8]> + Send + 'static,
+    {
+        let mut groups: Vec<(RegionWithLeader, Vec<K>)> = Vec::new();
+        for key in keys {
+            if let Some((region, group)) = groups.last_mut() {
+                if region.contains(key.as_ref()) {
+                    group.push(key);
+                    continue;
+                }
+            }
+            let region = self.region_for_key(key.as_ref()).await?;
+            groups.push((region, vec![key]));
+        }
+        Ok(groups)
+    }
+
+    /// The Regions that overlap `[start, end)` (an empty `end` is unbounded),
+    /// in key order.
+    async fn regions_for_range(
+        &self,
+        start: Vec<u8>,
+        end: Vec<u8>,
+    ) -> Result<Vec<RegionWithLeader>> {
+        let mut regions = Vec::new();
+        let mut key = start;
+        loop {
+            let region = self.region_for_key(&key).await?;
+            let region_end = region.end_key().to_vec();
+            regions.push(region);
+            if region_end.is_empty() || (!end.is_empty() && region_end >= end) {
+                return Ok(regions);
+            }
+            key = region_end;
+        }
+    }
+
+    /// Splits sorted, non-overlapping ranges at Region boundaries and groups
+    /// the pieces by Region, in key order.
+    async fn group_ranges_by_region(
+        &self,
+        ranges: Vec<(Vec<u8>, Vec<u8>)>,
+    ) -> Result<Vec<(RegionWithLeader, Vec<(Vec<u8>, Vec<u8>)>)>> {
+        let mut groups: Vec<(RegionWithLeader, Vec<(Vec<u8>, Vec<u8>)>)> = Vec::new();
+        for (start, end) in ranges {
+            let mut piece_start = start;
+            loop {
+                let region = match groups.last() {
+                    Some((r, _)) if r.contains(&piece_start) => r.clone(),
+                    _ => self.region_for_key(&piece_start).await?,
+                };
+                let region_end = region.end_key().to_vec();
+                let ends_here = region_end.is_empty() || (!end.is_empty() && end <= region_end);
+                let piece_end = if ends_here {
+                    end.clone()
+                } else {
+                    region_end.clone()
+                };
+                let piece = (piece_start.clone(), piece_end);
+                match groups.last_mut() {
+                    Some((r, pieces)) if r.ver_id() == region.ver_id() => pieces.push(piece),
+                    _ => groups.push((region, vec![piece])),
+                }
+                if ends_here {
+                    break;
+                }
+                piece_start = region_end;
+            }
+        }
+        Ok(groups)
+    }
+}

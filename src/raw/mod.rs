@@ -1,0 +1,1 @@
+//! The raw key-value client (in progress).

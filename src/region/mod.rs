@@ -1,0 +1,334 @@
+//! Regions as the client sees them: ids, versions, the cached leader, and the
+//! lazy leader-first candidate order of routing.md ("Candidates").
+
+mod cache;
+
+pub use cache::{RegionCache, StoreCache};
+
+use crate::proto::metapb::{self, PeerRole};
+use crate::{Error, Result};
+
+/// A Region's id.
+pub type RegionId = u64;
+/// A store's id.
+pub type StoreId = u64;
+
+/// A Region at one version: its id and epoch. Two Regions with the same id
+/// but different epochs are different versions (after a split or a
+/// membership change).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct RegionVerId {
+    /// The Region id.
+    pub id: RegionId,
+    /// The configuration version of the epoch (membership changes).
+    pub conf_ver: u64,
+    /// The version of the epoch (splits and merges).
+    pub ver: u64,
+}
+
+/// A Region together with the peer the client believes leads it.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct RegionWithLeader {
+    /// The Region's metadata as PD reported it.
+    pub region: metapb::Region,
+    /// The cached leader, if one is known.
+    pub leader: Option<metapb::Peer>,
+}
+
+impl RegionWithLeader {
+    /// Pairs a Region with its leader.
+    pub fn new(region: metapb::Region, leader: Option<metapb::Peer>) -> Self {
+        RegionWithLeader { region, leader }
+    }
+
+    /// The Region id.
+    pub fn id(&self) -> RegionId {
+        self.region.id
+    }
+
+    /// The Region's epoch; a default (zero) epoch when PD sent none.
+    pub fn epoch(&self) -> metapb::RegionEpoch {
+        self.region.region_epoch.unwrap_or_default()
+    }
+
+    /// The Region's id and epoch.
+    pub fn ver_id(&self) -> RegionVerId {
+        let epoch = self.epoch();
+        RegionVerId {
+            id: self.region.id,
+            conf_ver: epoch.conf_ver,
+            ver: epoch.version,
+        }
+    }
+
+    /// The first key of the Region.
+    pub fn start_key(&self) -> &[u8] {
+        &self.region.start_key
+    }
+
+    /// The end key of the Region (exclusive); empty means the end of the key
+    /// space.
+    pub fn end_key(&self) -> &[u8] {
+        &self.region.end_key
+    }
+
+    /// True when `key` lies in `[start_key, end_key)`.
+    pub fn contains(&self, key: &[u8]) -> bool {
+        key >= self.start_key() && (self.end_key().is_empty() || key < self.end_key())
+    }
+
+    /// The store of the cached leader.
+    pub fn leader_store_id(&self) -> Result<StoreId> {
+        self.leader
+            .as_ref()
+            .map(|l| l.store_id)
+            .ok_or(Error::LeaderNotFound {
+                region_id: self.region.id,
+            })
+    }
+
+    /// The peer of this Region with the given id.
+    pub fn peer(&self, peer_id: u64) -> Option<&metapb::Peer> {
+        self.region.peers.iter().find(|p| p.id == peer_id)
+    }
+
+    /// True when `peer` is one of this Region's peers (same id and store).
+    pub fn has_peer(&self, peer: &metapb::Peer) -> bool {
+        self.region
+            .peers
+            .iter()
+            .any(|p| p.id == peer.id && p.store_id == peer.store_id)
+    }
+
+    /// The candidates of a round in the given order (routing.md,
+    /// "Candidates"). Lazy and allocation-free.
+    pub fn candidates(&self, order: CandidateOrder) -> Candidates<'_> {
+        Candidates::new(self, order)
+    }
+}
+
+/// True when a peer may be asked to act as leader: voters (including the
+/// joint-consensus roles) that are not witnesses.
+pub fn can_become_leader(peer: &metapb::Peer) -> bool {
+    if peer.is_witness {
+        return false;
+    }
+    matches!(
+        PeerRole::try_from(peer.role),
+        Ok(PeerRole::Voter | PeerRole::IncomingVoter | PeerRole::DemotingVoter)
+    )
+}
+
+/// In which order a round visits the cached leader and the other voters.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CandidateOrder {
+    /// The cached leader, then the other voters (the normal round).
+    LeaderFirst,
+    /// The other voters, then the cached leader (its store is marked
+    /// unreachable; routing.md, "Store health").
+    LeaderLast,
+    /// Only the other voters (the ServerIsBusy(0) probe).
+    FollowersOnly,
+}
+
+/// Lazy iterator over a Region's candidates. In the normal case only the
+/// first item is ever taken, so nothing beyond the leader is inspected.
+#[derive(Debug, Clone)]
+pub struct Candidates<'a> {
+    region: &'a RegionWithLeader,
+    /// The cached leader, if it is eligible.
+    leader: Option<&'a metapb::Peer>,
+    order: CandidateOrder,
+    leader_yielded: bool,
+    next_peer: usize,
+}
+
+impl<'a> Candidates<'a> {
+    fn new(region: &'a RegionWithLeader, order: CandidateOrder) -> Self {
+        let leader = region.leader.as_ref().filter(|l| can_become_leader(l));
+        Candidates {
+            region,
+            leader,
+            order,
+            leader_yielded: false,
+            next_peer: 0,
+        }
+    }
+
+    fn next_follower(&mut self) -> Option<&'a metapb::Peer> {
+        let leader_store = self.region.leader.as_ref().map(|l| l.store_id);
+        while let Some(peer) = self.region.region.peers.get(self.next_peer) {
+            self.next_peer += 1;
+            if !can_become_leader(peer) {
+                continue;
+            }
+            match leader_store {
+                // Skips the leader itself and any other peer on its store.
+                Some(store) if peer.store_id == store => continue,
+                _ => return Some(peer),
+            }
+        }
+        None
+    }
+
+    fn take_leader(&mut self) -> Option<&'a metapb::Peer> {
+        if self.leader_yielded {
+            return None;
+        }
+        self.leader_yielded = true;
+        self.leader
+    }
+}
+
+impl<'a> Iterator for Candidates<'a> {
+    type Item = &'a metapb::Peer;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        match self.order {
+            CandidateOrder::LeaderFirst => self.take_leader().or_else(|| self.next_follower()),
+            CandidateOrder::LeaderLast => self.next_follower().or_else(|| self.take_leader()),
+            CandidateOrder::FollowersOnly => self.next_follower(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn peer(id: u64, store_id: u64, role: PeerRole) -> metapb::Peer {
+        metapb::Peer {
+            id,
+            store_id,
+            role: role as i32,
+            is_witness: false,
+        }
+    }
+
+    fn region(peers: Vec<metapb::Peer>, leader: Option<usize>) -> RegionWithLeader {
+        let leader = leader.map(|i| peers[i]);
+        RegionWithLeader::new(
+            metapb::Region {
+                id: 7,
+                peers,
+                ..Default::default()
+            },
+            leader,
+        )
+    }
+
+    fn ids(c: Candidates<'_>) -> Vec<u64> {
+        c.map(|p| p.id).collect()
+    }
+
+    #[test]
+    fn leader_first_then_voters_in_peer_order() {
+        let r = region(
+            vec![
+                peer(1, 1, PeerRole::Voter),
+                peer(2, 2, PeerRole::Voter),
+                peer(3, 3, PeerRole::Voter),
+            ],
+            Some(1),
+        );
+        assert_eq!(
+            ids(r.candidates(CandidateOrder::LeaderFirst)),
+            vec![2, 1, 3]
+        );
+        assert_eq!(ids(r.candidates(CandidateOrder::LeaderLast)), vec![1, 3, 2]);
+        assert_eq!(ids(r.candidates(CandidateOrder::FollowersOnly)), vec![1, 3]);
+    }
+
+    #[test]
+    fn learners_and_witnesses_are_never_candidates() {
+        let mut witness = peer(3, 3, PeerRole::Voter);
+        witness.is_witness = true;
+        let r = region(
+            vec![
+                peer(1, 1, PeerRole::Voter),
+                peer(2, 2, PeerRole::Learner),
+                witness,
+                peer(4, 4, PeerRole::Voter),
+            ],
+            Some(0),
+        );
+        assert_eq!(ids(r.candidates(CandidateOrder::LeaderFirst)), vec![1, 4]);
+    }
+
+    #[test]
+    fn joint_consensus_roles_are_candidates() {
+        let r = region(
+            vec![
+                peer(1, 1, PeerRole::Voter),
+                peer(2, 2, PeerRole::IncomingVoter),
+                peer(3, 3, PeerRole::DemotingVoter),
+                peer(4, 4, PeerRole::Learner),
+            ],
+            Some(0),
+        );
+        assert_eq!(
+            ids(r.candidates(CandidateOrder::LeaderFirst)),
+            vec![1, 2, 3]
+        );
+    }
+
+    #[test]
+    fn peer_on_the_leaders_store_is_skipped() {
+        let r = region(
+            vec![
+                peer(1, 1, PeerRole::Voter),
+                peer(2, 1, PeerRole::Voter),
+                peer(3, 2, PeerRole::Voter),
+            ],
+            Some(0),
+        );
+        assert_eq!(ids(r.candidates(CandidateOrder::LeaderFirst)), vec![1, 3]);
+    }
+
+    #[test]
+    fn region_without_leader_starts_with_its_first_voter() {
+        let r = region(
+            vec![
+                peer(1, 1, PeerRole::Learner),
+                peer(2, 2, PeerRole::Voter),
+                peer(3, 3, PeerRole::Voter),
+            ],
+            None,
+        );
+        assert_eq!(ids(r.candidates(CandidateOrder::LeaderFirst)), vec![2, 3]);
+        assert_eq!(ids(r.candidates(CandidateOrder::FollowersOnly)), vec![2, 3]);
+    }
+
+    #[test]
+    fn a_learner_named_leader_is_not_a_candidate() {
+        let r = region(
+            vec![peer(1, 1, PeerRole::Learner), peer(2, 2, PeerRole::Voter)],
+            Some(0),
+        );
+        assert_eq!(ids(r.candidates(CandidateOrder::LeaderFirst)), vec![2]);
+    }
+
+    #[test]
+    fn missing_epoch_and_leader_do_not_panic() {
+        let r = RegionWithLeader::default();
+        assert_eq!(r.ver_id(), RegionVerId::default());
+        assert!(matches!(
+            r.leader_store_id(),
+            Err(Error::LeaderNotFound { region_id: 0 })
+        ));
+        assert_eq!(r.candidates(CandidateOrder::LeaderFirst).count(), 0);
+    }
+
+    #[test]
+    fn contains_respects_half_open_range_and_open_end() {
+        let mut r = RegionWithLeader::default();
+        r.region.start_key = b"b".to_vec();
+        r.region.end_key = b"d".to_vec();
+        assert!(!r.contains(b"a"));
+        assert!(r.contains(b"b"));
+        assert!(r.contains(b"c"));
+        assert!(!r.contains(b"d"));
+        r.region.end_key.clear();
+        assert!(r.contains(b"zzz"));
+    }
+}

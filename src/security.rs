@@ -1,0 +1,250 @@
+//! TLS for connections to PD and TiKV: plaintext, TLS (the client checks the
+//! server against a CA) and mutual TLS (the client also presents its own
+//! certificate), through tonic's rustls support.
+
+use std::path::Path;
+use std::time::Duration;
+
+use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity};
+
+use crate::config::SecurityConfig;
+use crate::{Error, Result};
+
+/// Opens gRPC channels with the configured security and bounds.
+#[derive(Clone, Default)]
+pub struct SecurityManager {
+    tls: Option<ClientTlsConfig>,
+}
+
+impl std::fmt::Debug for SecurityManager {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SecurityManager")
+            .field("tls", &self.tls.is_some())
+            .finish()
+    }
+}
+
+fn read_pem(path: &Path, what: &str) -> Result<Vec<u8>> {
+    let bytes = std::fs::read(path).map_err(|e| Error::Security {
+        path: path.display().to_string(),
+        message: format!("cannot read the {what} file: {e}"),
+    })?;
+    let text = String::from_utf8_lossy(&bytes);
+    if !text.contains("-----BEGIN ") {
+        return Err(Error::Security {
+            path: path.display().to_string(),
+            message: format!(
+                "the {what} file is not PEM (no '-----BEGIN' line); convert it to PEM"
+            ),
+        });
+    }
+    Ok(bytes)
+}
+
+impl SecurityManager {
+    /// Plaintext connections.
+    pub fn plaintext() -> Self {
+        SecurityManager { tls: None }
+    }
+
+    /// Builds a manager from a [`SecurityConfig`]: plaintext when no path is
+    /// set, TLS with only a CA, mutual TLS with a CA, certificate and key.
+    /// A missing or malformed file is an [`Error::Security`] naming it.
+    pub fn load(config: &SecurityConfig) -> Result<Self> {
+        let SecurityConfig {
+            ca_path,
+            cert_path,
+            key_path,
+        } = config;
+        let Some(ca_path) = ca_path else {
+            if cert_path.is_some() || key_path.is_some() {
+                return Err(Error::Security {
+                    path: "SecurityConfig".to_owned(),
+                    message: "a client certificate or key was given without a CA; set ca_path too"
+                        .to_owned(),
+                });
+            }
+            return Ok(Self::plaintext());
+        };
+        let ca = read_pem(ca_path, "CA certificate")?;
+        let mut tls = ClientTlsConfig::new().ca_certificate(Certificate::from_pem(ca));
+        match (cert_path, key_path) {
+            (Some(cert), Some(key)) => {
+                let cert = read_pem(cert, "client certificate")?;
+                let key = read_pem(key, "client key")?;
+                tls = tls.identity(Identity::from_pem(cert, key));
+            }
+            (None, None) => {}
+            _ => {
+                return Err(Error::Security {
+                    path: "SecurityConfig".to_owned(),
+                    message: "mutual TLS needs both cert_path and key_path; set both or neither"
+                        .to_owned(),
+                })
+            }
+        }
+        Ok(SecurityManager { tls: Some(tls) })
+    }
+
+    /// True when connections use TLS.
+    pub fn is_tls(&self) -> bool {
+        self.tls.is_some()
+    }
+
+    /// Opens a channel to `address` (`host:port`, or a URL with a scheme).
+    /// The whole setup (TCP, TLS and HTTP/2 handshakes) is bounded by
+    /// `connect_timeout`; each RPC on the channel by `request_timeout`.
+    pub async fn connect(
+        &self,
+        address: &str,
+        connect_timeout: Duration,
+        request_timeout: Duration,
+    ) -> Result<Channel> {
+        let endpoint = self.endpoint(address, connect_timeout, request_timeout)?;
+        match tokio::time::timeout(connect_timeout, endpoint.connect()).await {
+            Ok(Ok(channel)) => Ok(channel),
+            Ok(Err(e)) => Err(Error::Connect {
+                address: address.to_owned(),
+                message: error_chain(&e),
+            }),
+            Err(_) => Err(Error::ConnectTimeout {
+                address: address.to_owned(),
+                timeout: connect_timeout,
+            }),
+        }
+    }
+
+    fn endpoint(
+        &self,
+        address: &str,
+        connect_timeout: Duration,
+        request_timeout: Duration,
+    ) -> Result<Endpoint> {
+        let scheme = if self.tls.is_some() { "https" } else { "http" };
+        let url = if address.contains("://") {
+            address.to_owned()
+        } else {
+            format!("{scheme}://{address}")
+        };
+        let invalid = |why: String| {
+            Error::InvalidArgument(format!(
+                "the address {address:?} is not usable: {why}; write it as host:port"
+            ))
+        };
+        let mut endpoint = Endpoint::from_shared(url).map_err(|e| invalid(e.to_string()))?;
+        if endpoint.uri().port_u16().is_none() {
+            return Err(invalid("it has no port".to_owned()));
+        }
+        endpoint = endpoint
+            .connect_timeout(connect_timeout)
+            .timeout(request_timeout)
+            .tcp_nodelay(true);
+        if let Some(tls) = &self.tls {
+            endpoint = endpoint
+                .tls_config(tls.clone())
+                .map_err(|e| Error::Security {
+                    path: address.to_owned(),
+                    message: error_chain(&e),
+                })?;
+        }
+        Ok(endpoint)
+    }
+}
+
+/// An error and its sources, joined with ": ".
+pub(crate) fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut out = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        let text = s.to_string();
+        if !out.contains(&text) {
+            out.push_str(": ");
+            out.push_str(&text);
+        }
+        source = s.source();
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+
+    fn file(contents: &str) -> tempfile::NamedTempFile {
+        let mut f = tempfile::NamedTempFile::new().unwrap();
+        f.write_all(contents.as_bytes()).unwrap();
+        f
+    }
+
+    #[test]
+    fn empty_config_is_plaintext() {
+        let m = SecurityManager::load(&SecurityConfig::default()).unwrap();
+        assert!(!m.is_tls());
+    }
+
+    #[test]
+    fn missing_ca_file_names_the_file() {
+        let cfg = SecurityConfig {
+            ca_path: Some("/nonexistent/ca.pem".into()),
+            ..Default::default()
+        };
+        let err = SecurityManager::load(&cfg).unwrap_err();
+        let text = err.to_string();
+        assert!(matches!(err, Error::Security { .. }));
+        assert!(text.contains("/nonexistent/ca.pem"), "{text}");
+        assert!(text.contains("cannot read"), "{text}");
+    }
+
+    #[test]
+    fn malformed_pem_is_rejected_with_a_hint() {
+        let ca = file("this is not a certificate");
+        let cfg = SecurityConfig {
+            ca_path: Some(ca.path().into()),
+            ..Default::default()
+        };
+        let text = SecurityManager::load(&cfg).unwrap_err().to_string();
+        assert!(text.contains("not PEM"), "{text}");
+    }
+
+    #[test]
+    fn cert_without_key_is_rejected() {
+        let ca = file("-----BEGIN CERTIFICATE-----\n-----END CERTIFICATE-----\n");
+        let cfg = SecurityConfig {
+            ca_path: Some(ca.path().into()),
+            cert_path: Some(ca.path().into()),
+            key_path: None,
+        };
+        let text = SecurityManager::load(&cfg).unwrap_err().to_string();
+        assert!(text.contains("both cert_path and key_path"), "{text}");
+    }
+
+    #[test]
+    fn key_without_ca_is_rejected() {
+        let cfg = SecurityConfig {
+            key_path: Some("/tmp/key.pem".into()),
+            ..Default::default()
+        };
+        assert!(matches!(
+            SecurityManager::load(&cfg),
+            Err(Error::Security { .. })
+        ));
+    }
+
+    #[test]
+    fn address_without_port_is_an_invalid_argument() {
+        let m = SecurityManager::plaintext();
+        let err = m
+            .endpoint("127.0.0.1", Duration::from_secs(1), Duration::from_secs(1))
+            .unwrap_err();
+        assert!(matches!(err, Error::InvalidArgument(_)), "{err}");
+        let err = m
+            .endpoint(
+                "not a url at all",
+                Duration::from_secs(1),
+                Duration::from_secs(1),
+            )
+            .unwrap_err();
+        assert!(matches!(err, Error::InvalidArgument(_)), "{err}");
+    }
+}

@@ -1,0 +1,101 @@
+//! Connections to TiKV stores: the [`KvClient`] a plan dispatches through,
+//! the [`KvConnect`] that opens one, and [`RegionStore`], a Region paired with
+//! the client of the peer a request targets.
+
+mod client;
+mod request;
+
+pub use client::{KvRpcClient, TikvConnect};
+pub use request::Request;
+
+use std::any::Any;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+
+use crate::proto::metapb;
+use crate::region::{RegionWithLeader, StoreId};
+use crate::Result;
+
+/// Sends one request to one store and returns its response, type-erased.
+/// The plan downcasts the response back to the request's response type.
+#[async_trait]
+pub trait KvClient {
+    /// Sends `req` and waits for its response.
+    async fn dispatch(&self, req: &dyn Request) -> Result<Box<dyn Any + Send>>;
+}
+
+/// Opens a [`KvClient`] to a store address.
+#[async_trait]
+pub trait KvConnect: Sized + Send + Sync + 'static {
+    /// The client it opens.
+    type KvClient: KvClient + Clone + Send + Sync + 'static;
+
+    /// Opens a client to `address`, bounded by the connect timeout.
+    async fn connect(&self, address: &str) -> Result<Self::KvClient>;
+}
+
+/// A client to one store, as returned by `PdClient::all_stores`.
+#[derive(Clone)]
+pub struct Store {
+    /// The store's metadata.
+    pub meta: metapb::Store,
+    /// A client connected to it.
+    pub client: Arc<dyn KvClient + Send + Sync>,
+}
+
+impl std::fmt::Debug for Store {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Store")
+            .field("meta", &self.meta)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A Region, the peer a request targets in it, and a client connected to
+/// that peer's store. The target is the cached leader on the fast path and
+/// another voter during fallback; the Region (id, epoch) is always the cached
+/// one (routing.md, "Invariants").
+#[derive(Clone)]
+pub struct RegionStore {
+    /// The cached Region, with the cached leader.
+    pub region_with_leader: RegionWithLeader,
+    /// The peer the request is sent to.
+    pub target_peer: metapb::Peer,
+    /// A client connected to the target peer's store.
+    pub client: Arc<dyn KvClient + Send + Sync>,
+}
+
+impl RegionStore {
+    /// Pairs a Region and a target peer with a connected client.
+    pub fn new(
+        region_with_leader: RegionWithLeader,
+        target_peer: metapb::Peer,
+        client: Arc<dyn KvClient + Send + Sync>,
+    ) -> Self {
+        RegionStore {
+            region_with_leader,
+            target_peer,
+            client,
+        }
+    }
+
+    /// The store the request goes to.
+    pub fn store_id(&self) -> StoreId {
+        self.target_peer.store_id
+    }
+
+    /// True when the target is the cached leader.
+    pub fn targets_leader(&self) -> bool {
+        self.region_with_leader.leader.as_ref() == Some(&self.target_peer)
+    }
+}
+
+impl std::fmt::Debug for RegionStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RegionStore")
+            .field("region", &self.region_with_leader.ver_id())
+            .field("target_peer", &self.target_peer)
+            .finish_non_exhaustive()
+    }
+}
