@@ -4,6 +4,7 @@
 mod cache;
 
 pub use cache::{RegionCache, StoreCache};
+pub(crate) use cache::SingleFlight;
 
 use crate::proto::metapb::{self, PeerRole};
 use crate::{Error, Result};
