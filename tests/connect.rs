@@ -62,7 +62,10 @@ async fn hanging_connect_ends_with_connect_timeout_within_the_bound() {
         Err(e) => panic!("expected ConnectTimeout, got {e:?}"),
         Ok(_) => panic!("connecting to a full accept queue succeeded"),
     }
-    assert!(elapsed >= connect_timeout - Duration::from_millis(50), "{elapsed:?}");
+    assert!(
+        elapsed >= connect_timeout - Duration::from_millis(50),
+        "{elapsed:?}"
+    );
     assert!(elapsed < connect_timeout + SLACK, "{elapsed:?}");
 }
 
@@ -123,7 +126,10 @@ async fn silent_store_is_bounded_by_the_request_timeout() {
         Err(e) => panic!("expected a timeout status, got {e:?}"),
         Ok(_) => panic!("a silent store answered"),
     }
-    assert!(elapsed >= timeout - Duration::from_millis(50), "{elapsed:?}");
+    assert!(
+        elapsed >= timeout - Duration::from_millis(50),
+        "{elapsed:?}"
+    );
     assert!(elapsed < timeout + SLACK, "{elapsed:?}");
     server.abort();
 }
@@ -192,8 +198,10 @@ mod single_flight {
         let pd = FakePd::start(1, 9).await;
         let (open, gate) = watch::channel(None);
         let attempts = Arc::new(AtomicUsize::new(0));
-        let mut config = Config::default();
-        config.single_flight_connect = single_flight_connect;
+        let config = Config {
+            single_flight_connect,
+            ..Config::default()
+        };
         let connect = GatedConnect {
             attempts: Arc::clone(&attempts),
             gate,

@@ -58,7 +58,9 @@ async fn endpoints_of_two_clusters_are_a_cluster_id_mismatch() {
     let a = FakePd::start(1, 100).await;
     let b = FakePd::start(1, 200).await;
     let endpoints = vec![a.endpoints()[0].clone(), b.endpoints()[0].clone()];
-    let err = PdRpcClient::connect(&endpoints, &config()).await.unwrap_err();
+    let err = PdRpcClient::connect(&endpoints, &config())
+        .await
+        .unwrap_err();
     match err {
         Error::ClusterIdMismatch {
             endpoint,
@@ -167,7 +169,9 @@ async fn a_hanging_pd_is_bounded_by_the_timeouts() {
 async fn no_endpoint_answers_at_bootstrap() {
     let endpoints = vec![dead_address().await, dead_address().await];
     let started = Instant::now();
-    let err = PdRpcClient::connect(&endpoints, &config()).await.unwrap_err();
+    let err = PdRpcClient::connect(&endpoints, &config())
+        .await
+        .unwrap_err();
     assert!(started.elapsed() < pd_call_bound(&config()) + SLACK);
     match err {
         Error::PdUnavailable {
@@ -218,7 +222,9 @@ async fn concurrent_region_for_key_calls_share_one_get_region() {
     assert_eq!(client.pd_stats().get_region, 1);
     assert_eq!(pd.calls_to("GetRegion"), 1);
     // Same for ids.
-    client.invalidate_region_cache(regions[0].as_ref().unwrap().ver_id()).await;
+    client
+        .invalidate_region_cache(regions[0].as_ref().unwrap().ver_id())
+        .await;
     let lookups = (0..32).map(|_| client.region_for_id(3));
     let regions = futures::future::join_all(lookups).await;
     assert!(regions.iter().all(|r| r.as_ref().unwrap().id() == 3));

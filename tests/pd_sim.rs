@@ -152,7 +152,10 @@ async fn lookups_stores_and_timestamps() {
     ids.sort();
     assert_eq!(ids, cluster.store_ids());
     for store in &stores {
-        assert_eq!(Some(store.meta.address.clone()), cluster.store_addr(store.meta.id));
+        assert_eq!(
+            Some(store.meta.address.clone()),
+            cluster.store_addr(store.meta.id)
+        );
     }
     let mut last = (i64::MIN, i64::MIN);
     for _ in 0..10 {

@@ -72,8 +72,11 @@ impl PdRpcClient<TikvConnect> {
     /// with [`TikvConnect`], using the timeouts and security of `config`.
     pub async fn connect(pd_endpoints: &[String], config: &Config) -> Result<Self> {
         let security = Arc::new(SecurityManager::load(&config.security)?);
-        let kv_connect =
-            TikvConnect::new(Arc::clone(&security), config.timeout, config.connect_timeout);
+        let kv_connect = TikvConnect::new(
+            Arc::clone(&security),
+            config.timeout,
+            config.connect_timeout,
+        );
         Self::with_security(pd_endpoints, config, security, kv_connect).await
     }
 }
@@ -81,7 +84,11 @@ impl PdRpcClient<TikvConnect> {
 impl<KvC: KvConnect> PdRpcClient<KvC> {
     /// Connects to PD through `pd_endpoints` (with `config`'s timeouts and
     /// security) and opens store connections with `kv_connect`.
-    pub async fn new_with(pd_endpoints: &[String], config: &Config, kv_connect: KvC) -> Result<Self> {
+    pub async fn new_with(
+        pd_endpoints: &[String],
+        config: &Config,
+        kv_connect: KvC,
+    ) -> Result<Self> {
         let security = Arc::new(SecurityManager::load(&config.security)?);
         Self::with_security(pd_endpoints, config, security, kv_connect).await
     }
@@ -152,7 +159,10 @@ impl<KvC: KvConnect> PdRpcClient<KvC> {
         let cluster = Arc::clone(&self.cluster);
         let store = self
             .stores
-            .get_or_load(store_id, move |id| async move { cluster.get_store(id).await })
+            .get_or_load(
+                store_id,
+                move |id| async move { cluster.get_store(id).await },
+            )
             .await?;
         if store.state == metapb::StoreState::Tombstone as i32 {
             return Err(Error::Pd {
@@ -231,16 +241,20 @@ impl<KvC: KvConnect> PdClient for PdRpcClient<KvC> {
     async fn region_for_key(&self, key: &[u8]) -> Result<RegionWithLeader> {
         let cluster = Arc::clone(&self.cluster);
         self.regions
-            .get_or_load_by_key(key, move |key| async move { cluster.get_region(&key).await })
+            .get_or_load_by_key(
+                key,
+                move |key| async move { cluster.get_region(&key).await },
+            )
             .await
     }
 
     async fn region_for_id(&self, id: RegionId) -> Result<RegionWithLeader> {
         let cluster = Arc::clone(&self.cluster);
         self.regions
-            .get_or_load_by_id(id, move |id| async move {
-                cluster.get_region_by_id(id).await
-            })
+            .get_or_load_by_id(
+                id,
+                move |id| async move { cluster.get_region_by_id(id).await },
+            )
             .await
     }
 

@@ -252,17 +252,21 @@ impl Cluster {
     pub async fn get_region(&self, key: &[u8]) -> Result<RegionWithLeader> {
         let timeout = self.timeout;
         let response = self
-            .call("GetRegion", &self.counters.get_region, |mut client, header| {
-                let request = bounded(
-                    pdpb::GetRegionRequest {
-                        header: Some(header),
-                        region_key: key.to_vec(),
-                        need_buckets: false,
-                    },
-                    timeout,
-                );
-                async move { Ok(client.get_region(request).await?.into_inner()) }
-            })
+            .call(
+                "GetRegion",
+                &self.counters.get_region,
+                |mut client, header| {
+                    let request = bounded(
+                        pdpb::GetRegionRequest {
+                            header: Some(header),
+                            region_key: key.to_vec(),
+                            need_buckets: false,
+                        },
+                        timeout,
+                    );
+                    async move { Ok(client.get_region(request).await?.into_inner()) }
+                },
+            )
             .await;
         let not_found = || Error::RegionForKeyNotFound { key: key.to_vec() };
         region_from_response(response, not_found)
@@ -297,16 +301,20 @@ impl Cluster {
     pub async fn get_store(&self, store_id: StoreId) -> Result<metapb::Store> {
         let timeout = self.timeout;
         let response = self
-            .call("GetStore", &self.counters.get_store, |mut client, header| {
-                let request = bounded(
-                    pdpb::GetStoreRequest {
-                        header: Some(header),
-                        store_id,
-                    },
-                    timeout,
-                );
-                async move { Ok(client.get_store(request).await?.into_inner()) }
-            })
+            .call(
+                "GetStore",
+                &self.counters.get_store,
+                |mut client, header| {
+                    let request = bounded(
+                        pdpb::GetStoreRequest {
+                            header: Some(header),
+                            store_id,
+                        },
+                        timeout,
+                    );
+                    async move { Ok(client.get_store(request).await?.into_inner()) }
+                },
+            )
             .await?;
         response
             .store

@@ -733,7 +733,10 @@ mod tests {
         assert_eq!(stores.len(), 1);
         assert_eq!(stores.remove(3).map(|s| s.id), Some(3));
         assert!(stores.get(3).is_none());
-        stores.get_or_load(3, load(Arc::clone(&loads))).await.unwrap();
+        stores
+            .get_or_load(3, load(Arc::clone(&loads)))
+            .await
+            .unwrap();
         assert_eq!(loads.load(Ordering::SeqCst), 2);
     }
 }

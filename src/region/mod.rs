@@ -3,8 +3,8 @@
 
 mod cache;
 
-pub use cache::{RegionCache, StoreCache};
 pub(crate) use cache::SingleFlight;
+pub use cache::{RegionCache, StoreCache};
 
 use crate::proto::metapb::{self, PeerRole};
 use crate::{Error, Result};

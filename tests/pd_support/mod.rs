@@ -78,7 +78,11 @@ impl MemberService {
     }
 }
 
-fn error_header(cluster_id: u64, error_type: pdpb::ErrorType, message: &str) -> pdpb::ResponseHeader {
+fn error_header(
+    cluster_id: u64,
+    error_type: pdpb::ErrorType,
+    message: &str,
+) -> pdpb::ResponseHeader {
     pdpb::ResponseHeader {
         cluster_id,
         error: Some(pdpb::Error {
@@ -157,7 +161,11 @@ impl Pd for MemberService {
         let store = state.stores.iter().find(|s| s.id == id).cloned();
         let header = match store {
             Some(_) => self.header_of(&state),
-            None => error_header(state.cluster_id, pdpb::ErrorType::Unknown, "invalid store ID"),
+            None => error_header(
+                state.cluster_id,
+                pdpb::ErrorType::Unknown,
+                "invalid store ID",
+            ),
         };
         Ok(Response::new(pdpb::GetStoreResponse {
             header: Some(header),
@@ -191,9 +199,10 @@ impl Pd for MemberService {
         self.admit("GetRegion", true).await?;
         let key = request.into_inner().region_key;
         let state = self.state.lock().unwrap();
-        let found = state.regions.iter().find(|(r, _)| {
-            key >= r.start_key && (r.end_key.is_empty() || key < r.end_key)
-        });
+        let found = state
+            .regions
+            .iter()
+            .find(|(r, _)| key >= r.start_key && (r.end_key.is_empty() || key < r.end_key));
         Ok(Response::new(self.region_response(&state, found)))
     }
 
