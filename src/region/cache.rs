@@ -36,15 +36,25 @@ type SharedLoad<V> = Shared<BoxFuture<'static, Result<V>>>;
 
 /// Runs at most one load per key at a time: concurrent callers with the same
 /// key await the same future and get the same result, error included. The
-/// entry is removed once the load finishes, so a failure is not remembered.
+/// entry is removed once the load finishes, so a failure is not remembered,
+/// and also when every caller has given up (dropped its future), which
+/// drops the load itself: nothing runs on behind an abandoned lookup.
 pub(crate) struct SingleFlight<K, V> {
-    in_flight: Mutex<HashMap<K, SharedLoad<V>>>,
+    in_flight: Mutex<InFlight<K, V>>,
+}
+
+struct InFlight<K, V> {
+    loads: HashMap<K, (u64, SharedLoad<V>)>,
+    next_id: u64,
 }
 
 impl<K, V> Default for SingleFlight<K, V> {
     fn default() -> Self {
         SingleFlight {
-            in_flight: Mutex::new(HashMap::new()),
+            in_flight: Mutex::new(InFlight {
+                loads: HashMap::new(),
+                next_id: 0,
+            }),
         }
     }
 }
@@ -52,8 +62,38 @@ impl<K, V> Default for SingleFlight<K, V> {
 impl<K, V> std::fmt::Debug for SingleFlight<K, V> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("SingleFlight")
-            .field("in_flight", &lock(&self.in_flight).len())
+            .field("in_flight", &lock(&self.in_flight).loads.len())
             .finish()
+    }
+}
+
+/// One caller's share of a load. Dropping it (the load finished, or the
+/// caller was cancelled) removes the entry once the load is done or no
+/// other caller waits for it.
+struct Waiter<'a, K: Eq + Hash, V> {
+    flight: &'a SingleFlight<K, V>,
+    key: K,
+    id: u64,
+    shared: Option<SharedLoad<V>>,
+}
+
+impl<K: Eq + Hash, V> Drop for Waiter<'_, K, V> {
+    fn drop(&mut self) {
+        // Give up our own handle first, so the count below sees only the
+        // map's and other callers' handles.
+        self.shared = None;
+        let mut in_flight = lock(&self.flight.in_flight);
+        let finished_or_abandoned = match in_flight.loads.get(&self.key) {
+            // Only our own load: a newer one for the same key may have
+            // started after this one finished.
+            Some((id, shared)) if *id == self.id => {
+                shared.peek().is_some() || shared.strong_count() == Some(1)
+            }
+            _ => false,
+        };
+        if finished_or_abandoned {
+            in_flight.loads.remove(&self.key);
+        }
     }
 }
 
@@ -75,36 +115,39 @@ where
         L: FnOnce() -> Fut,
         Fut: Future<Output = Result<V>> + Send + 'static,
     {
-        let shared = {
+        let mut waiter = {
             let mut in_flight = lock(&self.in_flight);
             if let Some(value) = cached() {
                 return Ok(value);
             }
-            match in_flight.get(&key) {
-                Some(shared) => shared.clone(),
+            let (id, shared) = match in_flight.loads.get(&key) {
+                Some((id, shared)) => (*id, shared.clone()),
                 None => {
+                    let id = in_flight.next_id;
+                    in_flight.next_id += 1;
                     let shared = load().boxed().shared();
-                    in_flight.insert(key.clone(), shared.clone());
-                    shared
+                    in_flight.loads.insert(key.clone(), (id, shared.clone()));
+                    (id, shared)
                 }
+            };
+            Waiter {
+                flight: self,
+                key,
+                id,
+                shared: Some(shared),
             }
         };
-        let result = shared.clone().await;
-        let mut in_flight = lock(&self.in_flight);
-        // Remove only our own entry: a newer load for the same key may have
-        // started after this one finished.
-        if in_flight
-            .get(&key)
-            .is_some_and(|current| current.ptr_eq(&shared))
-        {
-            in_flight.remove(&key);
+        match waiter.shared.as_mut() {
+            Some(shared) => shared.await,
+            None => Err(crate::Error::Internal(
+                "a single-flight load lost its future".to_owned(),
+            )),
         }
-        result
     }
 
     /// How many loads are in flight.
     pub(crate) fn in_flight(&self) -> usize {
-        lock(&self.in_flight).len()
+        lock(&self.in_flight).loads.len()
     }
 }
 
@@ -680,6 +723,73 @@ mod tests {
             .unwrap();
         assert_eq!(r.id(), 5);
         assert!(cache.get_by_id(5).is_some());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_abandoned_load_is_dropped_and_the_next_miss_loads_again() {
+        let cache = RegionCache::new();
+        let started = Arc::new(AtomicUsize::new(0));
+        let finished = Arc::new(AtomicUsize::new(0));
+        let load = |started: Arc<AtomicUsize>, finished: Arc<AtomicUsize>| {
+            move |id| async move {
+                started.fetch_add(1, Ordering::SeqCst);
+                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                finished.fetch_add(1, Ordering::SeqCst);
+                Ok(region(id, b"a", b"b", 1, 1))
+            }
+        };
+        // Two callers give up before the load finishes.
+        let give_up = std::time::Duration::from_millis(10);
+        let (a, b) = futures::join!(
+            tokio::time::timeout(
+                give_up,
+                cache.get_or_load_by_id(6, load(Arc::clone(&started), Arc::clone(&finished)))
+            ),
+            tokio::time::timeout(
+                give_up,
+                cache.get_or_load_by_id(6, load(Arc::clone(&started), Arc::clone(&finished)))
+            ),
+        );
+        assert!(a.is_err() && b.is_err());
+        assert_eq!(started.load(Ordering::SeqCst), 1);
+        assert_eq!(cache.loads_in_flight(), 0);
+        // The abandoned load never completes in the background.
+        tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+        assert_eq!(finished.load(Ordering::SeqCst), 0);
+        assert!(cache.is_empty());
+        // The next miss starts afresh.
+        let r = cache
+            .get_or_load_by_id(6, load(Arc::clone(&started), Arc::clone(&finished)))
+            .await
+            .unwrap();
+        assert_eq!(r.id(), 6);
+        assert_eq!(started.load(Ordering::SeqCst), 2);
+        assert_eq!(finished.load(Ordering::SeqCst), 1);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn one_caller_giving_up_does_not_cancel_the_others() {
+        let cache = RegionCache::new();
+        let loads = Arc::new(AtomicUsize::new(0));
+        let load = |loads: Arc<AtomicUsize>| {
+            move |id| async move {
+                loads.fetch_add(1, Ordering::SeqCst);
+                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                Ok(region(id, b"a", b"b", 1, 1))
+            }
+        };
+        let (quitter, stayer) = futures::join!(
+            tokio::time::timeout(
+                std::time::Duration::from_millis(10),
+                cache.get_or_load_by_id(8, load(Arc::clone(&loads)))
+            ),
+            cache.get_or_load_by_id(8, load(Arc::clone(&loads))),
+        );
+        assert!(quitter.is_err());
+        assert_eq!(stayer.unwrap().id(), 8);
+        assert_eq!(loads.load(Ordering::SeqCst), 1);
+        assert_eq!(cache.loads_in_flight(), 0);
+        assert!(cache.get_by_id(8).is_some());
     }
 
     #[tokio::test(start_paused = true)]
