@@ -14,7 +14,7 @@
 //! | `regions` | one line per Region in key order: id, range, epoch, true leader, PD's leader, peers |
 //! | `region KEY` | the line of the Region holding `KEY` |
 //! | `down STORE` / `up STORE` | store down (port closed, connections reset) / back on the same port |
-//! | `hang STORE connect` | freeze every connection of the store (new ones too) |
+//! | `hang STORE connect` | new TCP connects hang and open connections stop moving bytes (dropped packets) |
 //! | `hang STORE respond` | receive requests but never answer |
 //! | `unhang STORE` | end a hang |
 //! | `slow STORE MS` | add `MS` milliseconds before each request (0 ends it) |

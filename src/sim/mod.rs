@@ -104,8 +104,8 @@
 //! [`store_down`](SimCluster::store_down) /
 //! [`store_up`](SimCluster::store_up) (listener closed and connections
 //! reset; back on the same port), [`store_hang`](SimCluster::store_hang)
-//! with [`HangMode::Connect`] (bytes stop flowing on every connection, new
-//! ones too) or [`HangMode::Respond`] (requests are received, never
+//! with [`HangMode::Connect`] (new TCP connects hang because the kernel
+//! drops SYNs, and open connections stop moving bytes) or [`HangMode::Respond`] (requests are received, never
 //! answered until [`store_unhang`](SimCluster::store_unhang)),
 //! [`store_slow`](SimCluster::store_slow),
 //! [`store_busy`](SimCluster::store_busy),
