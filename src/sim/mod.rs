@@ -124,6 +124,12 @@
 //!
 //! [`SimCluster::counters`] returns a [`StoreCounters`] snapshot: requests
 //! by method label (`raw_get`, …, see [`RAW_METHODS`]) and [`Outcome`].
+//! Every request that reaches a store's service is counted once with its
+//! outcome; one that waits in a [`HangMode::Respond`] hang is also counted
+//! as [`Outcome::Hung`] when it starts waiting (and only so, if the store
+//! goes down before it is answered). Requests stuck in a
+//! [`HangMode::Connect`] hang or sent to a downed store never reach the
+//! service and are not counted.
 //!
 //! # The `tikv-sim` binary and its control interface
 //!
