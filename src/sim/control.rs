@@ -89,9 +89,9 @@ fn parse_key(text: &str) -> Result<Vec<u8>> {
     match text.strip_prefix("0x") {
         None => Ok(text.as_bytes().to_vec()),
         Some(hex) => {
-            if hex.len() % 2 != 0 {
+            if !hex.is_ascii() || hex.len() % 2 != 0 {
                 return Err(Error::InvalidArgument(format!(
-                    "hex key {text} has an odd number of digits"
+                    "hex key {text} must be an even number of hex digits"
                 )));
             }
             (0..hex.len())
@@ -357,6 +357,8 @@ mod tests {
         assert_eq!(parse_key("abc").unwrap(), b"abc".to_vec());
         assert_eq!(parse_key("0x00ff").unwrap(), vec![0, 255]);
         assert!(parse_key("0x0").is_err());
+        assert!(parse_key("0xaé1").is_err());
+        assert!(parse_key("0xzz").is_err());
         assert_eq!(escape_key(b"a\x00\\"), "a\\x00\\x5c");
     }
 }
