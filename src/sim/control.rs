@@ -318,8 +318,14 @@ fn known_store(cluster: &SimCluster, text: Option<&str>) -> Result<u64> {
 /// each connection may send any number of command lines.
 pub async fn serve(cluster: Arc<SimCluster>, listener: TcpListener) {
     loop {
-        let Ok((stream, _)) = listener.accept().await else {
-            continue;
+        let stream = match listener.accept().await {
+            Ok((stream, _)) => stream,
+            Err(e) => {
+                // E.g. out of file descriptors: do not spin.
+                log::warn!("tikv-sim control port: accept failed: {e}");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
+            }
         };
         let cluster = cluster.clone();
         tokio::spawn(async move {

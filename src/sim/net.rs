@@ -236,7 +236,9 @@ impl Endpoint {
                     accepted = listener.accept() => match accepted {
                         Ok((stream, _)) => stream,
                         Err(e) => {
-                            log::debug!("simulated accept failed: {e}");
+                            // E.g. out of file descriptors: do not spin.
+                            log::warn!("simulated accept failed: {e}");
+                            tokio::time::sleep(Duration::from_millis(10)).await;
                             continue;
                         }
                     },
