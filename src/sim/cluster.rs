@@ -512,6 +512,28 @@ impl SimCluster {
         self.state().pd_leader
     }
 
+    /// A one-line description of a store's faults, as the control
+    /// interface prints it: `up|down busy=MS|- slow=MSms hang=connect|respond|-`.
+    pub fn store_fault_text(&self, store_id: u64) -> String {
+        let state = self.state();
+        let Some(s) = state.stores.get(&store_id) else {
+            return "unknown".to_owned();
+        };
+        format!(
+            "{} busy={} slow={}ms hang={}",
+            if s.up { "up" } else { "down" },
+            s.busy
+                .map(|w| w.to_string())
+                .unwrap_or_else(|| "-".to_owned()),
+            s.slow.as_millis(),
+            match s.hang {
+                None => "-",
+                Some(HangMode::Connect) => "connect",
+                Some(HangMode::Respond) => "respond",
+            }
+        )
+    }
+
     /// The store ids, ascending.
     pub fn store_ids(&self) -> Vec<u64> {
         self.state().stores.keys().copied().collect()
@@ -620,6 +642,7 @@ impl SimCluster {
     /// and every open connection is reset. Requests waiting in a hang end.
     /// When this returns, the port is closed.
     pub async fn store_down(&self, store_id: u64) {
+        log::info!("simulated store {store_id} goes down");
         if let Some(s) = self.state().stores.get_mut(&store_id) {
             s.up = false;
         }
@@ -743,6 +766,7 @@ impl SimCluster {
     /// answers `NotLeader` without a hint), PD keeps naming the old leader,
     /// and a leader request to another voter makes it campaign in `mode`.
     pub fn make_cold(&self, region_id: u64, mode: ColdMode) -> Result<()> {
+        log::info!("simulated region {region_id} loses its leader ({mode:?})");
         let mut state = self.state();
         let region = state.region_mut(region_id)?;
         let old_leader = region.leader.or(region.cold.and_then(|c| c.old_leader));

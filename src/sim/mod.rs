@@ -104,8 +104,8 @@
 //! [`store_down`](SimCluster::store_down) /
 //! [`store_up`](SimCluster::store_up) (listener closed and connections
 //! reset; back on the same port), [`store_hang`](SimCluster::store_hang)
-//! with [`HangMode::Connect`] (bytes stop flowing on every connection, new
-//! ones too) or [`HangMode::Respond`] (requests are received, never
+//! with [`HangMode::Connect`] (new TCP connects hang because the kernel
+//! drops SYNs, and open connections stop moving bytes) or [`HangMode::Respond`] (requests are received, never
 //! answered until [`store_unhang`](SimCluster::store_unhang)),
 //! [`store_slow`](SimCluster::store_slow),
 //! [`store_busy`](SimCluster::store_busy),
@@ -124,12 +124,25 @@
 //!
 //! [`SimCluster::counters`] returns a [`StoreCounters`] snapshot: requests
 //! by method label (`raw_get`, …, see [`RAW_METHODS`]) and [`Outcome`].
+//! Every request that reaches a store's service is counted once with its
+//! outcome; one that waits in a [`HangMode::Respond`] hang is also counted
+//! as [`Outcome::Hung`] when it starts waiting (and only so, if the store
+//! goes down before it is answered). Requests stuck in a
+//! [`HangMode::Connect`] hang or sent to a downed store never reach the
+//! service and are not counted.
 //!
 //! # The `tikv-sim` binary and its control interface
 //!
-//! `SIM.md` documents the binary and its control interface.
+//! `tikv-sim --stores 3 --regions 8 --pd 127.0.0.1:2379` starts a cluster
+//! whose Regions split the printable key space evenly
+//! ([`control::even_split_keys`]), prints exactly one line
+//! `pd=127.0.0.1:2379` (the real address) on stdout when ready, and runs
+//! until killed. Its control port (`--control ADDR`, default
+//! `127.0.0.1:0`, announced on stderr as `control=ADDR`) takes the text
+//! commands documented in [`control`]. `SIM.md` shows a shell session.
 
 mod cluster;
+pub mod control;
 mod counters;
 mod data;
 mod net;
