@@ -647,10 +647,12 @@ impl PdClient for MockPdClient {
     async fn add_regions(&self, regions: Vec<metapb::Region>) {
         let mut t = lock(&self.shared.topology);
         for region in regions {
-            let new = RegionWithLeader::new(region, None);
+            let mut new = RegionWithLeader::new(region, None);
             let newer = match t.cache.get(&new.id()) {
                 Some(old) => {
                     let (o, n) = (old.epoch(), new.epoch());
+                    // The old leader stays cached if it is still a peer.
+                    new.leader = old.leader.filter(|l| new.has_peer(l));
                     (n.version, n.conf_ver) > (o.version, o.conf_ver)
                 }
                 None => true,
