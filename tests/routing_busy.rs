@@ -27,9 +27,17 @@ async fn two_busy_zero_trigger_one_followers_only_probe() {
             12 => region_error(req, mock::not_leader(1, None)),
             _ => accept(peer, req),
         });
-        assert_eq!(text(get(&pd, &routing).await.unwrap()), "from-13", "shared={shared}");
+        assert_eq!(
+            text(get(&pd, &routing).await.unwrap()),
+            "from-13",
+            "shared={shared}"
+        );
         // Two busy answers from the leader, then the followers only.
-        assert_eq!(pd.dispatched_peers(), vec![11, 11, 12, 13], "shared={shared}");
+        assert_eq!(
+            pd.dispatched_peers(),
+            vec![11, 11, 12, 13],
+            "shared={shared}"
+        );
         assert_leader_requests_only(&pd);
         assert_eq!(pd.cached_leader(1).map(|p| p.id), Some(13));
         assert_eq!(routing.stats().busy_probes, 1);
@@ -53,13 +61,21 @@ async fn inconclusive_probe_restores_leader_and_probes_once() {
             11 => accept(peer, req),
             _ => region_error(req, mock::not_leader(1, None)),
         });
-        assert_eq!(text(get(&pd, &routing).await.unwrap()), "from-11", "shared={shared}");
+        assert_eq!(
+            text(get(&pd, &routing).await.unwrap()),
+            "from-11",
+            "shared={shared}"
+        );
         assert_eq!(
             pd.dispatched_peers(),
             vec![11, 11, 12, 13, 11, 11, 11, 11],
             "one probe, then the ordinary busy path; shared={shared}"
         );
-        assert_eq!(pd.cached_leader(1).map(|p| p.id), Some(11), "leader restored");
+        assert_eq!(
+            pd.cached_leader(1).map(|p| p.id),
+            Some(11),
+            "leader restored"
+        );
         assert_eq!(pd.invalidate_region_cache_calls(), 0);
         assert_eq!(routing.stats().busy_probes, 1);
         assert_leader_requests_only(&pd);
@@ -80,8 +96,15 @@ async fn non_zero_busy_follows_normal_path() {
     });
     let start = Instant::now();
     assert_eq!(text(get(&pd, &routing).await.unwrap()), "from-11");
-    assert_eq!(pd.dispatched_peers(), vec![11, 11, 11, 11], "no follower is asked");
-    assert!(start.elapsed() >= Duration::from_millis(900), "backoff_ms honoured");
+    assert_eq!(
+        pd.dispatched_peers(),
+        vec![11, 11, 11, 11],
+        "no follower is asked"
+    );
+    assert!(
+        start.elapsed() >= Duration::from_millis(900),
+        "backoff_ms honoured"
+    );
     assert_eq!(routing.stats().busy_probes, 0);
 }
 
@@ -119,8 +142,14 @@ async fn concurrent_requests_share_one_busy_probe() {
     }
     let (probes, leader_calls, follower_calls) = run(true).await;
     assert_eq!(probes, 1, "one probe for twenty requests");
-    assert!(leader_calls <= 21, "no request pays two busy answers: {leader_calls}");
-    assert_eq!(follower_calls, 20, "one probe plus nineteen requests to the found leader");
+    assert!(
+        leader_calls <= 21,
+        "no request pays two busy answers: {leader_calls}"
+    );
+    assert_eq!(
+        follower_calls, 20,
+        "one probe plus nineteen requests to the found leader"
+    );
     let (probes, _, _) = run(false).await;
     assert!(probes > 1, "per-request counting probes more: {probes}");
 }

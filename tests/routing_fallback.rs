@@ -41,7 +41,13 @@ async fn unreachable_leader_falls_back_to_voter_without_replica_read() {
 #[tokio::test(start_paused = true)]
 async fn fallback_changes_only_the_target_peer() {
     let pd = three_voters();
-    pd.set_dispatch_hook(|peer, req| if peer.id == 11 { unavailable() } else { accept(peer, req) });
+    pd.set_dispatch_hook(|peer, req| {
+        if peer.id == 11 {
+            unavailable()
+        } else {
+            accept(peer, req)
+        }
+    });
     let mut request = new_raw_get_request(b"k".to_vec(), None);
     request.context = Some(kvrpcpb::Context {
         priority: 2,
@@ -108,7 +114,11 @@ async fn fallback_not_leader_and_busy_do_not_hide_remaining_voters() {
     });
     let start = Instant::now();
     assert_eq!(text(get(&pd, &routing).await.unwrap()), "from-14");
-    assert_eq!(start.elapsed(), std::time::Duration::ZERO, "one round, no sleep");
+    assert_eq!(
+        start.elapsed(),
+        std::time::Duration::ZERO,
+        "one round, no sleep"
+    );
     assert_eq!(pd.dispatched_peers(), vec![11, 12, 13, 14]);
     assert_eq!(pd.cached_leader(1).map(|p| p.id), Some(14));
     assert_eq!(routing.stats().fallback_attempts, 3);
@@ -137,7 +147,13 @@ async fn follower_hint_never_updates_leader_cache() {
 async fn fallback_success_updates_leader_cache() {
     let pd = three_voters();
     let routing = routing();
-    pd.set_dispatch_hook(|peer, req| if peer.id == 11 { unavailable() } else { accept(peer, req) });
+    pd.set_dispatch_hook(|peer, req| {
+        if peer.id == 11 {
+            unavailable()
+        } else {
+            accept(peer, req)
+        }
+    });
     assert_eq!(text(get(&pd, &routing).await.unwrap()), "from-12");
     assert_eq!(pd.update_leader_calls(), 1);
     assert_eq!(pd.cached_leader(1).map(|p| p.id), Some(12));
@@ -252,9 +268,14 @@ async fn exhausted_backoff_returns_strongest_error() {
         11 => deadline(),
         _ => region_error(req, mock::server_is_busy(0, 0)),
     });
-    let err = get_with(&pd, Some(&routing), Backoff::no_jitter_backoff(2, 4, 2), b"k")
-        .await
-        .unwrap_err();
+    let err = get_with(
+        &pd,
+        Some(&routing),
+        Backoff::no_jitter_backoff(2, 4, 2),
+        b"k",
+    )
+    .await
+    .unwrap_err();
     match err {
         Error::RetriesExhausted { attempts, last, .. } => {
             assert_eq!(attempts, 3);

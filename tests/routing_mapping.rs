@@ -14,11 +14,20 @@ async fn failed_follower_mapping_does_not_hide_later_voter() {
     let pd = three_voters();
     let routing = routing();
     pd.fail_store_mapping(2, MappingFailure::Refused);
-    pd.set_dispatch_hook(|peer, req| if peer.id == 11 { unavailable() } else { accept(peer, req) });
+    pd.set_dispatch_hook(|peer, req| {
+        if peer.id == 11 {
+            unavailable()
+        } else {
+            accept(peer, req)
+        }
+    });
     assert_eq!(text(get(&pd, &routing).await.unwrap()), "from-13");
     assert_eq!(pd.dispatched_peers(), vec![11, 13]);
     assert_eq!(pd.map_calls_to_store(2), 1);
-    assert!(!pd.is_store_cached(2), "the failed store's entry is dropped");
+    assert!(
+        !pd.is_store_cached(2),
+        "the failed store's entry is dropped"
+    );
     assert_eq!(pd.cached_leader(1).map(|p| p.id), Some(13));
 }
 

@@ -43,7 +43,10 @@ async fn ping_pong_hints_stop_at_the_attempt_budget() {
     let err = get_with(&pd, None, Backoff::no_jitter_backoff(2, 500, 4), b"k")
         .await
         .unwrap_err();
-    assert!(matches!(err, Error::RetriesExhausted { attempts: 5, .. }), "{err}");
+    assert!(
+        matches!(err, Error::RetriesExhausted { attempts: 5, .. }),
+        "{err}"
+    );
     assert_eq!(pd.dispatched_peers(), vec![11, 12, 11, 12, 11]);
     assert_eq!(start.elapsed(), Duration::ZERO, "hint retries do not sleep");
 }
@@ -60,24 +63,150 @@ fn err_with(f: impl FnOnce(&mut errorpb::Error)) -> errorpb::Error {
 async fn region_error_table_drives_cache_work() {
     // (name, error, region invalidations, store invalidations, slept, result ok)
     let table: Vec<(&str, errorpb::Error, u64, u64, bool, bool)> = vec![
-        ("region not found", err_with(|e| e.region_not_found = Some(Default::default())), 1, 0, true, true),
-        ("key not in region", err_with(|e| e.key_not_in_region = Some(Default::default())), 1, 0, true, true),
-        ("stale command", err_with(|e| e.stale_command = Some(Default::default())), 1, 0, true, true),
-        ("store not match", err_with(|e| e.store_not_match = Some(Default::default())), 1, 1, true, true),
-        ("max ts not synced", err_with(|e| e.max_timestamp_not_synced = Some(Default::default())), 0, 0, true, true),
-        ("read index not ready", err_with(|e| e.read_index_not_ready = Some(Default::default())), 0, 0, true, true),
-        ("merging", err_with(|e| e.proposal_in_merging_mode = Some(Default::default())), 0, 0, true, true),
-        ("not initialized", err_with(|e| e.region_not_initialized = Some(Default::default())), 0, 0, true, true),
-        ("data not ready", err_with(|e| e.data_is_not_ready = Some(Default::default())), 0, 0, true, true),
-        ("disk full", err_with(|e| e.disk_full = Some(Default::default())), 0, 0, true, true),
-        ("recovery", err_with(|e| e.recovery_in_progress = Some(Default::default())), 1, 0, true, true),
-        ("witness", err_with(|e| e.is_witness = Some(Default::default())), 1, 0, true, true),
-        ("bucket version", err_with(|e| e.bucket_version_not_match = Some(Default::default())), 0, 0, false, true),
-        ("hint outside", mock::not_leader(1, Some(mock::voter(99, 9))), 1, 0, true, true),
-        ("unrecognised", err_with(|e| e.message = "?".into()), 1, 1, true, true),
-        ("entry too large", err_with(|e| e.raft_entry_too_large = Some(Default::default())), 0, 0, false, false),
-        ("flashback", err_with(|e| e.flashback_in_progress = Some(Default::default())), 0, 0, false, false),
-        ("flashback not prepared", err_with(|e| e.flashback_not_prepared = Some(Default::default())), 0, 0, false, false),
+        (
+            "region not found",
+            err_with(|e| e.region_not_found = Some(Default::default())),
+            1,
+            0,
+            true,
+            true,
+        ),
+        (
+            "key not in region",
+            err_with(|e| e.key_not_in_region = Some(Default::default())),
+            1,
+            0,
+            true,
+            true,
+        ),
+        (
+            "stale command",
+            err_with(|e| e.stale_command = Some(Default::default())),
+            1,
+            0,
+            true,
+            true,
+        ),
+        (
+            "store not match",
+            err_with(|e| e.store_not_match = Some(Default::default())),
+            1,
+            1,
+            true,
+            true,
+        ),
+        (
+            "max ts not synced",
+            err_with(|e| e.max_timestamp_not_synced = Some(Default::default())),
+            0,
+            0,
+            true,
+            true,
+        ),
+        (
+            "read index not ready",
+            err_with(|e| e.read_index_not_ready = Some(Default::default())),
+            0,
+            0,
+            true,
+            true,
+        ),
+        (
+            "merging",
+            err_with(|e| e.proposal_in_merging_mode = Some(Default::default())),
+            0,
+            0,
+            true,
+            true,
+        ),
+        (
+            "not initialized",
+            err_with(|e| e.region_not_initialized = Some(Default::default())),
+            0,
+            0,
+            true,
+            true,
+        ),
+        (
+            "data not ready",
+            err_with(|e| e.data_is_not_ready = Some(Default::default())),
+            0,
+            0,
+            true,
+            true,
+        ),
+        (
+            "disk full",
+            err_with(|e| e.disk_full = Some(Default::default())),
+            0,
+            0,
+            true,
+            true,
+        ),
+        (
+            "recovery",
+            err_with(|e| e.recovery_in_progress = Some(Default::default())),
+            1,
+            0,
+            true,
+            true,
+        ),
+        (
+            "witness",
+            err_with(|e| e.is_witness = Some(Default::default())),
+            1,
+            0,
+            true,
+            true,
+        ),
+        (
+            "bucket version",
+            err_with(|e| e.bucket_version_not_match = Some(Default::default())),
+            0,
+            0,
+            false,
+            true,
+        ),
+        (
+            "hint outside",
+            mock::not_leader(1, Some(mock::voter(99, 9))),
+            1,
+            0,
+            true,
+            true,
+        ),
+        (
+            "unrecognised",
+            err_with(|e| e.message = "?".into()),
+            1,
+            1,
+            true,
+            true,
+        ),
+        (
+            "entry too large",
+            err_with(|e| e.raft_entry_too_large = Some(Default::default())),
+            0,
+            0,
+            false,
+            false,
+        ),
+        (
+            "flashback",
+            err_with(|e| e.flashback_in_progress = Some(Default::default())),
+            0,
+            0,
+            false,
+            false,
+        ),
+        (
+            "flashback not prepared",
+            err_with(|e| e.flashback_not_prepared = Some(Default::default())),
+            0,
+            0,
+            false,
+            false,
+        ),
     ];
     for (name, error, regions, stores, slept, ok) in table {
         let pd = three_voters();
@@ -94,7 +223,11 @@ async fn region_error_table_drives_cache_work() {
         let got = get(&pd, &routing).await;
         assert_eq!(got.is_ok(), ok, "{name}: {got:?}");
         if ok {
-            assert_eq!(text(got.unwrap()), "from-11", "{name}: the same leader again");
+            assert_eq!(
+                text(got.unwrap()),
+                "from-11",
+                "{name}: the same leader again"
+            );
         } else {
             assert!(matches!(got, Err(Error::RegionError { .. })), "{name}");
         }
@@ -107,7 +240,13 @@ async fn region_error_table_drives_cache_work() {
 #[tokio::test(start_paused = true)]
 async fn epoch_not_match_splits_the_shard_and_keeps_order() {
     let peers = [mock::voter(11, 1), mock::voter(12, 2), mock::voter(13, 3)];
-    let pd = Arc::new(MockPdClient::new(vec![mock::region(1, b"", b"", &peers, Some(11))]));
+    let pd = Arc::new(MockPdClient::new(vec![mock::region(
+        1,
+        b"",
+        b"",
+        &peers,
+        Some(11),
+    )]));
     // The Region split at "m".
     let mut left = mock::region(1, b"", b"m", &peers, Some(11));
     let mut right = mock::region(2, b"m", b"", &peers, Some(11));
@@ -151,7 +290,10 @@ async fn epoch_not_match_splits_the_shard_and_keeps_order() {
             ..Default::default()
         }))
     });
-    let keys: Vec<Vec<u8>> = [b"y", b"a", b"x", b"b"].iter().map(|k| k.to_vec()).collect();
+    let keys: Vec<Vec<u8>> = [b"y", b"a", b"x", b"b"]
+        .iter()
+        .map(|k| k.to_vec())
+        .collect();
     let pairs = PlanBuilder::new(pd.clone(), new_raw_batch_get_request(keys, None))
         .routing(routing())
         .retry_multi_region(backoff())

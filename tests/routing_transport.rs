@@ -24,7 +24,13 @@ async fn transport_failure_invalidates_store_and_region() {
     // routing state: store 1 is cooling down in the old one.)
     let pd = three_voters();
     let routing = common::routing();
-    pd.set_dispatch_hook(|peer, req| if peer.id == 11 { unavailable() } else { accept(peer, req) });
+    pd.set_dispatch_hook(|peer, req| {
+        if peer.id == 11 {
+            unavailable()
+        } else {
+            accept(peer, req)
+        }
+    });
     assert_eq!(text(get(&pd, &routing).await.unwrap()), "from-12");
     assert_eq!(pd.invalidate_store_cache_calls(), 1);
     assert!(!pd.is_store_cached(1));
@@ -35,7 +41,13 @@ async fn transport_failure_invalidates_store_and_region() {
 async fn deadline_retries_without_cache_churn() {
     let pd = three_voters();
     let routing = routing();
-    pd.set_dispatch_hook(|peer, req| if peer.id == 11 { deadline() } else { accept(peer, req) });
+    pd.set_dispatch_hook(|peer, req| {
+        if peer.id == 11 {
+            deadline()
+        } else {
+            accept(peer, req)
+        }
+    });
     assert_eq!(text(get(&pd, &routing).await.unwrap()), "from-12");
     assert_eq!(pd.invalidate_store_cache_calls(), 0);
     assert_eq!(pd.invalidate_region_cache_calls(), 0);
@@ -51,7 +63,10 @@ async fn deadline_retries_without_cache_churn() {
             accept(peer, req)
         }
     });
-    assert_eq!(text(get_with(&pd, None, backoff(), b"k").await.unwrap()), "from-11");
+    assert_eq!(
+        text(get_with(&pd, None, backoff(), b"k").await.unwrap()),
+        "from-11"
+    );
     assert_eq!(pd.dispatched_peers(), vec![11, 12, 13, 11]);
     assert_eq!(pd.invalidate_store_cache_calls(), 0);
     assert_eq!(pd.invalidate_region_cache_calls(), 0);
@@ -61,9 +76,19 @@ async fn deadline_retries_without_cache_churn() {
 async fn client_timeout_keeps_caches() {
     let pd = three_voters();
     let routing = routing();
-    pd.set_dispatch_hook(|peer, req| if peer.id == 11 { client_timeout() } else { accept(peer, req) });
+    pd.set_dispatch_hook(|peer, req| {
+        if peer.id == 11 {
+            client_timeout()
+        } else {
+            accept(peer, req)
+        }
+    });
     assert_eq!(text(get(&pd, &routing).await.unwrap()), "from-12");
-    assert_eq!(pd.invalidate_store_cache_calls(), 0, "upstream would drop store 1");
+    assert_eq!(
+        pd.invalidate_store_cache_calls(),
+        0,
+        "upstream would drop store 1"
+    );
     assert_eq!(pd.invalidate_region_cache_calls(), 0);
     assert!(pd.is_store_cached(1));
     assert_eq!(routing.stats().store_invalidations, 0);
@@ -77,8 +102,15 @@ async fn other_grpc_status_is_returned_without_replay() {
         Err(Error::from(tonic::Status::invalid_argument("bad request")))
     });
     let err = get(&pd, &routing).await.unwrap_err();
-    assert!(matches!(err, Error::Grpc(ref s) if s.code() == tonic::Code::InvalidArgument), "{err}");
-    assert_eq!(pd.dispatched_peers(), vec![11], "never replayed on another replica");
+    assert!(
+        matches!(err, Error::Grpc(ref s) if s.code() == tonic::Code::InvalidArgument),
+        "{err}"
+    );
+    assert_eq!(
+        pd.dispatched_peers(),
+        vec![11],
+        "never replayed on another replica"
+    );
     assert_eq!(pd.invalidate_store_cache_calls(), 0);
 }
 

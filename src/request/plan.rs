@@ -743,6 +743,8 @@ where
     }
 }
 
+/// The error a fail point injects (see the module docs for the arguments).
+#[cfg_attr(not(feature = "failpoints"), allow(dead_code))]
 fn fail_point_error(stage: &str, store_id: u64, arg: Option<String>) -> Error {
     let what = arg.unwrap_or_default();
     match what.as_str() {
