@@ -300,3 +300,26 @@ async fn exhausted_backoff_returns_strongest_error() {
         other => panic!("{other}"),
     }
 }
+
+#[tokio::test(start_paused = true)]
+async fn leaderless_region_starts_with_first_voter() {
+    let pd = Arc::new(MockPdClient::new(vec![mock::region(
+        1,
+        b"",
+        b"",
+        &[mock::learner(11, 1), mock::voter(12, 2), mock::voter(13, 3)],
+        None,
+    )]));
+    let routing = routing();
+    pd.set_dispatch_hook(|peer, req| match peer.id {
+        12 => region_error(req, mock::not_leader(1, None)),
+        _ => accept(peer, req),
+    });
+    assert_eq!(text(get(&pd, &routing).await.unwrap()), "from-13");
+    assert_eq!(pd.dispatched_peers(), vec![12, 13]);
+    assert_eq!(
+        pd.cached_leader(1).map(|p| p.id),
+        Some(13),
+        "the first to accept leads"
+    );
+}

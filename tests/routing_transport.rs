@@ -132,3 +132,35 @@ async fn transport_status_with_io_source_is_a_routing_failure() {
     assert_eq!(text(get(&pd, &routing).await.unwrap()), "from-12");
     assert_eq!(pd.invalidate_store_cache_calls(), 1);
 }
+
+#[tokio::test(start_paused = true)]
+async fn rpc_is_bounded_by_the_request_timeout() {
+    use std::sync::Arc;
+    use std::time::Duration;
+    use tikv_plan::request::RoutingState;
+    use tikv_plan::Config;
+    let pd = three_voters();
+    let routing = Arc::new(RoutingState::new(
+        &Config::default().with_timeout(Duration::from_millis(500)),
+    ));
+    // The leader's store accepts the request and never answers.
+    pd.set_async_dispatch_hook(|peer, req| {
+        let id = peer.id;
+        let ok = accept(peer, req);
+        Box::pin(async move {
+            if id == 11 {
+                futures::future::pending::<()>().await;
+            }
+            ok
+        })
+    });
+    let start = tokio::time::Instant::now();
+    assert_eq!(text(get(&pd, &routing).await.unwrap()), "from-12");
+    assert_eq!(start.elapsed(), Duration::from_millis(500));
+    assert_eq!(
+        pd.invalidate_store_cache_calls(),
+        0,
+        "a timeout keeps caches"
+    );
+    assert_eq!(pd.invalidate_region_cache_calls(), 0);
+}

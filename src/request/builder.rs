@@ -57,6 +57,7 @@ pub struct PlanBuilder<PdC: PdClient, P: Plan> {
     terminal_on_undetermined: bool,
     preserve_region_results: bool,
     max_concurrency: Option<usize>,
+    request_timeout: Option<std::time::Duration>,
 }
 
 impl<PdC: PdClient, Req: KvRequest> PlanBuilder<PdC, Dispatch<Req>> {
@@ -73,6 +74,7 @@ impl<PdC: PdClient, Req: KvRequest> PlanBuilder<PdC, Dispatch<Req>> {
             terminal_on_undetermined: replay_unsafe,
             preserve_region_results: false,
             max_concurrency: None,
+            request_timeout: None,
         }
     }
 }
@@ -87,6 +89,7 @@ impl<PdC: PdClient, P: Plan> PlanBuilder<PdC, P> {
             terminal_on_undetermined: self.terminal_on_undetermined,
             preserve_region_results: self.preserve_region_results,
             max_concurrency: self.max_concurrency,
+            request_timeout: self.request_timeout,
         }
     }
 
@@ -122,6 +125,15 @@ impl<PdC: PdClient, P: Plan> PlanBuilder<PdC, P> {
     /// routing state's `Config::max_concurrency`, else the config default).
     pub fn max_concurrency(mut self, limit: usize) -> Self {
         self.max_concurrency = Some(limit.max(1));
+        self
+    }
+
+    /// Bounds each RPC of the plan (default: the routing state's
+    /// `Config::timeout`; without routing state, only the store client's own
+    /// bound applies). An RPC that exceeds it counts as a client timeout:
+    /// next candidate, caches kept.
+    pub fn request_timeout(mut self, timeout: std::time::Duration) -> Self {
+        self.request_timeout = Some(timeout);
         self
     }
 
@@ -162,6 +174,9 @@ impl<PdC: PdClient, P: Plan> PlanBuilder<PdC, P> {
             terminal_on_undetermined: self.terminal_on_undetermined,
             preserve_region_results: self.preserve_region_results,
             max_concurrency,
+            request_timeout: self
+                .request_timeout
+                .or_else(|| self.routing.as_ref().map(|r| r.request_timeout())),
         };
         self.with_plan(plan)
     }

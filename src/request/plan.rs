@@ -192,6 +192,10 @@ pub struct RetryableMultiRegion<P: Plan + Shardable, PdC: PdClient> {
     pub preserve_region_results: bool,
     /// How many RPCs the request may have in flight at once.
     pub max_concurrency: usize,
+    /// A bound on each RPC on top of the store client's own (which
+    /// [`TikvConnect`](crate::store::TikvConnect) sets); `None` leaves it to
+    /// the store client.
+    pub request_timeout: Option<std::time::Duration>,
 }
 
 impl<P: Plan + Shardable, PdC: PdClient> Clone for RetryableMultiRegion<P, PdC> {
@@ -205,6 +209,7 @@ impl<P: Plan + Shardable, PdC: PdClient> Clone for RetryableMultiRegion<P, PdC> 
             terminal_on_undetermined: self.terminal_on_undetermined,
             preserve_region_results: self.preserve_region_results,
             max_concurrency: self.max_concurrency,
+            request_timeout: self.request_timeout,
         }
     }
 }
@@ -323,7 +328,16 @@ where
             _permit: permit,
             routing,
         };
-        plan.execute().await
+        match self.request_timeout {
+            None => plan.execute().await,
+            Some(bound) => match tokio::time::timeout(bound, plan.execute()).await {
+                Ok(result) => result,
+                Err(_) => Err(Error::Timeout {
+                    what: format!("the request to store {}", store.store_id()),
+                    after: bound,
+                }),
+            },
+        }
     }
 
     /// One candidate round: tries candidates one at a time until one
@@ -363,11 +377,13 @@ where
                         region.id(),
                         peer.store_id
                     );
-                    if classify_dispatch_error(&error) == DispatchFailure::Fatal {
-                        return RoundEnd::Failed(error);
-                    }
+                    // Every mapping failure moves on (the request was not
+                    // sent); only a failure to reach the store itself makes
+                    // it cool down, not, say, PD being unavailable.
                     if let Some(r) = &self.routing {
-                        r.store_failed(peer.store_id);
+                        if classify_dispatch_error(&error) == DispatchFailure::NotSent {
+                            r.store_failed(peer.store_id);
+                        }
                     }
                     if let CandidateStep::Next {
                         invalidate_store: Some(store_id),

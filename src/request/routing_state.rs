@@ -242,6 +242,7 @@ pub struct RoutingState {
     shared_busy_probe: bool,
     busy_probe_window: Duration,
     max_concurrency: usize,
+    request_timeout: Duration,
     busy: Mutex<HashMap<RegionId, BusySuspicion>>,
     counters: Counters,
 }
@@ -256,6 +257,7 @@ impl RoutingState {
             shared_busy_probe: config.shared_busy_probe,
             busy_probe_window: config.busy_probe_window,
             max_concurrency: config.max_concurrency.max(1),
+            request_timeout: config.timeout,
             busy: Mutex::new(HashMap::new()),
             counters: Counters::default(),
         }
@@ -290,6 +292,11 @@ impl RoutingState {
     /// The configured per-request concurrency limit.
     pub fn max_concurrency(&self) -> usize {
         self.max_concurrency
+    }
+
+    /// The configured bound on one RPC.
+    pub fn request_timeout(&self) -> Duration {
+        self.request_timeout
     }
 
     pub(crate) fn count(&self, counter: Counter) {
