@@ -7,6 +7,30 @@
 //! returns. Hooks decide per store whether mapping fails and what each peer
 //! answers; counters record every call the plan makes. [`MockKvClient`] wraps
 //! a dispatch closure. Nothing here panics on use.
+//!
+//! Everything a downstream test needs is public (this example compiles as
+//! an outside crate would):
+//!
+//! ```
+//! use tikv_plan::mock::{MockKvClient, MockPdClient};
+//! use tikv_plan::pd::PdClient;
+//! use tikv_plan::request::{Dispatch, Plan, PlanBuilder, RetryableMultiRegion};
+//! use tikv_plan::store::{KvClient, KvConnect, TikvConnect};
+//! use tikv_plan::Backoff;
+//!
+//! fn is_pd<P: PdClient>(_: &P) {}
+//! fn is_kv<C: KvClient>(_: &C) {}
+//! fn is_connect<C: KvConnect>(_: &C) {}
+//! let pd = MockPdClient::new(vec![]);
+//! is_pd(&pd);
+//! is_kv(&MockKvClient::new(|req| tikv_plan::mock::response_with_region_error(req, None)));
+//! is_connect(&TikvConnect::default());
+//! let _ = Backoff::no_backoff();
+//! # fn names<R: tikv_plan::request::KvRequest + tikv_plan::request::Shardable>(
+//! #     _: Option<RetryableMultiRegion<Dispatch<R>, MockPdClient>>,
+//! #     _: Option<PlanBuilder<MockPdClient, Dispatch<R>>>,
+//! # ) where Dispatch<R>: Plan {}
+//! ```
 
 use std::any::Any;
 use std::collections::{BTreeMap, HashMap, HashSet};

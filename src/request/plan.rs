@@ -599,12 +599,6 @@ where
                             return PieceEnd::Done(Err(Error::region_error(region_id, *error)));
                         }
                         RegionErrorStep::RetryNow => {
-                            // No sleep, but the attempt counts, so ping-pong
-                            // hints cannot loop forever.
-                            if backoff.next_delay_duration().is_none() {
-                                return exhausted(attempts);
-                            }
-                            attempts += 1;
                             if let Some(leader) = action.update_leader {
                                 if let Err(e) =
                                     self.pd_client.update_leader(region.ver_id(), leader).await
@@ -614,6 +608,14 @@ where
                                 // The hint is authoritative for this request
                                 // even if the shared cache moved on.
                                 region.leader = Some(leader);
+                            }
+                            // No sleep, but the attempt counts, so ping-pong
+                            // hints cannot loop forever.
+                            if backoff.next_delay_duration().is_none() {
+                                return exhausted(attempts);
+                            }
+                            attempts += 1;
+                            if action.update_leader.is_some() {
                                 continue;
                             }
                         }

@@ -141,7 +141,10 @@ impl<'r> CandidateRound<'r> {
 
     /// True when the current candidate is the cached leader.
     pub fn current_is_cached_leader(&self) -> bool {
-        self.current.is_some() && self.current == self.region.leader
+        match (&self.current, &self.region.leader) {
+            (Some(current), Some(leader)) => current.id == leader.id,
+            _ => false,
+        }
     }
 
     fn was_tried(&self, peer_id: u64) -> bool {
@@ -219,7 +222,24 @@ impl<'r> CandidateRound<'r> {
         let from_leader = self.current_is_cached_leader();
         let region_id = self.region.id();
         if from_leader {
-            let action = decide_region_error(&error, self.region);
+            let names_itself = error
+                .not_leader
+                .as_ref()
+                .and_then(|nl| nl.leader.as_ref())
+                .zip(self.current.as_ref())
+                .is_some_and(|(hint, current)| hint.id == current.id);
+            let action = if names_itself {
+                // "Not leader, the leader is me": no usable hint.
+                decide_region_error(
+                    &errorpb::Error {
+                        not_leader: Some(errorpb::NotLeader::default()),
+                        ..Default::default()
+                    },
+                    self.region,
+                )
+            } else {
+                decide_region_error(&error, self.region)
+            };
             if action.step == RegionErrorStep::NextCandidate {
                 // A leader's hint-less NotLeader: the voters go next, in this
                 // very round ([beyond]).
@@ -571,6 +591,18 @@ mod tests {
         let mut round = CandidateRound::new(&r, CandidateOrder::LeaderFirst);
         round.next_candidate();
         assert!(is_next(&round.on_region_error(not_leader(None)), None));
+        assert_eq!(next_id(&mut round), Some(12));
+    }
+
+    #[test]
+    fn leader_naming_itself_counts_as_no_hint() {
+        let r = region(3, Some(1));
+        let mut round = CandidateRound::new(&r, CandidateOrder::LeaderFirst);
+        round.next_candidate();
+        assert!(is_next(
+            &round.on_region_error(not_leader(Some(peer(11, 1)))),
+            None
+        ));
         assert_eq!(next_id(&mut round), Some(12));
     }
 
