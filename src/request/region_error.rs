@@ -19,7 +19,7 @@ pub enum RegionErrorStep {
         at_least: Option<Duration>,
     },
     /// Go on to the next candidate of the same round (a leader's hint-less
-    /// `NotLeader`, **[beyond]**).
+    /// `NotLeader`, **beyond**).
     NextCandidate,
     /// Give the error to the caller.
     Return,

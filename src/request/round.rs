@@ -96,7 +96,7 @@ pub struct CandidateRound<'r> {
     order: CandidateOrder,
     current: Option<metapb::Peer>,
     tried: Vec<TriedCandidate>,
-    /// **[beyond]** An untried voter named by a fallback hint goes next.
+    /// **beyond** An untried voter named by a fallback hint goes next.
     hinted_next: Option<metapb::Peer>,
     hint_outside_region: bool,
     routing_error: Option<Error>,
@@ -290,7 +290,7 @@ impl<'r> CandidateRound<'r> {
         }
     }
 
-    /// **[beyond]** A fallback hint never updates the cache. An untried
+    /// **beyond** A fallback hint never updates the cache. An untried
     /// candidate of this round moves to the front; a tried peer is ignored; a
     /// peer outside the cached Region marks it for reload.
     fn take_fallback_hint(&mut self, hint: metapb::Peer) {
