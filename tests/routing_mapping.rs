@@ -86,3 +86,22 @@ async fn store_unknown_to_pd_is_a_mapping_failure() {
     pd.set_dispatch_hook(accept);
     assert_eq!(text(get(&pd, &routing).await.unwrap()), "from-12");
 }
+
+#[tokio::test(start_paused = true)]
+async fn pd_failure_during_mapping_moves_on_without_cooling_the_store() {
+    let pd = three_voters();
+    let routing = routing();
+    pd.set_mapping_hook(|peer| {
+        (peer.store_id == 1).then(|| Error::PdUnavailable {
+            endpoints: "pd-1".to_owned(),
+            message: "no leader".to_owned(),
+        })
+    });
+    pd.set_dispatch_hook(accept);
+    assert_eq!(text(get(&pd, &routing).await.unwrap()), "from-12");
+    assert_eq!(pd.invalidate_store_cache_calls(), 1);
+    assert!(
+        !routing.is_store_unreachable(1),
+        "PD's trouble is not the store's"
+    );
+}

@@ -77,7 +77,8 @@ pub struct Accepted {
 #[derive(Debug)]
 pub struct RoundExhausted {
     /// Drop the cached Region before the next round: a routing failure, every
-    /// candidate said `NotLeader`, or a hint named a peer outside the Region.
+    /// candidate said `NotLeader`, a hint named a peer outside the Region, or
+    /// the Region had no candidate at all.
     pub reload_region: bool,
     /// The strongest error the round saw (routing failure > all `NotLeader` >
     /// `ServerIsBusy` > other `NotLeader` > timeout).
@@ -330,7 +331,9 @@ impl<'r> CandidateRound<'r> {
                 .iter()
                 .all(|t| matches!(t.answer, CandidateAnswer::NotLeader { .. }));
         let routing_failure = self.routing_error.is_some();
-        let reload_region = routing_failure || all_not_leader || self.hint_outside_region;
+        // No candidate at all: the cached peer list is unusable.
+        let reload_region =
+            routing_failure || all_not_leader || self.hint_outside_region || tried == 0;
         let region_id = self.region.id();
         let busy_answers = self.busy_answers;
         let CandidateRound {
@@ -726,6 +729,16 @@ mod tests {
         let mut round = CandidateRound::new(&r, CandidateOrder::LeaderFirst);
         assert_eq!(next_id(&mut round), Some(11));
         assert!(round.on_accepted().update_leader);
+    }
+
+    #[test]
+    fn a_region_without_candidates_is_reloaded() {
+        let r = RegionWithLeader::default();
+        let mut round = CandidateRound::new(&r, CandidateOrder::LeaderFirst);
+        assert_eq!(round.next_candidate(), None);
+        let end = round.finish();
+        assert!(end.reload_region);
+        assert!(matches!(end.strongest, Error::LeaderNotFound { .. }));
     }
 
     #[test]
