@@ -9,7 +9,7 @@ use crate::proto::{errorpb, kvrpcpb, pdpb};
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 /// Everything that can go wrong in tikv-plan.
-#[derive(Debug, thiserror::Error)]
+#[derive(Debug, Clone, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
     /// Opening a connection to a TiKV store or PD failed before any request

@@ -19,6 +19,7 @@
 pub mod backoff;
 pub mod config;
 mod error;
+mod kv;
 pub mod pd;
 pub mod proto;
 pub mod raw;
@@ -35,3 +36,4 @@ pub mod sim;
 pub use backoff::Backoff;
 pub use config::{Config, SecurityConfig};
 pub use error::{describe_region_error, Error, Result};
+pub use kv::{BoundRange, ColumnFamily, Key, KvPair, Value};

@@ -103,6 +103,12 @@ impl SecurityManager {
         let endpoint = self.endpoint(address, connect_timeout, request_timeout)?;
         match tokio::time::timeout(connect_timeout, endpoint.connect()).await {
             Ok(Ok(channel)) => Ok(channel),
+            // The endpoint's own connect timeout (kept for tonic's lazy
+            // reconnects) has the same deadline and may fire first.
+            Ok(Err(e)) if is_timeout(&e) => Err(Error::ConnectTimeout {
+                address: address.to_owned(),
+                timeout: connect_timeout,
+            }),
             Ok(Err(e)) => Err(Error::Connect {
                 address: address.to_owned(),
                 message: error_chain(&e),
@@ -149,6 +155,21 @@ impl SecurityManager {
         }
         Ok(endpoint)
     }
+}
+
+/// True when `e` or one of its sources is a timeout.
+fn is_timeout(e: &(dyn std::error::Error + 'static)) -> bool {
+    let mut current = Some(e);
+    while let Some(e) = current {
+        if e.is::<tokio::time::error::Elapsed>()
+            || e.downcast_ref::<std::io::Error>()
+                .is_some_and(|io| io.kind() == std::io::ErrorKind::TimedOut)
+        {
+            return true;
+        }
+        current = e.source();
+    }
+    false
 }
 
 /// An error and its sources, joined with ": ".

@@ -1,5 +1,311 @@
-//! The PD client over gRPC (in progress).
+//! [`PdRpcClient`]: the [`PdClient`] over a PD [`Cluster`], with Region and
+//! store caches and one connection per store address.
 
-/// PD client over gRPC (in progress).
-#[derive(Debug, Default)]
-pub struct PdRpcClient {}
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, RwLock};
+
+use async_trait::async_trait;
+use log::debug;
+
+use super::cluster::{Cluster, PdStats, Timestamp};
+use super::PdClient;
+use crate::config::Config;
+use crate::proto::{metapb, pdpb};
+use crate::region::{
+    RegionCache, RegionId, RegionVerId, RegionWithLeader, SingleFlight, StoreCache, StoreId,
+};
+use crate::security::SecurityManager;
+use crate::store::{KvConnect, RegionStore, Store, TikvConnect};
+use crate::{Error, Result};
+
+/// Connection counters for one store address.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ConnectCounts {
+    /// Lookups that found no open connection for the address.
+    pub misses: u64,
+    /// Calls to [`KvConnect::connect`] for the address. With single-flight
+    /// connect, concurrent misses share one attempt.
+    pub attempts: u64,
+}
+
+type ConnectCountMap = Arc<Mutex<HashMap<String, ConnectCounts>>>;
+
+fn count(counts: &ConnectCountMap, address: &str, update: impl FnOnce(&mut ConnectCounts)) {
+    let mut counts = counts.lock().unwrap_or_else(|e| e.into_inner());
+    update(counts.entry(address.to_owned()).or_default());
+}
+
+/// The PD client: a [`Cluster`] connection, a [`RegionCache`], a
+/// [`StoreCache`], and one store client per address, opened with `KvC`.
+///
+/// ```no_run
+/// # async fn demo() -> tikv_plan::Result<()> {
+/// use tikv_plan::pd::{PdClient, PdRpcClient};
+/// let pd = PdRpcClient::connect(&["127.0.0.1:2379".to_owned()], &tikv_plan::Config::default()).await?;
+/// let region = pd.region_for_key(b"key").await?;
+/// println!("region {} leads from {:?}", region.id(), region.leader);
+/// # Ok(()) }
+/// ```
+pub struct PdRpcClient<KvC: KvConnect = TikvConnect> {
+    cluster: Arc<Cluster>,
+    kv_connect: Arc<KvC>,
+    regions: RegionCache,
+    stores: StoreCache,
+    connections: Arc<RwLock<HashMap<String, KvC::KvClient>>>,
+    connecting: SingleFlight<String, KvC::KvClient>,
+    connect_counts: ConnectCountMap,
+    single_flight_connect: bool,
+}
+
+impl<KvC: KvConnect> std::fmt::Debug for PdRpcClient<KvC> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PdRpcClient")
+            .field("cluster", &self.cluster)
+            .field("regions", &self.regions.len())
+            .field("stores", &self.stores.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl PdRpcClient<TikvConnect> {
+    /// Connects to PD through `pd_endpoints` and opens store connections
+    /// with [`TikvConnect`], using the timeouts and security of `config`.
+    pub async fn connect(pd_endpoints: &[String], config: &Config) -> Result<Self> {
+        let security = Arc::new(SecurityManager::load(&config.security)?);
+        let kv_connect = TikvConnect::new(
+            Arc::clone(&security),
+            config.timeout,
+            config.connect_timeout,
+        );
+        Self::with_security(pd_endpoints, config, security, kv_connect).await
+    }
+}
+
+impl<KvC: KvConnect> PdRpcClient<KvC> {
+    /// Connects to PD through `pd_endpoints` (with `config`'s timeouts and
+    /// security) and opens store connections with `kv_connect`.
+    pub async fn new_with(
+        pd_endpoints: &[String],
+        config: &Config,
+        kv_connect: KvC,
+    ) -> Result<Self> {
+        let security = Arc::new(SecurityManager::load(&config.security)?);
+        Self::with_security(pd_endpoints, config, security, kv_connect).await
+    }
+
+    async fn with_security(
+        pd_endpoints: &[String],
+        config: &Config,
+        security: Arc<SecurityManager>,
+        kv_connect: KvC,
+    ) -> Result<Self> {
+        let cluster = Cluster::connect(
+            pd_endpoints,
+            security,
+            config.timeout,
+            config.connect_timeout,
+        )
+        .await?;
+        Ok(PdRpcClient {
+            cluster: Arc::new(cluster),
+            kv_connect: Arc::new(kv_connect),
+            regions: RegionCache::new(),
+            stores: StoreCache::new(),
+            connections: Arc::new(RwLock::new(HashMap::new())),
+            connecting: SingleFlight::default(),
+            connect_counts: Arc::new(Mutex::new(HashMap::new())),
+            single_flight_connect: config.single_flight_connect,
+        })
+    }
+
+    /// The PD cluster connection.
+    pub fn cluster(&self) -> &Cluster {
+        &self.cluster
+    }
+
+    /// How many PD RPCs were sent, by kind.
+    pub fn pd_stats(&self) -> PdStats {
+        self.cluster.stats()
+    }
+
+    /// Connection counters for one store address.
+    pub fn connect_counts(&self, address: &str) -> ConnectCounts {
+        self.connect_counts
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(address)
+            .copied()
+            .unwrap_or_default()
+    }
+
+    /// The Region cache.
+    pub fn region_cache(&self) -> &RegionCache {
+        &self.regions
+    }
+
+    /// The store cache.
+    pub fn store_cache(&self) -> &StoreCache {
+        &self.stores
+    }
+
+    /// True when a connection to `address` is open and cached.
+    pub fn has_connection(&self, address: &str) -> bool {
+        self.cached_connection(address).is_some()
+    }
+
+    /// The store `store_id` (cache, then PD). A tombstone store is an
+    /// error: nothing can be sent to it.
+    pub async fn store(&self, store_id: StoreId) -> Result<metapb::Store> {
+        let cluster = Arc::clone(&self.cluster);
+        let store = self
+            .stores
+            .get_or_load(
+                store_id,
+                move |id| async move { cluster.get_store(id).await },
+            )
+            .await?;
+        if store.state == metapb::StoreState::Tombstone as i32 {
+            return Err(Error::Pd {
+                error_type: pdpb::ErrorType::StoreTombstone,
+                message: format!(
+                    "store {store_id} is a tombstone (removed from the cluster); reload the Region"
+                ),
+            });
+        }
+        if store.address.is_empty() {
+            return Err(Error::Connect {
+                address: String::new(),
+                message: format!("PD reports no address for store {store_id}"),
+            });
+        }
+        Ok(store)
+    }
+
+    fn cached_connection(&self, address: &str) -> Option<KvC::KvClient> {
+        self.connections
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(address)
+            .cloned()
+    }
+
+    /// The client for `address`: cached, or opened now. With single-flight
+    /// connect, concurrent misses share one attempt and its outcome.
+    async fn kv_client(&self, address: &str) -> Result<KvC::KvClient> {
+        if let Some(client) = self.cached_connection(address) {
+            return Ok(client);
+        }
+        count(&self.connect_counts, address, |c| c.misses += 1);
+        let connections = Arc::clone(&self.connections);
+        let kv_connect = Arc::clone(&self.kv_connect);
+        let counts = Arc::clone(&self.connect_counts);
+        let owned_address = address.to_owned();
+        let open = async move {
+            count(&counts, &owned_address, |c| c.attempts += 1);
+            debug!("connecting to store at {owned_address}");
+            let client = kv_connect.connect(&owned_address).await?;
+            connections
+                .write()
+                .unwrap_or_else(|e| e.into_inner())
+                .insert(owned_address, client.clone());
+            Ok(client)
+        };
+        if self.single_flight_connect {
+            self.connecting
+                .run(
+                    address.to_owned(),
+                    || self.cached_connection(address),
+                    || open,
+                )
+                .await
+        } else {
+            open.await
+        }
+    }
+}
+
+#[async_trait]
+impl<KvC: KvConnect> PdClient for PdRpcClient<KvC> {
+    type KvClient = KvC::KvClient;
+
+    async fn map_peer_to_store(
+        self: Arc<Self>,
+        region: RegionWithLeader,
+        peer: metapb::Peer,
+    ) -> Result<RegionStore> {
+        let store = self.store(peer.store_id).await?;
+        let client = self.kv_client(&store.address).await?;
+        Ok(RegionStore::new(region, peer, Arc::new(client)))
+    }
+
+    async fn region_for_key(&self, key: &[u8]) -> Result<RegionWithLeader> {
+        let cluster = Arc::clone(&self.cluster);
+        self.regions
+            .get_or_load_by_key(
+                key,
+                move |key| async move { cluster.get_region(&key).await },
+            )
+            .await
+    }
+
+    async fn region_for_id(&self, id: RegionId) -> Result<RegionWithLeader> {
+        let cluster = Arc::clone(&self.cluster);
+        self.regions
+            .get_or_load_by_id(
+                id,
+                move |id| async move { cluster.get_region_by_id(id).await },
+            )
+            .await
+    }
+
+    async fn all_stores(&self) -> Result<Vec<Store>> {
+        let metas = self.cluster.get_all_stores(true).await?;
+        let mut stores = Vec::with_capacity(metas.len());
+        for meta in metas {
+            if meta.state == metapb::StoreState::Tombstone as i32 {
+                continue;
+            }
+            self.stores.insert(meta.clone());
+            let client = self.kv_client(&meta.address).await?;
+            stores.push(Store {
+                meta,
+                client: Arc::new(client),
+            });
+        }
+        Ok(stores)
+    }
+
+    async fn get_timestamp(self: Arc<Self>) -> Result<Timestamp> {
+        self.cluster.get_timestamp().await
+    }
+
+    async fn update_leader(&self, ver_id: RegionVerId, leader: metapb::Peer) -> Result<()> {
+        if !self.regions.update_leader(ver_id, &leader) {
+            debug!(
+                "leader update for region {ver_id:?} to peer {} ignored: not a peer of the cached version",
+                leader.id
+            );
+        }
+        Ok(())
+    }
+
+    async fn invalidate_region_cache(&self, ver_id: RegionVerId) {
+        self.regions.invalidate(ver_id);
+    }
+
+    async fn invalidate_store_cache(&self, store_id: StoreId) {
+        if let Some(store) = self.stores.remove(store_id) {
+            self.connections
+                .write()
+                .unwrap_or_else(|e| e.into_inner())
+                .remove(&store.address);
+        }
+    }
+
+    async fn add_regions(&self, regions: Vec<metapb::Region>) {
+        for region in regions {
+            self.regions
+                .insert_if_newer(RegionWithLeader::new(region, None));
+        }
+    }
+}

@@ -1,7 +1,709 @@
-//! Connection to the PD leader (in progress).
+//! The connection to the PD leader: bootstrap with `GetMembers` on every
+//! configured endpoint (wire.md, "pdpb"), cluster id check, leader
+//! following, and bounded calls with retries.
+
+use std::future::Future;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use log::{debug, info, warn};
+use tonic::transport::Channel;
+use tonic::{Code, Status};
 
 pub use crate::proto::pdpb::Timestamp;
 
-/// The PD cluster connection (in progress).
+use crate::backoff::Backoff;
+use crate::proto::metapb;
+use crate::proto::pdpb::{self, pd_client::PdClient as PdGrpcClient};
+use crate::region::{RegionId, RegionWithLeader, StoreId};
+use crate::security::SecurityManager;
+use crate::{Error, Result};
+
+/// Retries of one PD call after a transport failure, an `Unavailable`
+/// answer (a PD member that is not the leader) or a timeout. Each retry asks
+/// the members for the leader again, so the total is bounded by about
+/// `(max_attempts + 1) * (connect timeout + request timeout)` plus these
+/// delays.
+pub const PD_RETRY_BACKOFF: Backoff = Backoff::no_jitter_backoff(50, 400, 3);
+
+/// How many PD RPCs a [`Cluster`] has sent, by kind, and how often it looked
+/// for the leader. Counters only grow.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PdStats {
+    /// `GetMembers` calls (one per endpoint asked).
+    pub get_members: u64,
+    /// `GetRegion` calls.
+    pub get_region: u64,
+    /// `GetRegionByID` calls.
+    pub get_region_by_id: u64,
+    /// `GetStore` calls.
+    pub get_store: u64,
+    /// `GetAllStores` calls.
+    pub get_all_stores: u64,
+    /// `Tso` calls (one request each).
+    pub tso: u64,
+    /// Successful connections to a PD leader, the first one included.
+    pub leader_connects: u64,
+}
+
 #[derive(Debug, Default)]
-pub struct Cluster {}
+struct PdCounters {
+    get_members: AtomicU64,
+    get_region: AtomicU64,
+    get_region_by_id: AtomicU64,
+    get_store: AtomicU64,
+    get_all_stores: AtomicU64,
+    tso: AtomicU64,
+    leader_connects: AtomicU64,
+}
+
+impl PdCounters {
+    fn snapshot(&self) -> PdStats {
+        let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        PdStats {
+            get_members: get(&self.get_members),
+            get_region: get(&self.get_region),
+            get_region_by_id: get(&self.get_region_by_id),
+            get_store: get(&self.get_store),
+            get_all_stores: get(&self.get_all_stores),
+            tso: get(&self.tso),
+            leader_connects: get(&self.leader_connects),
+        }
+    }
+}
+
+fn bump(counter: &AtomicU64) {
+    counter.fetch_add(1, Ordering::Relaxed);
+}
+
+/// A channel to the PD member believed to be the leader.
+#[derive(Debug)]
+struct LeaderConnection {
+    url: String,
+    client: PdGrpcClient<Channel>,
+    /// Tells connections apart, so a failed call only drops the connection
+    /// it used, not a newer one another call already set up.
+    generation: u64,
+}
+
+/// Responses that carry a `pdpb::ResponseHeader`.
+trait WithHeader {
+    fn header(&self) -> Option<&pdpb::ResponseHeader>;
+}
+
+macro_rules! with_header {
+    ($($t:ty),*) => {$(
+        impl WithHeader for $t {
+            fn header(&self) -> Option<&pdpb::ResponseHeader> {
+                self.header.as_ref()
+            }
+        }
+    )*};
+}
+
+with_header!(
+    pdpb::GetRegionResponse,
+    pdpb::GetStoreResponse,
+    pdpb::GetAllStoresResponse,
+    pdpb::TsoResponse
+);
+
+/// The error of a PD response header, if it reports one.
+fn header_error(header: Option<&pdpb::ResponseHeader>) -> Option<(pdpb::ErrorType, String)> {
+    let error = header?.error.as_ref()?;
+    let error_type = pdpb::ErrorType::try_from(error.r#type).unwrap_or(pdpb::ErrorType::Unknown);
+    if error_type == pdpb::ErrorType::Ok {
+        return None;
+    }
+    Some((error_type, error.message.clone()))
+}
+
+/// True when the failure says "this PD member cannot serve you" rather than
+/// "this request is wrong": transport failures, timeouts, and `Unavailable`
+/// (PD followers answer "not leader" with it).
+fn calls_for_new_leader(status: &Status) -> bool {
+    if matches!(
+        status.code(),
+        Code::Unavailable | Code::Cancelled | Code::DeadlineExceeded
+    ) {
+        return true;
+    }
+    let mut source = std::error::Error::source(status);
+    while let Some(e) = source {
+        if e.is::<std::io::Error>()
+            || e.is::<h2::Error>()
+            || e.is::<hyper::Error>()
+            || e.is::<tonic::transport::Error>()
+        {
+            return true;
+        }
+        source = e.source();
+    }
+    false
+}
+
+/// `host:port` of a URL or address, for comparing endpoints written with and
+/// without a scheme.
+fn authority(url: &str) -> &str {
+    let rest = url.split_once("://").map_or(url, |(_, rest)| rest);
+    rest.trim_end_matches('/')
+}
+
+/// The connection to a PD cluster's leader.
+///
+/// [`Cluster::connect`] asks every endpoint for the members
+/// (`GetMembers`), checks that all that answer report the same cluster id,
+/// and connects to the first client URL of the leader. A call that fails with
+/// a transport error, a timeout or `Unavailable` drops that connection and
+/// asks the members again, with backoff ([`PD_RETRY_BACKOFF`]); when no
+/// member can be reached the call fails with [`Error::PdUnavailable`].
+/// Every RPC is bounded by the request timeout.
+#[derive(Debug)]
+pub struct Cluster {
+    /// The endpoints the user gave.
+    configured: Vec<String>,
+    /// The configured endpoints plus client URLs of members PD reported.
+    endpoints: RwLock<Vec<String>>,
+    security: Arc<SecurityManager>,
+    timeout: Duration,
+    connect_timeout: Duration,
+    retry_backoff: Backoff,
+    /// 0 until the first member answers.
+    cluster_id: AtomicU64,
+    leader: RwLock<Option<Arc<LeaderConnection>>>,
+    /// Serialises leader discovery, so concurrent failures cause one.
+    discovery: tokio::sync::Mutex<()>,
+    generation: AtomicU64,
+    counters: PdCounters,
+}
+
+impl Cluster {
+    /// Connects to the PD leader of the cluster behind `endpoints`
+    /// (`host:port` or URLs). Opening each channel is bounded by
+    /// `connect_timeout`, each RPC by `timeout`.
+    pub async fn connect(
+        endpoints: &[String],
+        security: Arc<SecurityManager>,
+        timeout: Duration,
+        connect_timeout: Duration,
+    ) -> Result<Cluster> {
+        if endpoints.is_empty() {
+            return Err(Error::InvalidArgument(
+                "no PD endpoint was given; pass at least one host:port".to_owned(),
+            ));
+        }
+        let cluster = Cluster {
+            configured: endpoints.to_vec(),
+            endpoints: RwLock::new(endpoints.to_vec()),
+            security,
+            timeout,
+            connect_timeout,
+            retry_backoff: PD_RETRY_BACKOFF,
+            cluster_id: AtomicU64::new(0),
+            leader: RwLock::new(None),
+            discovery: tokio::sync::Mutex::new(()),
+            generation: AtomicU64::new(0),
+            counters: PdCounters::default(),
+        };
+        let mut backoff = cluster.retry_backoff.clone();
+        loop {
+            match cluster.current_leader().await {
+                Ok(_) => return Ok(cluster),
+                Err(e @ Error::ClusterIdMismatch { .. }) => return Err(e),
+                Err(e) => match backoff.next_delay_duration() {
+                    Some(delay) => {
+                        debug!("PD bootstrap failed ({e}); retrying in {delay:?}");
+                        tokio::time::sleep(delay).await;
+                    }
+                    None => return Err(cluster.unavailable(e)),
+                },
+            }
+        }
+    }
+
+    /// The cluster id every member reported.
+    pub fn cluster_id(&self) -> u64 {
+        self.cluster_id.load(Ordering::Acquire)
+    }
+
+    /// The URL of the PD leader currently connected, if any.
+    pub fn leader_url(&self) -> Option<String> {
+        self.read_leader().map(|c| c.url.clone())
+    }
+
+    /// The endpoints the cluster was created with.
+    pub fn endpoints(&self) -> &[String] {
+        &self.configured
+    }
+
+    /// The per-RPC timeout.
+    pub fn timeout(&self) -> Duration {
+        self.timeout
+    }
+
+    /// How many PD RPCs were sent, by kind.
+    pub fn stats(&self) -> PdStats {
+        self.counters.snapshot()
+    }
+
+    /// The Region containing `key`, with PD's view of its leader.
+    /// [`Error::RegionForKeyNotFound`] when PD has none.
+    pub async fn get_region(&self, key: &[u8]) -> Result<RegionWithLeader> {
+        let timeout = self.timeout;
+        let response = self
+            .call(
+                "GetRegion",
+                &self.counters.get_region,
+                |mut client, header| {
+                    let request = bounded(
+                        pdpb::GetRegionRequest {
+                            header: Some(header),
+                            region_key: key.to_vec(),
+                            need_buckets: false,
+                        },
+                        timeout,
+                    );
+                    async move { Ok(client.get_region(request).await?.into_inner()) }
+                },
+            )
+            .await;
+        let not_found = || Error::RegionForKeyNotFound { key: key.to_vec() };
+        region_from_response(response, not_found)
+    }
+
+    /// The Region with id `region_id`, with PD's view of its leader.
+    /// [`Error::RegionNotFoundInPd`] when PD has none.
+    pub async fn get_region_by_id(&self, region_id: RegionId) -> Result<RegionWithLeader> {
+        let timeout = self.timeout;
+        let response = self
+            .call(
+                "GetRegionByID",
+                &self.counters.get_region_by_id,
+                |mut client, header| {
+                    let request = bounded(
+                        pdpb::GetRegionByIdRequest {
+                            header: Some(header),
+                            region_id,
+                            need_buckets: false,
+                        },
+                        timeout,
+                    );
+                    async move { Ok(client.get_region_by_id(request).await?.into_inner()) }
+                },
+            )
+            .await;
+        region_from_response(response, || Error::RegionNotFoundInPd { region_id })
+    }
+
+    /// The store with id `store_id` (tombstones included; the caller
+    /// decides). [`Error::StoreNotFound`] when PD has none.
+    pub async fn get_store(&self, store_id: StoreId) -> Result<metapb::Store> {
+        let timeout = self.timeout;
+        let response = self
+            .call(
+                "GetStore",
+                &self.counters.get_store,
+                |mut client, header| {
+                    let request = bounded(
+                        pdpb::GetStoreRequest {
+                            header: Some(header),
+                            store_id,
+                        },
+                        timeout,
+                    );
+                    async move { Ok(client.get_store(request).await?.into_inner()) }
+                },
+            )
+            .await?;
+        response
+            .store
+            .filter(|s| s.id != 0)
+            .ok_or(Error::StoreNotFound { store_id })
+    }
+
+    /// Every store PD knows; tombstones only when `exclude_tombstones` is
+    /// false.
+    pub async fn get_all_stores(&self, exclude_tombstones: bool) -> Result<Vec<metapb::Store>> {
+        let timeout = self.timeout;
+        let response = self
+            .call(
+                "GetAllStores",
+                &self.counters.get_all_stores,
+                |mut client, header| {
+                    let request = bounded(
+                        pdpb::GetAllStoresRequest {
+                            header: Some(header),
+                            exclude_tombstone_stores: exclude_tombstones,
+                        },
+                        timeout,
+                    );
+                    async move { Ok(client.get_all_stores(request).await?.into_inner()) }
+                },
+            )
+            .await?;
+        Ok(response.stores)
+    }
+
+    /// One timestamp from PD's TSO: one request on the `Tso` stream.
+    pub async fn get_timestamp(&self) -> Result<Timestamp> {
+        let timeout = self.timeout;
+        let response = self
+            .call("Tso", &self.counters.tso, |mut client, header| {
+                let request = bounded(
+                    futures::stream::iter(vec![pdpb::TsoRequest {
+                        header: Some(header),
+                        count: 1,
+                        dc_location: String::new(),
+                    }]),
+                    timeout,
+                );
+                async move {
+                    let mut responses = client.tso(request).await?.into_inner();
+                    responses.message().await?.ok_or_else(|| {
+                        Status::unavailable("PD closed the TSO stream without a timestamp")
+                    })
+                }
+            })
+            .await?;
+        response.timestamp.ok_or_else(|| {
+            Error::Internal("PD answered a TSO request without a timestamp".to_owned())
+        })
+    }
+
+    /// Sends one RPC to the leader, following leader changes: a failure
+    /// that calls for a new leader drops the connection, backs off and asks
+    /// the members again. Each attempt is bounded by the request timeout;
+    /// a PD header error is returned as [`Error::Pd`].
+    async fn call<T, F, Fut>(&self, what: &str, counter: &AtomicU64, mut rpc: F) -> Result<T>
+    where
+        T: WithHeader,
+        F: FnMut(PdGrpcClient<Channel>, pdpb::RequestHeader) -> Fut,
+        Fut: Future<Output = std::result::Result<T, Status>>,
+    {
+        let mut backoff = self.retry_backoff.clone();
+        loop {
+            let failure = match self.current_leader().await {
+                Err(e @ Error::ClusterIdMismatch { .. }) => return Err(e),
+                Err(e) => e,
+                Ok(leader) => {
+                    bump(counter);
+                    let attempt = rpc(leader.client.clone(), self.request_header());
+                    match tokio::time::timeout(self.timeout, attempt).await {
+                        Ok(Ok(response)) => return self.check_header(response, &leader.url),
+                        Ok(Err(status)) if !calls_for_new_leader(&status) => {
+                            return Err(status.into())
+                        }
+                        Ok(Err(status)) => {
+                            self.drop_leader(leader.generation);
+                            Error::from(status)
+                        }
+                        Err(_) => {
+                            self.drop_leader(leader.generation);
+                            Error::Timeout {
+                                what: format!("PD {what} on {}", leader.url),
+                                after: self.timeout,
+                            }
+                        }
+                    }
+                }
+            };
+            match backoff.next_delay_duration() {
+                Some(delay) => {
+                    debug!("PD {what} failed ({failure}); asking the members again in {delay:?}");
+                    tokio::time::sleep(delay).await;
+                }
+                None => {
+                    warn!("PD {what} failed after retries: {failure}");
+                    return Err(self.unavailable(failure));
+                }
+            }
+        }
+    }
+
+    fn check_header<T: WithHeader>(&self, response: T, url: &str) -> Result<T> {
+        if let Some((error_type, message)) = header_error(response.header()) {
+            return Err(Error::Pd {
+                error_type,
+                message,
+            });
+        }
+        let found = response.header().map_or(0, |h| h.cluster_id);
+        let expected = self.cluster_id();
+        if found != 0 && found != expected {
+            return Err(Error::ClusterIdMismatch {
+                endpoint: url.to_owned(),
+                expected,
+                found,
+            });
+        }
+        Ok(response)
+    }
+
+    fn request_header(&self) -> pdpb::RequestHeader {
+        pdpb::RequestHeader {
+            cluster_id: self.cluster_id(),
+            sender_id: 0,
+        }
+    }
+
+    fn unavailable(&self, failure: Error) -> Error {
+        match failure {
+            e @ Error::PdUnavailable { .. } => e,
+            e => Error::PdUnavailable {
+                endpoints: self.configured.join(", "),
+                message: e.to_string(),
+            },
+        }
+    }
+
+    fn read_leader(&self) -> Option<Arc<LeaderConnection>> {
+        self.leader
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    fn drop_leader(&self, generation: u64) {
+        let mut leader = self.leader.write().unwrap_or_else(|e| e.into_inner());
+        if leader.as_ref().is_some_and(|c| c.generation == generation) {
+            *leader = None;
+        }
+    }
+
+    /// The leader connection, discovering the leader if there is none.
+    async fn current_leader(&self) -> Result<Arc<LeaderConnection>> {
+        if let Some(leader) = self.read_leader() {
+            return Ok(leader);
+        }
+        let _discovering = self.discovery.lock().await;
+        // Another call may have found the leader while we waited.
+        if let Some(leader) = self.read_leader() {
+            return Ok(leader);
+        }
+        let leader = Arc::new(self.discover_leader().await?);
+        *self.leader.write().unwrap_or_else(|e| e.into_inner()) = Some(Arc::clone(&leader));
+        Ok(leader)
+    }
+
+    async fn fetch_members(&self, endpoint: &str) -> Result<pdpb::GetMembersResponse> {
+        bump(&self.counters.get_members);
+        let channel = self
+            .security
+            .connect(endpoint, self.connect_timeout, self.timeout)
+            .await?;
+        let mut client = PdGrpcClient::new(channel);
+        let request = bounded(
+            pdpb::GetMembersRequest {
+                header: Some(self.request_header()),
+            },
+            self.timeout,
+        );
+        match tokio::time::timeout(self.timeout, client.get_members(request)).await {
+            Ok(Ok(response)) => Ok(response.into_inner()),
+            Ok(Err(status)) => Err(status.into()),
+            Err(_) => Err(Error::Timeout {
+                what: format!("PD GetMembers on {endpoint}"),
+                after: self.timeout,
+            }),
+        }
+    }
+
+    /// Asks every known endpoint for the members at once, checks the cluster
+    /// ids, and connects to the first reported leader that accepts.
+    async fn discover_leader(&self) -> Result<LeaderConnection> {
+        let endpoints = self
+            .endpoints
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        let answers =
+            futures::future::join_all(endpoints.iter().map(|e| self.fetch_members(e))).await;
+        let mut expected = self.cluster_id();
+        let mut leader_urls: Vec<String> = Vec::new();
+        let mut member_urls: Vec<String> = Vec::new();
+        let mut failures: Vec<String> = Vec::new();
+        for (endpoint, answer) in endpoints.iter().zip(answers) {
+            let members = match answer {
+                Ok(members) => members,
+                Err(e) => {
+                    failures.push(format!("{endpoint}: {e}"));
+                    continue;
+                }
+            };
+            if let Some((error_type, message)) = header_error(members.header.as_ref()) {
+                failures.push(format!("{endpoint}: PD error {error_type:?}: {message}"));
+                continue;
+            }
+            let cluster_id = members.header.as_ref().map_or(0, |h| h.cluster_id);
+            if cluster_id == 0 {
+                failures.push(format!("{endpoint}: answered with cluster id 0"));
+                continue;
+            }
+            if expected == 0 {
+                expected = cluster_id;
+            } else if cluster_id != expected {
+                return Err(Error::ClusterIdMismatch {
+                    endpoint: endpoint.clone(),
+                    expected,
+                    found: cluster_id,
+                });
+            }
+            match members
+                .leader
+                .as_ref()
+                .and_then(|l| l.client_urls.first())
+                .filter(|u| !u.is_empty())
+            {
+                Some(url) => {
+                    if !leader_urls.iter().any(|u| authority(u) == authority(url)) {
+                        leader_urls.push(url.clone());
+                    }
+                }
+                None => failures.push(format!("{endpoint}: reported no leader")),
+            }
+            member_urls.extend(members.members.iter().flat_map(|m| m.client_urls.clone()));
+        }
+        for url in leader_urls {
+            match self
+                .security
+                .connect(&url, self.connect_timeout, self.timeout)
+                .await
+            {
+                Ok(channel) => {
+                    self.cluster_id.store(expected, Ordering::Release);
+                    self.remember_members(member_urls);
+                    bump(&self.counters.leader_connects);
+                    let generation = self.generation.fetch_add(1, Ordering::Relaxed) + 1;
+                    info!("connected to PD leader {url} (cluster {expected})");
+                    return Ok(LeaderConnection {
+                        url,
+                        client: PdGrpcClient::new(channel),
+                        generation,
+                    });
+                }
+                Err(e) => failures.push(format!("leader {url}: {e}")),
+            }
+        }
+        Err(Error::PdUnavailable {
+            endpoints: endpoints.join(", "),
+            message: failures.join("; "),
+        })
+    }
+
+    /// Adds member client URLs PD reported to the endpoints asked on the
+    /// next discovery, so a leader change to a member the user did not list
+    /// is still followed.
+    fn remember_members(&self, urls: Vec<String>) {
+        let mut endpoints = self.endpoints.write().unwrap_or_else(|e| e.into_inner());
+        for url in urls {
+            if !url.is_empty() && !endpoints.iter().any(|e| authority(e) == authority(&url)) {
+                endpoints.push(url);
+            }
+        }
+    }
+}
+
+/// A request bounded by `timeout` (sent as `grpc-timeout`; tonic also
+/// enforces it on the client side).
+fn bounded<T>(message: T, timeout: Duration) -> tonic::Request<T> {
+    let mut request = tonic::Request::new(message);
+    request.set_timeout(timeout);
+    request
+}
+
+fn region_from_response(
+    response: Result<pdpb::GetRegionResponse>,
+    not_found: impl FnOnce() -> Error,
+) -> Result<RegionWithLeader> {
+    let response = match response {
+        Err(Error::Pd {
+            error_type: pdpb::ErrorType::RegionNotFound,
+            ..
+        }) => return Err(not_found()),
+        other => other?,
+    };
+    let region = response.region.ok_or_else(not_found)?;
+    // PD sends a default peer (id 0) when it knows no leader.
+    let leader = response.leader.filter(|l| l.id != 0);
+    Ok(RegionWithLeader::new(region, leader))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unavailable_and_transport_failures_call_for_a_new_leader() {
+        assert!(calls_for_new_leader(&Status::unavailable("not leader")));
+        assert!(calls_for_new_leader(&Status::cancelled("timeout expired")));
+        assert!(calls_for_new_leader(&Status::deadline_exceeded("late")));
+        let io = std::io::Error::new(std::io::ErrorKind::ConnectionReset, "reset");
+        let mut status = Status::unknown("transport");
+        status.set_source(Arc::new(io));
+        assert!(calls_for_new_leader(&status));
+        assert!(!calls_for_new_leader(&Status::invalid_argument("bad")));
+        assert!(!calls_for_new_leader(&Status::unknown("no source")));
+    }
+
+    #[test]
+    fn header_errors_and_region_not_found_are_typed() {
+        let header = pdpb::ResponseHeader {
+            cluster_id: 1,
+            error: Some(pdpb::Error {
+                r#type: pdpb::ErrorType::NotBootstrapped as i32,
+                message: "not bootstrapped".to_owned(),
+            }),
+        };
+        assert_eq!(
+            header_error(Some(&header)),
+            Some((
+                pdpb::ErrorType::NotBootstrapped,
+                "not bootstrapped".to_owned()
+            ))
+        );
+        let ok = pdpb::ResponseHeader {
+            cluster_id: 1,
+            error: Some(pdpb::Error::default()),
+        };
+        assert_eq!(header_error(Some(&ok)), None);
+        assert_eq!(header_error(None), None);
+
+        let missing = region_from_response(
+            Err(Error::Pd {
+                error_type: pdpb::ErrorType::RegionNotFound,
+                message: String::new(),
+            }),
+            || Error::RegionNotFoundInPd { region_id: 9 },
+        );
+        assert!(matches!(
+            missing,
+            Err(Error::RegionNotFoundInPd { region_id: 9 })
+        ));
+        let empty = region_from_response(Ok(pdpb::GetRegionResponse::default()), || {
+            Error::RegionForKeyNotFound { key: b"k".to_vec() }
+        });
+        assert!(matches!(empty, Err(Error::RegionForKeyNotFound { .. })));
+        let no_leader = region_from_response(
+            Ok(pdpb::GetRegionResponse {
+                region: Some(metapb::Region {
+                    id: 3,
+                    ..Default::default()
+                }),
+                leader: Some(metapb::Peer::default()),
+                ..Default::default()
+            }),
+            || Error::Internal(String::new()),
+        )
+        .unwrap();
+        assert_eq!(no_leader.id(), 3);
+        assert_eq!(no_leader.leader, None);
+    }
+
+    #[test]
+    fn authority_ignores_scheme_and_trailing_slash() {
+        assert_eq!(authority("http://127.0.0.1:2379/"), "127.0.0.1:2379");
+        assert_eq!(authority("https://pd:2379"), "pd:2379");
+        assert_eq!(authority("127.0.0.1:2379"), "127.0.0.1:2379");
+    }
+}

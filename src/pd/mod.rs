@@ -5,8 +5,8 @@
 mod client;
 mod cluster;
 
-pub use client::PdRpcClient;
-pub use cluster::{Cluster, Timestamp};
+pub use client::{ConnectCounts, PdRpcClient};
+pub use cluster::{Cluster, PdStats, Timestamp, PD_RETRY_BACKOFF};
 
 use std::sync::Arc;
 

@@ -1,9 +1,852 @@
-//! Region and store caches (in progress).
+//! Region and store caches in front of PD.
+//!
+//! [`RegionCache`] keeps Regions ordered by start key. Inserting a Region
+//! evicts every cached Region it overlaps, but never lets an older epoch
+//! replace a newer one. Concurrent misses on the same key (or the same id)
+//! share one load from PD, and a failed load is never cached.
+//! [`StoreCache`] does the same for store metadata.
 
-/// Cache of Regions ordered by start key (in progress).
-#[derive(Debug, Default)]
-pub struct RegionCache {}
+use std::collections::{BTreeMap, HashMap};
+use std::future::Future;
+use std::hash::Hash;
+use std::ops::Bound;
+use std::sync::{Arc, Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
-/// Cache of store metadata (in progress).
+use futures::future::{BoxFuture, FutureExt, Shared};
+
+use super::{RegionId, RegionVerId, RegionWithLeader, StoreId};
+use crate::proto::metapb;
+use crate::Result;
+
+// A poisoned lock only means another thread panicked while holding it; the
+// maps stay structurally valid, so keep using them rather than panicking too.
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn read<T>(l: &RwLock<T>) -> RwLockReadGuard<'_, T> {
+    l.read().unwrap_or_else(|e| e.into_inner())
+}
+
+fn write<T>(l: &RwLock<T>) -> RwLockWriteGuard<'_, T> {
+    l.write().unwrap_or_else(|e| e.into_inner())
+}
+
+type SharedLoad<V> = Shared<BoxFuture<'static, Result<V>>>;
+
+/// Runs at most one load per key at a time: concurrent callers with the same
+/// key await the same future and get the same result, error included. The
+/// entry is removed once the load finishes, so a failure is not remembered,
+/// and also when every caller has given up (dropped its future), which
+/// drops the load itself: nothing runs on behind an abandoned lookup.
+pub(crate) struct SingleFlight<K, V> {
+    in_flight: Mutex<InFlight<K, V>>,
+}
+
+struct InFlight<K, V> {
+    loads: HashMap<K, (u64, SharedLoad<V>)>,
+    next_id: u64,
+}
+
+impl<K, V> Default for SingleFlight<K, V> {
+    fn default() -> Self {
+        SingleFlight {
+            in_flight: Mutex::new(InFlight {
+                loads: HashMap::new(),
+                next_id: 0,
+            }),
+        }
+    }
+}
+
+impl<K, V> std::fmt::Debug for SingleFlight<K, V> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SingleFlight")
+            .field("in_flight", &lock(&self.in_flight).loads.len())
+            .finish()
+    }
+}
+
+/// One caller's share of a load. Dropping it (the load finished, or the
+/// caller was cancelled) removes the entry once the load is done or no
+/// other caller waits for it.
+struct Waiter<'a, K: Eq + Hash, V> {
+    flight: &'a SingleFlight<K, V>,
+    key: K,
+    id: u64,
+    shared: Option<SharedLoad<V>>,
+}
+
+impl<K: Eq + Hash, V> Drop for Waiter<'_, K, V> {
+    fn drop(&mut self) {
+        // Give up our own handle first, so the count below sees only the
+        // map's and other callers' handles.
+        self.shared = None;
+        let mut in_flight = lock(&self.flight.in_flight);
+        let finished_or_abandoned = match in_flight.loads.get(&self.key) {
+            // Only our own load: a newer one for the same key may have
+            // started after this one finished.
+            Some((id, shared)) if *id == self.id => {
+                shared.peek().is_some() || shared.strong_count() == Some(1)
+            }
+            _ => false,
+        };
+        if finished_or_abandoned {
+            in_flight.loads.remove(&self.key);
+        }
+    }
+}
+
+impl<K, V> SingleFlight<K, V>
+where
+    K: Eq + Hash + Clone,
+    V: Clone + Send + Sync + 'static,
+{
+    /// Returns `cached()` if it has a value; otherwise joins the load in
+    /// flight for `key`, or starts `load()` if there is none.
+    ///
+    /// `cached` is evaluated under the same lock that guards the in-flight
+    /// map. A load that stores its result (in a cache `cached` reads) before
+    /// it finishes therefore leaves no window in which a caller sees neither
+    /// the stored value nor the load in flight.
+    pub(crate) async fn run<C, L, Fut>(&self, key: K, cached: C, load: L) -> Result<V>
+    where
+        C: FnOnce() -> Option<V>,
+        L: FnOnce() -> Fut,
+        Fut: Future<Output = Result<V>> + Send + 'static,
+    {
+        let mut waiter = {
+            let mut in_flight = lock(&self.in_flight);
+            if let Some(value) = cached() {
+                return Ok(value);
+            }
+            let (id, shared) = match in_flight.loads.get(&key) {
+                Some((id, shared)) => (*id, shared.clone()),
+                None => {
+                    let id = in_flight.next_id;
+                    in_flight.next_id += 1;
+                    let shared = load().boxed().shared();
+                    in_flight.loads.insert(key.clone(), (id, shared.clone()));
+                    (id, shared)
+                }
+            };
+            Waiter {
+                flight: self,
+                key,
+                id,
+                shared: Some(shared),
+            }
+        };
+        match waiter.shared.as_mut() {
+            Some(shared) => shared.await,
+            None => Err(crate::Error::Internal(
+                "a single-flight load lost its future".to_owned(),
+            )),
+        }
+    }
+
+    /// How many loads are in flight.
+    pub(crate) fn in_flight(&self) -> usize {
+        lock(&self.in_flight).loads.len()
+    }
+}
+
+/// True when epoch `a` is older than epoch `b` in either component.
+fn is_older(a: &metapb::RegionEpoch, b: &metapb::RegionEpoch) -> bool {
+    a.version < b.version || a.conf_ver < b.conf_ver
+}
+
 #[derive(Debug, Default)]
-pub struct StoreCache {}
+struct RegionMap {
+    /// Start key -> id of the Region that starts there.
+    by_start: BTreeMap<Vec<u8>, RegionId>,
+    by_id: HashMap<RegionId, RegionWithLeader>,
+}
+
+impl RegionMap {
+    fn get_by_key(&self, key: &[u8]) -> Option<&RegionWithLeader> {
+        let (_, id) = self
+            .by_start
+            .range::<[u8], _>((Bound::Unbounded, Bound::Included(key)))
+            .next_back()?;
+        self.by_id.get(id).filter(|r| r.contains(key))
+    }
+
+    /// Ids of the cached Regions that overlap `region`'s key range.
+    fn overlapping(&self, region: &RegionWithLeader) -> Vec<RegionId> {
+        let start = region.start_key();
+        let end = region.end_key();
+        let mut ids = Vec::new();
+        // The Region starting at or before `start` overlaps if it reaches
+        // past `start`.
+        if let Some((_, id)) = self
+            .by_start
+            .range::<[u8], _>((Bound::Unbounded, Bound::Included(start)))
+            .next_back()
+        {
+            if let Some(r) = self.by_id.get(id) {
+                if r.end_key().is_empty() || r.end_key() > start {
+                    ids.push(*id);
+                }
+            }
+        }
+        let upper = if end.is_empty() {
+            Bound::Unbounded
+        } else {
+            Bound::Excluded(end)
+        };
+        for (_, id) in self
+            .by_start
+            .range::<[u8], _>((Bound::Excluded(start), upper))
+        {
+            ids.push(*id);
+        }
+        ids
+    }
+
+    fn remove_id(&mut self, id: RegionId) -> Option<RegionWithLeader> {
+        let removed = self.by_id.remove(&id)?;
+        if self.by_start.get(removed.start_key()) == Some(&id) {
+            self.by_start.remove(removed.start_key());
+        }
+        Some(removed)
+    }
+
+    /// Inserts `region` unless the cache holds something newer; see
+    /// [`RegionCache::insert`].
+    fn insert(&mut self, mut region: RegionWithLeader, replace_equal: bool) -> bool {
+        let epoch = region.epoch();
+        let id = region.id();
+        let previous_leader = match self.by_id.get(&id) {
+            Some(cached) => {
+                let cached_epoch = cached.epoch();
+                if is_older(&epoch, &cached_epoch) {
+                    return false;
+                }
+                if !replace_equal && epoch == cached_epoch {
+                    return false;
+                }
+                cached.leader
+            }
+            None => None,
+        };
+        let overlapping = self.overlapping(&region);
+        // Splits and merges raise `version`; a Region overlapping a cached
+        // one with a higher version is the stale side.
+        let newer_neighbour = overlapping.iter().any(|other| {
+            *other != id
+                && self
+                    .by_id
+                    .get(other)
+                    .is_some_and(|r| r.epoch().version > epoch.version)
+        });
+        if newer_neighbour {
+            return false;
+        }
+        for other in overlapping {
+            self.remove_id(other);
+        }
+        self.remove_id(id);
+        // A split or membership change usually keeps the leader: carry it
+        // over when the new version still has that peer and brings no leader
+        // of its own (EpochNotMatch regions carry none).
+        if region.leader.is_none() {
+            if let Some(leader) = previous_leader.filter(|l| region.has_peer(l)) {
+                region.leader = Some(leader);
+            }
+        }
+        self.by_start.insert(region.start_key().to_vec(), id);
+        self.by_id.insert(id, region);
+        true
+    }
+}
+
+/// Regions ordered by start key, with single-flight loads.
+#[derive(Debug, Default)]
+pub struct RegionCache {
+    map: Arc<RwLock<RegionMap>>,
+    key_loads: SingleFlight<Vec<u8>, RegionWithLeader>,
+    id_loads: SingleFlight<RegionId, RegionWithLeader>,
+}
+
+impl RegionCache {
+    /// An empty cache.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The cached Region containing `key`.
+    pub fn get_by_key(&self, key: &[u8]) -> Option<RegionWithLeader> {
+        read(&self.map).get_by_key(key).cloned()
+    }
+
+    /// The cached Region with this id.
+    pub fn get_by_id(&self, id: RegionId) -> Option<RegionWithLeader> {
+        read(&self.map).by_id.get(&id).cloned()
+    }
+
+    /// How many Regions are cached.
+    pub fn len(&self) -> usize {
+        read(&self.map).by_id.len()
+    }
+
+    /// True when no Region is cached.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Inserts a Region (as PD reported it), evicting every cached Region it
+    /// overlaps. Refused, returning false, when the cached entry with the
+    /// same id has a newer epoch, or an overlapping Region has a higher
+    /// `version`: an older epoch never replaces a newer one. An equal epoch
+    /// replaces the entry.
+    pub fn insert(&self, region: RegionWithLeader) -> bool {
+        write(&self.map).insert(region, true)
+    }
+
+    /// Like [`insert`](Self::insert), but an equal epoch keeps the cached
+    /// entry (and its leader): only a strictly newer version is taken. For
+    /// Regions learned from `EpochNotMatch`.
+    pub fn insert_if_newer(&self, region: RegionWithLeader) -> bool {
+        write(&self.map).insert(region, false)
+    }
+
+    /// Sets the leader of the cached Region `ver_id` to `leader`. Accepted
+    /// (true) only when the cache holds exactly that version and `leader` is
+    /// one of its peers; the cached peer record is stored.
+    pub fn update_leader(&self, ver_id: RegionVerId, leader: &metapb::Peer) -> bool {
+        let mut map = write(&self.map);
+        let Some(region) = map.by_id.get_mut(&ver_id.id) else {
+            return false;
+        };
+        if region.ver_id() != ver_id {
+            return false;
+        }
+        let Some(peer) = region
+            .region
+            .peers
+            .iter()
+            .find(|p| p.id == leader.id && p.store_id == leader.store_id)
+            .cloned()
+        else {
+            return false;
+        };
+        region.leader = Some(peer);
+        true
+    }
+
+    /// Drops the cached Region if it is exactly version `ver_id` (a newer
+    /// version stays). Returns true when something was dropped.
+    pub fn invalidate(&self, ver_id: RegionVerId) -> bool {
+        let mut map = write(&self.map);
+        let matches = map
+            .by_id
+            .get(&ver_id.id)
+            .is_some_and(|r| r.ver_id() == ver_id);
+        matches && map.remove_id(ver_id.id).is_some()
+    }
+
+    /// The Region containing `key`: from the cache, or from `load` (whose
+    /// result is inserted). Concurrent misses on the same key share one
+    /// `load`; a failed load is returned to all of them and not cached.
+    pub async fn get_or_load_by_key<L, Fut>(&self, key: &[u8], load: L) -> Result<RegionWithLeader>
+    where
+        L: FnOnce(Vec<u8>) -> Fut,
+        Fut: Future<Output = Result<RegionWithLeader>> + Send + 'static,
+    {
+        let map = Arc::clone(&self.map);
+        self.key_loads
+            .run(
+                key.to_vec(),
+                || self.get_by_key(key),
+                || {
+                    let loading = load(key.to_vec());
+                    async move {
+                        let region = loading.await?;
+                        write(&map).insert(region.clone(), true);
+                        Ok(region)
+                    }
+                },
+            )
+            .await
+    }
+
+    /// The Region with id `id`: from the cache, or from `load` (whose result
+    /// is inserted). Concurrent misses on the same id share one `load`; a
+    /// failed load is returned to all of them and not cached.
+    pub async fn get_or_load_by_id<L, Fut>(&self, id: RegionId, load: L) -> Result<RegionWithLeader>
+    where
+        L: FnOnce(RegionId) -> Fut,
+        Fut: Future<Output = Result<RegionWithLeader>> + Send + 'static,
+    {
+        let map = Arc::clone(&self.map);
+        self.id_loads
+            .run(
+                id,
+                || self.get_by_id(id),
+                || {
+                    let loading = load(id);
+                    async move {
+                        let region = loading.await?;
+                        write(&map).insert(region.clone(), true);
+                        Ok(region)
+                    }
+                },
+            )
+            .await
+    }
+
+    /// How many Region loads are in flight (by key and by id).
+    pub fn loads_in_flight(&self) -> usize {
+        self.key_loads.in_flight() + self.id_loads.in_flight()
+    }
+}
+
+/// Store metadata by store id, with single-flight loads.
+#[derive(Debug, Default)]
+pub struct StoreCache {
+    stores: Arc<RwLock<HashMap<StoreId, metapb::Store>>>,
+    loads: SingleFlight<StoreId, metapb::Store>,
+}
+
+impl StoreCache {
+    /// An empty cache.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The cached store.
+    pub fn get(&self, id: StoreId) -> Option<metapb::Store> {
+        read(&self.stores).get(&id).cloned()
+    }
+
+    /// Caches (or replaces) a store.
+    pub fn insert(&self, store: metapb::Store) {
+        write(&self.stores).insert(store.id, store);
+    }
+
+    /// Drops a store, returning what was cached.
+    pub fn remove(&self, id: StoreId) -> Option<metapb::Store> {
+        write(&self.stores).remove(&id)
+    }
+
+    /// How many stores are cached.
+    pub fn len(&self) -> usize {
+        read(&self.stores).len()
+    }
+
+    /// True when no store is cached.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The store `id`: from the cache, or from `load` (whose result is
+    /// cached). Concurrent misses share one `load`; a failure is not cached.
+    pub async fn get_or_load<L, Fut>(&self, id: StoreId, load: L) -> Result<metapb::Store>
+    where
+        L: FnOnce(StoreId) -> Fut,
+        Fut: Future<Output = Result<metapb::Store>> + Send + 'static,
+    {
+        let stores = Arc::clone(&self.stores);
+        self.loads
+            .run(
+                id,
+                || self.get(id),
+                || {
+                    let loading = load(id);
+                    async move {
+                        let store = loading.await?;
+                        write(&stores).insert(store.id, store.clone());
+                        Ok(store)
+                    }
+                },
+            )
+            .await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use super::*;
+    use crate::Error;
+
+    fn peer(id: u64, store_id: u64) -> metapb::Peer {
+        metapb::Peer {
+            id,
+            store_id,
+            ..Default::default()
+        }
+    }
+
+    /// Region `id` over `[start, end)` at epoch (conf_ver, version), with
+    /// peers 10*id+1.. on stores 1..=3 and the first one as leader.
+    fn region(id: u64, start: &[u8], end: &[u8], conf_ver: u64, version: u64) -> RegionWithLeader {
+        let peers: Vec<_> = (1..=3).map(|s| peer(id * 10 + s, s)).collect();
+        let leader = Some(peers[0]);
+        RegionWithLeader::new(
+            metapb::Region {
+                id,
+                start_key: start.to_vec(),
+                end_key: end.to_vec(),
+                region_epoch: Some(metapb::RegionEpoch { conf_ver, version }),
+                peers,
+                ..Default::default()
+            },
+            leader,
+        )
+    }
+
+    fn ids(cache: &RegionCache, keys: &[&[u8]]) -> Vec<Option<u64>> {
+        keys.iter()
+            .map(|k| cache.get_by_key(k).map(|r| r.id()))
+            .collect()
+    }
+
+    #[test]
+    fn lookup_by_key_respects_ranges_and_gaps() {
+        let cache = RegionCache::new();
+        assert!(cache.insert(region(1, b"", b"c", 1, 1)));
+        assert!(cache.insert(region(2, b"f", b"", 1, 1)));
+        assert_eq!(
+            ids(&cache, &[b"", b"b", b"c", b"e", b"f", b"zzz"]),
+            vec![Some(1), Some(1), None, None, Some(2), Some(2)]
+        );
+        assert_eq!(cache.get_by_id(2).map(|r| r.id()), Some(2));
+        assert!(cache.get_by_id(3).is_none());
+        assert_eq!(cache.len(), 2);
+    }
+
+    #[test]
+    fn insert_evicts_every_overlapping_region() {
+        let cache = RegionCache::new();
+        cache.insert(region(1, b"", b"c", 1, 1));
+        cache.insert(region(2, b"c", b"f", 1, 1));
+        cache.insert(region(3, b"f", b"k", 1, 1));
+        cache.insert(region(4, b"k", b"", 1, 1));
+        // Region 5 covers [d, h): overlaps 2 (starts before d) and 3.
+        assert!(cache.insert(region(5, b"d", b"h", 1, 2)));
+        assert_eq!(
+            ids(&cache, &[b"a", b"c", b"d", b"g", b"h", b"k"]),
+            vec![Some(1), None, Some(5), Some(5), None, Some(4)]
+        );
+        assert!(cache.get_by_id(2).is_none());
+        assert!(cache.get_by_id(3).is_none());
+        assert_eq!(cache.len(), 3);
+    }
+
+    #[test]
+    fn unbounded_region_evicts_everything_after_its_start() {
+        let cache = RegionCache::new();
+        cache.insert(region(1, b"a", b"c", 1, 1));
+        cache.insert(region(2, b"c", b"f", 1, 1));
+        assert!(cache.insert(region(3, b"b", b"", 1, 2)));
+        assert_eq!(cache.len(), 1);
+        assert_eq!(ids(&cache, &[b"a", b"z"]), vec![None, Some(3)]);
+    }
+
+    #[test]
+    fn older_epoch_never_replaces_newer() {
+        let cache = RegionCache::new();
+        assert!(cache.insert(region(1, b"a", b"m", 2, 5)));
+        // Same id, older version or older conf_ver: refused.
+        assert!(!cache.insert(region(1, b"a", b"z", 2, 4)));
+        assert!(!cache.insert(region(1, b"a", b"z", 1, 5)));
+        assert_eq!(cache.get_by_id(1).unwrap().end_key(), b"m");
+        // A neighbour overlapping with a lower version is stale too.
+        assert!(!cache.insert(region(9, b"", b"c", 1, 4)));
+        assert_eq!(ids(&cache, &[b"b"]), vec![Some(1)]);
+        // Newer epoch replaces and re-keys.
+        assert!(cache.insert(region(1, b"b", b"m", 2, 6)));
+        assert_eq!(ids(&cache, &[b"a", b"b"]), vec![None, Some(1)]);
+        assert_eq!(cache.len(), 1);
+    }
+
+    #[test]
+    fn split_child_with_higher_version_evicts_the_parent() {
+        let cache = RegionCache::new();
+        cache.insert(region(1, b"", b"", 1, 1));
+        assert!(cache.insert(region(2, b"m", b"", 1, 2)));
+        assert!(cache.get_by_id(1).is_none());
+        assert!(cache.insert(region(1, b"", b"m", 1, 2)));
+        assert_eq!(ids(&cache, &[b"a", b"x"]), vec![Some(1), Some(2)]);
+    }
+
+    #[test]
+    fn insert_if_newer_keeps_an_equal_epoch_and_carries_the_leader() {
+        let cache = RegionCache::new();
+        let mut r = region(1, b"a", b"m", 1, 1);
+        r.leader = Some(peer(12, 2));
+        cache.insert(r);
+        let mut same = region(1, b"a", b"m", 1, 1);
+        same.leader = None;
+        assert!(!cache.insert_if_newer(same));
+        assert_eq!(cache.get_by_id(1).unwrap().leader, Some(peer(12, 2)));
+        // Newer without a leader: the old leader is still a peer, carried over.
+        let mut newer = region(1, b"a", b"g", 1, 2);
+        newer.leader = None;
+        assert!(cache.insert_if_newer(newer));
+        assert_eq!(cache.get_by_id(1).unwrap().leader, Some(peer(12, 2)));
+        // Newer without that peer: no leader.
+        let mut moved = region(1, b"a", b"g", 2, 2);
+        moved.leader = None;
+        moved.region.peers.retain(|p| p.id != 12);
+        assert!(cache.insert_if_newer(moved));
+        assert_eq!(cache.get_by_id(1).unwrap().leader, None);
+    }
+
+    #[test]
+    fn update_leader_accepts_only_a_peer_of_the_cached_version() {
+        let cache = RegionCache::new();
+        let r = region(1, b"a", b"m", 1, 3);
+        let ver = r.ver_id();
+        cache.insert(r);
+        // A peer of the Region, right version: accepted.
+        assert!(cache.update_leader(ver, &peer(13, 3)));
+        assert_eq!(cache.get_by_id(1).unwrap().leader, Some(peer(13, 3)));
+        // Not a peer (unknown id, or right id on the wrong store): refused.
+        assert!(!cache.update_leader(ver, &peer(99, 3)));
+        assert!(!cache.update_leader(ver, &peer(12, 3)));
+        // Another version of the Region: refused.
+        let stale = RegionVerId { ver: 2, ..ver };
+        assert!(!cache.update_leader(stale, &peer(12, 2)));
+        // Not cached at all: refused.
+        assert!(!cache.update_leader(RegionVerId { id: 7, ..ver }, &peer(12, 2)));
+        assert_eq!(cache.get_by_id(1).unwrap().leader, Some(peer(13, 3)));
+    }
+
+    #[test]
+    fn update_leader_stores_the_cached_peer_record() {
+        let cache = RegionCache::new();
+        let mut r = region(1, b"a", b"m", 1, 1);
+        r.region.peers[1].role = metapb::PeerRole::IncomingVoter as i32;
+        let ver = r.ver_id();
+        cache.insert(r);
+        assert!(cache.update_leader(ver, &peer(12, 2)));
+        let leader = cache.get_by_id(1).unwrap().leader.unwrap();
+        assert_eq!(leader.role, metapb::PeerRole::IncomingVoter as i32);
+    }
+
+    #[test]
+    fn invalidate_drops_only_the_named_version() {
+        let cache = RegionCache::new();
+        let r = region(1, b"a", b"m", 1, 3);
+        let ver = r.ver_id();
+        cache.insert(r);
+        assert!(!cache.invalidate(RegionVerId { ver: 2, ..ver }));
+        assert!(cache.get_by_key(b"b").is_some());
+        assert!(cache.invalidate(ver));
+        assert!(cache.get_by_key(b"b").is_none());
+        assert!(cache.get_by_id(1).is_none());
+        assert!(!cache.invalidate(ver));
+        assert!(cache.is_empty());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn concurrent_misses_on_one_id_share_one_load() {
+        // The load sleeps on the paused clock, so every caller joins before
+        // it can finish.
+        let cache = Arc::new(RegionCache::new());
+        let loads = Arc::new(AtomicUsize::new(0));
+        let calls = (0..16).map(|_| {
+            let loads = Arc::clone(&loads);
+            let cache = Arc::clone(&cache);
+            async move {
+                cache
+                    .get_or_load_by_id(4, move |id| async move {
+                        loads.fetch_add(1, Ordering::SeqCst);
+                        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                        Ok(region(id, b"a", b"b", 1, 1))
+                    })
+                    .await
+            }
+        });
+        let results = futures::future::join_all(calls).await;
+        assert!(results.iter().all(|r| r.as_ref().unwrap().id() == 4));
+        assert_eq!(loads.load(Ordering::SeqCst), 1);
+        assert_eq!(cache.loads_in_flight(), 0);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn concurrent_misses_on_one_key_share_one_load_then_hit_the_cache() {
+        let cache = Arc::new(RegionCache::new());
+        let loads = Arc::new(AtomicUsize::new(0));
+        let calls = (0..16).map(|_| {
+            let loads = Arc::clone(&loads);
+            let cache = Arc::clone(&cache);
+            async move {
+                cache
+                    .get_or_load_by_key(b"k", move |key| async move {
+                        assert_eq!(key, b"k");
+                        loads.fetch_add(1, Ordering::SeqCst);
+                        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                        Ok(region(1, b"a", b"m", 1, 1))
+                    })
+                    .await
+            }
+        });
+        let results = futures::future::join_all(calls).await;
+        assert!(results.iter().all(|r| r.as_ref().unwrap().id() == 1));
+        assert_eq!(loads.load(Ordering::SeqCst), 1);
+        // Now cached: no further load for any key of the Region.
+        let r = cache
+            .get_or_load_by_key(b"c", |_| async { Err(Error::Internal("no".into())) })
+            .await
+            .unwrap();
+        assert_eq!(r.id(), 1);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_failed_load_is_shared_but_not_cached() {
+        let cache = RegionCache::new();
+        let loads = AtomicUsize::new(0);
+        let load = |loads: &AtomicUsize| {
+            loads.fetch_add(1, Ordering::SeqCst);
+            |id| async move {
+                tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+                Err::<RegionWithLeader, _>(Error::RegionNotFoundInPd { region_id: id })
+            }
+        };
+        let (a, b) = futures::join!(
+            cache.get_or_load_by_id(5, load(&loads)),
+            cache.get_or_load_by_id(5, load(&loads)),
+        );
+        assert!(matches!(a, Err(Error::RegionNotFoundInPd { region_id: 5 })));
+        assert!(matches!(b, Err(Error::RegionNotFoundInPd { region_id: 5 })));
+        assert!(cache.is_empty());
+        assert_eq!(cache.loads_in_flight(), 0);
+        // The next miss loads again and can succeed.
+        let r = cache
+            .get_or_load_by_id(5, |id| async move { Ok(region(id, b"a", b"b", 1, 1)) })
+            .await
+            .unwrap();
+        assert_eq!(r.id(), 5);
+        assert!(cache.get_by_id(5).is_some());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_abandoned_load_is_dropped_and_the_next_miss_loads_again() {
+        let cache = RegionCache::new();
+        let started = Arc::new(AtomicUsize::new(0));
+        let finished = Arc::new(AtomicUsize::new(0));
+        let load = |started: Arc<AtomicUsize>, finished: Arc<AtomicUsize>| {
+            move |id| async move {
+                started.fetch_add(1, Ordering::SeqCst);
+                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                finished.fetch_add(1, Ordering::SeqCst);
+                Ok(region(id, b"a", b"b", 1, 1))
+            }
+        };
+        // Two callers give up before the load finishes.
+        let give_up = std::time::Duration::from_millis(10);
+        let (a, b) = futures::join!(
+            tokio::time::timeout(
+                give_up,
+                cache.get_or_load_by_id(6, load(Arc::clone(&started), Arc::clone(&finished)))
+            ),
+            tokio::time::timeout(
+                give_up,
+                cache.get_or_load_by_id(6, load(Arc::clone(&started), Arc::clone(&finished)))
+            ),
+        );
+        assert!(a.is_err() && b.is_err());
+        assert_eq!(started.load(Ordering::SeqCst), 1);
+        assert_eq!(cache.loads_in_flight(), 0);
+        // The abandoned load never completes in the background.
+        tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+        assert_eq!(finished.load(Ordering::SeqCst), 0);
+        assert!(cache.is_empty());
+        // The next miss starts afresh.
+        let r = cache
+            .get_or_load_by_id(6, load(Arc::clone(&started), Arc::clone(&finished)))
+            .await
+            .unwrap();
+        assert_eq!(r.id(), 6);
+        assert_eq!(started.load(Ordering::SeqCst), 2);
+        assert_eq!(finished.load(Ordering::SeqCst), 1);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn one_caller_giving_up_does_not_cancel_the_others() {
+        let cache = RegionCache::new();
+        let loads = Arc::new(AtomicUsize::new(0));
+        let load = |loads: Arc<AtomicUsize>| {
+            move |id| async move {
+                loads.fetch_add(1, Ordering::SeqCst);
+                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                Ok(region(id, b"a", b"b", 1, 1))
+            }
+        };
+        let (quitter, stayer) = futures::join!(
+            tokio::time::timeout(
+                std::time::Duration::from_millis(10),
+                cache.get_or_load_by_id(8, load(Arc::clone(&loads)))
+            ),
+            cache.get_or_load_by_id(8, load(Arc::clone(&loads))),
+        );
+        assert!(quitter.is_err());
+        assert_eq!(stayer.unwrap().id(), 8);
+        assert_eq!(loads.load(Ordering::SeqCst), 1);
+        assert_eq!(cache.loads_in_flight(), 0);
+        assert!(cache.get_by_id(8).is_some());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn different_keys_load_independently() {
+        let cache = RegionCache::new();
+        let loads = Arc::new(AtomicUsize::new(0));
+        let l1 = Arc::clone(&loads);
+        let l2 = Arc::clone(&loads);
+        let (a, b) = futures::join!(
+            cache.get_or_load_by_key(b"a", move |_| async move {
+                l1.fetch_add(1, Ordering::SeqCst);
+                tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+                Ok(region(1, b"a", b"b", 1, 1))
+            }),
+            cache.get_or_load_by_key(b"x", move |_| async move {
+                l2.fetch_add(1, Ordering::SeqCst);
+                tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+                Ok(region(2, b"x", b"y", 1, 1))
+            }),
+        );
+        assert_eq!(a.unwrap().id(), 1);
+        assert_eq!(b.unwrap().id(), 2);
+        assert_eq!(loads.load(Ordering::SeqCst), 2);
+        assert_eq!(cache.len(), 2);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn store_cache_single_flight_and_removal() {
+        let stores = StoreCache::new();
+        let loads = Arc::new(AtomicUsize::new(0));
+        let load = |loads: Arc<AtomicUsize>| {
+            move |id| async move {
+                loads.fetch_add(1, Ordering::SeqCst);
+                tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+                Ok(metapb::Store {
+                    id,
+                    address: format!("127.0.0.1:{}", 20160 + id),
+                    ..Default::default()
+                })
+            }
+        };
+        let (a, b, c) = futures::join!(
+            stores.get_or_load(3, load(Arc::clone(&loads))),
+            stores.get_or_load(3, load(Arc::clone(&loads))),
+            stores.get_or_load(3, load(Arc::clone(&loads))),
+        );
+        assert_eq!(a.unwrap().address, "127.0.0.1:20163");
+        assert_eq!(b.unwrap().id, 3);
+        assert_eq!(c.unwrap().id, 3);
+        assert_eq!(loads.load(Ordering::SeqCst), 1);
+        assert_eq!(stores.len(), 1);
+        assert_eq!(stores.remove(3).map(|s| s.id), Some(3));
+        assert!(stores.get(3).is_none());
+        stores
+            .get_or_load(3, load(Arc::clone(&loads)))
+            .await
+            .unwrap();
+        assert_eq!(loads.load(Ordering::SeqCst), 2);
+    }
+}

@@ -3,6 +3,7 @@
 
 mod cache;
 
+pub(crate) use cache::SingleFlight;
 pub use cache::{RegionCache, StoreCache};
 
 use crate::proto::metapb::{self, PeerRole};

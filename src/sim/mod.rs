@@ -1,1 +1,149 @@
-//! The simulated cluster (in progress).
+//! A simulated TiKV cluster over real gRPC on 127.0.0.1, with fault
+//! injection (feature `sim`).
+//!
+//! [`SimCluster`] runs one PD (or several PD members) and N stores, each a
+//! tonic server on its own loopback port, speaking the wire protocol of
+//! `shared/docs/wire.md`. Any TiKV client can bootstrap from
+//! [`SimCluster::pd_addr`] and run raw KV against it. It is strict: a request
+//! with a wrong context gets the Region error real TiKV would give.
+//!
+//! ```no_run
+//! # async fn demo() -> tikv_plan::Result<()> {
+//! use std::time::Duration;
+//! use tikv_plan::sim::{ColdMode, HangMode, SimCluster};
+//!
+//! let cluster = SimCluster::builder()
+//!     .stores(3)
+//!     .split_keys(vec![b"g".to_vec(), b"n".to_vec()]) // ["",g) [g,n) [n,"")
+//!     .replicas(3)
+//!     .start()
+//!     .await?;
+//! let region = cluster.region_for_key(b"a").unwrap();
+//! cluster.make_cold(region.id, ColdMode::NotLeaderFirst)?;
+//! cluster.store_busy(1, Some(0));
+//! cluster.store_hang(2, HangMode::Respond);
+//! cluster.store_slow(3, Duration::from_millis(50));
+//! cluster.shutdown().await;
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! # Layout and numbering
+//!
+//! * Store ids are `1..=n`. Every server listens on `127.0.0.1:0` (a free
+//!   port) unless the builder names an address.
+//! * Regions are created in key order from the split keys. Region ids and
+//!   peer ids come from **one counter starting at 1000**
+//!   ([`FIRST_REGION_ID`]): the first Region gets 1000 and its peers
+//!   1001, 1002, … in peer order, then the next Region takes the next id,
+//!   and so on. A split allocates the new Region's id, then its peers' ids,
+//!   from the same counter. So ids are unique and deterministic.
+//! * With [`SimClusterBuilder::replicas`]`(k)`, Region `i` (from 0) has voters
+//!   on stores `(i + j) % n + 1` for `j` in `0..k`; the first leads.
+//!   [`SimClusterBuilder::region_layout`] gives one Region explicit peers
+//!   ([`SimPeer::voter`], [`SimPeer::learner`], [`SimPeer::witness`]) and a
+//!   leader ([`RegionLayout::leader`]), or starts it cold
+//!   ([`RegionLayout::cold`]).
+//! * Every epoch starts at `conf_ver = 1, version = 1`.
+//! * PD members are named `pd-0`, `pd-1`, … with member ids 9001, 9002, …
+//!   ([`PD_MEMBER_ID_BASE`]); member 0 leads. Every PD header carries the
+//!   cluster id ([`DEFAULT_CLUSTER_ID`] unless set).
+//!
+//! # PD
+//!
+//! `GetMembers` (all members, `client_urls = ["http://127.0.0.1:port"]`, the
+//! real leader), `GetRegion` and `GetRegionByID` (the Region with PD's view
+//! of its leader, which faults can leave stale), `GetStore`, `GetAllStores`,
+//! and a bidirectional `Tso` stream of monotonic timestamps (physical
+//! milliseconds, 18 logical bits; a response carries the last timestamp of
+//! its `count`). A member that is not the leader answers every call but
+//! `GetMembers` with gRPC `Unavailable` "not leader". A request header with
+//! a non-zero cluster id other than this cluster's is refused with
+//! `FailedPrecondition`. An unknown store gets an error header; an unknown
+//! Region an empty response, like real PD.
+//!
+//! # Stores
+//!
+//! A store serves every raw method. It runs its checks in this order
+//! (issue 4), answering with the first that fails:
+//!
+//! 1. **busy** ([`SimCluster::store_busy`]): `ServerIsBusy` with the
+//!    configured `estimated_wait_ms`, before any Region or leader check;
+//! 2. the Region has a peer on this store, else `RegionNotFound`;
+//! 3. `Context.peer.store_id` is this store, else `StoreNotMatch` (a missing
+//!    peer counts as store 0); `Context.peer.id` is this store's peer, else
+//!    `MismatchPeerId`;
+//! 4. `Context.region_epoch.version` is current, else `EpochNotMatch` with
+//!    the current Region and every Region split off it since (as TiKV does
+//!    for reads and writes, `conf_ver` is not compared);
+//! 5. every key lies in the Region, else `KeyNotInRegion` (scans: the start
+//!    key, or a reverse scan's upper bound; delete-range: both ends; results
+//!    are clamped to the Region);
+//! 6. leadership: a witness answers `IsWitness`, a learner `NotLeader` with
+//!    the leader; a voter that does not lead answers `NotLeader` with the
+//!    leader it knows. In a **cold** Region (no leader), the old leader's
+//!    peer answers `NotLeader` without a hint, and any other voter campaigns:
+//!    [`ColdMode::AcceptAtOnce`] becomes leader and serves,
+//!    [`ColdMode::NotLeaderFirst`] answers `NotLeader` without a hint, becomes
+//!    leader, and serves the next request. PD is not told (its view stays
+//!    stale until a fault changes it).
+//!
+//! `replica_read` and `stale_read` are not honoured: every request is a
+//! leader request; they are counted
+//! ([`StoreCounters::replica_reads`]) so tests can prove nobody sets them.
+//!
+//! Data is one map per Region shared by all its peers (a replicated state
+//! machine) behind the cluster lock, so it is linearizable and
+//! compare-and-swap is atomic. Column families `default` (or empty),
+//! `write` and `lock`; others get a key error. TTLs (seconds) are honoured
+//! with tokio's clock, so a paused test clock controls expiry.
+//!
+//! # Faults
+//!
+//! All can be changed while running:
+//! [`store_down`](SimCluster::store_down) /
+//! [`store_up`](SimCluster::store_up) (listener closed and connections
+//! reset; back on the same port), [`store_hang`](SimCluster::store_hang)
+//! with [`HangMode::Connect`] (bytes stop flowing on every connection, new
+//! ones too) or [`HangMode::Respond`] (requests are received, never
+//! answered until [`store_unhang`](SimCluster::store_unhang)),
+//! [`store_slow`](SimCluster::store_slow),
+//! [`store_busy`](SimCluster::store_busy),
+//! [`transfer_leader`](SimCluster::transfer_leader) (PD updated or left
+//! stale), [`set_pd_leader`](SimCluster::set_pd_leader),
+//! [`make_cold`](SimCluster::make_cold),
+//! [`split_region`](SimCluster::split_region),
+//! [`drop_next_response`](SimCluster::drop_next_response) (the next served
+//! request of that method is applied, then the store resets all its
+//! connections, so the client sees a transport error: an undetermined
+//! outcome), [`pd_transfer_leader`](SimCluster::pd_transfer_leader),
+//! [`pd_member_down`](SimCluster::pd_member_down) and
+//! [`pd_member_up`](SimCluster::pd_member_up).
+//!
+//! # Counters
+//!
+//! [`SimCluster::counters`] returns a [`StoreCounters`] snapshot: requests
+//! by method label (`raw_get`, …, see [`RAW_METHODS`]) and [`Outcome`].
+//!
+//! # The `tikv-sim` binary and its control interface
+//!
+//! `SIM.md` documents the binary and its control interface.
+
+mod cluster;
+mod counters;
+mod data;
+mod net;
+mod pd;
+mod state;
+mod store;
+
+pub(crate) use cluster::Shared;
+pub use cluster::{
+    RegionLayout, SimCluster, SimClusterBuilder, SimPeer, DEFAULT_CLUSTER_ID, FIRST_REGION_ID,
+    PD_MEMBER_ID_BASE, RAW_METHODS,
+};
+pub use counters::{Outcome, StoreCounters};
+pub use state::{ColdMode, HangMode};
+
+/// The version string the simulated stores report to PD clients.
+pub const SIM_TIKV_VERSION: &str = "8.5.0";

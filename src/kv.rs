@@ -1,0 +1,337 @@
+//! Keys, values and ranges as callers pass them: [`Key`], [`Value`],
+//! [`KvPair`], [`BoundRange`] and [`ColumnFamily`].
+
+use std::fmt;
+use std::ops::{Bound, Range, RangeFrom, RangeFull, RangeInclusive, RangeTo, RangeToInclusive};
+
+use crate::{Error, Result};
+
+/// A value: raw bytes.
+pub type Value = Vec<u8>;
+
+/// A key: raw bytes, ordered lexicographically. Converts from `Vec<u8>`,
+/// `String` and `&'static str`.
+#[derive(Clone, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Key(Vec<u8>);
+
+impl Key {
+    /// The empty key: the start of the key space, or as an end bound, its end.
+    pub const EMPTY: Key = Key(Vec::new());
+
+    /// True for the empty key.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// The key's bytes.
+    pub fn as_bytes(&self) -> &[u8] {
+        &self.0
+    }
+
+    /// The smallest key greater than this one: this key followed by a zero
+    /// byte.
+    pub fn next_key(&self) -> Key {
+        let mut bytes = Vec::with_capacity(self.0.len() + 1);
+        bytes.extend_from_slice(&self.0);
+        bytes.push(0);
+        Key(bytes)
+    }
+}
+
+impl From<Vec<u8>> for Key {
+    fn from(v: Vec<u8>) -> Self {
+        Key(v)
+    }
+}
+
+impl From<String> for Key {
+    fn from(s: String) -> Self {
+        Key(s.into_bytes())
+    }
+}
+
+impl From<&'static str> for Key {
+    fn from(s: &'static str) -> Self {
+        Key(s.as_bytes().to_vec())
+    }
+}
+
+impl From<Key> for Vec<u8> {
+    fn from(k: Key) -> Self {
+        k.0
+    }
+}
+
+impl AsRef<[u8]> for Key {
+    fn as_ref(&self) -> &[u8] {
+        &self.0
+    }
+}
+
+impl fmt::Debug for Key {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match std::str::from_utf8(&self.0) {
+            Ok(s) if s.chars().all(|c| !c.is_control()) => write!(f, "Key({s:?})"),
+            _ => write!(
+                f,
+                "Key(0x{})",
+                self.0
+                    .iter()
+                    .map(|b| format!("{b:02X}"))
+                    .collect::<String>()
+            ),
+        }
+    }
+}
+
+/// A key and its value.
+#[derive(Clone, Default, PartialEq, Eq, Hash, Debug)]
+pub struct KvPair(pub Key, pub Value);
+
+impl KvPair {
+    /// Pairs a key with a value.
+    pub fn new(key: impl Into<Key>, value: impl Into<Value>) -> Self {
+        KvPair(key.into(), value.into())
+    }
+
+    /// The key.
+    pub fn key(&self) -> &Key {
+        &self.0
+    }
+
+    /// The value.
+    pub fn value(&self) -> &Value {
+        &self.1
+    }
+
+    /// The key, consuming the pair.
+    pub fn into_key(self) -> Key {
+        self.0
+    }
+
+    /// The value, consuming the pair.
+    pub fn into_value(self) -> Value {
+        self.1
+    }
+}
+
+impl<K: Into<Key>, V: Into<Value>> From<(K, V)> for KvPair {
+    fn from((k, v): (K, V)) -> Self {
+        KvPair(k.into(), v.into())
+    }
+}
+
+impl From<KvPair> for (Key, Value) {
+    fn from(p: KvPair) -> Self {
+        (p.0, p.1)
+    }
+}
+
+/// A range of keys with any kind of bounds. Converts from Rust's range
+/// syntax over anything that converts into a [`Key`]: `"a".."c"`,
+/// `"a"..="c"`, `"a"..`, `.."c"`, `..`, or a pair of `Bound`s.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BoundRange {
+    /// The start bound.
+    pub from: Bound<Key>,
+    /// The end bound.
+    pub to: Bound<Key>,
+}
+
+impl BoundRange {
+    /// A range from two bounds.
+    pub fn new(from: Bound<Key>, to: Bound<Key>) -> Self {
+        BoundRange { from, to }
+    }
+
+    /// The whole key space.
+    pub fn range_full() -> Self {
+        BoundRange::new(Bound::Unbounded, Bound::Unbounded)
+    }
+
+    /// The range as `[start, end)`, where an empty `end` means "to the end of
+    /// the key space". Fails when the start lies after the end.
+    pub fn into_keys(self) -> Result<(Key, Key)> {
+        let start = match self.from {
+            Bound::Included(k) => k,
+            Bound::Excluded(k) => k.next_key(),
+            Bound::Unbounded => Key::EMPTY,
+        };
+        let end = match self.to {
+            Bound::Included(k) => k.next_key(),
+            Bound::Excluded(k) => {
+                if k.is_empty() {
+                    // An empty exclusive end would mean "unbounded"; as a Rust
+                    // range `x..""` it is empty instead.
+                    return Err(Error::InvalidArgument(format!(
+                        "the range {start:?}..\"\" is empty; use `{start:?}..` to scan to the end of the key space"
+                    )));
+                }
+                k
+            }
+            Bound::Unbounded => Key::EMPTY,
+        };
+        if !end.is_empty() && start > end {
+            return Err(Error::InvalidArgument(format!(
+                "the range starts at {start:?}, after its end {end:?}; swap the bounds"
+            )));
+        }
+        Ok((start, end))
+    }
+}
+
+impl<T: Into<Key>> From<Range<T>> for BoundRange {
+    fn from(r: Range<T>) -> Self {
+        BoundRange::new(
+            Bound::Included(r.start.into()),
+            Bound::Excluded(r.end.into()),
+        )
+    }
+}
+
+impl<T: Into<Key>> From<RangeInclusive<T>> for BoundRange {
+    fn from(r: RangeInclusive<T>) -> Self {
+        let (start, end) = r.into_inner();
+        BoundRange::new(Bound::Included(start.into()), Bound::Included(end.into()))
+    }
+}
+
+impl<T: Into<Key>> From<RangeFrom<T>> for BoundRange {
+    fn from(r: RangeFrom<T>) -> Self {
+        BoundRange::new(Bound::Included(r.start.into()), Bound::Unbounded)
+    }
+}
+
+impl<T: Into<Key>> From<RangeTo<T>> for BoundRange {
+    fn from(r: RangeTo<T>) -> Self {
+        BoundRange::new(Bound::Unbounded, Bound::Excluded(r.end.into()))
+    }
+}
+
+impl<T: Into<Key>> From<RangeToInclusive<T>> for BoundRange {
+    fn from(r: RangeToInclusive<T>) -> Self {
+        BoundRange::new(Bound::Unbounded, Bound::Included(r.end.into()))
+    }
+}
+
+impl From<RangeFull> for BoundRange {
+    fn from(_: RangeFull) -> Self {
+        BoundRange::range_full()
+    }
+}
+
+impl<T: Into<Key>> From<(Bound<T>, Bound<T>)> for BoundRange {
+    fn from((from, to): (Bound<T>, Bound<T>)) -> Self {
+        fn map<T: Into<Key>>(b: Bound<T>) -> Bound<Key> {
+            match b {
+                Bound::Included(k) => Bound::Included(k.into()),
+                Bound::Excluded(k) => Bound::Excluded(k.into()),
+                Bound::Unbounded => Bound::Unbounded,
+            }
+        }
+        BoundRange::new(map(from), map(to))
+    }
+}
+
+/// A TiKV column family. Raw requests use `default` unless told otherwise.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum ColumnFamily {
+    /// The `default` column family.
+    #[default]
+    Default,
+    /// The `lock` column family.
+    Lock,
+    /// The `write` column family.
+    Write,
+}
+
+impl ColumnFamily {
+    /// The name TiKV uses on the wire.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            ColumnFamily::Default => "default",
+            ColumnFamily::Lock => "lock",
+            ColumnFamily::Write => "write",
+        }
+    }
+}
+
+impl fmt::Display for ColumnFamily {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl TryFrom<&str> for ColumnFamily {
+    type Error = Error;
+
+    fn try_from(name: &str) -> Result<Self> {
+        match name {
+            "default" => Ok(ColumnFamily::Default),
+            "lock" => Ok(ColumnFamily::Lock),
+            "write" => Ok(ColumnFamily::Write),
+            other => Err(Error::InvalidArgument(format!(
+                "unknown column family {other:?}; use \"default\", \"lock\" or \"write\""
+            ))),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn keys(r: impl Into<BoundRange>) -> Result<(Vec<u8>, Vec<u8>)> {
+        r.into().into_keys().map(|(s, e)| (s.into(), e.into()))
+    }
+
+    #[test]
+    fn ranges_become_half_open_key_pairs() {
+        assert_eq!(keys("a".."c").unwrap(), (b"a".to_vec(), b"c".to_vec()));
+        assert_eq!(keys("a"..="c").unwrap(), (b"a".to_vec(), b"c\0".to_vec()));
+        assert_eq!(keys("a"..).unwrap(), (b"a".to_vec(), vec![]));
+        assert_eq!(keys(.."c").unwrap(), (vec![], b"c".to_vec()));
+        assert_eq!(keys(..="c").unwrap(), (vec![], b"c\0".to_vec()));
+        assert_eq!(keys(..).unwrap(), (vec![], vec![]));
+        let excl: BoundRange = (Bound::Excluded("a"), Bound::Unbounded).into();
+        assert_eq!(excl.into_keys().unwrap().0.as_bytes(), b"a\0");
+    }
+
+    #[test]
+    fn inverted_range_is_an_invalid_argument() {
+        let err = keys("z".."a").unwrap_err();
+        assert!(matches!(err, Error::InvalidArgument(_)));
+        assert!(err.to_string().contains("swap the bounds"), "{err}");
+    }
+
+    #[test]
+    fn empty_exclusive_end_is_rejected_not_unbounded() {
+        assert!(matches!(
+            keys("a".."").unwrap_err(),
+            Error::InvalidArgument(_)
+        ));
+    }
+
+    #[test]
+    fn column_family_names_round_trip() {
+        for cf in [
+            ColumnFamily::Default,
+            ColumnFamily::Lock,
+            ColumnFamily::Write,
+        ] {
+            assert_eq!(ColumnFamily::try_from(cf.as_str()).unwrap(), cf);
+        }
+        assert!(ColumnFamily::try_from("nope").is_err());
+    }
+
+    #[test]
+    fn key_conversions_and_debug() {
+        let k: Key = "ab".into();
+        assert_eq!(k.as_bytes(), b"ab");
+        assert_eq!(format!("{k:?}"), "Key(\"ab\")");
+        assert_eq!(format!("{:?}", Key::from(vec![0u8, 255])), "Key(0x00FF)");
+        let p: KvPair = ("k", "v".to_owned()).into();
+        assert_eq!(p.key().as_bytes(), b"k");
+        assert_eq!(p.value(), b"v");
+    }
+}

@@ -1,0 +1,141 @@
+//! Per-store request counters, by method and outcome.
+
+use std::collections::BTreeMap;
+
+/// What a simulated store did with one request. Each request is counted
+/// once with its final outcome; a request that hit a hang is also counted
+/// as [`Outcome::Hung`] when it starts waiting.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Outcome {
+    /// Served (the response may still carry a key error, see
+    /// [`Outcome::KeyError`]).
+    Ok,
+    /// Served, but the response carries a key-level `error` string.
+    KeyError,
+    /// Answered `NotLeader` (with or without a hint).
+    NotLeader,
+    /// Answered `ServerIsBusy`.
+    ServerIsBusy,
+    /// Answered `RegionNotFound`.
+    RegionNotFound,
+    /// Answered `StoreNotMatch`.
+    StoreNotMatch,
+    /// Answered `MismatchPeerId`.
+    MismatchPeerId,
+    /// Answered `EpochNotMatch`.
+    EpochNotMatch,
+    /// Answered `KeyNotInRegion`.
+    KeyNotInRegion,
+    /// Answered `IsWitness`.
+    IsWitness,
+    /// Applied, then the response was dropped and the connections reset.
+    Dropped,
+    /// Started waiting in a `HangMode::Respond` hang.
+    Hung,
+    /// Rejected with a gRPC status (malformed request).
+    Invalid,
+}
+
+impl Outcome {
+    /// The outcome's name as the control interface prints it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Outcome::Ok => "ok",
+            Outcome::KeyError => "key_error",
+            Outcome::NotLeader => "not_leader",
+            Outcome::ServerIsBusy => "server_is_busy",
+            Outcome::RegionNotFound => "region_not_found",
+            Outcome::StoreNotMatch => "store_not_match",
+            Outcome::MismatchPeerId => "mismatch_peer_id",
+            Outcome::EpochNotMatch => "epoch_not_match",
+            Outcome::KeyNotInRegion => "key_not_in_region",
+            Outcome::IsWitness => "is_witness",
+            Outcome::Dropped => "dropped",
+            Outcome::Hung => "hung",
+            Outcome::Invalid => "invalid",
+        }
+    }
+}
+
+/// A snapshot of one store's counters. Method names are the labels of
+/// `tikv_plan::store::Request` (`raw_get`, `raw_batch_put`,
+/// `raw_compare_and_swap`, ...).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct StoreCounters {
+    by_method: BTreeMap<(String, Outcome), u64>,
+    replica_reads: u64,
+    stale_reads: u64,
+}
+
+impl StoreCounters {
+    /// How many `method` requests ended with `outcome`.
+    pub fn count(&self, method: &str, outcome: Outcome) -> u64 {
+        self.by_method
+            .get(&(method.to_owned(), outcome))
+            .copied()
+            .unwrap_or(0)
+    }
+
+    /// How many `method` requests were received (all outcomes except
+    /// [`Outcome::Hung`], which is counted in addition to the final one).
+    pub fn total(&self, method: &str) -> u64 {
+        self.by_method
+            .iter()
+            .filter(|((m, o), _)| m == method && *o != Outcome::Hung)
+            .map(|(_, n)| n)
+            .sum()
+    }
+
+    /// How many requests of any method ended with `outcome`.
+    pub fn count_outcome(&self, outcome: Outcome) -> u64 {
+        self.by_method
+            .iter()
+            .filter(|((_, o), _)| *o == outcome)
+            .map(|(_, n)| n)
+            .sum()
+    }
+
+    /// How many requests this store received, all methods and outcomes
+    /// (hangs not counted twice).
+    pub fn total_requests(&self) -> u64 {
+        self.by_method
+            .iter()
+            .filter(|((_, o), _)| *o != Outcome::Hung)
+            .map(|(_, n)| n)
+            .sum()
+    }
+
+    /// How many requests arrived with `Context.replica_read` set.
+    pub fn replica_reads(&self) -> u64 {
+        self.replica_reads
+    }
+
+    /// How many requests arrived with `Context.stale_read` set.
+    pub fn stale_reads(&self) -> u64 {
+        self.stale_reads
+    }
+
+    /// Every non-zero counter as `(method, outcome, count)`, sorted.
+    pub fn entries(&self) -> Vec<(String, Outcome, u64)> {
+        self.by_method
+            .iter()
+            .map(|((m, o), n)| (m.clone(), *o, *n))
+            .collect()
+    }
+
+    pub(crate) fn record(&mut self, method: &str, outcome: Outcome) {
+        *self
+            .by_method
+            .entry((method.to_owned(), outcome))
+            .or_insert(0) += 1;
+    }
+
+    pub(crate) fn record_context_flags(&mut self, replica_read: bool, stale_read: bool) {
+        if replica_read {
+            self.replica_reads += 1;
+        }
+        if stale_read {
+            self.stale_reads += 1;
+        }
+    }
+}

@@ -1,0 +1,227 @@
+//! The data of one Region: a sorted map per column family, with TTLs. All
+//! peers of a Region share one `RegionData` (the replicated state machine),
+//! so every read sees every acknowledged write.
+
+use std::collections::BTreeMap;
+use std::ops::Bound;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+/// The column families a raw request may name (an empty name is
+/// `default`).
+const COLUMN_FAMILIES: [&str; 3] = ["default", "write", "lock"];
+
+/// One stored value and when it expires.
+#[derive(Debug, Clone)]
+struct Entry {
+    value: Vec<u8>,
+    expires_at: Option<Instant>,
+}
+
+impl Entry {
+    fn live(&self, now: Instant) -> bool {
+        self.expires_at.is_none_or(|at| at > now)
+    }
+}
+
+/// The key-value data of one Region.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct RegionData {
+    cfs: BTreeMap<&'static str, BTreeMap<Vec<u8>, Entry>>,
+}
+
+/// A column family name resolved to one of [`COLUMN_FAMILIES`].
+pub(crate) fn column_family(cf: &str) -> Result<&'static str, String> {
+    let name = if cf.is_empty() { "default" } else { cf };
+    COLUMN_FAMILIES
+        .iter()
+        .find(|c| **c == name)
+        .copied()
+        .ok_or_else(|| format!("invalid column family {cf:?}: use default, write or lock"))
+}
+
+fn expiry(ttl_seconds: u64, now: Instant) -> Option<Instant> {
+    (ttl_seconds > 0).then(|| now + Duration::from_secs(ttl_seconds))
+}
+
+/// A key range `[start, end)` where an empty `end` is unbounded.
+fn range_bounds<'a>(start: &'a [u8], end: &'a [u8]) -> (Bound<&'a [u8]>, Bound<&'a [u8]>) {
+    let upper = if end.is_empty() {
+        Bound::Unbounded
+    } else {
+        Bound::Excluded(end)
+    };
+    (Bound::Included(start), upper)
+}
+
+impl RegionData {
+    fn cf(&self, cf: &'static str) -> Option<&BTreeMap<Vec<u8>, Entry>> {
+        self.cfs.get(cf)
+    }
+
+    fn cf_mut(&mut self, cf: &'static str) -> &mut BTreeMap<Vec<u8>, Entry> {
+        self.cfs.entry(cf).or_default()
+    }
+
+    /// The live value of `key`.
+    pub(crate) fn get(&self, cf: &'static str, key: &[u8], now: Instant) -> Option<Vec<u8>> {
+        self.cf(cf)?
+            .get(key)
+            .filter(|e| e.live(now))
+            .map(|e| e.value.clone())
+    }
+
+    /// The remaining TTL of `key` in whole seconds rounded up (0 when it
+    /// has none), or None when the key is absent or expired.
+    pub(crate) fn ttl(&self, cf: &'static str, key: &[u8], now: Instant) -> Option<u64> {
+        let entry = self.cf(cf)?.get(key).filter(|e| e.live(now))?;
+        Some(match entry.expires_at {
+            None => 0,
+            Some(at) => {
+                let left = at - now;
+                left.as_secs() + u64::from(left.subsec_nanos() > 0)
+            }
+        })
+    }
+
+    /// Stores `value` under `key`; `ttl_seconds` 0 means no expiry.
+    pub(crate) fn put(
+        &mut self,
+        cf: &'static str,
+        key: Vec<u8>,
+        value: Vec<u8>,
+        ttl_seconds: u64,
+        now: Instant,
+    ) {
+        let expires_at = expiry(ttl_seconds, now);
+        self.cf_mut(cf).insert(key, Entry { value, expires_at });
+    }
+
+    /// Removes `key`.
+    pub(crate) fn delete(&mut self, cf: &'static str, key: &[u8]) {
+        self.cf_mut(cf).remove(key);
+    }
+
+    /// Removes every key in `[start, end)` (an empty `end` is unbounded).
+    pub(crate) fn delete_range(&mut self, cf: &'static str, start: &[u8], end: &[u8]) {
+        let map = self.cf_mut(cf);
+        let doomed: Vec<Vec<u8>> = map
+            .range::<[u8], _>(range_bounds(start, end))
+            .map(|(k, _)| k.clone())
+            .collect();
+        for key in doomed {
+            map.remove(&key);
+        }
+    }
+
+    /// Live pairs with keys in `[low, high)` (an empty `high` is
+    /// unbounded), ascending, or descending when `reverse`; at most `limit`
+    /// (0 means no limit).
+    pub(crate) fn scan(
+        &self,
+        cf: &'static str,
+        low: &[u8],
+        high: &[u8],
+        limit: usize,
+        reverse: bool,
+        now: Instant,
+    ) -> Vec<(Vec<u8>, Vec<u8>)> {
+        let Some(map) = self.cf(cf) else {
+            return Vec::new();
+        };
+        if !high.is_empty() && low >= high {
+            return Vec::new();
+        }
+        let limit = if limit == 0 { usize::MAX } else { limit };
+        let range = map.range::<[u8], _>(range_bounds(low, high));
+        let live = |(k, e): (&Vec<u8>, &Entry)| e.live(now).then(|| (k.clone(), e.value.clone()));
+        if reverse {
+            range.rev().filter_map(live).take(limit).collect()
+        } else {
+            range.filter_map(live).take(limit).collect()
+        }
+    }
+
+    /// Atomic compare-and-swap: stores `value` when the current value is
+    /// `expected` (None: the key must be absent). Returns whether it swapped
+    /// and the previous live value.
+    pub(crate) fn compare_and_swap(
+        &mut self,
+        cf: &'static str,
+        key: Vec<u8>,
+        expected: Option<&[u8]>,
+        value: Vec<u8>,
+        ttl_seconds: u64,
+        now: Instant,
+    ) -> (bool, Option<Vec<u8>>) {
+        let previous = self.get(cf, &key, now);
+        let matches = previous.as_deref() == expected;
+        if matches {
+            self.put(cf, key, value, ttl_seconds, now);
+        }
+        (matches, previous)
+    }
+
+    /// Moves every key below `split_key` into a new `RegionData`, which is
+    /// returned; keys at or above it stay.
+    pub(crate) fn split_off_below(&mut self, split_key: &[u8]) -> RegionData {
+        let mut below = RegionData::default();
+        for (cf, map) in self.cfs.iter_mut() {
+            let upper = map.split_off(split_key);
+            let lower = std::mem::replace(map, upper);
+            below.cfs.insert(cf, lower);
+        }
+        below
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn ttl_expires_and_rounds_up() {
+        let mut data = RegionData::default();
+        let now = Instant::now();
+        data.put("default", b"k".to_vec(), b"v".to_vec(), 10, now);
+        assert_eq!(data.ttl("default", b"k", now), Some(10));
+        tokio::time::advance(Duration::from_millis(9_500)).await;
+        let now = Instant::now();
+        assert_eq!(data.ttl("default", b"k", now), Some(1));
+        assert_eq!(data.get("default", b"k", now), Some(b"v".to_vec()));
+        tokio::time::advance(Duration::from_millis(500)).await;
+        let now = Instant::now();
+        assert_eq!(data.get("default", b"k", now), None);
+        assert_eq!(data.ttl("default", b"k", now), None);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn scan_limit_reverse_and_split() {
+        let mut data = RegionData::default();
+        let now = Instant::now();
+        for k in [b"a", b"b", b"c", b"d"] {
+            data.put("default", k.to_vec(), k.to_vec(), 0, now);
+        }
+        let keys = |v: Vec<(Vec<u8>, Vec<u8>)>| v.into_iter().map(|(k, _)| k).collect::<Vec<_>>();
+        assert_eq!(
+            keys(data.scan("default", b"b", b"", 2, false, now)),
+            vec![b"b".to_vec(), b"c".to_vec()]
+        );
+        assert_eq!(
+            keys(data.scan("default", b"a", b"d", 0, true, now)),
+            vec![b"c".to_vec(), b"b".to_vec(), b"a".to_vec()]
+        );
+        let below = data.split_off_below(b"c");
+        assert_eq!(
+            keys(below.scan("default", b"", b"", 0, false, now)).len(),
+            2
+        );
+        assert_eq!(
+            keys(data.scan("default", b"", b"", 0, false, now)),
+            vec![b"c".to_vec(), b"d".to_vec()]
+        );
+        assert!(column_family("nope").is_err());
+        assert_eq!(column_family(""), Ok("default"));
+    }
+}

@@ -1,0 +1,209 @@
+//! The simulated PD service (`pdpb.PD`). Every member shares the cluster's
+//! state; only the leader member answers data RPCs, the others answer
+//! `Unavailable` "not leader" (and GetMembers with the real leader).
+
+use std::pin::Pin;
+use std::sync::Arc;
+
+use futures::{Stream, StreamExt};
+use tonic::{Request, Response, Status, Streaming};
+
+use super::state::ClusterState;
+use super::Shared;
+use crate::proto::metapb;
+use crate::proto::pdpb::{self, pd_server::Pd};
+
+/// The PD service of one member.
+#[derive(Clone)]
+pub(crate) struct PdService {
+    pub(crate) shared: Arc<Shared>,
+    pub(crate) member: usize,
+}
+
+fn header(cluster_id: u64) -> Option<pdpb::ResponseHeader> {
+    Some(pdpb::ResponseHeader {
+        cluster_id,
+        error: None,
+    })
+}
+
+fn error_header(
+    cluster_id: u64,
+    error_type: pdpb::ErrorType,
+    message: String,
+) -> Option<pdpb::ResponseHeader> {
+    Some(pdpb::ResponseHeader {
+        cluster_id,
+        error: Some(pdpb::Error {
+            r#type: error_type as i32,
+            message,
+        }),
+    })
+}
+
+fn member_info(state: &ClusterState, index: usize) -> Option<pdpb::Member> {
+    let m = state.pd_members.get(index)?;
+    let url = format!("http://{}", m.address);
+    Some(pdpb::Member {
+        name: m.name.clone(),
+        member_id: m.member_id,
+        peer_urls: vec![url.clone()],
+        client_urls: vec![url],
+        leader_priority: 0,
+    })
+}
+
+impl PdService {
+    /// Locks the state after checking this member leads and the request
+    /// belongs to this cluster.
+    fn leader_state(
+        &self,
+        request_header: Option<&pdpb::RequestHeader>,
+    ) -> Result<std::sync::MutexGuard<'_, ClusterState>, Status> {
+        let state = self.shared.lock();
+        if state.pd_leader != self.member {
+            return Err(Status::unavailable("not leader"));
+        }
+        let asked = request_header.map(|h| h.cluster_id).unwrap_or(0);
+        if asked != 0 && asked != state.cluster_id {
+            return Err(Status::failed_precondition(format!(
+                "mismatch cluster id, need {} but got {asked}",
+                state.cluster_id
+            )));
+        }
+        Ok(state)
+    }
+
+    fn region_response(
+        state: &ClusterState,
+        region: Option<metapb::Region>,
+        leader: Option<metapb::Peer>,
+    ) -> pdpb::GetRegionResponse {
+        pdpb::GetRegionResponse {
+            header: header(state.cluster_id),
+            region,
+            leader,
+            down_peers: Vec::new(),
+            pending_peers: Vec::new(),
+        }
+    }
+
+    fn store_meta(state: &ClusterState, store_id: u64) -> Option<metapb::Store> {
+        let store = state.stores.get(&store_id)?;
+        Some(metapb::Store {
+            id: store_id,
+            address: store.address.clone(),
+            state: metapb::StoreState::Up as i32,
+            version: super::SIM_TIKV_VERSION.to_owned(),
+            peer_address: store.address.clone(),
+            ..Default::default()
+        })
+    }
+}
+
+type TsoStream = Pin<Box<dyn Stream<Item = Result<pdpb::TsoResponse, Status>> + Send + 'static>>;
+
+#[tonic::async_trait]
+impl Pd for PdService {
+    async fn get_members(
+        &self,
+        _request: Request<pdpb::GetMembersRequest>,
+    ) -> Result<Response<pdpb::GetMembersResponse>, Status> {
+        let state = self.shared.lock();
+        let members = (0..state.pd_members.len())
+            .filter_map(|i| member_info(&state, i))
+            .collect();
+        let leader = member_info(&state, state.pd_leader);
+        Ok(Response::new(pdpb::GetMembersResponse {
+            header: header(state.cluster_id),
+            members,
+            etcd_leader: leader.clone(),
+            leader,
+        }))
+    }
+
+    type TsoStream = TsoStream;
+
+    async fn tso(
+        &self,
+        request: Request<Streaming<pdpb::TsoRequest>>,
+    ) -> Result<Response<Self::TsoStream>, Status> {
+        let service = self.clone();
+        let responses = request.into_inner().map(move |req| {
+            let req = req?;
+            let mut state = service.leader_state(req.header.as_ref())?;
+            let (physical, logical) = state.next_timestamp(req.count);
+            Ok(pdpb::TsoResponse {
+                header: header(state.cluster_id),
+                count: req.count.max(1),
+                timestamp: Some(pdpb::Timestamp {
+                    physical,
+                    logical,
+                    suffix_bits: 0,
+                }),
+            })
+        });
+        Ok(Response::new(Box::pin(responses)))
+    }
+
+    async fn get_store(
+        &self,
+        request: Request<pdpb::GetStoreRequest>,
+    ) -> Result<Response<pdpb::GetStoreResponse>, Status> {
+        let req = request.into_inner();
+        let state = self.leader_state(req.header.as_ref())?;
+        let store = Self::store_meta(&state, req.store_id);
+        let header = match store {
+            Some(_) => header(state.cluster_id),
+            None => error_header(
+                state.cluster_id,
+                pdpb::ErrorType::Unknown,
+                format!("invalid store ID {}, not found", req.store_id),
+            ),
+        };
+        Ok(Response::new(pdpb::GetStoreResponse { header, store }))
+    }
+
+    async fn get_all_stores(
+        &self,
+        request: Request<pdpb::GetAllStoresRequest>,
+    ) -> Result<Response<pdpb::GetAllStoresResponse>, Status> {
+        let req = request.into_inner();
+        let state = self.leader_state(req.header.as_ref())?;
+        let stores = state
+            .stores
+            .keys()
+            .filter_map(|id| Self::store_meta(&state, *id))
+            .collect();
+        Ok(Response::new(pdpb::GetAllStoresResponse {
+            header: header(state.cluster_id),
+            stores,
+        }))
+    }
+
+    async fn get_region(
+        &self,
+        request: Request<pdpb::GetRegionRequest>,
+    ) -> Result<Response<pdpb::GetRegionResponse>, Status> {
+        let req = request.into_inner();
+        let state = self.leader_state(req.header.as_ref())?;
+        let (region, leader) = match state.region_for_key(&req.region_key) {
+            Some(r) => (Some(r.meta.clone()), r.pd_leader.and_then(|id| r.peer(id))),
+            None => (None, None),
+        };
+        Ok(Response::new(Self::region_response(&state, region, leader)))
+    }
+
+    async fn get_region_by_id(
+        &self,
+        request: Request<pdpb::GetRegionByIdRequest>,
+    ) -> Result<Response<pdpb::GetRegionResponse>, Status> {
+        let req = request.into_inner();
+        let state = self.leader_state(req.header.as_ref())?;
+        let (region, leader) = match state.regions.get(&req.region_id) {
+            Some(r) => (Some(r.meta.clone()), r.pd_leader.and_then(|id| r.peer(id))),
+            None => (None, None),
+        };
+        Ok(Response::new(Self::region_response(&state, region, leader)))
+    }
+}

@@ -1,0 +1,612 @@
+//! The simulated TiKV store service (`tikvpb.Tikv`): every raw method, with
+//! the checks of [`ClusterState::admit`](super::state::ClusterState::admit)
+//! before the data is touched.
+
+use std::sync::Arc;
+
+use tokio::time::Instant;
+use tonic::{Request, Response, Status};
+
+use super::counters::Outcome;
+use super::data::{column_family, RegionData};
+use super::state::HangMode;
+use super::Shared;
+use crate::proto::tikvpb::tikv_server::Tikv;
+use crate::proto::{errorpb, kvrpcpb, metapb};
+
+/// The TiKV service of one store.
+#[derive(Clone)]
+pub(crate) struct StoreService {
+    pub(crate) shared: Arc<Shared>,
+    pub(crate) store_id: u64,
+}
+
+/// A raw request the simulated store can serve.
+trait RawCommand: Send + 'static {
+    type Response: Send + 'static;
+    /// The method label (as `tikv_plan::store::Request::label`).
+    const METHOD: &'static str;
+    fn context(&self) -> Option<&kvrpcpb::Context>;
+    /// The first key of the request that lies outside `region`, if any.
+    fn key_outside(&self, region: &metapb::Region) -> Option<Vec<u8>>;
+    /// Executes the request on the Region's data; Err is a key-level error.
+    fn apply(
+        &self,
+        data: &mut RegionData,
+        region: &metapb::Region,
+        now: Instant,
+    ) -> Result<Self::Response, String>;
+    fn region_error_response(error: errorpb::Error) -> Self::Response;
+    /// The response carrying a key-level error, or None when the response
+    /// type has no `error` field (the error then becomes a gRPC status).
+    fn key_error_response(message: String) -> Option<Self::Response>;
+}
+
+fn in_region(region: &metapb::Region, key: &[u8]) -> bool {
+    key >= region.start_key.as_slice()
+        && (region.end_key.is_empty() || key < region.end_key.as_slice())
+}
+
+fn first_outside<'a>(
+    region: &metapb::Region,
+    keys: impl IntoIterator<Item = &'a [u8]>,
+) -> Option<Vec<u8>> {
+    keys.into_iter()
+        .find(|k| !in_region(region, k))
+        .map(|k| k.to_vec())
+}
+
+/// A scan's first bound must lie in the Region: the start key of a forward
+/// scan, or the exclusive upper bound of a reverse scan (empty: the end of
+/// the key space, only valid in the last Region).
+fn scan_start_outside(region: &metapb::Region, start: &[u8], reverse: bool) -> Option<Vec<u8>> {
+    let ok = if !reverse {
+        in_region(region, start)
+    } else if start.is_empty() {
+        region.end_key.is_empty()
+    } else {
+        start > region.start_key.as_slice()
+            && (region.end_key.is_empty() || start <= region.end_key.as_slice())
+    };
+    (!ok).then(|| start.to_vec())
+}
+
+/// The key range `[low, high)` of a scan, clamped to the Region (an empty
+/// `high` is unbounded).
+fn scan_bounds(
+    region: &metapb::Region,
+    start: &[u8],
+    end: &[u8],
+    reverse: bool,
+) -> (Vec<u8>, Vec<u8>) {
+    let (low, high) = if reverse { (end, start) } else { (start, end) };
+    let low = low.max(region.start_key.as_slice()).to_vec();
+    let high = match (high.is_empty(), region.end_key.is_empty()) {
+        (true, _) => region.end_key.clone(),
+        (false, true) => high.to_vec(),
+        (false, false) => high.min(region.end_key.as_slice()).to_vec(),
+    };
+    (low, high)
+}
+
+fn pairs(kvs: Vec<(Vec<u8>, Vec<u8>)>, key_only: bool) -> Vec<kvrpcpb::KvPair> {
+    kvs.into_iter()
+        .map(|(key, value)| kvrpcpb::KvPair {
+            error: None,
+            key,
+            value: if key_only { Vec::new() } else { value },
+        })
+        .collect()
+}
+
+macro_rules! command_boilerplate {
+    ($resp:ty, $method:literal, has_error_field) => {
+        command_boilerplate!(@common $resp, $method);
+        fn key_error_response(message: String) -> Option<$resp> {
+            Some(<$resp>::default()).map(|mut r| {
+                r.error = message;
+                r
+            })
+        }
+    };
+    ($resp:ty, $method:literal, no_error_field) => {
+        command_boilerplate!(@common $resp, $method);
+        fn key_error_response(_message: String) -> Option<$resp> {
+            None
+        }
+    };
+    (@common $resp:ty, $method:literal) => {
+        type Response = $resp;
+        const METHOD: &'static str = $method;
+        fn context(&self) -> Option<&kvrpcpb::Context> {
+            self.context.as_ref()
+        }
+        fn region_error_response(error: errorpb::Error) -> $resp {
+            let mut r = <$resp>::default();
+            r.region_error = Some(error);
+            r
+        }
+    };
+}
+
+impl RawCommand for kvrpcpb::RawGetRequest {
+    command_boilerplate!(kvrpcpb::RawGetResponse, "raw_get", has_error_field);
+    fn key_outside(&self, region: &metapb::Region) -> Option<Vec<u8>> {
+        first_outside(region, [self.key.as_slice()])
+    }
+    fn apply(
+        &self,
+        data: &mut RegionData,
+        _: &metapb::Region,
+        now: Instant,
+    ) -> Result<Self::Response, String> {
+        let value = data.get(column_family(&self.cf)?, &self.key, now);
+        Ok(kvrpcpb::RawGetResponse {
+            not_found: value.is_none(),
+            value: value.unwrap_or_default(),
+            ..Default::default()
+        })
+    }
+}
+
+impl RawCommand for kvrpcpb::RawBatchGetRequest {
+    command_boilerplate!(
+        kvrpcpb::RawBatchGetResponse,
+        "raw_batch_get",
+        no_error_field
+    );
+    fn key_outside(&self, region: &metapb::Region) -> Option<Vec<u8>> {
+        first_outside(region, self.keys.iter().map(Vec::as_slice))
+    }
+    fn apply(
+        &self,
+        data: &mut RegionData,
+        _: &metapb::Region,
+        now: Instant,
+    ) -> Result<Self::Response, String> {
+        let cf = column_family(&self.cf)?;
+        let found = self
+            .keys
+            .iter()
+            .filter_map(|k| data.get(cf, k, now).map(|v| (k.clone(), v)))
+            .collect();
+        Ok(kvrpcpb::RawBatchGetResponse {
+            pairs: pairs(found, false),
+            ..Default::default()
+        })
+    }
+}
+
+impl RawCommand for kvrpcpb::RawPutRequest {
+    command_boilerplate!(kvrpcpb::RawPutResponse, "raw_put", has_error_field);
+    fn key_outside(&self, region: &metapb::Region) -> Option<Vec<u8>> {
+        first_outside(region, [self.key.as_slice()])
+    }
+    fn apply(
+        &self,
+        data: &mut RegionData,
+        _: &metapb::Region,
+        now: Instant,
+    ) -> Result<Self::Response, String> {
+        data.put(
+            column_family(&self.cf)?,
+            self.key.clone(),
+            self.value.clone(),
+            self.ttl,
+            now,
+        );
+        Ok(Default::default())
+    }
+}
+
+impl RawCommand for kvrpcpb::RawBatchPutRequest {
+    command_boilerplate!(
+        kvrpcpb::RawBatchPutResponse,
+        "raw_batch_put",
+        has_error_field
+    );
+    fn key_outside(&self, region: &metapb::Region) -> Option<Vec<u8>> {
+        first_outside(region, self.pairs.iter().map(|p| p.key.as_slice()))
+    }
+    #[allow(deprecated)]
+    fn apply(
+        &self,
+        data: &mut RegionData,
+        _: &metapb::Region,
+        now: Instant,
+    ) -> Result<Self::Response, String> {
+        let cf = column_family(&self.cf)?;
+        if !self.ttls.is_empty() && self.ttls.len() != self.pairs.len() {
+            return Err(format!(
+                "{} ttls given for {} pairs: give one TTL per pair or none",
+                self.ttls.len(),
+                self.pairs.len()
+            ));
+        }
+        for (i, pair) in self.pairs.iter().enumerate() {
+            let ttl = self.ttls.get(i).copied().unwrap_or(self.ttl);
+            data.put(cf, pair.key.clone(), pair.value.clone(), ttl, now);
+        }
+        Ok(Default::default())
+    }
+}
+
+impl RawCommand for kvrpcpb::RawDeleteRequest {
+    command_boilerplate!(kvrpcpb::RawDeleteResponse, "raw_delete", has_error_field);
+    fn key_outside(&self, region: &metapb::Region) -> Option<Vec<u8>> {
+        first_outside(region, [self.key.as_slice()])
+    }
+    fn apply(
+        &self,
+        data: &mut RegionData,
+        _: &metapb::Region,
+        _: Instant,
+    ) -> Result<Self::Response, String> {
+        data.delete(column_family(&self.cf)?, &self.key);
+        Ok(Default::default())
+    }
+}
+
+impl RawCommand for kvrpcpb::RawBatchDeleteRequest {
+    command_boilerplate!(
+        kvrpcpb::RawBatchDeleteResponse,
+        "raw_batch_delete",
+        has_error_field
+    );
+    fn key_outside(&self, region: &metapb::Region) -> Option<Vec<u8>> {
+        first_outside(region, self.keys.iter().map(Vec::as_slice))
+    }
+    fn apply(
+        &self,
+        data: &mut RegionData,
+        _: &metapb::Region,
+        _: Instant,
+    ) -> Result<Self::Response, String> {
+        let cf = column_family(&self.cf)?;
+        for key in &self.keys {
+            data.delete(cf, key);
+        }
+        Ok(Default::default())
+    }
+}
+
+impl RawCommand for kvrpcpb::RawScanRequest {
+    command_boilerplate!(kvrpcpb::RawScanResponse, "raw_scan", no_error_field);
+    fn key_outside(&self, region: &metapb::Region) -> Option<Vec<u8>> {
+        scan_start_outside(region, &self.start_key, self.reverse)
+    }
+    fn apply(
+        &self,
+        data: &mut RegionData,
+        region: &metapb::Region,
+        now: Instant,
+    ) -> Result<Self::Response, String> {
+        let cf = column_family(&self.cf)?;
+        let (low, high) = scan_bounds(region, &self.start_key, &self.end_key, self.reverse);
+        let kvs = data.scan(cf, &low, &high, self.limit as usize, self.reverse, now);
+        Ok(kvrpcpb::RawScanResponse {
+            kvs: pairs(kvs, self.key_only),
+            ..Default::default()
+        })
+    }
+}
+
+impl RawCommand for kvrpcpb::RawBatchScanRequest {
+    command_boilerplate!(
+        kvrpcpb::RawBatchScanResponse,
+        "raw_batch_scan",
+        no_error_field
+    );
+    fn key_outside(&self, region: &metapb::Region) -> Option<Vec<u8>> {
+        self.ranges
+            .iter()
+            .find_map(|r| scan_start_outside(region, &r.start_key, self.reverse))
+    }
+    fn apply(
+        &self,
+        data: &mut RegionData,
+        region: &metapb::Region,
+        now: Instant,
+    ) -> Result<Self::Response, String> {
+        let cf = column_family(&self.cf)?;
+        let mut kvs = Vec::new();
+        for range in &self.ranges {
+            let (low, high) = scan_bounds(region, &range.start_key, &range.end_key, self.reverse);
+            kvs.extend(pairs(
+                data.scan(cf, &low, &high, self.each_limit as usize, self.reverse, now),
+                self.key_only,
+            ));
+        }
+        Ok(kvrpcpb::RawBatchScanResponse {
+            kvs,
+            ..Default::default()
+        })
+    }
+}
+
+impl RawCommand for kvrpcpb::RawDeleteRangeRequest {
+    command_boilerplate!(
+        kvrpcpb::RawDeleteRangeResponse,
+        "raw_delete_range",
+        has_error_field
+    );
+    fn key_outside(&self, region: &metapb::Region) -> Option<Vec<u8>> {
+        if !in_region(region, &self.start_key) {
+            return Some(self.start_key.clone());
+        }
+        // The end may equal the Region's end; an unbounded end only fits the
+        // last Region.
+        let end_fits = if region.end_key.is_empty() {
+            true
+        } else {
+            !self.end_key.is_empty() && self.end_key <= region.end_key
+        };
+        (!end_fits).then(|| self.end_key.clone())
+    }
+    fn apply(
+        &self,
+        data: &mut RegionData,
+        _: &metapb::Region,
+        _: Instant,
+    ) -> Result<Self::Response, String> {
+        let cf = column_family(&self.cf)?;
+        if !self.end_key.is_empty() && self.start_key > self.end_key {
+            return Err("delete range start key is after its end key".to_owned());
+        }
+        data.delete_range(cf, &self.start_key, &self.end_key);
+        Ok(Default::default())
+    }
+}
+
+impl RawCommand for kvrpcpb::RawCasRequest {
+    command_boilerplate!(
+        kvrpcpb::RawCasResponse,
+        "raw_compare_and_swap",
+        has_error_field
+    );
+    fn key_outside(&self, region: &metapb::Region) -> Option<Vec<u8>> {
+        first_outside(region, [self.key.as_slice()])
+    }
+    fn apply(
+        &self,
+        data: &mut RegionData,
+        _: &metapb::Region,
+        now: Instant,
+    ) -> Result<Self::Response, String> {
+        let cf = column_family(&self.cf)?;
+        let expected = (!self.previous_not_exist).then_some(self.previous_value.as_slice());
+        let (succeed, previous) = data.compare_and_swap(
+            cf,
+            self.key.clone(),
+            expected,
+            self.value.clone(),
+            self.ttl,
+            now,
+        );
+        Ok(kvrpcpb::RawCasResponse {
+            succeed,
+            previous_not_exist: previous.is_none(),
+            previous_value: previous.unwrap_or_default(),
+            ..Default::default()
+        })
+    }
+}
+
+impl RawCommand for kvrpcpb::RawGetKeyTtlRequest {
+    command_boilerplate!(
+        kvrpcpb::RawGetKeyTtlResponse,
+        "raw_get_key_ttl",
+        has_error_field
+    );
+    fn key_outside(&self, region: &metapb::Region) -> Option<Vec<u8>> {
+        first_outside(region, [self.key.as_slice()])
+    }
+    fn apply(
+        &self,
+        data: &mut RegionData,
+        _: &metapb::Region,
+        now: Instant,
+    ) -> Result<Self::Response, String> {
+        let ttl = data.ttl(column_family(&self.cf)?, &self.key, now);
+        Ok(kvrpcpb::RawGetKeyTtlResponse {
+            not_found: ttl.is_none(),
+            ttl: ttl.unwrap_or(0),
+            ..Default::default()
+        })
+    }
+}
+
+/// What to do with a request after the lock is released.
+enum Verdict<R> {
+    Answer(R),
+    Status(Status),
+    Drop,
+}
+
+impl StoreService {
+    /// Serves one raw request: added latency, a hang, then the checks and
+    /// the operation under the cluster lock, then a dropped response if one
+    /// was ordered.
+    async fn serve<C: RawCommand>(
+        &self,
+        request: Request<C>,
+    ) -> Result<Response<C::Response>, Status> {
+        let command = request.into_inner();
+        let slow = {
+            let state = self.shared.lock();
+            state
+                .stores
+                .get(&self.store_id)
+                .map(|s| s.slow)
+                .unwrap_or_default()
+        };
+        if !slow.is_zero() {
+            tokio::time::sleep(slow).await;
+        }
+        self.wait_out_hang(C::METHOD).await?;
+
+        let verdict = {
+            let mut state = self.shared.lock();
+            if let Some(ctx) = command.context() {
+                if let Some(store) = state.stores.get_mut(&self.store_id) {
+                    store
+                        .counters
+                        .record_context_flags(ctx.replica_read, ctx.stale_read);
+                }
+            }
+            let admitted = state.admit(self.store_id, command.context(), &|r| {
+                command.key_outside(r)
+            });
+            let (verdict, outcome) = match admitted {
+                Err((error, outcome)) => {
+                    (Verdict::Answer(C::region_error_response(*error)), outcome)
+                }
+                Ok(region_id) => {
+                    let now = Instant::now();
+                    match state.regions.get_mut(&region_id) {
+                        None => (
+                            Verdict::Status(Status::internal("region vanished")),
+                            Outcome::Invalid,
+                        ),
+                        Some(region) => match command.apply(&mut region.data, &region.meta, now) {
+                            Ok(resp) => (Verdict::Answer(resp), Outcome::Ok),
+                            Err(message) => match C::key_error_response(message.clone()) {
+                                Some(resp) => (Verdict::Answer(resp), Outcome::KeyError),
+                                None => (
+                                    Verdict::Status(Status::invalid_argument(message)),
+                                    Outcome::Invalid,
+                                ),
+                            },
+                        },
+                    }
+                }
+            };
+            let mut verdict = verdict;
+            let mut outcome = outcome;
+            if let Some(store) = state.stores.get_mut(&self.store_id) {
+                let served = matches!(outcome, Outcome::Ok | Outcome::KeyError);
+                if served {
+                    if let Some(i) = store.drop_next.iter().position(|m| m == C::METHOD) {
+                        store.drop_next.remove(i);
+                        verdict = Verdict::Drop;
+                        outcome = Outcome::Dropped;
+                    }
+                }
+                store.counters.record(C::METHOD, outcome);
+            }
+            verdict
+        };
+        match verdict {
+            Verdict::Answer(resp) => Ok(Response::new(resp)),
+            Verdict::Status(status) => Err(status),
+            Verdict::Drop => {
+                // The write is applied; now the client loses the answer with
+                // its connection.
+                self.shared.reset_store_connections(self.store_id);
+                Err(Status::unavailable("simulated dropped response"))
+            }
+        }
+    }
+
+    /// Waits while the store hangs in `HangMode::Respond`. Returns an error
+    /// (never delivered: the connection is gone) when the store goes down or
+    /// the cluster shuts down meanwhile.
+    async fn wait_out_hang(&self, method: &'static str) -> Result<(), Status> {
+        let mut changes = self.shared.faults.subscribe();
+        let mut counted = false;
+        loop {
+            {
+                let mut state = self.shared.lock();
+                if state.shutdown {
+                    return Err(Status::unavailable("simulated cluster shut down"));
+                }
+                let Some(store) = state.stores.get_mut(&self.store_id) else {
+                    return Ok(());
+                };
+                if !store.up {
+                    return Err(Status::unavailable("simulated store is down"));
+                }
+                if store.hang != Some(HangMode::Respond) {
+                    return Ok(());
+                }
+                if !counted {
+                    store.counters.record(method, Outcome::Hung);
+                    counted = true;
+                }
+            }
+            if changes.changed().await.is_err() {
+                return Err(Status::unavailable("simulated cluster shut down"));
+            }
+        }
+    }
+}
+
+#[tonic::async_trait]
+impl Tikv for StoreService {
+    async fn raw_get(
+        &self,
+        r: Request<kvrpcpb::RawGetRequest>,
+    ) -> Result<Response<kvrpcpb::RawGetResponse>, Status> {
+        self.serve(r).await
+    }
+    async fn raw_batch_get(
+        &self,
+        r: Request<kvrpcpb::RawBatchGetRequest>,
+    ) -> Result<Response<kvrpcpb::RawBatchGetResponse>, Status> {
+        self.serve(r).await
+    }
+    async fn raw_put(
+        &self,
+        r: Request<kvrpcpb::RawPutRequest>,
+    ) -> Result<Response<kvrpcpb::RawPutResponse>, Status> {
+        self.serve(r).await
+    }
+    async fn raw_batch_put(
+        &self,
+        r: Request<kvrpcpb::RawBatchPutRequest>,
+    ) -> Result<Response<kvrpcpb::RawBatchPutResponse>, Status> {
+        self.serve(r).await
+    }
+    async fn raw_delete(
+        &self,
+        r: Request<kvrpcpb::RawDeleteRequest>,
+    ) -> Result<Response<kvrpcpb::RawDeleteResponse>, Status> {
+        self.serve(r).await
+    }
+    async fn raw_batch_delete(
+        &self,
+        r: Request<kvrpcpb::RawBatchDeleteRequest>,
+    ) -> Result<Response<kvrpcpb::RawBatchDeleteResponse>, Status> {
+        self.serve(r).await
+    }
+    async fn raw_scan(
+        &self,
+        r: Request<kvrpcpb::RawScanRequest>,
+    ) -> Result<Response<kvrpcpb::RawScanResponse>, Status> {
+        self.serve(r).await
+    }
+    async fn raw_delete_range(
+        &self,
+        r: Request<kvrpcpb::RawDeleteRangeRequest>,
+    ) -> Result<Response<kvrpcpb::RawDeleteRangeResponse>, Status> {
+        self.serve(r).await
+    }
+    async fn raw_batch_scan(
+        &self,
+        r: Request<kvrpcpb::RawBatchScanRequest>,
+    ) -> Result<Response<kvrpcpb::RawBatchScanResponse>, Status> {
+        self.serve(r).await
+    }
+    async fn raw_get_key_ttl(
+        &self,
+        r: Request<kvrpcpb::RawGetKeyTtlRequest>,
+    ) -> Result<Response<kvrpcpb::RawGetKeyTtlResponse>, Status> {
+        self.serve(r).await
+    }
+    async fn raw_compare_and_swap(
+        &self,
+        r: Request<kvrpcpb::RawCasRequest>,
+    ) -> Result<Response<kvrpcpb::RawCasResponse>, Status> {
+        self.serve(r).await
+    }
+}

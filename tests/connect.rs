@@ -1,0 +1,314 @@
+//! Connection bounds over real sockets on 127.0.0.1: a hanging connect ends
+//! with `ConnectTimeout` within the connect timeout, a refused connect fails
+//! fast, a silent store is bounded by the request timeout.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tikv_plan::proto::kvrpcpb;
+use tikv_plan::security::SecurityManager;
+use tikv_plan::store::{KvClient, KvConnect, TikvConnect};
+use tikv_plan::Error;
+use tokio::net::{TcpListener, TcpSocket, TcpStream};
+
+mod pd_support;
+
+/// Slack on top of a timeout for scheduling and the loopback round trips.
+const SLACK: Duration = Duration::from_millis(1500);
+
+/// A listener with backlog 0 that never accepts, with its accept queue
+/// filled, so a further connect gets no SYN-ACK and hangs. Returns the
+/// listener, the connections that filled the queue (keep them open), and
+/// the address.
+async fn hanging_listener() -> (TcpListener, Vec<TcpStream>, String) {
+    let socket = TcpSocket::new_v4().unwrap();
+    socket.bind("127.0.0.1:0".parse().unwrap()).unwrap();
+    let listener = socket.listen(0).unwrap();
+    let addr = listener.local_addr().unwrap();
+    let mut held = Vec::new();
+    for _ in 0..8 {
+        match tokio::time::timeout(Duration::from_millis(200), TcpStream::connect(addr)).await {
+            Ok(Ok(stream)) => held.push(stream),
+            Ok(Err(e)) => panic!("filling the accept queue failed: {e}"),
+            // This connect hung: the queue is full.
+            Err(_) => return (listener, held, addr.to_string()),
+        }
+    }
+    panic!("the accept queue of a backlog-0 listener never filled");
+}
+
+fn connector(timeout: Duration, connect_timeout: Duration) -> TikvConnect {
+    TikvConnect::new(
+        Arc::new(SecurityManager::plaintext()),
+        timeout,
+        connect_timeout,
+    )
+}
+
+#[tokio::test]
+async fn hanging_connect_ends_with_connect_timeout_within_the_bound() {
+    let (_listener, _held, addr) = hanging_listener().await;
+    let connect_timeout = Duration::from_millis(300);
+    let started = Instant::now();
+    let result = connector(Duration::from_secs(5), connect_timeout)
+        .connect(&addr)
+        .await;
+    let elapsed = started.elapsed();
+    match result {
+        Err(Error::ConnectTimeout { address, timeout }) => {
+            assert_eq!(address, addr);
+            assert_eq!(timeout, connect_timeout);
+        }
+        Err(e) => panic!("expected ConnectTimeout, got {e:?}"),
+        Ok(_) => panic!("connecting to a full accept queue succeeded"),
+    }
+    assert!(
+        elapsed >= connect_timeout - Duration::from_millis(50),
+        "{elapsed:?}"
+    );
+    assert!(elapsed < connect_timeout + SLACK, "{elapsed:?}");
+}
+
+#[tokio::test]
+async fn refused_connect_fails_fast_with_connect() {
+    let addr = pd_support::dead_address().await;
+    let connect_timeout = Duration::from_secs(3);
+    let started = Instant::now();
+    let result = connector(Duration::from_secs(3), connect_timeout)
+        .connect(&addr)
+        .await;
+    let elapsed = started.elapsed();
+    match result {
+        Err(Error::Connect { address, .. }) => assert_eq!(address, addr),
+        Err(e) => panic!("expected Connect, got {e:?}"),
+        Ok(_) => panic!("connecting to a closed port succeeded"),
+    }
+    // Well before the connect timeout: a refusal is not waited out.
+    assert!(elapsed < Duration::from_secs(1), "{elapsed:?}");
+}
+
+/// A store that accepts connections and never writes a byte.
+async fn silent_store() -> (String, tokio::task::JoinHandle<()>) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    let task = tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((stream, _)) = listener.accept().await {
+            held.push(stream);
+        }
+    });
+    (addr, task)
+}
+
+#[tokio::test]
+async fn silent_store_is_bounded_by_the_request_timeout() {
+    let (addr, server) = silent_store().await;
+    let timeout = Duration::from_millis(400);
+    let client = connector(timeout, Duration::from_millis(400))
+        .connect(&addr)
+        .await
+        .expect("the TCP connection is accepted");
+    let request = kvrpcpb::RawGetRequest {
+        key: b"k".to_vec(),
+        ..Default::default()
+    };
+    let started = Instant::now();
+    let result = client.dispatch(&request).await;
+    let elapsed = started.elapsed();
+    match result {
+        Err(Error::Grpc(status)) => assert!(
+            matches!(
+                status.code(),
+                tonic::Code::Cancelled | tonic::Code::DeadlineExceeded
+            ),
+            "{status:?}"
+        ),
+        Err(e) => panic!("expected a timeout status, got {e:?}"),
+        Ok(_) => panic!("a silent store answered"),
+    }
+    assert!(
+        elapsed >= timeout - Duration::from_millis(50),
+        "{elapsed:?}"
+    );
+    assert!(elapsed < timeout + SLACK, "{elapsed:?}");
+    server.abort();
+}
+
+mod single_flight {
+    use std::any::Any;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use async_trait::async_trait;
+    use tikv_plan::pd::{PdClient, PdRpcClient};
+    use tikv_plan::store::Request;
+    use tikv_plan::Config;
+    use tokio::sync::watch;
+
+    use super::*;
+    use crate::pd_support::{peer, FakePd};
+
+    /// Store 1's address in the fake PD.
+    const STORE_1: &str = "127.0.0.1:20161";
+    const CALLERS: usize = 16;
+
+    /// A connector that counts its attempts and holds each one until the
+    /// test opens the gate with the outcome (true: connected).
+    #[derive(Clone)]
+    struct GatedConnect {
+        attempts: Arc<AtomicUsize>,
+        gate: watch::Receiver<Option<bool>>,
+    }
+
+    #[derive(Clone)]
+    struct NullClient;
+
+    #[async_trait]
+    impl KvClient for NullClient {
+        async fn dispatch(&self, _req: &dyn Request) -> tikv_plan::Result<Box<dyn Any + Send>> {
+            Err(Error::Internal("test client sends nothing".to_owned()))
+        }
+    }
+
+    #[async_trait]
+    impl KvConnect for GatedConnect {
+        type KvClient = NullClient;
+
+        async fn connect(&self, address: &str) -> tikv_plan::Result<NullClient> {
+            self.attempts.fetch_add(1, Ordering::SeqCst);
+            let mut gate = self.gate.clone();
+            let outcome = *gate.wait_for(|g| g.is_some()).await.unwrap();
+            match outcome {
+                Some(true) => Ok(NullClient),
+                _ => Err(Error::Connect {
+                    address: address.to_owned(),
+                    message: "refused by the test".to_owned(),
+                }),
+            }
+        }
+    }
+
+    struct Setup {
+        pd: FakePd,
+        client: Arc<PdRpcClient<GatedConnect>>,
+        attempts: Arc<AtomicUsize>,
+        open: watch::Sender<Option<bool>>,
+    }
+
+    async fn setup(single_flight_connect: bool) -> Setup {
+        let pd = FakePd::start(1, 9).await;
+        let (open, gate) = watch::channel(None);
+        let attempts = Arc::new(AtomicUsize::new(0));
+        let config = Config {
+            single_flight_connect,
+            ..Config::default()
+        };
+        let connect = GatedConnect {
+            attempts: Arc::clone(&attempts),
+            gate,
+        };
+        let client = Arc::new(
+            PdRpcClient::new_with(&pd.endpoints(), &config, connect)
+                .await
+                .unwrap(),
+        );
+        Setup {
+            pd,
+            client,
+            attempts,
+            open,
+        }
+    }
+
+    /// Starts `CALLERS` concurrent mappings of store 1's peer.
+    async fn spawn_callers(
+        client: &Arc<PdRpcClient<GatedConnect>>,
+    ) -> Vec<tokio::task::JoinHandle<tikv_plan::Result<tikv_plan::store::RegionStore>>> {
+        let region = client.region_for_key(b"a").await.unwrap();
+        (0..CALLERS)
+            .map(|_| {
+                let client = Arc::clone(client);
+                let region = region.clone();
+                tokio::spawn(async move { client.map_peer_to_store(region, peer(21, 1)).await })
+            })
+            .collect()
+    }
+
+    /// Waits (bounded) until `done()` holds.
+    async fn wait_until(mut done: impl FnMut() -> bool) {
+        tokio::time::timeout(Duration::from_secs(5), async {
+            while !done() {
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
+        })
+        .await
+        .expect("condition not reached within 5 s");
+    }
+
+    #[tokio::test]
+    async fn concurrent_misses_share_one_connect_attempt() {
+        let s = setup(true).await;
+        let tasks = spawn_callers(&s.client).await;
+        let client = Arc::clone(&s.client);
+        wait_until(|| client.connect_counts(STORE_1).misses == CALLERS as u64).await;
+        s.open.send(Some(true)).unwrap();
+        for t in tasks {
+            let store = t.await.unwrap().unwrap();
+            assert_eq!(store.store_id(), 1);
+        }
+        assert_eq!(s.attempts.load(Ordering::SeqCst), 1);
+        assert_eq!(s.client.connect_counts(STORE_1).attempts, 1);
+        assert_eq!(s.pd.calls_to("GetStore"), 1);
+        assert!(s.client.has_connection(STORE_1));
+
+        // A later mapping reuses the connection; invalidating the store
+        // drops it, so the next mapping dials again.
+        let region = s.client.region_for_key(b"a").await.unwrap();
+        Arc::clone(&s.client)
+            .map_peer_to_store(region.clone(), peer(21, 1))
+            .await
+            .unwrap();
+        assert_eq!(s.attempts.load(Ordering::SeqCst), 1);
+        s.client.invalidate_store_cache(1).await;
+        assert!(!s.client.has_connection(STORE_1));
+        Arc::clone(&s.client)
+            .map_peer_to_store(region, peer(21, 1))
+            .await
+            .unwrap();
+        assert_eq!(s.attempts.load(Ordering::SeqCst), 2);
+        assert_eq!(s.pd.calls_to("GetStore"), 2);
+    }
+
+    #[tokio::test]
+    async fn concurrent_misses_share_the_failure_and_it_is_not_cached() {
+        let s = setup(true).await;
+        let tasks = spawn_callers(&s.client).await;
+        let client = Arc::clone(&s.client);
+        wait_until(|| client.connect_counts(STORE_1).misses == CALLERS as u64).await;
+        s.open.send(Some(false)).unwrap();
+        for t in tasks {
+            let err = t.await.unwrap().unwrap_err();
+            assert!(matches!(err, Error::Connect { .. }), "{err:?}");
+        }
+        assert_eq!(s.attempts.load(Ordering::SeqCst), 1);
+        assert!(!s.client.has_connection(STORE_1));
+        // The next miss dials again.
+        let region = s.client.region_for_key(b"a").await.unwrap();
+        let _ = Arc::clone(&s.client)
+            .map_peer_to_store(region, peer(21, 1))
+            .await;
+        assert_eq!(s.attempts.load(Ordering::SeqCst), 2);
+    }
+
+    #[tokio::test]
+    async fn without_single_flight_each_miss_dials() {
+        let s = setup(false).await;
+        let tasks = spawn_callers(&s.client).await;
+        let attempts = Arc::clone(&s.attempts);
+        wait_until(|| attempts.load(Ordering::SeqCst) == CALLERS).await;
+        s.open.send(Some(true)).unwrap();
+        for t in tasks {
+            t.await.unwrap().unwrap();
+        }
+        assert_eq!(s.client.connect_counts(STORE_1).attempts, CALLERS as u64);
+    }
+}
