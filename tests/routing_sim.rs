@@ -145,3 +145,64 @@ async fn sim_cold_region_wakes_through_voters() {
         cluster.shutdown().await;
     }
 }
+
+async fn get_key(
+    pd: &Arc<PdRpcClient<TikvConnect>>,
+    routing: &Arc<RoutingState>,
+    key: &[u8],
+) -> Option<Vec<u8>> {
+    PlanBuilder::new(pd.clone(), new_raw_get_request(key.to_vec(), None))
+        .routing(routing.clone())
+        .retry_multi_region(backoff())
+        .merge(CollectSingle)
+        .post_process_default()
+        .plan()
+        .execute()
+        .await
+        .unwrap()
+}
+
+/// Thirty Regions led from store 1; store 1 dies while PD keeps naming it.
+/// Returns the connect attempts to store 1 after it died.
+async fn connect_attempts_to_dead_leader_store(config: Config) -> u64 {
+    let keys: Vec<Vec<u8>> = (0..30).map(|i| format!("k{i:02}").into_bytes()).collect();
+    let cluster = SimCluster::builder()
+        .stores(3)
+        .replicas(3)
+        .split_keys(keys[1..].to_vec())
+        .start()
+        .await
+        .unwrap();
+    let pd = Arc::new(
+        PdRpcClient::connect(&cluster.pd_endpoints(), &config)
+            .await
+            .unwrap(),
+    );
+    let routing = Arc::new(RoutingState::new(&config));
+    for region in cluster.regions() {
+        cluster.transfer_leader(region.id, 1, true).unwrap();
+    }
+    for key in &keys {
+        assert_eq!(get_key(&pd, &routing, key).await, None);
+    }
+    let address = cluster.store_addr(1).unwrap();
+    let before = pd.connect_counts(&address).attempts;
+    for region in cluster.regions() {
+        cluster.transfer_leader(region.id, 2, false).unwrap();
+    }
+    cluster.store_down(1).await;
+    for key in &keys {
+        assert_eq!(get_key(&pd, &routing, key).await, None);
+    }
+    let attempts = pd.connect_counts(&address).attempts - before;
+    cluster.shutdown().await;
+    attempts
+}
+
+#[tokio::test]
+async fn sim_regions_led_from_dead_store_cost_about_one_connect_attempt() {
+    let with_health = connect_attempts_to_dead_leader_store(config()).await;
+    assert!(with_health <= 1, "store health: {with_health} attempts");
+    let upstream = connect_attempts_to_dead_leader_store(config().upstream_routing()).await;
+    assert!(upstream >= 29, "upstream: {upstream} attempts");
+}

@@ -70,7 +70,7 @@
 //! | fail points before dispatch and before store mapping | `routing_failpoints::fail_points_before_dispatch_and_mapping_fall_back` |
 //! | shared busy suspicion: window, leader change, one probe in flight (**beyond**) | `request::routing_state::tests::shared_busy_suspicion_allows_one_probe_in_flight`, `request::routing_state::tests::busy_window_and_leader_change_restart_the_count` |
 //! | counters (Observability) | asserted throughout, e.g. `routing_store_health::hundred_regions_on_dead_store_cost_one_connect_attempt`, `routing_mapping::all_mapping_failures_invalidate_region_and_reload_peers` |
-//! | end to end over gRPC (`PdRpcClient`, `TikvConnect`, simulated cluster): unreachable leader store, busy(0) stale leader, cold Region | `routing_sim::sim_unreachable_leader_store_falls_back_to_voter`, `routing_sim::sim_busy_zero_stale_leader_is_probed_past`, `routing_sim::sim_cold_region_wakes_through_voters` |
+//! | end to end over gRPC (`PdRpcClient`, `TikvConnect`, simulated cluster): unreachable leader store, busy(0) stale leader, cold Region | `routing_sim::sim_unreachable_leader_store_falls_back_to_voter`, `routing_sim::sim_busy_zero_stale_leader_is_probed_past`, `routing_sim::sim_cold_region_wakes_through_voters`, `routing_sim::sim_regions_led_from_dead_store_cost_about_one_connect_attempt` (0 new connects with store health, 29 for 30 Regions without) |
 //! | this table names real tests | `plan_docs::behaviour_table_names_existing_tests` |
 
 mod builder;
