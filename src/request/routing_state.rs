@@ -120,10 +120,7 @@ impl StoreHealth {
 
     /// The store answered: it is reachable and its timeout strikes reset.
     pub fn mark_reachable(&self, store_id: StoreId) {
-        let mut stores = lock(&self.stores);
-        if stores.contains_key(&store_id) {
-            stores.remove(&store_id);
-        }
+        lock(&self.stores).remove(&store_id);
     }
 
     /// The store timed out. Consecutive timeouts reaching the strike count
