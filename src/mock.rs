@@ -1,1 +1,675 @@
-//! Test doubles (in progress).
+//! Test doubles for unit tests of code that uses the plan, public behind the
+//! `mock` feature so downstream crates can use them too.
+//!
+//! [`MockPdClient`] holds a configurable topology (Regions with voters,
+//! learners and witnesses, their leaders, stores) behind real cache
+//! semantics: the client's cache and a separate "PD view" that a reload
+//! returns. Hooks decide per store whether mapping fails and what each peer
+//! answers; counters record every call the plan makes. [`MockKvClient`] wraps
+//! a dispatch closure. Nothing here panics on use.
+
+use std::any::Any;
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use async_trait::async_trait;
+
+use crate::pd::{PdClient, Timestamp};
+use crate::proto::metapb::PeerRole;
+use crate::proto::{errorpb, kvrpcpb, metapb};
+use crate::region::{RegionId, RegionVerId, RegionWithLeader, StoreId};
+use crate::store::{KvClient, RegionStore, Request, Store};
+use crate::{Error, Result};
+
+/// What a dispatch hook returns: a future of the type-erased response.
+pub type DispatchFuture = Pin<Box<dyn Future<Output = Result<Box<dyn Any + Send>>> + Send>>;
+
+type RequestHook = Arc<dyn Fn(&dyn Request) -> DispatchFuture + Send + Sync>;
+type PeerDispatchHook = Arc<dyn Fn(&metapb::Peer, &dyn Request) -> DispatchFuture + Send + Sync>;
+type MappingHook = Arc<dyn Fn(&metapb::Peer) -> Option<Error> + Send + Sync>;
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// A [`KvClient`] whose answers come from a closure.
+#[derive(Clone)]
+pub struct MockKvClient {
+    hook: RequestHook,
+}
+
+impl std::fmt::Debug for MockKvClient {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MockKvClient").finish_non_exhaustive()
+    }
+}
+
+impl MockKvClient {
+    /// A client that answers every request with `dispatch(request)`.
+    pub fn new<F>(dispatch: F) -> Self
+    where
+        F: Fn(&dyn Request) -> Result<Box<dyn Any + Send>> + Send + Sync + 'static,
+    {
+        MockKvClient {
+            hook: Arc::new(move |req| {
+                let answer = dispatch(req);
+                Box::pin(async move { answer })
+            }),
+        }
+    }
+
+    /// A client whose answers are futures (to model slow or hanging stores).
+    pub fn new_async<F>(dispatch: F) -> Self
+    where
+        F: Fn(&dyn Request) -> DispatchFuture + Send + Sync + 'static,
+    {
+        MockKvClient {
+            hook: Arc::new(dispatch),
+        }
+    }
+}
+
+#[async_trait]
+impl KvClient for MockKvClient {
+    async fn dispatch(&self, req: &dyn Request) -> Result<Box<dyn Any + Send>> {
+        (self.hook)(req).await
+    }
+}
+
+/// A voter peer.
+pub fn voter(id: u64, store_id: StoreId) -> metapb::Peer {
+    metapb::Peer {
+        id,
+        store_id,
+        role: PeerRole::Voter as i32,
+        is_witness: false,
+    }
+}
+
+/// A learner peer.
+pub fn learner(id: u64, store_id: StoreId) -> metapb::Peer {
+    metapb::Peer {
+        role: PeerRole::Learner as i32,
+        ..voter(id, store_id)
+    }
+}
+
+/// A witness (a voter that holds no data).
+pub fn witness(id: u64, store_id: StoreId) -> metapb::Peer {
+    metapb::Peer {
+        is_witness: true,
+        ..voter(id, store_id)
+    }
+}
+
+/// A Region `[start, end)` (empty `end`: unbounded) at epoch (1, 1) with
+/// `peers`, led by the peer with id `leader` if given.
+pub fn region(
+    id: RegionId,
+    start: &[u8],
+    end: &[u8],
+    peers: &[metapb::Peer],
+    leader: Option<u64>,
+) -> RegionWithLeader {
+    let leader = leader.and_then(|l| peers.iter().find(|p| p.id == l).copied());
+    RegionWithLeader::new(
+        metapb::Region {
+            id,
+            start_key: start.to_vec(),
+            end_key: end.to_vec(),
+            region_epoch: Some(metapb::RegionEpoch {
+                conf_ver: 1,
+                version: 1,
+            }),
+            peers: peers.to_vec(),
+            ..Default::default()
+        },
+        leader,
+    )
+}
+
+/// A `NotLeader` Region error naming `hint` as the leader (or none).
+pub fn not_leader(region_id: RegionId, hint: Option<metapb::Peer>) -> errorpb::Error {
+    errorpb::Error {
+        message: "not leader".to_owned(),
+        not_leader: Some(errorpb::NotLeader {
+            region_id,
+            leader: hint,
+        }),
+        ..Default::default()
+    }
+}
+
+/// A `ServerIsBusy` Region error.
+pub fn server_is_busy(estimated_wait_ms: u32, backoff_ms: u64) -> errorpb::Error {
+    errorpb::Error {
+        message: "server is busy".to_owned(),
+        server_is_busy: Some(errorpb::ServerIsBusy {
+            reason: "read pool is full".to_owned(),
+            backoff_ms,
+            estimated_wait_ms,
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+/// The default response to `request` with `region_error` set, type-erased
+/// as a store client returns it. Fails for requests that are not raw
+/// requests of this crate.
+pub fn response_with_region_error(
+    request: &dyn Request,
+    region_error: Option<errorpb::Error>,
+) -> Result<Box<dyn Any + Send>> {
+    macro_rules! try_types {
+        ($($req:ty => $resp:ty),*) => {$(
+            if request.as_any().is::<$req>() {
+                return Ok(Box::new(<$resp>::default_with(region_error)));
+            }
+        )*};
+    }
+    try_types!(
+        kvrpcpb::RawGetRequest => kvrpcpb::RawGetResponse,
+        kvrpcpb::RawBatchGetRequest => kvrpcpb::RawBatchGetResponse,
+        kvrpcpb::RawPutRequest => kvrpcpb::RawPutResponse,
+        kvrpcpb::RawBatchPutRequest => kvrpcpb::RawBatchPutResponse,
+        kvrpcpb::RawDeleteRequest => kvrpcpb::RawDeleteResponse,
+        kvrpcpb::RawBatchDeleteRequest => kvrpcpb::RawBatchDeleteResponse,
+        kvrpcpb::RawScanRequest => kvrpcpb::RawScanResponse,
+        kvrpcpb::RawBatchScanRequest => kvrpcpb::RawBatchScanResponse,
+        kvrpcpb::RawDeleteRangeRequest => kvrpcpb::RawDeleteRangeResponse,
+        kvrpcpb::RawCasRequest => kvrpcpb::RawCasResponse,
+        kvrpcpb::RawGetKeyTtlRequest => kvrpcpb::RawGetKeyTtlResponse
+    );
+    Err(Error::Internal(format!(
+        "the mock has no response type for {}",
+        request.label()
+    )))
+}
+
+trait DefaultWith {
+    fn default_with(region_error: Option<errorpb::Error>) -> Self;
+}
+
+macro_rules! default_with {
+    ($($resp:ty),*) => {$(
+        impl DefaultWith for $resp {
+            fn default_with(region_error: Option<errorpb::Error>) -> Self {
+                Self { region_error, ..Default::default() }
+            }
+        }
+    )*};
+}
+
+default_with!(
+    kvrpcpb::RawGetResponse,
+    kvrpcpb::RawBatchGetResponse,
+    kvrpcpb::RawPutResponse,
+    kvrpcpb::RawBatchPutResponse,
+    kvrpcpb::RawDeleteResponse,
+    kvrpcpb::RawBatchDeleteResponse,
+    kvrpcpb::RawScanResponse,
+    kvrpcpb::RawBatchScanResponse,
+    kvrpcpb::RawDeleteRangeResponse,
+    kvrpcpb::RawCasResponse,
+    kvrpcpb::RawGetKeyTtlResponse
+);
+
+/// How a store's mapping fails.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MappingFailure {
+    /// The connection is refused ([`Error::Connect`]).
+    Refused,
+    /// The connection does not open within the connect timeout
+    /// ([`Error::ConnectTimeout`]).
+    ConnectTimeout,
+}
+
+/// One dispatch the mock saw.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DispatchRecord {
+    /// The peer the request was sent to.
+    pub peer: metapb::Peer,
+    /// The request's label (`raw_get`, ...).
+    pub label: &'static str,
+    /// The request's context as sent.
+    pub context: kvrpcpb::Context,
+}
+
+#[derive(Debug, Default)]
+struct Topology {
+    /// What the client's cache holds.
+    cache: BTreeMap<RegionId, RegionWithLeader>,
+    /// What PD answers on a reload.
+    pd_view: BTreeMap<RegionId, RegionWithLeader>,
+    stores: BTreeMap<StoreId, metapb::Store>,
+    cached_stores: HashSet<StoreId>,
+    failing_stores: HashMap<StoreId, MappingFailure>,
+}
+
+#[derive(Default)]
+struct Shared {
+    topology: Mutex<Topology>,
+    dispatch_hook: Mutex<Option<PeerDispatchHook>>,
+    mapping_hook: Mutex<Option<MappingHook>>,
+    map_region_to_store: AtomicU64,
+    map_peer_to_store: AtomicU64,
+    update_leader: AtomicU64,
+    invalidate_region_cache: AtomicU64,
+    invalidate_store_cache: AtomicU64,
+    region_reloads: AtomicU64,
+    timestamp: AtomicU64,
+    map_calls_by_store: Mutex<HashMap<StoreId, u64>>,
+    dispatch_log: Mutex<Vec<DispatchRecord>>,
+}
+
+impl Shared {
+    fn dispatch(self: &Arc<Self>, peer: metapb::Peer, req: &dyn Request) -> DispatchFuture {
+        lock(&self.dispatch_log).push(DispatchRecord {
+            peer,
+            label: req.label(),
+            context: req.context().cloned().unwrap_or_default(),
+        });
+        let hook = lock(&self.dispatch_hook).clone();
+        match hook {
+            Some(hook) => hook(&peer, req),
+            None => Box::pin(async {
+                Err(Error::Internal(
+                    "MockPdClient has no dispatch hook; call set_dispatch_hook".to_owned(),
+                ))
+            }),
+        }
+    }
+}
+
+/// A [`PdClient`] over an in-memory topology, with hooks and counters.
+///
+/// ```
+/// use tikv_plan::mock::{self, MockPdClient};
+/// let pd = MockPdClient::new(vec![
+///     mock::region(1, b"", b"m", &[mock::voter(11, 1), mock::learner(12, 2)], Some(11)),
+///     mock::region(2, b"m", b"", &[mock::voter(21, 1), mock::witness(22, 2)], Some(21)),
+/// ]);
+/// assert_eq!(pd.cached_leader(2).map(|p| p.id), Some(21));
+/// ```
+#[derive(Clone)]
+pub struct MockPdClient {
+    shared: Arc<Shared>,
+}
+
+impl std::fmt::Debug for MockPdClient {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MockPdClient")
+            .field("topology", &*lock(&self.shared.topology))
+            .finish_non_exhaustive()
+    }
+}
+
+impl MockPdClient {
+    /// A mock whose cache and PD view both hold `regions`; a store is created
+    /// for every store id a peer names (address `store-<id>`).
+    pub fn new(regions: Vec<RegionWithLeader>) -> Self {
+        let mut topology = Topology::default();
+        for r in regions {
+            for p in &r.region.peers {
+                topology.stores.entry(p.store_id).or_insert(metapb::Store {
+                    id: p.store_id,
+                    address: format!("store-{}", p.store_id),
+                    ..Default::default()
+                });
+            }
+            topology.pd_view.insert(r.id(), r.clone());
+            topology.cache.insert(r.id(), r);
+        }
+        MockPdClient {
+            shared: Arc::new(Shared {
+                topology: Mutex::new(topology),
+                ..Default::default()
+            }),
+        }
+    }
+
+    /// Sets what every peer answers: `hook(target_peer, request)`.
+    pub fn set_dispatch_hook<F>(&self, hook: F)
+    where
+        F: Fn(&metapb::Peer, &dyn Request) -> Result<Box<dyn Any + Send>> + Send + Sync + 'static,
+    {
+        *lock(&self.shared.dispatch_hook) = Some(Arc::new(move |peer, req| {
+            let answer = hook(peer, req);
+            Box::pin(async move { answer })
+        }));
+    }
+
+    /// Sets what every peer answers, as a future (slow or hanging peers).
+    pub fn set_async_dispatch_hook<F>(&self, hook: F)
+    where
+        F: Fn(&metapb::Peer, &dyn Request) -> DispatchFuture + Send + Sync + 'static,
+    {
+        *lock(&self.shared.dispatch_hook) = Some(Arc::new(hook));
+    }
+
+    /// Sets a hook that can fail any mapping: `Some(error)` fails it.
+    pub fn set_mapping_hook<F>(&self, hook: F)
+    where
+        F: Fn(&metapb::Peer) -> Option<Error> + Send + Sync + 'static,
+    {
+        *lock(&self.shared.mapping_hook) = Some(Arc::new(hook));
+    }
+
+    /// Makes mapping to `store_id` fail the given way until
+    /// [`heal_store`](Self::heal_store).
+    pub fn fail_store_mapping(&self, store_id: StoreId, failure: MappingFailure) {
+        lock(&self.shared.topology)
+            .failing_stores
+            .insert(store_id, failure);
+    }
+
+    /// Makes mapping to `store_id` succeed again.
+    pub fn heal_store(&self, store_id: StoreId) {
+        lock(&self.shared.topology).failing_stores.remove(&store_id);
+    }
+
+    /// Replaces what PD answers for this Region on the next reload (the
+    /// client's cache is unchanged until then).
+    pub fn set_pd_view(&self, region: RegionWithLeader) {
+        let mut t = lock(&self.shared.topology);
+        for p in &region.region.peers {
+            t.stores.entry(p.store_id).or_insert(metapb::Store {
+                id: p.store_id,
+                address: format!("store-{}", p.store_id),
+                ..Default::default()
+            });
+        }
+        t.pd_view.insert(region.id(), region);
+    }
+
+    /// Removes a Region from PD's view (after a merge, say).
+    pub fn remove_from_pd_view(&self, region_id: RegionId) {
+        lock(&self.shared.topology).pd_view.remove(&region_id);
+    }
+
+    /// The client's cached copy of a Region.
+    pub fn cached_region(&self, region_id: RegionId) -> Option<RegionWithLeader> {
+        lock(&self.shared.topology).cache.get(&region_id).cloned()
+    }
+
+    /// The cached leader of a Region.
+    pub fn cached_leader(&self, region_id: RegionId) -> Option<metapb::Peer> {
+        self.cached_region(region_id).and_then(|r| r.leader)
+    }
+
+    /// True while the store's entry is in the store cache (after a mapping,
+    /// until an invalidation).
+    pub fn is_store_cached(&self, store_id: StoreId) -> bool {
+        lock(&self.shared.topology)
+            .cached_stores
+            .contains(&store_id)
+    }
+
+    /// Calls of `map_region_to_store`.
+    pub fn map_region_to_store_calls(&self) -> u64 {
+        self.shared.map_region_to_store.load(Ordering::SeqCst)
+    }
+
+    /// Calls of `map_peer_to_store` (the plan maps every candidate with it).
+    pub fn map_peer_to_store_calls(&self) -> u64 {
+        self.shared.map_peer_to_store.load(Ordering::SeqCst)
+    }
+
+    /// Mapping calls (either method) for one store.
+    pub fn map_calls_to_store(&self, store_id: StoreId) -> u64 {
+        lock(&self.shared.map_calls_by_store)
+            .get(&store_id)
+            .copied()
+            .unwrap_or(0)
+    }
+
+    /// Calls of `update_leader`.
+    pub fn update_leader_calls(&self) -> u64 {
+        self.shared.update_leader.load(Ordering::SeqCst)
+    }
+
+    /// Calls of `invalidate_region_cache`.
+    pub fn invalidate_region_cache_calls(&self) -> u64 {
+        self.shared.invalidate_region_cache.load(Ordering::SeqCst)
+    }
+
+    /// Calls of `invalidate_store_cache`.
+    pub fn invalidate_store_cache_calls(&self) -> u64 {
+        self.shared.invalidate_store_cache.load(Ordering::SeqCst)
+    }
+
+    /// Region lookups that missed the cache and asked PD.
+    pub fn region_reloads(&self) -> u64 {
+        self.shared.region_reloads.load(Ordering::SeqCst)
+    }
+
+    /// Every dispatch so far, in order.
+    pub fn dispatch_log(&self) -> Vec<DispatchRecord> {
+        lock(&self.shared.dispatch_log).clone()
+    }
+
+    /// How many requests were dispatched.
+    pub fn dispatches(&self) -> usize {
+        lock(&self.shared.dispatch_log).len()
+    }
+
+    /// How many requests were dispatched to one store.
+    pub fn dispatches_to_store(&self, store_id: StoreId) -> usize {
+        lock(&self.shared.dispatch_log)
+            .iter()
+            .filter(|d| d.peer.store_id == store_id)
+            .count()
+    }
+
+    /// The ids of the peers dispatched to, in order.
+    pub fn dispatched_peers(&self) -> Vec<u64> {
+        lock(&self.shared.dispatch_log)
+            .iter()
+            .map(|d| d.peer.id)
+            .collect()
+    }
+
+    fn load_from_pd(
+        &self,
+        t: &mut Topology,
+        found: Option<RegionWithLeader>,
+    ) -> Option<RegionWithLeader> {
+        let region = found?;
+        self.shared.region_reloads.fetch_add(1, Ordering::SeqCst);
+        // A reload replaces cached Regions that overlap it.
+        let overlapping: Vec<RegionId> = t
+            .cache
+            .values()
+            .filter(|c| ranges_overlap(c, &region))
+            .map(|c| c.id())
+            .collect();
+        for id in overlapping {
+            t.cache.remove(&id);
+        }
+        t.cache.insert(region.id(), region.clone());
+        Some(region)
+    }
+}
+
+fn ranges_overlap(a: &RegionWithLeader, b: &RegionWithLeader) -> bool {
+    let a_before_b_ends = b.end_key().is_empty() || a.start_key() < b.end_key();
+    let b_before_a_ends = a.end_key().is_empty() || b.start_key() < a.end_key();
+    a_before_b_ends && b_before_a_ends
+}
+
+#[async_trait]
+impl PdClient for MockPdClient {
+    type KvClient = MockKvClient;
+
+    async fn map_region_to_store(self: Arc<Self>, region: RegionWithLeader) -> Result<RegionStore> {
+        self.shared
+            .map_region_to_store
+            .fetch_add(1, Ordering::SeqCst);
+        let leader = region.leader.ok_or(Error::LeaderNotFound {
+            region_id: region.id(),
+        })?;
+        self.map_peer_to_store(region, leader).await
+    }
+
+    async fn map_peer_to_store(
+        self: Arc<Self>,
+        region: RegionWithLeader,
+        peer: metapb::Peer,
+    ) -> Result<RegionStore> {
+        self.shared.map_peer_to_store.fetch_add(1, Ordering::SeqCst);
+        *lock(&self.shared.map_calls_by_store)
+            .entry(peer.store_id)
+            .or_default() += 1;
+        let hook = lock(&self.shared.mapping_hook).clone();
+        if let Some(error) = hook.and_then(|h| h(&peer)) {
+            return Err(error);
+        }
+        {
+            let mut t = lock(&self.shared.topology);
+            let address = match t.stores.get(&peer.store_id) {
+                Some(s) => s.address.clone(),
+                None => {
+                    return Err(Error::StoreNotFound {
+                        store_id: peer.store_id,
+                    })
+                }
+            };
+            match t.failing_stores.get(&peer.store_id) {
+                Some(MappingFailure::Refused) => {
+                    return Err(Error::Connect {
+                        address,
+                        message: "connection refused (mock)".to_owned(),
+                    })
+                }
+                Some(MappingFailure::ConnectTimeout) => {
+                    return Err(Error::ConnectTimeout {
+                        address,
+                        timeout: Duration::from_secs(1),
+                    })
+                }
+                None => {}
+            }
+            t.cached_stores.insert(peer.store_id);
+        }
+        let shared = Arc::clone(&self.shared);
+        let client = MockKvClient::new_async(move |req| shared.dispatch(peer, req));
+        Ok(RegionStore::new(region, peer, Arc::new(client)))
+    }
+
+    async fn region_for_key(&self, key: &[u8]) -> Result<RegionWithLeader> {
+        let mut t = lock(&self.shared.topology);
+        if let Some(r) = t.cache.values().find(|r| r.contains(key)) {
+            return Ok(r.clone());
+        }
+        let found = t.pd_view.values().find(|r| r.contains(key)).cloned();
+        self.load_from_pd(&mut t, found)
+            .ok_or_else(|| Error::RegionForKeyNotFound { key: key.to_vec() })
+    }
+
+    async fn region_for_id(&self, id: RegionId) -> Result<RegionWithLeader> {
+        let mut t = lock(&self.shared.topology);
+        if let Some(r) = t.cache.get(&id) {
+            return Ok(r.clone());
+        }
+        let found = t.pd_view.get(&id).cloned();
+        self.load_from_pd(&mut t, found)
+            .ok_or(Error::RegionNotFoundInPd { region_id: id })
+    }
+
+    async fn all_stores(&self) -> Result<Vec<Store>> {
+        let stores: Vec<metapb::Store> = lock(&self.shared.topology)
+            .stores
+            .values()
+            .cloned()
+            .collect();
+        Ok(stores
+            .into_iter()
+            .map(|meta| {
+                let shared = Arc::clone(&self.shared);
+                let peer = metapb::Peer {
+                    store_id: meta.id,
+                    ..Default::default()
+                };
+                let client = MockKvClient::new_async(move |req| shared.dispatch(peer, req));
+                Store {
+                    meta,
+                    client: Arc::new(client),
+                }
+            })
+            .collect())
+    }
+
+    async fn get_timestamp(self: Arc<Self>) -> Result<Timestamp> {
+        let logical = self.shared.timestamp.fetch_add(1, Ordering::SeqCst) as i64;
+        Ok(Timestamp {
+            physical: 1,
+            logical,
+            suffix_bits: 0,
+        })
+    }
+
+    async fn update_leader(&self, ver_id: RegionVerId, leader: metapb::Peer) -> Result<()> {
+        self.shared.update_leader.fetch_add(1, Ordering::SeqCst);
+        let mut t = lock(&self.shared.topology);
+        if let Some(r) = t.cache.get_mut(&ver_id.id) {
+            if r.ver_id() == ver_id && r.has_peer(&leader) {
+                r.leader = Some(leader);
+            }
+        }
+        Ok(())
+    }
+
+    async fn invalidate_region_cache(&self, ver_id: RegionVerId) {
+        self.shared
+            .invalidate_region_cache
+            .fetch_add(1, Ordering::SeqCst);
+        let mut t = lock(&self.shared.topology);
+        if t.cache
+            .get(&ver_id.id)
+            .is_some_and(|r| r.ver_id() == ver_id)
+        {
+            t.cache.remove(&ver_id.id);
+        }
+    }
+
+    async fn invalidate_store_cache(&self, store_id: StoreId) {
+        self.shared
+            .invalidate_store_cache
+            .fetch_add(1, Ordering::SeqCst);
+        lock(&self.shared.topology).cached_stores.remove(&store_id);
+    }
+
+    async fn add_regions(&self, regions: Vec<metapb::Region>) {
+        let mut t = lock(&self.shared.topology);
+        for region in regions {
+            let mut new = RegionWithLeader::new(region, None);
+            let newer = match t.cache.get(&new.id()) {
+                Some(old) => {
+                    let (o, n) = (old.epoch(), new.epoch());
+                    // The old leader stays cached if it is still a peer.
+                    new.leader = old.leader.filter(|l| new.has_peer(l));
+                    (n.version, n.conf_ver) > (o.version, o.conf_ver)
+                }
+                None => true,
+            };
+            if !newer {
+                continue;
+            }
+            let overlapping: Vec<RegionId> = t
+                .cache
+                .values()
+                .filter(|c| ranges_overlap(c, &new))
+                .map(|c| c.id())
+                .collect();
+            for id in overlapping {
+                t.cache.remove(&id);
+            }
+            t.cache.insert(new.id(), new);
+        }
+    }
+}

@@ -1,1 +1,5 @@
-//! The raw key-value client (in progress).
+//! The raw key-value client and its requests.
+
+mod requests;
+
+pub use requests::*;

@@ -1,0 +1,740 @@
+//! Raw-KV requests for the plan: constructors, and the `KvRequest`,
+//! `Shardable`, `Batchable`, `Merge` and `Process` implementations of every
+//! raw request of the wire protocol.
+//!
+//! Single-key requests are one shard. Batches are split by Region (keys are
+//! sorted and deduplicated first), and `batch_put` also by
+//! [`RAW_BATCH_PUT_SIZE_LIMIT`]. A scan request covers one Region piece: the
+//! first Region of its range in scan direction; the caller continues from the
+//! Region boundary. `batch_scan` and `delete_range` split their ranges at
+//! Region boundaries.
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+
+use crate::pd::PdClient;
+use crate::proto::{errorpb, kvrpcpb};
+use crate::region::RegionWithLeader;
+use crate::request::{
+    Batchable, Collect, DefaultProcessor, HasKeyErrors, HasRegionError, KvRequest, Merge, Process,
+    Shardable,
+};
+use crate::store::RegionStore;
+use crate::{Error, Result};
+
+use crate::request::set_context_for_store;
+
+/// The size of the pairs one `raw_batch_put` RPC carries at most (keys plus
+/// values, in bytes); a larger batch is split.
+pub const RAW_BATCH_PUT_SIZE_LIMIT: u64 = 16 * 1024;
+
+fn cf_name(cf: Option<String>) -> String {
+    cf.unwrap_or_default()
+}
+
+/// A raw get of `key` in column family `cf` (`None`: the default).
+pub fn new_raw_get_request(key: Vec<u8>, cf: Option<String>) -> kvrpcpb::RawGetRequest {
+    kvrpcpb::RawGetRequest {
+        key,
+        cf: cf_name(cf),
+        ..Default::default()
+    }
+}
+
+/// A raw batch get of `keys`.
+pub fn new_raw_batch_get_request(
+    keys: Vec<Vec<u8>>,
+    cf: Option<String>,
+) -> kvrpcpb::RawBatchGetRequest {
+    kvrpcpb::RawBatchGetRequest {
+        keys,
+        cf: cf_name(cf),
+        ..Default::default()
+    }
+}
+
+/// A raw put of `key` = `value` with a time-to-live in seconds (0: none).
+/// `atomic` marks it for use together with compare-and-swap.
+pub fn new_raw_put_request(
+    key: Vec<u8>,
+    value: Vec<u8>,
+    cf: Option<String>,
+    ttl: u64,
+    atomic: bool,
+) -> kvrpcpb::RawPutRequest {
+    kvrpcpb::RawPutRequest {
+        key,
+        value,
+        cf: cf_name(cf),
+        ttl,
+        for_cas: atomic,
+        ..Default::default()
+    }
+}
+
+/// A raw batch put of `pairs`, each with its time-to-live in seconds
+/// (`ttls` empty: none; otherwise one per pair).
+pub fn new_raw_batch_put_request(
+    pairs: Vec<kvrpcpb::KvPair>,
+    ttls: Vec<u64>,
+    cf: Option<String>,
+    atomic: bool,
+) -> kvrpcpb::RawBatchPutRequest {
+    kvrpcpb::RawBatchPutRequest {
+        pairs,
+        ttls,
+        cf: cf_name(cf),
+        for_cas: atomic,
+        ..Default::default()
+    }
+}
+
+/// A raw delete of `key`.
+pub fn new_raw_delete_request(
+    key: Vec<u8>,
+    cf: Option<String>,
+    atomic: bool,
+) -> kvrpcpb::RawDeleteRequest {
+    kvrpcpb::RawDeleteRequest {
+        key,
+        cf: cf_name(cf),
+        for_cas: atomic,
+        ..Default::default()
+    }
+}
+
+/// A raw batch delete of `keys`.
+pub fn new_raw_batch_delete_request(
+    keys: Vec<Vec<u8>>,
+    cf: Option<String>,
+    atomic: bool,
+) -> kvrpcpb::RawBatchDeleteRequest {
+    kvrpcpb::RawBatchDeleteRequest {
+        keys,
+        cf: cf_name(cf),
+        for_cas: atomic,
+        ..Default::default()
+    }
+}
+
+/// A raw scan of one Region piece. Forward: `[start_key, end_key)` (empty
+/// `end_key`: unbounded). Reverse (`reverse`): from `start_key` (exclusive
+/// upper bound, empty: unbounded) down to `end_key` (inclusive lower bound),
+/// as TiKV defines it.
+pub fn new_raw_scan_request(
+    start_key: Vec<u8>,
+    end_key: Vec<u8>,
+    limit: u32,
+    key_only: bool,
+    reverse: bool,
+    cf: Option<String>,
+) -> kvrpcpb::RawScanRequest {
+    kvrpcpb::RawScanRequest {
+        start_key,
+        end_key,
+        limit,
+        key_only,
+        reverse,
+        cf: cf_name(cf),
+        ..Default::default()
+    }
+}
+
+/// A raw batch scan of sorted, non-overlapping `ranges` (`(start, end)`),
+/// at most `each_limit` pairs per range and Region.
+pub fn new_raw_batch_scan_request(
+    ranges: Vec<(Vec<u8>, Vec<u8>)>,
+    each_limit: u32,
+    key_only: bool,
+    cf: Option<String>,
+) -> kvrpcpb::RawBatchScanRequest {
+    kvrpcpb::RawBatchScanRequest {
+        ranges: ranges
+            .into_iter()
+            .map(|(start_key, end_key)| kvrpcpb::KeyRange { start_key, end_key })
+            .collect(),
+        each_limit,
+        key_only,
+        cf: cf_name(cf),
+        ..Default::default()
+    }
+}
+
+/// A raw delete of `[start_key, end_key)` (empty `end_key`: unbounded).
+pub fn new_raw_delete_range_request(
+    start_key: Vec<u8>,
+    end_key: Vec<u8>,
+    cf: Option<String>,
+) -> kvrpcpb::RawDeleteRangeRequest {
+    kvrpcpb::RawDeleteRangeRequest {
+        start_key,
+        end_key,
+        cf: cf_name(cf),
+        ..Default::default()
+    }
+}
+
+/// A raw compare-and-swap: sets `key` to `value` if its current value is
+/// `previous_value` (`None`: the key must not exist). Its replay is unsafe,
+/// so its plan is terminal on dispatch errors.
+pub fn new_cas_request(
+    key: Vec<u8>,
+    value: Vec<u8>,
+    previous_value: Option<Vec<u8>>,
+    cf: Option<String>,
+) -> kvrpcpb::RawCasRequest {
+    let previous_not_exist = previous_value.is_none();
+    kvrpcpb::RawCasRequest {
+        key,
+        value,
+        previous_not_exist,
+        previous_value: previous_value.unwrap_or_default(),
+        cf: cf_name(cf),
+        ..Default::default()
+    }
+}
+
+/// A raw get of the time-to-live of `key`.
+pub fn new_raw_get_key_ttl_request(
+    key: Vec<u8>,
+    cf: Option<String>,
+) -> kvrpcpb::RawGetKeyTtlRequest {
+    kvrpcpb::RawGetKeyTtlRequest {
+        key,
+        cf: cf_name(cf),
+        ..Default::default()
+    }
+}
+
+macro_rules! region_error_response {
+    ($($resp:ty),*) => {$(
+        impl HasRegionError for $resp {
+            fn region_error(&mut self) -> Option<errorpb::Error> {
+                self.region_error.take()
+            }
+        }
+    )*};
+}
+
+region_error_response!(
+    kvrpcpb::RawGetResponse,
+    kvrpcpb::RawBatchGetResponse,
+    kvrpcpb::RawPutResponse,
+    kvrpcpb::RawBatchPutResponse,
+    kvrpcpb::RawDeleteResponse,
+    kvrpcpb::RawBatchDeleteResponse,
+    kvrpcpb::RawScanResponse,
+    kvrpcpb::RawBatchScanResponse,
+    kvrpcpb::RawDeleteRangeResponse,
+    kvrpcpb::RawCasResponse,
+    kvrpcpb::RawGetKeyTtlResponse
+);
+
+macro_rules! string_error_response {
+    ($($resp:ty),*) => {$(
+        impl HasKeyErrors for $resp {
+            fn key_errors(&mut self) -> Option<Vec<Error>> {
+                crate::request::string_key_error(&mut self.error)
+            }
+        }
+    )*};
+}
+
+string_error_response!(
+    kvrpcpb::RawGetResponse,
+    kvrpcpb::RawPutResponse,
+    kvrpcpb::RawBatchPutResponse,
+    kvrpcpb::RawDeleteResponse,
+    kvrpcpb::RawBatchDeleteResponse,
+    kvrpcpb::RawDeleteRangeResponse,
+    kvrpcpb::RawCasResponse,
+    kvrpcpb::RawGetKeyTtlResponse
+);
+
+impl HasKeyErrors for kvrpcpb::RawBatchGetResponse {
+    fn key_errors(&mut self) -> Option<Vec<Error>> {
+        crate::request::pair_key_errors(&mut self.pairs)
+    }
+}
+
+impl HasKeyErrors for kvrpcpb::RawScanResponse {
+    fn key_errors(&mut self) -> Option<Vec<Error>> {
+        crate::request::pair_key_errors(&mut self.kvs)
+    }
+}
+
+impl HasKeyErrors for kvrpcpb::RawBatchScanResponse {
+    fn key_errors(&mut self) -> Option<Vec<Error>> {
+        crate::request::pair_key_errors(&mut self.kvs)
+    }
+}
+
+macro_rules! kv_request {
+    ($req:ty, $resp:ty) => {
+        impl KvRequest for $req {
+            type Response = $resp;
+        }
+    };
+}
+
+kv_request!(kvrpcpb::RawGetRequest, kvrpcpb::RawGetResponse);
+kv_request!(kvrpcpb::RawBatchGetRequest, kvrpcpb::RawBatchGetResponse);
+kv_request!(kvrpcpb::RawPutRequest, kvrpcpb::RawPutResponse);
+kv_request!(kvrpcpb::RawBatchPutRequest, kvrpcpb::RawBatchPutResponse);
+kv_request!(kvrpcpb::RawDeleteRequest, kvrpcpb::RawDeleteResponse);
+kv_request!(
+    kvrpcpb::RawBatchDeleteRequest,
+    kvrpcpb::RawBatchDeleteResponse
+);
+kv_request!(kvrpcpb::RawScanRequest, kvrpcpb::RawScanResponse);
+kv_request!(kvrpcpb::RawBatchScanRequest, kvrpcpb::RawBatchScanResponse);
+kv_request!(
+    kvrpcpb::RawDeleteRangeRequest,
+    kvrpcpb::RawDeleteRangeResponse
+);
+kv_request!(kvrpcpb::RawGetKeyTtlRequest, kvrpcpb::RawGetKeyTtlResponse);
+
+impl KvRequest for kvrpcpb::RawCasRequest {
+    type Response = kvrpcpb::RawCasResponse;
+
+    /// A compare-and-swap that may have been applied must not be replayed.
+    fn terminal_on_dispatch_error(&self) -> bool {
+        true
+    }
+}
+
+macro_rules! single_key_shardable {
+    ($($req:ty),*) => {$(
+        #[async_trait]
+        impl Shardable for $req {
+            type Shard = Vec<u8>;
+
+            async fn shards<PdC: PdClient>(
+                &self,
+                pd_client: &Arc<PdC>,
+            ) -> Result<Vec<(Self::Shard, RegionWithLeader)>> {
+                let region = pd_client.region_for_key(&self.key).await?;
+                Ok(vec![(self.key.clone(), region)])
+            }
+
+            fn apply_shard(&mut self, shard: Self::Shard) {
+                self.key = shard;
+            }
+
+            fn apply_store(&mut self, store: &RegionStore) -> Result<()> {
+                set_context_for_store(self, store);
+                Ok(())
+            }
+        }
+    )*};
+}
+
+single_key_shardable!(
+    kvrpcpb::RawGetRequest,
+    kvrpcpb::RawPutRequest,
+    kvrpcpb::RawDeleteRequest,
+    kvrpcpb::RawCasRequest,
+    kvrpcpb::RawGetKeyTtlRequest
+);
+
+fn sorted_unique(mut keys: Vec<Vec<u8>>) -> Vec<Vec<u8>> {
+    keys.sort();
+    keys.dedup();
+    keys
+}
+
+macro_rules! keys_shardable {
+    ($($req:ty),*) => {$(
+        #[async_trait]
+        impl Shardable for $req {
+            type Shard = Vec<Vec<u8>>;
+
+            async fn shards<PdC: PdClient>(
+                &self,
+                pd_client: &Arc<PdC>,
+            ) -> Result<Vec<(Self::Shard, RegionWithLeader)>> {
+                let keys = sorted_unique(self.keys.clone());
+                let groups = pd_client.group_keys_by_region(keys).await?;
+                Ok(groups.into_iter().map(|(region, keys)| (keys, region)).collect())
+            }
+
+            fn apply_shard(&mut self, shard: Self::Shard) {
+                self.keys = shard;
+            }
+
+            fn apply_store(&mut self, store: &RegionStore) -> Result<()> {
+                set_context_for_store(self, store);
+                Ok(())
+            }
+        }
+    )*};
+}
+
+keys_shardable!(kvrpcpb::RawBatchGetRequest, kvrpcpb::RawBatchDeleteRequest);
+
+/// A pair to put and its time-to-live (0: none).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PairWithTtl {
+    /// The pair.
+    pub pair: kvrpcpb::KvPair,
+    /// Its time-to-live in seconds.
+    pub ttl: u64,
+}
+
+impl AsRef<[u8]> for PairWithTtl {
+    fn as_ref(&self) -> &[u8] {
+        &self.pair.key
+    }
+}
+
+impl Batchable for kvrpcpb::RawBatchPutRequest {
+    type Item = PairWithTtl;
+
+    fn item_size(item: &PairWithTtl) -> u64 {
+        (item.pair.key.len() + item.pair.value.len()) as u64
+    }
+}
+
+#[async_trait]
+impl Shardable for kvrpcpb::RawBatchPutRequest {
+    type Shard = Vec<PairWithTtl>;
+
+    async fn shards<PdC: PdClient>(
+        &self,
+        pd_client: &Arc<PdC>,
+    ) -> Result<Vec<(Self::Shard, RegionWithLeader)>> {
+        if !self.ttls.is_empty() && self.ttls.len() != self.pairs.len() {
+            return Err(Error::InvalidArgument(format!(
+                "a batch put has {} pairs but {} TTLs; give one TTL per pair or none",
+                self.pairs.len(),
+                self.ttls.len()
+            )));
+        }
+        let mut items: Vec<PairWithTtl> = self
+            .pairs
+            .iter()
+            .enumerate()
+            .map(|(i, pair)| PairWithTtl {
+                pair: pair.clone(),
+                ttl: self.ttls.get(i).copied().unwrap_or(0),
+            })
+            .collect();
+        // Sorted by key; a later pair for the same key wins.
+        items.reverse();
+        items.sort_by(|a, b| a.pair.key.cmp(&b.pair.key));
+        items.dedup_by(|a, b| a.pair.key == b.pair.key);
+        let groups = pd_client.group_keys_by_region(items).await?;
+        let mut shards = Vec::new();
+        for (region, items) in groups {
+            for batch in Self::batches(items, RAW_BATCH_PUT_SIZE_LIMIT) {
+                shards.push((batch, region.clone()));
+            }
+        }
+        Ok(shards)
+    }
+
+    fn apply_shard(&mut self, shard: Self::Shard) {
+        let with_ttl = !self.ttls.is_empty();
+        self.ttls = if with_ttl {
+            shard.iter().map(|p| p.ttl).collect()
+        } else {
+            Vec::new()
+        };
+        self.pairs = shard.into_iter().map(|p| p.pair).collect();
+    }
+
+    fn apply_store(&mut self, store: &RegionStore) -> Result<()> {
+        set_context_for_store(self, store);
+        Ok(())
+    }
+}
+
+/// Clips `[start, end)` to a Region (empty ends are unbounded).
+fn clip_to_region(start: &[u8], end: &[u8], region: &RegionWithLeader) -> (Vec<u8>, Vec<u8>) {
+    let start = start.max(region.start_key()).to_vec();
+    let end = match (end.is_empty(), region.end_key().is_empty()) {
+        (true, _) => region.end_key().to_vec(),
+        (false, true) => end.to_vec(),
+        (false, false) => end.min(region.end_key()).to_vec(),
+    };
+    (start, end)
+}
+
+#[async_trait]
+impl Shardable for kvrpcpb::RawScanRequest {
+    /// The piece as `(start_key, end_key)` in the request's own convention.
+    type Shard = (Vec<u8>, Vec<u8>);
+
+    async fn shards<PdC: PdClient>(
+        &self,
+        pd_client: &Arc<PdC>,
+    ) -> Result<Vec<(Self::Shard, RegionWithLeader)>> {
+        if !self.reverse {
+            let region = pd_client.region_for_key(&self.start_key).await?;
+            let piece = clip_to_region(&self.start_key, &self.end_key, &region);
+            return Ok(vec![(piece, region)]);
+        }
+        // Reverse: upper bound `start_key` (exclusive), lower `end_key`.
+        let (lower, upper) = (self.end_key.clone(), self.start_key.clone());
+        let regions = pd_client
+            .regions_for_range(lower.clone(), upper.clone())
+            .await?;
+        let region = regions
+            .into_iter()
+            .last()
+            .ok_or_else(|| Error::Internal("PD returned no Region for a scan range".to_owned()))?;
+        let (lo, hi) = clip_to_region(&lower, &upper, &region);
+        Ok(vec![((hi, lo), region)])
+    }
+
+    fn apply_shard(&mut self, (start_key, end_key): Self::Shard) {
+        self.start_key = start_key;
+        self.end_key = end_key;
+    }
+
+    fn apply_store(&mut self, store: &RegionStore) -> Result<()> {
+        set_context_for_store(self, store);
+        Ok(())
+    }
+}
+
+#[async_trait]
+impl Shardable for kvrpcpb::RawBatchScanRequest {
+    type Shard = Vec<kvrpcpb::KeyRange>;
+
+    async fn shards<PdC: PdClient>(
+        &self,
+        pd_client: &Arc<PdC>,
+    ) -> Result<Vec<(Self::Shard, RegionWithLeader)>> {
+        let ranges = self
+            .ranges
+            .iter()
+            .map(|r| (r.start_key.clone(), r.end_key.clone()))
+            .collect();
+        let groups = pd_client.group_ranges_by_region(ranges).await?;
+        Ok(groups
+            .into_iter()
+            .map(|(region, pieces)| {
+                let pieces = pieces
+                    .into_iter()
+                    .map(|(start_key, end_key)| kvrpcpb::KeyRange { start_key, end_key })
+                    .collect();
+                (pieces, region)
+            })
+            .collect())
+    }
+
+    fn apply_shard(&mut self, shard: Self::Shard) {
+        self.ranges = shard;
+    }
+
+    fn apply_store(&mut self, store: &RegionStore) -> Result<()> {
+        set_context_for_store(self, store);
+        Ok(())
+    }
+}
+
+#[async_trait]
+impl Shardable for kvrpcpb::RawDeleteRangeRequest {
+    type Shard = (Vec<u8>, Vec<u8>);
+
+    async fn shards<PdC: PdClient>(
+        &self,
+        pd_client: &Arc<PdC>,
+    ) -> Result<Vec<(Self::Shard, RegionWithLeader)>> {
+        let groups = pd_client
+            .group_ranges_by_region(vec![(self.start_key.clone(), self.end_key.clone())])
+            .await?;
+        Ok(groups
+            .into_iter()
+            .flat_map(|(region, pieces)| {
+                pieces.into_iter().map(move |piece| (piece, region.clone()))
+            })
+            .collect())
+    }
+
+    fn apply_shard(&mut self, (start_key, end_key): Self::Shard) {
+        self.start_key = start_key;
+        self.end_key = end_key;
+    }
+
+    fn apply_store(&mut self, store: &RegionStore) -> Result<()> {
+        set_context_for_store(self, store);
+        Ok(())
+    }
+}
+
+fn collect_pairs<R>(
+    input: Vec<Result<R>>,
+    pairs: impl Fn(R) -> Vec<kvrpcpb::KvPair>,
+) -> Result<Vec<kvrpcpb::KvPair>> {
+    let responses = crate::request::collect_in_order(input)?;
+    Ok(responses.into_iter().flat_map(pairs).collect())
+}
+
+impl Merge<kvrpcpb::RawBatchGetResponse> for Collect {
+    type Out = Vec<kvrpcpb::KvPair>;
+
+    fn merge(&self, input: Vec<Result<kvrpcpb::RawBatchGetResponse>>) -> Result<Self::Out> {
+        collect_pairs(input, |r| r.pairs)
+    }
+}
+
+impl Merge<kvrpcpb::RawScanResponse> for Collect {
+    type Out = Vec<kvrpcpb::KvPair>;
+
+    fn merge(&self, input: Vec<Result<kvrpcpb::RawScanResponse>>) -> Result<Self::Out> {
+        collect_pairs(input, |r| r.kvs)
+    }
+}
+
+impl Merge<kvrpcpb::RawBatchScanResponse> for Collect {
+    type Out = Vec<kvrpcpb::KvPair>;
+
+    fn merge(&self, input: Vec<Result<kvrpcpb::RawBatchScanResponse>>) -> Result<Self::Out> {
+        collect_pairs(input, |r| r.kvs)
+    }
+}
+
+fn no_key_errors<R: HasKeyErrors>(mut response: R) -> Result<R> {
+    match response.key_errors() {
+        Some(errors) => Err(crate::request::strongest_shard_error(errors)),
+        None => Ok(response),
+    }
+}
+
+impl Process<kvrpcpb::RawGetResponse> for DefaultProcessor {
+    type Out = Option<Vec<u8>>;
+
+    fn process(&self, input: Result<kvrpcpb::RawGetResponse>) -> Result<Self::Out> {
+        let r = no_key_errors(input?)?;
+        Ok((!r.not_found).then_some(r.value))
+    }
+}
+
+impl Process<kvrpcpb::RawGetKeyTtlResponse> for DefaultProcessor {
+    type Out = Option<u64>;
+
+    fn process(&self, input: Result<kvrpcpb::RawGetKeyTtlResponse>) -> Result<Self::Out> {
+        let r = no_key_errors(input?)?;
+        Ok((!r.not_found).then_some(r.ttl))
+    }
+}
+
+impl Process<kvrpcpb::RawCasResponse> for DefaultProcessor {
+    /// The previous value (`None` if the key did not exist) and whether the
+    /// swap happened.
+    type Out = (Option<Vec<u8>>, bool);
+
+    fn process(&self, input: Result<kvrpcpb::RawCasResponse>) -> Result<Self::Out> {
+        let r = no_key_errors(input?)?;
+        let previous = (!r.previous_not_exist).then_some(r.previous_value);
+        Ok((previous, r.succeed))
+    }
+}
+
+impl Process<Vec<kvrpcpb::KvPair>> for DefaultProcessor {
+    type Out = Vec<kvrpcpb::KvPair>;
+
+    fn process(&self, input: Result<Vec<kvrpcpb::KvPair>>) -> Result<Self::Out> {
+        input
+    }
+}
+
+macro_rules! unit_processor {
+    ($($resp:ty),*) => {$(
+        impl Process<$resp> for DefaultProcessor {
+            type Out = ();
+
+            fn process(&self, input: Result<$resp>) -> Result<()> {
+                no_key_errors(input?).map(|_| ())
+            }
+        }
+
+        impl Process<Vec<$resp>> for DefaultProcessor {
+            type Out = ();
+
+            fn process(&self, input: Result<Vec<$resp>>) -> Result<()> {
+                no_key_errors(input?).map(|_| ())
+            }
+        }
+    )*};
+}
+
+unit_processor!(
+    kvrpcpb::RawPutResponse,
+    kvrpcpb::RawBatchPutResponse,
+    kvrpcpb::RawDeleteResponse,
+    kvrpcpb::RawBatchDeleteResponse,
+    kvrpcpb::RawDeleteRangeResponse
+);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pair(key: &[u8], size: usize) -> PairWithTtl {
+        PairWithTtl {
+            pair: kvrpcpb::KvPair {
+                key: key.to_vec(),
+                value: vec![0; size],
+                ..Default::default()
+            },
+            ttl: 0,
+        }
+    }
+
+    #[test]
+    fn batch_put_batches_respect_the_size_limit_and_order() {
+        let items = vec![
+            pair(b"a", 10),
+            pair(b"b", 10),
+            pair(b"c", 30),
+            pair(b"d", 1),
+        ];
+        let batches = kvrpcpb::RawBatchPutRequest::batches(items, 25);
+        let keys: Vec<Vec<&[u8]>> = batches
+            .iter()
+            .map(|b| b.iter().map(|p| p.pair.key.as_slice()).collect())
+            .collect();
+        assert_eq!(keys, vec![vec![&b"a"[..], b"b"], vec![b"c"], vec![b"d"]]);
+    }
+
+    #[test]
+    fn cas_is_terminal_and_encodes_previous_absence() {
+        let req = new_cas_request(b"k".to_vec(), b"v".to_vec(), None, None);
+        assert!(req.terminal_on_dispatch_error());
+        assert!(req.previous_not_exist);
+        let req = new_cas_request(b"k".to_vec(), b"v".to_vec(), Some(b"p".to_vec()), None);
+        assert!(!req.previous_not_exist);
+        assert_eq!(req.previous_value, b"p");
+        assert!(!new_raw_get_request(b"k".to_vec(), None).terminal_on_dispatch_error());
+    }
+
+    #[test]
+    fn default_processors() {
+        let got = DefaultProcessor
+            .process(Ok(kvrpcpb::RawGetResponse {
+                not_found: true,
+                ..Default::default()
+            }))
+            .unwrap();
+        assert_eq!(got, None);
+        let err = DefaultProcessor
+            .process(Ok(kvrpcpb::RawPutResponse {
+                error: "bad".into(),
+                ..Default::default()
+            }))
+            .unwrap_err();
+        assert!(matches!(err, Error::KeyError { .. }));
+        let (prev, ok) = DefaultProcessor
+            .process(Ok(kvrpcpb::RawCasResponse {
+                succeed: true,
+                previous_not_exist: true,
+                ..Default::default()
+            }))
+            .unwrap();
+        assert_eq!((prev, ok), (None, true));
+    }
+}

@@ -1,0 +1,161 @@
+//! The traits a request implements to travel through a plan.
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+
+use crate::pd::PdClient;
+use crate::proto::{errorpb, kvrpcpb};
+use crate::region::RegionWithLeader;
+use crate::store::{RegionStore, Request};
+use crate::{Error, Result};
+
+/// A TiKV request with a typed response, ready for a plan.
+pub trait KvRequest: Request + Sized + Clone + Sync + Send + 'static {
+    /// The response the store sends back.
+    type Response: HasRegionError + HasKeyErrors + Send + 'static;
+
+    /// True when replaying the request after it may have reached a server is
+    /// unsafe (raw compare-and-swap): dispatch errors then end the request as
+    /// [`Error::Undetermined`] (routing.md, "Replay safety").
+    fn terminal_on_dispatch_error(&self) -> bool {
+        false
+    }
+}
+
+/// A request that can be split by Region into shards.
+#[async_trait]
+pub trait Shardable {
+    /// One Region's part of the request (keys, pairs or ranges).
+    type Shard: Clone + Send + Sync + 'static;
+
+    /// Splits the request by Region, in key order.
+    async fn shards<PdC: PdClient>(
+        &self,
+        pd_client: &Arc<PdC>,
+    ) -> Result<Vec<(Self::Shard, RegionWithLeader)>>;
+
+    /// Narrows the request to one shard.
+    fn apply_shard(&mut self, shard: Self::Shard);
+
+    /// Targets the request at a Region's candidate peer: sets the context's
+    /// region id, epoch and peer, keeping every other context field.
+    fn apply_store(&mut self, store: &RegionStore) -> Result<()>;
+}
+
+/// Items that are split into batches by size (after being split by Region).
+pub trait Batchable {
+    /// One item (a key, a pair).
+    type Item;
+
+    /// The size of an item in bytes, as counted against the batch limit.
+    fn item_size(item: &Self::Item) -> u64;
+
+    /// Splits `items` into batches of at most `batch_size` bytes each (an
+    /// item larger than the limit gets a batch of its own), keeping order.
+    fn batches(items: Vec<Self::Item>, batch_size: u64) -> Vec<Vec<Self::Item>> {
+        let mut batches = Vec::new();
+        let mut current = Vec::new();
+        let mut current_size = 0u64;
+        for item in items {
+            let size = Self::item_size(&item);
+            if !current.is_empty() && current_size.saturating_add(size) > batch_size {
+                batches.push(std::mem::take(&mut current));
+                current_size = 0;
+            }
+            current_size = current_size.saturating_add(size);
+            current.push(item);
+        }
+        if !current.is_empty() {
+            batches.push(current);
+        }
+        batches
+    }
+}
+
+/// A response that may carry a Region error.
+pub trait HasRegionError {
+    /// Takes the Region error out of the response, if there is one.
+    fn region_error(&mut self) -> Option<errorpb::Error>;
+}
+
+/// A response that may carry key-level errors.
+pub trait HasKeyErrors {
+    /// Takes the key errors out of the response, if there are any.
+    fn key_errors(&mut self) -> Option<Vec<Error>>;
+}
+
+impl<T: HasKeyErrors> HasKeyErrors for Vec<T> {
+    fn key_errors(&mut self) -> Option<Vec<Error>> {
+        let errors: Vec<Error> = self
+            .iter_mut()
+            .filter_map(HasKeyErrors::key_errors)
+            .flatten()
+            .collect();
+        (!errors.is_empty()).then_some(errors)
+    }
+}
+
+/// Sets a request's context to target `store`'s peer: region id, epoch and
+/// peer change; every other field (including `replica_read` and
+/// `stale_read`, which fallback never sets) stays as the caller left it.
+pub fn set_context_for_store<R: Request>(request: &mut R, store: &RegionStore) {
+    let mut context: kvrpcpb::Context = request.context().cloned().unwrap_or_default();
+    let region = &store.region_with_leader;
+    context.region_id = region.id();
+    context.region_epoch = Some(region.epoch());
+    context.peer = Some(store.target_peer);
+    request.set_context(context);
+}
+
+/// Turns a raw response's `error` string into a key error, if it is set.
+pub(crate) fn string_key_error(error: &mut String) -> Option<Vec<Error>> {
+    if error.is_empty() {
+        return None;
+    }
+    Some(vec![Error::KeyError {
+        message: std::mem::take(error),
+        key_error: None,
+    }])
+}
+
+/// Turns the `KeyError`s of pairs into errors.
+pub(crate) fn pair_key_errors(pairs: &mut [kvrpcpb::KvPair]) -> Option<Vec<Error>> {
+    let errors: Vec<Error> = pairs
+        .iter_mut()
+        .filter_map(|p| p.error.take())
+        .map(|e| Error::KeyError {
+            message: describe_key_error(&e),
+            key_error: Some(Box::new(e)),
+        })
+        .collect();
+    (!errors.is_empty()).then_some(errors)
+}
+
+fn describe_key_error(e: &kvrpcpb::KeyError) -> String {
+    if !e.retryable.is_empty() {
+        format!("retryable key error: {}", e.retryable)
+    } else if !e.abort.is_empty() {
+        format!("aborted: {}", e.abort)
+    } else {
+        "key error".to_owned()
+    }
+}
+
+/// Picks the error a failed multi-shard request reports: an undetermined
+/// outcome wins over determinate errors of other shards (routing.md, "Replay
+/// safety"); otherwise the first error in shard order, or all of them.
+pub(crate) fn strongest_shard_error(mut errors: Vec<Error>) -> Error {
+    if let Some(pos) = errors.iter().position(Error::is_undetermined) {
+        return errors.swap_remove(pos);
+    }
+    if errors.len() == 1 {
+        if let Some(e) = errors.pop() {
+            return e;
+        }
+    }
+    if errors.is_empty() {
+        return Error::Internal("a failed request reported no error".to_owned());
+    }
+    Error::Multiple(errors)
+}

@@ -1,0 +1,180 @@
+//! Replay safety (routing.md, "Replay safety").
+#![cfg(feature = "mock")]
+
+mod common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::*;
+use tikv_plan::mock::{self, MappingFailure, MockPdClient};
+use tikv_plan::proto::kvrpcpb;
+use tikv_plan::raw::{new_cas_request, new_raw_batch_put_request};
+use tikv_plan::request::{CollectError, CollectSingle, Plan, PlanBuilder};
+use tikv_plan::Error;
+
+async fn cas(pd: &Arc<MockPdClient>) -> tikv_plan::Result<(Option<Vec<u8>>, bool)> {
+    PlanBuilder::new(
+        pd.clone(),
+        new_cas_request(b"k".to_vec(), b"new".to_vec(), Some(b"old".to_vec()), None),
+    )
+    .routing(routing())
+    .retry_multi_region(backoff())
+    .merge(CollectSingle)
+    .post_process_default()
+    .plan()
+    .execute()
+    .await
+}
+
+#[tokio::test(start_paused = true)]
+async fn cas_dispatch_error_is_undetermined_and_not_replayed() {
+    for failure in [unavailable, deadline, client_timeout] {
+        let pd = three_voters();
+        pd.set_dispatch_hook(move |peer, req| {
+            if peer.id == 11 {
+                failure()
+            } else {
+                accept(peer, req)
+            }
+        });
+        let err = cas(&pd).await.unwrap_err();
+        assert!(err.is_undetermined(), "{err}");
+        assert!(matches!(err, Error::Undetermined { region_id: 1, .. }));
+        assert_eq!(pd.dispatched_peers(), vec![11], "never replayed on a voter");
+        assert_eq!(pd.update_leader_calls(), 0);
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn cas_mapping_failure_still_falls_back() {
+    let pd = three_voters();
+    pd.fail_store_mapping(1, MappingFailure::Refused);
+    pd.set_dispatch_hook(|_peer, _req| {
+        Ok(Box::new(kvrpcpb::RawCasResponse {
+            succeed: true,
+            previous_value: b"old".to_vec(),
+            ..Default::default()
+        }))
+    });
+    assert_eq!(cas(&pd).await.unwrap(), (Some(b"old".to_vec()), true));
+    assert_eq!(
+        pd.dispatched_peers(),
+        vec![12],
+        "the request was never sent to 11"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn idempotent_requests_keep_ordinary_retries() {
+    let pd = three_voters();
+    let routing = routing();
+    pd.set_dispatch_hook(|peer, req| {
+        if peer.id == 11 {
+            unavailable()
+        } else {
+            accept(peer, req)
+        }
+    });
+    put(&pd, &routing).await.unwrap();
+    assert_eq!(pd.dispatched_peers(), vec![11, 12]);
+}
+
+fn two_regions() -> Arc<MockPdClient> {
+    Arc::new(MockPdClient::new(vec![
+        mock::region(
+            1,
+            b"",
+            b"m",
+            &[mock::voter(11, 1), mock::voter(12, 2)],
+            Some(11),
+        ),
+        mock::region(
+            2,
+            b"m",
+            b"",
+            &[mock::voter(21, 1), mock::voter(22, 2)],
+            Some(21),
+        ),
+    ]))
+}
+
+fn pairs(keys: &[&[u8]]) -> Vec<kvrpcpb::KvPair> {
+    keys.iter()
+        .map(|k| kvrpcpb::KvPair {
+            key: k.to_vec(),
+            value: b"v".to_vec(),
+            ..Default::default()
+        })
+        .collect()
+}
+
+#[tokio::test(start_paused = true)]
+async fn undetermined_wins_over_other_shard_errors() {
+    // Shard 1 (first in order) fails determinately, shard 2 undetermined,
+    // and later.
+    let pd = two_regions();
+    pd.set_async_dispatch_hook(|peer, _req| {
+        let id = peer.id;
+        Box::pin(async move {
+            if id == 11 {
+                return Err(Error::from(tonic::Status::invalid_argument("rejected")));
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+            Err(Error::from(tonic::Status::unavailable("reset")))
+        })
+    });
+    let request = new_raw_batch_put_request(pairs(&[b"a", b"z"]), vec![], None, false);
+    let err = PlanBuilder::new(pd.clone(), request.clone())
+        .terminal_on_dispatch_error()
+        .terminal_on_undetermined()
+        .retry_multi_region(backoff())
+        .plan()
+        .execute()
+        .await
+        .unwrap_err();
+    assert!(err.is_undetermined(), "{err}");
+
+    // The same with every shard's result kept: CollectError applies the same
+    // precedence.
+    let err = PlanBuilder::new(pd.clone(), request)
+        .terminal_on_dispatch_error()
+        .preserve_region_results()
+        .retry_multi_region(backoff())
+        .merge(CollectError)
+        .plan()
+        .execute()
+        .await
+        .unwrap_err();
+    assert!(err.is_undetermined(), "{err}");
+    // Nothing was replayed on store 2.
+    assert_eq!(pd.dispatches_to_store(2), 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn terminal_on_undetermined_returns_before_slow_shards_finish() {
+    let pd = two_regions();
+    pd.set_async_dispatch_hook(|peer, req| {
+        let id = peer.id;
+        let ok = accept(peer, req);
+        Box::pin(async move {
+            if id == 21 {
+                return Err(Error::from(tonic::Status::unavailable("reset")));
+            }
+            tokio::time::sleep(Duration::from_secs(60)).await;
+            ok
+        })
+    });
+    let start = tokio::time::Instant::now();
+    let request = new_raw_batch_put_request(pairs(&[b"a", b"z"]), vec![], None, false);
+    let err = PlanBuilder::new(pd.clone(), request)
+        .terminal_on_dispatch_error()
+        .terminal_on_undetermined()
+        .retry_multi_region(backoff())
+        .plan()
+        .execute()
+        .await
+        .unwrap_err();
+    assert!(err.is_undetermined());
+    assert!(start.elapsed() < Duration::from_secs(1), "returned at once");
+}

@@ -1,0 +1,155 @@
+//! The ServerIsBusy(0) follower probe (routing.md, "ServerIsBusy(0)
+//! follower probe").
+#![cfg(feature = "mock")]
+
+mod common;
+
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::*;
+use tikv_plan::mock;
+use tikv_plan::request::RoutingState;
+use tikv_plan::Config;
+use tokio::time::Instant;
+
+#[tokio::test(start_paused = true)]
+async fn two_busy_zero_trigger_one_followers_only_probe() {
+    for shared in [false, true] {
+        let pd = three_voters();
+        let routing = Arc::new(RoutingState::new(&Config {
+            shared_busy_probe: shared,
+            ..Config::default()
+        }));
+        pd.set_dispatch_hook(|peer, req| match peer.id {
+            11 => region_error(req, mock::server_is_busy(0, 0)),
+            12 => region_error(req, mock::not_leader(1, None)),
+            _ => accept(peer, req),
+        });
+        assert_eq!(
+            text(get(&pd, &routing).await.unwrap()),
+            "from-13",
+            "shared={shared}"
+        );
+        // Two busy answers from the leader, then the followers only.
+        assert_eq!(
+            pd.dispatched_peers(),
+            vec![11, 11, 12, 13],
+            "shared={shared}"
+        );
+        assert_leader_requests_only(&pd);
+        assert_eq!(pd.cached_leader(1).map(|p| p.id), Some(13));
+        assert_eq!(routing.stats().busy_probes, 1);
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn inconclusive_probe_restores_leader_and_probes_once() {
+    for shared in [false, true] {
+        let pd = three_voters();
+        let routing = Arc::new(RoutingState::new(&Config {
+            shared_busy_probe: shared,
+            ..Config::default()
+        }));
+        let leader_calls = Arc::new(AtomicU32::new(0));
+        let calls = leader_calls.clone();
+        pd.set_dispatch_hook(move |peer, req| match peer.id {
+            11 if calls.fetch_add(1, Ordering::SeqCst) < 5 => {
+                region_error(req, mock::server_is_busy(0, 0))
+            }
+            11 => accept(peer, req),
+            _ => region_error(req, mock::not_leader(1, None)),
+        });
+        assert_eq!(
+            text(get(&pd, &routing).await.unwrap()),
+            "from-11",
+            "shared={shared}"
+        );
+        assert_eq!(
+            pd.dispatched_peers(),
+            vec![11, 11, 12, 13, 11, 11, 11, 11],
+            "one probe, then the ordinary busy path; shared={shared}"
+        );
+        assert_eq!(
+            pd.cached_leader(1).map(|p| p.id),
+            Some(11),
+            "leader restored"
+        );
+        assert_eq!(pd.invalidate_region_cache_calls(), 0);
+        assert_eq!(routing.stats().busy_probes, 1);
+        assert_leader_requests_only(&pd);
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn non_zero_busy_follows_normal_path() {
+    let pd = three_voters();
+    let routing = routing();
+    let calls = AtomicU32::new(0);
+    pd.set_dispatch_hook(move |peer, req| {
+        if calls.fetch_add(1, Ordering::SeqCst) < 3 {
+            region_error(req, mock::server_is_busy(100, 300))
+        } else {
+            accept(peer, req)
+        }
+    });
+    let start = Instant::now();
+    assert_eq!(text(get(&pd, &routing).await.unwrap()), "from-11");
+    assert_eq!(
+        pd.dispatched_peers(),
+        vec![11, 11, 11, 11],
+        "no follower is asked"
+    );
+    assert!(
+        start.elapsed() >= Duration::from_millis(900),
+        "backoff_ms honoured"
+    );
+    assert_eq!(routing.stats().busy_probes, 0);
+}
+
+/// Twenty requests to a Region whose stale leader answers ServerIsBusy(0):
+/// with the shared suspicion one probe serves them all.
+#[tokio::test(start_paused = true)]
+async fn concurrent_requests_share_one_busy_probe() {
+    async fn run(shared: bool) -> (u64, usize, usize) {
+        let pd = three_voters();
+        let routing = Arc::new(RoutingState::new(&Config {
+            shared_busy_probe: shared,
+            ..Config::default()
+        }));
+        pd.set_async_dispatch_hook(|peer, req| {
+            let answer = match peer.id {
+                11 => region_error(req, mock::server_is_busy(0, 0)),
+                _ => accept(peer, req),
+            };
+            let delay = if peer.id == 11 { 1 } else { 10 };
+            Box::pin(async move {
+                tokio::time::sleep(Duration::from_millis(delay)).await;
+                answer
+            })
+        });
+        let requests = (0..20).map(|_| get(&pd, &routing));
+        for got in futures::future::join_all(requests).await {
+            assert_eq!(text(got.unwrap()), "from-12");
+        }
+        assert_leader_requests_only(&pd);
+        (
+            routing.stats().busy_probes,
+            pd.dispatches_to_store(1),
+            pd.dispatches_to_store(2),
+        )
+    }
+    let (probes, leader_calls, follower_calls) = run(true).await;
+    assert_eq!(probes, 1, "one probe for twenty requests");
+    assert!(
+        leader_calls <= 21,
+        "no request pays two busy answers: {leader_calls}"
+    );
+    assert_eq!(
+        follower_calls, 20,
+        "one probe plus nineteen requests to the found leader"
+    );
+    let (probes, _, _) = run(false).await;
+    assert!(probes > 1, "per-request counting probes more: {probes}");
+}

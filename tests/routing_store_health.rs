@@ -1,0 +1,135 @@
+//! Client-wide store health (routing.md, "Store health").
+#![cfg(feature = "mock")]
+
+mod common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::*;
+use tikv_plan::mock::{self, MappingFailure, MockPdClient};
+use tikv_plan::request::RoutingState;
+use tikv_plan::Config;
+
+/// A hundred Regions `[i, i+1)` (one-byte keys), each with voters on stores
+/// 1, 2 and 3, all led from store 1.
+fn hundred_regions() -> Arc<MockPdClient> {
+    let regions = (0..100u64)
+        .map(|i| {
+            let start = [i as u8];
+            let end = if i == 99 { vec![] } else { vec![i as u8 + 1] };
+            let start: &[u8] = if i == 0 { b"" } else { &start };
+            let base = 1000 + i * 10;
+            mock::region(
+                i + 1,
+                start,
+                &end,
+                &[
+                    mock::voter(base + 1, 1),
+                    mock::voter(base + 2, 2),
+                    mock::voter(base + 3, 3),
+                ],
+                Some(base + 1),
+            )
+        })
+        .collect();
+    Arc::new(MockPdClient::new(regions))
+}
+
+async fn read_every_region(pd: &Arc<MockPdClient>, routing: &Arc<RoutingState>) {
+    for i in 0..100u8 {
+        let got = get_with(pd, Some(routing), backoff(), &[i]).await.unwrap();
+        assert!(text(got).ends_with('2'), "a voter on store 2 answered");
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn hundred_regions_on_dead_store_cost_one_connect_attempt() {
+    let pd = hundred_regions();
+    let routing = routing();
+    pd.fail_store_mapping(1, MappingFailure::ConnectTimeout);
+    pd.set_dispatch_hook(accept);
+    read_every_region(&pd, &routing).await;
+    assert_eq!(pd.map_calls_to_store(1), 1, "one connect attempt in total");
+    assert_eq!(pd.dispatches_to_store(2), 100);
+    let stats = routing.stats();
+    assert_eq!(stats.connect_timeouts, 1);
+    assert_eq!(stats.fallback_successes, 100);
+    assert_eq!(stats.stores_marked_unreachable, 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn store_health_off_pays_every_time() {
+    let pd = hundred_regions();
+    let routing = Arc::new(RoutingState::new(&Config::default().upstream_routing()));
+    pd.fail_store_mapping(1, MappingFailure::ConnectTimeout);
+    pd.set_dispatch_hook(accept);
+    read_every_region(&pd, &routing).await;
+    assert_eq!(
+        pd.map_calls_to_store(1),
+        100,
+        "upstream pays once per Region"
+    );
+    assert_eq!(routing.stats().connect_timeouts, 100);
+}
+
+#[tokio::test(start_paused = true)]
+async fn timeout_strikes_mark_store_unreachable_without_invalidation() {
+    let peers = |r: u64| [mock::voter(r * 10 + 1, 1), mock::voter(r * 10 + 2, 2)];
+    let pd = Arc::new(MockPdClient::new(vec![
+        mock::region(1, b"", b"b", &peers(1), Some(11)),
+        mock::region(2, b"b", b"c", &peers(2), Some(21)),
+        mock::region(3, b"c", b"", &peers(3), Some(31)),
+    ]));
+    let routing = routing();
+    // Store 1 accepts connections but never answers in time.
+    pd.set_async_dispatch_hook(|peer, req| {
+        let answer = accept(peer, req);
+        let store = peer.store_id;
+        Box::pin(async move {
+            if store == 1 {
+                tokio::time::sleep(Duration::from_secs(2)).await;
+                return deadline();
+            }
+            answer
+        })
+    });
+    for key in [b"a", b"b"] {
+        let got = get_with(&pd, Some(&routing), backoff(), key).await.unwrap();
+        assert!(text(got).ends_with('2'));
+    }
+    assert_eq!(pd.dispatches_to_store(1), 2, "two strikes");
+    // Region 3 is led from store 1 too, but the store is now avoided.
+    let got = get_with(&pd, Some(&routing), backoff(), b"c")
+        .await
+        .unwrap();
+    assert_eq!(text(got), "from-32");
+    assert_eq!(pd.dispatches_to_store(1), 2, "no third timeout");
+    assert_eq!(pd.invalidate_store_cache_calls(), 0, "timeouts keep caches");
+    assert_eq!(pd.invalidate_region_cache_calls(), 0);
+    assert_eq!(routing.stats().stores_marked_unreachable, 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn unreachable_store_is_tried_first_again_after_cooldown() {
+    let pd = hundred_regions();
+    let routing = routing();
+    pd.fail_store_mapping(1, MappingFailure::Refused);
+    pd.set_dispatch_hook(accept);
+    get_with(&pd, Some(&routing), backoff(), &[0])
+        .await
+        .unwrap();
+    get_with(&pd, Some(&routing), backoff(), &[1])
+        .await
+        .unwrap();
+    assert_eq!(pd.map_calls_to_store(1), 1);
+    // The store came back; after the (jittered) cool-down its Regions try
+    // their cached leader first again.
+    pd.heal_store(1);
+    tokio::time::advance(Config::default().store_cooldown * 2).await;
+    let got = get_with(&pd, Some(&routing), backoff(), &[2])
+        .await
+        .unwrap();
+    assert_eq!(text(got), "from-1021");
+    assert!(!routing.is_store_unreachable(1));
+}

@@ -1,0 +1,134 @@
+//! gRPC failures during dispatch (routing.md, "gRPC error classification").
+#![cfg(feature = "mock")]
+
+mod common;
+
+use common::*;
+use tikv_plan::{Backoff, Error};
+
+#[tokio::test(start_paused = true)]
+async fn transport_failure_invalidates_store_and_region() {
+    // A failed round: every store invalidated, then the Region.
+    let pd = three_voters();
+    let routing = routing();
+    pd.set_dispatch_hook(|_peer, _req| unavailable());
+    let err = get_with(&pd, Some(&routing), Backoff::no_backoff(), b"k")
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::RetriesExhausted { .. }), "{err}");
+    assert_eq!(pd.invalidate_store_cache_calls(), 3);
+    assert_eq!(pd.invalidate_region_cache_calls(), 1);
+    assert!(pd.cached_region(1).is_none(), "the Region route is dropped");
+
+    // A round that succeeds on a voter drops only the failed store. (Fresh
+    // routing state: store 1 is cooling down in the old one.)
+    let pd = three_voters();
+    let routing = common::routing();
+    pd.set_dispatch_hook(|peer, req| {
+        if peer.id == 11 {
+            unavailable()
+        } else {
+            accept(peer, req)
+        }
+    });
+    assert_eq!(text(get(&pd, &routing).await.unwrap()), "from-12");
+    assert_eq!(pd.invalidate_store_cache_calls(), 1);
+    assert!(!pd.is_store_cached(1));
+    assert_eq!(pd.invalidate_region_cache_calls(), 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn deadline_retries_without_cache_churn() {
+    let pd = three_voters();
+    let routing = routing();
+    pd.set_dispatch_hook(|peer, req| {
+        if peer.id == 11 {
+            deadline()
+        } else {
+            accept(peer, req)
+        }
+    });
+    assert_eq!(text(get(&pd, &routing).await.unwrap()), "from-12");
+    assert_eq!(pd.invalidate_store_cache_calls(), 0);
+    assert_eq!(pd.invalidate_region_cache_calls(), 0);
+    assert!(pd.is_store_cached(1));
+
+    // A round of timeouts only: caches stay, the next round retries.
+    let pd = three_voters();
+    let calls = std::sync::atomic::AtomicU32::new(0);
+    pd.set_dispatch_hook(move |peer, req| {
+        if calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst) < 3 {
+            deadline()
+        } else {
+            accept(peer, req)
+        }
+    });
+    assert_eq!(
+        text(get_with(&pd, None, backoff(), b"k").await.unwrap()),
+        "from-11"
+    );
+    assert_eq!(pd.dispatched_peers(), vec![11, 12, 13, 11]);
+    assert_eq!(pd.invalidate_store_cache_calls(), 0);
+    assert_eq!(pd.invalidate_region_cache_calls(), 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn client_timeout_keeps_caches() {
+    let pd = three_voters();
+    let routing = routing();
+    pd.set_dispatch_hook(|peer, req| {
+        if peer.id == 11 {
+            client_timeout()
+        } else {
+            accept(peer, req)
+        }
+    });
+    assert_eq!(text(get(&pd, &routing).await.unwrap()), "from-12");
+    assert_eq!(
+        pd.invalidate_store_cache_calls(),
+        0,
+        "upstream would drop store 1"
+    );
+    assert_eq!(pd.invalidate_region_cache_calls(), 0);
+    assert!(pd.is_store_cached(1));
+    assert_eq!(routing.stats().store_invalidations, 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn other_grpc_status_is_returned_without_replay() {
+    let pd = three_voters();
+    let routing = routing();
+    pd.set_dispatch_hook(|_peer, _req| {
+        Err(Error::from(tonic::Status::invalid_argument("bad request")))
+    });
+    let err = get(&pd, &routing).await.unwrap_err();
+    assert!(
+        matches!(err, Error::Grpc(ref s) if s.code() == tonic::Code::InvalidArgument),
+        "{err}"
+    );
+    assert_eq!(
+        pd.dispatched_peers(),
+        vec![11],
+        "never replayed on another replica"
+    );
+    assert_eq!(pd.invalidate_store_cache_calls(), 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn transport_status_with_io_source_is_a_routing_failure() {
+    let pd = three_voters();
+    let routing = routing();
+    pd.set_dispatch_hook(|peer, req| {
+        if peer.id == 11 {
+            // A status code alone would be fatal; the I/O source says otherwise.
+            let mut s = tonic::Status::permission_denied("broken pipe");
+            s.set_source(std::sync::Arc::new(std::io::Error::from(
+                std::io::ErrorKind::BrokenPipe,
+            )));
+            return Err(Error::from(s));
+        }
+        accept(peer, req)
+    });
+    assert_eq!(text(get(&pd, &routing).await.unwrap()), "from-12");
+    assert_eq!(pd.invalidate_store_cache_calls(), 1);
+}
