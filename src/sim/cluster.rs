@@ -512,6 +512,28 @@ impl SimCluster {
         self.state().pd_leader
     }
 
+    /// A one-line description of a store's faults, as the control
+    /// interface prints it: `up|down busy=MS|- slow=MSms hang=connect|respond|-`.
+    pub fn store_fault_text(&self, store_id: u64) -> String {
+        let state = self.state();
+        let Some(s) = state.stores.get(&store_id) else {
+            return "unknown".to_owned();
+        };
+        format!(
+            "{} busy={} slow={}ms hang={}",
+            if s.up { "up" } else { "down" },
+            s.busy
+                .map(|w| w.to_string())
+                .unwrap_or_else(|| "-".to_owned()),
+            s.slow.as_millis(),
+            match s.hang {
+                None => "-",
+                Some(HangMode::Connect) => "connect",
+                Some(HangMode::Respond) => "respond",
+            }
+        )
+    }
+
     /// The store ids, ascending.
     pub fn store_ids(&self) -> Vec<u64> {
         self.state().stores.keys().copied().collect()

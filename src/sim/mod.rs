@@ -127,9 +127,16 @@
 //!
 //! # The `tikv-sim` binary and its control interface
 //!
-//! `SIM.md` documents the binary and its control interface.
+//! `tikv-sim --stores 3 --regions 8 --pd 127.0.0.1:2379` starts a cluster
+//! whose Regions split the printable key space evenly
+//! ([`control::even_split_keys`]), prints exactly one line
+//! `pd=127.0.0.1:2379` (the real address) on stdout when ready, and runs
+//! until killed. Its control port (`--control ADDR`, default
+//! `127.0.0.1:0`, announced on stderr as `control=ADDR`) takes the text
+//! commands documented in [`control`]. `SIM.md` shows a shell session.
 
 mod cluster;
+pub mod control;
 mod counters;
 mod data;
 mod net;

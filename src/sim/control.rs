@@ -1,0 +1,362 @@
+//! The control interface of `tikv-sim`: a line-based text protocol on a
+//! TCP port, so faults can be driven from a shell (`nc`, or bash's
+//! `/dev/tcp`).
+//!
+//! Send one command per line. The answer is zero or more data lines, then
+//! one final line: `ok` (possibly followed by a value, e.g. `ok 1012`) or
+//! `error: <what went wrong>`. A connection may send any number of
+//! commands.
+//!
+//! | command | effect |
+//! |---|---|
+//! | `help` | lists the commands |
+//! | `stores` | one line per store: id, address, faults |
+//! | `regions` | one line per Region in key order: id, range, epoch, true leader, PD's leader, peers |
+//! | `region KEY` | the line of the Region holding `KEY` |
+//! | `down STORE` / `up STORE` | store down (port closed, connections reset) / back on the same port |
+//! | `hang STORE connect` | freeze every connection of the store (new ones too) |
+//! | `hang STORE respond` | receive requests but never answer |
+//! | `unhang STORE` | end a hang |
+//! | `slow STORE MS` | add `MS` milliseconds before each request (0 ends it) |
+//! | `busy STORE MS` / `busy STORE off` | answer `ServerIsBusy` with `estimated_wait_ms = MS` / stop |
+//! | `transfer REGION STORE` | move leadership to the peer on `STORE`, PD updated |
+//! | `transfer REGION STORE stale` | the same, PD keeps the old leader |
+//! | `pd-view REGION STORE` / `pd-view REGION none` | set the leader PD reports |
+//! | `cold REGION [accept\|not-leader-first]` | lose the leader, PD keeps it; a voter campaigns on a leader request (default `accept`) |
+//! | `split KEY` | split the Region holding `KEY`; answers `ok NEW_REGION_ID` |
+//! | `drop STORE METHOD` | apply the next `METHOD` request (e.g. `raw_compare_and_swap`) then reset the connections |
+//! | `counters STORE` | one line `METHOD OUTCOME COUNT` per counter, then `replica_read N`, `stale_read N` |
+//! | `reset-counters` | zero every counter |
+//! | `pd-leader INDEX` / `pd-down INDEX` / `pd-up INDEX` | PD member leadership, down, up |
+//!
+//! `KEY` is taken literally, or as hex bytes when written `0x...`. Keys in
+//! answers are printed with non-printable bytes as `\xNN`.
+
+use std::fmt::Write as _;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::net::TcpListener;
+
+use super::{ColdMode, HangMode, SimCluster};
+use crate::proto::metapb::{self, PeerRole};
+use crate::{Error, Result};
+
+/// The smallest and largest byte of the printable keys `tikv-sim` splits
+/// the key space over (`!` to `~`).
+const PRINTABLE: (u8, u8) = (0x21, 0x7e);
+
+/// `regions - 1` split keys that cut the printable key space (`!` to `~`,
+/// two characters deep) into `regions` Regions of even width. At most
+/// 94 × 94 Regions.
+pub fn even_split_keys(regions: usize) -> Vec<Vec<u8>> {
+    let base = usize::from(PRINTABLE.1 - PRINTABLE.0) + 1;
+    let space = base * base;
+    let regions = regions.clamp(1, space);
+    let mut keys: Vec<Vec<u8>> = Vec::new();
+    for i in 1..regions {
+        let point = i * space / regions;
+        // Both digits are below `base` (94), so they fit in a byte.
+        let high = PRINTABLE.0 + (point / base) as u8;
+        let low = PRINTABLE.0 + (point % base) as u8;
+        let key = if low == PRINTABLE.0 {
+            vec![high]
+        } else {
+            vec![high, low]
+        };
+        if keys.last() != Some(&key) {
+            keys.push(key);
+        }
+    }
+    keys
+}
+
+/// Key bytes for display: printable ASCII as is, other bytes as `\xNN`.
+pub fn escape_key(key: &[u8]) -> String {
+    let mut out = String::new();
+    for b in key {
+        if b.is_ascii_graphic() && *b != b'\\' {
+            out.push(char::from(*b));
+        } else {
+            let _ = write!(out, "\\x{b:02x}");
+        }
+    }
+    out
+}
+
+fn parse_key(text: &str) -> Result<Vec<u8>> {
+    match text.strip_prefix("0x") {
+        None => Ok(text.as_bytes().to_vec()),
+        Some(hex) => {
+            if hex.len() % 2 != 0 {
+                return Err(Error::InvalidArgument(format!(
+                    "hex key {text} has an odd number of digits"
+                )));
+            }
+            (0..hex.len())
+                .step_by(2)
+                .map(|i| {
+                    u8::from_str_radix(&hex[i..i + 2], 16)
+                        .map_err(|_| Error::InvalidArgument(format!("{text} is not a hex key")))
+                })
+                .collect()
+        }
+    }
+}
+
+fn parse_num<T: std::str::FromStr>(what: &str, text: Option<&str>) -> Result<T> {
+    let text = text.ok_or_else(|| Error::InvalidArgument(format!("missing {what}")))?;
+    text.parse()
+        .map_err(|_| Error::InvalidArgument(format!("{what} must be a number, not {text:?}")))
+}
+
+fn peer_text(p: &metapb::Peer) -> String {
+    let mut s = format!("{}@{}", p.id, p.store_id);
+    if p.is_witness {
+        s.push_str("(witness)");
+    } else if p.role == PeerRole::Learner as i32 {
+        s.push_str("(learner)");
+    } else if p.role != PeerRole::Voter as i32 {
+        s.push_str("(joint)");
+    }
+    s
+}
+
+fn region_line(cluster: &SimCluster, r: &metapb::Region) -> String {
+    let epoch = r.region_epoch.unwrap_or_default();
+    let leader = |p: Option<metapb::Peer>| {
+        p.map(|p| peer_text(&p))
+            .unwrap_or_else(|| "none".to_owned())
+    };
+    format!(
+        "region {} start={} end={} version={} conf_ver={} leader={} pd_leader={} peers={}",
+        r.id,
+        escape_key(&r.start_key),
+        escape_key(&r.end_key),
+        epoch.version,
+        epoch.conf_ver,
+        leader(cluster.leader_of(r.id)),
+        leader(cluster.pd_leader_of(r.id)),
+        r.peers.iter().map(peer_text).collect::<Vec<_>>().join(",")
+    )
+}
+
+const HELP: &str = "commands: help | stores | regions | region KEY | down STORE | up STORE | \
+hang STORE connect|respond | unhang STORE | slow STORE MS | busy STORE MS|off | \
+transfer REGION STORE [stale] | pd-view REGION STORE|none | cold REGION [accept|not-leader-first] | \
+split KEY | drop STORE METHOD | counters STORE | reset-counters | pd-leader INDEX | pd-down INDEX | pd-up INDEX";
+
+/// Runs one command line against `cluster` and returns the whole answer
+/// (data lines, then `ok ...` or `error: ...`), newline-terminated.
+pub async fn execute(cluster: &SimCluster, line: &str) -> String {
+    match run(cluster, line).await {
+        Ok(lines) => lines,
+        Err(e) => format!("error: {e}\n"),
+    }
+}
+
+async fn run(cluster: &SimCluster, line: &str) -> Result<String> {
+    let mut words = line.split_whitespace();
+    let Some(command) = words.next() else {
+        return Err(Error::InvalidArgument("empty command; try help".to_owned()));
+    };
+    let mut out = String::new();
+    let mut result = String::new();
+    match command {
+        "help" => {
+            out.push_str(HELP);
+            out.push('\n');
+        }
+        "stores" => {
+            for id in cluster.store_ids() {
+                let addr = cluster.store_addr(id).unwrap_or_default();
+                let _ = writeln!(out, "store {id} {addr} {}", cluster.store_fault_text(id));
+            }
+        }
+        "regions" => {
+            for r in cluster.regions() {
+                out.push_str(&region_line(cluster, &r));
+                out.push('\n');
+            }
+        }
+        "region" => {
+            let key = parse_key(words.next().unwrap_or(""))?;
+            let r = cluster
+                .region_for_key(&key)
+                .ok_or_else(|| Error::InvalidArgument("no region holds that key".to_owned()))?;
+            out.push_str(&region_line(cluster, &r));
+            out.push('\n');
+        }
+        "down" => {
+            cluster
+                .store_down(known_store(cluster, words.next())?)
+                .await
+        }
+        "up" => {
+            cluster
+                .store_up(known_store(cluster, words.next())?)
+                .await?
+        }
+        "hang" => {
+            let store = known_store(cluster, words.next())?;
+            let mode = match words.next() {
+                Some("connect") => HangMode::Connect,
+                Some("respond") => HangMode::Respond,
+                other => {
+                    return Err(Error::InvalidArgument(format!(
+                        "hang mode must be connect or respond, not {other:?}"
+                    )))
+                }
+            };
+            cluster.store_hang(store, mode);
+        }
+        "unhang" => cluster.store_unhang(known_store(cluster, words.next())?),
+        "slow" => {
+            let store = known_store(cluster, words.next())?;
+            let ms: u64 = parse_num("milliseconds", words.next())?;
+            cluster.store_slow(store, Duration::from_millis(ms));
+        }
+        "busy" => {
+            let store = known_store(cluster, words.next())?;
+            let wait = match words.next() {
+                Some("off") => None,
+                other => Some(parse_num::<u32>("estimated wait in ms", other)?),
+            };
+            cluster.store_busy(store, wait);
+        }
+        "transfer" => {
+            let region: u64 = parse_num("region id", words.next())?;
+            let store: u64 = parse_num("store id", words.next())?;
+            let update_pd = match words.next() {
+                None | Some("pd") => true,
+                Some("stale") => false,
+                Some(other) => {
+                    return Err(Error::InvalidArgument(format!(
+                        "expected stale or nothing after the store, not {other:?}"
+                    )))
+                }
+            };
+            cluster.transfer_leader(region, store, update_pd)?;
+        }
+        "pd-view" => {
+            let region: u64 = parse_num("region id", words.next())?;
+            let store = match words.next() {
+                Some("none") => None,
+                other => Some(parse_num::<u64>("store id", other)?),
+            };
+            cluster.set_pd_leader(region, store)?;
+        }
+        "cold" => {
+            let region: u64 = parse_num("region id", words.next())?;
+            let mode = match words.next() {
+                None | Some("accept") => ColdMode::AcceptAtOnce,
+                Some("not-leader-first") => ColdMode::NotLeaderFirst,
+                Some(other) => {
+                    return Err(Error::InvalidArgument(format!(
+                        "cold mode must be accept or not-leader-first, not {other:?}"
+                    )))
+                }
+            };
+            cluster.make_cold(region, mode)?;
+        }
+        "split" => {
+            let key = parse_key(words.next().unwrap_or(""))?;
+            result = cluster.split_region(&key)?.to_string();
+        }
+        "drop" => {
+            let store = known_store(cluster, words.next())?;
+            let method = words
+                .next()
+                .ok_or_else(|| Error::InvalidArgument("missing method, e.g. raw_put".to_owned()))?;
+            cluster.drop_next_response(store, method)?;
+        }
+        "counters" => {
+            let store = known_store(cluster, words.next())?;
+            let counters = cluster.counters(store);
+            for (method, outcome, n) in counters.entries() {
+                let _ = writeln!(out, "{method} {} {n}", outcome.name());
+            }
+            let _ = writeln!(out, "replica_read {}", counters.replica_reads());
+            let _ = writeln!(out, "stale_read {}", counters.stale_reads());
+        }
+        "reset-counters" => cluster.reset_counters(),
+        "pd-leader" => cluster.pd_transfer_leader(parse_num("member index", words.next())?)?,
+        "pd-down" => {
+            cluster
+                .pd_member_down(parse_num("member index", words.next())?)
+                .await?
+        }
+        "pd-up" => {
+            cluster
+                .pd_member_up(parse_num("member index", words.next())?)
+                .await?
+        }
+        other => {
+            return Err(Error::InvalidArgument(format!(
+                "unknown command {other:?}; try help"
+            )))
+        }
+    }
+    if result.is_empty() {
+        out.push_str("ok\n");
+    } else {
+        let _ = writeln!(out, "ok {result}");
+    }
+    Ok(out)
+}
+
+fn known_store(cluster: &SimCluster, text: Option<&str>) -> Result<u64> {
+    let store_id: u64 = parse_num("store id", text)?;
+    if cluster.store_addr(store_id).is_none() {
+        return Err(Error::StoreNotFound { store_id });
+    }
+    Ok(store_id)
+}
+
+/// Serves the control protocol on `listener` until the task is dropped:
+/// each connection may send any number of command lines.
+pub async fn serve(cluster: Arc<SimCluster>, listener: TcpListener) {
+    loop {
+        let Ok((stream, _)) = listener.accept().await else {
+            continue;
+        };
+        let cluster = cluster.clone();
+        tokio::spawn(async move {
+            let (read, mut write) = stream.into_split();
+            let mut lines = BufReader::new(read).lines();
+            while let Ok(Some(line)) = lines.next_line().await {
+                if line.trim().is_empty() {
+                    continue;
+                }
+                let answer = execute(&cluster, &line).await;
+                if write.write_all(answer.as_bytes()).await.is_err() {
+                    return;
+                }
+            }
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn split_keys_are_even_sorted_and_printable() {
+        assert!(even_split_keys(1).is_empty());
+        let keys = even_split_keys(8);
+        assert_eq!(keys.len(), 7);
+        assert!(keys.windows(2).all(|w| w[0] < w[1]));
+        assert!(keys.iter().flatten().all(|b| (0x21..=0x7e).contains(b)));
+        assert_eq!(even_split_keys(2), vec![b"P".to_vec()]);
+    }
+
+    #[test]
+    fn keys_parse_and_escape() {
+        assert_eq!(parse_key("abc").unwrap(), b"abc".to_vec());
+        assert_eq!(parse_key("0x00ff").unwrap(), vec![0, 255]);
+        assert!(parse_key("0x0").is_err());
+        assert_eq!(escape_key(b"a\x00\\"), "a\\x00\\x5c");
+    }
+}

@@ -1,0 +1,474 @@
+//! The simulated stores are strict: each wrong context gets the Region
+//! error TiKV gives, in TiKV's check order, over real gRPC.
+#![cfg(feature = "sim")]
+
+use tikv_plan::proto::{errorpb, kvrpcpb, metapb};
+use tikv_plan::sim::{ColdMode, Outcome, RegionLayout, SimCluster, SimPeer};
+
+async fn three_regions() -> SimCluster {
+    SimCluster::builder()
+        .stores(3)
+        .split_keys(vec![b"g".to_vec(), b"n".to_vec()])
+        .replicas(3)
+        .start()
+        .await
+        .unwrap()
+}
+
+/// Sends a raw get for `key` with `ctx` to `store_id`; returns the Region
+/// error, if any, and the response.
+async fn get(
+    cluster: &SimCluster,
+    store_id: u64,
+    ctx: Option<kvrpcpb::Context>,
+    key: &[u8],
+) -> kvrpcpb::RawGetResponse {
+    let mut client = cluster.tikv_client(store_id).await.unwrap();
+    client
+        .raw_get(kvrpcpb::RawGetRequest {
+            context: ctx,
+            key: key.to_vec(),
+            cf: String::new(),
+        })
+        .await
+        .unwrap()
+        .into_inner()
+}
+
+async fn put(
+    cluster: &SimCluster,
+    store_id: u64,
+    ctx: Option<kvrpcpb::Context>,
+    key: &[u8],
+    value: &[u8],
+) -> kvrpcpb::RawPutResponse {
+    let mut client = cluster.tikv_client(store_id).await.unwrap();
+    client
+        .raw_put(kvrpcpb::RawPutRequest {
+            context: ctx,
+            key: key.to_vec(),
+            value: value.to_vec(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner()
+}
+
+fn leader_ctx(cluster: &SimCluster, key: &[u8]) -> (u64, kvrpcpb::Context) {
+    let region = cluster.region_for_key(key).unwrap();
+    let leader = cluster.leader_of(region.id).unwrap();
+    (
+        leader.store_id,
+        cluster.context(region.id, leader.store_id).unwrap(),
+    )
+}
+
+fn expect_err(resp: &kvrpcpb::RawGetResponse) -> &errorpb::Error {
+    resp.region_error
+        .as_ref()
+        .unwrap_or_else(|| panic!("expected a region error, got {resp:?}"))
+}
+
+#[tokio::test]
+async fn a_request_for_another_store_gets_store_not_match() {
+    let cluster = three_regions().await;
+    let (leader_store, ctx) = leader_ctx(&cluster, b"a");
+    let other = leader_store % 3 + 1;
+    let resp = get(&cluster, other, Some(ctx), b"a").await;
+    let e = expect_err(&resp).store_not_match.unwrap();
+    assert_eq!(e.request_store_id, leader_store);
+    assert_eq!(e.actual_store_id, other);
+    assert_eq!(
+        cluster
+            .counters(other)
+            .count("raw_get", Outcome::StoreNotMatch),
+        1
+    );
+
+    // A context without a peer targets store 0.
+    let mut no_peer = cluster
+        .context(cluster.region_for_key(b"a").unwrap().id, 1)
+        .unwrap();
+    no_peer.peer = None;
+    let resp = get(&cluster, 1, Some(no_peer), b"a").await;
+    assert_eq!(
+        expect_err(&resp).store_not_match.unwrap().request_store_id,
+        0
+    );
+    cluster.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_wrong_peer_id_on_the_right_store_gets_mismatch_peer_id() {
+    let cluster = three_regions().await;
+    let (store, mut ctx) = leader_ctx(&cluster, b"a");
+    let real = ctx.peer.unwrap().id;
+    ctx.peer = Some(metapb::Peer {
+        id: real + 77,
+        store_id: store,
+        ..Default::default()
+    });
+    let resp = get(&cluster, store, Some(ctx), b"a").await;
+    let e = expect_err(&resp).mismatch_peer_id.unwrap();
+    assert_eq!((e.request_peer_id, e.store_peer_id), (real + 77, real));
+    cluster.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_region_without_a_peer_on_the_store_is_not_found() {
+    let cluster = SimCluster::builder()
+        .stores(2)
+        .replicas(1)
+        .start()
+        .await
+        .unwrap();
+    let region = cluster.regions()[0].clone();
+    assert_eq!(region.peers.len(), 1);
+    let mut ctx = cluster.context(region.id, 1).unwrap();
+    ctx.peer = Some(metapb::Peer {
+        id: 5,
+        store_id: 2,
+        ..Default::default()
+    });
+    let resp = get(&cluster, 2, Some(ctx.clone()), b"a").await;
+    assert_eq!(
+        expect_err(&resp).region_not_found.unwrap().region_id,
+        region.id
+    );
+    ctx.region_id = 4242;
+    let resp = get(&cluster, 1, Some(ctx), b"a").await;
+    assert_eq!(expect_err(&resp).region_not_found.unwrap().region_id, 4242);
+    cluster.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_stale_epoch_gets_epoch_not_match_with_the_current_regions() {
+    let cluster = three_regions().await;
+    let (store, old_ctx) = leader_ctx(&cluster, b"h");
+    let parent = cluster.region_for_key(b"h").unwrap();
+    put(&cluster, store, Some(old_ctx.clone()), b"h", b"1").await;
+    put(&cluster, store, Some(old_ctx.clone()), b"k", b"2").await;
+
+    let new_id = cluster.split_region(b"j").unwrap();
+    let right = cluster.region_for_key(b"k").unwrap();
+    let left = cluster.region_for_key(b"h").unwrap();
+    // Right-derive: the old id keeps the upper part.
+    assert_eq!(right.id, parent.id);
+    assert_eq!(left.id, new_id);
+    assert_eq!(
+        (left.start_key.as_slice(), left.end_key.as_slice()),
+        (&b"g"[..], &b"j"[..])
+    );
+    assert_eq!(
+        (right.start_key.as_slice(), right.end_key.as_slice()),
+        (&b"j"[..], &b"n"[..])
+    );
+    let old_version = parent.region_epoch.unwrap().version;
+    assert_eq!(left.region_epoch.unwrap().version, old_version + 1);
+    assert_eq!(right.region_epoch.unwrap().version, old_version + 1);
+    // New peers on the same stores, the same store leads.
+    assert_eq!(cluster.leader_of(new_id).unwrap().store_id, store);
+    assert_eq!(cluster.pd_leader_of(new_id).unwrap().store_id, store);
+    let all_ids: Vec<u64> = cluster
+        .regions()
+        .iter()
+        .flat_map(|r| std::iter::once(r.id).chain(r.peers.iter().map(|p| p.id)))
+        .collect();
+    let mut unique = all_ids.clone();
+    unique.sort();
+    unique.dedup();
+    assert_eq!(
+        unique.len(),
+        all_ids.len(),
+        "ids must be unique: {all_ids:?}"
+    );
+
+    let resp = get(&cluster, store, Some(old_ctx), b"k").await;
+    let current = expect_err(&resp)
+        .epoch_not_match
+        .clone()
+        .unwrap()
+        .current_regions;
+    assert_eq!(current, vec![left.clone(), right.clone()]);
+
+    // Data was split with the Region, and each part serves with its new
+    // context.
+    let resp = get(&cluster, store, cluster.context(left.id, store), b"h").await;
+    assert_eq!(resp.value, b"1".to_vec());
+    let resp = get(&cluster, store, cluster.context(right.id, store), b"k").await;
+    assert_eq!(resp.value, b"2".to_vec());
+    let resp = get(&cluster, store, cluster.context(left.id, store), b"k").await;
+    assert!(expect_err(&resp).key_not_in_region.is_some());
+    // Splitting at a Region's start is refused.
+    assert!(cluster.split_region(b"j").is_err());
+    cluster.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_key_outside_the_region_gets_key_not_in_region() {
+    let cluster = three_regions().await;
+    let (store, ctx) = leader_ctx(&cluster, b"h");
+    let resp = get(&cluster, store, Some(ctx.clone()), b"z").await;
+    let e = expect_err(&resp).key_not_in_region.clone().unwrap();
+    assert_eq!(e.key, b"z".to_vec());
+    assert_eq!(e.region_id, ctx.region_id);
+    assert_eq!((e.start_key, e.end_key), (b"g".to_vec(), b"n".to_vec()));
+
+    // Batch requests: one stray key is enough.
+    let mut client = cluster.tikv_client(store).await.unwrap();
+    let resp = client
+        .raw_batch_get(kvrpcpb::RawBatchGetRequest {
+            context: Some(ctx.clone()),
+            keys: vec![b"h".to_vec(), b"a".to_vec()],
+            cf: String::new(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(
+        resp.region_error.unwrap().key_not_in_region.unwrap().key,
+        b"a".to_vec()
+    );
+    // Delete range past the Region's end.
+    let resp = client
+        .raw_delete_range(kvrpcpb::RawDeleteRangeRequest {
+            context: Some(ctx),
+            start_key: b"h".to_vec(),
+            end_key: b"p".to_vec(),
+            cf: String::new(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(resp.region_error.unwrap().key_not_in_region.is_some());
+    cluster.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_follower_answers_not_leader_with_the_leader() {
+    let cluster = three_regions().await;
+    let region = cluster.region_for_key(b"a").unwrap();
+    let leader = cluster.leader_of(region.id).unwrap();
+    let follower = region.peers.iter().find(|p| p.id != leader.id).unwrap();
+    let resp = put(
+        &cluster,
+        follower.store_id,
+        cluster.context(region.id, follower.store_id),
+        b"a",
+        b"x",
+    )
+    .await;
+    let nl = resp.region_error.unwrap().not_leader.unwrap();
+    assert_eq!(nl.region_id, region.id);
+    assert_eq!(nl.leader, Some(leader));
+    // Nothing was written.
+    assert_eq!(cluster.value_of(b"a"), None);
+    cluster.shutdown().await;
+}
+
+#[tokio::test]
+async fn busy_is_answered_before_any_other_check() {
+    let cluster = three_regions().await;
+    let region = cluster.region_for_key(b"a").unwrap();
+    let leader = cluster.leader_of(region.id).unwrap();
+    let follower = region.peers.iter().find(|p| p.id != leader.id).unwrap();
+    cluster.store_busy(follower.store_id, Some(0));
+    // A follower that would say NotLeader says ServerIsBusy(0) instead ...
+    let resp = get(
+        &cluster,
+        follower.store_id,
+        cluster.context(region.id, follower.store_id),
+        b"a",
+    )
+    .await;
+    let busy = expect_err(&resp).server_is_busy.clone().unwrap();
+    assert_eq!(busy.estimated_wait_ms, 0);
+    // ... and so does a request with a nonsense context.
+    let resp = get(&cluster, follower.store_id, None, b"zz").await;
+    assert!(expect_err(&resp).server_is_busy.is_some());
+    cluster.store_busy(follower.store_id, Some(250));
+    let resp = get(&cluster, follower.store_id, None, b"zz").await;
+    assert_eq!(
+        expect_err(&resp)
+            .server_is_busy
+            .clone()
+            .unwrap()
+            .estimated_wait_ms,
+        250
+    );
+    assert_eq!(
+        cluster
+            .counters(follower.store_id)
+            .count("raw_get", Outcome::ServerIsBusy),
+        3
+    );
+    cluster.store_busy(follower.store_id, None);
+    let resp = get(
+        &cluster,
+        follower.store_id,
+        cluster.context(region.id, follower.store_id),
+        b"a",
+    )
+    .await;
+    assert!(expect_err(&resp).not_leader.is_some());
+    cluster.shutdown().await;
+}
+
+#[tokio::test]
+async fn learners_and_witnesses_never_serve_leader_requests() {
+    let cluster = SimCluster::builder()
+        .stores(4)
+        .region_layout(
+            0,
+            RegionLayout::new(vec![
+                SimPeer::voter(1),
+                SimPeer::learner(2),
+                SimPeer::witness(3),
+                SimPeer::voter(4),
+            ])
+            .leader(4),
+        )
+        .start()
+        .await
+        .unwrap();
+    let region = cluster.regions()[0].clone();
+    let leader = cluster.leader_of(region.id).unwrap();
+    assert_eq!(leader.store_id, 4);
+    let resp = get(&cluster, 2, cluster.context(region.id, 2), b"a").await;
+    assert_eq!(expect_err(&resp).not_leader.unwrap().leader, Some(leader));
+    let resp = get(&cluster, 3, cluster.context(region.id, 3), b"a").await;
+    assert_eq!(expect_err(&resp).is_witness.unwrap().region_id, region.id);
+
+    // Even in a cold Region they do not campaign.
+    cluster
+        .make_cold(region.id, ColdMode::AcceptAtOnce)
+        .unwrap();
+    let resp = get(&cluster, 2, cluster.context(region.id, 2), b"a").await;
+    assert_eq!(expect_err(&resp).not_leader.unwrap().leader, None);
+    let resp = get(&cluster, 3, cluster.context(region.id, 3), b"a").await;
+    assert!(expect_err(&resp).is_witness.is_some());
+    assert_eq!(cluster.leader_of(region.id), None);
+    for store in [2, 3] {
+        assert_eq!(cluster.counters(store).count_outcome(Outcome::Ok), 0);
+    }
+    // A learner cannot be made leader, nor a witness.
+    assert!(cluster.transfer_leader(region.id, 2, true).is_err());
+    assert!(cluster.transfer_leader(region.id, 3, true).is_err());
+    // The voter on store 1 campaigns and serves.
+    let resp = get(&cluster, 1, cluster.context(region.id, 1), b"a").await;
+    assert!(resp.region_error.is_none());
+    assert_eq!(cluster.leader_of(region.id).unwrap().store_id, 1);
+    cluster.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_cold_region_campaigns_on_a_leader_request() {
+    let cluster = three_regions().await;
+    let region = cluster.region_for_key(b"a").unwrap();
+    let old = cluster.leader_of(region.id).unwrap();
+    let voters: Vec<u64> = region
+        .peers
+        .iter()
+        .filter(|p| p.id != old.id)
+        .map(|p| p.store_id)
+        .collect();
+
+    // AcceptAtOnce: the voter serves the first request.
+    cluster
+        .make_cold(region.id, ColdMode::AcceptAtOnce)
+        .unwrap();
+    assert_eq!(cluster.leader_of(region.id), None);
+    assert_eq!(cluster.pd_leader_of(region.id), Some(old));
+    let resp = get(
+        &cluster,
+        old.store_id,
+        cluster.context(region.id, old.store_id),
+        b"a",
+    )
+    .await;
+    let nl = expect_err(&resp).not_leader.unwrap();
+    assert_eq!(nl.leader, None, "the old leader knows no leader");
+    let resp = put(
+        &cluster,
+        voters[0],
+        cluster.context(region.id, voters[0]),
+        b"a",
+        b"1",
+    )
+    .await;
+    assert!(resp.region_error.is_none(), "{resp:?}");
+    assert_eq!(cluster.leader_of(region.id).unwrap().store_id, voters[0]);
+    // PD still names the old leader.
+    assert_eq!(cluster.pd_leader_of(region.id), Some(old));
+    // The old leader now knows the new one.
+    let resp = get(
+        &cluster,
+        old.store_id,
+        cluster.context(region.id, old.store_id),
+        b"a",
+    )
+    .await;
+    assert_eq!(
+        expect_err(&resp)
+            .not_leader
+            .unwrap()
+            .leader
+            .unwrap()
+            .store_id,
+        voters[0]
+    );
+
+    // NotLeaderFirst: NotLeader without a hint, then it serves.
+    cluster
+        .make_cold(region.id, ColdMode::NotLeaderFirst)
+        .unwrap();
+    let resp = get(
+        &cluster,
+        voters[1],
+        cluster.context(region.id, voters[1]),
+        b"a",
+    )
+    .await;
+    assert_eq!(expect_err(&resp).not_leader.unwrap().leader, None);
+    let resp = get(
+        &cluster,
+        voters[1],
+        cluster.context(region.id, voters[1]),
+        b"a",
+    )
+    .await;
+    assert!(resp.region_error.is_none());
+    assert_eq!(resp.value, b"1".to_vec());
+    assert_eq!(cluster.leader_of(region.id).unwrap().store_id, voters[1]);
+    // The previous leader (voters[0]) was the old leader of this cold spell.
+    cluster.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_region_can_start_cold() {
+    let cluster = SimCluster::builder()
+        .stores(3)
+        .region_layout(
+            0,
+            RegionLayout::new(vec![
+                SimPeer::voter(1),
+                SimPeer::voter(2),
+                SimPeer::voter(3),
+            ])
+            .leader(1)
+            .cold(ColdMode::AcceptAtOnce),
+        )
+        .start()
+        .await
+        .unwrap();
+    let region = cluster.regions()[0].clone();
+    assert_eq!(cluster.leader_of(region.id), None);
+    assert_eq!(cluster.pd_leader_of(region.id).unwrap().store_id, 1);
+    let resp = get(&cluster, 1, cluster.context(region.id, 1), b"a").await;
+    assert_eq!(expect_err(&resp).not_leader.unwrap().leader, None);
+    let resp = get(&cluster, 3, cluster.context(region.id, 3), b"a").await;
+    assert!(resp.region_error.is_none());
+    assert_eq!(cluster.leader_of(region.id).unwrap().store_id, 3);
+    cluster.shutdown().await;
+}
