@@ -54,7 +54,17 @@ async fn tikv_sim_serves_and_obeys_its_control_port() {
     let mut stderr = BufReader::new(running.0.stderr.take().unwrap());
     let mut line = String::new();
     stdout.read_line(&mut line).unwrap();
-    let pd = line.trim_end().strip_prefix("pd=").unwrap().to_owned();
+    let pd = line
+        .trim_end()
+        .strip_prefix("pd=")
+        .unwrap_or_else(|| {
+            panic!(
+                "{} printed {line:?} instead of pd=ADDR; if it exited at once, a build of \
+                 another checkout sharing CARGO_TARGET_DIR may have replaced the binary",
+                env!("CARGO_BIN_EXE_tikv-sim")
+            )
+        })
+        .to_owned();
     assert!(pd.starts_with("127.0.0.1:") && !pd.ends_with(":0"), "{pd}");
     let mut line = String::new();
     stderr.read_line(&mut line).unwrap();

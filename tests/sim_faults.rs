@@ -154,31 +154,26 @@ async fn a_connect_hang_freezes_every_connection() {
     let req = get_req(&ctx, b"k");
     let mut on_open_connection = tokio::spawn(async move { frozen_client.raw_get(req).await });
     assert!(
-        tokio::time::timeout(Duration::from_millis(300), &mut on_open_connection)
+        tokio::time::timeout(Duration::from_millis(200), &mut on_open_connection)
             .await
             .is_err(),
         "no answer while frozen"
     );
-    // A new connection does not get through either.
+    // A new TCP connect hangs: the kernel drops the SYNs.
     let addr = cluster.store_addr(store).unwrap();
-    let fresh = async {
-        let channel = Channel::from_shared(format!("http://{addr}"))
-            .unwrap()
-            .connect()
-            .await?;
-        TikvClient::new(channel)
-            .raw_get(get_req(&ctx, b"k"))
-            .await
-            .map_err(|e| e.into())
-    };
-    let fresh: Result<_, Box<dyn std::error::Error>> = async {
-        match tokio::time::timeout(Duration::from_millis(300), fresh).await {
-            Ok(r) => r.map(|_| ()),
-            Err(_) => Err("timed out".into()),
-        }
-    }
+    let connect = tokio::time::timeout(
+        Duration::from_millis(200),
+        tokio::net::TcpStream::connect(&addr),
+    )
     .await;
-    assert!(fresh.is_err());
+    assert!(connect.is_err(), "connect must hang, got {connect:?}");
+    // So does opening a gRPC channel, bounded by its connect timeout.
+    let channel = Channel::from_shared(format!("http://{addr}"))
+        .unwrap()
+        .connect_timeout(Duration::from_millis(150))
+        .connect()
+        .await;
+    assert!(channel.is_err());
     // The requests never reached the service.
     assert_eq!(cluster.counters(store).total_requests(), 0);
 
@@ -190,6 +185,28 @@ async fn a_connect_hang_freezes_every_connection() {
         .unwrap()
         .into_inner();
     assert!(resp.region_error.is_none());
+    // New connections work again.
+    let mut fresh = cluster.tikv_client(store).await.unwrap();
+    assert!(fresh.raw_get(get_req(&ctx, b"k")).await.is_ok());
+    cluster.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_connect_hang_survives_down_and_up() {
+    let cluster = one_region().await;
+    let (store, _client, _ctx) = leader_of_first(&cluster).await;
+    cluster.store_hang(store, HangMode::Connect);
+    cluster.store_down(store).await;
+    cluster.store_up(store).await.unwrap();
+    let addr = cluster.store_addr(store).unwrap();
+    let connect = tokio::time::timeout(
+        Duration::from_millis(200),
+        tokio::net::TcpStream::connect(&addr),
+    )
+    .await;
+    assert!(connect.is_err(), "still hung after a restart");
+    cluster.store_unhang(store);
+    assert!(cluster.tikv_client(store).await.is_ok());
     cluster.shutdown().await;
 }
 

@@ -260,3 +260,21 @@ async fn stores_answer_raw_put_and_get() {
     }
     cluster.shutdown().await;
 }
+
+#[tokio::test]
+async fn a_request_for_another_cluster_is_refused() {
+    let cluster = SimCluster::builder().stores(1).start().await.unwrap();
+    let mut pd = cluster.pd_client(0).await.unwrap();
+    let err = pd
+        .get_all_stores(pdpb::GetAllStoresRequest {
+            header: Some(pdpb::RequestHeader {
+                cluster_id: cluster.cluster_id() + 1,
+                sender_id: 0,
+            }),
+            exclude_tombstone_stores: false,
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), tonic::Code::FailedPrecondition);
+    cluster.shutdown().await;
+}

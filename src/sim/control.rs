@@ -14,7 +14,7 @@
 //! | `regions` | one line per Region in key order: id, range, epoch, true leader, PD's leader, peers |
 //! | `region KEY` | the line of the Region holding `KEY` |
 //! | `down STORE` / `up STORE` | store down (port closed, connections reset) / back on the same port |
-//! | `hang STORE connect` | freeze every connection of the store (new ones too) |
+//! | `hang STORE connect` | new TCP connects hang and open connections stop moving bytes (dropped packets) |
 //! | `hang STORE respond` | receive requests but never answer |
 //! | `unhang STORE` | end a hang |
 //! | `slow STORE MS` | add `MS` milliseconds before each request (0 ends it) |
@@ -89,9 +89,9 @@ fn parse_key(text: &str) -> Result<Vec<u8>> {
     match text.strip_prefix("0x") {
         None => Ok(text.as_bytes().to_vec()),
         Some(hex) => {
-            if hex.len() % 2 != 0 {
+            if !hex.is_ascii() || hex.len() % 2 != 0 {
                 return Err(Error::InvalidArgument(format!(
-                    "hex key {text} has an odd number of digits"
+                    "hex key {text} must be an even number of hex digits"
                 )));
             }
             (0..hex.len())
@@ -318,8 +318,14 @@ fn known_store(cluster: &SimCluster, text: Option<&str>) -> Result<u64> {
 /// each connection may send any number of command lines.
 pub async fn serve(cluster: Arc<SimCluster>, listener: TcpListener) {
     loop {
-        let Ok((stream, _)) = listener.accept().await else {
-            continue;
+        let stream = match listener.accept().await {
+            Ok((stream, _)) => stream,
+            Err(e) => {
+                // E.g. out of file descriptors: do not spin.
+                log::warn!("tikv-sim control port: accept failed: {e}");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
+            }
         };
         let cluster = cluster.clone();
         tokio::spawn(async move {
@@ -357,6 +363,8 @@ mod tests {
         assert_eq!(parse_key("abc").unwrap(), b"abc".to_vec());
         assert_eq!(parse_key("0x00ff").unwrap(), vec![0, 255]);
         assert!(parse_key("0x0").is_err());
+        assert!(parse_key("0xaé1").is_err());
+        assert!(parse_key("0xzz").is_err());
         assert_eq!(escape_key(b"a\x00\\"), "a\\x00\\x5c");
     }
 }

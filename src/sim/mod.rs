@@ -104,8 +104,8 @@
 //! [`store_down`](SimCluster::store_down) /
 //! [`store_up`](SimCluster::store_up) (listener closed and connections
 //! reset; back on the same port), [`store_hang`](SimCluster::store_hang)
-//! with [`HangMode::Connect`] (bytes stop flowing on every connection, new
-//! ones too) or [`HangMode::Respond`] (requests are received, never
+//! with [`HangMode::Connect`] (new TCP connects hang because the kernel
+//! drops SYNs, and open connections stop moving bytes) or [`HangMode::Respond`] (requests are received, never
 //! answered until [`store_unhang`](SimCluster::store_unhang)),
 //! [`store_slow`](SimCluster::store_slow),
 //! [`store_busy`](SimCluster::store_busy),
@@ -124,6 +124,12 @@
 //!
 //! [`SimCluster::counters`] returns a [`StoreCounters`] snapshot: requests
 //! by method label (`raw_get`, …, see [`RAW_METHODS`]) and [`Outcome`].
+//! Every request that reaches a store's service is counted once with its
+//! outcome; one that waits in a [`HangMode::Respond`] hang is also counted
+//! as [`Outcome::Hung`] when it starts waiting (and only so, if the store
+//! goes down before it is answered). Requests stuck in a
+//! [`HangMode::Connect`] hang or sent to a downed store never reach the
+//! service and are not counted.
 //!
 //! # The `tikv-sim` binary and its control interface
 //!

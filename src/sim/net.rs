@@ -8,10 +8,11 @@ use std::io;
 use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
-use std::task::{Context, Poll};
+use std::task::{Context, Poll, Waker};
+use std::time::Duration;
 
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::{TcpListener, TcpSocket, TcpStream};
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::JoinHandle;
 use tokio_stream::wrappers::ReceiverStream;
@@ -123,8 +124,22 @@ impl AsyncWrite for SimConn {
     }
 }
 
+/// The listen backlog of every simulated server. Small on purpose: during
+/// a connect hang the accept loop pauses and the backlog is filled, after
+/// which the kernel drops new SYNs, so a client's TCP connect really hangs.
+const LISTEN_BACKLOG: u32 = 8;
+
+/// How long one backlog filler may take to connect; a timeout means the
+/// backlog is full.
+const FILLER_CONNECT_TIMEOUT: Duration = Duration::from_millis(20);
+
+/// Most fillers one hang opens (a bound in case the accept loop keeps
+/// taking them on another worker thread for a while).
+const MAX_FILLERS: usize = 512;
+
 /// One simulated server: a fixed address, a tonic server fed by an accept
-/// loop that can be stopped (down) and restarted on the same port (up).
+/// loop that can be paused (connect hang), stopped (down) and restarted on
+/// the same port (up).
 pub(crate) struct Endpoint {
     addr: SocketAddr,
     conn_tx: mpsc::Sender<io::Result<SimConn>>,
@@ -133,6 +148,13 @@ pub(crate) struct Endpoint {
     current: Arc<Mutex<watch::Receiver<NetState>>>,
     /// The state new connections start in (Frozen during a connect hang).
     new_conn_state: NetState,
+    /// False while the accept loop must not accept (connect hang).
+    accepting: watch::Sender<bool>,
+    /// Our own connections that keep the backlog full during a connect
+    /// hang.
+    fillers: Vec<std::net::TcpStream>,
+    /// The listener while up (shared with the accept loop).
+    listener: Option<Arc<TcpListener>>,
     accept_task: Option<JoinHandle<()>>,
     server_task: Option<JoinHandle<()>>,
     shutdown_tx: Option<oneshot::Sender<()>>,
@@ -160,12 +182,16 @@ impl Endpoint {
             }
         });
         let (net, net_rx) = watch::channel(NetState::Open);
+        let (accepting, _) = watch::channel(true);
         let mut endpoint = Endpoint {
             addr,
             conn_tx,
             net,
             current: Arc::new(Mutex::new(net_rx)),
             new_conn_state: NetState::Open,
+            accepting,
+            fillers: Vec::new(),
+            listener: None,
             accept_task: None,
             server_task: Some(server_task),
             shutdown_tx: Some(shutdown_tx),
@@ -185,28 +211,55 @@ impl Endpoint {
     }
 
     fn spawn_accept(&mut self, listener: TcpListener) {
+        let listener = Arc::new(listener);
+        self.listener = Some(listener.clone());
         let conn_tx = self.conn_tx.clone();
         let current = self.current.clone();
+        let mut accepting = self.accepting.subscribe();
         self.accept_task = Some(tokio::spawn(async move {
             loop {
-                let stream = match listener.accept().await {
-                    Ok((stream, _)) => stream,
-                    Err(e) => {
-                        log::debug!("simulated accept failed: {e}");
+                if !*accepting.borrow_and_update() {
+                    if accepting.changed().await.is_err() {
+                        return;
+                    }
+                    continue;
+                }
+                let stream = tokio::select! {
+                    // A pause wins over a pending connection.
+                    biased;
+                    changed = accepting.changed() => {
+                        if changed.is_err() {
+                            return;
+                        }
                         continue;
                     }
+                    accepted = listener.accept() => match accepted {
+                        Ok((stream, _)) => stream,
+                        Err(e) => {
+                            // E.g. out of file descriptors: do not spin.
+                            log::warn!("simulated accept failed: {e}");
+                            tokio::time::sleep(Duration::from_millis(10)).await;
+                            continue;
+                        }
+                    },
                 };
                 let _ = stream.set_nodelay(true);
                 let net_rx = match current.lock() {
                     Ok(rx) => rx.clone(),
                     Err(poisoned) => poisoned.into_inner().clone(),
                 };
-                let conn = SimConn::new(stream, net_rx);
-                if conn_tx.send(Ok(conn)).await.is_err() {
+                if conn_tx
+                    .send(Ok(SimConn::new(stream, net_rx)))
+                    .await
+                    .is_err()
+                {
                     return;
                 }
             }
         }));
+        if self.new_conn_state == NetState::Frozen {
+            self.fill_backlog();
+        }
     }
 
     /// Replaces the connection generation: the current connections get
@@ -231,6 +284,8 @@ impl Endpoint {
     /// task to await, so the port is closed when the caller returns.
     pub(crate) fn down(&mut self) -> Option<JoinHandle<()>> {
         self.new_generation(NetState::Killed);
+        self.fillers.clear();
+        self.listener = None;
         let task = self.accept_task.take();
         if let Some(t) = &task {
             t.abort();
@@ -246,8 +301,9 @@ impl Endpoint {
         }
     }
 
-    /// Freezes (`true`) or thaws (`false`) every connection, current and
-    /// future.
+    /// Freezes (`true`) or thaws (`false`) the server's network: open
+    /// connections stop moving bytes, the accept loop pauses and the
+    /// listen backlog is filled so new TCP connects hang.
     pub(crate) fn set_frozen(&mut self, frozen: bool) {
         self.new_conn_state = if frozen {
             NetState::Frozen
@@ -255,11 +311,59 @@ impl Endpoint {
             NetState::Open
         };
         self.net.send_replace(self.new_conn_state);
+        self.accepting.send_replace(!frozen);
+        if frozen {
+            if self.accept_task.is_some() {
+                self.fill_backlog();
+            }
+        } else {
+            self.fillers.clear();
+            self.drain_backlog();
+        }
+    }
+
+    /// Accepts everything queued in the backlog right now (fillers and any
+    /// client that got in), so a client connecting just after a thaw finds
+    /// room instead of waiting for a SYN retransmission.
+    fn drain_backlog(&mut self) {
+        let Some(listener) = &self.listener else {
+            return;
+        };
+        // poll_accept's waker slot is separate from the accept loop's
+        // `accept().await`, so a no-op waker here steals no wake-up.
+        let mut cx = Context::from_waker(Waker::noop());
+        while let Poll::Ready(Ok((stream, _))) = listener.poll_accept(&mut cx) {
+            let _ = stream.set_nodelay(true);
+            let conn = SimConn::new(stream, self.net.subscribe());
+            if self.conn_tx.try_send(Ok(conn)).is_err() {
+                log::debug!(
+                    "simulated server {}: dropped a queued connection",
+                    self.addr
+                );
+            }
+        }
+    }
+
+    /// Connects to our own listener until the kernel stops completing
+    /// handshakes: from then on, SYNs to this port are dropped.
+    fn fill_backlog(&mut self) {
+        while self.fillers.len() < MAX_FILLERS {
+            match std::net::TcpStream::connect_timeout(&self.addr, FILLER_CONNECT_TIMEOUT) {
+                Ok(stream) => self.fillers.push(stream),
+                Err(_) => return,
+            }
+        }
+        log::warn!(
+            "simulated server {}: the listen backlog did not fill; new connections may still complete",
+            self.addr
+        );
     }
 
     /// Stops everything; the tasks are aborted.
     pub(crate) fn stop(&mut self) -> Vec<JoinHandle<()>> {
         self.net.send_replace(NetState::Killed);
+        self.fillers.clear();
+        self.listener = None;
         if let Some(tx) = self.shutdown_tx.take() {
             let _ = tx.send(());
         }
@@ -281,9 +385,20 @@ impl Drop for Endpoint {
     }
 }
 
+/// Listens on `addr` with address reuse (so a store comes back on its port
+/// at once) and the small [`LISTEN_BACKLOG`].
 pub(crate) async fn bind(addr: SocketAddr) -> Result<TcpListener> {
-    TcpListener::bind(addr).await.map_err(|e| Error::Connect {
+    let fail = |e: io::Error| Error::Connect {
         address: addr.to_string(),
         message: format!("the simulated cluster cannot listen there: {e}"),
-    })
+    };
+    let socket = if addr.is_ipv4() {
+        TcpSocket::new_v4()
+    } else {
+        TcpSocket::new_v6()
+    }
+    .map_err(fail)?;
+    socket.set_reuseaddr(true).map_err(fail)?;
+    socket.bind(addr).map_err(fail)?;
+    socket.listen(LISTEN_BACKLOG).map_err(fail)
 }

@@ -15,9 +15,11 @@ use crate::{Error, Result};
 /// How a store hangs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum HangMode {
-    /// The network freezes: new and open connections stop moving bytes (TCP
-    /// connects still complete in the kernel, but the HTTP/2 handshake and
-    /// every request stall), like a host that drops packets.
+    /// The network freezes, like a host that drops packets: new TCP
+    /// connects hang (the accept loop pauses and the small listen backlog is
+    /// kept full, so the kernel drops SYNs) and open connections stop moving
+    /// bytes. A client sees its connect timeout, or its request timeout on
+    /// a connection it already had.
     Connect,
     /// Connections work and requests are received, but no request is ever
     /// answered until the hang is lifted (then they are served normally).

@@ -494,6 +494,13 @@ impl StoreService {
                 }
                 store.counters.record(C::METHOD, outcome);
             }
+            log::debug!(
+                "simulated store {} answered {} for region {} with {}",
+                self.store_id,
+                C::METHOD,
+                command.context().map(|c| c.region_id).unwrap_or(0),
+                outcome.name()
+            );
             verdict
         };
         match verdict {
