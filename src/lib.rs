@@ -37,3 +37,4 @@ pub use backoff::Backoff;
 pub use config::{Config, SecurityConfig};
 pub use error::{describe_region_error, Error, Result};
 pub use kv::{BoundRange, ColumnFamily, Key, KvPair, Value};
+pub use raw::RawClient;

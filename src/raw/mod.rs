@@ -1,5 +1,8 @@
 //! The raw key-value client and its requests.
 
+mod client;
 mod requests;
+
+pub use client::{RawClient, MAX_RAW_KV_SCAN_LIMIT};
 
 pub use requests::*;

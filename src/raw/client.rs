@@ -1,0 +1,629 @@
+//! [`RawClient`]: the raw key-value API. Every method, scans included, runs
+//! through the request plan, so every RPC routes leader-first with voter
+//! fallback (routing.md).
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use super::requests::{
+    new_cas_request, new_raw_batch_delete_request, new_raw_batch_get_request,
+    new_raw_batch_put_request, new_raw_batch_scan_request, new_raw_delete_range_request,
+    new_raw_delete_request, new_raw_get_key_ttl_request, new_raw_get_request, new_raw_put_request,
+    new_raw_scan_request,
+};
+use crate::backoff::Backoff;
+use crate::pd::{PdClient, PdRpcClient};
+use crate::proto::kvrpcpb;
+use crate::request::{
+    Collect, CollectError, CollectSingle, HasKeyErrors, Plan, PlanBuilder, RoutingState,
+    RoutingStats,
+};
+use crate::{BoundRange, ColumnFamily, Config, Error, Key, KvPair, Result, Value};
+
+/// The largest `limit` a scan accepts; larger limits are an
+/// [`Error::InvalidArgument`]. Scan in pages to read more.
+pub const MAX_RAW_KV_SCAN_LIMIT: u32 = 10240;
+
+/// A raw key-value client. Cheap to clone; clones share connections, caches
+/// and routing state.
+///
+/// ```no_run
+/// # async fn run() -> tikv_plan::Result<()> {
+/// use tikv_plan::RawClient;
+/// let client = RawClient::new(vec!["127.0.0.1:2379"]).await?;
+/// client.put("key".to_owned(), "value".to_owned()).await?;
+/// assert_eq!(client.get("key".to_owned()).await?, Some(b"value".to_vec()));
+/// # Ok(()) }
+/// ```
+pub struct RawClient<PdC: PdClient = PdRpcClient> {
+    rpc: Arc<PdC>,
+    routing: Arc<RoutingState>,
+    cf: Option<ColumnFamily>,
+    backoff: Backoff,
+    atomic: bool,
+}
+
+impl<PdC: PdClient> Clone for RawClient<PdC> {
+    fn clone(&self) -> Self {
+        RawClient {
+            rpc: Arc::clone(&self.rpc),
+            routing: Arc::clone(&self.routing),
+            cf: self.cf,
+            backoff: self.backoff.clone(),
+            atomic: self.atomic,
+        }
+    }
+}
+
+impl<PdC: PdClient> std::fmt::Debug for RawClient<PdC> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RawClient")
+            .field("cf", &self.cf)
+            .field("backoff", &self.backoff)
+            .field("atomic", &self.atomic)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Checks PD endpoints before any connection: at least one, each
+/// `host:port` (optionally with an `http://` or `https://` scheme).
+fn validate_pd_endpoints(endpoints: &[String]) -> Result<()> {
+    if endpoints.is_empty() {
+        return Err(Error::InvalidArgument(
+            "no PD endpoint given; pass at least one address such as \"127.0.0.1:2379\"".to_owned(),
+        ));
+    }
+    for endpoint in endpoints {
+        let bare = endpoint
+            .strip_prefix("http://")
+            .or_else(|| endpoint.strip_prefix("https://"))
+            .unwrap_or(endpoint);
+        let well_formed = match bare.rsplit_once(':') {
+            Some((host, port)) => {
+                !host.is_empty()
+                    && !host.contains('/')
+                    && !host.chars().any(char::is_whitespace)
+                    && port.parse::<u16>().is_ok_and(|p| p != 0)
+            }
+            None => false,
+        };
+        if !well_formed {
+            return Err(Error::InvalidArgument(format!(
+                "the PD endpoint {endpoint:?} is not an address; write it as host:port, e.g. \"127.0.0.1:2379\""
+            )));
+        }
+    }
+    Ok(())
+}
+
+impl RawClient<PdRpcClient> {
+    /// Connects to a cluster through its PD endpoints (`host:port`), with the
+    /// default [`Config`].
+    pub async fn new<S: Into<String>>(pd_endpoints: Vec<S>) -> Result<Self> {
+        Self::new_with_config(pd_endpoints, Config::default()).await
+    }
+
+    /// Connects to a cluster through its PD endpoints with `config`.
+    pub async fn new_with_config<S: Into<String>>(
+        pd_endpoints: Vec<S>,
+        config: Config,
+    ) -> Result<Self> {
+        let endpoints: Vec<String> = pd_endpoints.into_iter().map(Into::into).collect();
+        validate_pd_endpoints(&endpoints)?;
+        let rpc = PdRpcClient::connect(&endpoints, &config).await?;
+        Ok(Self::new_with_pd_client(Arc::new(rpc), &config))
+    }
+}
+
+impl<PdC: PdClient> RawClient<PdC> {
+    /// A client over any [`PdClient`], for example a
+    /// `tikv_plan::mock::MockPdClient` in unit tests.
+    pub fn new_with_pd_client(pd_client: Arc<PdC>, config: &Config) -> Self {
+        RawClient {
+            rpc: pd_client,
+            routing: Arc::new(RoutingState::new(config)),
+            cf: None,
+            backoff: config.region_backoff.clone(),
+            atomic: false,
+        }
+    }
+
+    /// A client that reads and writes column family `cf`.
+    pub fn with_cf(&self, cf: ColumnFamily) -> Self {
+        RawClient {
+            cf: Some(cf),
+            ..self.clone()
+        }
+    }
+
+    /// A client that retries with `backoff`.
+    pub fn with_backoff(&self, backoff: Backoff) -> Self {
+        RawClient {
+            backoff,
+            ..self.clone()
+        }
+    }
+
+    /// A client in atomic mode: writes are ordered with compare-and-swap, which
+    /// requires this mode.
+    pub fn with_atomic_for_cas(&self) -> Self {
+        RawClient {
+            atomic: true,
+            ..self.clone()
+        }
+    }
+
+    /// What routing has done so far for this client and its clones:
+    /// fallback attempts and successes, busy probes, invalidations, connect
+    /// timeouts.
+    pub fn routing_stats(&self) -> RoutingStats {
+        self.routing.stats()
+    }
+
+    fn cf_name(&self) -> Option<String> {
+        self.cf.map(|cf| cf.as_str().to_owned())
+    }
+
+    fn builder<Req: crate::request::KvRequest>(
+        &self,
+        request: Req,
+    ) -> PlanBuilder<PdC, crate::request::Dispatch<Req>> {
+        PlanBuilder::new(Arc::clone(&self.rpc), request).routing(Arc::clone(&self.routing))
+    }
+
+    /// The value of `key`, or `None` when it does not exist.
+    pub async fn get(&self, key: impl Into<Key>) -> Result<Option<Value>> {
+        let request = new_raw_get_request(key.into().into(), self.cf_name());
+        self.builder(request)
+            .retry_multi_region(self.backoff.clone())
+            .merge(CollectSingle)
+            .post_process_default()
+            .plan()
+            .execute()
+            .await
+    }
+
+    /// The values of the keys that exist, in key order.
+    pub async fn batch_get(
+        &self,
+        keys: impl IntoIterator<Item = impl Into<Key>>,
+    ) -> Result<Vec<KvPair>> {
+        let keys: Vec<Vec<u8>> = keys.into_iter().map(|k| k.into().into()).collect();
+        if keys.is_empty() {
+            return Ok(Vec::new());
+        }
+        let request = new_raw_batch_get_request(keys, self.cf_name());
+        let pairs = self
+            .builder(request)
+            .retry_multi_region(self.backoff.clone())
+            .merge(Collect)
+            .post_process_default()
+            .plan()
+            .execute()
+            .await?;
+        Ok(pairs.into_iter().map(from_proto_pair).collect())
+    }
+
+    /// The remaining time-to-live of `key` in seconds (0: it never expires),
+    /// or `None` when it does not exist.
+    pub async fn get_key_ttl_secs(&self, key: impl Into<Key>) -> Result<Option<u64>> {
+        let request = new_raw_get_key_ttl_request(key.into().into(), self.cf_name());
+        self.builder(request)
+            .retry_multi_region(self.backoff.clone())
+            .merge(CollectSingle)
+            .post_process_default()
+            .plan()
+            .execute()
+            .await
+    }
+
+    /// Sets `key` to `value`.
+    pub async fn put(&self, key: impl Into<Key>, value: impl Into<Value>) -> Result<()> {
+        self.put_with_ttl(key, value, 0).await
+    }
+
+    /// Sets `key` to `value`, expiring after `ttl_secs` seconds (0: never).
+    pub async fn put_with_ttl(
+        &self,
+        key: impl Into<Key>,
+        value: impl Into<Value>,
+        ttl_secs: u64,
+    ) -> Result<()> {
+        let request = new_raw_put_request(
+            key.into().into(),
+            value.into(),
+            self.cf_name(),
+            ttl_secs,
+            self.atomic,
+        );
+        self.builder(request)
+            .retry_multi_region(self.backoff.clone())
+            .merge(CollectSingle)
+            .post_process_default()
+            .plan()
+            .execute()
+            .await
+    }
+
+    /// Sets every pair. When a key appears twice, the later value wins.
+    pub async fn batch_put(
+        &self,
+        pairs: impl IntoIterator<Item = impl Into<KvPair>>,
+    ) -> Result<()> {
+        self.batch_put_inner(pairs.into_iter().map(|p| (p.into(), 0)).collect(), false)
+            .await
+    }
+
+    /// Sets every pair with its own time-to-live in seconds (0: never); `ttls`
+    /// must have one entry per pair.
+    pub async fn batch_put_with_ttl(
+        &self,
+        pairs: impl IntoIterator<Item = impl Into<KvPair>>,
+        ttls: impl IntoIterator<Item = u64>,
+    ) -> Result<()> {
+        let pairs: Vec<KvPair> = pairs.into_iter().map(Into::into).collect();
+        let ttls: Vec<u64> = ttls.into_iter().collect();
+        if pairs.len() != ttls.len() {
+            return Err(Error::InvalidArgument(format!(
+                "batch_put_with_ttl got {} pairs but {} TTLs; pass one TTL per pair",
+                pairs.len(),
+                ttls.len()
+            )));
+        }
+        self.batch_put_inner(pairs.into_iter().zip(ttls).collect(), true)
+            .await
+    }
+
+    async fn batch_put_inner(&self, items: Vec<(KvPair, u64)>, with_ttl: bool) -> Result<()> {
+        // Later duplicates win, as if the pairs were put one after another.
+        let mut unique: BTreeMap<Key, (Value, u64)> = BTreeMap::new();
+        for (KvPair(key, value), ttl) in items {
+            unique.insert(key, (value, ttl));
+        }
+        if unique.is_empty() {
+            return Ok(());
+        }
+        let mut pairs = Vec::with_capacity(unique.len());
+        let mut ttls = Vec::with_capacity(if with_ttl { unique.len() } else { 0 });
+        for (key, (value, ttl)) in unique {
+            pairs.push(kvrpcpb::KvPair {
+                key: key.into(),
+                value,
+                ..Default::default()
+            });
+            if with_ttl {
+                ttls.push(ttl);
+            }
+        }
+        let request = new_raw_batch_put_request(pairs, ttls, self.cf_name(), self.atomic);
+        self.builder(request)
+            .retry_multi_region(self.backoff.clone())
+            .merge(CollectError)
+            .post_process_default()
+            .plan()
+            .execute()
+            .await
+    }
+
+    /// Deletes `key` (deleting a missing key is not an error).
+    pub async fn delete(&self, key: impl Into<Key>) -> Result<()> {
+        let request = new_raw_delete_request(key.into().into(), self.cf_name(), self.atomic);
+        self.builder(request)
+            .retry_multi_region(self.backoff.clone())
+            .merge(CollectSingle)
+            .post_process_default()
+            .plan()
+            .execute()
+            .await
+    }
+
+    /// Deletes every key.
+    pub async fn batch_delete(&self, keys: impl IntoIterator<Item = impl Into<Key>>) -> Result<()> {
+        let keys: Vec<Vec<u8>> = keys.into_iter().map(|k| k.into().into()).collect();
+        if keys.is_empty() {
+            return Ok(());
+        }
+        let request = new_raw_batch_delete_request(keys, self.cf_name(), self.atomic);
+        self.builder(request)
+            .retry_multi_region(self.backoff.clone())
+            .merge(CollectError)
+            .post_process_default()
+            .plan()
+            .execute()
+            .await
+    }
+
+    /// Deletes every key in `range`.
+    pub async fn delete_range(&self, range: impl Into<BoundRange>) -> Result<()> {
+        let (start, end) = range.into().into_keys()?;
+        if !end.is_empty() && start == end {
+            return Ok(());
+        }
+        let request = new_raw_delete_range_request(start.into(), end.into(), self.cf_name());
+        self.builder(request)
+            .retry_multi_region(self.backoff.clone())
+            .merge(CollectError)
+            .post_process_default()
+            .plan()
+            .execute()
+            .await
+    }
+
+    /// Up to `limit` pairs of `range`, in ascending key order.
+    pub async fn scan(&self, range: impl Into<BoundRange>, limit: u32) -> Result<Vec<KvPair>> {
+        let pairs = self.scan_inner(range.into(), limit, false, false).await?;
+        Ok(pairs.into_iter().map(from_proto_pair).collect())
+    }
+
+    /// Up to `limit` pairs of `range`, in descending key order (from the end
+    /// of the range down).
+    pub async fn scan_reverse(
+        &self,
+        range: impl Into<BoundRange>,
+        limit: u32,
+    ) -> Result<Vec<KvPair>> {
+        let pairs = self.scan_inner(range.into(), limit, false, true).await?;
+        Ok(pairs.into_iter().map(from_proto_pair).collect())
+    }
+
+    /// Up to `limit` keys of `range`, in ascending order.
+    pub async fn scan_keys(&self, range: impl Into<BoundRange>, limit: u32) -> Result<Vec<Key>> {
+        let pairs = self.scan_inner(range.into(), limit, true, false).await?;
+        Ok(pairs.into_iter().map(|p| Key::from(p.key)).collect())
+    }
+
+    /// Up to `limit` keys of `range`, in descending order.
+    pub async fn scan_keys_reverse(
+        &self,
+        range: impl Into<BoundRange>,
+        limit: u32,
+    ) -> Result<Vec<Key>> {
+        let pairs = self.scan_inner(range.into(), limit, true, true).await?;
+        Ok(pairs.into_iter().map(|p| Key::from(p.key)).collect())
+    }
+
+    /// Walks the Regions of the range one plan at a time, continuing from the
+    /// boundary of the piece each plan actually served (which follows splits
+    /// seen during retries), until the limit is reached.
+    async fn scan_inner(
+        &self,
+        range: BoundRange,
+        limit: u32,
+        key_only: bool,
+        reverse: bool,
+    ) -> Result<Vec<kvrpcpb::KvPair>> {
+        check_scan_limit(limit)?;
+        let (start, end) = range.into_keys()?;
+        let (start, end): (Vec<u8>, Vec<u8>) = (start.into(), end.into());
+        let mut out = Vec::new();
+        if limit == 0 || (!end.is_empty() && start == end) {
+            return Ok(out);
+        }
+        // Forward: the cursor is the lower bound. Reverse: the upper bound.
+        let mut cursor = if reverse { end.clone() } else { start.clone() };
+        loop {
+            let remaining = limit - out.len() as u32;
+            let request = if reverse {
+                new_raw_scan_request(
+                    cursor.clone(),
+                    start.clone(),
+                    remaining,
+                    key_only,
+                    true,
+                    self.cf_name(),
+                )
+            } else {
+                new_raw_scan_request(
+                    cursor.clone(),
+                    end.clone(),
+                    remaining,
+                    key_only,
+                    false,
+                    self.cf_name(),
+                )
+            };
+            let pieces = self
+                .builder(request)
+                .preserve_shard()
+                .retry_multi_region(self.backoff.clone())
+                .merge(CollectError)
+                .plan()
+                .execute()
+                .await?;
+            let mut next = None;
+            for mut piece in pieces {
+                if let Some(errors) = piece.key_errors() {
+                    return Err(crate::request::strongest_shard_error(errors));
+                }
+                // A piece is `(start_key, end_key)` in the request's own
+                // convention, so its `end_key` is where the walk goes on: the
+                // upper bound forward, the lower bound in reverse.
+                let (_, piece_end) = piece.1;
+                out.extend(piece.0.kvs);
+                next = Some(piece_end);
+            }
+            let Some(next) = next else {
+                return Ok(out);
+            };
+            out.truncate(limit as usize);
+            let done = if reverse {
+                // The piece reached the range's lower bound or the key space's start.
+                next.is_empty() || next <= start
+            } else {
+                next.is_empty() || (!end.is_empty() && next >= end)
+            };
+            if done || out.len() as u32 >= limit {
+                return Ok(out);
+            }
+            cursor = next;
+        }
+    }
+
+    /// Up to `each_limit` pairs from each range, ranges in ascending order.
+    /// Ranges must not overlap.
+    pub async fn batch_scan(
+        &self,
+        ranges: impl IntoIterator<Item = impl Into<BoundRange>>,
+        each_limit: u32,
+    ) -> Result<Vec<KvPair>> {
+        let pairs = self.batch_scan_inner(ranges, each_limit, false).await?;
+        Ok(pairs.into_iter().map(from_proto_pair).collect())
+    }
+
+    /// Up to `each_limit` keys from each range, ranges in ascending order.
+    pub async fn batch_scan_keys(
+        &self,
+        ranges: impl IntoIterator<Item = impl Into<BoundRange>>,
+        each_limit: u32,
+    ) -> Result<Vec<Key>> {
+        let pairs = self.batch_scan_inner(ranges, each_limit, true).await?;
+        Ok(pairs.into_iter().map(|p| Key::from(p.key)).collect())
+    }
+
+    async fn batch_scan_inner(
+        &self,
+        ranges: impl IntoIterator<Item = impl Into<BoundRange>>,
+        each_limit: u32,
+        key_only: bool,
+    ) -> Result<Vec<kvrpcpb::KvPair>> {
+        check_scan_limit(each_limit)?;
+        let mut ranges = ranges
+            .into_iter()
+            .map(|r| {
+                r.into()
+                    .into_keys()
+                    .map(|(s, e)| (Vec::from(s), Vec::from(e)))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        ranges.retain(|(s, e)| e.is_empty() || s < e);
+        ranges.sort();
+        for pair in ranges.windows(2) {
+            let (earlier, later) = (&pair[0], &pair[1]);
+            if earlier.1.is_empty() || earlier.1 > later.0 {
+                return Err(Error::InvalidArgument(format!(
+                    "batch_scan ranges overlap ({:?}..{:?} and {:?}..); merge them or scan them separately",
+                    Key::from(earlier.0.clone()),
+                    Key::from(earlier.1.clone()),
+                    Key::from(later.0.clone())
+                )));
+            }
+        }
+        if ranges.is_empty() || each_limit == 0 {
+            return Ok(Vec::new());
+        }
+        let request =
+            new_raw_batch_scan_request(ranges.clone(), each_limit, key_only, self.cf_name());
+        let pairs = self
+            .builder(request)
+            .retry_multi_region(self.backoff.clone())
+            .merge(Collect)
+            .post_process_default()
+            .plan()
+            .execute()
+            .await?;
+        // TiKV applies `each_limit` per range *and Region*; a range spanning
+        // Regions can return more, so cut each range back to its first
+        // `each_limit` keys (pairs arrive in key order).
+        let mut taken = vec![0u32; ranges.len()];
+        let mut out = Vec::with_capacity(pairs.len());
+        for pair in pairs {
+            let index = ranges
+                .iter()
+                .position(|(s, e)| pair.key >= *s && (e.is_empty() || pair.key < *e));
+            if let Some(i) = index {
+                if taken[i] < each_limit {
+                    taken[i] += 1;
+                    out.push(pair);
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// Atomically sets `key` to `new_value` if its current value is
+    /// `previous_value` (`None`: the key must not exist). Returns the value
+    /// before the call and whether the swap happened.
+    ///
+    /// Requires atomic mode ([`with_atomic_for_cas`](Self::with_atomic_for_cas)).
+    /// Never replayed: when the request may have reached the store but no
+    /// answer came back, the result is [`Error::Undetermined`].
+    pub async fn compare_and_swap(
+        &self,
+        key: impl Into<Key>,
+        previous_value: impl Into<Option<Value>>,
+        new_value: impl Into<Value>,
+    ) -> Result<(Option<Value>, bool)> {
+        if !self.atomic {
+            return Err(Error::InvalidArgument(
+                "compare_and_swap needs atomic mode, or plain writes could interleave with it; use client.with_atomic_for_cas()".to_owned(),
+            ));
+        }
+        let request = new_cas_request(
+            key.into().into(),
+            new_value.into(),
+            previous_value.into(),
+            self.cf_name(),
+        );
+        self.builder(request)
+            .retry_multi_region(self.backoff.clone())
+            .merge(CollectSingle)
+            .post_process_default()
+            .plan()
+            .execute()
+            .await
+    }
+}
+
+fn check_scan_limit(limit: u32) -> Result<()> {
+    if limit > MAX_RAW_KV_SCAN_LIMIT {
+        return Err(Error::InvalidArgument(format!(
+            "scan limit {limit} is over the maximum of {MAX_RAW_KV_SCAN_LIMIT}; scan in pages, starting each after the last key of the previous one"
+        )));
+    }
+    Ok(())
+}
+
+fn from_proto_pair(pair: kvrpcpb::KvPair) -> KvPair {
+    KvPair(Key::from(pair.key), pair.value)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pd_endpoints_are_checked_before_connecting() {
+        assert!(matches!(
+            validate_pd_endpoints(&[]),
+            Err(Error::InvalidArgument(_))
+        ));
+        for bad in [
+            "",
+            "127.0.0.1",
+            "127.0.0.1:",
+            ":2379",
+            "127.0.0.1:port",
+            "127.0.0.1:70000",
+            "a b:1",
+            "http://x/y:1",
+        ] {
+            let err = validate_pd_endpoints(&[bad.to_owned()]).unwrap_err();
+            assert!(err.to_string().contains("host:port"), "{bad}: {err}");
+        }
+        for good in [
+            "127.0.0.1:2379",
+            "pd-0.example:2379",
+            "http://127.0.0.1:2379",
+            "[::1]:2379",
+        ] {
+            validate_pd_endpoints(&[good.to_owned()]).unwrap();
+        }
+    }
+
+    #[test]
+    fn scan_limit_over_the_maximum_is_rejected() {
+        assert!(check_scan_limit(MAX_RAW_KV_SCAN_LIMIT).is_ok());
+        let err = check_scan_limit(MAX_RAW_KV_SCAN_LIMIT + 1).unwrap_err();
+        assert!(err.to_string().contains("scan in pages"), "{err}");
+    }
+}
