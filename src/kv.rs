@@ -233,6 +233,24 @@ impl<T: Into<Key>> From<(Bound<T>, Bound<T>)> for BoundRange {
     }
 }
 
+impl<T: Into<Key>> From<(T, Option<T>)> for BoundRange {
+    /// `(start, Some(end))` is `[start, end)`; `(start, None)` is `[start, ..)`.
+    fn from((start, end): (T, Option<T>)) -> Self {
+        let to = match end {
+            Some(end) => Bound::Excluded(end.into()),
+            None => Bound::Unbounded,
+        };
+        BoundRange::new(Bound::Included(start.into()), to)
+    }
+}
+
+impl<T: Into<Key>> From<(T, T)> for BoundRange {
+    /// `(start, end)` is `[start, end)`.
+    fn from((start, end): (T, T)) -> Self {
+        BoundRange::new(Bound::Included(start.into()), Bound::Excluded(end.into()))
+    }
+}
+
 /// A TiKV column family. Raw requests use `default` unless told otherwise.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub enum ColumnFamily {
@@ -293,6 +311,12 @@ mod tests {
         assert_eq!(keys(.."c").unwrap(), (vec![], b"c".to_vec()));
         assert_eq!(keys(..="c").unwrap(), (vec![], b"c\0".to_vec()));
         assert_eq!(keys(..).unwrap(), (vec![], vec![]));
+        assert_eq!(keys(("a", "c")).unwrap(), (b"a".to_vec(), b"c".to_vec()));
+        assert_eq!(keys(("a", None)).unwrap(), (b"a".to_vec(), vec![]));
+        assert_eq!(
+            keys(("a", Some("c"))).unwrap(),
+            (b"a".to_vec(), b"c".to_vec())
+        );
         let excl: BoundRange = (Bound::Excluded("a"), Bound::Unbounded).into();
         assert_eq!(excl.into_keys().unwrap().0.as_bytes(), b"a\0");
     }

@@ -46,7 +46,9 @@ async fn readme_sim_integration_test() {
     // leader's store goes down.
     let region = cluster.region_for_key(b"k").unwrap();
     let old_leader = cluster.leader_of(region.id).unwrap();
-    cluster.make_cold(region.id, ColdMode::AcceptAtOnce).unwrap();
+    cluster
+        .make_cold(region.id, ColdMode::AcceptAtOnce)
+        .unwrap();
     cluster.store_down(old_leader.store_id).await;
 
     assert_eq!(client.get("k").await.unwrap(), Some(b"v".to_vec()));
