@@ -8,8 +8,9 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use super::counters::{Outcome, StoreCounters};
 use super::data::RegionData;
-use crate::proto::metapb::{self, PeerRole};
+use crate::proto::metapb;
 use crate::proto::{errorpb, kvrpcpb};
+use crate::region::{can_become_leader, key_in_region};
 use crate::{Error, Result};
 
 /// How a store hangs.
@@ -87,8 +88,7 @@ impl SimRegion {
     }
 
     pub(crate) fn contains(&self, key: &[u8]) -> bool {
-        key >= self.meta.start_key.as_slice()
-            && (self.meta.end_key.is_empty() || key < self.meta.end_key.as_slice())
+        key_in_region(&self.meta, key)
     }
 
     pub(crate) fn version(&self) -> u64 {
@@ -130,14 +130,6 @@ fn region_error(message: String) -> errorpb::Error {
         message,
         ..Default::default()
     }
-}
-
-fn is_voter(peer: &metapb::Peer) -> bool {
-    !peer.is_witness
-        && matches!(
-            PeerRole::try_from(peer.role),
-            Ok(PeerRole::Voter | PeerRole::IncomingVoter | PeerRole::DemotingVoter)
-        )
 }
 
 impl ClusterState {
@@ -317,7 +309,7 @@ impl ClusterState {
             (Box::new(e), Outcome::NotLeader)
         };
         let known_leader = region.leader.and_then(|id| region.peer(id));
-        if !is_voter(&local) {
+        if !can_become_leader(&local) {
             return Err(not_leader(known_leader));
         }
         match region.leader {

@@ -13,6 +13,7 @@ use super::state::HangMode;
 use super::Shared;
 use crate::proto::tikvpb::tikv_server::Tikv;
 use crate::proto::{errorpb, kvrpcpb, metapb};
+use crate::region::key_in_region;
 
 /// The TiKV service of one store.
 #[derive(Clone)]
@@ -42,17 +43,12 @@ trait RawCommand: Send + 'static {
     fn key_error_response(message: String) -> Option<Self::Response>;
 }
 
-fn in_region(region: &metapb::Region, key: &[u8]) -> bool {
-    key >= region.start_key.as_slice()
-        && (region.end_key.is_empty() || key < region.end_key.as_slice())
-}
-
 fn first_outside<'a>(
     region: &metapb::Region,
     keys: impl IntoIterator<Item = &'a [u8]>,
 ) -> Option<Vec<u8>> {
     keys.into_iter()
-        .find(|k| !in_region(region, k))
+        .find(|k| !key_in_region(region, k))
         .map(|k| k.to_vec())
 }
 
@@ -61,7 +57,7 @@ fn first_outside<'a>(
 /// the key space, only valid in the last Region).
 fn scan_start_outside(region: &metapb::Region, start: &[u8], reverse: bool) -> Option<Vec<u8>> {
     let ok = if !reverse {
-        in_region(region, start)
+        key_in_region(region, start)
     } else if start.is_empty() {
         region.end_key.is_empty()
     } else {
@@ -331,7 +327,7 @@ impl RawCommand for kvrpcpb::RawDeleteRangeRequest {
         has_error_field
     );
     fn key_outside(&self, region: &metapb::Region) -> Option<Vec<u8>> {
-        if !in_region(region, &self.start_key) {
+        if !key_in_region(region, &self.start_key) {
             return Some(self.start_key.clone());
         }
         // The end may equal the Region's end; an unbounded end only fits the
