@@ -22,8 +22,10 @@ use crate::{Error, Result};
 
 /// Retries of one PD call after a transport failure, an `Unavailable`
 /// answer (a PD member that is not the leader) or a timeout. Each retry asks
-/// the members for the leader again, so the total is bounded by about
-/// `(max_attempts + 1) * (connect timeout + request timeout)` plus these
+/// the members for the leader again (a connect and an RPC) before it
+/// connects to the leader and sends the call (another connect and RPC), so
+/// the total is bounded by about
+/// `(max_attempts + 1) * 2 * (connect timeout + request timeout)` plus these
 /// delays.
 pub const PD_RETRY_BACKOFF: Backoff = Backoff::no_jitter_backoff(50, 400, 3);
 
