@@ -122,6 +122,9 @@ pub(crate) struct ClusterState {
 /// The number of bits of the logical part of a timestamp.
 const TSO_LOGICAL_BITS: u32 = 18;
 
+/// One more than the most timestamps one TSO request may ask for.
+pub(crate) const MAX_TSO_COUNT: u32 = 1 << TSO_LOGICAL_BITS;
+
 /// A Region error and the outcome to count for it.
 pub(crate) type Rejection = (Box<errorpb::Error>, Outcome);
 
@@ -402,7 +405,8 @@ impl ClusterState {
     }
 
     /// The next timestamp range of `count` timestamps; returns the last one
-    /// (physical ms, logical), as PD does.
+    /// (physical ms, logical), as PD does. The PD service refuses a `count`
+    /// of 0 or of [`MAX_TSO_COUNT`] and more before calling this.
     pub(crate) fn next_timestamp(&mut self, count: u32) -> (i64, i64) {
         let now_ms = SystemTime::now()
             .duration_since(UNIX_EPOCH)
