@@ -250,7 +250,8 @@ impl Cluster {
     }
 
     /// The Region containing `key`, with PD's view of its leader.
-    /// [`Error::RegionForKeyNotFound`] when PD has none.
+    /// [`Error::RegionForKeyNotFound`] when PD has none; [`Error::Pd`] when
+    /// PD answers with a Region that does not hold `key`.
     pub async fn get_region(&self, key: &[u8]) -> Result<RegionWithLeader> {
         let timeout = self.timeout;
         let response = self
@@ -271,7 +272,7 @@ impl Cluster {
             )
             .await;
         let not_found = || Error::RegionForKeyNotFound { key: key.to_vec() };
-        region_from_response(response, not_found)
+        super::region_holding_key(region_from_response(response, not_found)?, key)
     }
 
     /// The Region with id `region_id`, with PD's view of its leader.
