@@ -630,6 +630,10 @@ async fn scans_must_start_inside_the_region_and_stay_in_it() {
     assert_eq!(keys_of(&resp), vec![b"h".to_vec(), b"m".to_vec()]);
     let resp = scan(&cluster, store, ctx.clone(), b"g", b"", false).await;
     assert_eq!(keys_of(&resp), vec![b"h".to_vec(), b"m".to_vec()]);
+    // Like TiKV, a seek key on the Region's edge is accepted: the scan is
+    // empty.
+    let resp = scan(&cluster, store, ctx.clone(), b"n", b"z", false).await;
+    assert!(keys_of(&resp).is_empty());
 
     // Reverse: the upper bound must lie in the Region; an unbounded upper
     // bound only fits the last Region. The scan stops at g.
@@ -639,6 +643,10 @@ async fn scans_must_start_inside_the_region_and_stay_in_it() {
     assert_eq!(not_in_region(&resp), Vec::<u8>::new());
     let resp = scan(&cluster, store, ctx.clone(), b"n", b"a", true).await;
     assert_eq!(keys_of(&resp), vec![b"m".to_vec(), b"h".to_vec()]);
+    let resp = scan(&cluster, store, ctx.clone(), b"g", b"a", true).await;
+    assert!(keys_of(&resp).is_empty());
+    let resp = scan(&cluster, store, ctx.clone(), b"f", b"a", true).await;
+    assert_eq!(not_in_region(&resp), b"f".to_vec());
 
     // Batch scan: one range starting outside is enough.
     let mut client = cluster.tikv_client(store).await.unwrap();

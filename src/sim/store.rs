@@ -52,16 +52,17 @@ fn first_outside<'a>(
         .map(|k| k.to_vec())
 }
 
-/// A scan's first bound must lie in the Region: the start key of a forward
-/// scan, or the exclusive upper bound of a reverse scan (empty: the end of
-/// the key space, only valid in the last Region).
+/// A scan's first bound must lie in the Region, both ends included: the
+/// start key of a forward scan, or the exclusive upper bound of a reverse
+/// scan (empty: the end of the key space, only valid in the last Region).
+/// TiKV checks the key its cursor seeks to the same way
+/// (`check_key_in_region_inclusive`), so a scan starting exactly at a
+/// Region's edge is served, empty, rather than refused.
 fn scan_start_outside(region: &metapb::Region, start: &[u8], reverse: bool) -> Option<Vec<u8>> {
-    let ok = if !reverse {
-        key_in_region(region, start)
-    } else if start.is_empty() {
+    let ok = if reverse && start.is_empty() {
         region.end_key.is_empty()
     } else {
-        start > region.start_key.as_slice()
+        start >= region.start_key.as_slice()
             && (region.end_key.is_empty() || start <= region.end_key.as_slice())
     };
     (!ok).then(|| start.to_vec())
