@@ -5,39 +5,13 @@
 mod pd_support;
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
-use pd_support::{dead_address, peer, FakePd};
-use tikv_plan::pd::{PdClient, PdRpcClient, PD_RETRY_BACKOFF};
+use pd_support::{client, config, dead_address, pd_call_bound, peer, FakePd, SLACK};
+use tikv_plan::pd::{PdClient, PdRpcClient};
 use tikv_plan::proto::{metapb, pdpb};
 use tikv_plan::region::RegionWithLeader;
-use tikv_plan::{Config, Error};
-
-const SLACK: Duration = Duration::from_millis(1500);
-
-fn config() -> Config {
-    Config::default()
-        .with_timeout(Duration::from_millis(300))
-        .with_connect_timeout(Duration::from_millis(200))
-}
-
-/// Worst case of one PD call: every attempt asks the members (connect +
-/// RPC), connects to the leader and sends the RPC, plus the backoff delays.
-fn pd_call_bound(config: &Config) -> Duration {
-    let mut backoff = PD_RETRY_BACKOFF;
-    let mut delays = Duration::ZERO;
-    let mut attempts = 1;
-    while let Some(d) = backoff.next_delay_duration() {
-        delays += d;
-        attempts += 1;
-    }
-    let per_attempt = 2 * config.connect_timeout + 2 * config.timeout;
-    per_attempt * attempts + delays
-}
-
-async fn client(endpoints: &[String]) -> Arc<PdRpcClient> {
-    Arc::new(PdRpcClient::connect(endpoints, &config()).await.unwrap())
-}
+use tikv_plan::Error;
 
 #[tokio::test]
 async fn bootstrap_skips_dead_endpoints_and_finds_the_leader() {

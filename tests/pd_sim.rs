@@ -3,33 +3,15 @@
 //! transfer and member loss, PD down, lookups, stores, TSO, single-flight.
 #![cfg(feature = "sim")]
 
+mod pd_support;
+
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
-use tikv_plan::pd::{PdClient, PdRpcClient, PD_RETRY_BACKOFF};
+use pd_support::{client, config, dead_address, pd_call_bound, SLACK};
+use tikv_plan::pd::{PdClient, PdRpcClient};
 use tikv_plan::sim::SimCluster;
-use tikv_plan::{Config, Error};
-
-const SLACK: Duration = Duration::from_millis(1500);
-
-fn config() -> Config {
-    Config::default()
-        .with_timeout(Duration::from_millis(300))
-        .with_connect_timeout(Duration::from_millis(200))
-}
-
-/// Worst case of one PD call with `config`: each attempt asks the members,
-/// connects to the leader and sends the RPC; plus the backoff delays.
-fn pd_call_bound(config: &Config) -> Duration {
-    let mut backoff = PD_RETRY_BACKOFF;
-    let mut total = Duration::ZERO;
-    let mut attempts = 1;
-    while let Some(d) = backoff.next_delay_duration() {
-        total += d;
-        attempts += 1;
-    }
-    total + (2 * config.connect_timeout + 2 * config.timeout) * attempts
-}
+use tikv_plan::Error;
 
 async fn sim(pd_members: usize) -> SimCluster {
     SimCluster::builder()
@@ -40,17 +22,6 @@ async fn sim(pd_members: usize) -> SimCluster {
         .start()
         .await
         .unwrap()
-}
-
-async fn dead_address() -> String {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap().to_string();
-    drop(listener);
-    addr
-}
-
-async fn client(endpoints: &[String]) -> Arc<PdRpcClient> {
-    Arc::new(PdRpcClient::connect(endpoints, &config()).await.unwrap())
 }
 
 #[tokio::test]

@@ -90,7 +90,13 @@ async fn tikv_sim_serves_and_obeys_its_control_port() {
         .stores;
     assert_eq!(stores.len(), 3);
 
-    let mut ctl = BufReader::new(TcpStream::connect(&control_addr).unwrap());
+    let ctl_stream = TcpStream::connect(&control_addr).unwrap();
+    // An upper bound, so a control port that stops answering fails the test
+    // instead of hanging it.
+    ctl_stream
+        .set_read_timeout(Some(std::time::Duration::from_secs(10)))
+        .unwrap();
+    let mut ctl = BufReader::new(ctl_stream);
     let regions = control(&mut ctl, "regions");
     assert_eq!(regions.len(), 5, "{regions:?}");
     assert!(

@@ -278,3 +278,34 @@ async fn a_request_for_another_cluster_is_refused() {
     assert_eq!(err.code(), tonic::Code::FailedPrecondition);
     cluster.shutdown().await;
 }
+
+#[tokio::test]
+async fn tso_refuses_a_count_pd_refuses() {
+    let cluster = SimCluster::builder().stores(1).start().await.unwrap();
+    let first_answer = |count: u32| {
+        let cluster = &cluster;
+        async move {
+            let mut pd = cluster.pd_client(0).await.unwrap();
+            let request = pdpb::TsoRequest {
+                header: header(cluster),
+                count,
+                dc_location: String::new(),
+            };
+            let mut responses = pd
+                .tso(futures::stream::iter([request]))
+                .await
+                .unwrap()
+                .into_inner();
+            responses.next().await.unwrap()
+        }
+    };
+    for count in [0, 1 << 18, u32::MAX] {
+        let status = first_answer(count).await.unwrap_err();
+        assert_eq!(status.code(), tonic::Code::InvalidArgument, "{count}");
+    }
+    let most = (1 << 18) - 1;
+    let resp = first_answer(most).await.unwrap();
+    assert_eq!(resp.count, most);
+    assert!(resp.timestamp.unwrap().logical >= i64::from(most));
+    cluster.shutdown().await;
+}

@@ -382,3 +382,36 @@ async fn ttl_is_honoured() {
     assert_eq!(keys(&scan.kvs), vec!["q"]);
     cluster.shutdown().await;
 }
+
+#[tokio::test]
+async fn a_huge_ttl_keeps_the_key_and_the_store_serving() {
+    let (cluster, mut c, ctx) = single_region().await;
+    let ctx = Some(ctx);
+    let put = c
+        .raw_put(kvrpcpb::RawPutRequest {
+            context: ctx.clone(),
+            key: b"h".to_vec(),
+            value: b"v".to_vec(),
+            ttl: u64::MAX,
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(
+        put.region_error.is_none() && put.error.is_empty(),
+        "{put:?}"
+    );
+    let r = c
+        .raw_get_key_ttl(kvrpcpb::RawGetKeyTtlRequest {
+            context: ctx.clone(),
+            key: b"h".to_vec(),
+            cf: String::new(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(!r.not_found && r.ttl > 0, "{r:?}");
+    assert_eq!(cluster.value_of(b"h"), Some(b"v".to_vec()));
+    cluster.shutdown().await;
+}

@@ -472,3 +472,206 @@ async fn a_region_can_start_cold() {
     assert_eq!(cluster.leader_of(region.id).unwrap().store_id, 3);
     cluster.shutdown().await;
 }
+
+/// Sends a raw scan to `store_id`.
+async fn scan(
+    cluster: &SimCluster,
+    store_id: u64,
+    ctx: kvrpcpb::Context,
+    start: &[u8],
+    end: &[u8],
+    reverse: bool,
+) -> kvrpcpb::RawScanResponse {
+    let mut client = cluster.tikv_client(store_id).await.unwrap();
+    client
+        .raw_scan(kvrpcpb::RawScanRequest {
+            context: Some(ctx),
+            start_key: start.to_vec(),
+            end_key: end.to_vec(),
+            reverse,
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner()
+}
+
+#[tokio::test]
+async fn when_several_checks_fail_the_first_in_tikv_order_answers() {
+    let cluster = three_regions().await;
+    let region = cluster.region_for_key(b"h").unwrap();
+    let leader = cluster.leader_of(region.id).unwrap();
+    let follower = region
+        .peers
+        .iter()
+        .find(|p| p.id != leader.id)
+        .copied()
+        .unwrap();
+    let stale = |mut ctx: kvrpcpb::Context| {
+        ctx.region_epoch = Some(metapb::RegionEpoch {
+            conf_ver: 1,
+            version: 0,
+        });
+        ctx
+    };
+
+    // Wrong store and stale epoch: StoreNotMatch.
+    let leader_ctx = cluster.context(region.id, leader.store_id).unwrap();
+    let resp = get(
+        &cluster,
+        follower.store_id,
+        Some(stale(leader_ctx.clone())),
+        b"h",
+    )
+    .await;
+    assert!(expect_err(&resp).store_not_match.is_some(), "{resp:?}");
+    // Stale epoch and a key outside the Region: EpochNotMatch.
+    let resp = get(
+        &cluster,
+        leader.store_id,
+        Some(stale(leader_ctx.clone())),
+        b"z",
+    )
+    .await;
+    assert!(expect_err(&resp).epoch_not_match.is_some(), "{resp:?}");
+    // A key outside the Region sent to a follower: KeyNotInRegion, not
+    // NotLeader (leadership is checked last).
+    let follower_ctx = cluster.context(region.id, follower.store_id).unwrap();
+    let resp = get(&cluster, follower.store_id, Some(follower_ctx), b"z").await;
+    assert!(expect_err(&resp).key_not_in_region.is_some(), "{resp:?}");
+
+    // No peer on this store and a context naming another store:
+    // RegionNotFound comes before StoreNotMatch.
+    let single = SimCluster::builder()
+        .stores(2)
+        .replicas(1)
+        .start()
+        .await
+        .unwrap();
+    let only = single.regions()[0].clone();
+    let owner = only.peers[0].store_id;
+    let elsewhere = owner % 2 + 1;
+    let resp = get(&single, elsewhere, single.context(only.id, owner), b"a").await;
+    assert_eq!(
+        expect_err(&resp).region_not_found.unwrap().region_id,
+        only.id
+    );
+    single.shutdown().await;
+    cluster.shutdown().await;
+}
+
+#[tokio::test]
+async fn the_epoch_check_compares_the_version_only_and_a_missing_epoch_is_stale() {
+    let cluster = three_regions().await;
+    let (store, ctx) = leader_ctx(&cluster, b"h");
+    let epoch = ctx.region_epoch.unwrap();
+
+    // TiKV checks only the version for reads and writes: a conf_ver the
+    // client has not caught up with is served.
+    let mut other_conf_ver = ctx.clone();
+    other_conf_ver.region_epoch = Some(metapb::RegionEpoch {
+        conf_ver: epoch.conf_ver + 5,
+        version: epoch.version,
+    });
+    let resp = put(&cluster, store, Some(other_conf_ver), b"h", b"1").await;
+    assert!(resp.region_error.is_none(), "{resp:?}");
+
+    // A newer version than the store's is as wrong as an older one.
+    let mut newer = ctx.clone();
+    newer.region_epoch = Some(metapb::RegionEpoch {
+        conf_ver: epoch.conf_ver,
+        version: epoch.version + 1,
+    });
+    let resp = get(&cluster, store, Some(newer), b"h").await;
+    assert!(expect_err(&resp).epoch_not_match.is_some(), "{resp:?}");
+
+    // No epoch at all reads as version 0.
+    let mut missing = ctx;
+    missing.region_epoch = None;
+    let resp = get(&cluster, store, Some(missing), b"h").await;
+    let current = expect_err(&resp)
+        .epoch_not_match
+        .clone()
+        .unwrap()
+        .current_regions;
+    assert_eq!(
+        current.iter().map(|r| r.id).collect::<Vec<_>>(),
+        vec![cluster.region_for_key(b"h").unwrap().id]
+    );
+    assert_eq!(cluster.value_of(b"h"), Some(b"1".to_vec()));
+    cluster.shutdown().await;
+}
+
+#[tokio::test]
+async fn scans_must_start_inside_the_region_and_stay_in_it() {
+    let cluster = three_regions().await;
+    // Data in all three Regions.
+    for key in [b"a", b"h", b"m", b"p"] {
+        let (store, ctx) = leader_ctx(&cluster, key);
+        put(&cluster, store, Some(ctx), key, b"v").await;
+    }
+    let (store, ctx) = leader_ctx(&cluster, b"h");
+    let keys_of = |resp: &kvrpcpb::RawScanResponse| -> Vec<Vec<u8>> {
+        assert!(resp.region_error.is_none(), "{resp:?}");
+        resp.kvs.iter().map(|p| p.key.clone()).collect()
+    };
+    let not_in_region = |resp: &kvrpcpb::RawScanResponse| -> Vec<u8> {
+        resp.region_error
+            .as_ref()
+            .and_then(|e| e.key_not_in_region.clone())
+            .unwrap_or_else(|| panic!("expected KeyNotInRegion, got {resp:?}"))
+            .key
+    };
+
+    // Forward: the start must lie in [g, n); the scan stops at n.
+    let resp = scan(&cluster, store, ctx.clone(), b"a", b"z", false).await;
+    assert_eq!(not_in_region(&resp), b"a".to_vec());
+    let resp = scan(&cluster, store, ctx.clone(), b"h", b"z", false).await;
+    assert_eq!(keys_of(&resp), vec![b"h".to_vec(), b"m".to_vec()]);
+    let resp = scan(&cluster, store, ctx.clone(), b"g", b"", false).await;
+    assert_eq!(keys_of(&resp), vec![b"h".to_vec(), b"m".to_vec()]);
+    // Like TiKV, a seek key on the Region's edge is accepted: the scan is
+    // empty.
+    let resp = scan(&cluster, store, ctx.clone(), b"n", b"z", false).await;
+    assert!(keys_of(&resp).is_empty());
+
+    // Reverse: the upper bound must lie in the Region; an unbounded upper
+    // bound only fits the last Region. The scan stops at g.
+    let resp = scan(&cluster, store, ctx.clone(), b"z", b"a", true).await;
+    assert_eq!(not_in_region(&resp), b"z".to_vec());
+    let resp = scan(&cluster, store, ctx.clone(), b"", b"a", true).await;
+    assert_eq!(not_in_region(&resp), Vec::<u8>::new());
+    let resp = scan(&cluster, store, ctx.clone(), b"n", b"a", true).await;
+    assert_eq!(keys_of(&resp), vec![b"m".to_vec(), b"h".to_vec()]);
+    let resp = scan(&cluster, store, ctx.clone(), b"g", b"a", true).await;
+    assert!(keys_of(&resp).is_empty());
+    let resp = scan(&cluster, store, ctx.clone(), b"f", b"a", true).await;
+    assert_eq!(not_in_region(&resp), b"f".to_vec());
+
+    // Batch scan: one range starting outside is enough.
+    let mut client = cluster.tikv_client(store).await.unwrap();
+    let resp = client
+        .raw_batch_scan(kvrpcpb::RawBatchScanRequest {
+            context: Some(ctx),
+            ranges: vec![
+                kvrpcpb::KeyRange {
+                    start_key: b"h".to_vec(),
+                    end_key: b"i".to_vec(),
+                },
+                kvrpcpb::KeyRange {
+                    start_key: b"o".to_vec(),
+                    end_key: b"q".to_vec(),
+                },
+            ],
+            each_limit: 10,
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(
+        resp.region_error.unwrap().key_not_in_region.unwrap().key,
+        b"o".to_vec()
+    );
+    cluster.shutdown().await;
+}

@@ -22,8 +22,10 @@ use crate::{Error, Result};
 
 /// Retries of one PD call after a transport failure, an `Unavailable`
 /// answer (a PD member that is not the leader) or a timeout. Each retry asks
-/// the members for the leader again, so the total is bounded by about
-/// `(max_attempts + 1) * (connect timeout + request timeout)` plus these
+/// the members for the leader again (a connect and an RPC) before it
+/// connects to the leader and sends the call (another connect and RPC), so
+/// the total is bounded by about
+/// `(max_attempts + 1) * 2 * (connect timeout + request timeout)` plus these
 /// delays.
 pub const PD_RETRY_BACKOFF: Backoff = Backoff::no_jitter_backoff(50, 400, 3);
 
@@ -248,7 +250,8 @@ impl Cluster {
     }
 
     /// The Region containing `key`, with PD's view of its leader.
-    /// [`Error::RegionForKeyNotFound`] when PD has none.
+    /// [`Error::RegionForKeyNotFound`] when PD has none; [`Error::Pd`] when
+    /// PD answers with a Region that does not hold `key`.
     pub async fn get_region(&self, key: &[u8]) -> Result<RegionWithLeader> {
         let timeout = self.timeout;
         let response = self
@@ -269,7 +272,7 @@ impl Cluster {
             )
             .await;
         let not_found = || Error::RegionForKeyNotFound { key: key.to_vec() };
-        region_from_response(response, not_found)
+        super::region_holding_key(region_from_response(response, not_found)?, key)
     }
 
     /// The Region with id `region_id`, with PD's view of its leader.

@@ -12,10 +12,28 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 
-use crate::proto::metapb;
+use crate::proto::{metapb, pdpb};
 use crate::region::{RegionId, RegionVerId, RegionWithLeader, StoreId};
 use crate::store::{KvClient, RegionStore, Store};
 use crate::{Error, Result};
+
+/// `region` if it holds `key`, else an error: a Region lookup answered with
+/// a Region elsewhere (an inconsistent PD, or a faulty [`PdClient`]) must not
+/// be routed to, and the range walks below would never advance past it.
+pub(crate) fn region_holding_key(region: RegionWithLeader, key: &[u8]) -> Result<RegionWithLeader> {
+    if region.contains(key) {
+        return Ok(region);
+    }
+    Err(Error::Pd {
+        error_type: pdpb::ErrorType::Unknown,
+        message: format!(
+            "the lookup of key {key:?} returned region {} [{:?}, {:?}), which does not hold it; PD's Region map looks inconsistent, retry later",
+            region.id(),
+            region.start_key(),
+            region.end_key()
+        ),
+    })
+}
 
 /// What the request plan needs from PD and the caches in front of it.
 ///
@@ -85,7 +103,8 @@ pub trait PdClient: Send + Sync + 'static {
                     continue;
                 }
             }
-            let region = self.region_for_key(key.as_ref()).await?;
+            let region =
+                region_holding_key(self.region_for_key(key.as_ref()).await?, key.as_ref())?;
             groups.push((region, vec![key]));
         }
         Ok(groups)
@@ -101,7 +120,7 @@ pub trait PdClient: Send + Sync + 'static {
         let mut regions = Vec::new();
         let mut key = start;
         loop {
-            let region = self.region_for_key(&key).await?;
+            let region = region_holding_key(self.region_for_key(&key).await?, &key)?;
             let region_end = region.end_key().to_vec();
             regions.push(region);
             if region_end.is_empty() || (!end.is_empty() && region_end >= end) {
@@ -123,7 +142,9 @@ pub trait PdClient: Send + Sync + 'static {
             loop {
                 let region = match groups.last() {
                     Some((r, _)) if r.contains(&piece_start) => r.clone(),
-                    _ => self.region_for_key(&piece_start).await?,
+                    _ => {
+                        region_holding_key(self.region_for_key(&piece_start).await?, &piece_start)?
+                    }
                 };
                 let region_end = region.end_key().to_vec();
                 let ends_here = region_end.is_empty() || (!end.is_empty() && end <= region_end);
@@ -144,5 +165,110 @@ pub trait PdClient: Send + Sync + 'static {
             }
         }
         Ok(groups)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::KvRpcClient;
+
+    /// A PD that answers every key lookup with the Region `[m, z)`, and
+    /// fails from the tenth lookup on, so a walk that never advances ends
+    /// with the wrong error instead of hanging the test.
+    #[derive(Default)]
+    struct OneRegionPd {
+        lookups: std::sync::atomic::AtomicUsize,
+    }
+
+    fn m_to_z() -> RegionWithLeader {
+        RegionWithLeader::new(
+            metapb::Region {
+                id: 7,
+                start_key: b"m".to_vec(),
+                end_key: b"z".to_vec(),
+                ..Default::default()
+            },
+            None,
+        )
+    }
+
+    #[async_trait]
+    impl PdClient for OneRegionPd {
+        type KvClient = KvRpcClient;
+
+        async fn map_peer_to_store(
+            self: Arc<Self>,
+            _region: RegionWithLeader,
+            _peer: metapb::Peer,
+        ) -> Result<RegionStore> {
+            Err(Error::Internal("not used".to_owned()))
+        }
+        async fn region_for_key(&self, _key: &[u8]) -> Result<RegionWithLeader> {
+            let seen = self
+                .lookups
+                .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            if seen >= 10 {
+                return Err(Error::Internal("the walk does not advance".to_owned()));
+            }
+            Ok(m_to_z())
+        }
+        async fn region_for_id(&self, id: RegionId) -> Result<RegionWithLeader> {
+            Err(Error::RegionNotFoundInPd { region_id: id })
+        }
+        async fn all_stores(&self) -> Result<Vec<Store>> {
+            Ok(Vec::new())
+        }
+        async fn get_timestamp(self: Arc<Self>) -> Result<crate::pd::Timestamp> {
+            Err(Error::Internal("not used".to_owned()))
+        }
+        async fn update_leader(&self, _ver_id: RegionVerId, _leader: metapb::Peer) -> Result<()> {
+            Ok(())
+        }
+        async fn invalidate_region_cache(&self, _ver_id: RegionVerId) {}
+        async fn invalidate_store_cache(&self, _store_id: StoreId) {}
+    }
+
+    fn is_inconsistent_pd(result: Result<impl std::fmt::Debug>) -> bool {
+        matches!(
+            result,
+            Err(Error::Pd {
+                error_type: pdpb::ErrorType::Unknown,
+                ref message,
+            }) if message.contains("region 7")
+        )
+    }
+
+    #[test]
+    fn a_region_that_does_not_hold_the_key_is_refused() {
+        assert!(region_holding_key(m_to_z(), b"p").is_ok());
+        assert!(is_inconsistent_pd(region_holding_key(m_to_z(), b"a")));
+        assert!(is_inconsistent_pd(region_holding_key(m_to_z(), b"z")));
+    }
+
+    #[tokio::test]
+    async fn range_walks_stop_at_a_region_that_does_not_hold_the_key() {
+        // Past `z` the walk asks for `z` and gets `[m, z)` again: without
+        // the check it would loop forever.
+        assert!(is_inconsistent_pd(
+            OneRegionPd::default()
+                .regions_for_range(b"n".to_vec(), Vec::new())
+                .await
+        ));
+        assert!(is_inconsistent_pd(
+            OneRegionPd::default()
+                .group_ranges_by_region(vec![(b"n".to_vec(), Vec::new())])
+                .await
+        ));
+        assert!(is_inconsistent_pd(
+            OneRegionPd::default()
+                .group_keys_by_region(vec![b"n".to_vec(), b"zz".to_vec()])
+                .await
+        ));
+        let inside = OneRegionPd::default()
+            .regions_for_range(b"n".to_vec(), b"p".to_vec())
+            .await
+            .unwrap();
+        assert_eq!(inside.len(), 1);
     }
 }

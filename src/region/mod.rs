@@ -75,7 +75,7 @@ impl RegionWithLeader {
 
     /// True when `key` lies in `[start_key, end_key)`.
     pub fn contains(&self, key: &[u8]) -> bool {
-        key >= self.start_key() && (self.end_key().is_empty() || key < self.end_key())
+        key_in_region(&self.region, key)
     }
 
     /// The store of the cached leader.
@@ -108,16 +108,29 @@ impl RegionWithLeader {
     }
 }
 
+/// True when `key` lies in the Region's `[start_key, end_key)`, an empty end
+/// key meaning the end of the key space. The client's cache and the
+/// simulated stores share this one definition.
+pub(crate) fn key_in_region(region: &metapb::Region, key: &[u8]) -> bool {
+    key >= region.start_key.as_slice()
+        && (region.end_key.is_empty() || key < region.end_key.as_slice())
+}
+
 /// True when a peer may be asked to act as leader: voters (including the
-/// joint-consensus roles) that are not witnesses.
+/// joint-consensus roles) that are not witnesses. A role this crate does
+/// not know counts as unable to lead.
 pub fn can_become_leader(peer: &metapb::Peer) -> bool {
-    if peer.is_witness {
-        return false;
-    }
-    matches!(
-        PeerRole::try_from(peer.role),
-        Ok(PeerRole::Voter | PeerRole::IncomingVoter | PeerRole::DemotingVoter)
-    )
+    PeerRole::try_from(peer.role).is_ok_and(|role| role_can_lead(role, peer.is_witness))
+}
+
+/// The rule behind [`can_become_leader`] for a role already decoded (the
+/// simulated cluster's layouts hold `PeerRole`s, not wire integers).
+pub(crate) fn role_can_lead(role: PeerRole, is_witness: bool) -> bool {
+    !is_witness
+        && matches!(
+            role,
+            PeerRole::Voter | PeerRole::IncomingVoter | PeerRole::DemotingVoter
+        )
 }
 
 /// In which order a round visits the cached leader and the other voters.

@@ -21,6 +21,7 @@ use crate::proto::pdpb::pd_client::PdClient;
 use crate::proto::pdpb::pd_server::PdServer;
 use crate::proto::tikvpb::tikv_client::TikvClient;
 use crate::proto::tikvpb::tikv_server::TikvServer;
+use crate::region::{can_become_leader, role_can_lead};
 use crate::{Error, Result};
 
 /// The cluster id every PD header carries unless the builder sets another.
@@ -289,7 +290,7 @@ impl SimClusterBuilder {
                 let ok = layout
                     .peers
                     .iter()
-                    .any(|p| p.store_id == leader && leads(p.role, p.is_witness));
+                    .any(|p| p.store_id == leader && role_can_lead(p.role, p.is_witness));
                 if !ok {
                     return invalid(format!(
                         "region {index}: the leader on store {leader} must be a voter that is not a witness"
@@ -397,12 +398,7 @@ impl SimClusterBuilder {
                 .collect();
             let leader_peer = match layout.leader {
                 Some(store) => peers.iter().find(|p| p.store_id == store),
-                None => peers.iter().find(|p| {
-                    leads(
-                        PeerRole::try_from(p.role).unwrap_or(PeerRole::Learner),
-                        p.is_witness,
-                    )
-                }),
+                None => peers.iter().find(|p| can_become_leader(p)),
             }
             .map(|p| p.id);
             let (leader, cold) = match layout.cold {
@@ -449,14 +445,6 @@ async fn connect_channel(address: &str) -> Result<Channel> {
         address: address.to_owned(),
         message: e.to_string(),
     })
-}
-
-fn leads(role: PeerRole, is_witness: bool) -> bool {
-    !is_witness
-        && matches!(
-            role,
-            PeerRole::Voter | PeerRole::IncomingVoter | PeerRole::DemotingVoter
-        )
 }
 
 /// A simulated TiKV cluster: one PD (or several members) and N stores, each
@@ -725,7 +713,7 @@ impl SimCluster {
         let region = state.region_mut(region_id)?;
         let peer = region
             .peer_on_store(to_store)
-            .filter(|p| leads(PeerRole::try_from(p.role).unwrap_or(PeerRole::Learner), p.is_witness))
+            .filter(can_become_leader)
             .ok_or_else(|| {
                 Error::InvalidArgument(format!(
                     "region {region_id} has no voter (non-witness) peer on store {to_store} to lead it"

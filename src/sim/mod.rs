@@ -77,8 +77,9 @@
 //!    the current Region and every Region split off it since (as TiKV does
 //!    for reads and writes, `conf_ver` is not compared);
 //! 5. every key lies in the Region, else `KeyNotInRegion` (scans: the start
-//!    key, or a reverse scan's upper bound; delete-range: both ends; results
-//!    are clamped to the Region);
+//!    key, or a reverse scan's upper bound, either Region edge included as
+//!    TiKV's seek check does; delete-range: both ends; results are clamped
+//!    to the Region);
 //! 6. leadership: a witness answers `IsWitness`, a learner `NotLeader` with
 //!    the leader; a voter that does not lead answers `NotLeader` with the
 //!    leader it knows. In a **cold** Region (no leader), the old leader's
@@ -96,7 +97,8 @@
 //! machine) behind the cluster lock, so it is linearizable and
 //! compare-and-swap is atomic. Column families `default` (or empty),
 //! `write` and `lock`; others get a key error. TTLs (seconds) are honoured
-//! with tokio's clock, so a paused test clock controls expiry.
+//! with tokio's clock, so a paused test clock controls expiry; a TTL beyond
+//! a century is held at a century (TiKV saturates it).
 //!
 //! # Faults
 //!

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use futures::{Stream, StreamExt};
 use tonic::{Request, Response, Status, Streaming};
 
-use super::state::ClusterState;
+use super::state::{ClusterState, MAX_TSO_COUNT};
 use super::Shared;
 use crate::proto::metapb;
 use crate::proto::pdpb::{self, pd_server::Pd};
@@ -51,6 +51,22 @@ fn member_info(state: &ClusterState, index: usize) -> Option<pdpb::Member> {
         client_urls: vec![url],
         leader_priority: 0,
     })
+}
+
+/// PD refuses a TSO request for no timestamps, or for more than the logical
+/// part can hold in one millisecond (it would overlap the next one).
+fn check_tso_count(count: u32) -> Result<(), Status> {
+    if count == 0 {
+        return Err(Status::invalid_argument(
+            "tso count should be positive: ask for at least one timestamp",
+        ));
+    }
+    if count >= MAX_TSO_COUNT {
+        return Err(Status::invalid_argument(format!(
+            "tso count {count} does not fit the logical part: ask for fewer than {MAX_TSO_COUNT}"
+        )));
+    }
+    Ok(())
 }
 
 impl PdService {
@@ -132,10 +148,11 @@ impl Pd for PdService {
         let responses = request.into_inner().map(move |req| {
             let req = req?;
             let mut state = service.leader_state(req.header.as_ref())?;
+            check_tso_count(req.count)?;
             let (physical, logical) = state.next_timestamp(req.count);
             Ok(pdpb::TsoResponse {
                 header: header(state.cluster_id),
-                count: req.count.max(1),
+                count: req.count,
                 timestamp: Some(pdpb::Timestamp {
                     physical,
                     logical,

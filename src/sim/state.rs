@@ -8,8 +8,9 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use super::counters::{Outcome, StoreCounters};
 use super::data::RegionData;
-use crate::proto::metapb::{self, PeerRole};
+use crate::proto::metapb;
 use crate::proto::{errorpb, kvrpcpb};
+use crate::region::{can_become_leader, key_in_region};
 use crate::{Error, Result};
 
 /// How a store hangs.
@@ -87,8 +88,7 @@ impl SimRegion {
     }
 
     pub(crate) fn contains(&self, key: &[u8]) -> bool {
-        key >= self.meta.start_key.as_slice()
-            && (self.meta.end_key.is_empty() || key < self.meta.end_key.as_slice())
+        key_in_region(&self.meta, key)
     }
 
     pub(crate) fn version(&self) -> u64 {
@@ -122,6 +122,9 @@ pub(crate) struct ClusterState {
 /// The number of bits of the logical part of a timestamp.
 const TSO_LOGICAL_BITS: u32 = 18;
 
+/// One more than the most timestamps one TSO request may ask for.
+pub(crate) const MAX_TSO_COUNT: u32 = 1 << TSO_LOGICAL_BITS;
+
 /// A Region error and the outcome to count for it.
 pub(crate) type Rejection = (Box<errorpb::Error>, Outcome);
 
@@ -130,14 +133,6 @@ fn region_error(message: String) -> errorpb::Error {
         message,
         ..Default::default()
     }
-}
-
-fn is_voter(peer: &metapb::Peer) -> bool {
-    !peer.is_witness
-        && matches!(
-            PeerRole::try_from(peer.role),
-            Ok(PeerRole::Voter | PeerRole::IncomingVoter | PeerRole::DemotingVoter)
-        )
 }
 
 impl ClusterState {
@@ -317,7 +312,7 @@ impl ClusterState {
             (Box::new(e), Outcome::NotLeader)
         };
         let known_leader = region.leader.and_then(|id| region.peer(id));
-        if !is_voter(&local) {
+        if !can_become_leader(&local) {
             return Err(not_leader(known_leader));
         }
         match region.leader {
@@ -410,7 +405,8 @@ impl ClusterState {
     }
 
     /// The next timestamp range of `count` timestamps; returns the last one
-    /// (physical ms, logical), as PD does.
+    /// (physical ms, logical), as PD does. The PD service refuses a `count`
+    /// of 0 or of [`MAX_TSO_COUNT`] and more before calling this.
     pub(crate) fn next_timestamp(&mut self, count: u32) -> (i64, i64) {
         let now_ms = SystemTime::now()
             .duration_since(UNIX_EPOCH)

@@ -13,6 +13,7 @@ use super::state::HangMode;
 use super::Shared;
 use crate::proto::tikvpb::tikv_server::Tikv;
 use crate::proto::{errorpb, kvrpcpb, metapb};
+use crate::region::key_in_region;
 
 /// The TiKV service of one store.
 #[derive(Clone)]
@@ -42,30 +43,26 @@ trait RawCommand: Send + 'static {
     fn key_error_response(message: String) -> Option<Self::Response>;
 }
 
-fn in_region(region: &metapb::Region, key: &[u8]) -> bool {
-    key >= region.start_key.as_slice()
-        && (region.end_key.is_empty() || key < region.end_key.as_slice())
-}
-
 fn first_outside<'a>(
     region: &metapb::Region,
     keys: impl IntoIterator<Item = &'a [u8]>,
 ) -> Option<Vec<u8>> {
     keys.into_iter()
-        .find(|k| !in_region(region, k))
+        .find(|k| !key_in_region(region, k))
         .map(|k| k.to_vec())
 }
 
-/// A scan's first bound must lie in the Region: the start key of a forward
-/// scan, or the exclusive upper bound of a reverse scan (empty: the end of
-/// the key space, only valid in the last Region).
+/// A scan's first bound must lie in the Region, both ends included: the
+/// start key of a forward scan, or the exclusive upper bound of a reverse
+/// scan (empty: the end of the key space, only valid in the last Region).
+/// TiKV checks the key its cursor seeks to the same way
+/// (`check_key_in_region_inclusive`), so a scan starting exactly at a
+/// Region's edge is served, empty, rather than refused.
 fn scan_start_outside(region: &metapb::Region, start: &[u8], reverse: bool) -> Option<Vec<u8>> {
-    let ok = if !reverse {
-        in_region(region, start)
-    } else if start.is_empty() {
+    let ok = if reverse && start.is_empty() {
         region.end_key.is_empty()
     } else {
-        start > region.start_key.as_slice()
+        start >= region.start_key.as_slice()
             && (region.end_key.is_empty() || start <= region.end_key.as_slice())
     };
     (!ok).then(|| start.to_vec())
@@ -331,7 +328,7 @@ impl RawCommand for kvrpcpb::RawDeleteRangeRequest {
         has_error_field
     );
     fn key_outside(&self, region: &metapb::Region) -> Option<Vec<u8>> {
-        if !in_region(region, &self.start_key) {
+        if !key_in_region(region, &self.start_key) {
             return Some(self.start_key.clone());
         }
         // The end may equal the Region's end; an unbounded end only fits the

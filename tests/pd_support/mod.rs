@@ -409,3 +409,38 @@ pub async fn dead_address() -> String {
     drop(listener);
     addr.to_string()
 }
+
+/// Slack on top of a computed time bound for scheduling and loopback round
+/// trips.
+pub const SLACK: std::time::Duration = std::time::Duration::from_millis(1500);
+
+/// Short timeouts, so failure paths finish quickly.
+pub fn config() -> tikv_plan::Config {
+    tikv_plan::Config::default()
+        .with_timeout(std::time::Duration::from_millis(300))
+        .with_connect_timeout(std::time::Duration::from_millis(200))
+}
+
+/// Worst case of one PD call with `config`: every attempt asks the members
+/// (connect + RPC), connects to the leader and sends the RPC, plus the
+/// backoff delays of `PD_RETRY_BACKOFF`.
+pub fn pd_call_bound(config: &tikv_plan::Config) -> std::time::Duration {
+    let mut backoff = tikv_plan::pd::PD_RETRY_BACKOFF;
+    let mut delays = std::time::Duration::ZERO;
+    let mut attempts = 1;
+    while let Some(d) = backoff.next_delay_duration() {
+        delays += d;
+        attempts += 1;
+    }
+    let per_attempt = 2 * config.connect_timeout + 2 * config.timeout;
+    per_attempt * attempts + delays
+}
+
+/// A `PdRpcClient` connected through `endpoints` with [`config`].
+pub async fn client(endpoints: &[String]) -> Arc<tikv_plan::pd::PdRpcClient> {
+    Arc::new(
+        tikv_plan::pd::PdRpcClient::connect(endpoints, &config())
+            .await
+            .unwrap(),
+    )
+}
