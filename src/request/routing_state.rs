@@ -373,8 +373,16 @@ impl RoutingState {
             since: now,
             probe: None,
         });
+        // A probe in flight decides for the whole Region, whichever leader
+        // this request has cached: replacing the suspicion now would let a
+        // second probe of the Region start beside it.
+        if let Some(receiver) = &suspicion.probe {
+            return BusyVerdict::WaitForProbe(ProbeWaiter {
+                receiver: receiver.clone(),
+            });
+        }
         let expired = now.duration_since(suspicion.since) > self.busy_probe_window;
-        if suspicion.leader_peer_id != leader_peer_id || (expired && suspicion.probe.is_none()) {
+        if suspicion.leader_peer_id != leader_peer_id || expired {
             *suspicion = BusySuspicion {
                 leader_peer_id,
                 zero_wait_answers: 0,
@@ -383,11 +391,6 @@ impl RoutingState {
             };
         }
         suspicion.zero_wait_answers += 1;
-        if let Some(receiver) = &suspicion.probe {
-            return BusyVerdict::WaitForProbe(ProbeWaiter {
-                receiver: receiver.clone(),
-            });
-        }
         if !may_probe || suspicion.zero_wait_answers < BUSY_ANSWERS_BEFORE_PROBE {
             return BusyVerdict::Ordinary;
         }
@@ -478,6 +481,33 @@ mod tests {
         assert!(matches!(
             s.busy_zero_wait(1, 11, true),
             BusyVerdict::Ordinary
+        ));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_leader_change_never_starts_a_second_probe_of_the_region() {
+        let s = state();
+        s.busy_zero_wait(1, 11, true);
+        let ticket = match s.busy_zero_wait(1, 11, true) {
+            BusyVerdict::Probe(t) => t,
+            other => panic!("{other:?}"),
+        };
+        // Other requests have already cached peer 12 as the leader.
+        for _ in 0..3 {
+            assert!(
+                matches!(s.busy_zero_wait(1, 12, true), BusyVerdict::WaitForProbe(_)),
+                "one probe per Region in flight"
+            );
+        }
+        drop(ticket);
+        // The probe is over: peer 12's answers are counted afresh.
+        assert!(matches!(
+            s.busy_zero_wait(1, 12, true),
+            BusyVerdict::Ordinary
+        ));
+        assert!(matches!(
+            s.busy_zero_wait(1, 12, true),
+            BusyVerdict::Probe(_)
         ));
     }
 
