@@ -586,13 +586,17 @@ where
                             last: Box::new(Error::region_error(region_id, (*error).clone())),
                         }))
                     };
-                    if action.invalidate_region {
-                        self.invalidate_region(&region).await;
-                    }
+                    // Newer Regions go in before the stale one is dropped:
+                    // the cache carries its leader over to a new version that
+                    // still has that peer (the stale version is then already
+                    // replaced, and dropping it by its old epoch is a no-op).
                     if !action.insert_regions.is_empty() {
                         self.pd_client
                             .add_regions(action.insert_regions.clone())
                             .await;
+                    }
+                    if action.invalidate_region {
+                        self.invalidate_region(&region).await;
                     }
                     match action.step {
                         RegionErrorStep::Return | RegionErrorStep::NextCandidate => {
