@@ -169,8 +169,10 @@ pub enum BusyVerdict {
 }
 
 /// The right to run the one probe of a Region. Dropping it without
-/// [`finish`](ProbeTicket::finish) reports an inconclusive probe, so a
-/// cancelled request never leaves others waiting.
+/// [`finish`](ProbeTicket::finish) (the probing request was cancelled)
+/// reports an inconclusive probe to the waiters, so none is left waiting, and
+/// frees the Region for the next probe; the shared count stays, since an
+/// abandoned probe proves nothing.
 #[derive(Debug)]
 pub struct ProbeTicket {
     state: Arc<RoutingState>,
@@ -188,23 +190,30 @@ impl ProbeTicket {
 
 impl Drop for ProbeTicket {
     fn drop(&mut self) {
-        let outcome = self.outcome.unwrap_or(ProbeOutcome::Inconclusive);
         {
             let mut busy = lock(&self.state.busy);
-            match outcome {
+            match self.outcome {
                 // The leader changed: the suspicion of the old one is over.
-                ProbeOutcome::FoundLeader => {
+                Some(ProbeOutcome::FoundLeader) => {
                     busy.remove(&self.region_id);
                 }
                 // Genuine overload is likely: start counting afresh.
-                ProbeOutcome::Inconclusive => {
+                Some(ProbeOutcome::Inconclusive) => {
                     if let Some(s) = busy.get_mut(&self.region_id) {
                         s.zero_wait_answers = 0;
                         s.probe = None;
                     }
                 }
+                // Abandoned: no cache changes on account of it; the next
+                // busy(0) answer may start a probe at once.
+                None => {
+                    if let Some(s) = busy.get_mut(&self.region_id) {
+                        s.probe = None;
+                    }
+                }
             }
         }
+        let outcome = self.outcome.unwrap_or(ProbeOutcome::Inconclusive);
         self.sender.send_replace(Some(outcome));
     }
 }
@@ -465,7 +474,7 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
-    async fn dropped_probe_is_inconclusive_and_restarts_the_count() {
+    async fn inconclusive_probe_restarts_the_count() {
         let s = state();
         s.busy_zero_wait(1, 11, true);
         let ticket = match s.busy_zero_wait(1, 11, true) {
@@ -476,12 +485,33 @@ mod tests {
             BusyVerdict::WaitForProbe(w) => w,
             other => panic!("{other:?}"),
         };
-        drop(ticket);
+        ticket.finish(ProbeOutcome::Inconclusive);
         assert_eq!(waiter.outcome().await, ProbeOutcome::Inconclusive);
         assert!(matches!(
             s.busy_zero_wait(1, 11, true),
             BusyVerdict::Ordinary
         ));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn abandoned_probe_releases_waiters_and_keeps_the_count() {
+        let s = state();
+        s.busy_zero_wait(1, 11, true);
+        let ticket = match s.busy_zero_wait(1, 11, true) {
+            BusyVerdict::Probe(t) => t,
+            other => panic!("{other:?}"),
+        };
+        let waiter = match s.busy_zero_wait(1, 11, true) {
+            BusyVerdict::WaitForProbe(w) => w,
+            other => panic!("{other:?}"),
+        };
+        // The probing request was cancelled.
+        drop(ticket);
+        assert_eq!(waiter.outcome().await, ProbeOutcome::Inconclusive);
+        assert!(
+            matches!(s.busy_zero_wait(1, 11, true), BusyVerdict::Probe(_)),
+            "the suspicion stands: the next busy(0) probes at once"
+        );
     }
 
     #[tokio::test(start_paused = true)]
