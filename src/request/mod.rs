@@ -64,7 +64,7 @@
 //! | one permit per shard, only while an RPC is in flight (Invariants) | `plan_multi::concurrency_limit_holds_one_permit_per_rpc` |
 //! | connection setup is bounded (Connections) | `routing_mapping::connection_setup_is_bounded` (a connect timeout moves on, counted; the bound itself is `TikvConnect`'s) |
 //! | the fast path maps and calls only the leader (Invariants) | `routing_fallback::fast_path_maps_one_store_and_dispatches_once`, `request::round::tests::fast_path_accepts_the_leader_without_recording_anything` |
-//! | store health: a dead leader store costs about one connect attempt for a hundred Regions (**beyond**) | `routing_store_health::hundred_regions_on_dead_store_cost_one_connect_attempt` |
+//! | store health: a dead leader store costs about one connect attempt for a hundred Regions (**beyond**) | `routing_store_health::hundred_regions_on_dead_store_cost_one_connect_attempt`, `routing_store_health::voters_naming_the_dead_leader_do_not_bring_it_forward` |
 //! | store health: cool-down and recovery; switch off restores upstream (**beyond**) | `request::routing_state::tests::store_health_cools_down_with_jitter_and_recovers`, `routing_store_health::store_health_off_pays_every_time`, `routing_store_health::unreachable_store_is_tried_first_again_after_cooldown` |
 //! | consecutive timeouts mark a store unreachable without cache churn (**beyond**) | `routing_store_health::timeout_strikes_mark_store_unreachable_without_invalidation` |
 //! | fail points before dispatch and before store mapping | `routing_failpoints::fail_points_before_dispatch_and_mapping_fall_back` |

@@ -310,6 +310,15 @@ impl<'r> CandidateRound<'r> {
         if self.was_tried(hint.id) {
             return;
         }
+        // Store health put the cached leader last because its store is
+        // unreachable; voters that still name it must not bring it forward,
+        // or every Region led from a dead store pays a connect attempt again
+        // (routing.md, "Store health").
+        let names_the_leader_kept_last = self.order == CandidateOrder::LeaderLast
+            && self.region.leader.is_some_and(|l| l.id == hint.id);
+        if names_the_leader_kept_last {
+            return;
+        }
         let is_remaining_candidate = self
             .region
             .candidates(self.order)
@@ -653,6 +662,20 @@ mod tests {
         assert_eq!(next_id(&mut round), Some(14));
         round.on_region_error(not_leader(None));
         assert_eq!(next_id(&mut round), None);
+    }
+
+    #[test]
+    fn a_hint_naming_a_leader_kept_last_does_not_bring_it_forward() {
+        let r = region(4, Some(1));
+        let mut round = CandidateRound::new(&r, CandidateOrder::LeaderLast);
+        assert_eq!(next_id(&mut round), Some(12));
+        round.on_region_error(not_leader(Some(peer(11, 1))));
+        assert_eq!(next_id(&mut round), Some(13), "the leader stays last");
+        // A hint naming another voter still reorders.
+        round.on_region_error(not_leader(Some(peer(14, 4))));
+        assert_eq!(next_id(&mut round), Some(14));
+        round.on_region_error(not_leader(None));
+        assert_eq!(next_id(&mut round), Some(11));
     }
 
     #[test]
