@@ -670,10 +670,12 @@ where
                                 shard,
                                 region,
                                 backoff: backoff.clone(),
-                                busy: BusyProbeCount::default(),
+                                // One probe per request, splits included; the
+                                // count restarts anyway for another leader.
+                                busy: busy.clone(),
                             })
                             .collect(),
-                    )
+                    );
                 }
             }
         }
