@@ -62,8 +62,11 @@ async fn dropping_a_probing_request_releases_waiters() {
     let prober = get(&pd, &routing);
     let _ = tokio::time::timeout(Duration::from_millis(100), prober).await;
     assert_eq!(routing.stats().busy_probes, 1);
+    let before = pd.dispatched_peers().len();
     // A later request is not left waiting for the abandoned probe: the
-    // dropped ticket reported it inconclusive, so this one probes itself.
+    // dropped ticket released the Region. The abandoned probe changed
+    // nothing, so the suspicion stands and this request probes at its first
+    // busy answer.
     pd.set_dispatch_hook(|peer, req| match peer.id {
         11 => region_error(req, mock::server_is_busy(0, 0)),
         _ => accept(peer, req),
@@ -71,4 +74,5 @@ async fn dropping_a_probing_request_releases_waiters() {
     let got = tokio::time::timeout(Duration::from_secs(5), get(&pd, &Arc::clone(&routing))).await;
     assert_eq!(text(got.unwrap().unwrap()), "from-12");
     assert_eq!(routing.stats().busy_probes, 2);
+    assert_eq!(pd.dispatched_peers()[before..], [11, 12]);
 }

@@ -170,6 +170,49 @@ async fn scans_follow_region_boundaries_and_respect_the_limit() {
     assert_eq!(got, vec![Key::from("a1"), Key::from("b1")]);
 }
 
+/// Scans whose cached Regions went stale: the Region ["g", "n") split at
+/// "k" after the client cached it. Forward and reverse walks learn the split
+/// from `EpochNotMatch` and continue from the boundary of the piece actually
+/// served, without losing or repeating a key.
+#[tokio::test]
+async fn scans_continue_correctly_after_a_split() {
+    let cluster = cluster().await;
+    let client = client(&cluster).await;
+    let all = letters();
+    client
+        .batch_put(all.iter().map(|k| (k.clone(), k.clone())))
+        .await
+        .unwrap();
+    assert_eq!(keys(&client.scan(.., 1000).await.unwrap()), all);
+    cluster.split_region(b"k").unwrap();
+    let got = client.scan("b".."y", 1000).await.unwrap();
+    let expected: Vec<String> = ('b'..='x').map(|c| format!("{c}1")).collect();
+    assert_eq!(keys(&got), expected);
+    cluster.split_region(b"i").unwrap();
+    let got = client.scan_reverse("b".."y", 1000).await.unwrap();
+    let expected: Vec<String> = ('b'..='x').rev().map(|c| format!("{c}1")).collect();
+    assert_eq!(keys(&got), expected);
+    // A limit ending right at the new boundary, then the next page after it.
+    cluster.split_region(b"e").unwrap();
+    let page = client.scan("a".., 4).await.unwrap();
+    assert_eq!(keys(&page), vec!["a1", "b1", "c1", "d1"]);
+    let next = client.scan("d2".., 2).await.unwrap();
+    assert_eq!(keys(&next), vec!["e1", "f1"]);
+    let stale_epochs: u64 = cluster
+        .store_ids()
+        .into_iter()
+        .map(|s| {
+            cluster
+                .counters(s)
+                .count("raw_scan", Outcome::EpochNotMatch)
+        })
+        .sum();
+    assert!(
+        stale_epochs >= 3,
+        "each split was learned from EpochNotMatch: {stale_epochs}"
+    );
+}
+
 #[tokio::test]
 async fn delete_range_spans_regions() {
     let cluster = cluster().await;

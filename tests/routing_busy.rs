@@ -153,3 +153,87 @@ async fn concurrent_requests_share_one_busy_probe() {
     let (probes, _, _) = run(false).await;
     assert!(probes > 1, "per-request counting probes more: {probes}");
 }
+
+/// "At most one probe per request" holds across a split: the pieces a
+/// request splits into after its probe take the ordinary busy path.
+#[tokio::test(start_paused = true)]
+async fn a_request_split_after_its_probe_does_not_probe_again() {
+    use tikv_plan::mock::MockPdClient;
+    use tikv_plan::proto::{errorpb, kvrpcpb, metapb};
+    use tikv_plan::raw::new_raw_batch_get_request;
+    use tikv_plan::request::{Collect, Plan, PlanBuilder};
+
+    let peers = [mock::voter(11, 1), mock::voter(12, 2), mock::voter(13, 3)];
+    let pd = Arc::new(MockPdClient::new(vec![mock::region(
+        1,
+        b"",
+        b"",
+        &peers,
+        Some(11),
+    )]));
+    let mut left = mock::region(1, b"", b"m", &peers, None);
+    let mut right = mock::region(
+        2,
+        b"m",
+        b"",
+        &[mock::voter(21, 1), mock::voter(22, 2), mock::voter(23, 3)],
+        None,
+    );
+    for r in [&mut left, &mut right] {
+        r.region.region_epoch = Some(metapb::RegionEpoch {
+            conf_ver: 1,
+            version: 2,
+        });
+    }
+    let current = vec![left.region.clone(), right.region.clone()];
+    let (stale_calls, fresh_calls) = (AtomicU32::new(0), AtomicU32::new(0));
+    pd.set_dispatch_hook(move |peer, req| {
+        let version = req
+            .as_any()
+            .downcast_ref::<kvrpcpb::RawBatchGetRequest>()
+            .and_then(|r| r.context.clone())
+            .and_then(|c| c.region_epoch)
+            .map(|e| e.version);
+        match (peer.id, version) {
+            // The stale leader: busy twice (the probe), then the split.
+            (11, Some(1)) if stale_calls.fetch_add(1, Ordering::SeqCst) < 2 => {
+                region_error(req, mock::server_is_busy(0, 0))
+            }
+            (11, Some(1)) => region_error(
+                req,
+                errorpb::Error {
+                    epoch_not_match: Some(errorpb::EpochNotMatch {
+                        current_regions: current.clone(),
+                    }),
+                    ..Default::default()
+                },
+            ),
+            // Still busy after the split, twice, then it serves.
+            (11, _) if fresh_calls.fetch_add(1, Ordering::SeqCst) < 2 => {
+                region_error(req, mock::server_is_busy(0, 0))
+            }
+            (12 | 13, _) => region_error(req, mock::not_leader(1, None)),
+            _ => accept(peer, req),
+        }
+    });
+    let routing = routing();
+    let pairs = PlanBuilder::new(
+        pd.clone(),
+        new_raw_batch_get_request(vec![b"a".to_vec(), b"x".to_vec()], None),
+    )
+    .routing(routing.clone())
+    .retry_multi_region(common::backoff())
+    .merge(Collect)
+    .plan()
+    .execute()
+    .await
+    .unwrap();
+    assert_eq!(pairs.len(), 0, "accept answers a batch get with no pairs");
+    assert_eq!(routing.stats().busy_probes, 1, "one probe per request");
+    assert_eq!(
+        pd.dispatched_peers(),
+        vec![11, 11, 12, 13, 11, 11, 11, 11, 21],
+        "after the split: busy, busy, served; no second probe"
+    );
+    assert_leader_requests_only(&pd);
+}

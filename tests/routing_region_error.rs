@@ -318,3 +318,63 @@ async fn epoch_not_match_splits_the_shard_and_keeps_order() {
     assert_eq!(got, want);
     assert_eq!(pd.invalidate_region_cache_calls(), 1);
 }
+
+/// After a split reported by `EpochNotMatch`, the new versions keep the
+/// cached leader: the retry goes straight to it, no voter is tried first.
+#[tokio::test(start_paused = true)]
+async fn epoch_not_match_keeps_the_cached_leader_for_the_new_regions() {
+    let peers = [mock::voter(11, 1), mock::voter(12, 2), mock::voter(13, 3)];
+    let pd = Arc::new(MockPdClient::new(vec![mock::region(
+        1,
+        b"",
+        b"",
+        &peers,
+        Some(12),
+    )]));
+    let mut left = mock::region(1, b"", b"m", &peers, None);
+    let mut right = mock::region(2, b"m", b"", &peers, None);
+    for r in [&mut left, &mut right] {
+        r.region.region_epoch = Some(metapb::RegionEpoch {
+            conf_ver: 1,
+            version: 2,
+        });
+    }
+    let current = vec![left.region.clone(), right.region.clone()];
+    pd.set_dispatch_hook(move |peer, req| {
+        let ctx = req
+            .as_any()
+            .downcast_ref::<kvrpcpb::RawGetRequest>()
+            .unwrap()
+            .context
+            .clone()
+            .unwrap();
+        if peer.id != 12 {
+            return region_error(req, mock::not_leader(1, Some(mock::voter(12, 2))));
+        }
+        if ctx.region_epoch.map(|e| e.version) == Some(1) {
+            return region_error(
+                req,
+                errorpb::Error {
+                    epoch_not_match: Some(errorpb::EpochNotMatch {
+                        current_regions: current.clone(),
+                    }),
+                    ..Default::default()
+                },
+            );
+        }
+        accept(peer, req)
+    });
+    let routing = routing();
+    assert_eq!(
+        text(
+            get_with(&pd, Some(&routing), backoff(), b"a")
+                .await
+                .unwrap()
+        ),
+        "from-12"
+    );
+    assert_eq!(pd.dispatched_peers(), vec![12, 12]);
+    assert_eq!(pd.cached_leader(1).map(|p| p.id), Some(12));
+    assert_eq!(pd.cached_region(1).unwrap().epoch().version, 2);
+    assert_eq!(routing.stats().fallback_attempts, 0);
+}

@@ -58,6 +58,30 @@ async fn hundred_regions_on_dead_store_cost_one_connect_attempt() {
     assert_eq!(stats.stores_marked_unreachable, 1);
 }
 
+/// Cold Regions: the voters still name the dead store's peer as leader. The
+/// hint must not undo "leader last", or every Region pays a connect attempt.
+#[tokio::test(start_paused = true)]
+async fn voters_naming_the_dead_leader_do_not_bring_it_forward() {
+    let pd = hundred_regions();
+    let routing = routing();
+    pd.fail_store_mapping(1, MappingFailure::ConnectTimeout);
+    pd.set_dispatch_hook(|peer, req| match peer.store_id {
+        2 => {
+            let leader = mock::voter(peer.id - 1, 1);
+            region_error(req, mock::not_leader(0, Some(leader)))
+        }
+        _ => accept(peer, req),
+    });
+    for i in 0..100u8 {
+        let got = get_with(&pd, Some(&routing), backoff(), &[i])
+            .await
+            .unwrap();
+        assert!(text(got).ends_with('3'), "a voter on store 3 answered");
+    }
+    assert_eq!(pd.map_calls_to_store(1), 1, "one connect attempt in total");
+    assert_eq!(routing.stats().connect_timeouts, 1);
+}
+
 #[tokio::test(start_paused = true)]
 async fn store_health_off_pays_every_time() {
     let pd = hundred_regions();

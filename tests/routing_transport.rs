@@ -37,6 +37,35 @@ async fn transport_failure_invalidates_store_and_region() {
     assert_eq!(pd.invalidate_region_cache_calls(), 0);
 }
 
+/// A round that saw a transport failure and then ends on a voter's Region
+/// error has ended without success: the Region route goes too.
+#[tokio::test(start_paused = true)]
+async fn transport_failure_then_region_error_reloads_the_region() {
+    let pd = three_voters();
+    let routing = routing();
+    let voter_calls = std::sync::atomic::AtomicU32::new(0);
+    pd.set_dispatch_hook(move |peer, req| match peer.id {
+        11 => unavailable(),
+        12 if voter_calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst) == 0 => region_error(
+            req,
+            tikv_plan::proto::errorpb::Error {
+                data_is_not_ready: Some(Default::default()),
+                ..Default::default()
+            },
+        ),
+        _ => accept(peer, req),
+    });
+    assert_eq!(text(get(&pd, &routing).await.unwrap()), "from-12");
+    assert_eq!(pd.dispatched_peers(), vec![11, 12, 12]);
+    assert_eq!(pd.invalidate_store_cache_calls(), 1);
+    assert_eq!(
+        pd.invalidate_region_cache_calls(),
+        1,
+        "the Region is reloaded before the next round"
+    );
+    assert_eq!(pd.cached_leader(1).map(|p| p.id), Some(12));
+}
+
 #[tokio::test(start_paused = true)]
 async fn deadline_retries_without_cache_churn() {
     let pd = three_voters();

@@ -36,7 +36,7 @@
 //! | learners and witnesses are never candidates (Candidates) | `routing_fallback::learner_and_witness_are_skipped`, `region::tests::learners_and_witnesses_are_never_candidates` |
 //! | a failed follower mapping does not hide a later healthy voter (One round) | `routing_mapping::failed_follower_mapping_does_not_hide_later_voter` |
 //! | all mapping failures invalidate the Region and reload new peers (One round) | `routing_mapping::all_mapping_failures_invalidate_region_and_reload_peers` |
-//! | transport failures invalidate the store and the Region route (gRPC table) | `routing_transport::transport_failure_invalidates_store_and_region` |
+//! | transport failures invalidate the store and the Region route (gRPC table) | `routing_transport::transport_failure_invalidates_store_and_region`, `routing_transport::transport_failure_then_region_error_reloads_the_region` |
 //! | deadline and client timeouts retry without cache churn; a client timeout keeps caches (gRPC table, **beyond**) | `routing_transport::deadline_retries_without_cache_churn`, `routing_transport::client_timeout_keeps_caches` |
 //! | classification by source chain, then code (gRPC table) | `request::classify::tests::code_table_without_source`, `request::classify::tests::source_chain_decides_before_the_code`, `routing_transport::transport_status_with_io_source_is_a_routing_failure` |
 //! | any other gRPC status is returned, never replayed (gRPC table) | `routing_transport::other_grpc_status_is_returned_without_replay` |
@@ -50,9 +50,9 @@
 //! | leader `NotLeader` hint inside the Region: update, retry at once, counted (Region errors) | `routing_region_error::leader_hint_updates_leader_and_retries_without_sleep`, `routing_region_error::ping_pong_hints_stop_at_the_attempt_budget` |
 //! | a leader's hint-less `NotLeader` moves on to the voters in the same round (**beyond**) | `routing_fallback::leader_hintless_not_leader_moves_to_voters_in_same_round` |
 //! | a fallback hint naming an untried voter reorders the round (**beyond**) | `routing_fallback::fallback_hint_naming_untried_voter_reorders_round`, `request::round::tests::fallback_hint_naming_an_untried_voter_reorders_the_round` |
-//! | `EpochNotMatch` inserts newer Regions and retries, split shards stay in order (Region errors) | `routing_region_error::epoch_not_match_splits_the_shard_and_keeps_order` |
+//! | `EpochNotMatch` inserts newer Regions and retries, split shards stay in order (Region errors) | `routing_region_error::epoch_not_match_splits_the_shard_and_keeps_order`, `routing_region_error::epoch_not_match_keeps_the_cached_leader_for_the_new_regions` |
 //! | two `ServerIsBusy(0)` trigger exactly one followers-only probe, never `replica_read` (busy probe) | `routing_busy::two_busy_zero_trigger_one_followers_only_probe` |
-//! | inconclusive probe restores the leader, one probe per request (busy probe) | `routing_busy::inconclusive_probe_restores_leader_and_probes_once` |
+//! | inconclusive probe restores the leader, one probe per request (busy probe) | `routing_busy::inconclusive_probe_restores_leader_and_probes_once`, `routing_busy::a_request_split_after_its_probe_does_not_probe_again` |
 //! | non-zero busy follows the normal path, honours `backoff_ms` (busy probe) | `routing_busy::non_zero_busy_follows_normal_path` |
 //! | concurrent requests share one busy probe (**beyond**) | `routing_busy::concurrent_requests_share_one_busy_probe` |
 //! | non-idempotent dispatch errors stay terminal (Replay safety) | `plan_replay::cas_dispatch_error_is_undetermined_and_not_replayed`, `plan_replay::cas_mapping_failure_still_falls_back` |
@@ -64,11 +64,11 @@
 //! | one permit per shard, only while an RPC is in flight (Invariants) | `plan_multi::concurrency_limit_holds_one_permit_per_rpc` |
 //! | connection setup is bounded (Connections) | `routing_mapping::connection_setup_is_bounded` (a connect timeout moves on, counted; the bound itself is `TikvConnect`'s) |
 //! | the fast path maps and calls only the leader (Invariants) | `routing_fallback::fast_path_maps_one_store_and_dispatches_once`, `request::round::tests::fast_path_accepts_the_leader_without_recording_anything` |
-//! | store health: a dead leader store costs about one connect attempt for a hundred Regions (**beyond**) | `routing_store_health::hundred_regions_on_dead_store_cost_one_connect_attempt` |
+//! | store health: a dead leader store costs about one connect attempt for a hundred Regions (**beyond**) | `routing_store_health::hundred_regions_on_dead_store_cost_one_connect_attempt`, `routing_store_health::voters_naming_the_dead_leader_do_not_bring_it_forward` |
 //! | store health: cool-down and recovery; switch off restores upstream (**beyond**) | `request::routing_state::tests::store_health_cools_down_with_jitter_and_recovers`, `routing_store_health::store_health_off_pays_every_time`, `routing_store_health::unreachable_store_is_tried_first_again_after_cooldown` |
 //! | consecutive timeouts mark a store unreachable without cache churn (**beyond**) | `routing_store_health::timeout_strikes_mark_store_unreachable_without_invalidation` |
 //! | fail points before dispatch and before store mapping | `routing_failpoints::fail_points_before_dispatch_and_mapping_fall_back` |
-//! | shared busy suspicion: window, leader change, one probe in flight (**beyond**) | `request::routing_state::tests::shared_busy_suspicion_allows_one_probe_in_flight`, `request::routing_state::tests::busy_window_and_leader_change_restart_the_count` |
+//! | shared busy suspicion: window, leader change, one probe in flight (**beyond**) | `request::routing_state::tests::shared_busy_suspicion_allows_one_probe_in_flight`, `request::routing_state::tests::busy_window_and_leader_change_restart_the_count`, `request::routing_state::tests::a_leader_change_never_starts_a_second_probe_of_the_region`, `request::routing_state::tests::abandoned_probe_releases_waiters_and_keeps_the_count` |
 //! | counters (Observability) | asserted throughout, e.g. `routing_store_health::hundred_regions_on_dead_store_cost_one_connect_attempt`, `routing_mapping::all_mapping_failures_invalidate_region_and_reload_peers` |
 //! | end to end over gRPC (`PdRpcClient`, `TikvConnect`, simulated cluster): unreachable leader store, busy(0) stale leader, cold Region | `routing_sim::sim_unreachable_leader_store_falls_back_to_voter`, `routing_sim::sim_busy_zero_stale_leader_is_probed_past`, `routing_sim::sim_cold_region_wakes_through_voters`, `routing_sim::sim_regions_led_from_dead_store_cost_about_one_connect_attempt` (0 new connects with store health, 29 for 30 Regions without) |
 //! | this table names real tests | `plan_docs::behaviour_table_names_existing_tests` |

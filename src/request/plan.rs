@@ -545,19 +545,19 @@ where
             let probing = probe.is_some();
             let order = self.candidate_order(&region, probing);
             let end = self.run_round(&shard, &region, order, permits).await;
-            // The probe round is over; an unfinished ticket reports an
-            // inconclusive probe when dropped.
-            let ticket = probe.take().flatten();
+            // The probe round is over: it found the leader, or it was
+            // inconclusive. (A ticket dropped unfinished, by cancellation,
+            // proves nothing and leaves the shared count alone.)
+            if let Some(ticket) = probe.take().flatten() {
+                ticket.finish(match &end {
+                    RoundEnd::Accepted(_) => ProbeOutcome::FoundLeader,
+                    _ => ProbeOutcome::Inconclusive,
+                });
+            }
             match end {
-                RoundEnd::Accepted(response) => {
-                    if let Some(t) = ticket {
-                        t.finish(ProbeOutcome::FoundLeader);
-                    }
-                    return PieceEnd::Done(Ok(response));
-                }
+                RoundEnd::Accepted(response) => return PieceEnd::Done(Ok(response)),
                 RoundEnd::Failed(error) => return PieceEnd::Done(Err(error)),
                 RoundEnd::Exhausted(exhausted) => {
-                    drop(ticket);
                     if probing {
                         // Inconclusive: the cached leader stays and the
                         // ordinary busy backoff resumes (routing.md,
@@ -577,7 +577,6 @@ where
                     tokio::time::sleep(delay).await;
                 }
                 RoundEnd::RegionError(action, error) => {
-                    drop(ticket);
                     let region_id = region.id();
                     let exhausted = |attempts| {
                         PieceEnd::Done(Err(Error::RetriesExhausted {
@@ -586,13 +585,17 @@ where
                             last: Box::new(Error::region_error(region_id, (*error).clone())),
                         }))
                     };
-                    if action.invalidate_region {
-                        self.invalidate_region(&region).await;
-                    }
+                    // Newer Regions go in before the stale one is dropped:
+                    // the cache carries its leader over to a new version that
+                    // still has that peer (the stale version is then already
+                    // replaced, and dropping it by its old epoch is a no-op).
                     if !action.insert_regions.is_empty() {
                         self.pd_client
                             .add_regions(action.insert_regions.clone())
                             .await;
+                    }
+                    if action.invalidate_region {
+                        self.invalidate_region(&region).await;
                     }
                     match action.step {
                         RegionErrorStep::Return | RegionErrorStep::NextCandidate => {
@@ -667,10 +670,12 @@ where
                                 shard,
                                 region,
                                 backoff: backoff.clone(),
-                                busy: BusyProbeCount::default(),
+                                // One probe per request, splits included; the
+                                // count restarts anyway for another leader.
+                                busy: busy.clone(),
                             })
                             .collect(),
-                    )
+                    );
                 }
             }
         }

@@ -254,11 +254,7 @@ impl<'r> CandidateRound<'r> {
             if error.server_is_busy.is_some() {
                 self.busy_answers += 1;
             }
-            self.current = None;
-            return CandidateStep::EndRound {
-                action: Box::new(action),
-                error: Box::new(error),
-            };
+            return self.end_round(action, error);
         }
         // A fallback peer.
         if let Some(not_leader) = &error.not_leader {
@@ -284,6 +280,18 @@ impl<'r> CandidateRound<'r> {
             };
         }
         let action = decide_region_error(&error, self.region);
+        self.end_round(action, error)
+    }
+
+    /// The round ends on a Region error. It ends without success, so a
+    /// routing failure seen earlier in it drops the Region route as well
+    /// (routing.md, "One round": a transport failure invalidates "the Region
+    /// too if the round ends without success"), unless the answer named the
+    /// leader to retry at once.
+    fn end_round(&mut self, mut action: RegionErrorAction, error: errorpb::Error) -> CandidateStep {
+        if self.routing_error.is_some() && action.update_leader.is_none() {
+            action.invalidate_region = true;
+        }
         self.current = None;
         CandidateStep::EndRound {
             action: Box::new(action),
@@ -300,6 +308,15 @@ impl<'r> CandidateRound<'r> {
             return;
         }
         if self.was_tried(hint.id) {
+            return;
+        }
+        // Store health put the cached leader last because its store is
+        // unreachable; voters that still name it must not bring it forward,
+        // or every Region led from a dead store pays a connect attempt again
+        // (routing.md, "Store health").
+        let names_the_leader_kept_last = self.order == CandidateOrder::LeaderLast
+            && self.region.leader.is_some_and(|l| l.id == hint.id);
+        if names_the_leader_kept_last {
             return;
         }
         let is_remaining_candidate = self
@@ -648,6 +665,20 @@ mod tests {
     }
 
     #[test]
+    fn a_hint_naming_a_leader_kept_last_does_not_bring_it_forward() {
+        let r = region(4, Some(1));
+        let mut round = CandidateRound::new(&r, CandidateOrder::LeaderLast);
+        assert_eq!(next_id(&mut round), Some(12));
+        round.on_region_error(not_leader(Some(peer(11, 1))));
+        assert_eq!(next_id(&mut round), Some(13), "the leader stays last");
+        // A hint naming another voter still reorders.
+        round.on_region_error(not_leader(Some(peer(14, 4))));
+        assert_eq!(next_id(&mut round), Some(14));
+        round.on_region_error(not_leader(None));
+        assert_eq!(next_id(&mut round), Some(11));
+    }
+
+    #[test]
     fn fallback_hints_naming_tried_or_foreign_peers() {
         let r = region(3, Some(1));
         let mut round = CandidateRound::new(&r, CandidateOrder::LeaderFirst);
@@ -685,6 +716,51 @@ mod tests {
         };
         match round.on_region_error(err) {
             CandidateStep::EndRound { action, .. } => assert!(action.invalidate_region),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_round_ending_on_a_region_error_after_a_routing_failure_reloads_the_region() {
+        let data_not_ready = || errorpb::Error {
+            data_is_not_ready: Some(Default::default()),
+            ..Default::default()
+        };
+        let r = region(3, Some(1));
+        // The leader's transport failed, a voter ends the round.
+        let mut round = CandidateRound::new(&r, CandidateOrder::LeaderFirst);
+        round.next_candidate();
+        round.on_dispatch_failed(transport(), DispatchFailure::Transport, false);
+        round.next_candidate();
+        match round.on_region_error(data_not_ready()) {
+            CandidateStep::EndRound { action, .. } => {
+                assert!(action.invalidate_region, "the round ended without success");
+                assert!(!action.invalidate_store);
+            }
+            other => panic!("{other:?}"),
+        }
+        // Without a routing failure the table alone decides: caches stay.
+        let mut round = CandidateRound::new(&r, CandidateOrder::LeaderFirst);
+        round.next_candidate();
+        round.on_dispatch_failed(timeout(), DispatchFailure::Deadline, false);
+        round.next_candidate();
+        match round.on_region_error(data_not_ready()) {
+            CandidateStep::EndRound { action, .. } => assert!(!action.invalidate_region),
+            other => panic!("{other:?}"),
+        }
+        // A leader tried last after a voter's mapping failure, naming the
+        // leader: the hint is followed at once, the Region kept.
+        let mut round = CandidateRound::new(&r, CandidateOrder::LeaderLast);
+        assert_eq!(next_id(&mut round), Some(12));
+        round.on_mapping_failed(transport());
+        assert_eq!(next_id(&mut round), Some(13));
+        round.on_region_error(busy(0));
+        assert_eq!(next_id(&mut round), Some(11));
+        match round.on_region_error(not_leader(Some(peer(13, 3)))) {
+            CandidateStep::EndRound { action, .. } => {
+                assert_eq!(action.step, RegionErrorStep::RetryNow);
+                assert!(!action.invalidate_region);
+            }
             other => panic!("{other:?}"),
         }
     }

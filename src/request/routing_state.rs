@@ -169,8 +169,10 @@ pub enum BusyVerdict {
 }
 
 /// The right to run the one probe of a Region. Dropping it without
-/// [`finish`](ProbeTicket::finish) reports an inconclusive probe, so a
-/// cancelled request never leaves others waiting.
+/// [`finish`](ProbeTicket::finish) (the probing request was cancelled)
+/// reports an inconclusive probe to the waiters, so none is left waiting, and
+/// frees the Region for the next probe; the shared count stays, since an
+/// abandoned probe proves nothing.
 #[derive(Debug)]
 pub struct ProbeTicket {
     state: Arc<RoutingState>,
@@ -188,23 +190,30 @@ impl ProbeTicket {
 
 impl Drop for ProbeTicket {
     fn drop(&mut self) {
-        let outcome = self.outcome.unwrap_or(ProbeOutcome::Inconclusive);
         {
             let mut busy = lock(&self.state.busy);
-            match outcome {
+            match self.outcome {
                 // The leader changed: the suspicion of the old one is over.
-                ProbeOutcome::FoundLeader => {
+                Some(ProbeOutcome::FoundLeader) => {
                     busy.remove(&self.region_id);
                 }
                 // Genuine overload is likely: start counting afresh.
-                ProbeOutcome::Inconclusive => {
+                Some(ProbeOutcome::Inconclusive) => {
                     if let Some(s) = busy.get_mut(&self.region_id) {
                         s.zero_wait_answers = 0;
                         s.probe = None;
                     }
                 }
+                // Abandoned: no cache changes on account of it; the next
+                // busy(0) answer may start a probe at once.
+                None => {
+                    if let Some(s) = busy.get_mut(&self.region_id) {
+                        s.probe = None;
+                    }
+                }
             }
         }
+        let outcome = self.outcome.unwrap_or(ProbeOutcome::Inconclusive);
         self.sender.send_replace(Some(outcome));
     }
 }
@@ -373,8 +382,16 @@ impl RoutingState {
             since: now,
             probe: None,
         });
+        // A probe in flight decides for the whole Region, whichever leader
+        // this request has cached: replacing the suspicion now would let a
+        // second probe of the Region start beside it.
+        if let Some(receiver) = &suspicion.probe {
+            return BusyVerdict::WaitForProbe(ProbeWaiter {
+                receiver: receiver.clone(),
+            });
+        }
         let expired = now.duration_since(suspicion.since) > self.busy_probe_window;
-        if suspicion.leader_peer_id != leader_peer_id || (expired && suspicion.probe.is_none()) {
+        if suspicion.leader_peer_id != leader_peer_id || expired {
             *suspicion = BusySuspicion {
                 leader_peer_id,
                 zero_wait_answers: 0,
@@ -383,11 +400,6 @@ impl RoutingState {
             };
         }
         suspicion.zero_wait_answers += 1;
-        if let Some(receiver) = &suspicion.probe {
-            return BusyVerdict::WaitForProbe(ProbeWaiter {
-                receiver: receiver.clone(),
-            });
-        }
         if !may_probe || suspicion.zero_wait_answers < BUSY_ANSWERS_BEFORE_PROBE {
             return BusyVerdict::Ordinary;
         }
@@ -462,7 +474,7 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
-    async fn dropped_probe_is_inconclusive_and_restarts_the_count() {
+    async fn inconclusive_probe_restarts_the_count() {
         let s = state();
         s.busy_zero_wait(1, 11, true);
         let ticket = match s.busy_zero_wait(1, 11, true) {
@@ -473,11 +485,59 @@ mod tests {
             BusyVerdict::WaitForProbe(w) => w,
             other => panic!("{other:?}"),
         };
-        drop(ticket);
+        ticket.finish(ProbeOutcome::Inconclusive);
         assert_eq!(waiter.outcome().await, ProbeOutcome::Inconclusive);
         assert!(matches!(
             s.busy_zero_wait(1, 11, true),
             BusyVerdict::Ordinary
+        ));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn abandoned_probe_releases_waiters_and_keeps_the_count() {
+        let s = state();
+        s.busy_zero_wait(1, 11, true);
+        let ticket = match s.busy_zero_wait(1, 11, true) {
+            BusyVerdict::Probe(t) => t,
+            other => panic!("{other:?}"),
+        };
+        let waiter = match s.busy_zero_wait(1, 11, true) {
+            BusyVerdict::WaitForProbe(w) => w,
+            other => panic!("{other:?}"),
+        };
+        // The probing request was cancelled.
+        drop(ticket);
+        assert_eq!(waiter.outcome().await, ProbeOutcome::Inconclusive);
+        assert!(
+            matches!(s.busy_zero_wait(1, 11, true), BusyVerdict::Probe(_)),
+            "the suspicion stands: the next busy(0) probes at once"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_leader_change_never_starts_a_second_probe_of_the_region() {
+        let s = state();
+        s.busy_zero_wait(1, 11, true);
+        let ticket = match s.busy_zero_wait(1, 11, true) {
+            BusyVerdict::Probe(t) => t,
+            other => panic!("{other:?}"),
+        };
+        // Other requests have already cached peer 12 as the leader.
+        for _ in 0..3 {
+            assert!(
+                matches!(s.busy_zero_wait(1, 12, true), BusyVerdict::WaitForProbe(_)),
+                "one probe per Region in flight"
+            );
+        }
+        drop(ticket);
+        // The probe is over: peer 12's answers are counted afresh.
+        assert!(matches!(
+            s.busy_zero_wait(1, 12, true),
+            BusyVerdict::Ordinary
+        ));
+        assert!(matches!(
+            s.busy_zero_wait(1, 12, true),
+            BusyVerdict::Probe(_)
         ));
     }
 
