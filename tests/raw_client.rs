@@ -456,3 +456,75 @@ async fn cas_whose_response_was_dropped_is_undetermined_and_applied_once() {
     // Reading back tells the caller what happened.
     assert_eq!(client.get("c").await.unwrap(), Some(b"once".to_vec()));
 }
+
+/// Every method, across Region boundaries, while the store leading the
+/// first Region is down and the Regions it led are cold (PD still names the
+/// dead leader).
+#[tokio::test]
+async fn every_method_works_through_fallback_while_a_leader_store_is_down() {
+    let cluster = cluster().await;
+    let client = client(&cluster).await;
+    let cas = client.with_atomic_for_cas();
+    let all = letters();
+    client
+        .batch_put(all.iter().map(|k| (k.clone(), k.clone())))
+        .await
+        .unwrap();
+    // The store leading the first Region goes down, and every Region it
+    // leads goes cold.
+    let (_, victim) = region_of(&cluster, b"a1");
+    let mut cold = 0;
+    for region in cluster.regions() {
+        if cluster.leader_of(region.id).map(|p| p.store_id) == Some(victim) {
+            cluster
+                .make_cold(region.id, ColdMode::NotLeaderFirst)
+                .unwrap();
+            cold += 1;
+        }
+    }
+    assert!(cold >= 1);
+    cluster.store_down(victim).await;
+
+    assert_eq!(client.get("a1").await.unwrap(), Some(b"a1".to_vec()));
+    let got = client
+        .batch_get(vec!["a1".to_owned(), "m1".to_owned(), "z1".to_owned()])
+        .await
+        .unwrap();
+    assert_eq!(keys(&got), vec!["a1", "m1", "z1"]);
+    assert_eq!(keys(&client.scan(.., 100).await.unwrap()), all);
+    let expected_reverse: Vec<String> = all.iter().rev().cloned().collect();
+    assert_eq!(
+        keys(&client.scan_reverse(.., 100).await.unwrap()),
+        expected_reverse
+    );
+    assert_eq!(client.scan_keys("f".., 3).await.unwrap().len(), 3);
+    let got = client
+        .batch_scan(vec!["a".."c", "x".."z"], 5)
+        .await
+        .unwrap();
+    assert_eq!(keys(&got), vec!["a1", "b1", "x1", "y1"]);
+    client.put_with_ttl("t1", "v", 30).await.unwrap();
+    assert!(client.get_key_ttl_secs("t1").await.unwrap().is_some());
+    client.delete("b1").await.unwrap();
+    client
+        .batch_delete(vec!["c1".to_owned(), "p1".to_owned()])
+        .await
+        .unwrap();
+    client.delete_range("q".."s").await.unwrap();
+    let left = keys(&client.scan(.., 100).await.unwrap());
+    for gone in ["b1", "c1", "p1", "q1", "r1"] {
+        assert!(!left.contains(&gone.to_owned()), "{gone} still there");
+    }
+    assert_eq!(left.len(), 26 - 5, "t1 was overwritten, not added");
+    let (prev, swapped) = cas
+        .compare_and_swap("a1", Some(b"a1".to_vec()), b"A".to_vec())
+        .await
+        .unwrap();
+    assert_eq!((prev, swapped), (Some(b"a1".to_vec()), true));
+    assert_eq!(cluster.value_of(b"a1"), Some(b"A".to_vec()));
+    let stats = client.routing_stats();
+    assert!(stats.fallback_successes >= cold, "{stats:?}");
+    for store in cluster.store_ids() {
+        assert_eq!(cluster.counters(store).replica_reads(), 0);
+    }
+}
