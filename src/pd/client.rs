@@ -51,8 +51,10 @@ pub struct PdRpcClient<KvC: KvConnect = TikvConnect> {
     kv_connect: Arc<KvC>,
     regions: RegionCache,
     stores: StoreCache,
-    connections: Arc<RwLock<HashMap<String, KvC::KvClient>>>,
-    connecting: SingleFlight<String, KvC::KvClient>,
+    // Shared handles: a request takes a reference count, not a copy of the
+    // client and a fresh allocation around it.
+    connections: Arc<RwLock<HashMap<String, Arc<KvC::KvClient>>>>,
+    connecting: SingleFlight<String, Arc<KvC::KvClient>>,
     connect_counts: ConnectCountMap,
     single_flight_connect: bool,
 }
@@ -181,7 +183,7 @@ impl<KvC: KvConnect> PdRpcClient<KvC> {
         Ok(store)
     }
 
-    fn cached_connection(&self, address: &str) -> Option<KvC::KvClient> {
+    fn cached_connection(&self, address: &str) -> Option<Arc<KvC::KvClient>> {
         self.connections
             .read()
             .unwrap_or_else(|e| e.into_inner())
@@ -191,7 +193,7 @@ impl<KvC: KvConnect> PdRpcClient<KvC> {
 
     /// The client for `address`: cached, or opened now. With single-flight
     /// connect, concurrent misses share one attempt and its outcome.
-    async fn kv_client(&self, address: &str) -> Result<KvC::KvClient> {
+    async fn kv_client(&self, address: &str) -> Result<Arc<KvC::KvClient>> {
         if let Some(client) = self.cached_connection(address) {
             return Ok(client);
         }
@@ -203,11 +205,11 @@ impl<KvC: KvConnect> PdRpcClient<KvC> {
         let open = async move {
             count(&counts, &owned_address, |c| c.attempts += 1);
             debug!("connecting to store at {owned_address}");
-            let client = kv_connect.connect(&owned_address).await?;
+            let client = Arc::new(kv_connect.connect(&owned_address).await?);
             connections
                 .write()
                 .unwrap_or_else(|e| e.into_inner())
-                .insert(owned_address, client.clone());
+                .insert(owned_address, Arc::clone(&client));
             Ok(client)
         };
         if self.single_flight_connect {
@@ -233,9 +235,27 @@ impl<KvC: KvConnect> PdClient for PdRpcClient<KvC> {
         region: RegionWithLeader,
         peer: metapb::Peer,
     ) -> Result<RegionStore> {
-        let store = self.store(peer.store_id).await?;
-        let client = self.kv_client(&store.address).await?;
-        Ok(RegionStore::new(region, peer, Arc::new(client)))
+        // Fast path: the store is cached, usable, and its connection open.
+        // Nothing is copied or allocated but the client's reference count;
+        // anything else (a miss, a tombstone, no address) takes the full path
+        // below, which reports it.
+        let cached = self
+            .stores
+            .with_cached(peer.store_id, |store| {
+                let usable = store.state != metapb::StoreState::Tombstone as i32
+                    && !store.address.is_empty();
+                usable.then(|| self.cached_connection(&store.address))
+            })
+            .flatten()
+            .flatten();
+        let client = match cached {
+            Some(client) => client,
+            None => {
+                let store = self.store(peer.store_id).await?;
+                self.kv_client(&store.address).await?
+            }
+        };
+        Ok(RegionStore::new(region, peer, client))
     }
 
     async fn region_for_key(&self, key: &[u8]) -> Result<RegionWithLeader> {
@@ -267,10 +287,7 @@ impl<KvC: KvConnect> PdClient for PdRpcClient<KvC> {
             }
             self.stores.insert(meta.clone());
             let client = self.kv_client(&meta.address).await?;
-            stores.push(Store {
-                meta,
-                client: Arc::new(client),
-            });
+            stores.push(Store { meta, client });
         }
         Ok(stores)
     }

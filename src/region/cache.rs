@@ -354,6 +354,10 @@ impl RegionCache {
         L: FnOnce(Vec<u8>) -> Fut,
         Fut: Future<Output = Result<RegionWithLeader>> + Send + 'static,
     {
+        // A hit needs neither the single-flight lock nor a copy of the key.
+        if let Some(region) = self.get_by_key(key) {
+            return Ok(region);
+        }
         let map = Arc::clone(&self.map);
         self.key_loads
             .run(
@@ -379,6 +383,9 @@ impl RegionCache {
         L: FnOnce(RegionId) -> Fut,
         Fut: Future<Output = Result<RegionWithLeader>> + Send + 'static,
     {
+        if let Some(region) = self.get_by_id(id) {
+            return Ok(region);
+        }
         let map = Arc::clone(&self.map);
         self.id_loads
             .run(
@@ -420,6 +427,16 @@ impl StoreCache {
         read(&self.stores).get(&id).cloned()
     }
 
+    /// Runs `f` on the cached store, without copying it; `None` when it is
+    /// not cached.
+    pub(crate) fn with_cached<R>(
+        &self,
+        id: StoreId,
+        f: impl FnOnce(&metapb::Store) -> R,
+    ) -> Option<R> {
+        read(&self.stores).get(&id).map(f)
+    }
+
     /// Caches (or replaces) a store.
     pub fn insert(&self, store: metapb::Store) {
         write(&self.stores).insert(store.id, store);
@@ -447,6 +464,9 @@ impl StoreCache {
         L: FnOnce(StoreId) -> Fut,
         Fut: Future<Output = Result<metapb::Store>> + Send + 'static,
     {
+        if let Some(store) = self.get(id) {
+            return Ok(store);
+        }
         let stores = Arc::clone(&self.stores);
         self.loads
             .run(

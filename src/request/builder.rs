@@ -80,10 +80,12 @@ impl<PdC: PdClient, Req: KvRequest> PlanBuilder<PdC, Dispatch<Req>> {
 }
 
 impl<PdC: PdClient, P: Plan> PlanBuilder<PdC, P> {
-    fn with_plan<Q: Plan>(self, plan: Q) -> PlanBuilder<PdC, Q> {
+    /// Wraps the plan built so far in the next stage, moving it (a stage
+    /// never needs a copy of the request).
+    fn map_plan<Q: Plan>(self, wrap: impl FnOnce(P) -> Q) -> PlanBuilder<PdC, Q> {
         PlanBuilder {
             pd_client: self.pd_client,
-            plan,
+            plan: wrap(self.plan),
             routing: self.routing,
             terminal_on_dispatch_error: self.terminal_on_dispatch_error,
             terminal_on_undetermined: self.terminal_on_undetermined,
@@ -142,11 +144,7 @@ impl<PdC: PdClient, P: Plan> PlanBuilder<PdC, P> {
     where
         P: Shardable,
     {
-        let plan = PreserveShard {
-            inner: self.plan.clone(),
-            shard: None,
-        };
-        self.with_plan(plan)
+        self.map_plan(|inner| PreserveShard { inner, shard: None })
     }
 
     /// Shards the plan by Region and retries each shard with leader-first
@@ -165,20 +163,25 @@ impl<PdC: PdClient, P: Plan> PlanBuilder<PdC, P> {
                 .map(|r| r.max_concurrency())
                 .unwrap_or_else(|| Config::default().max_concurrency)
         });
-        let plan = RetryableMultiRegion {
-            inner: self.plan.clone(),
-            pd_client: Arc::clone(&self.pd_client),
+        let pd_client = Arc::clone(&self.pd_client);
+        let routing = self.routing.clone();
+        let terminal_on_dispatch_error = self.terminal_on_dispatch_error;
+        let terminal_on_undetermined = self.terminal_on_undetermined;
+        let preserve_region_results = self.preserve_region_results;
+        let request_timeout = self
+            .request_timeout
+            .or_else(|| self.routing.as_ref().map(|r| r.request_timeout()));
+        self.map_plan(|inner| RetryableMultiRegion {
+            inner,
+            pd_client,
             backoff,
-            routing: self.routing.clone(),
-            terminal_on_dispatch_error: self.terminal_on_dispatch_error,
-            terminal_on_undetermined: self.terminal_on_undetermined,
-            preserve_region_results: self.preserve_region_results,
+            routing,
+            terminal_on_dispatch_error,
+            terminal_on_undetermined,
+            preserve_region_results,
             max_concurrency,
-            request_timeout: self
-                .request_timeout
-                .or_else(|| self.routing.as_ref().map(|r| r.request_timeout())),
-        };
-        self.with_plan(plan)
+            request_timeout,
+        })
     }
 
     /// Merges the shards' results with `merge`.
@@ -188,12 +191,11 @@ impl<PdC: PdClient, P: Plan> PlanBuilder<PdC, P> {
         M: Merge<In>,
         P: Plan<Result = Vec<Result<In>>>,
     {
-        let plan = MergeResponse {
-            inner: self.plan.clone(),
+        self.map_plan(|inner| MergeResponse {
+            inner,
             merge,
             phantom: PhantomData,
-        };
-        self.with_plan(plan)
+        })
     }
 
     /// Processes the result with `processor`.
@@ -201,11 +203,7 @@ impl<PdC: PdClient, P: Plan> PlanBuilder<PdC, P> {
         self,
         processor: Pr,
     ) -> PlanBuilder<PdC, ProcessResponse<P, Pr>> {
-        let plan = ProcessResponse {
-            inner: self.plan.clone(),
-            processor,
-        };
-        self.with_plan(plan)
+        self.map_plan(|inner| ProcessResponse { inner, processor })
     }
 
     /// Processes the result with the [`DefaultProcessor`] of its type.
@@ -221,10 +219,7 @@ impl<PdC: PdClient, P: Plan> PlanBuilder<PdC, P> {
     where
         P::Result: HasKeyErrors,
     {
-        let plan = ExtractError {
-            inner: self.plan.clone(),
-        };
-        self.with_plan(plan)
+        self.map_plan(|inner| ExtractError { inner })
     }
 
     /// The finished plan.

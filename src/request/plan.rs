@@ -501,14 +501,17 @@ where
         region: RegionWithLeader,
         permits: &Semaphore,
     ) -> Vec<Result<P::Result>> {
-        let mut results = Vec::new();
-        let mut pieces = VecDeque::from([Piece {
+        let mut results = Vec::with_capacity(1);
+        // The shard itself, then the pieces a split left, in key order (the
+        // queue allocates only when a split happens).
+        let mut first = Some(Piece {
             shard,
             region,
             backoff: self.backoff.clone(),
             busy: BusyProbeCount::default(),
-        }]);
-        while let Some(piece) = pieces.pop_front() {
+        });
+        let mut pieces = VecDeque::new();
+        while let Some(piece) = first.take().or_else(|| pieces.pop_front()) {
             match self.run_piece(piece, permits).await {
                 PieceEnd::Done(result) => {
                     let stop = self.terminal_on_undetermined
@@ -730,9 +733,18 @@ where
     type Result = Vec<Result<P::Result>>;
 
     async fn execute(&self) -> Result<Self::Result> {
-        let shards = self.inner.shards(&self.pd_client).await?;
+        let mut shards = self.inner.shards(&self.pd_client).await?;
         let permits = Semaphore::new(self.max_concurrency.max(1));
         let permits = &permits;
+        if shards.len() == 1 {
+            // One shard (every single-key request): run it in place, without
+            // the per-shard task of `FuturesUnordered` and the move of the
+            // shard's future into it.
+            if let Some((shard, region)) = shards.pop() {
+                let results = self.run_shard(shard, region, permits).await;
+                return self.finish(results);
+            }
+        }
         let mut slots: Vec<Option<Vec<Result<P::Result>>>> = Vec::with_capacity(shards.len());
         slots.resize_with(shards.len(), || None);
         let mut running: FuturesUnordered<_> = shards
@@ -758,6 +770,28 @@ where
             }
         }
         let results: Vec<Result<P::Result>> = slots.into_iter().flatten().flatten().collect();
+        self.finish(results)
+    }
+}
+
+impl<P, PdC> RetryableMultiRegion<P, PdC>
+where
+    P: Plan + Shardable,
+    P::Result: HasRegionError,
+    PdC: PdClient,
+{
+    /// The request's result from every shard's results, in shard order: an
+    /// undetermined outcome first when it is terminal, then all results
+    /// (when errors are kept or there are none) or the strongest error.
+    fn finish(&self, mut results: Vec<Result<P::Result>>) -> Result<Vec<Result<P::Result>>> {
+        if self.terminal_on_undetermined {
+            if let Some(pos) = results
+                .iter()
+                .position(|r| matches!(r, Err(e) if e.is_undetermined()))
+            {
+                results.swap_remove(pos)?;
+            }
+        }
         if self.preserve_region_results || results.iter().all(Result::is_ok) {
             return Ok(results);
         }

@@ -5,7 +5,7 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::time::Duration;
 
 use tokio::sync::watch;
@@ -72,13 +72,24 @@ struct StoreHealthEntry {
 pub struct StoreHealth {
     cooldown: Duration,
     timeout_strikes: u32,
-    stores: Mutex<HashMap<StoreId, StoreHealthEntry>>,
+    // Read-locked on every request (the fast path asks whether the leader's
+    // store cools down and reports that it answered); written only when a
+    // store's health changes.
+    stores: RwLock<HashMap<StoreId, StoreHealthEntry>>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     // A panic while holding these locks cannot leave the maps inconsistent
     // (each update is one insert or field write), so poisoning is ignored.
     m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+fn read<T>(l: &RwLock<T>) -> RwLockReadGuard<'_, T> {
+    l.read().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+fn write<T>(l: &RwLock<T>) -> RwLockWriteGuard<'_, T> {
+    l.write().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 impl StoreHealth {
@@ -88,7 +99,7 @@ impl StoreHealth {
         StoreHealth {
             cooldown,
             timeout_strikes: timeout_strikes.max(1),
-            stores: Mutex::new(HashMap::new()),
+            stores: RwLock::new(HashMap::new()),
         }
     }
 
@@ -99,7 +110,7 @@ impl StoreHealth {
     /// True while the store cools down after a failure.
     pub fn is_unreachable(&self, store_id: StoreId) -> bool {
         let now = Instant::now();
-        lock(&self.stores)
+        read(&self.stores)
             .get(&store_id)
             .and_then(|e| e.unreachable_until)
             .is_some_and(|until| now < until)
@@ -110,7 +121,7 @@ impl StoreHealth {
     pub fn mark_unreachable(&self, store_id: StoreId) -> bool {
         let now = Instant::now();
         let until = now + self.jittered_cooldown();
-        let mut stores = lock(&self.stores);
+        let mut stores = write(&self.stores);
         let entry = stores.entry(store_id).or_default();
         let was_unreachable = entry.unreachable_until.is_some_and(|u| now < u);
         entry.unreachable_until = Some(until);
@@ -120,14 +131,18 @@ impl StoreHealth {
 
     /// The store answered: it is reachable and its timeout strikes reset.
     pub fn mark_reachable(&self, store_id: StoreId) {
-        lock(&self.stores).remove(&store_id);
+        // A healthy store has no entry: the usual answer only reads.
+        if !read(&self.stores).contains_key(&store_id) {
+            return;
+        }
+        write(&self.stores).remove(&store_id);
     }
 
     /// The store timed out. Consecutive timeouts reaching the strike count
     /// mark it unreachable (without touching any cache); returns true then.
     pub fn record_timeout(&self, store_id: StoreId) -> bool {
         let strikes = {
-            let mut stores = lock(&self.stores);
+            let mut stores = write(&self.stores);
             let entry = stores.entry(store_id).or_default();
             entry.timeout_strikes += 1;
             entry.timeout_strikes
