@@ -87,7 +87,7 @@ fn bench(c: &mut Criterion) {
         let mut group = c.benchmark_group(op);
         group
             .sample_size(30)
-            .measurement_time(Duration::from_secs(3))
+            .measurement_time(Duration::from_secs(5))
             .warm_up_time(Duration::from_secs(1));
         for n in CONCURRENCY {
             group.bench_with_input(BenchmarkId::new("tikv-plan", n), &n, |b, &n| {
