@@ -15,8 +15,8 @@ use crate::backoff::Backoff;
 use crate::pd::{PdClient, PdRpcClient};
 use crate::proto::kvrpcpb;
 use crate::request::{
-    Collect, CollectError, CollectSingle, HasKeyErrors, Plan, PlanBuilder, RoutingState,
-    RoutingStats,
+    Collect, CollectError, CollectSingle, DefaultProcessor, HasKeyErrors, HasRegionError,
+    KvRequest, Merge, Plan, PlanBuilder, Process, RoutingState, RoutingStats, Shardable,
 };
 use crate::{BoundRange, ColumnFamily, Config, Error, Key, KvPair, Result, Value};
 
@@ -171,16 +171,32 @@ impl<PdC: PdClient> RawClient<PdC> {
         PlanBuilder::new(Arc::clone(&self.rpc), request).routing(Arc::clone(&self.routing))
     }
 
-    /// The value of `key`, or `None` when it does not exist.
-    pub async fn get(&self, key: impl Into<Key>) -> Result<Option<Value>> {
-        let request = new_raw_get_request(key.into().into(), self.cf_name());
+    /// Runs `request` through the plan with fallback, merges its shards'
+    /// answers with `merge` and applies the default processing.
+    async fn run<Req, M>(
+        &self,
+        request: Req,
+        merge: M,
+    ) -> Result<<DefaultProcessor as Process<M::Out>>::Out>
+    where
+        Req: KvRequest + Shardable,
+        Req::Response: HasRegionError + Sync,
+        M: Merge<Req::Response>,
+        DefaultProcessor: Process<M::Out>,
+    {
         self.builder(request)
             .retry_multi_region(self.backoff.clone())
-            .merge(CollectSingle)
+            .merge(merge)
             .post_process_default()
             .plan()
             .execute()
             .await
+    }
+
+    /// The value of `key`, or `None` when it does not exist.
+    pub async fn get(&self, key: impl Into<Key>) -> Result<Option<Value>> {
+        let request = new_raw_get_request(key.into().into(), self.cf_name());
+        self.run(request, CollectSingle).await
     }
 
     /// The values of the keys that exist, in key order.
@@ -193,14 +209,7 @@ impl<PdC: PdClient> RawClient<PdC> {
             return Ok(Vec::new());
         }
         let request = new_raw_batch_get_request(keys, self.cf_name());
-        let pairs = self
-            .builder(request)
-            .retry_multi_region(self.backoff.clone())
-            .merge(Collect)
-            .post_process_default()
-            .plan()
-            .execute()
-            .await?;
+        let pairs = self.run(request, Collect).await?;
         Ok(pairs.into_iter().map(from_proto_pair).collect())
     }
 
@@ -208,13 +217,7 @@ impl<PdC: PdClient> RawClient<PdC> {
     /// or `None` when it does not exist.
     pub async fn get_key_ttl_secs(&self, key: impl Into<Key>) -> Result<Option<u64>> {
         let request = new_raw_get_key_ttl_request(key.into().into(), self.cf_name());
-        self.builder(request)
-            .retry_multi_region(self.backoff.clone())
-            .merge(CollectSingle)
-            .post_process_default()
-            .plan()
-            .execute()
-            .await
+        self.run(request, CollectSingle).await
     }
 
     /// Sets `key` to `value`.
@@ -236,13 +239,7 @@ impl<PdC: PdClient> RawClient<PdC> {
             ttl_secs,
             self.atomic,
         );
-        self.builder(request)
-            .retry_multi_region(self.backoff.clone())
-            .merge(CollectSingle)
-            .post_process_default()
-            .plan()
-            .execute()
-            .await
+        self.run(request, CollectSingle).await
     }
 
     /// Sets every pair. When a key appears twice, the later value wins.
@@ -296,25 +293,13 @@ impl<PdC: PdClient> RawClient<PdC> {
             }
         }
         let request = new_raw_batch_put_request(pairs, ttls, self.cf_name(), self.atomic);
-        self.builder(request)
-            .retry_multi_region(self.backoff.clone())
-            .merge(CollectError)
-            .post_process_default()
-            .plan()
-            .execute()
-            .await
+        self.run(request, CollectError).await
     }
 
     /// Deletes `key` (deleting a missing key is not an error).
     pub async fn delete(&self, key: impl Into<Key>) -> Result<()> {
         let request = new_raw_delete_request(key.into().into(), self.cf_name(), self.atomic);
-        self.builder(request)
-            .retry_multi_region(self.backoff.clone())
-            .merge(CollectSingle)
-            .post_process_default()
-            .plan()
-            .execute()
-            .await
+        self.run(request, CollectSingle).await
     }
 
     /// Deletes every key.
@@ -324,13 +309,7 @@ impl<PdC: PdClient> RawClient<PdC> {
             return Ok(());
         }
         let request = new_raw_batch_delete_request(keys, self.cf_name(), self.atomic);
-        self.builder(request)
-            .retry_multi_region(self.backoff.clone())
-            .merge(CollectError)
-            .post_process_default()
-            .plan()
-            .execute()
-            .await
+        self.run(request, CollectError).await
     }
 
     /// Deletes every key in `range`.
@@ -340,13 +319,7 @@ impl<PdC: PdClient> RawClient<PdC> {
             return Ok(());
         }
         let request = new_raw_delete_range_request(start.into(), end.into(), self.cf_name());
-        self.builder(request)
-            .retry_multi_region(self.backoff.clone())
-            .merge(CollectError)
-            .post_process_default()
-            .plan()
-            .execute()
-            .await
+        self.run(request, CollectError).await
     }
 
     /// Up to `limit` pairs of `range`, in ascending key order.
@@ -513,14 +486,7 @@ impl<PdC: PdClient> RawClient<PdC> {
         }
         let request =
             new_raw_batch_scan_request(ranges.clone(), each_limit, key_only, self.cf_name());
-        let pairs = self
-            .builder(request)
-            .retry_multi_region(self.backoff.clone())
-            .merge(Collect)
-            .post_process_default()
-            .plan()
-            .execute()
-            .await?;
+        let pairs = self.run(request, Collect).await?;
         // TiKV applies `each_limit` per range *and Region*; a range spanning
         // Regions can return more, so cut each range back to its first
         // `each_limit` keys (pairs arrive in key order).
@@ -564,13 +530,7 @@ impl<PdC: PdClient> RawClient<PdC> {
             previous_value.into(),
             self.cf_name(),
         );
-        self.builder(request)
-            .retry_multi_region(self.backoff.clone())
-            .merge(CollectSingle)
-            .post_process_default()
-            .plan()
-            .execute()
-            .await
+        self.run(request, CollectSingle).await
     }
 }
 
