@@ -52,8 +52,19 @@ async fn tikv_sim_serves_and_obeys_its_control_port() {
     let mut running = Running(child);
     let mut stdout = BufReader::new(running.0.stdout.take().unwrap());
     let mut stderr = BufReader::new(running.0.stderr.take().unwrap());
-    let mut line = String::new();
-    stdout.read_line(&mut line).unwrap();
+    // Bounded: a binary that hangs before announcing itself fails the test.
+    let (line, mut stdout) = {
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let mut line = String::new();
+            let read = stdout.read_line(&mut line).map(|_| line);
+            let _ = tx.send((read, stdout));
+        });
+        let (read, stdout) = rx
+            .recv_timeout(std::time::Duration::from_secs(60))
+            .expect("tikv-sim printed no pd= line within 60 s");
+        (read.unwrap(), stdout)
+    };
     let pd = line
         .trim_end()
         .strip_prefix("pd=")
@@ -191,6 +202,16 @@ async fn tikv_sim_serves_and_obeys_its_control_port() {
     assert!(shown[0].contains("leader=none"), "{shown:?}");
     assert!(control(&mut ctl, "frobnicate")[0].starts_with("error:"));
     assert!(control(&mut ctl, "down 99")[0].starts_with("error:"));
+    // An over-long line is refused and the connection closed, not buffered.
+    let long = "x".repeat(10_000);
+    let answer = control(&mut ctl, &long);
+    assert!(answer[0].contains("at most 4096 bytes"), "{answer:?}");
+    let mut after = String::new();
+    assert_eq!(
+        ctl.read_line(&mut after).unwrap_or(0),
+        0,
+        "closed: {after:?}"
+    );
 
     // Exactly one line on stdout.
     running.0.kill().unwrap();

@@ -36,7 +36,10 @@ use std::fmt::Write as _;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+
+/// The longest control command line accepted, in bytes.
+const MAX_COMMAND_LINE: u64 = 4096;
 use tokio::net::TcpListener;
 
 use super::{ColdMode, HangMode, SimCluster};
@@ -330,12 +333,33 @@ pub async fn serve(cluster: Arc<SimCluster>, listener: TcpListener) {
         let cluster = cluster.clone();
         tokio::spawn(async move {
             let (read, mut write) = stream.into_split();
-            let mut lines = BufReader::new(read).lines();
-            while let Ok(Some(line)) = lines.next_line().await {
-                if line.trim().is_empty() {
+            let mut reader = BufReader::new(read);
+            loop {
+                // Bounded, so a peer that never sends a newline cannot make
+                // the sim buffer without limit.
+                let mut raw = Vec::new();
+                let mut limited = (&mut reader).take(MAX_COMMAND_LINE + 1);
+                match limited.read_until(b'\n', &mut raw).await {
+                    Ok(0) | Err(_) => return,
+                    Ok(_) => {}
+                }
+                if raw.last() != Some(&b'\n') && raw.len() as u64 > MAX_COMMAND_LINE {
+                    let _ = write
+                        .write_all(
+                            format!(
+                                "error: a command line is at most {MAX_COMMAND_LINE} bytes; closing the connection\n"
+                            )
+                            .as_bytes(),
+                        )
+                        .await;
+                    return;
+                }
+                let line = String::from_utf8_lossy(&raw);
+                let line = line.trim();
+                if line.is_empty() {
                     continue;
                 }
-                let answer = execute(&cluster, &line).await;
+                let answer = execute(&cluster, line).await;
                 if write.write_all(answer.as_bytes()).await.is_err() {
                     return;
                 }
