@@ -755,16 +755,9 @@ where
             })
             .collect();
         while let Some((index, mut results)) = running.next().await {
-            if self.terminal_on_undetermined {
-                if let Some(pos) = results
-                    .iter()
-                    .position(|r| matches!(r, Err(e) if e.is_undetermined()))
-                {
-                    // Returned at once; the other shards are dropped here,
-                    // which stops their rounds.
-                    results.swap_remove(pos)?;
-                }
-            }
+            // Returned at once; the other shards are dropped here, which
+            // stops their rounds.
+            self.return_undetermined(&mut results)?;
             if let Some(slot) = slots.get_mut(index) {
                 *slot = Some(results);
             }
@@ -780,10 +773,9 @@ where
     P::Result: HasRegionError,
     PdC: PdClient,
 {
-    /// The request's result from every shard's results, in shard order: an
-    /// undetermined outcome first when it is terminal, then all results
-    /// (when errors are kept or there are none) or the strongest error.
-    fn finish(&self, mut results: Vec<Result<P::Result>>) -> Result<Vec<Result<P::Result>>> {
+    /// With `terminal_on_undetermined`, fails with the first undetermined
+    /// outcome among `results` (taking it out); otherwise does nothing.
+    fn return_undetermined(&self, results: &mut Vec<Result<P::Result>>) -> Result<()> {
         if self.terminal_on_undetermined {
             if let Some(pos) = results
                 .iter()
@@ -792,6 +784,14 @@ where
                 results.swap_remove(pos)?;
             }
         }
+        Ok(())
+    }
+
+    /// The request's result from every shard's results, in shard order: an
+    /// undetermined outcome first when it is terminal, then all results
+    /// (when errors are kept or there are none) or the strongest error.
+    fn finish(&self, mut results: Vec<Result<P::Result>>) -> Result<Vec<Result<P::Result>>> {
+        self.return_undetermined(&mut results)?;
         if self.preserve_region_results || results.iter().all(Result::is_ok) {
             return Ok(results);
         }
