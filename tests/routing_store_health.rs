@@ -106,14 +106,14 @@ async fn timeout_strikes_mark_store_unreachable_without_invalidation() {
         mock::region(3, b"c", b"", &peers(3), Some(31)),
     ]));
     let routing = routing();
-    // Store 1 accepts connections but never answers in time.
+    // Store 1 accepts connections but never answers in time: the client's
+    // request timeout ends each attempt.
     pd.set_async_dispatch_hook(|peer, req| {
         let answer = accept(peer, req);
         let store = peer.store_id;
         Box::pin(async move {
             if store == 1 {
-                tokio::time::sleep(Duration::from_secs(2)).await;
-                return deadline();
+                tokio::time::sleep(Duration::from_secs(3600)).await;
             }
             answer
         })
@@ -132,6 +132,36 @@ async fn timeout_strikes_mark_store_unreachable_without_invalidation() {
     assert_eq!(pd.invalidate_store_cache_calls(), 0, "timeouts keep caches");
     assert_eq!(pd.invalidate_region_cache_calls(), 0);
     assert_eq!(routing.stats().stores_marked_unreachable, 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_stores_deadline_exceeded_answer_is_no_timeout_strike() {
+    // Issue 9: `DeadlineExceeded` comes from the store, so the store
+    // answered; only a client-side timeout is a strike.
+    let peers = |r: u64| [mock::voter(r * 10 + 1, 1), mock::voter(r * 10 + 2, 2)];
+    let pd = Arc::new(MockPdClient::new(vec![
+        mock::region(1, b"", b"b", &peers(1), Some(11)),
+        mock::region(2, b"b", b"c", &peers(2), Some(21)),
+        mock::region(3, b"c", b"", &peers(3), Some(31)),
+    ]));
+    let routing = routing();
+    pd.set_async_dispatch_hook(|peer, req| {
+        let answer = accept(peer, req);
+        let store = peer.store_id;
+        Box::pin(async move {
+            if store == 1 {
+                return deadline();
+            }
+            answer
+        })
+    });
+    for key in [b"a", b"b", b"c"] {
+        let got = get_with(&pd, Some(&routing), backoff(), key).await.unwrap();
+        assert!(text(got).ends_with('2'));
+    }
+    assert_eq!(pd.dispatches_to_store(1), 3, "store 1 is still asked first");
+    assert!(!routing.is_store_unreachable(1));
+    assert_eq!(routing.stats().stores_marked_unreachable, 0);
 }
 
 #[tokio::test(start_paused = true)]

@@ -9,8 +9,9 @@ use crate::Config;
 
 use super::plan::{
     DefaultProcessor, Dispatch, ExtractError, Merge, MergeResponse, Plan, PreserveShard, Process,
-    ProcessResponse, RetryableMultiRegion,
+    ProcessResponse,
 };
+use super::retry::RetryableMultiRegion;
 use super::routing_state::RoutingState;
 use super::traits::{HasKeyErrors, HasRegionError, KvRequest, Shardable};
 use crate::Result;

@@ -75,8 +75,10 @@
 
 mod builder;
 mod classify;
+mod engine;
 mod plan;
 mod region_error;
+mod retry;
 mod round;
 mod routing_state;
 mod traits;
@@ -87,16 +89,10 @@ pub(crate) use plan::collect_in_order;
 pub use plan::{
     Collect, CollectError, CollectSingle, DefaultProcessor, Dispatch, ExtractError, Merge,
     MergeResponse, Plan, PreserveShard, Process, ProcessResponse, ResponseWithShard,
-    RetryableMultiRegion,
 };
 pub use region_error::{decide_region_error, RegionErrorAction, RegionErrorStep};
-pub use round::{
-    Accepted, BusyProbeCount, CandidateAnswer, CandidateRound, CandidateStep, RoundExhausted,
-    TriedCandidate, BUSY_ANSWERS_BEFORE_PROBE,
-};
-pub use routing_state::{
-    BusyVerdict, ProbeOutcome, ProbeTicket, ProbeWaiter, RoutingState, RoutingStats, StoreHealth,
-};
+pub use retry::RetryableMultiRegion;
+pub use routing_state::{RoutingState, RoutingStats};
 pub(crate) use traits::{pair_key_errors, string_key_error, strongest_shard_error};
 pub use traits::{
     set_context_for_store, Batchable, HasKeyErrors, HasRegionError, KvRequest, Shardable,

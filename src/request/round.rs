@@ -1,9 +1,9 @@
 //! The state of one candidate round (routing.md, "One round, per shard"):
 //! who was tried, what each answered, the hint-driven reordering, what to
-//! invalidate when the round ends, which error is strongest, and the busy
-//! counts. Every transition is a named method over plain values; the async
-//! shell in [`RetryableMultiRegion`](super::RetryableMultiRegion) performs
-//! the I/O and feeds the results back in.
+//! invalidate when the round ends, and which error is strongest. Every
+//! transition is a named method over plain values; the shard's retry engine
+//! ([`ShardMachine`](super::engine::ShardMachine)) owns the round together
+//! with the Region it walks, and passes that Region in.
 
 use crate::proto::{errorpb, metapb};
 use crate::region::{CandidateOrder, RegionWithLeader, StoreId};
@@ -14,7 +14,7 @@ use super::region_error::{decide_region_error, RegionErrorAction, RegionErrorSte
 
 /// What a candidate that did not end the round answered.
 #[derive(Debug, Clone, PartialEq)]
-pub enum CandidateAnswer {
+pub(crate) enum CandidateAnswer {
     /// Its store could not be mapped (lookup or connection).
     MappingFailed,
     /// The transport failed (or the connection could not be opened) during
@@ -28,24 +28,35 @@ pub enum CandidateAnswer {
         hint: Option<metapb::Peer>,
     },
     /// It answered `ServerIsBusy`.
-    Busy {
-        /// The server's estimated wait.
-        estimated_wait_ms: u32,
-    },
+    Busy,
+}
+
+impl CandidateAnswer {
+    /// True when the candidate could not answer at all.
+    fn is_silence(&self) -> bool {
+        matches!(
+            self,
+            CandidateAnswer::MappingFailed
+                | CandidateAnswer::TransportFailed
+                | CandidateAnswer::TimedOut
+        )
+    }
 }
 
 /// One candidate that was tried and did not end the round.
 #[derive(Debug, Clone, PartialEq)]
-pub struct TriedCandidate {
+pub(crate) struct TriedCandidate {
     /// The peer.
-    pub peer: metapb::Peer,
+    pub(crate) peer: metapb::Peer,
+    /// True when it was the cached leader.
+    pub(crate) was_leader: bool,
     /// Its answer.
-    pub answer: CandidateAnswer,
+    pub(crate) answer: CandidateAnswer,
 }
 
-/// What the shell does after a candidate's failure was recorded.
+/// What the engine does after a candidate's failure was recorded.
 #[derive(Debug)]
-pub enum CandidateStep {
+pub(crate) enum CandidateStep {
     /// Try the next candidate of this round; first drop the cached store when
     /// given.
     Next {
@@ -65,35 +76,38 @@ pub enum CandidateStep {
 
 /// The candidate that accepted the request.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Accepted {
+pub(crate) struct Accepted {
     /// The peer that accepted.
-    pub peer: metapb::Peer,
+    pub(crate) peer: metapb::Peer,
     /// True when it is not the cached leader: the leader cache must be set to
     /// it before the answer is returned (also for a key error).
-    pub update_leader: bool,
+    pub(crate) update_leader: bool,
+    /// A fallback peer named a leader outside the cached Region during the
+    /// round: the peer list is stale, so the Region is reloaded after the
+    /// round even though it succeeded.
+    pub(crate) reload_region: bool,
 }
 
 /// How a round that found no answer ends.
 #[derive(Debug)]
-pub struct RoundExhausted {
+pub(crate) struct RoundExhausted {
     /// Drop the cached Region before the next round: a routing failure, every
-    /// candidate said `NotLeader`, a hint named a peer outside the Region, or
-    /// the Region had no candidate at all.
-    pub reload_region: bool,
+    /// candidate said `NotLeader` (a cached leader that could not answer
+    /// counts as one), a hint named a peer outside the Region, or the Region
+    /// had no candidate at all.
+    pub(crate) reload_region: bool,
     /// The strongest error the round saw (routing failure > all `NotLeader` >
     /// `ServerIsBusy` > other `NotLeader` > timeout).
-    pub strongest: Error,
+    pub(crate) strongest: Error,
     /// How many candidates were tried.
-    pub tried: usize,
-    /// How many answered `ServerIsBusy`.
-    pub busy_answers: u32,
+    pub(crate) tried: usize,
 }
 
-/// The per-round state. Borrows the cached Region; allocates nothing until a
-/// candidate fails, so the fast path costs one leader attempt and no list.
+/// The per-round state. Holds no copy of the Region (the engine passes it
+/// in); allocates nothing until a candidate fails, so the fast path costs one
+/// leader attempt and no list.
 #[derive(Debug)]
-pub struct CandidateRound<'r> {
-    region: &'r RegionWithLeader,
+pub(crate) struct CandidateRound {
     order: CandidateOrder,
     current: Option<metapb::Peer>,
     tried: Vec<TriedCandidate>,
@@ -104,14 +118,12 @@ pub struct CandidateRound<'r> {
     not_leader_error: Option<Error>,
     busy_error: Option<Error>,
     timeout_error: Option<Error>,
-    busy_answers: u32,
 }
 
-impl<'r> CandidateRound<'r> {
-    /// A round over `region`'s candidates in `order`.
-    pub fn new(region: &'r RegionWithLeader, order: CandidateOrder) -> Self {
+impl CandidateRound {
+    /// A round over a Region's candidates in `order`.
+    pub(crate) fn new(order: CandidateOrder) -> Self {
         CandidateRound {
-            region,
             order,
             current: None,
             tried: Vec::new(),
@@ -121,28 +133,25 @@ impl<'r> CandidateRound<'r> {
             not_leader_error: None,
             busy_error: None,
             timeout_error: None,
-            busy_answers: 0,
         }
     }
 
-    /// The order of this round.
-    pub fn order(&self) -> CandidateOrder {
-        self.order
-    }
-
     /// The candidates that were tried and did not end the round, in order.
-    pub fn tried(&self) -> &[TriedCandidate] {
+    #[cfg(test)]
+    pub(crate) fn tried(&self) -> &[TriedCandidate] {
         &self.tried
     }
 
-    /// The candidate currently being attempted.
-    pub fn current(&self) -> Option<&metapb::Peer> {
-        self.current.as_ref()
+    /// True once a candidate of this round failed to be reached (mapping or
+    /// transport): a round that then ends without success drops the Region
+    /// route too (routing.md, "One round").
+    pub(crate) fn saw_routing_failure(&self) -> bool {
+        self.routing_error.is_some()
     }
 
     /// True when the current candidate is the cached leader.
-    pub fn current_is_cached_leader(&self) -> bool {
-        match (&self.current, &self.region.leader) {
+    pub(crate) fn current_is_cached_leader(&self, region: &RegionWithLeader) -> bool {
+        match (&self.current, &region.leader) {
             (Some(current), Some(leader)) => current.id == leader.id,
             _ => false,
         }
@@ -155,11 +164,10 @@ impl<'r> CandidateRound<'r> {
     /// Picks the next candidate: a hinted voter first, then the Region's
     /// candidates in the round's order, skipping those already tried. `None`
     /// ends the round.
-    pub fn next_candidate(&mut self) -> Option<metapb::Peer> {
+    pub(crate) fn next_candidate(&mut self, region: &RegionWithLeader) -> Option<metapb::Peer> {
         let next = match self.hinted_next.take() {
             Some(hinted) if !self.was_tried(hinted.id) => Some(hinted),
-            _ => self
-                .region
+            _ => region
                 .candidates(self.order)
                 .find(|p| !self.was_tried(p.id))
                 .copied(),
@@ -168,16 +176,25 @@ impl<'r> CandidateRound<'r> {
         next
     }
 
-    fn record(&mut self, answer: CandidateAnswer) -> metapb::Peer {
+    fn record(&mut self, region: &RegionWithLeader, answer: CandidateAnswer) -> metapb::Peer {
+        let was_leader = self.current_is_cached_leader(region);
         let peer = self.current.take().unwrap_or_default();
-        self.tried.push(TriedCandidate { peer, answer });
+        self.tried.push(TriedCandidate {
+            peer,
+            was_leader,
+            answer,
+        });
         peer
     }
 
     /// The current candidate's store could not be mapped: the request was
     /// not sent. Next candidate; drop that store.
-    pub fn on_mapping_failed(&mut self, error: Error) -> CandidateStep {
-        let peer = self.record(CandidateAnswer::MappingFailed);
+    pub(crate) fn on_mapping_failed(
+        &mut self,
+        region: &RegionWithLeader,
+        error: Error,
+    ) -> CandidateStep {
+        let peer = self.record(region, CandidateAnswer::MappingFailed);
         self.routing_error.get_or_insert(error);
         CandidateStep::Next {
             invalidate_store: Some(peer.store_id),
@@ -187,8 +204,9 @@ impl<'r> CandidateRound<'r> {
     /// The current candidate's RPC failed before any Region response.
     /// `terminal_on_dispatch_error` plans return an undetermined outcome when
     /// the request may have been sent.
-    pub fn on_dispatch_failed(
+    pub(crate) fn on_dispatch_failed(
         &mut self,
+        region: &RegionWithLeader,
         error: Error,
         failure: DispatchFailure,
         terminal_on_dispatch_error: bool,
@@ -200,18 +218,18 @@ impl<'r> CandidateRound<'r> {
         if terminal_on_dispatch_error && failure.may_have_been_sent() {
             self.current = None;
             return CandidateStep::Fail(Error::Undetermined {
-                region_id: self.region.id(),
+                region_id: region.id(),
                 cause: Box::new(error),
             });
         }
         if failure.is_timeout() {
-            self.record(CandidateAnswer::TimedOut);
+            self.record(region, CandidateAnswer::TimedOut);
             self.timeout_error.get_or_insert(error);
             return CandidateStep::Next {
                 invalidate_store: None,
             };
         }
-        let peer = self.record(CandidateAnswer::TransportFailed);
+        let peer = self.record(region, CandidateAnswer::TransportFailed);
         self.routing_error.get_or_insert(error);
         CandidateStep::Next {
             invalidate_store: Some(peer.store_id),
@@ -219,10 +237,13 @@ impl<'r> CandidateRound<'r> {
     }
 
     /// The current candidate answered with a Region error.
-    pub fn on_region_error(&mut self, error: errorpb::Error) -> CandidateStep {
-        let from_leader = self.current_is_cached_leader();
-        let region_id = self.region.id();
-        if from_leader {
+    pub(crate) fn on_region_error(
+        &mut self,
+        region: &RegionWithLeader,
+        error: errorpb::Error,
+    ) -> CandidateStep {
+        let region_id = region.id();
+        if self.current_is_cached_leader(region) {
             let names_itself = error
                 .not_leader
                 .as_ref()
@@ -236,32 +257,29 @@ impl<'r> CandidateRound<'r> {
                         not_leader: Some(errorpb::NotLeader::default()),
                         ..Default::default()
                     },
-                    self.region,
+                    region,
                 )
             } else {
-                decide_region_error(&error, self.region)
+                decide_region_error(&error, region)
             };
             if action.step == RegionErrorStep::NextCandidate {
                 // A leader's hint-less NotLeader: the voters go next, in this
                 // very round ([beyond]).
-                self.record(CandidateAnswer::NotLeader { hint: None });
+                self.record(region, CandidateAnswer::NotLeader { hint: None });
                 self.not_leader_error
                     .get_or_insert(Error::region_error(region_id, error));
                 return CandidateStep::Next {
                     invalidate_store: None,
                 };
             }
-            if error.server_is_busy.is_some() {
-                self.busy_answers += 1;
-            }
             return self.end_round(action, error);
         }
         // A fallback peer.
         if let Some(not_leader) = &error.not_leader {
             let hint = not_leader.leader;
-            self.record(CandidateAnswer::NotLeader { hint });
+            self.record(region, CandidateAnswer::NotLeader { hint });
             if let Some(hint) = hint {
-                self.take_fallback_hint(hint);
+                self.take_fallback_hint(region, hint);
             }
             self.not_leader_error
                 .get_or_insert(Error::region_error(region_id, error));
@@ -269,17 +287,15 @@ impl<'r> CandidateRound<'r> {
                 invalidate_store: None,
             };
         }
-        if let Some(busy) = &error.server_is_busy {
-            let estimated_wait_ms = busy.estimated_wait_ms;
-            self.record(CandidateAnswer::Busy { estimated_wait_ms });
-            self.busy_answers += 1;
+        if error.server_is_busy.is_some() {
+            self.record(region, CandidateAnswer::Busy);
             self.busy_error
                 .get_or_insert(Error::region_error(region_id, error));
             return CandidateStep::Next {
                 invalidate_store: None,
             };
         }
-        let action = decide_region_error(&error, self.region);
+        let action = decide_region_error(&error, region);
         self.end_round(action, error)
     }
 
@@ -301,9 +317,11 @@ impl<'r> CandidateRound<'r> {
 
     /// **beyond** A fallback hint never updates the cache. An untried
     /// candidate of this round moves to the front; a tried peer is ignored; a
-    /// peer outside the cached Region marks it for reload.
-    fn take_fallback_hint(&mut self, hint: metapb::Peer) {
-        if !self.region.has_peer(&hint) {
+    /// peer outside the cached Region marks it for reload. A hint naming the
+    /// cached leader while it is not a candidate of this round (the busy
+    /// probe) or while it is kept last (store health) is ignored too.
+    fn take_fallback_hint(&mut self, region: &RegionWithLeader, hint: metapb::Peer) {
+        if !region.has_peer(&hint) {
             self.hint_outside_region = true;
             return;
         }
@@ -315,12 +333,11 @@ impl<'r> CandidateRound<'r> {
         // or every Region led from a dead store pays a connect attempt again
         // (routing.md, "Store health").
         let names_the_leader_kept_last = self.order == CandidateOrder::LeaderLast
-            && self.region.leader.is_some_and(|l| l.id == hint.id);
+            && region.leader.is_some_and(|l| l.id == hint.id);
         if names_the_leader_kept_last {
             return;
         }
-        let is_remaining_candidate = self
-            .region
+        let is_remaining_candidate = region
             .candidates(self.order)
             .any(|p| p.id == hint.id && p.store_id == hint.store_id);
         if is_remaining_candidate {
@@ -330,29 +347,36 @@ impl<'r> CandidateRound<'r> {
 
     /// The current candidate answered without a Region error (a success or a
     /// key error): it accepted the request as leader.
-    pub fn on_accepted(&mut self) -> Accepted {
-        let update_leader = !self.current_is_cached_leader();
+    pub(crate) fn on_accepted(&mut self, region: &RegionWithLeader) -> Accepted {
+        let update_leader = !self.current_is_cached_leader(region);
         let peer = self.current.take().unwrap_or_default();
         Accepted {
             peer,
             update_leader,
+            reload_region: self.hint_outside_region,
         }
     }
 
     /// Ends a round in which no candidate answered.
-    pub fn finish(self) -> RoundExhausted {
+    pub(crate) fn finish(self, region: &RegionWithLeader) -> RoundExhausted {
         let tried = self.tried.len();
-        let all_not_leader = tried > 0
+        // "Every voter said NotLeader": each candidate said so, except that
+        // a cached leader that could not answer at all (timed out, or its
+        // store was unreachable) counts with them. Nobody claimed the Region,
+        // so PD's view is needed (routing.md, "One round"; crate docs,
+        // "Decisions").
+        let said_not_leader =
+            |t: &TriedCandidate| matches!(t.answer, CandidateAnswer::NotLeader { .. });
+        let all_not_leader = self.tried.iter().any(said_not_leader)
             && self
                 .tried
                 .iter()
-                .all(|t| matches!(t.answer, CandidateAnswer::NotLeader { .. }));
+                .all(|t| said_not_leader(t) || (t.was_leader && t.answer.is_silence()));
         let routing_failure = self.routing_error.is_some();
         // No candidate at all: the cached peer list is unusable.
         let reload_region =
             routing_failure || all_not_leader || self.hint_outside_region || tried == 0;
-        let region_id = self.region.id();
-        let busy_answers = self.busy_answers;
+        let region_id = region.id();
         let CandidateRound {
             routing_error,
             mut not_leader_error,
@@ -375,43 +399,32 @@ impl<'r> CandidateRound<'r> {
             reload_region,
             strongest,
             tried,
-            busy_answers,
         }
     }
 }
 
-/// Per-request `ServerIsBusy(0)` counting (routing.md, "ServerIsBusy(0)
-/// follower probe"), used when the shared suspicion is off or absent.
+/// Per-shard `ServerIsBusy(0)` counting (routing.md, "ServerIsBusy(0)
+/// follower probe"), used when the shared suspicion is off or absent. The
+/// one-probe-per-request budget is the request's, not the shard's.
 #[derive(Debug, Default, Clone)]
-pub struct BusyProbeCount {
+pub(crate) struct BusyProbeCount {
     leader_peer_id: Option<u64>,
     zero_wait_answers: u32,
-    probed: bool,
 }
 
 /// How many `ServerIsBusy(0)` answers from one leader trigger the probe.
-pub const BUSY_ANSWERS_BEFORE_PROBE: u32 = 2;
+pub(crate) const BUSY_ANSWERS_BEFORE_PROBE: u32 = 2;
 
 impl BusyProbeCount {
     /// Records a `ServerIsBusy(0)` from the cached leader `leader_peer_id`.
-    /// Returns true when a followers-only probe round should run now.
-    pub fn record_zero_wait(&mut self, leader_peer_id: u64) -> bool {
+    /// Returns true when enough answers came from it for a probe.
+    pub(crate) fn record_zero_wait(&mut self, leader_peer_id: u64) -> bool {
         if self.leader_peer_id != Some(leader_peer_id) {
             self.leader_peer_id = Some(leader_peer_id);
             self.zero_wait_answers = 0;
         }
         self.zero_wait_answers += 1;
-        !self.probed && self.zero_wait_answers >= BUSY_ANSWERS_BEFORE_PROBE
-    }
-
-    /// True once this request has run its probe.
-    pub fn probed(&self) -> bool {
-        self.probed
-    }
-
-    /// Records that this request is running its one probe.
-    pub fn mark_probed(&mut self) {
-        self.probed = true;
+        self.zero_wait_answers >= BUSY_ANSWERS_BEFORE_PROBE
     }
 }
 
@@ -419,6 +432,42 @@ impl BusyProbeCount {
 mod tests {
     use super::*;
     use crate::proto::metapb::PeerRole;
+
+    /// The round together with the Region it walks, as the engine holds them.
+    struct Round<'a> {
+        region: &'a RegionWithLeader,
+        round: CandidateRound,
+    }
+
+    impl<'a> Round<'a> {
+        fn new(region: &'a RegionWithLeader, order: CandidateOrder) -> Self {
+            Round {
+                region,
+                round: CandidateRound::new(order),
+            }
+        }
+        fn next_candidate(&mut self) -> Option<metapb::Peer> {
+            self.round.next_candidate(self.region)
+        }
+        fn on_mapping_failed(&mut self, e: Error) -> CandidateStep {
+            self.round.on_mapping_failed(self.region, e)
+        }
+        fn on_dispatch_failed(&mut self, e: Error, f: DispatchFailure, t: bool) -> CandidateStep {
+            self.round.on_dispatch_failed(self.region, e, f, t)
+        }
+        fn on_region_error(&mut self, e: errorpb::Error) -> CandidateStep {
+            self.round.on_region_error(self.region, e)
+        }
+        fn on_accepted(&mut self) -> Accepted {
+            self.round.on_accepted(self.region)
+        }
+        fn finish(self) -> RoundExhausted {
+            self.round.finish(self.region)
+        }
+        fn tried(&self) -> &[TriedCandidate] {
+            self.round.tried()
+        }
+    }
 
     fn peer(id: u64, store: u64) -> metapb::Peer {
         metapb::Peer {
@@ -470,7 +519,7 @@ mod tests {
         Error::from(tonic::Status::deadline_exceeded("slow"))
     }
 
-    fn next_id(round: &mut CandidateRound<'_>) -> Option<u64> {
+    fn next_id(round: &mut Round<'_>) -> Option<u64> {
         round.next_candidate().map(|p| p.id)
     }
 
@@ -481,19 +530,23 @@ mod tests {
     #[test]
     fn fast_path_accepts_the_leader_without_recording_anything() {
         let r = region(3, Some(1));
-        let mut round = CandidateRound::new(&r, CandidateOrder::LeaderFirst);
+        let mut round = Round::new(&r, CandidateOrder::LeaderFirst);
         assert_eq!(next_id(&mut round), Some(11));
         let accepted = round.on_accepted();
         assert_eq!(accepted.peer.id, 11);
         assert!(!accepted.update_leader);
         assert_eq!(round.tried().len(), 0);
-        assert_eq!(round.tried.capacity(), 0, "no candidate list allocated");
+        assert_eq!(
+            round.round.tried.capacity(),
+            0,
+            "no candidate list allocated"
+        );
     }
 
     #[test]
     fn routing_failures_move_on_and_invalidate_stores() {
         let r = region(3, Some(1));
-        let mut round = CandidateRound::new(&r, CandidateOrder::LeaderFirst);
+        let mut round = Round::new(&r, CandidateOrder::LeaderFirst);
         assert_eq!(next_id(&mut round), Some(11));
         let s = round.on_mapping_failed(Error::Connect {
             address: "a".into(),
@@ -559,7 +612,7 @@ mod tests {
         ];
         for (name, answers, reload, strongest) in table {
             let r = region(3, Some(1));
-            let mut round = CandidateRound::new(&r, CandidateOrder::LeaderFirst);
+            let mut round = Round::new(&r, CandidateOrder::LeaderFirst);
             for answer in answers {
                 round.next_candidate().unwrap();
                 let step = match answer {
@@ -593,13 +646,13 @@ mod tests {
     #[test]
     fn leader_busy_ends_the_round_but_fallback_busy_does_not() {
         let r = region(3, Some(1));
-        let mut round = CandidateRound::new(&r, CandidateOrder::LeaderFirst);
+        let mut round = Round::new(&r, CandidateOrder::LeaderFirst);
         round.next_candidate();
         match round.on_region_error(busy(0)) {
             CandidateStep::EndRound { action, .. } => assert!(action.busy_zero_wait),
             other => panic!("{other:?}"),
         }
-        let mut round = CandidateRound::new(&r, CandidateOrder::FollowersOnly);
+        let mut round = Round::new(&r, CandidateOrder::FollowersOnly);
         assert_eq!(next_id(&mut round), Some(12));
         assert!(is_next(&round.on_region_error(busy(0)), None));
         assert_eq!(next_id(&mut round), Some(13));
@@ -608,7 +661,7 @@ mod tests {
     #[test]
     fn leader_hintless_not_leader_moves_to_voters_in_the_same_round() {
         let r = region(3, Some(1));
-        let mut round = CandidateRound::new(&r, CandidateOrder::LeaderFirst);
+        let mut round = Round::new(&r, CandidateOrder::LeaderFirst);
         round.next_candidate();
         assert!(is_next(&round.on_region_error(not_leader(None)), None));
         assert_eq!(next_id(&mut round), Some(12));
@@ -617,7 +670,7 @@ mod tests {
     #[test]
     fn leader_naming_itself_counts_as_no_hint() {
         let r = region(3, Some(1));
-        let mut round = CandidateRound::new(&r, CandidateOrder::LeaderFirst);
+        let mut round = Round::new(&r, CandidateOrder::LeaderFirst);
         round.next_candidate();
         assert!(is_next(
             &round.on_region_error(not_leader(Some(peer(11, 1)))),
@@ -629,7 +682,7 @@ mod tests {
     #[test]
     fn leader_hint_inside_the_region_ends_the_round_with_an_update() {
         let r = region(3, Some(1));
-        let mut round = CandidateRound::new(&r, CandidateOrder::LeaderFirst);
+        let mut round = Round::new(&r, CandidateOrder::LeaderFirst);
         round.next_candidate();
         match round.on_region_error(not_leader(Some(peer(13, 3)))) {
             CandidateStep::EndRound { action, .. } => {
@@ -643,7 +696,7 @@ mod tests {
     #[test]
     fn fallback_hint_naming_an_untried_voter_reorders_the_round() {
         let r = region(5, Some(1));
-        let mut round = CandidateRound::new(&r, CandidateOrder::LeaderFirst);
+        let mut round = Round::new(&r, CandidateOrder::LeaderFirst);
         round.next_candidate();
         round.on_mapping_failed(transport());
         assert_eq!(next_id(&mut round), Some(12));
@@ -667,7 +720,7 @@ mod tests {
     #[test]
     fn a_hint_naming_a_leader_kept_last_does_not_bring_it_forward() {
         let r = region(4, Some(1));
-        let mut round = CandidateRound::new(&r, CandidateOrder::LeaderLast);
+        let mut round = Round::new(&r, CandidateOrder::LeaderLast);
         assert_eq!(next_id(&mut round), Some(12));
         round.on_region_error(not_leader(Some(peer(11, 1))));
         assert_eq!(next_id(&mut round), Some(13), "the leader stays last");
@@ -681,7 +734,7 @@ mod tests {
     #[test]
     fn fallback_hints_naming_tried_or_foreign_peers() {
         let r = region(3, Some(1));
-        let mut round = CandidateRound::new(&r, CandidateOrder::LeaderFirst);
+        let mut round = Round::new(&r, CandidateOrder::LeaderFirst);
         round.next_candidate();
         round.on_mapping_failed(transport());
         round.next_candidate();
@@ -695,7 +748,7 @@ mod tests {
         assert!(end.reload_region);
 
         // Hint outside the Region alone (no routing failure) also reloads.
-        let mut round = CandidateRound::new(&r, CandidateOrder::FollowersOnly);
+        let mut round = Round::new(&r, CandidateOrder::FollowersOnly);
         round.next_candidate();
         round.on_region_error(busy(0));
         round.next_candidate();
@@ -706,7 +759,7 @@ mod tests {
     #[test]
     fn fallback_other_region_error_ends_the_round_by_the_table() {
         let r = region(3, Some(1));
-        let mut round = CandidateRound::new(&r, CandidateOrder::LeaderFirst);
+        let mut round = Round::new(&r, CandidateOrder::LeaderFirst);
         round.next_candidate();
         round.on_mapping_failed(transport());
         round.next_candidate();
@@ -728,7 +781,7 @@ mod tests {
         };
         let r = region(3, Some(1));
         // The leader's transport failed, a voter ends the round.
-        let mut round = CandidateRound::new(&r, CandidateOrder::LeaderFirst);
+        let mut round = Round::new(&r, CandidateOrder::LeaderFirst);
         round.next_candidate();
         round.on_dispatch_failed(transport(), DispatchFailure::Transport, false);
         round.next_candidate();
@@ -740,7 +793,7 @@ mod tests {
             other => panic!("{other:?}"),
         }
         // Without a routing failure the table alone decides: caches stay.
-        let mut round = CandidateRound::new(&r, CandidateOrder::LeaderFirst);
+        let mut round = Round::new(&r, CandidateOrder::LeaderFirst);
         round.next_candidate();
         round.on_dispatch_failed(timeout(), DispatchFailure::Deadline, false);
         round.next_candidate();
@@ -750,7 +803,7 @@ mod tests {
         }
         // A leader tried last after a voter's mapping failure, naming the
         // leader: the hint is followed at once, the Region kept.
-        let mut round = CandidateRound::new(&r, CandidateOrder::LeaderLast);
+        let mut round = Round::new(&r, CandidateOrder::LeaderLast);
         assert_eq!(next_id(&mut round), Some(12));
         round.on_mapping_failed(transport());
         assert_eq!(next_id(&mut round), Some(13));
@@ -774,7 +827,7 @@ mod tests {
             (DispatchFailure::Deadline, true),
             (DispatchFailure::NotSent, false),
         ] {
-            let mut round = CandidateRound::new(&r, CandidateOrder::LeaderFirst);
+            let mut round = Round::new(&r, CandidateOrder::LeaderFirst);
             round.next_candidate();
             let step = round.on_dispatch_failed(transport(), failure, true);
             match step {
@@ -783,7 +836,7 @@ mod tests {
                 other => panic!("{other:?}"),
             }
         }
-        let mut round = CandidateRound::new(&r, CandidateOrder::LeaderFirst);
+        let mut round = Round::new(&r, CandidateOrder::LeaderFirst);
         round.next_candidate();
         let step = round.on_dispatch_failed(
             Error::from(tonic::Status::invalid_argument("no")),
@@ -796,13 +849,13 @@ mod tests {
     #[test]
     fn leader_last_and_leaderless_orders() {
         let r = region(3, Some(1));
-        let mut round = CandidateRound::new(&r, CandidateOrder::LeaderLast);
+        let mut round = Round::new(&r, CandidateOrder::LeaderLast);
         assert_eq!(next_id(&mut round), Some(12));
         let accepted = round.on_accepted();
         assert!(accepted.update_leader);
 
         let r = region(3, None);
-        let mut round = CandidateRound::new(&r, CandidateOrder::LeaderFirst);
+        let mut round = Round::new(&r, CandidateOrder::LeaderFirst);
         assert_eq!(next_id(&mut round), Some(11));
         assert!(round.on_accepted().update_leader);
     }
@@ -810,7 +863,7 @@ mod tests {
     #[test]
     fn a_region_without_candidates_is_reloaded() {
         let r = RegionWithLeader::default();
-        let mut round = CandidateRound::new(&r, CandidateOrder::LeaderFirst);
+        let mut round = Round::new(&r, CandidateOrder::LeaderFirst);
         assert_eq!(round.next_candidate(), None);
         let end = round.finish();
         assert!(end.reload_region);
@@ -821,12 +874,69 @@ mod tests {
     fn busy_probe_count_table() {
         let mut c = BusyProbeCount::default();
         assert!(!c.record_zero_wait(11));
-        assert!(c.record_zero_wait(11), "the second answer probes");
-        c.mark_probed();
-        assert!(!c.record_zero_wait(11), "one probe per request");
+        assert!(c.record_zero_wait(11), "the second answer is enough");
         let mut c = BusyProbeCount::default();
         assert!(!c.record_zero_wait(11));
         assert!(!c.record_zero_wait(12), "a new leader restarts the count");
         assert!(c.record_zero_wait(12));
+    }
+
+    #[test]
+    fn a_timed_out_leader_counts_with_voters_that_all_said_not_leader() {
+        // The gap of issue 9: leader timed out, every voter said NotLeader
+        // without a hint. Nobody claims the Region: reload it.
+        let r = region(3, Some(1));
+        let mut round = Round::new(&r, CandidateOrder::LeaderFirst);
+        round.next_candidate();
+        round.on_dispatch_failed(timeout(), DispatchFailure::ClientTimeout, false);
+        round.next_candidate();
+        round.on_region_error(not_leader(None));
+        round.next_candidate();
+        round.on_region_error(not_leader(None));
+        assert_eq!(round.next_candidate(), None);
+        let end = round.finish();
+        assert!(end.reload_region);
+        assert!(
+            end.strongest.to_string().contains("not leader"),
+            "{}",
+            end.strongest
+        );
+        // A voter that timed out is not a leader that could not answer: the
+        // round is a partial NotLeader and keeps the caches.
+        let mut round = Round::new(&r, CandidateOrder::LeaderFirst);
+        round.next_candidate();
+        round.on_region_error(not_leader(None));
+        round.next_candidate();
+        round.on_dispatch_failed(timeout(), DispatchFailure::ClientTimeout, false);
+        round.next_candidate();
+        round.on_region_error(not_leader(None));
+        assert!(!round.finish().reload_region);
+    }
+
+    #[test]
+    fn a_hint_outside_the_region_reloads_even_when_the_round_succeeds() {
+        let r = region(3, Some(1));
+        let mut round = Round::new(&r, CandidateOrder::LeaderFirst);
+        round.next_candidate();
+        round.on_dispatch_failed(timeout(), DispatchFailure::ClientTimeout, false);
+        round.next_candidate();
+        round.on_region_error(not_leader(Some(peer(99, 9))));
+        round.next_candidate();
+        let accepted = round.on_accepted();
+        assert!(accepted.update_leader);
+        assert!(accepted.reload_region);
+    }
+
+    #[test]
+    fn the_busy_probe_ignores_a_hint_naming_the_cached_leader() {
+        // Decision: followers naming the busy leader confirm it; the probe
+        // round goes on with the followers and never targets the leader.
+        let r = region(3, Some(1));
+        let mut round = Round::new(&r, CandidateOrder::FollowersOnly);
+        assert_eq!(next_id(&mut round), Some(12));
+        round.on_region_error(not_leader(Some(peer(11, 1))));
+        assert_eq!(next_id(&mut round), Some(13));
+        round.on_region_error(not_leader(Some(peer(11, 1))));
+        assert_eq!(next_id(&mut round), None, "the leader is never targeted");
     }
 }

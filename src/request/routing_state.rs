@@ -65,6 +65,9 @@ pub(crate) enum Counter {
 struct StoreHealthEntry {
     unreachable_until: Option<Instant>,
     timeout_strikes: u32,
+    /// When the last strike was recorded: a timeout of an RPC sent before
+    /// it is the same slow moment, not a further strike.
+    last_strike: Option<Instant>,
 }
 
 /// Client-wide store health: which stores are cooling down after a failure.
@@ -126,6 +129,7 @@ impl StoreHealth {
         let was_unreachable = entry.unreachable_until.is_some_and(|u| now < u);
         entry.unreachable_until = Some(until);
         entry.timeout_strikes = 0;
+        entry.last_strike = None;
         !was_unreachable
     }
 
@@ -138,13 +142,21 @@ impl StoreHealth {
         write(&self.stores).remove(&store_id);
     }
 
-    /// The store timed out. Consecutive timeouts reaching the strike count
-    /// mark it unreachable (without touching any cache); returns true then.
-    pub fn record_timeout(&self, store_id: StoreId) -> bool {
+    /// The store timed out an RPC sent at `sent_at`. Consecutive timeouts
+    /// reaching the strike count mark it unreachable (without touching any
+    /// cache); returns true then. Consecutive means one after the other: a
+    /// timeout of an RPC sent before the previous strike was recorded ran
+    /// concurrently with it and adds no strike, so a burst of requests that
+    /// time out together counts once.
+    pub fn record_timeout(&self, store_id: StoreId, sent_at: Instant) -> bool {
         let strikes = {
             let mut stores = write(&self.stores);
             let entry = stores.entry(store_id).or_default();
+            if entry.last_strike.is_some_and(|last| sent_at < last) {
+                return false;
+            }
             entry.timeout_strikes += 1;
+            entry.last_strike = Some(Instant::now());
             entry.timeout_strikes
         };
         if strikes >= self.timeout_strikes {
@@ -360,10 +372,11 @@ impl RoutingState {
         }
     }
 
-    /// A timeout from the store; enough in a row mark it unreachable.
-    pub fn store_timed_out(&self, store_id: StoreId) {
+    /// A timeout from the store of an RPC sent at `sent_at`; enough in a row
+    /// mark it unreachable.
+    pub fn store_timed_out(&self, store_id: StoreId, sent_at: Instant) {
         if let Some(h) = &self.store_health {
-            if h.record_timeout(store_id) {
+            if h.record_timeout(store_id, sent_at) {
                 self.counters
                     .stores_marked_unreachable
                     .fetch_add(1, Ordering::Relaxed);
@@ -457,10 +470,32 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn timeout_strikes_mark_unreachable_only_when_consecutive() {
         let h = StoreHealth::new(Duration::from_secs(10), 2);
-        assert!(!h.record_timeout(1));
+        assert!(!h.record_timeout(1, Instant::now()));
         h.mark_reachable(1);
-        assert!(!h.record_timeout(1), "a success in between resets");
-        assert!(h.record_timeout(1));
+        assert!(
+            !h.record_timeout(1, Instant::now()),
+            "a success in between resets"
+        );
+        assert!(h.record_timeout(1, Instant::now()));
+        assert!(h.is_unreachable(1));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn concurrent_timeouts_are_one_strike() {
+        // Issue 9: RPCs in flight together that time out together are one
+        // slow moment, not consecutive strikes.
+        let h = StoreHealth::new(Duration::from_secs(10), 2);
+        let sent = Instant::now();
+        tokio::time::advance(Duration::from_secs(2)).await;
+        assert!(!h.record_timeout(1, sent));
+        for _ in 0..10 {
+            assert!(!h.record_timeout(1, sent), "sent before the strike");
+        }
+        assert!(!h.is_unreachable(1));
+        // An RPC sent after the strike that times out too is the next one.
+        let later = Instant::now();
+        tokio::time::advance(Duration::from_secs(2)).await;
+        assert!(h.record_timeout(1, later));
         assert!(h.is_unreachable(1));
     }
 

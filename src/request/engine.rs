@@ -1,0 +1,716 @@
+//! The retry engine of one shard, as a pure state machine (sans-IO, in the
+//! spirit of quinn-proto; `../shared/docs/style.md`).
+//!
+//! [`ShardMachine`] owns the whole retry state of a shard: the Region it
+//! routes to, the backoff budget and attempt count, the current candidate
+//! round, the per-shard busy count and the busy probe it runs. The async
+//! shell ([`RetryableMultiRegion`](super::RetryableMultiRegion)) feeds it
+//! [`Event`]s (a store was mapped, a candidate answered, a sleep finished,
+//! ...) and does what it answers: the next I/O step as a [`Next`], and the
+//! cache and health work as [`Effect`]s, drained in order before the step.
+//! Every routing decision is made here, synchronously; the shell has no
+//! routing `if` of its own.
+//!
+//! The transitions, in one place:
+//!
+//! | state | event | next |
+//! |---|---|---|
+//! | new round | (cached leader known, not probing) | [`Next::CheckLeaderStore`] |
+//! | new round | [`Event::LeaderStore`] / none needed | `Map` the first candidate, or end the round |
+//! | mapping a candidate | [`Event::Mapped`] | [`Next::Dispatch`] |
+//! | mapping a candidate | [`Event::MappingFailed`] | next candidate (store dropped) |
+//! | RPC in flight | [`Event::Answered`] without Region error | [`Next::Done`] (leader cache set first) |
+//! | RPC in flight | [`Event::Answered`] with a Region error | next candidate, or the Region-error table |
+//! | RPC in flight | [`Event::DispatchFailed`] | next candidate, or fail (fatal / undetermined) |
+//! | round exhausted | — | reload if the round says so, then `Sleep` or give up |
+//! | busy(0) from the leader | — | [`Next::ReportBusy`] (shared) or the local count |
+//! | busy verdict | [`Event::BusyVerdict`] | probe round, wait for another's probe, or back off |
+//! | sleeping | [`Event::Slept`] | [`Next::Reshard`] |
+//! | resharding | [`Event::Resharded`] | new round on the reloaded Region |
+//!
+//! Decisions this crate makes where routing.md leaves room (each has a
+//! test named after it, listed in `docs/behaviours.md`):
+//!
+//! - *A cached leader that could not answer counts with voters that all said
+//!   `NotLeader`*: the Region is reloaded after the round. Nobody claimed the
+//!   Region; PD likely knows a newer leader or peer set.
+//! - *A fallback hint naming the cached leader during the busy probe* is
+//!   ignored: the probe is followers-only and the hint only confirms the
+//!   leader that answered busy; the probe ends inconclusive.
+//! - *A fallback hint naming a peer outside the Region while a later voter
+//!   accepts*: the accepting voter becomes the leader, and the Region is
+//!   reloaded after the round, since its peer list is stale.
+//! - *`EpochNotMatch` without newer `current_regions`* invalidates the
+//!   Region and backs off before reloading (PD may not know the new epoch
+//!   yet); with newer Regions it retries at once from them.
+//! - *A round that saw a routing failure and ends in a plain failure*
+//!   (a fatal status, an undetermined outcome) drops the Region route as
+//!   well: the round ended without success.
+//! - *A store's `DeadlineExceeded` is an answer*: it keeps the caches like a
+//!   timeout, but counts as the store answering, not as a timeout strike.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use smallvec::SmallVec;
+use tokio::time::Instant;
+
+use crate::backoff::Backoff;
+use crate::proto::{errorpb, metapb};
+use crate::region::{CandidateOrder, RegionVerId, RegionWithLeader, StoreId};
+use crate::Error;
+
+use super::classify::{classify_dispatch_error, DispatchFailure};
+use super::region_error::{RegionErrorAction, RegionErrorStep};
+use super::round::{BusyProbeCount, CandidateRound, CandidateStep};
+use super::routing_state::{BusyVerdict, Counter, ProbeOutcome, ProbeTicket, ProbeWaiter};
+
+/// What the whole request (all its shards) shares: the one busy probe it may
+/// run (routing.md: "At most one probe per request").
+#[derive(Debug, Default)]
+pub(crate) struct RequestScope {
+    probed: AtomicBool,
+}
+
+impl RequestScope {
+    fn probed(&self) -> bool {
+        self.probed.load(Ordering::Relaxed)
+    }
+
+    /// Takes the request's one probe; false when it was taken already.
+    fn take_probe(&self) -> bool {
+        !self.probed.swap(true, Ordering::Relaxed)
+    }
+}
+
+/// The plan's switches that shape the engine's decisions.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct EnginePolicy {
+    /// Once the request may have been sent, a dispatch error is returned as
+    /// undetermined, never replayed.
+    pub(crate) terminal_on_dispatch_error: bool,
+    /// The `ServerIsBusy(0)` suspicion lives in the client-wide routing
+    /// state ([`Next::ReportBusy`]) instead of the shard.
+    pub(crate) shared_busy_probe: bool,
+}
+
+/// What happened, fed to [`ShardMachine::handle`].
+#[derive(Debug)]
+pub(crate) enum Event {
+    /// Start the shard (or a piece split off it).
+    Start,
+    /// Answer to [`Next::CheckLeaderStore`]: is the cached leader's store
+    /// cooling down?
+    LeaderStore {
+        /// True when store health marks it unreachable.
+        unreachable: bool,
+    },
+    /// The candidate's store was mapped: dispatch.
+    Mapped,
+    /// The candidate's store could not be mapped.
+    MappingFailed(Error),
+    /// The candidate answered; a Region error, if any, taken out of the
+    /// response (the shell keeps the response).
+    Answered {
+        /// The Region error it carried.
+        region_error: Option<errorpb::Error>,
+    },
+    /// The RPC failed before any response.
+    DispatchFailed {
+        /// The error.
+        error: Error,
+        /// When the RPC was sent (a timeout strike counts only for an RPC
+        /// sent after the store's previous strike).
+        sent_at: Instant,
+    },
+    /// A [`Next::Sleep`] is over.
+    Slept,
+    /// Answer to [`Next::ReportBusy`].
+    BusyVerdict(BusyVerdict),
+    /// Answer to [`Next::WaitForProbe`].
+    ProbeWaited(ProbeOutcome),
+    /// Answer to [`Next::Reshard`] when the piece still covers one Region.
+    Resharded(RegionWithLeader),
+    /// [`Next::Reshard`] failed (the caches could not be reloaded).
+    ReshardFailed(Error),
+}
+
+/// The next I/O step for the shell.
+#[derive(Debug)]
+pub(crate) enum Next {
+    /// Ask store health whether this store is cooling down; answer with
+    /// [`Event::LeaderStore`].
+    CheckLeaderStore(StoreId),
+    /// Map this peer to its store; answer with [`Event::Mapped`] or
+    /// [`Event::MappingFailed`].
+    Map(metapb::Peer),
+    /// Send the shard to the store just mapped; answer with
+    /// [`Event::Answered`] or [`Event::DispatchFailed`].
+    Dispatch,
+    /// Sleep, then answer [`Event::Slept`].
+    Sleep(Duration),
+    /// Split the piece again from the caches; answer with
+    /// [`Event::Resharded`] (one Region), [`Event::ReshardFailed`], or split
+    /// the piece with [`ShardMachine::fork`].
+    Reshard,
+    /// Record a `ServerIsBusy(0)` in the shared suspicion; answer with
+    /// [`Event::BusyVerdict`].
+    ReportBusy {
+        /// The Region.
+        region_id: u64,
+        /// The cached leader that answered busy.
+        leader_peer_id: u64,
+        /// False once the request ran its one probe.
+        may_probe: bool,
+    },
+    /// Wait for another request's probe of this Region; answer with
+    /// [`Event::ProbeWaited`].
+    WaitForProbe(ProbeWaiter),
+    /// The shard is finished: `Ok` returns the response of the candidate
+    /// that just answered, `Err` this error.
+    Done(Result<(), Error>),
+}
+
+/// Cache, health and counter work, performed by the shell in order.
+#[derive(Debug)]
+pub(crate) enum Effect {
+    /// Drop the store's cache entry and connection (counted).
+    InvalidateStore(StoreId),
+    /// Drop this version of the Region from the cache (counted).
+    InvalidateRegion(RegionVerId),
+    /// Insert Regions newer than the cache (from `EpochNotMatch`); done
+    /// before the stale one is dropped, so the cached leader carries over.
+    InsertRegions(Vec<metapb::Region>),
+    /// Set the Region's cached leader.
+    UpdateLeader(RegionVerId, metapb::Peer),
+    /// The store could not be reached: it cools down.
+    StoreFailed(StoreId),
+    /// The store timed out an RPC sent at `sent_at`.
+    StoreTimedOut {
+        /// The store.
+        store_id: StoreId,
+        /// When the RPC was sent.
+        sent_at: Instant,
+    },
+    /// The store answered.
+    StoreAnswered(StoreId),
+    /// Bump a routing counter.
+    Count(Counter),
+    /// The busy probe round ended: tell the waiters.
+    FinishProbe(ProbeTicket, ProbeOutcome),
+}
+
+/// The effects of one transition; four fit without allocating.
+pub(crate) type Effects = SmallVec<[Effect; 4]>;
+
+/// The busy probe a shard is running.
+#[derive(Debug)]
+enum Probe {
+    /// The shared suspicion granted the probe of the Region.
+    Shared(ProbeTicket),
+    /// The per-shard count decided (no shared suspicion).
+    Local,
+}
+
+/// Where the machine is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    /// Before the first event, or waiting for a new round to start.
+    Idle,
+    /// Asked whether the leader's store cools down.
+    CheckingLeaderStore,
+    /// Mapping the current candidate.
+    Mapping,
+    /// The current candidate's RPC is in flight.
+    Dispatching,
+    /// Sleeping between rounds.
+    Sleeping,
+    /// Reloading the piece's Region(s).
+    Resharding,
+    /// Asked the shared suspicion about a busy(0) answer.
+    ReportingBusy,
+    /// Waiting for another request's probe.
+    WaitingForProbe,
+    /// Finished.
+    Done,
+}
+
+/// The retry state of one shard (or of a piece a split left), and its one
+/// transition function, [`handle`](ShardMachine::handle).
+#[derive(Debug)]
+pub(crate) struct ShardMachine<'r> {
+    region: RegionWithLeader,
+    backoff: Backoff,
+    /// Attempts made so far (1 for the first round; each spent backoff step
+    /// or immediate retry adds one).
+    attempts: u32,
+    policy: EnginePolicy,
+    request: &'r RequestScope,
+    busy: BusyProbeCount,
+    probe: Option<Probe>,
+    round: CandidateRound,
+    /// The candidate being mapped or dispatched.
+    current: Option<metapb::Peer>,
+    /// The server's minimum delay and the Region error that asked for a
+    /// backoff, kept while a busy verdict or another request's probe is
+    /// awaited.
+    pending_backoff: Option<(Option<Duration>, Box<errorpb::Error>)>,
+    phase: Phase,
+    effects: Effects,
+}
+
+impl<'r> ShardMachine<'r> {
+    /// A machine for a shard on `region`, with the shard's whole retry
+    /// budget.
+    pub(crate) fn new(
+        region: RegionWithLeader,
+        backoff: Backoff,
+        policy: EnginePolicy,
+        request: &'r RequestScope,
+    ) -> Self {
+        ShardMachine {
+            region,
+            backoff,
+            attempts: 1,
+            policy,
+            request,
+            busy: BusyProbeCount::default(),
+            probe: None,
+            round: CandidateRound::new(CandidateOrder::LeaderFirst),
+            current: None,
+            pending_backoff: None,
+            phase: Phase::Idle,
+            effects: Effects::new(),
+        }
+    }
+
+    /// A machine for a piece split off this one onto `region`: the same
+    /// remaining budget and busy count (one probe per request, splits
+    /// included).
+    pub(crate) fn fork(&self, region: RegionWithLeader) -> ShardMachine<'r> {
+        ShardMachine {
+            region,
+            backoff: self.backoff.clone(),
+            attempts: self.attempts,
+            policy: self.policy,
+            request: self.request,
+            busy: self.busy.clone(),
+            probe: None,
+            round: CandidateRound::new(CandidateOrder::LeaderFirst),
+            current: None,
+            pending_backoff: None,
+            phase: Phase::Idle,
+            effects: Effects::new(),
+        }
+    }
+
+    /// The Region the current round routes to.
+    pub(crate) fn region(&self) -> &RegionWithLeader {
+        &self.region
+    }
+
+    /// The effects of the last transition, in the order to perform them.
+    pub(crate) fn take_effects(&mut self) -> Effects {
+        std::mem::take(&mut self.effects)
+    }
+
+    /// The one transition function: what happened in, the next step out
+    /// (effects are left in [`take_effects`](ShardMachine::take_effects)).
+    /// An event that does not fit the current phase is a bug of the shell
+    /// and ends the shard with an internal error.
+    pub(crate) fn handle(&mut self, event: Event) -> Next {
+        match (self.phase, event) {
+            (Phase::Idle, Event::Start) => self.begin_round(),
+            (Phase::CheckingLeaderStore, Event::LeaderStore { unreachable }) => {
+                let order = if unreachable {
+                    CandidateOrder::LeaderLast
+                } else {
+                    CandidateOrder::LeaderFirst
+                };
+                self.start_round(order)
+            }
+            (Phase::Mapping, Event::Mapped) => {
+                self.phase = Phase::Dispatching;
+                Next::Dispatch
+            }
+            (Phase::Mapping, Event::MappingFailed(error)) => self.on_mapping_failed(error),
+            (Phase::Dispatching, Event::Answered { region_error }) => {
+                self.on_answered(region_error)
+            }
+            (Phase::Dispatching, Event::DispatchFailed { error, sent_at }) => {
+                self.on_dispatch_failed(error, sent_at)
+            }
+            (Phase::Sleeping, Event::Slept) => {
+                self.phase = Phase::Resharding;
+                Next::Reshard
+            }
+            (Phase::Resharding, Event::Resharded(region)) => {
+                self.region = region;
+                self.begin_round()
+            }
+            (Phase::Resharding, Event::ReshardFailed(error)) => self.done(Err(error)),
+            (Phase::ReportingBusy, Event::BusyVerdict(verdict)) => self.on_busy_verdict(verdict),
+            (Phase::WaitingForProbe, Event::ProbeWaited(outcome)) => {
+                // The prober's answer is everyone's: a found leader is in
+                // the cache, so the next round goes there without sleeping.
+                self.back_off_after_busy(outcome != ProbeOutcome::FoundLeader)
+            }
+            (phase, event) => self.done(Err(Error::Internal(format!(
+                "the retry engine of region {} got {event:?} while {phase:?}",
+                self.region.id()
+            )))),
+        }
+    }
+
+    fn done(&mut self, result: Result<(), Error>) -> Next {
+        self.phase = Phase::Done;
+        Next::Done(result)
+    }
+
+    /// A new round: the probe round (followers only), or the normal one,
+    /// whose order depends on the health of the cached leader's store.
+    fn begin_round(&mut self) -> Next {
+        if self.probe.is_some() {
+            return self.start_round(CandidateOrder::FollowersOnly);
+        }
+        match self.region.leader {
+            Some(leader) => {
+                self.phase = Phase::CheckingLeaderStore;
+                Next::CheckLeaderStore(leader.store_id)
+            }
+            None => self.start_round(CandidateOrder::LeaderFirst),
+        }
+    }
+
+    fn start_round(&mut self, order: CandidateOrder) -> Next {
+        self.round = CandidateRound::new(order);
+        self.next_candidate()
+    }
+
+    fn next_candidate(&mut self) -> Next {
+        let Some(peer) = self.round.next_candidate(&self.region) else {
+            return self.round_exhausted();
+        };
+        let is_leader = self.round.current_is_cached_leader(&self.region);
+        log::debug!(
+            "region {}: trying peer {} on store {} ({})",
+            self.region.id(),
+            peer.id,
+            peer.store_id,
+            if is_leader {
+                "cached leader"
+            } else {
+                "fallback"
+            }
+        );
+        if !is_leader {
+            self.effects.push(Effect::Count(Counter::FallbackAttempt));
+        }
+        self.current = Some(peer);
+        self.phase = Phase::Mapping;
+        Next::Map(peer)
+    }
+
+    fn current_store(&self) -> StoreId {
+        self.current.map(|p| p.store_id).unwrap_or_default()
+    }
+
+    fn on_mapping_failed(&mut self, error: Error) -> Next {
+        let store_id = self.current_store();
+        if matches!(error, Error::ConnectTimeout { .. }) {
+            self.effects.push(Effect::Count(Counter::ConnectTimeout));
+        }
+        log::debug!(
+            "region {}: mapping store {store_id} failed: {error}",
+            self.region.id()
+        );
+        // Every mapping failure moves on (the request was not sent); only a
+        // failure to reach the store itself makes it cool down, not, say, PD
+        // being unavailable.
+        if classify_dispatch_error(&error) == DispatchFailure::NotSent {
+            self.effects.push(Effect::StoreFailed(store_id));
+        }
+        let step = self.round.on_mapping_failed(&self.region, error);
+        self.after_candidate(step)
+    }
+
+    fn on_dispatch_failed(&mut self, error: Error, sent_at: Instant) -> Next {
+        let store_id = self.current_store();
+        let failure = classify_dispatch_error(&error);
+        log::debug!(
+            "region {}: peer {} on store {store_id} failed ({failure:?}): {error}",
+            self.region.id(),
+            self.current.map(|p| p.id).unwrap_or_default(),
+        );
+        match failure {
+            DispatchFailure::NotSent | DispatchFailure::Transport => {
+                self.effects.push(Effect::StoreFailed(store_id));
+            }
+            DispatchFailure::ClientTimeout => {
+                self.effects
+                    .push(Effect::StoreTimedOut { store_id, sent_at });
+            }
+            // The store itself said so: it answered (a timeout strike is
+            // for a store that does not answer).
+            DispatchFailure::Deadline => {
+                self.effects.push(Effect::StoreAnswered(store_id));
+            }
+            DispatchFailure::Fatal => {}
+        }
+        let step = self.round.on_dispatch_failed(
+            &self.region,
+            error,
+            failure,
+            self.policy.terminal_on_dispatch_error,
+        );
+        self.after_candidate(step)
+    }
+
+    fn on_answered(&mut self, region_error: Option<errorpb::Error>) -> Next {
+        let store_id = self.current_store();
+        self.effects.push(Effect::StoreAnswered(store_id));
+        let Some(region_error) = region_error else {
+            return self.on_accepted();
+        };
+        log::debug!(
+            "region {}: peer {} answered {}",
+            self.region.id(),
+            self.current.map(|p| p.id).unwrap_or_default(),
+            crate::describe_region_error(&region_error)
+        );
+        let step = self.round.on_region_error(&self.region, region_error);
+        if let CandidateStep::EndRound { action, .. } = &step {
+            if action.invalidate_store {
+                self.effects.push(Effect::InvalidateStore(store_id));
+                self.effects.push(Effect::Count(Counter::StoreInvalidation));
+            }
+        }
+        self.after_candidate(step)
+    }
+
+    fn on_accepted(&mut self) -> Next {
+        let accepted = self.round.on_accepted(&self.region);
+        self.current = None;
+        if accepted.update_leader {
+            // A key error proves acceptance too: the cache is set before
+            // anything is returned.
+            log::info!(
+                "region {}: peer {} on store {} accepted the request; it is now the cached leader",
+                self.region.id(),
+                accepted.peer.id,
+                accepted.peer.store_id
+            );
+            self.effects.push(Effect::Count(Counter::FallbackSuccess));
+            self.effects
+                .push(Effect::UpdateLeader(self.region.ver_id(), accepted.peer));
+        }
+        if accepted.reload_region {
+            self.invalidate_region();
+        }
+        self.finish_probe(ProbeOutcome::FoundLeader);
+        self.done(Ok(()))
+    }
+
+    /// Carries out a candidate step of the round.
+    fn after_candidate(&mut self, step: CandidateStep) -> Next {
+        match step {
+            CandidateStep::Next { invalidate_store } => {
+                if let Some(store_id) = invalidate_store {
+                    self.effects.push(Effect::InvalidateStore(store_id));
+                    self.effects.push(Effect::Count(Counter::StoreInvalidation));
+                }
+                self.current = None;
+                self.next_candidate()
+            }
+            CandidateStep::Fail(error) => {
+                self.current = None;
+                self.finish_probe(ProbeOutcome::Inconclusive);
+                // The round ends without success: a routing failure seen in
+                // it drops the Region route too.
+                if self.round.saw_routing_failure() {
+                    self.invalidate_region();
+                }
+                self.done(Err(error))
+            }
+            CandidateStep::EndRound { action, error } => {
+                self.current = None;
+                self.finish_probe(ProbeOutcome::Inconclusive);
+                self.on_region_error_action(*action, error)
+            }
+        }
+    }
+
+    fn invalidate_region(&mut self) {
+        self.effects
+            .push(Effect::InvalidateRegion(self.region.ver_id()));
+        self.effects
+            .push(Effect::Count(Counter::RegionInvalidation));
+    }
+
+    /// The probe round (if this was one) is over.
+    fn finish_probe(&mut self, outcome: ProbeOutcome) {
+        match self.probe.take() {
+            Some(Probe::Shared(ticket)) => self.effects.push(Effect::FinishProbe(ticket, outcome)),
+            Some(Probe::Local) | None => {}
+        }
+    }
+
+    /// Spends one attempt of the budget. `None` when it is spent.
+    fn spend_attempt(&mut self) -> Option<Duration> {
+        let delay = self.backoff.next_delay_duration()?;
+        self.attempts += 1;
+        Some(delay)
+    }
+
+    fn exhausted(&mut self, last: Error) -> Next {
+        let region_id = self.region.id();
+        let attempts = self.attempts;
+        self.done(Err(Error::RetriesExhausted {
+            region_id,
+            attempts,
+            last: Box::new(last),
+        }))
+    }
+
+    fn round_exhausted(&mut self) -> Next {
+        let round = std::mem::replace(
+            &mut self.round,
+            CandidateRound::new(CandidateOrder::LeaderFirst),
+        );
+        let exhausted = round.finish(&self.region);
+        log::warn!(
+            "region {}: no candidate answered ({} tried): {}",
+            self.region.id(),
+            exhausted.tried,
+            exhausted.strongest
+        );
+        let probing = self.probe.is_some();
+        self.finish_probe(ProbeOutcome::Inconclusive);
+        if probing {
+            // Inconclusive: the cached leader stays and the ordinary busy
+            // backoff resumes (routing.md, "ServerIsBusy(0) follower probe").
+            log::debug!("region {}: busy probe was inconclusive", self.region.id());
+        } else if exhausted.reload_region {
+            self.invalidate_region();
+        }
+        match self.spend_attempt() {
+            None => self.exhausted(exhausted.strongest),
+            Some(delay) => self.sleep(delay),
+        }
+    }
+
+    fn sleep(&mut self, delay: Duration) -> Next {
+        self.phase = Phase::Sleeping;
+        Next::Sleep(delay)
+    }
+
+    fn reshard(&mut self) -> Next {
+        self.phase = Phase::Resharding;
+        Next::Reshard
+    }
+
+    /// The Region-error table's action for the error that ended the round.
+    fn on_region_error_action(
+        &mut self,
+        action: RegionErrorAction,
+        error: Box<errorpb::Error>,
+    ) -> Next {
+        let region_id = self.region.id();
+        if !action.insert_regions.is_empty() {
+            self.effects
+                .push(Effect::InsertRegions(action.insert_regions));
+        }
+        if action.invalidate_region {
+            self.invalidate_region();
+        }
+        match action.step {
+            RegionErrorStep::Return | RegionErrorStep::NextCandidate => {
+                self.done(Err(Error::region_error(region_id, *error)))
+            }
+            RegionErrorStep::RetryNow => {
+                if let Some(leader) = action.update_leader {
+                    self.effects
+                        .push(Effect::UpdateLeader(self.region.ver_id(), leader));
+                    // The hint is authoritative for this request even if the
+                    // shared cache moved on.
+                    self.region.leader = Some(leader);
+                }
+                // No sleep, but the attempt counts, so ping-pong hints cannot
+                // loop forever.
+                if self.spend_attempt().is_none() {
+                    return self.exhausted(Error::region_error(region_id, *error));
+                }
+                if action.update_leader.is_some() {
+                    self.begin_round()
+                } else {
+                    self.reshard()
+                }
+            }
+            RegionErrorStep::Backoff { at_least } => {
+                self.pending_backoff = Some((at_least, error));
+                let leader = self.region.leader.filter(|_| action.busy_zero_wait);
+                let Some(leader) = leader else {
+                    return self.back_off_after_busy(true);
+                };
+                if self.policy.shared_busy_probe {
+                    self.phase = Phase::ReportingBusy;
+                    return Next::ReportBusy {
+                        region_id,
+                        leader_peer_id: leader.id,
+                        may_probe: !self.request.probed(),
+                    };
+                }
+                if self.busy.record_zero_wait(leader.id) && self.request.take_probe() {
+                    return self.start_probe(Probe::Local);
+                }
+                self.back_off_after_busy(true)
+            }
+        }
+    }
+
+    fn start_probe(&mut self, probe: Probe) -> Next {
+        self.effects.push(Effect::Count(Counter::BusyProbe));
+        log::debug!(
+            "region {}: ServerIsBusy(0) from the cached leader again; probing its followers",
+            self.region.id()
+        );
+        self.pending_backoff = None;
+        self.probe = Some(probe);
+        self.begin_round()
+    }
+
+    fn on_busy_verdict(&mut self, verdict: BusyVerdict) -> Next {
+        match verdict {
+            BusyVerdict::Ordinary => self.back_off_after_busy(true),
+            BusyVerdict::Probe(ticket) => {
+                self.request.take_probe();
+                self.start_probe(Probe::Shared(ticket))
+            }
+            BusyVerdict::WaitForProbe(waiter) => {
+                self.phase = Phase::WaitingForProbe;
+                Next::WaitForProbe(waiter)
+            }
+        }
+    }
+
+    /// The ordinary backoff after a Region error that asked for one (busy or
+    /// not); `sleep` is false when another request's probe found the leader.
+    fn back_off_after_busy(&mut self, sleep: bool) -> Next {
+        let (at_least, error) = match self.pending_backoff.take() {
+            Some(pending) => pending,
+            None => (None, Box::default()),
+        };
+        let Some(delay) = self.spend_attempt() else {
+            return self.exhausted(Error::region_error(self.region.id(), *error));
+        };
+        if sleep {
+            self.sleep(delay.max(at_least.unwrap_or_default()))
+        } else {
+            self.reshard()
+        }
+    }
+}
+
+#[cfg(test)]
+#[path = "engine_tests.rs"]
+mod tests;
