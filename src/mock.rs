@@ -45,7 +45,7 @@ use async_trait::async_trait;
 use crate::pd::{PdClient, Timestamp};
 use crate::proto::metapb::PeerRole;
 use crate::proto::{errorpb, kvrpcpb, metapb};
-use crate::region::{RegionId, RegionVerId, RegionWithLeader, StoreId};
+use crate::region::{RegionCache, RegionId, RegionVerId, RegionWithLeader, StoreId};
 use crate::store::{KvClient, RegionStore, Request, Store};
 use crate::{Error, Result};
 
@@ -266,8 +266,6 @@ pub struct DispatchRecord {
 
 #[derive(Debug, Default)]
 struct Topology {
-    /// What the client's cache holds.
-    cache: BTreeMap<RegionId, RegionWithLeader>,
     /// What PD answers on a reload.
     pd_view: BTreeMap<RegionId, RegionWithLeader>,
     stores: BTreeMap<StoreId, metapb::Store>,
@@ -277,6 +275,9 @@ struct Topology {
 
 #[derive(Default)]
 struct Shared {
+    /// What the client's cache holds: the real cache, so that epoch and
+    /// overlap rules are the ones `PdRpcClient` applies.
+    cache: RegionCache,
     topology: Mutex<Topology>,
     dispatch_hook: Mutex<Option<PeerDispatchHook>>,
     mapping_hook: Mutex<Option<MappingHook>>,
@@ -338,6 +339,7 @@ impl MockPdClient {
     /// for every store id a peer names (address `store-<id>`).
     pub fn new(regions: Vec<RegionWithLeader>) -> Self {
         let mut topology = Topology::default();
+        let cache = RegionCache::new();
         for r in regions {
             for p in &r.region.peers {
                 topology.stores.entry(p.store_id).or_insert(metapb::Store {
@@ -347,10 +349,11 @@ impl MockPdClient {
                 });
             }
             topology.pd_view.insert(r.id(), r.clone());
-            topology.cache.insert(r.id(), r);
+            cache.insert(r);
         }
         MockPdClient {
             shared: Arc::new(Shared {
+                cache,
                 topology: Mutex::new(topology),
                 ..Default::default()
             }),
@@ -418,7 +421,7 @@ impl MockPdClient {
 
     /// The client's cached copy of a Region.
     pub fn cached_region(&self, region_id: RegionId) -> Option<RegionWithLeader> {
-        lock(&self.shared.topology).cache.get(&region_id).cloned()
+        self.shared.cache.get_by_id(region_id)
     }
 
     /// The cached leader of a Region.
@@ -498,32 +501,14 @@ impl MockPdClient {
             .collect()
     }
 
-    fn load_from_pd(
-        &self,
-        t: &mut Topology,
-        found: Option<RegionWithLeader>,
-    ) -> Option<RegionWithLeader> {
+    /// A cache miss answered from PD's view: counted, and cached (the cache
+    /// drops what the loaded Region overlaps).
+    fn load_from_pd(&self, found: Option<RegionWithLeader>) -> Option<RegionWithLeader> {
         let region = found?;
         self.shared.region_reloads.fetch_add(1, Ordering::SeqCst);
-        // A reload replaces cached Regions that overlap it.
-        let overlapping: Vec<RegionId> = t
-            .cache
-            .values()
-            .filter(|c| ranges_overlap(c, &region))
-            .map(|c| c.id())
-            .collect();
-        for id in overlapping {
-            t.cache.remove(&id);
-        }
-        t.cache.insert(region.id(), region.clone());
+        self.shared.cache.insert(region.clone());
         Some(region)
     }
-}
-
-fn ranges_overlap(a: &RegionWithLeader, b: &RegionWithLeader) -> bool {
-    let a_before_b_ends = b.end_key().is_empty() || a.start_key() < b.end_key();
-    let b_before_a_ends = a.end_key().is_empty() || b.start_key() < a.end_key();
-    a_before_b_ends && b_before_a_ends
 }
 
 #[async_trait]
@@ -586,22 +571,24 @@ impl PdClient for MockPdClient {
     }
 
     async fn region_for_key(&self, key: &[u8]) -> Result<RegionWithLeader> {
-        let mut t = lock(&self.shared.topology);
-        if let Some(r) = t.cache.values().find(|r| r.contains(key)) {
-            return Ok(r.clone());
+        if let Some(r) = self.shared.cache.get_by_key(key) {
+            return Ok(r);
         }
-        let found = t.pd_view.values().find(|r| r.contains(key)).cloned();
-        self.load_from_pd(&mut t, found)
+        let found = lock(&self.shared.topology)
+            .pd_view
+            .values()
+            .find(|r| r.contains(key))
+            .cloned();
+        self.load_from_pd(found)
             .ok_or_else(|| Error::RegionForKeyNotFound { key: key.to_vec() })
     }
 
     async fn region_for_id(&self, id: RegionId) -> Result<RegionWithLeader> {
-        let mut t = lock(&self.shared.topology);
-        if let Some(r) = t.cache.get(&id) {
-            return Ok(r.clone());
+        if let Some(r) = self.shared.cache.get_by_id(id) {
+            return Ok(r);
         }
-        let found = t.pd_view.get(&id).cloned();
-        self.load_from_pd(&mut t, found)
+        let found = lock(&self.shared.topology).pd_view.get(&id).cloned();
+        self.load_from_pd(found)
             .ok_or(Error::RegionNotFoundInPd { region_id: id })
     }
 
@@ -639,12 +626,7 @@ impl PdClient for MockPdClient {
 
     async fn update_leader(&self, ver_id: RegionVerId, leader: metapb::Peer) -> Result<()> {
         self.shared.update_leader.fetch_add(1, Ordering::SeqCst);
-        let mut t = lock(&self.shared.topology);
-        if let Some(r) = t.cache.get_mut(&ver_id.id) {
-            if r.ver_id() == ver_id && r.has_peer(&leader) {
-                r.leader = Some(leader);
-            }
-        }
+        self.shared.cache.update_leader(ver_id, &leader);
         Ok(())
     }
 
@@ -652,13 +634,7 @@ impl PdClient for MockPdClient {
         self.shared
             .invalidate_region_cache
             .fetch_add(1, Ordering::SeqCst);
-        let mut t = lock(&self.shared.topology);
-        if t.cache
-            .get(&ver_id.id)
-            .is_some_and(|r| r.ver_id() == ver_id)
-        {
-            t.cache.remove(&ver_id.id);
-        }
+        self.shared.cache.invalidate(ver_id);
     }
 
     async fn invalidate_store_cache(&self, store_id: StoreId) {
@@ -669,31 +645,10 @@ impl PdClient for MockPdClient {
     }
 
     async fn add_regions(&self, regions: Vec<metapb::Region>) {
-        let mut t = lock(&self.shared.topology);
         for region in regions {
-            let mut new = RegionWithLeader::new(region, None);
-            let newer = match t.cache.get(&new.id()) {
-                Some(old) => {
-                    let (o, n) = (old.epoch(), new.epoch());
-                    // The old leader stays cached if it is still a peer.
-                    new.leader = old.leader.filter(|l| new.has_peer(l));
-                    (n.version, n.conf_ver) > (o.version, o.conf_ver)
-                }
-                None => true,
-            };
-            if !newer {
-                continue;
-            }
-            let overlapping: Vec<RegionId> = t
+            self.shared
                 .cache
-                .values()
-                .filter(|c| ranges_overlap(c, &new))
-                .map(|c| c.id())
-                .collect();
-            for id in overlapping {
-                t.cache.remove(&id);
-            }
-            t.cache.insert(new.id(), new);
+                .insert_if_newer(RegionWithLeader::new(region, None));
         }
     }
 }

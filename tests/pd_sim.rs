@@ -155,7 +155,7 @@ async fn map_peer_to_store_reaches_every_peer_of_a_region() {
         .map_region_to_store(region.clone())
         .await
         .unwrap();
-    assert!(leader_store.targets_leader());
+    assert_eq!(Some(leader_store.target_peer), region.leader);
 }
 
 #[tokio::test]

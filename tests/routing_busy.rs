@@ -11,7 +11,7 @@ use std::time::Duration;
 use common::*;
 use tikv_plan::mock;
 use tikv_plan::request::RoutingState;
-use tikv_plan::Config;
+use tikv_plan::{Backoff, Config};
 use tokio::time::Instant;
 
 #[tokio::test(start_paused = true)]
@@ -236,4 +236,53 @@ async fn a_request_split_after_its_probe_does_not_probe_again() {
         "after the split: busy, busy, served; no second probe"
     );
     assert_leader_requests_only(&pd);
+}
+
+#[tokio::test(start_paused = true)]
+async fn one_busy_probe_per_request_across_shards_of_one_region() {
+    // Issue 9, third gap: a batch put split by size into three shards of the
+    // same Region. The leader answers ServerIsBusy(0) throughout and the
+    // followers say NotLeader, so every probe is inconclusive. The request
+    // probes once, whichever shard gets there first, with the suspicion
+    // shared or not.
+    use tikv_plan::proto::kvrpcpb;
+    use tikv_plan::raw::new_raw_batch_put_request;
+    use tikv_plan::request::{CollectError, Plan, PlanBuilder};
+    for shared in [true, false] {
+        let pd = three_voters();
+        let routing = Arc::new(RoutingState::new(&Config {
+            shared_busy_probe: shared,
+            ..Config::default()
+        }));
+        pd.set_dispatch_hook(|peer, req| match peer.id {
+            11 => region_error(req, mock::server_is_busy(0, 0)),
+            _ => region_error(req, mock::not_leader(1, None)),
+        });
+        let pairs: Vec<kvrpcpb::KvPair> = (0..3)
+            .map(|i| kvrpcpb::KvPair {
+                key: vec![b'a', i],
+                value: vec![0; 10 * 1024],
+                ..Default::default()
+            })
+            .collect();
+        let result = PlanBuilder::new(
+            pd.clone(),
+            new_raw_batch_put_request(pairs, vec![], None, false),
+        )
+        .routing(routing.clone())
+        .retry_multi_region(Backoff::no_jitter_backoff(2, 100, 4))
+        .merge(CollectError)
+        .plan()
+        .execute()
+        .await;
+        assert!(result.is_err(), "the leader never stops being busy");
+        let regions: Vec<u64> = pd
+            .dispatch_log()
+            .iter()
+            .map(|d| d.context.region_id)
+            .collect();
+        assert!(regions.iter().all(|r| *r == 1));
+        assert_eq!(routing.stats().busy_probes, 1, "shared = {shared}");
+        assert_leader_requests_only(&pd);
+    }
 }

@@ -323,3 +323,36 @@ async fn leaderless_region_starts_with_first_voter() {
         "the first to accept leads"
     );
 }
+
+#[tokio::test(start_paused = true)]
+async fn timed_out_leader_and_not_leader_voters_reload_the_region() {
+    // Issue 9, first gap: the cached leader 11 times out, voters 12 and 13
+    // say NotLeader without a hint. PD already knows peer 14 on store 4
+    // leads. A leader that could not answer counts with the voters: the
+    // Region is reloaded and the request reaches 14, instead of asking
+    // 11, 12, 13 again until the budget is spent.
+    let pd = three_voters();
+    let routing = routing();
+    let mut moved = mock::region(
+        1,
+        b"",
+        b"",
+        &[mock::voter(12, 2), mock::voter(13, 3), mock::voter(14, 4)],
+        Some(14),
+    );
+    moved.region.region_epoch = Some(tikv_plan::proto::metapb::RegionEpoch {
+        conf_ver: 2,
+        version: 1,
+    });
+    pd.set_pd_view(moved);
+    pd.set_dispatch_hook(|peer, req| match peer.id {
+        11 => client_timeout(),
+        14 => accept(peer, req),
+        _ => region_error(req, mock::not_leader(1, None)),
+    });
+    assert_eq!(text(get(&pd, &routing).await.unwrap()), "from-14");
+    assert_eq!(pd.dispatched_peers(), vec![11, 12, 13, 14]);
+    assert_eq!(pd.invalidate_region_cache_calls(), 1);
+    assert_eq!(pd.region_reloads(), 1);
+    assert_eq!(pd.cached_leader(1).map(|p| p.id), Some(14));
+}

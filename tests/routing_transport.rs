@@ -193,3 +193,23 @@ async fn rpc_is_bounded_by_the_request_timeout() {
     );
     assert_eq!(pd.invalidate_region_cache_calls(), 0);
 }
+
+#[tokio::test(start_paused = true)]
+async fn transport_failure_then_a_fatal_status_drops_the_region_route() {
+    // Issue 9, second gap: the leader's transport failed, then a voter
+    // answered a status that is returned to the caller. The round ended
+    // without success after a routing failure: the Region route goes too
+    // (routing.md, "One round").
+    let pd = three_voters();
+    let routing = routing();
+    pd.set_dispatch_hook(|peer, _req| match peer.id {
+        11 => unavailable(),
+        _ => Err(Error::from(tonic::Status::invalid_argument("bad request"))),
+    });
+    let err = get(&pd, &routing).await.unwrap_err();
+    assert!(matches!(err, Error::Grpc(_)), "{err}");
+    assert_eq!(pd.dispatched_peers(), vec![11, 12], "never replayed");
+    assert_eq!(pd.invalidate_store_cache_calls(), 1);
+    assert_eq!(pd.invalidate_region_cache_calls(), 1);
+    assert_eq!(routing.stats().region_invalidations, 1);
+}

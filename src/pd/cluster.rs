@@ -17,6 +17,7 @@ use crate::backoff::Backoff;
 use crate::proto::metapb;
 use crate::proto::pdpb::{self, pd_client::PdClient as PdGrpcClient};
 use crate::region::{RegionId, RegionWithLeader, StoreId};
+use crate::request::classify_status_source;
 use crate::security::SecurityManager;
 use crate::{Error, Result};
 
@@ -125,24 +126,14 @@ fn header_error(header: Option<&pdpb::ResponseHeader>) -> Option<(pdpb::ErrorTyp
 /// "this request is wrong": transport failures, timeouts, and `Unavailable`
 /// (PD followers answer "not leader" with it).
 fn calls_for_new_leader(status: &Status) -> bool {
-    if matches!(
-        status.code(),
-        Code::Unavailable | Code::Cancelled | Code::DeadlineExceeded
-    ) {
-        return true;
-    }
-    let mut source = std::error::Error::source(status);
-    while let Some(e) = source {
-        if e.is::<std::io::Error>()
-            || e.is::<h2::Error>()
-            || e.is::<hyper::Error>()
-            || e.is::<tonic::transport::Error>()
-        {
-            return true;
-        }
-        source = e.source();
-    }
-    false
+    // The transport's own finding (the store path's classifier) first; then
+    // the codes a PD member answers when it cannot serve (a follower says
+    // "not leader" with `Unavailable`).
+    classify_status_source(status).is_some()
+        || matches!(
+            status.code(),
+            Code::Unavailable | Code::Cancelled | Code::DeadlineExceeded
+        )
 }
 
 /// `host:port` of a URL or address, for comparing endpoints written with and

@@ -151,11 +151,6 @@ where
     }
 }
 
-/// True when epoch `a` is older than epoch `b` in either component.
-fn is_older(a: &metapb::RegionEpoch, b: &metapb::RegionEpoch) -> bool {
-    a.version < b.version || a.conf_ver < b.conf_ver
-}
-
 #[derive(Debug, Default)]
 struct RegionMap {
     /// Start key -> id of the Region that starts there.
@@ -220,7 +215,7 @@ impl RegionMap {
         let previous_leader = match self.by_id.get(&id) {
             Some(cached) => {
                 let cached_epoch = cached.epoch();
-                if is_older(&epoch, &cached_epoch) {
+                if super::epoch_is_older(&epoch, &cached_epoch) {
                     return false;
                 }
                 if !replace_equal && epoch == cached_epoch {

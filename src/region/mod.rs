@@ -108,6 +108,19 @@ impl RegionWithLeader {
     }
 }
 
+/// True when epoch `a` is older than epoch `b`: either component is smaller.
+/// The one epoch order of the crate: the Region cache refuses an older
+/// epoch, and Region errors take only newer ones.
+pub(crate) fn epoch_is_older(a: &metapb::RegionEpoch, b: &metapb::RegionEpoch) -> bool {
+    a.version < b.version || a.conf_ver < b.conf_ver
+}
+
+/// True when epoch `a` is newer than `b`: older in neither component, and
+/// not equal. `(version 2, conf_ver 0)` is not newer than `(1, 5)`.
+pub(crate) fn epoch_is_newer(a: &metapb::RegionEpoch, b: &metapb::RegionEpoch) -> bool {
+    !epoch_is_older(a, b) && a != b
+}
+
 /// True when `key` lies in the Region's `[start_key, end_key)`, an empty end
 /// key meaning the end of the key space. The client's cache and the
 /// simulated stores share this one definition.

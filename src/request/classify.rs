@@ -32,11 +32,6 @@ pub enum DispatchFailure {
 }
 
 impl DispatchFailure {
-    /// True when the round moves on to the next candidate.
-    pub fn tries_next_candidate(self) -> bool {
-        !matches!(self, DispatchFailure::Fatal)
-    }
-
     /// True when the store entry (and its connection) should be dropped.
     pub fn invalidates_store(self) -> bool {
         matches!(self, DispatchFailure::NotSent | DispatchFailure::Transport)
@@ -68,7 +63,7 @@ impl DispatchFailure {
 /// assert_eq!(classify_grpc_error(&status), DispatchFailure::Deadline);
 /// ```
 pub fn classify_grpc_error(status: &tonic::Status) -> DispatchFailure {
-    if let Some(by_source) = classify_source_chain(status.source()) {
+    if let Some(by_source) = classify_status_source(status) {
         return by_source;
     }
     match status.code() {
@@ -78,6 +73,14 @@ pub fn classify_grpc_error(status: &tonic::Status) -> DispatchFailure {
         }
         _ => DispatchFailure::Fatal,
     }
+}
+
+/// What a status's source chain alone says (a connect error, a client
+/// timeout, an I/O, hyper, h2 or tonic transport error), or `None` when it
+/// names nothing the transport did. The one transport classifier of the
+/// crate: the store path and the PD path both ask it.
+pub(crate) fn classify_status_source(status: &tonic::Status) -> Option<DispatchFailure> {
+    classify_source_chain(status.source())
 }
 
 /// Walks a source chain. The most specific finding wins: a connect error or
@@ -269,7 +272,6 @@ mod tests {
         assert!(DispatchFailure::Transport.invalidates_store());
         assert!(!DispatchFailure::ClientTimeout.invalidates_store());
         assert!(!DispatchFailure::Deadline.invalidates_store());
-        assert!(!DispatchFailure::Fatal.tries_next_candidate());
         assert!(DispatchFailure::Deadline.is_timeout());
     }
 }

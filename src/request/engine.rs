@@ -112,8 +112,9 @@ pub(crate) enum Event {
     /// The candidate answered; a Region error, if any, taken out of the
     /// response (the shell keeps the response).
     Answered {
-        /// The Region error it carried.
-        region_error: Option<errorpb::Error>,
+        /// The Region error it carried (boxed: the fast path has none, and
+        /// the event stays small).
+        region_error: Option<Box<errorpb::Error>>,
     },
     /// The RPC failed before any response.
     DispatchFailed {
@@ -466,7 +467,7 @@ impl<'r> ShardMachine<'r> {
         self.after_candidate(step)
     }
 
-    fn on_answered(&mut self, region_error: Option<errorpb::Error>) -> Next {
+    fn on_answered(&mut self, region_error: Option<Box<errorpb::Error>>) -> Next {
         let store_id = self.current_store();
         self.effects.push(Effect::StoreAnswered(store_id));
         let Some(region_error) = region_error else {
@@ -478,7 +479,7 @@ impl<'r> ShardMachine<'r> {
             self.current.map(|p| p.id).unwrap_or_default(),
             crate::describe_region_error(&region_error)
         );
-        let step = self.round.on_region_error(&self.region, region_error);
+        let step = self.round.on_region_error(&self.region, *region_error);
         if let CandidateStep::EndRound { action, .. } = &step {
             if action.invalidate_store {
                 self.effects.push(Effect::InvalidateStore(store_id));
@@ -696,10 +697,7 @@ impl<'r> ShardMachine<'r> {
     /// The ordinary backoff after a Region error that asked for one (busy or
     /// not); `sleep` is false when another request's probe found the leader.
     fn back_off_after_busy(&mut self, sleep: bool) -> Next {
-        let (at_least, error) = match self.pending_backoff.take() {
-            Some(pending) => pending,
-            None => (None, Box::default()),
-        };
+        let (at_least, error) = self.pending_backoff.take().unwrap_or_default();
         let Some(delay) = self.spend_attempt() else {
             return self.exhausted(Error::region_error(self.region.id(), *error));
         };

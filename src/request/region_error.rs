@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use crate::proto::{errorpb, metapb};
-use crate::region::RegionWithLeader;
+use crate::region::{can_become_leader, epoch_is_newer, RegionWithLeader};
 
 /// How the shard continues after a Region error.
 #[derive(Debug, Clone, PartialEq)]
@@ -90,7 +90,10 @@ pub fn decide_region_error(error: &errorpb::Error, region: &RegionWithLeader) ->
     use RegionErrorAction as A;
     if let Some(not_leader) = &error.not_leader {
         return match &not_leader.leader {
-            Some(hint) if region.has_peer(hint) => A {
+            // A hint naming a peer the cache holds as a learner or witness
+            // cannot be followed (the cached peer list is stale, or the hint
+            // is garbage): reload like a hint from outside the Region.
+            Some(hint) if region.has_peer(hint) && region_peer_can_lead(region, hint) => A {
                 update_leader: Some(*hint),
                 ..A::step(RegionErrorStep::RetryNow)
             },
@@ -155,17 +158,18 @@ pub fn decide_region_error(error: &errorpb::Error, region: &RegionWithLeader) ->
     A::backoff().invalidating_region().invalidating_store()
 }
 
+/// True when the cached Region holds `peer` in a role that can lead.
+fn region_peer_can_lead(region: &RegionWithLeader, peer: &metapb::Peer) -> bool {
+    region
+        .peer(peer.id)
+        .is_some_and(|cached| cached.store_id == peer.store_id && can_become_leader(cached))
+}
+
 /// True when `candidate` is a version of a Region the cache does not hold
 /// yet: another Region (split product) or the same one with a newer epoch.
 fn is_newer_than_cached(candidate: &metapb::Region, cached: &RegionWithLeader) -> bool {
-    if candidate.id != cached.id() {
-        return true;
-    }
-    let new = candidate.region_epoch.unwrap_or_default();
-    let old = cached.epoch();
-    (new.version, new.conf_ver) > (old.version, old.conf_ver)
-        && new.version >= old.version
-        && new.conf_ver >= old.conf_ver
+    candidate.id != cached.id()
+        || epoch_is_newer(&candidate.region_epoch.unwrap_or_default(), &cached.epoch())
 }
 
 #[cfg(test)]

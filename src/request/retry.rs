@@ -212,12 +212,12 @@ where
 
     /// Runs one shard to completion. A reload can split the shard; its
     /// pieces are answered in key order.
-    async fn run_shard<'r>(
+    async fn run_shard(
         &self,
         shard: P::Shard,
         region: RegionWithLeader,
         permits: &Semaphore,
-        scope: &'r RequestScope,
+        scope: &RequestScope,
     ) -> Vec<Result<P::Result>> {
         let mut results = Vec::with_capacity(1);
         // The shard itself, then the pieces a split left, in key order (the
@@ -287,7 +287,7 @@ where
                     };
                     match result {
                         Ok(mut answer) => {
-                            let region_error = answer.region_error();
+                            let region_error = answer.region_error().map(Box::new);
                             response = Some(answer);
                             Event::Answered { region_error }
                         }

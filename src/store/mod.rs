@@ -84,11 +84,6 @@ impl RegionStore {
     pub fn store_id(&self) -> StoreId {
         self.target_peer.store_id
     }
-
-    /// True when the target is the cached leader.
-    pub fn targets_leader(&self) -> bool {
-        self.region_with_leader.leader.as_ref() == Some(&self.target_peer)
-    }
 }
 
 impl std::fmt::Debug for RegionStore {

@@ -1,0 +1,94 @@
+//! The routing counters of routing.md, "Observability", and the snapshot a
+//! user reads ([`RoutingStats`]).
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// A snapshot of the routing counters.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RoutingStats {
+    /// Attempts sent (or mapped) to a candidate other than the cached leader.
+    pub fallback_attempts: u64,
+    /// Fallback candidates that accepted a request and became the cached
+    /// leader.
+    pub fallback_successes: u64,
+    /// Followers-only probe rounds run after `ServerIsBusy(0)` answers.
+    pub busy_probes: u64,
+    /// Store cache entries dropped.
+    pub store_invalidations: u64,
+    /// Region cache entries dropped.
+    pub region_invalidations: u64,
+    /// Store mappings that ended with a connect timeout.
+    pub connect_timeouts: u64,
+    /// Stores marked unreachable (transport failures or timeout strikes).
+    pub stores_marked_unreachable: u64,
+    /// RPCs in flight right now (each holds one concurrency permit).
+    pub rpcs_in_flight: u64,
+}
+
+#[derive(Debug, Default)]
+pub(super) struct Counters {
+    fallback_attempts: AtomicU64,
+    fallback_successes: AtomicU64,
+    busy_probes: AtomicU64,
+    store_invalidations: AtomicU64,
+    region_invalidations: AtomicU64,
+    connect_timeouts: AtomicU64,
+    stores_marked_unreachable: AtomicU64,
+    rpcs_in_flight: AtomicU64,
+}
+
+/// Which counter to bump.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Counter {
+    FallbackAttempt,
+    FallbackSuccess,
+    BusyProbe,
+    StoreInvalidation,
+    RegionInvalidation,
+    ConnectTimeout,
+}
+
+impl Counters {
+    /// A snapshot of every counter.
+    pub(super) fn snapshot(&self) -> RoutingStats {
+        let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        RoutingStats {
+            fallback_attempts: get(&self.fallback_attempts),
+            fallback_successes: get(&self.fallback_successes),
+            busy_probes: get(&self.busy_probes),
+            store_invalidations: get(&self.store_invalidations),
+            region_invalidations: get(&self.region_invalidations),
+            connect_timeouts: get(&self.connect_timeouts),
+            stores_marked_unreachable: get(&self.stores_marked_unreachable),
+            rpcs_in_flight: get(&self.rpcs_in_flight),
+        }
+    }
+
+    /// Adds one to `counter`.
+    pub(super) fn bump(&self, counter: Counter) {
+        let atomic = match counter {
+            Counter::FallbackAttempt => &self.fallback_attempts,
+            Counter::FallbackSuccess => &self.fallback_successes,
+            Counter::BusyProbe => &self.busy_probes,
+            Counter::StoreInvalidation => &self.store_invalidations,
+            Counter::RegionInvalidation => &self.region_invalidations,
+            Counter::ConnectTimeout => &self.connect_timeouts,
+        };
+        atomic.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// A store was marked unreachable.
+    pub(super) fn store_marked_unreachable(&self) {
+        self.stores_marked_unreachable
+            .fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// An RPC started (`1`) or ended (`-1`).
+    pub(super) fn rpc_in_flight(&self, started: bool) {
+        if started {
+            self.rpcs_in_flight.fetch_add(1, Ordering::Relaxed);
+        } else {
+            self.rpcs_in_flight.fetch_sub(1, Ordering::Relaxed);
+        }
+    }
+}

@@ -1,0 +1,316 @@
+//! Client-wide routing knowledge shared by every request of one client
+//! (routing.md, "Store health" and the shared `ServerIsBusy(0)` suspicion),
+//! and the counters of "Observability". All methods are synchronous and
+//! hold a lock only for a map lookup. One concept a file: `store_health`,
+//! `busy` (the suspicion and its probe), `counters`.
+
+mod busy;
+mod counters;
+mod store_health;
+
+use std::sync::{Arc, Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::region::{RegionId, StoreId};
+use crate::Config;
+
+use busy::BusySuspicions;
+pub use busy::{BusyVerdict, ProbeOutcome, ProbeTicket, ProbeWaiter};
+pub(crate) use counters::Counter;
+use counters::Counters;
+pub use counters::RoutingStats;
+pub use store_health::StoreHealth;
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    // A panic while holding these locks cannot leave the maps inconsistent
+    // (each update is one insert or field write), so poisoning is ignored.
+    m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+fn read<T>(l: &RwLock<T>) -> RwLockReadGuard<'_, T> {
+    l.read().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+fn write<T>(l: &RwLock<T>) -> RwLockWriteGuard<'_, T> {
+    l.write().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// Routing knowledge shared by all requests of one client: store health, the
+/// `ServerIsBusy(0)` suspicion, and counters. Create one per client, wrap it
+/// in an `Arc`, and give it to every plan with
+/// [`PlanBuilder::routing`](crate::request::PlanBuilder::routing).
+#[derive(Debug)]
+pub struct RoutingState {
+    store_health: Option<StoreHealth>,
+    shared_busy_probe: bool,
+    max_concurrency: usize,
+    request_timeout: Duration,
+    busy: Arc<BusySuspicions>,
+    counters: Counters,
+}
+
+impl RoutingState {
+    /// Routing state following the config's switches.
+    pub fn new(config: &Config) -> Self {
+        RoutingState {
+            store_health: config
+                .store_health
+                .then(|| StoreHealth::new(config.store_cooldown, config.store_timeout_strikes)),
+            shared_busy_probe: config.shared_busy_probe,
+            max_concurrency: config.max_concurrency.max(1),
+            request_timeout: config.timeout,
+            busy: Arc::new(BusySuspicions::new(config.busy_probe_window)),
+            counters: Counters::default(),
+        }
+    }
+
+    /// A snapshot of the counters.
+    pub fn stats(&self) -> RoutingStats {
+        self.counters.snapshot()
+    }
+
+    /// True when the ServerIsBusy(0) suspicion is shared across requests.
+    pub fn shares_busy_probe(&self) -> bool {
+        self.shared_busy_probe
+    }
+
+    /// The configured per-request concurrency limit.
+    pub fn max_concurrency(&self) -> usize {
+        self.max_concurrency
+    }
+
+    /// The configured bound on one RPC.
+    pub fn request_timeout(&self) -> Duration {
+        self.request_timeout
+    }
+
+    pub(crate) fn count(&self, counter: Counter) {
+        self.counters.bump(counter);
+    }
+
+    pub(crate) fn rpc_started(&self) {
+        self.counters.rpc_in_flight(true);
+    }
+
+    pub(crate) fn rpc_ended(&self) {
+        self.counters.rpc_in_flight(false);
+    }
+
+    /// True when store health is on and the store is cooling down.
+    pub fn is_store_unreachable(&self, store_id: StoreId) -> bool {
+        self.store_health
+            .as_ref()
+            .is_some_and(|h| h.is_unreachable(store_id))
+    }
+
+    /// A transport or mapping failure: the store cools down.
+    pub fn store_failed(&self, store_id: StoreId) {
+        if let Some(h) = &self.store_health {
+            if h.mark_unreachable(store_id) {
+                self.counters.store_marked_unreachable();
+                log::debug!("store {store_id} marked unreachable");
+            }
+        }
+    }
+
+    /// A timeout from the store of an RPC sent at `sent_at`; enough in a row
+    /// mark it unreachable.
+    pub fn store_timed_out(&self, store_id: StoreId, sent_at: Instant) {
+        if let Some(h) = &self.store_health {
+            if h.record_timeout(store_id, sent_at) {
+                self.counters.store_marked_unreachable();
+                log::debug!("store {store_id} marked unreachable after consecutive timeouts");
+            }
+        }
+    }
+
+    /// The store answered.
+    pub fn store_answered(&self, store_id: StoreId) {
+        if let Some(h) = &self.store_health {
+            h.mark_reachable(store_id);
+        }
+    }
+
+    /// Records a `ServerIsBusy(0)` from `leader_peer_id`, the cached leader of
+    /// `region_id`, shared across requests within the probe window. With
+    /// `may_probe` false (the request already probed) the verdict is never
+    /// [`BusyVerdict::Probe`].
+    pub fn busy_zero_wait(
+        &self,
+        region_id: RegionId,
+        leader_peer_id: u64,
+        may_probe: bool,
+    ) -> BusyVerdict {
+        self.busy.report(region_id, leader_peer_id, may_probe)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn state() -> Arc<RoutingState> {
+        Arc::new(RoutingState::new(&Config::default()))
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn store_health_cools_down_with_jitter_and_recovers() {
+        let h = StoreHealth::new(Duration::from_secs(10), 2);
+        assert!(!h.is_unreachable(1));
+        assert!(h.mark_unreachable(1));
+        assert!(!h.mark_unreachable(1), "already unreachable");
+        assert!(h.is_unreachable(1));
+        tokio::time::advance(Duration::from_millis(7_400)).await;
+        assert!(h.is_unreachable(1), "the cool-down is at least 7.5 s");
+        tokio::time::advance(Duration::from_millis(5_200)).await;
+        assert!(!h.is_unreachable(1), "and at most 12.5 s");
+        h.mark_unreachable(2);
+        h.mark_reachable(2);
+        assert!(!h.is_unreachable(2));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn timeout_strikes_mark_unreachable_only_when_consecutive() {
+        let h = StoreHealth::new(Duration::from_secs(10), 2);
+        assert!(!h.record_timeout(1, Instant::now()));
+        h.mark_reachable(1);
+        assert!(
+            !h.record_timeout(1, Instant::now()),
+            "a success in between resets"
+        );
+        assert!(h.record_timeout(1, Instant::now()));
+        assert!(h.is_unreachable(1));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn concurrent_timeouts_are_one_strike() {
+        // Issue 9: RPCs in flight together that time out together are one
+        // slow moment, not consecutive strikes.
+        let h = StoreHealth::new(Duration::from_secs(10), 2);
+        let sent = Instant::now();
+        tokio::time::advance(Duration::from_secs(2)).await;
+        assert!(!h.record_timeout(1, sent));
+        for _ in 0..10 {
+            assert!(!h.record_timeout(1, sent), "sent before the strike");
+        }
+        assert!(!h.is_unreachable(1));
+        // An RPC sent after the strike that times out too is the next one.
+        let later = Instant::now();
+        tokio::time::advance(Duration::from_secs(2)).await;
+        assert!(h.record_timeout(1, later));
+        assert!(h.is_unreachable(1));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn shared_busy_suspicion_allows_one_probe_in_flight() {
+        let s = state();
+        assert!(matches!(
+            s.busy_zero_wait(1, 11, true),
+            BusyVerdict::Ordinary
+        ));
+        let ticket = match s.busy_zero_wait(1, 11, true) {
+            BusyVerdict::Probe(t) => t,
+            other => panic!("{other:?}"),
+        };
+        let waiter = match s.busy_zero_wait(1, 11, true) {
+            BusyVerdict::WaitForProbe(w) => w,
+            other => panic!("{other:?}"),
+        };
+        ticket.finish(ProbeOutcome::FoundLeader);
+        assert_eq!(waiter.outcome().await, ProbeOutcome::FoundLeader);
+        // The suspicion of the old leader is gone.
+        assert!(matches!(
+            s.busy_zero_wait(1, 11, true),
+            BusyVerdict::Ordinary
+        ));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn inconclusive_probe_restarts_the_count() {
+        let s = state();
+        s.busy_zero_wait(1, 11, true);
+        let ticket = match s.busy_zero_wait(1, 11, true) {
+            BusyVerdict::Probe(t) => t,
+            other => panic!("{other:?}"),
+        };
+        let waiter = match s.busy_zero_wait(1, 11, true) {
+            BusyVerdict::WaitForProbe(w) => w,
+            other => panic!("{other:?}"),
+        };
+        ticket.finish(ProbeOutcome::Inconclusive);
+        assert_eq!(waiter.outcome().await, ProbeOutcome::Inconclusive);
+        assert!(matches!(
+            s.busy_zero_wait(1, 11, true),
+            BusyVerdict::Ordinary
+        ));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn abandoned_probe_releases_waiters_and_keeps_the_count() {
+        let s = state();
+        s.busy_zero_wait(1, 11, true);
+        let ticket = match s.busy_zero_wait(1, 11, true) {
+            BusyVerdict::Probe(t) => t,
+            other => panic!("{other:?}"),
+        };
+        let waiter = match s.busy_zero_wait(1, 11, true) {
+            BusyVerdict::WaitForProbe(w) => w,
+            other => panic!("{other:?}"),
+        };
+        // The probing request was cancelled.
+        drop(ticket);
+        assert_eq!(waiter.outcome().await, ProbeOutcome::Inconclusive);
+        assert!(
+            matches!(s.busy_zero_wait(1, 11, true), BusyVerdict::Probe(_)),
+            "the suspicion stands: the next busy(0) probes at once"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_leader_change_never_starts_a_second_probe_of_the_region() {
+        let s = state();
+        s.busy_zero_wait(1, 11, true);
+        let ticket = match s.busy_zero_wait(1, 11, true) {
+            BusyVerdict::Probe(t) => t,
+            other => panic!("{other:?}"),
+        };
+        // Other requests have already cached peer 12 as the leader.
+        for _ in 0..3 {
+            assert!(
+                matches!(s.busy_zero_wait(1, 12, true), BusyVerdict::WaitForProbe(_)),
+                "one probe per Region in flight"
+            );
+        }
+        drop(ticket);
+        // The probe is over: peer 12's answers are counted afresh.
+        assert!(matches!(
+            s.busy_zero_wait(1, 12, true),
+            BusyVerdict::Ordinary
+        ));
+        assert!(matches!(
+            s.busy_zero_wait(1, 12, true),
+            BusyVerdict::Probe(_)
+        ));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn busy_window_and_leader_change_restart_the_count() {
+        let s = state();
+        s.busy_zero_wait(1, 11, true);
+        tokio::time::advance(Config::default().busy_probe_window + Duration::from_millis(1)).await;
+        assert!(
+            matches!(s.busy_zero_wait(1, 11, true), BusyVerdict::Ordinary),
+            "the window expired"
+        );
+        assert!(
+            matches!(s.busy_zero_wait(1, 12, true), BusyVerdict::Ordinary),
+            "another leader"
+        );
+        assert!(matches!(
+            s.busy_zero_wait(1, 12, false),
+            BusyVerdict::Ordinary
+        ));
+    }
+}

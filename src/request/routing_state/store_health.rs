@@ -1,0 +1,104 @@
+//! Client-wide store health (routing.md, "Store health"): which stores cool
+//! down after a transport failure or consecutive timeouts.
+
+use std::collections::HashMap;
+use std::sync::RwLock;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::region::StoreId;
+
+use super::{read, write};
+
+#[derive(Debug, Clone, Copy, Default)]
+struct StoreHealthEntry {
+    unreachable_until: Option<Instant>,
+    timeout_strikes: u32,
+    /// When the last strike was recorded: a timeout of an RPC sent before
+    /// it is the same slow moment, not a further strike.
+    last_strike: Option<Instant>,
+}
+
+/// Client-wide store health: which stores are cooling down after a failure.
+#[derive(Debug)]
+pub struct StoreHealth {
+    cooldown: Duration,
+    timeout_strikes: u32,
+    // Read-locked on every request (the fast path asks whether the leader's
+    // store cools down and reports that it answered); written only when a
+    // store's health changes.
+    stores: RwLock<HashMap<StoreId, StoreHealthEntry>>,
+}
+
+impl StoreHealth {
+    /// Store health with a cool-down (jittered by a quarter either way) and
+    /// the number of consecutive timeouts that mark a store unreachable.
+    pub fn new(cooldown: Duration, timeout_strikes: u32) -> Self {
+        StoreHealth {
+            cooldown,
+            timeout_strikes: timeout_strikes.max(1),
+            stores: RwLock::new(HashMap::new()),
+        }
+    }
+
+    fn jittered_cooldown(&self) -> Duration {
+        self.cooldown.mul_f64(0.75 + fastrand::f64() * 0.5)
+    }
+
+    /// True while the store cools down after a failure.
+    pub fn is_unreachable(&self, store_id: StoreId) -> bool {
+        let now = Instant::now();
+        read(&self.stores)
+            .get(&store_id)
+            .and_then(|e| e.unreachable_until)
+            .is_some_and(|until| now < until)
+    }
+
+    /// Marks the store unreachable for the cool-down. Returns true when it
+    /// was not already.
+    pub fn mark_unreachable(&self, store_id: StoreId) -> bool {
+        let now = Instant::now();
+        let until = now + self.jittered_cooldown();
+        let mut stores = write(&self.stores);
+        let entry = stores.entry(store_id).or_default();
+        let was_unreachable = entry.unreachable_until.is_some_and(|u| now < u);
+        entry.unreachable_until = Some(until);
+        entry.timeout_strikes = 0;
+        entry.last_strike = None;
+        !was_unreachable
+    }
+
+    /// The store answered: it is reachable and its timeout strikes reset.
+    pub fn mark_reachable(&self, store_id: StoreId) {
+        // A healthy store has no entry: the usual answer only reads.
+        if !read(&self.stores).contains_key(&store_id) {
+            return;
+        }
+        write(&self.stores).remove(&store_id);
+    }
+
+    /// The store timed out an RPC sent at `sent_at`. Consecutive timeouts
+    /// reaching the strike count mark it unreachable (without touching any
+    /// cache); returns true then. Consecutive means one after the other: a
+    /// timeout of an RPC sent before the previous strike was recorded ran
+    /// concurrently with it and adds no strike, so a burst of requests that
+    /// time out together counts once.
+    pub fn record_timeout(&self, store_id: StoreId, sent_at: Instant) -> bool {
+        let strikes = {
+            let mut stores = write(&self.stores);
+            let entry = stores.entry(store_id).or_default();
+            if entry.last_strike.is_some_and(|last| sent_at < last) {
+                return false;
+            }
+            entry.timeout_strikes += 1;
+            entry.last_strike = Some(Instant::now());
+            entry.timeout_strikes
+        };
+        if strikes >= self.timeout_strikes {
+            self.mark_unreachable(store_id)
+        } else {
+            false
+        }
+    }
+}
