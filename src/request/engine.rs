@@ -28,26 +28,8 @@
 //! | sleeping | [`Event::Slept`] | [`Next::Reshard`] |
 //! | resharding | [`Event::Resharded`] | new round on the reloaded Region |
 //!
-//! Decisions this crate makes where routing.md leaves room (each has a
-//! test named after it, listed in `docs/behaviours.md`):
-//!
-//! - *A cached leader that could not answer counts with voters that all said
-//!   `NotLeader`*: the Region is reloaded after the round. Nobody claimed the
-//!   Region; PD likely knows a newer leader or peer set.
-//! - *A fallback hint naming the cached leader during the busy probe* is
-//!   ignored: the probe is followers-only and the hint only confirms the
-//!   leader that answered busy; the probe ends inconclusive.
-//! - *A fallback hint naming a peer outside the Region while a later voter
-//!   accepts*: the accepting voter becomes the leader, and the Region is
-//!   reloaded after the round, since its peer list is stale.
-//! - *`EpochNotMatch` without newer `current_regions`* invalidates the
-//!   Region and backs off before reloading (PD may not know the new epoch
-//!   yet); with newer Regions it retries at once from them.
-//! - *A round that saw a routing failure and ends in a plain failure*
-//!   (a fatal status, an undetermined outcome) drops the Region route as
-//!   well: the round ended without success.
-//! - *A store's `DeadlineExceeded` is an answer*: it keeps the caches like a
-//!   timeout, but counts as the store answering, not as a timeout strike.
+//! The decisions this crate makes where routing.md leaves room are listed in
+//! the [`request`](super) module docs, "Decisions".
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
