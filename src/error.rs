@@ -102,13 +102,29 @@ pub enum Error {
         region_id: u64,
     },
     /// The request may or may not have been applied: it may have reached the
-    /// server before the failure. It was not replayed.
-    #[error("the outcome of the request to region {region_id} is unknown (it may or may not have been applied): {cause}; read the key back before deciding whether to retry")]
+    /// server before the failure. It was not replayed (routing.md, "Replay
+    /// safety").
+    #[error("the outcome of {request} (region {region_id}, store {store_id}) is unknown: it may or may not have been applied, now or later; {cause}; read the keys back before deciding whether to retry")]
     Undetermined {
         /// The Region the request went to.
         region_id: u64,
+        /// The store it was sent to.
+        store_id: u64,
+        /// The request: its kind and its keys or range.
+        request: String,
         /// What interrupted it.
         cause: Box<Error>,
+    },
+    /// The request's overall deadline ([`Config::request_deadline`](crate::Config::request_deadline))
+    /// ends before the next retry could finish.
+    #[error("gave up on region {region_id}: the request deadline of {deadline:?} ran out; last error: {last}; raise Config::request_deadline or check the cluster's health")]
+    DeadlineExceeded {
+        /// The Region.
+        region_id: u64,
+        /// The deadline in force.
+        deadline: Duration,
+        /// The strongest error seen before the deadline.
+        last: Box<Error>,
     },
     /// The caller passed something the client cannot use.
     #[error("invalid argument: {0}")]

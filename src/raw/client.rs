@@ -41,6 +41,9 @@ pub struct RawClient<PdC: PdClient = PdRpcClient> {
     cf: Option<ColumnFamily>,
     backoff: Backoff,
     atomic: bool,
+    /// `Config::at_least_once_writes`: re-send writes that may have been
+    /// delivered (never compare-and-swap).
+    at_least_once_writes: bool,
 }
 
 impl<PdC: PdClient> Clone for RawClient<PdC> {
@@ -51,6 +54,7 @@ impl<PdC: PdClient> Clone for RawClient<PdC> {
             cf: self.cf,
             backoff: self.backoff.clone(),
             atomic: self.atomic,
+            at_least_once_writes: self.at_least_once_writes,
         }
     }
 }
@@ -61,6 +65,7 @@ impl<PdC: PdClient> std::fmt::Debug for RawClient<PdC> {
             .field("cf", &self.cf)
             .field("backoff", &self.backoff)
             .field("atomic", &self.atomic)
+            .field("at_least_once_writes", &self.at_least_once_writes)
             .finish_non_exhaustive()
     }
 }
@@ -125,6 +130,7 @@ impl<PdC: PdClient> RawClient<PdC> {
             cf: None,
             backoff: config.region_backoff.clone(),
             atomic: false,
+            at_least_once_writes: config.at_least_once_writes,
         }
     }
 
@@ -168,7 +174,13 @@ impl<PdC: PdClient> RawClient<PdC> {
         &self,
         request: Req,
     ) -> PlanBuilder<PdC, crate::request::Dispatch<Req>> {
-        PlanBuilder::new(Arc::clone(&self.rpc), request).routing(Arc::clone(&self.routing))
+        let builder =
+            PlanBuilder::new(Arc::clone(&self.rpc), request).routing(Arc::clone(&self.routing));
+        if self.at_least_once_writes {
+            builder.at_least_once()
+        } else {
+            builder
+        }
     }
 
     /// Runs `request` through the plan with fallback, merges its shards'
@@ -530,7 +542,12 @@ impl<PdC: PdClient> RawClient<PdC> {
             previous_value.into(),
             self.cf_name(),
         );
-        self.run(request, CollectSingle).await
+        // Never at-least-once: a replayed swap could apply twice.
+        let once = RawClient {
+            at_least_once_writes: false,
+            ..self.clone()
+        };
+        once.run(request, CollectSingle).await
     }
 }
 

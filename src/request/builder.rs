@@ -59,6 +59,7 @@ pub struct PlanBuilder<PdC: PdClient, P: Plan> {
     preserve_region_results: bool,
     max_concurrency: Option<usize>,
     request_timeout: Option<std::time::Duration>,
+    request_deadline: Option<std::time::Duration>,
 }
 
 impl<PdC: PdClient, Req: KvRequest> PlanBuilder<PdC, Dispatch<Req>> {
@@ -76,6 +77,7 @@ impl<PdC: PdClient, Req: KvRequest> PlanBuilder<PdC, Dispatch<Req>> {
             preserve_region_results: false,
             max_concurrency: None,
             request_timeout: None,
+            request_deadline: None,
         }
     }
 }
@@ -93,6 +95,7 @@ impl<PdC: PdClient, P: Plan> PlanBuilder<PdC, P> {
             preserve_region_results: self.preserve_region_results,
             max_concurrency: self.max_concurrency,
             request_timeout: self.request_timeout,
+            request_deadline: self.request_deadline,
         }
     }
 
@@ -140,6 +143,26 @@ impl<PdC: PdClient, P: Plan> PlanBuilder<PdC, P> {
         self
     }
 
+    /// Bounds the whole request: rounds, backoff sleeps and waits together
+    /// (default: the routing state's `Config::request_deadline`; without
+    /// routing state, none). A request that runs out ends with
+    /// [`Error::DeadlineExceeded`](crate::Error::DeadlineExceeded).
+    pub fn request_deadline(mut self, deadline: std::time::Duration) -> Self {
+        self.request_deadline = Some(deadline);
+        self
+    }
+
+    /// At-least-once: a request that may have reached a store is re-sent
+    /// after a failure instead of ending undetermined (clears
+    /// `terminal_on_dispatch_error` and `terminal_on_undetermined`). For
+    /// idempotent writes of callers that prefer availability; see
+    /// [`Config::at_least_once_writes`](crate::Config::at_least_once_writes).
+    pub fn at_least_once(mut self) -> Self {
+        self.terminal_on_dispatch_error = false;
+        self.terminal_on_undetermined = false;
+        self
+    }
+
     /// Keeps the shard each response answers.
     pub fn preserve_shard(self) -> PlanBuilder<PdC, PreserveShard<P>>
     where
@@ -172,6 +195,9 @@ impl<PdC: PdClient, P: Plan> PlanBuilder<PdC, P> {
         let request_timeout = self
             .request_timeout
             .or_else(|| self.routing.as_ref().map(|r| r.request_timeout()));
+        let request_deadline = self
+            .request_deadline
+            .or_else(|| self.routing.as_ref().map(|r| r.request_deadline()));
         self.map_plan(|inner| RetryableMultiRegion {
             inner,
             pd_client,
@@ -182,6 +208,7 @@ impl<PdC: PdClient, P: Plan> PlanBuilder<PdC, P> {
             preserve_region_results,
             max_concurrency,
             request_timeout,
+            request_deadline,
         })
     }
 

@@ -76,6 +76,16 @@ pub(crate) struct EnginePolicy {
     pub(crate) shared_busy_probe: bool,
 }
 
+/// The request's overall deadline: when it ends, and the configured length
+/// (for the error message).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Deadline {
+    /// When the request must be finished.
+    pub(crate) at: Instant,
+    /// The configured deadline.
+    pub(crate) length: Duration,
+}
+
 /// What happened, fed to [`ShardMachine::handle`].
 #[derive(Debug)]
 pub(crate) enum Event {
@@ -127,9 +137,14 @@ pub(crate) enum Next {
     /// Map this peer to its store; answer with [`Event::Mapped`] or
     /// [`Event::MappingFailed`].
     Map(metapb::Peer),
-    /// Send the shard to the store just mapped; answer with
-    /// [`Event::Answered`] or [`Event::DispatchFailed`].
-    Dispatch,
+    /// Send the shard to the store just mapped, within `bound` (the time
+    /// left before the request's deadline, if it has one; the shell takes the
+    /// smaller of it and the RPC timeout); answer with [`Event::Answered`]
+    /// or [`Event::DispatchFailed`].
+    Dispatch {
+        /// The time left before the request's deadline.
+        bound: Option<Duration>,
+    },
     /// Sleep, then answer [`Event::Slept`].
     Sleep(Duration),
     /// Split the piece again from the caches; answer with
@@ -146,9 +161,10 @@ pub(crate) enum Next {
         /// False once the request ran its one probe.
         may_probe: bool,
     },
-    /// Wait for another request's probe of this Region; answer with
-    /// [`Event::ProbeWaited`].
-    WaitForProbe(ProbeWaiter),
+    /// Wait for another request's probe of this Region, at most `bound`
+    /// (the time left before the deadline); answer with
+    /// [`Event::ProbeWaited`] (inconclusive when the bound ran out).
+    WaitForProbe(ProbeWaiter, Option<Duration>),
     /// The shard is finished: `Ok` returns the response of the candidate
     /// that just answered, `Err` this error.
     Done(Result<(), Error>),
@@ -228,6 +244,9 @@ pub(crate) struct ShardMachine<'r> {
     /// or immediate retry adds one).
     attempts: u32,
     policy: EnginePolicy,
+    deadline: Option<Deadline>,
+    /// The time of the event being handled.
+    now: Instant,
     request: &'r RequestScope,
     busy: BusyProbeCount,
     probe: Option<Probe>,
@@ -249,6 +268,7 @@ impl<'r> ShardMachine<'r> {
         region: RegionWithLeader,
         backoff: Backoff,
         policy: EnginePolicy,
+        deadline: Option<Deadline>,
         request: &'r RequestScope,
     ) -> Self {
         ShardMachine {
@@ -256,6 +276,8 @@ impl<'r> ShardMachine<'r> {
             backoff,
             attempts: 1,
             policy,
+            deadline,
+            now: deadline.map_or_else(Instant::now, |d| d.at - d.length),
             request,
             busy: BusyProbeCount::default(),
             probe: None,
@@ -276,6 +298,8 @@ impl<'r> ShardMachine<'r> {
             backoff: self.backoff.clone(),
             attempts: self.attempts,
             policy: self.policy,
+            deadline: self.deadline,
+            now: self.now,
             request: self.request,
             busy: self.busy.clone(),
             probe: None,
@@ -301,7 +325,8 @@ impl<'r> ShardMachine<'r> {
     /// (effects are left in [`take_effects`](ShardMachine::take_effects)).
     /// An event that does not fit the current phase is a bug of the shell
     /// and ends the shard with an internal error.
-    pub(crate) fn handle(&mut self, event: Event) -> Next {
+    pub(crate) fn handle(&mut self, event: Event, now: Instant) -> Next {
+        self.now = now;
         match (self.phase, event) {
             (Phase::Idle, Event::Start) => self.begin_round(),
             (Phase::CheckingLeaderStore, Event::LeaderStore { unreachable }) => {
@@ -313,8 +338,15 @@ impl<'r> ShardMachine<'r> {
                 self.start_round(order)
             }
             (Phase::Mapping, Event::Mapped) => {
+                if self.time_left() == Some(Duration::ZERO) {
+                    // Mapping took the rest of the time: nothing is sent.
+                    self.current = None;
+                    return self.end_at_deadline();
+                }
                 self.phase = Phase::Dispatching;
-                Next::Dispatch
+                Next::Dispatch {
+                    bound: self.time_left(),
+                }
             }
             (Phase::Mapping, Event::MappingFailed(error)) => self.on_mapping_failed(error),
             (Phase::Dispatching, Event::Answered { region_error }) => {
@@ -346,8 +378,40 @@ impl<'r> ShardMachine<'r> {
     }
 
     fn done(&mut self, result: Result<(), Error>) -> Next {
+        if matches!(&result, Err(e) if e.is_undetermined()) {
+            self.effects.push(Effect::Count(Counter::Undetermined));
+        }
         self.phase = Phase::Done;
         Next::Done(result)
+    }
+
+    /// The time left before the deadline (`None`: no deadline).
+    fn time_left(&self) -> Option<Duration> {
+        self.deadline
+            .map(|d| d.at.saturating_duration_since(self.now))
+    }
+
+    /// Ends the round and the shard at the deadline, with the round's
+    /// strongest error.
+    fn end_at_deadline(&mut self) -> Next {
+        let round = std::mem::replace(
+            &mut self.round,
+            CandidateRound::new(CandidateOrder::LeaderFirst),
+        );
+        self.finish_probe(ProbeOutcome::Inconclusive);
+        self.deadline_exceeded(round.finish(&self.region).strongest)
+    }
+
+    /// Ends the shard because the deadline ran out, with the strongest
+    /// error seen.
+    fn deadline_exceeded(&mut self, last: Error) -> Next {
+        let region_id = self.region.id();
+        let deadline = self.deadline.map(|d| d.length).unwrap_or_default();
+        self.done(Err(Error::DeadlineExceeded {
+            region_id,
+            deadline,
+            last: Box::new(last),
+        }))
     }
 
     /// A new round: the probe round (followers only), or the normal one,
@@ -371,6 +435,9 @@ impl<'r> ShardMachine<'r> {
     }
 
     fn next_candidate(&mut self) -> Next {
+        if self.time_left() == Some(Duration::ZERO) {
+            return self.end_at_deadline();
+        }
         let Some(peer) = self.round.next_candidate(&self.region) else {
             return self.round_exhausted();
         };
@@ -516,8 +583,23 @@ impl<'r> ShardMachine<'r> {
                 self.done(Err(error))
             }
             CandidateStep::EndRound { action, error } => {
+                let store_id = self.current_store();
                 self.current = None;
                 self.finish_probe(ProbeOutcome::Inconclusive);
+                if action.undetermined && self.policy.terminal_on_dispatch_error {
+                    // The store itself cannot tell whether the write was
+                    // applied: never re-sent.
+                    if action.invalidate_region {
+                        self.invalidate_region();
+                    }
+                    let region_id = self.region.id();
+                    return self.done(Err(Error::Undetermined {
+                        region_id,
+                        store_id,
+                        request: String::new(),
+                        cause: Box::new(Error::region_error(region_id, *error)),
+                    }));
+                }
                 self.on_region_error_action(*action, error)
             }
         }
@@ -578,11 +660,16 @@ impl<'r> ShardMachine<'r> {
         }
         match self.spend_attempt() {
             None => self.exhausted(exhausted.strongest),
-            Some(delay) => self.sleep(delay),
+            Some(delay) => self.sleep(delay, exhausted.strongest),
         }
     }
 
-    fn sleep(&mut self, delay: Duration) -> Next {
+    /// Sleeps before the next round, unless the deadline ends first: then
+    /// the shard ends with `last`, the strongest error so far.
+    fn sleep(&mut self, delay: Duration, last: Error) -> Next {
+        if self.time_left().is_some_and(|left| delay >= left) {
+            return self.deadline_exceeded(last);
+        }
         self.phase = Phase::Sleeping;
         Next::Sleep(delay)
     }
@@ -666,12 +753,18 @@ impl<'r> ShardMachine<'r> {
         match verdict {
             BusyVerdict::Ordinary => self.back_off_after_busy(true),
             BusyVerdict::Probe(ticket) => {
-                self.request.take_probe();
+                if !self.request.take_probe() {
+                    // Another shard of this request probed since this one
+                    // reported: one probe per request. The ticket goes
+                    // unused, which frees the Region and keeps the count.
+                    drop(ticket);
+                    return self.back_off_after_busy(true);
+                }
                 self.start_probe(Probe::Shared(ticket))
             }
             BusyVerdict::WaitForProbe(waiter) => {
                 self.phase = Phase::WaitingForProbe;
-                Next::WaitForProbe(waiter)
+                Next::WaitForProbe(waiter, self.time_left())
             }
         }
     }
@@ -680,11 +773,12 @@ impl<'r> ShardMachine<'r> {
     /// not); `sleep` is false when another request's probe found the leader.
     fn back_off_after_busy(&mut self, sleep: bool) -> Next {
         let (at_least, error) = self.pending_backoff.take().unwrap_or_default();
+        let last = Error::region_error(self.region.id(), *error);
         let Some(delay) = self.spend_attempt() else {
-            return self.exhausted(Error::region_error(self.region.id(), *error));
+            return self.exhausted(last);
         };
         if sleep {
-            self.sleep(delay.max(at_least.unwrap_or_default()))
+            self.sleep(delay.max(at_least.unwrap_or_default()), last)
         } else {
             self.reshard()
         }

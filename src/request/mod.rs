@@ -56,6 +56,18 @@
 //!   outside it.
 //! - *The busy probe budget is the request's*: one probe per request, across
 //!   all its shards and the pieces a split leaves.
+//! - *A leader's own `DeadlineExceeded`* counts as "could not answer" for
+//!   the rule above (it did not serve the request, so it claims nothing),
+//!   while for store health it is an answer (the store is alive).
+//! - *Pieces a split leaves keep the shard's retry budget*: the attempts
+//!   already spent count for them, so `RetriesExhausted::attempts` is the
+//!   shard's total, and a split cannot reset the budget.
+//! - *The request deadline* ([`Config::request_deadline`](crate::Config::request_deadline))
+//!   bounds rounds, sleeps, probe waits and each RPC together: a sleep that
+//!   would pass it ends the request with `Error::DeadlineExceeded` at once,
+//!   and an RPC is cut at the deadline (for a write, undetermined).
+//! - *`ServerIsBusy.backoff_ms`* is honoured up to 5 s
+//!   (`MAX_BUSY_BACKOFF`).
 //!
 //! # Behaviours and their tests
 //!
@@ -82,7 +94,7 @@ pub use plan::{
     Collect, CollectError, CollectSingle, DefaultProcessor, Dispatch, ExtractError, Merge,
     MergeResponse, Plan, PreserveShard, Process, ProcessResponse, ResponseWithShard,
 };
-pub use region_error::{decide_region_error, RegionErrorAction, RegionErrorStep};
+pub use region_error::{decide_region_error, RegionErrorAction, RegionErrorStep, MAX_BUSY_BACKOFF};
 pub use retry::RetryableMultiRegion;
 pub use routing_state::{RoutingState, RoutingStats};
 pub(crate) use traits::{pair_key_errors, string_key_error, strongest_shard_error};

@@ -47,6 +47,7 @@ pub struct RoutingState {
     shared_busy_probe: bool,
     max_concurrency: usize,
     request_timeout: Duration,
+    request_deadline: Duration,
     busy: Arc<BusySuspicions>,
     counters: Counters,
 }
@@ -61,6 +62,7 @@ impl RoutingState {
             shared_busy_probe: config.shared_busy_probe,
             max_concurrency: config.max_concurrency.max(1),
             request_timeout: config.timeout,
+            request_deadline: config.request_deadline,
             busy: Arc::new(BusySuspicions::new(config.busy_probe_window)),
             counters: Counters::default(),
         }
@@ -84,6 +86,11 @@ impl RoutingState {
     /// The configured bound on one RPC.
     pub fn request_timeout(&self) -> Duration {
         self.request_timeout
+    }
+
+    /// The configured overall deadline of one request.
+    pub fn request_deadline(&self) -> Duration {
+        self.request_deadline
     }
 
     pub(crate) fn count(&self, counter: Counter) {
