@@ -144,9 +144,11 @@
 //! commands documented in [`control`]. `SIM.md` shows a shell session.
 
 mod cluster;
+pub mod codec;
 pub mod control;
 mod counters;
 mod data;
+mod mvcc;
 mod net;
 mod pd;
 mod state;
@@ -155,8 +157,9 @@ mod store;
 pub(crate) use cluster::Shared;
 pub use cluster::{
     RegionLayout, SimCluster, SimClusterBuilder, SimPeer, DEFAULT_CLUSTER_ID, FIRST_REGION_ID,
-    PD_MEMBER_ID_BASE, RAW_METHODS,
+    PD_MEMBER_ID_BASE, RAW_METHODS, TXN_METHODS,
 };
+pub use mvcc::MvccVersion;
 pub use counters::{Outcome, StoreCounters};
 pub use state::{ColdMode, HangMode};
 
