@@ -33,7 +33,7 @@ async fn concurrent_tso_requests_get_unique_increasing_timestamps() {
             let count = 1 + i % 3;
             let requests: Vec<pdpb::TsoRequest> = (0..4)
                 .map(|_| pdpb::TsoRequest {
-                    header: header.clone(),
+                    header,
                     count,
                     dc_location: String::new(),
                 })
@@ -59,7 +59,10 @@ async fn concurrent_tso_requests_get_unique_increasing_timestamps() {
     let mut all = Vec::new();
     for t in tasks {
         let mine = t.await.unwrap();
-        assert!(mine.windows(2).all(|w| w[0] < w[1]), "a stream's timestamps increase");
+        assert!(
+            mine.windows(2).all(|w| w[0] < w[1]),
+            "a stream's timestamps increase"
+        );
         all.extend(mine);
     }
     let n = all.len();
@@ -80,7 +83,11 @@ async fn tso_refuses_bad_counts_and_follows_the_controllable_clock() {
             count,
             dc_location: String::new(),
         };
-        let mut stream = pd.tso(futures::stream::iter(vec![request])).await.unwrap().into_inner();
+        let mut stream = pd
+            .tso(futures::stream::iter(vec![request]))
+            .await
+            .unwrap()
+            .into_inner();
         let status = stream.next().await.unwrap().unwrap_err();
         assert_eq!(status.code(), tonic::Code::InvalidArgument, "count {count}");
     }
@@ -96,7 +103,9 @@ async fn the_gc_safe_point_never_moves_backwards() {
     let cluster = SimCluster::builder().start().await.unwrap();
     let mut pd = cluster.pd_client(0).await.unwrap();
     let get = pd
-        .get_gc_safe_point(pdpb::GetGcSafePointRequest { header: header(&cluster) })
+        .get_gc_safe_point(pdpb::GetGcSafePointRequest {
+            header: header(&cluster),
+        })
         .await
         .unwrap()
         .into_inner();
@@ -116,7 +125,9 @@ async fn the_gc_safe_point_never_moves_backwards() {
     assert_eq!(update(50).await, 100);
     assert_eq!(update(200).await, 200);
     let get = pd
-        .get_gc_safe_point(pdpb::GetGcSafePointRequest { header: header(&cluster) })
+        .get_gc_safe_point(pdpb::GetGcSafePointRequest {
+            header: header(&cluster),
+        })
         .await
         .unwrap()
         .into_inner();

@@ -85,13 +85,21 @@ fn prewrite_req(mutations: Vec<Mutation>, primary: &[u8], start: u64) -> kvrpcpb
     }
 }
 
-async fn prewrite(cluster: &SimCluster, mut req: kvrpcpb::PrewriteRequest) -> kvrpcpb::PrewriteResponse {
+async fn prewrite(
+    cluster: &SimCluster,
+    mut req: kvrpcpb::PrewriteRequest,
+) -> kvrpcpb::PrewriteResponse {
     let (mut c, ctx) = client_for(cluster, &req.mutations[0].key).await;
     req.context = Some(ctx);
     c.kv_prewrite(req).await.unwrap().into_inner()
 }
 
-async fn commit(cluster: &SimCluster, keys: &[&[u8]], start: u64, commit: u64) -> kvrpcpb::CommitResponse {
+async fn commit(
+    cluster: &SimCluster,
+    keys: &[&[u8]],
+    start: u64,
+    commit: u64,
+) -> kvrpcpb::CommitResponse {
     let (mut c, ctx) = client_for(cluster, keys[0]).await;
     c.kv_commit(kvrpcpb::CommitRequest {
         context: Some(ctx),
@@ -148,7 +156,12 @@ async fn check_txn_status(
     c.kv_check_txn_status(req).await.unwrap().into_inner()
 }
 
-async fn resolve(cluster: &SimCluster, any_key: &[u8], start: u64, commit: u64) -> kvrpcpb::ResolveLockResponse {
+async fn resolve(
+    cluster: &SimCluster,
+    any_key: &[u8],
+    start: u64,
+    commit: u64,
+) -> kvrpcpb::ResolveLockResponse {
     let (mut c, ctx) = client_for(cluster, any_key).await;
     c.kv_resolve_lock(kvrpcpb::ResolveLockRequest {
         context: Some(ctx),
@@ -180,7 +193,11 @@ async fn a_read_at_ts_sees_exactly_the_commits_at_or_below_ts() {
 
     // A delete is a version too.
     let start = tso(&cluster).await;
-    prewrite(&cluster, prewrite_req(vec![mutation(Op::Del, b"k")], b"k", start)).await;
+    prewrite(
+        &cluster,
+        prewrite_req(vec![mutation(Op::Del, b"k")], b"k", start),
+    )
+    .await;
     let c3 = tso(&cluster).await;
     assert!(commit(&cluster, &[b"k"], start, c3).await.error.is_none());
     assert!(get(&cluster, b"k", c3).await.not_found);
@@ -203,18 +220,28 @@ async fn a_read_at_ts_sees_exactly_the_commits_at_or_below_ts() {
         .into_inner();
     let keys: Vec<_> = batch.pairs.iter().map(|p| p.key.clone()).collect();
     assert_eq!(keys, vec![b"a".to_vec(), b"c".to_vec()]);
-    let scan = |reverse: bool, limit: u32, key_only: bool, start: &[u8], end: &[u8]| kvrpcpb::ScanRequest {
-        context: Some(ctx.clone()),
-        start_key: start.to_vec(),
-        end_key: end.to_vec(),
-        limit,
-        version: now,
-        key_only,
-        reverse,
-        sample_step: 0,
+    let scan = |reverse: bool, limit: u32, key_only: bool, start: &[u8], end: &[u8]| {
+        kvrpcpb::ScanRequest {
+            context: Some(ctx.clone()),
+            start_key: start.to_vec(),
+            end_key: end.to_vec(),
+            limit,
+            version: now,
+            key_only,
+            reverse,
+            sample_step: 0,
+        }
     };
-    let forward = client.kv_scan(scan(false, 10, false, b"", b"")).await.unwrap().into_inner();
-    let got: Vec<(Vec<u8>, Vec<u8>)> = forward.pairs.iter().map(|p| (p.key.clone(), p.value.clone())).collect();
+    let forward = client
+        .kv_scan(scan(false, 10, false, b"", b""))
+        .await
+        .unwrap()
+        .into_inner();
+    let got: Vec<(Vec<u8>, Vec<u8>)> = forward
+        .pairs
+        .iter()
+        .map(|p| (p.key.clone(), p.value.clone()))
+        .collect();
     assert_eq!(
         got,
         vec![
@@ -224,11 +251,22 @@ async fn a_read_at_ts_sees_exactly_the_commits_at_or_below_ts() {
         ],
         "the deleted k and the other Region's z are not listed"
     );
-    let reverse = client.kv_scan(scan(true, 2, true, b"c", b"")).await.unwrap().into_inner();
-    let got: Vec<(Vec<u8>, Vec<u8>)> = reverse.pairs.iter().map(|p| (p.key.clone(), p.value.clone())).collect();
+    let reverse = client
+        .kv_scan(scan(true, 2, true, b"c", b""))
+        .await
+        .unwrap()
+        .into_inner();
+    let got: Vec<(Vec<u8>, Vec<u8>)> = reverse
+        .pairs
+        .iter()
+        .map(|p| (p.key.clone(), p.value.clone()))
+        .collect();
     assert_eq!(got, vec![(b"b".to_vec(), vec![]), (b"a".to_vec(), vec![])]);
     let old = client
-        .kv_scan(kvrpcpb::ScanRequest { version: c1, ..scan(false, 0, false, b"", b"") })
+        .kv_scan(kvrpcpb::ScanRequest {
+            version: c1,
+            ..scan(false, 0, false, b"", b"")
+        })
         .await
         .unwrap()
         .into_inner();
@@ -269,23 +307,55 @@ async fn write_conflict_and_duplicate_insert() {
     let cluster = cluster(&[]).await;
     let early_start = tso(&cluster).await;
     let commit_ts = write(&cluster, b"k", b"v").await;
-    let conflict = prewrite(&cluster, prewrite_req(vec![put(b"k", b"late")], b"k", early_start)).await;
-    let c = conflict.errors[0].conflict.clone().expect("a write conflict");
-    assert_eq!((c.start_ts, c.conflict_commit_ts, c.key), (early_start, commit_ts, b"k".to_vec()));
+    let conflict = prewrite(
+        &cluster,
+        prewrite_req(vec![put(b"k", b"late")], b"k", early_start),
+    )
+    .await;
+    let c = conflict.errors[0]
+        .conflict
+        .clone()
+        .expect("a write conflict");
+    assert_eq!(
+        (c.start_ts, c.conflict_commit_ts, c.key),
+        (early_start, commit_ts, b"k".to_vec())
+    );
 
     let start = tso(&cluster).await;
-    let insert = Mutation { op: Op::Insert as i32, ..put(b"k", b"again") };
-    let dup = prewrite(&cluster, prewrite_req(vec![insert, put(b"j", b"x")], b"j", start)).await;
-    assert_eq!(dup.errors[0].already_exist.clone().unwrap().key, b"k".to_vec());
-    assert!(cluster.locks(b"", b"").is_empty(), "a failed prewrite writes nothing");
-    let check = Mutation { op: Op::CheckNotExists as i32, ..put(b"k", b"") };
+    let insert = Mutation {
+        op: Op::Insert as i32,
+        ..put(b"k", b"again")
+    };
+    let dup = prewrite(
+        &cluster,
+        prewrite_req(vec![insert, put(b"j", b"x")], b"j", start),
+    )
+    .await;
+    assert_eq!(
+        dup.errors[0].already_exist.clone().unwrap().key,
+        b"k".to_vec()
+    );
+    assert!(
+        cluster.locks(b"", b"").is_empty(),
+        "a failed prewrite writes nothing"
+    );
+    let check = Mutation {
+        op: Op::CheckNotExists as i32,
+        ..put(b"k", b"")
+    };
     let dup = prewrite(&cluster, prewrite_req(vec![check], b"k", start)).await;
     assert!(dup.errors[0].already_exist.is_some());
     // Insert of a fresh key works; CheckNotExists on a fresh key locks nothing.
     let fresh = prewrite(
         &cluster,
         prewrite_req(
-            vec![Mutation { op: Op::Insert as i32, ..put(b"n", b"1") }, mutation(Op::CheckNotExists, b"o")],
+            vec![
+                Mutation {
+                    op: Op::Insert as i32,
+                    ..put(b"n", b"1")
+                },
+                mutation(Op::CheckNotExists, b"o"),
+            ],
             b"n",
             start,
         ),
@@ -298,11 +368,21 @@ async fn write_conflict_and_duplicate_insert() {
     // A prewrite meeting another transaction's lock gets the lock.
     let other = tso(&cluster).await;
     let blocked = prewrite(&cluster, prewrite_req(vec![put(b"n", b"2")], b"n", other)).await;
-    assert_eq!(blocked.errors[0].locked.clone().unwrap().lock_version, start);
+    assert_eq!(
+        blocked.errors[0].locked.clone().unwrap().lock_version,
+        start
+    );
     // Resending the same prewrite is harmless.
     let resent = prewrite(
         &cluster,
-        prewrite_req(vec![Mutation { op: Op::Insert as i32, ..put(b"n", b"1") }], b"n", start),
+        prewrite_req(
+            vec![Mutation {
+                op: Op::Insert as i32,
+                ..put(b"n", b"1")
+            }],
+            b"n",
+            start,
+        ),
     )
     .await;
     assert!(resent.errors.is_empty(), "{resent:?}");
@@ -322,19 +402,36 @@ async fn a_lock_blocks_readers_until_it_is_resolved() {
     assert!(p.errors.is_empty());
     let reader = tso(&cluster).await;
     let lock = locked(&get(&cluster, b"s", reader).await.error);
-    assert_eq!((lock.primary_lock.as_slice(), lock.lock_version), (&b"p"[..], start));
+    assert_eq!(
+        (lock.primary_lock.as_slice(), lock.lock_version),
+        (&b"p"[..], start)
+    );
     // A read below the lock's start is not blocked; Lock-type locks never block.
     assert_eq!(get(&cluster, b"s", start - 1).await.value, b"old");
-    assert_eq!(cluster.counters(leader_ctx(&cluster, b"s").0).count("kv_get", Outcome::KeyError), 1);
+    assert_eq!(
+        cluster
+            .counters(leader_ctx(&cluster, b"s").0)
+            .count("kv_get", Outcome::KeyError),
+        1
+    );
 
     // The writer commits its primary; the reader finds it through the
     // primary's status and resolves the secondary.
     let commit_ts = tso(&cluster).await;
-    assert!(commit(&cluster, &[b"p"], start, commit_ts).await.error.is_none());
-    assert!(get(&cluster, b"s", reader + 10).await.error.is_some(), "the secondary is still locked");
+    assert!(commit(&cluster, &[b"p"], start, commit_ts)
+        .await
+        .error
+        .is_none());
+    assert!(
+        get(&cluster, b"s", reader + 10).await.error.is_some(),
+        "the secondary is still locked"
+    );
     let status = check_txn_status(&cluster, &lock.primary_lock, start, |_| {}).await;
     assert_eq!((status.commit_version, status.lock_ttl), (commit_ts, 0));
-    assert!(resolve(&cluster, b"s", start, status.commit_version).await.error.is_none());
+    assert!(resolve(&cluster, b"s", start, status.commit_version)
+        .await
+        .error
+        .is_none());
     let after = tso(&cluster).await;
     assert_eq!(get(&cluster, b"s", after).await.value, b"new");
     assert!(cluster.locks(b"", b"").is_empty());
@@ -345,7 +442,11 @@ async fn a_lock_blocks_readers_until_it_is_resolved() {
 async fn an_expired_lock_is_rolled_back_by_check_txn_status() {
     let cluster = cluster(&[]).await;
     let start = tso(&cluster).await;
-    prewrite(&cluster, prewrite_req(vec![put(b"p", b"v"), put(b"s", b"v")], b"p", start)).await;
+    prewrite(
+        &cluster,
+        prewrite_req(vec![put(b"p", b"v"), put(b"s", b"v")], b"p", start),
+    )
+    .await;
 
     // Alive: the status shows the lock and its TTL.
     let alive = check_txn_status(&cluster, b"p", start, |_| {}).await;
@@ -360,7 +461,15 @@ async fn an_expired_lock_is_rolled_back_by_check_txn_status() {
         current_ts,
     };
     let now = tso(&cluster).await;
-    assert!(c.kv_cleanup(cleanup(now)).await.unwrap().into_inner().error.unwrap().locked.is_some());
+    assert!(c
+        .kv_cleanup(cleanup(now))
+        .await
+        .unwrap()
+        .into_inner()
+        .error
+        .unwrap()
+        .locked
+        .is_some());
 
     // The TSO clock moves past the TTL: no real time passes.
     cluster.advance_tso_clock(Duration::from_millis(3_001));
@@ -369,7 +478,10 @@ async fn an_expired_lock_is_rolled_back_by_check_txn_status() {
     assert_eq!((expired.lock_ttl, expired.commit_version), (0, 0));
     assert!(expired.lock_info.is_none());
     let again = check_txn_status(&cluster, b"p", start, |_| {}).await;
-    assert_eq!((again.action, again.lock_ttl, again.commit_version), (0, 0, 0));
+    assert_eq!(
+        (again.action, again.lock_ttl, again.commit_version),
+        (0, 0, 0)
+    );
     // The writer's commit now fails: rolled back.
     let late = commit(&cluster, &[b"p"], start, tso(&cluster).await).await;
     assert!(late.error.unwrap().retryable.contains("TxnLockNotFound"));
@@ -378,17 +490,29 @@ async fn an_expired_lock_is_rolled_back_by_check_txn_status() {
     assert!(cluster.locks(b"", b"").is_empty());
     assert_eq!(cluster.versions(b"s")[0].kind, "rollback");
     // Cleanup with current_ts 0 of a missing lock leaves a rollback too.
-    assert!(c.kv_cleanup(cleanup(0)).await.unwrap().into_inner().error.is_none());
+    assert!(c
+        .kv_cleanup(cleanup(0))
+        .await
+        .unwrap()
+        .into_inner()
+        .error
+        .is_none());
 
     // A transaction that never wrote its primary: TxnNotFound, or a
     // rollback record when asked to.
     let ghost = tso(&cluster).await;
     let missing = check_txn_status(&cluster, b"g", ghost, |_| {}).await;
-    assert_eq!(missing.error.unwrap().txn_not_found.unwrap().start_ts, ghost);
+    assert_eq!(
+        missing.error.unwrap().txn_not_found.unwrap().start_ts,
+        ghost
+    );
     let rolled = check_txn_status(&cluster, b"g", ghost, |r| r.rollback_if_not_exist = true).await;
     assert_eq!(rolled.action, Action::LockNotExistRollback as i32);
     let late = prewrite(&cluster, prewrite_req(vec![put(b"g", b"v")], b"g", ghost)).await;
-    assert!(late.errors[0].conflict.is_some(), "a rolled-back transaction cannot prewrite");
+    assert!(
+        late.errors[0].conflict.is_some(),
+        "a rolled-back transaction cannot prewrite"
+    );
     cluster.shutdown().await;
 }
 
@@ -420,7 +544,11 @@ async fn a_reader_pushes_min_commit_ts_and_the_commit_below_it_expires() {
 async fn commit_and_rollback_answers() {
     let cluster = cluster(&[]).await;
     let start = tso(&cluster).await;
-    prewrite(&cluster, prewrite_req(vec![put(b"a", b"1"), put(b"b", b"1")], b"a", start)).await;
+    prewrite(
+        &cluster,
+        prewrite_req(vec![put(b"a", b"1"), put(b"b", b"1")], b"a", start),
+    )
+    .await;
     let (mut c, ctx) = client_for(&cluster, b"a").await;
     let rollback = c
         .kv_batch_rollback(kvrpcpb::BatchRollbackRequest {
@@ -436,7 +564,11 @@ async fn commit_and_rollback_answers() {
     assert!(late.error.unwrap().retryable.contains("TxnLockNotFound"));
     // Rolling back a committed transaction is refused.
     let committed_start = tso(&cluster).await;
-    prewrite(&cluster, prewrite_req(vec![put(b"c", b"1")], b"c", committed_start)).await;
+    prewrite(
+        &cluster,
+        prewrite_req(vec![put(b"c", b"1")], b"c", committed_start),
+    )
+    .await;
     let commit_ts = tso(&cluster).await;
     commit(&cluster, &[b"c"], committed_start, commit_ts).await;
     let refused = c
@@ -463,7 +595,12 @@ async fn commit_and_rollback_answers() {
     // A commit ts not above the start ts is refused.
     let bad = commit(&cluster, &[b"c"], committed_start, committed_start).await;
     assert!(bad.error.unwrap().abort.contains("invalid commit ts"));
-    assert_eq!(cluster.counters(leader_ctx(&cluster, b"c").0).count("kv_commit", Outcome::KeyError), 2);
+    assert_eq!(
+        cluster
+            .counters(leader_ctx(&cluster, b"c").0)
+            .count("kv_commit", Outcome::KeyError),
+        2
+    );
     cluster.shutdown().await;
 }
 
@@ -485,9 +622,16 @@ async fn async_commit_status_comes_from_check_secondary_locks() {
     let p = prewrite(&cluster, primary.clone()).await;
     let s = prewrite(&cluster, secondary.clone()).await;
     assert!(p.min_commit_ts > start);
-    assert!(s.min_commit_ts > high_read, "{} <= {high_read}", s.min_commit_ts);
+    assert!(
+        s.min_commit_ts > high_read,
+        "{} <= {high_read}",
+        s.min_commit_ts
+    );
     // A resend answers the same min_commit_ts.
-    assert_eq!(prewrite(&cluster, secondary).await.min_commit_ts, s.min_commit_ts);
+    assert_eq!(
+        prewrite(&cluster, secondary).await.min_commit_ts,
+        s.min_commit_ts
+    );
     let info = cluster.locks(b"a", b"b").remove(0);
     assert!(info.use_async_commit);
     assert_eq!(info.secondaries, secondaries);
@@ -504,14 +648,28 @@ async fn async_commit_status_comes_from_check_secondary_locks() {
         keys: vec![b"s".to_vec()],
         start_version,
     };
-    let all_locked = c.kv_check_secondary_locks(check(start)).await.unwrap().into_inner();
+    let all_locked = c
+        .kv_check_secondary_locks(check(start))
+        .await
+        .unwrap()
+        .into_inner();
     assert_eq!((all_locked.locks.len(), all_locked.commit_ts), (1, 0));
     let commit_ts = p.min_commit_ts.max(s.min_commit_ts);
-    assert!(commit(&cluster, &[b"s"], start, commit_ts).await.error.is_none());
-    let committed = c.kv_check_secondary_locks(check(start)).await.unwrap().into_inner();
+    assert!(commit(&cluster, &[b"s"], start, commit_ts)
+        .await
+        .error
+        .is_none());
+    let committed = c
+        .kv_check_secondary_locks(check(start))
+        .await
+        .unwrap()
+        .into_inner();
     assert_eq!((committed.locks.len(), committed.commit_ts), (0, commit_ts));
     // The resolver commits the primary at that ts.
-    assert!(resolve(&cluster, b"a", start, commit_ts).await.error.is_none());
+    assert!(resolve(&cluster, b"a", start, commit_ts)
+        .await
+        .error
+        .is_none());
     assert_eq!(get(&cluster, b"a", commit_ts).await.value, b"1");
 
     // An orphan: the primary's prewrite names a secondary whose prewrite
@@ -551,7 +709,11 @@ async fn one_pc_commits_in_the_prewrite() {
     assert!(resp.one_pc_commit_ts > start);
     assert!(cluster.locks(b"", b"").is_empty());
     assert_eq!(get(&cluster, b"b", resp.one_pc_commit_ts).await.value, b"2");
-    assert!(get(&cluster, b"b", resp.one_pc_commit_ts - 1).await.not_found);
+    assert!(
+        get(&cluster, b"b", resp.one_pc_commit_ts - 1)
+            .await
+            .not_found
+    );
 
     // With a max_commit_ts below what 1PC needs, TiKV falls back to 2PC:
     // one_pc_commit_ts 0 and ordinary locks.
@@ -578,7 +740,10 @@ async fn pessimistic_lock(
     let (mut c, ctx) = client_for(cluster, keys[0]).await;
     let mut req = kvrpcpb::PessimisticLockRequest {
         context: Some(ctx),
-        mutations: keys.iter().map(|k| mutation(Op::PessimisticLock, k)).collect(),
+        mutations: keys
+            .iter()
+            .map(|k| mutation(Op::PessimisticLock, k))
+            .collect(),
         primary_lock: keys[0].to_vec(),
         start_version: start,
         lock_ttl: 3_000,
@@ -595,7 +760,10 @@ async fn pessimistic_locks_conflict_return_values_and_roll_back() {
     let cluster = cluster(&[]).await;
     write(&cluster, b"x", b"old").await;
     let start = tso(&cluster).await;
-    let locked_resp = pessimistic_lock(&cluster, &[b"x", b"y"], start, start, |r| r.return_values = true).await;
+    let locked_resp = pessimistic_lock(&cluster, &[b"x", b"y"], start, start, |r| {
+        r.return_values = true
+    })
+    .await;
     assert!(locked_resp.errors.is_empty(), "{locked_resp:?}");
     assert_eq!(locked_resp.values, vec![b"old".to_vec(), vec![]]);
     assert_eq!(locked_resp.not_founds, vec![false, true]);
@@ -605,7 +773,10 @@ async fn pessimistic_locks_conflict_return_values_and_roll_back() {
     // Another transaction is answered at once with the lock (no waiting).
     let other = tso(&cluster).await;
     let conflict = pessimistic_lock(&cluster, &[b"y"], other, other, |_| {}).await;
-    assert_eq!(conflict.errors[0].locked.clone().unwrap().lock_version, start);
+    assert_eq!(
+        conflict.errors[0].locked.clone().unwrap().lock_version,
+        start
+    );
     let blocked = prewrite(&cluster, prewrite_req(vec![put(b"x", b"z")], b"x", other)).await;
     assert!(blocked.errors[0].locked.is_some());
 
@@ -615,7 +786,10 @@ async fn pessimistic_locks_conflict_return_values_and_roll_back() {
     req.pessimistic_actions = vec![1, 1];
     assert!(prewrite(&cluster, req).await.errors.is_empty());
     let commit_ts = tso(&cluster).await;
-    assert!(commit(&cluster, &[b"x", b"y"], start, commit_ts).await.error.is_none());
+    assert!(commit(&cluster, &[b"x", b"y"], start, commit_ts)
+        .await
+        .error
+        .is_none());
 
     // A lock at a for_update_ts older than the last commit is a write conflict.
     let stale = tso(&cluster).await;
@@ -638,7 +812,10 @@ async fn pessimistic_locks_conflict_return_values_and_roll_back() {
     })
     .await
     .unwrap();
-    assert!(cluster.locks(b"", b"").is_empty(), "pessimistic rollback removes the locks");
+    assert!(
+        cluster.locks(b"", b"").is_empty(),
+        "pessimistic rollback removes the locks"
+    );
     let t2 = tso(&cluster).await;
     let dup = pessimistic_lock(&cluster, &[b"x"], t2, t2, |r| {
         r.mutations[0].assertion = kvrpcpb::Assertion::NotExist as i32
@@ -661,7 +838,9 @@ async fn pessimistic_locks_conflict_return_values_and_roll_back() {
     req.for_update_ts = t2;
     req.pessimistic_actions = vec![1];
     let missing = prewrite(&cluster, req).await;
-    assert!(missing.errors[0].retryable.contains("PessimisticLockNotFound"));
+    assert!(missing.errors[0]
+        .retryable
+        .contains("PessimisticLockNotFound"));
     cluster.shutdown().await;
 }
 
@@ -677,16 +856,34 @@ async fn a_heartbeat_extends_the_ttl() {
         start_version: start,
         advise_lock_ttl: ttl,
     };
-    assert_eq!(c.kv_txn_heart_beat(beat(10_000)).await.unwrap().into_inner().lock_ttl, 10_000);
+    assert_eq!(
+        c.kv_txn_heart_beat(beat(10_000))
+            .await
+            .unwrap()
+            .into_inner()
+            .lock_ttl,
+        10_000
+    );
     // A smaller advice never shortens it.
-    assert_eq!(c.kv_txn_heart_beat(beat(5)).await.unwrap().into_inner().lock_ttl, 10_000);
+    assert_eq!(
+        c.kv_txn_heart_beat(beat(5))
+            .await
+            .unwrap()
+            .into_inner()
+            .lock_ttl,
+        10_000
+    );
     cluster.advance_tso_clock(Duration::from_millis(5_000));
     let alive = check_txn_status(&cluster, b"p", start, |_| {}).await;
     assert_eq!(alive.lock_ttl, 10_000, "3 s would have expired: {alive:?}");
     cluster.advance_tso_clock(Duration::from_millis(6_000));
     let expired = check_txn_status(&cluster, b"p", start, |_| {}).await;
     assert_eq!(expired.action, Action::TtlExpireRollback as i32);
-    let gone = c.kv_txn_heart_beat(beat(20_000)).await.unwrap().into_inner();
+    let gone = c
+        .kv_txn_heart_beat(beat(20_000))
+        .await
+        .unwrap()
+        .into_inner();
     assert_eq!(gone.error.unwrap().txn_not_found.unwrap().start_ts, start);
     cluster.shutdown().await;
 }
@@ -739,18 +936,29 @@ async fn scan_lock_pages_and_gc_with_the_pd_safe_point() {
     let c2 = write(&cluster, b"g", b"2").await;
     let safe_point = tso(&cluster).await;
     let mut pd = cluster.pd_client(0).await.unwrap();
-    let header = Some(pdpb::RequestHeader { cluster_id: cluster.cluster_id(), sender_id: 0 });
+    let header = Some(pdpb::RequestHeader {
+        cluster_id: cluster.cluster_id(),
+        sender_id: 0,
+    });
     let updated = pd
         .update_gc_safe_point(pdpb::UpdateGcSafePointRequest { header, safe_point })
         .await
         .unwrap()
         .into_inner();
     assert_eq!(updated.new_safe_point, safe_point);
-    c.kv_gc(kvrpcpb::GcRequest { context: Some(ctx.clone()), safe_point }).await.unwrap();
+    c.kv_gc(kvrpcpb::GcRequest {
+        context: Some(ctx.clone()),
+        safe_point,
+    })
+    .await
+    .unwrap();
     let versions = cluster.versions(b"g");
     assert_eq!(versions.len(), 1, "{versions:?}");
     assert_eq!(versions[0].commit_ts, c2);
-    assert!(cluster.versions(b"k3").is_empty(), "rollback records below the safe point go");
+    assert!(
+        cluster.versions(b"k3").is_empty(),
+        "rollback records below the safe point go"
+    );
     assert_eq!(get(&cluster, b"g", safe_point).await.value, b"2");
     cluster.shutdown().await;
 }
@@ -772,7 +980,10 @@ async fn delete_range_and_unsafe_destroy_range() {
         .await
         .unwrap()
         .into_inner();
-    assert!(deleted.error.is_empty() && deleted.region_error.is_none(), "{deleted:?}");
+    assert!(
+        deleted.error.is_empty() && deleted.region_error.is_none(),
+        "{deleted:?}"
+    );
     assert!(cluster.versions(b"b").is_empty());
     assert_eq!(cluster.versions(b"c").len(), 1);
     // A range reaching into the next Region is refused on its encoded end.

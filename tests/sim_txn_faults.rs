@@ -50,11 +50,19 @@ async fn transactional_keys_are_checked_on_their_encoding() {
     let (store, ctx) = ctx_for(&cluster, b"a", None);
     let mut c = cluster.tikv_client(store).await.unwrap();
     let start = cluster.current_ts();
-    let wrong = c.kv_prewrite(prewrite_req(ctx.clone(), b"m", start)).await.unwrap().into_inner();
+    let wrong = c
+        .kv_prewrite(prewrite_req(ctx.clone(), b"m", start))
+        .await
+        .unwrap()
+        .into_inner();
     let e = wrong.region_error.unwrap().key_not_in_region.unwrap();
     assert_eq!((e.key, e.region_id), (b"m".to_vec(), first.id));
     assert_eq!(e.end_key, encode_bytes(b"m"));
-    let ok = c.kv_prewrite(prewrite_req(ctx, b"l\xff\xff", start)).await.unwrap().into_inner();
+    let ok = c
+        .kv_prewrite(prewrite_req(ctx, b"l\xff\xff", start))
+        .await
+        .unwrap()
+        .into_inner();
     assert!(ok.region_error.is_none() && ok.errors.is_empty(), "{ok:?}");
     // A raw put of "m" with the first Region's context is fine.
     let (store, ctx) = ctx_for(&cluster, b"a", None);
@@ -92,7 +100,11 @@ async fn region_errors_come_in_tikv_order_for_transactional_requests() {
     let cluster = cluster().await;
     let region = cluster.region_for_key(&encode_bytes(b"a")).unwrap();
     let leader = cluster.leader_of(region.id).unwrap().store_id;
-    let follower = cluster.store_ids().into_iter().find(|s| *s != leader).unwrap();
+    let follower = cluster
+        .store_ids()
+        .into_iter()
+        .find(|s| *s != leader)
+        .unwrap();
     let get = |ctx: kvrpcpb::Context| kvrpcpb::GetRequest {
         context: Some(ctx),
         key: b"a".to_vec(),
@@ -103,23 +115,46 @@ async fn region_errors_come_in_tikv_order_for_transactional_requests() {
     let (_, fctx) = ctx_for(&cluster, b"a", Some(follower));
     let mut c = cluster.tikv_client(follower).await.unwrap();
     let nl = c.kv_get(get(fctx)).await.unwrap().into_inner();
-    assert_eq!(nl.region_error.unwrap().not_leader.unwrap().leader.unwrap().store_id, leader);
+    assert_eq!(
+        nl.region_error
+            .unwrap()
+            .not_leader
+            .unwrap()
+            .leader
+            .unwrap()
+            .store_id,
+        leader
+    );
 
     // Busy comes before everything else, even before a stale epoch.
     let (_, ctx) = ctx_for(&cluster, b"a", None);
     let mut stale = ctx.clone();
-    stale.region_epoch = Some(tikv_plan::proto::metapb::RegionEpoch { conf_ver: 1, version: 0 });
+    stale.region_epoch = Some(tikv_plan::proto::metapb::RegionEpoch {
+        conf_ver: 1,
+        version: 0,
+    });
     let mut c = cluster.tikv_client(leader).await.unwrap();
     cluster.store_busy(leader, Some(30));
     let busy = c.kv_get(get(stale.clone())).await.unwrap().into_inner();
-    assert_eq!(busy.region_error.unwrap().server_is_busy.unwrap().estimated_wait_ms, 30);
+    assert_eq!(
+        busy.region_error
+            .unwrap()
+            .server_is_busy
+            .unwrap()
+            .estimated_wait_ms,
+        30
+    );
     cluster.store_busy(leader, None);
     let epoch = c.kv_get(get(stale)).await.unwrap().into_inner();
     assert!(epoch.region_error.unwrap().epoch_not_match.is_some());
 
     // A split at an encoded key moves transactional data with it.
     let start = cluster.current_ts();
-    let p = c.kv_prewrite(prewrite_req(ctx.clone(), b"f", start)).await.unwrap().into_inner();
+    let p = c
+        .kv_prewrite(prewrite_req(ctx.clone(), b"f", start))
+        .await
+        .unwrap()
+        .into_inner();
     assert!(p.errors.is_empty());
     cluster.split_region(&encode_bytes(b"c")).unwrap();
     let old_epoch = c
@@ -132,7 +167,16 @@ async fn region_errors_come_in_tikv_order_for_transactional_requests() {
         .await
         .unwrap()
         .into_inner();
-    assert_eq!(old_epoch.region_error.unwrap().epoch_not_match.unwrap().current_regions.len(), 2);
+    assert_eq!(
+        old_epoch
+            .region_error
+            .unwrap()
+            .epoch_not_match
+            .unwrap()
+            .current_regions
+            .len(),
+        2
+    );
     let (store, ctx) = ctx_for(&cluster, b"f", None);
     let committed = cluster
         .tikv_client(store)
@@ -147,7 +191,10 @@ async fn region_errors_come_in_tikv_order_for_transactional_requests() {
         .await
         .unwrap()
         .into_inner();
-    assert!(committed.region_error.is_none() && committed.error.is_none(), "{committed:?}");
+    assert!(
+        committed.region_error.is_none() && committed.error.is_none(),
+        "{committed:?}"
+    );
     assert_eq!(cluster.versions(b"f").len(), 1);
     let counts = cluster.counters(leader);
     assert_eq!(counts.count("kv_get", Outcome::ServerIsBusy), 1);
@@ -162,7 +209,9 @@ async fn a_dropped_commit_response_still_commits() {
     let (store, ctx) = ctx_for(&cluster, b"k", None);
     let mut c = cluster.tikv_client(store).await.unwrap();
     let start = cluster.current_ts();
-    c.kv_prewrite(prewrite_req(ctx.clone(), b"k", start)).await.unwrap();
+    c.kv_prewrite(prewrite_req(ctx.clone(), b"k", start))
+        .await
+        .unwrap();
     cluster.drop_next_response(store, "kv_commit").unwrap();
     let commit = kvrpcpb::CommitRequest {
         context: Some(ctx),
@@ -171,11 +220,17 @@ async fn a_dropped_commit_response_still_commits() {
         commit_version: cluster.current_ts(),
     };
     let lost = c.kv_commit(commit.clone()).await;
-    assert!(lost.is_err(), "the client sees a transport failure: {lost:?}");
+    assert!(
+        lost.is_err(),
+        "the client sees a transport failure: {lost:?}"
+    );
     // The commit was applied: the outcome was undetermined, not failed.
     assert_eq!(cluster.versions(b"k")[0].commit_ts, commit.commit_version);
     assert!(cluster.locks(b"", b"").is_empty());
-    assert_eq!(cluster.counters(store).count("kv_commit", Outcome::Dropped), 1);
+    assert_eq!(
+        cluster.counters(store).count("kv_commit", Outcome::Dropped),
+        1
+    );
     // A resend on a new connection is answered, idempotently.
     let mut c = cluster.tikv_client(store).await.unwrap();
     let again = c.kv_commit(commit).await.unwrap().into_inner();

@@ -159,8 +159,8 @@ pub use cluster::{
     RegionLayout, SimCluster, SimClusterBuilder, SimPeer, DEFAULT_CLUSTER_ID, FIRST_REGION_ID,
     PD_MEMBER_ID_BASE, RAW_METHODS, TXN_METHODS,
 };
-pub use mvcc::MvccVersion;
 pub use counters::{Outcome, StoreCounters};
+pub use mvcc::MvccVersion;
 pub use state::{ColdMode, HangMode};
 
 /// The version string the simulated stores report to PD clients.

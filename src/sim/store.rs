@@ -67,7 +67,11 @@ pub(super) fn first_outside<'a>(
 /// TiKV checks the key its cursor seeks to the same way
 /// (`check_key_in_region_inclusive`), so a scan starting exactly at a
 /// Region's edge is served, empty, rather than refused.
-pub(super) fn scan_start_outside(region: &metapb::Region, start: &[u8], reverse: bool) -> Option<Vec<u8>> {
+pub(super) fn scan_start_outside(
+    region: &metapb::Region,
+    start: &[u8],
+    reverse: bool,
+) -> Option<Vec<u8>> {
     let ok = if reverse && start.is_empty() {
         region.end_key.is_empty()
     } else {

@@ -123,9 +123,7 @@ impl StoreCommand for kvrpcpb::ScanRequest {
     fn apply(&self, region: &mut SimRegion, _: Instant) -> Result<Self::Response, String> {
         let (low, high) =
             encoded_scan_bounds(&region.meta, &self.start_key, &self.end_key, self.reverse);
-        Ok(region
-            .mvcc
-            .scan(self, self.context.as_ref(), &low, &high))
+        Ok(region.mvcc.scan(self, self.context.as_ref(), &low, &high))
     }
 }
 
@@ -194,7 +192,11 @@ fn delete_range_bounds(start: &[u8], end: &[u8]) -> Result<(Vec<u8>, Vec<u8>), S
 }
 
 impl StoreCommand for kvrpcpb::DeleteRangeRequest {
-    command_boilerplate!(kvrpcpb::DeleteRangeResponse, "kv_delete_range", has_error_field);
+    command_boilerplate!(
+        kvrpcpb::DeleteRangeResponse,
+        "kv_delete_range",
+        has_error_field
+    );
     fn key_outside(&self, region: &metapb::Region) -> Option<Vec<u8>> {
         let (start, end) = (encode_bound(&self.start_key), encode_bound(&self.end_key));
         if first_outside(region, [start.as_slice()]).is_some() {
