@@ -838,9 +838,14 @@ async fn pessimistic_locks_conflict_return_values_and_roll_back() {
     req.for_update_ts = t2;
     req.pessimistic_actions = vec![1];
     let missing = prewrite(&cluster, req).await;
-    assert!(missing.errors[0]
-        .retryable
-        .contains("PessimisticLockNotFound"));
+    assert!(missing.errors[0].abort.contains("PessimisticLockNotFound"));
+    // A key locked by another transaction is no pessimistic lock of ours.
+    let other = tso(&cluster).await;
+    let mut req = prewrite_req(vec![put(b"x", b"v")], b"x", other);
+    req.for_update_ts = other;
+    req.pessimistic_actions = vec![1];
+    let stolen = prewrite(&cluster, req).await;
+    assert!(stolen.errors[0].abort.contains("PessimisticLockNotFound"));
     cluster.shutdown().await;
 }
 

@@ -176,6 +176,12 @@ fn retryable(message: String) -> KeyError {
     }
 }
 
+fn pessimistic_lock_not_found(start_ts: u64, raw: &[u8]) -> KeyError {
+    abort(format!(
+        "PessimisticLockNotFound {{ start_ts: {start_ts}, key: {raw:?} }}: lock the key before prewriting it with DoPessimisticCheck"
+    ))
+}
+
 fn write_conflict(
     start_ts: u64,
     conflict: Write,
@@ -185,6 +191,11 @@ fn write_conflict(
     reason: i32,
 ) -> KeyError {
     KeyError {
+        // TiKV also fills `retryable`, for older clients.
+        retryable: format!(
+            "WriteConflict {{ start_ts: {start_ts}, conflict_start_ts: {}, conflict_commit_ts: {conflict_commit_ts}, key: {raw:?} }}",
+            conflict.start_ts
+        ),
         conflict: Some(kvrpcpb::WriteConflict {
             start_ts,
             conflict_ts: conflict.start_ts,
@@ -328,14 +339,15 @@ impl Mvcc {
         }
     }
 
-    /// The newest write record of another transaction (other transactions'
-    /// rollbacks are no conflict).
+    /// The newest write record of another transaction, of any kind: like
+    /// TiKV, a later transaction's rollback record conflicts too. (This
+    /// transaction's own records are looked at by `txn_record`.)
     fn newest_conflicting_write(&self, key: &[u8], start_ts: u64) -> Option<(u64, Write)> {
         self.writes
             .get(key)?
             .iter()
             .rev()
-            .find(|(_, w)| w.start_ts != start_ts && w.kind != WriteKind::Rollback)
+            .find(|(_, w)| w.start_ts != start_ts)
             .map(|(c, w)| (*c, *w))
     }
 
@@ -568,6 +580,7 @@ impl Mvcc {
         let mut locked = Vec::new();
         let mut planned: Vec<(Vec<u8>, LockKind, Option<Vec<u8>>)> = Vec::new();
         let mut resent_min_commit_ts = 0;
+        let mut check_reads = false;
         for (i, m) in req.mutations.iter().enumerate() {
             let key = encode_bytes(&m.key);
             let action = req.pessimistic_actions.get(i).copied().unwrap_or(0);
@@ -578,6 +591,7 @@ impl Mvcc {
                 Ok(PrewriteStep::Skip(min_commit_ts)) => {
                     resent_min_commit_ts = resent_min_commit_ts.max(min_commit_ts)
                 }
+                Ok(PrewriteStep::CheckedOnly) => check_reads = true,
                 Ok(PrewriteStep::Lock(kind)) => {
                     let value = (kind == LockKind::Put).then(|| m.value.clone());
                     planned.push((key, kind, value));
@@ -586,6 +600,10 @@ impl Mvcc {
         }
         if !locked.is_empty() {
             return fail(locked);
+        }
+        // A CheckNotExists is a read at the start ts (TiKV updates max_ts).
+        if check_reads {
+            self.observe_read_ts(start_ts);
         }
         let mut use_async_commit = req.use_async_commit;
         let mut try_one_pc = req.try_one_pc;
@@ -651,13 +669,21 @@ impl Mvcc {
         min_commit_ts: u64,
     ) -> Lock {
         let is_primary = encode_bytes(&req.primary_lock) == key;
+        // A pessimistic lock being replaced may carry a longer TTL (from
+        // heartbeats) and a pushed min_commit_ts: keep them.
+        let (old_ttl, old_min_commit_ts) = self
+            .locks
+            .get(key)
+            .filter(|l| l.start_ts == req.start_version && l.kind == LockKind::Pessimistic)
+            .map(|l| (l.ttl, l.min_commit_ts))
+            .unwrap_or((0, 0));
         Lock {
             primary: req.primary_lock.clone(),
             start_ts: req.start_version,
-            ttl: req.lock_ttl,
+            ttl: req.lock_ttl.max(old_ttl),
             kind,
             for_update_ts: req.for_update_ts,
-            min_commit_ts,
+            min_commit_ts: min_commit_ts.max(old_min_commit_ts),
             use_async_commit,
             secondaries: if use_async_commit && is_primary {
                 req.secondaries.clone()
@@ -693,7 +719,17 @@ impl Mvcc {
         let mut holds_pessimistic_lock = false;
         if let Some(lock) = self.locks.get(key) {
             if lock.start_ts != start_ts {
+                // The key was to hold this transaction's pessimistic lock.
+                if pessimistic_check {
+                    return Err(pessimistic_lock_not_found(start_ts, &m.key));
+                }
                 return Err(locked_error(lock, &m.key));
+            }
+            if lock.kind == LockKind::Pessimistic && req.for_update_ts == 0 {
+                return Err(abort(format!(
+                    "LockTypeNotMatch {{ start_ts: {start_ts}, key: {:?}, pessimistic: true }}: an optimistic prewrite met this transaction's pessimistic lock",
+                    m.key
+                )));
             }
             if lock.kind != LockKind::Pessimistic {
                 // A resent prewrite: already done.
@@ -707,10 +743,7 @@ impl Mvcc {
         } else if pessimistic_check {
             return match self.txn_record(key, start_ts) {
                 TxnRecord::Committed(_) => Ok(PrewriteStep::Skip(0)),
-                _ => Err(retryable(format!(
-                    "PessimisticLockNotFound {{ start_ts: {start_ts}, key: {:?} }}: lock the key before prewriting it",
-                    m.key
-                ))),
+                _ => Err(pessimistic_lock_not_found(start_ts, &m.key)),
             };
         }
         if !holds_pessimistic_lock {
@@ -758,7 +791,7 @@ impl Mvcc {
             });
         }
         if m.op == Op::CheckNotExists as i32 {
-            return Ok(PrewriteStep::Skip(0));
+            return Ok(PrewriteStep::CheckedOnly);
         }
         Ok(PrewriteStep::Lock(kind))
     }
@@ -916,14 +949,23 @@ impl Mvcc {
                 let _ = self.rollback_key(&key, start_ts);
                 return answer(Action::TtlExpireRollback);
             }
+            // A lock with min_commit_ts 0 is never pushed (old clients
+            // could not commit it).
             let caller = req.caller_start_ts;
+            let mut lock = lock;
             if lock.min_commit_ts != 0 && caller != u64::MAX && caller >= lock.min_commit_ts {
-                let mut pushed = lock.clone();
-                pushed.min_commit_ts = caller.saturating_add(1).max(req.current_ts);
-                self.locks.insert(key, pushed.clone());
-                return uncommitted(&pushed, Action::MinCommitTsPushed);
+                lock.min_commit_ts = caller.saturating_add(1).max(req.current_ts);
+                self.locks.insert(key, lock.clone());
             }
-            return uncommitted(&lock, Action::NoAction);
+            // The reader may skip the lock whenever the commit will land
+            // above its ts; a caller at the maximum ts skips it anyway.
+            let pushed = (caller != 0 && lock.min_commit_ts > caller) || caller == u64::MAX;
+            let action = if pushed {
+                Action::MinCommitTsPushed
+            } else {
+                Action::NoAction
+            };
+            return uncommitted(&lock, action);
         }
         match self.txn_record(&key, start_ts) {
             TxnRecord::Committed(commit_version) => kvrpcpb::CheckTxnStatusResponse {
@@ -931,17 +973,17 @@ impl Mvcc {
                 ..Default::default()
             },
             TxnRecord::RolledBack => answer(Action::NoAction),
-            TxnRecord::None if req.resolving_pessimistic_lock => {
-                answer(Action::LockNotExistDoNothing)
-            }
-            TxnRecord::None if req.rollback_if_not_exist => {
-                let _ = self.rollback_key(&key, start_ts);
-                answer(Action::LockNotExistRollback)
-            }
-            TxnRecord::None => kvrpcpb::CheckTxnStatusResponse {
+            TxnRecord::None if !req.rollback_if_not_exist => kvrpcpb::CheckTxnStatusResponse {
                 error: Some(txn_not_found(start_ts, &req.primary_key)),
                 ..Default::default()
             },
+            TxnRecord::None if req.resolving_pessimistic_lock => {
+                answer(Action::LockNotExistDoNothing)
+            }
+            TxnRecord::None => {
+                let _ = self.rollback_key(&key, start_ts);
+                answer(Action::LockNotExistRollback)
+            }
         }
     }
 
@@ -1307,9 +1349,11 @@ impl Mvcc {
 
 /// What a prewrite does on one key.
 enum PrewriteStep {
-    /// Nothing (resent, already committed, or CheckNotExists); carries the
-    /// min_commit_ts of a resent async-commit lock.
+    /// Nothing (resent, or already committed); carries the min_commit_ts
+    /// of a resent async-commit lock.
     Skip(u64),
+    /// CheckNotExists passed: a read at the start ts, nothing written.
+    CheckedOnly,
     Lock(LockKind),
 }
 
@@ -1464,5 +1508,50 @@ mod tests {
         assert_eq!(get(&mut m, b"k", 40).value, b"3");
         assert!(get(&mut m, b"k", 15).not_found);
         assert_eq!(m.versions(&encode_bytes(b"k")).len(), 2);
+    }
+
+    #[test]
+    fn a_later_rollback_record_conflicts_like_tikv() {
+        let mut m = Mvcc::default();
+        // Transaction 20 is rolled back on k before it ever wrote there.
+        let rb = m.batch_rollback(&kvrpcpb::BatchRollbackRequest {
+            start_version: 20,
+            keys: vec![b"k".to_vec()],
+            ..Default::default()
+        });
+        assert!(rb.error.is_none());
+        let late = prewrite(&mut m, vec![put(b"k", b"v")], 15);
+        let c = late.errors[0].conflict.clone().unwrap();
+        assert_eq!((c.conflict_ts, c.conflict_commit_ts), (20, 20));
+        assert!(late.errors[0].retryable.contains("WriteConflict"));
+        assert!(prewrite(&mut m, vec![put(b"k", b"v")], 25)
+            .errors
+            .is_empty());
+    }
+
+    #[test]
+    fn a_missing_primary_is_txn_not_found_unless_rollback_is_asked_for() {
+        let mut m = Mvcc::default();
+        let mut req = kvrpcpb::CheckTxnStatusRequest {
+            primary_key: b"p".to_vec(),
+            lock_ts: 10,
+            caller_start_ts: 30,
+            current_ts: 30,
+            resolving_pessimistic_lock: true,
+            ..Default::default()
+        };
+        assert!(m
+            .check_txn_status(&req)
+            .error
+            .unwrap()
+            .txn_not_found
+            .is_some());
+        req.rollback_if_not_exist = true;
+        let r = m.check_txn_status(&req);
+        assert_eq!(r.action, kvrpcpb::Action::LockNotExistDoNothing as i32);
+        req.resolving_pessimistic_lock = false;
+        let r = m.check_txn_status(&req);
+        assert_eq!(r.action, kvrpcpb::Action::LockNotExistRollback as i32);
+        assert_eq!(m.versions(&encode_bytes(b"p"))[0].kind, "rollback");
     }
 }
