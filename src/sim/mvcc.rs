@@ -815,9 +815,8 @@ impl Mvcc {
             let key = encode_bytes(raw);
             match self.locks.get(&key) {
                 Some(lock) if lock.start_ts == start_ts => {
-                    if lock.kind == LockKind::Pessimistic {
-                        return fail(txn_lock_not_found(start_ts, raw));
-                    }
+                    // A pessimistic lock left behind (its rollback was lost)
+                    // commits as a Lock record, as in TiKV.
                     if commit_ts < lock.min_commit_ts {
                         return fail(KeyError {
                             commit_ts_expired: Some(kvrpcpb::CommitTsExpired {
@@ -1121,7 +1120,21 @@ impl Mvcc {
             errors: vec![e],
             ..Default::default()
         };
-        self.observe_read_ts(for_update_ts);
+        if req.lock_only_if_exists && !req.return_values {
+            return fail(abort(format!(
+                "LockIfExistsFailed {{ start_ts: {start_ts} }}: lock_only_if_exists needs return_values"
+            )));
+        }
+        // Reading values or existence is a read at for_update_ts.
+        let reads = req.return_values
+            || req.check_existence
+            || req
+                .mutations
+                .iter()
+                .any(|m| m.assertion == kvrpcpb::Assertion::NotExist as i32);
+        if reads {
+            self.observe_read_ts(for_update_ts);
+        }
         let mut planned = Vec::new();
         let mut values = Vec::new();
         let mut not_founds = Vec::new();
@@ -1141,7 +1154,7 @@ impl Mvcc {
                 if lock.kind != LockKind::Pessimistic {
                     // Already prewritten by this transaction.
                     return fail(abort(format!(
-                        "key {:?} is already prewritten by transaction {start_ts}",
+                        "LockTypeNotMatch {{ start_ts: {start_ts}, key: {:?}, pessimistic: false }}: the key is already prewritten",
                         m.key
                     )));
                 }
