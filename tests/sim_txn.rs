@@ -594,7 +594,7 @@ async fn commit_and_rollback_answers() {
     assert_eq!(cleanup.commit_version, commit_ts);
     // A commit ts not above the start ts is refused.
     let bad = commit(&cluster, &[b"c"], committed_start, committed_start).await;
-    assert!(bad.error.unwrap().abort.contains("invalid commit ts"));
+    assert!(bad.error.unwrap().abort.contains("InvalidTxnTso"));
     assert_eq!(
         cluster
             .counters(leader_ctx(&cluster, b"c").0)
@@ -1020,5 +1020,79 @@ async fn delete_range_and_unsafe_destroy_range() {
     assert!(cluster.versions(b"c").is_empty() && cluster.versions(b"x").is_empty());
     assert_eq!(cluster.versions(b"y").len(), 1);
     assert_eq!(cluster.versions(b"a").len(), 1);
+    cluster.shutdown().await;
+}
+
+#[tokio::test]
+async fn resolve_lock_by_txn_infos_and_by_keys() {
+    let cluster = cluster(&[]).await;
+    let a = tso(&cluster).await;
+    prewrite(
+        &cluster,
+        prewrite_req(vec![put(b"a1", b"A"), put(b"a2", b"A")], b"a1", a),
+    )
+    .await;
+    let b = tso(&cluster).await;
+    prewrite(&cluster, prewrite_req(vec![put(b"b1", b"B")], b"b1", b)).await;
+    let c = tso(&cluster).await;
+    prewrite(
+        &cluster,
+        prewrite_req(vec![put(b"c1", b"C"), put(b"c2", b"C")], b"c1", c),
+    )
+    .await;
+    let a_commit = tso(&cluster).await;
+    let (mut client, ctx) = client_for(&cluster, b"a1").await;
+    // One request resolves two transactions: A committed, B rolled back.
+    let both = client
+        .kv_resolve_lock(kvrpcpb::ResolveLockRequest {
+            context: Some(ctx.clone()),
+            txn_infos: vec![
+                kvrpcpb::TxnInfo {
+                    txn: a,
+                    status: a_commit,
+                },
+                kvrpcpb::TxnInfo { txn: b, status: 0 },
+            ],
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(both.error.is_none(), "{both:?}");
+    let now = tso(&cluster).await;
+    assert_eq!(get(&cluster, b"a2", now).await.value, b"A");
+    assert!(get(&cluster, b"b1", now).await.not_found);
+    assert_eq!(cluster.versions(b"b1")[0].kind, "rollback");
+    // C is untouched, then resolved key by key (ResolveLockLite).
+    let remaining: Vec<Vec<u8>> = cluster.locks(b"", b"").into_iter().map(|l| l.key).collect();
+    assert_eq!(remaining, vec![b"c1".to_vec(), b"c2".to_vec()]);
+    let c_commit = tso(&cluster).await;
+    let lite = client
+        .kv_resolve_lock(kvrpcpb::ResolveLockRequest {
+            context: Some(ctx.clone()),
+            start_version: c,
+            commit_version: c_commit,
+            keys: vec![b"c2".to_vec()],
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(lite.error.is_none());
+    assert_eq!(cluster.locks(b"", b"").len(), 1, "only c2 was resolved");
+    assert_eq!(cluster.versions(b"c2")[0].commit_ts, c_commit);
+    // Committing a key of a transaction that never locked it fails.
+    let ghost = client
+        .kv_resolve_lock(kvrpcpb::ResolveLockRequest {
+            context: Some(ctx),
+            start_version: c,
+            commit_version: c_commit,
+            keys: vec![b"zz".to_vec()],
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(ghost.error.unwrap().retryable.contains("TxnLockNotFound"));
     cluster.shutdown().await;
 }

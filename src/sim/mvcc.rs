@@ -801,41 +801,18 @@ impl Mvcc {
     /// lock's min_commit_ts.
     pub(crate) fn commit(&mut self, req: &kvrpcpb::CommitRequest) -> kvrpcpb::CommitResponse {
         let (start_ts, commit_ts) = (req.start_version, req.commit_version);
-        let fail = |e| kvrpcpb::CommitResponse {
-            error: Some(e),
-            ..Default::default()
-        };
-        if commit_ts <= start_ts {
-            return fail(abort(format!(
-                "invalid commit ts {commit_ts}: it must be greater than the start ts {start_ts}"
-            )));
-        }
         let mut planned = Vec::new();
         for raw in &req.keys {
             let key = encode_bytes(raw);
-            match self.locks.get(&key) {
-                Some(lock) if lock.start_ts == start_ts => {
-                    // A pessimistic lock left behind (its rollback was lost)
-                    // commits as a Lock record, as in TiKV.
-                    if commit_ts < lock.min_commit_ts {
-                        return fail(KeyError {
-                            commit_ts_expired: Some(kvrpcpb::CommitTsExpired {
-                                start_ts,
-                                attempted_commit_ts: commit_ts,
-                                key: raw.clone(),
-                                min_commit_ts: lock.min_commit_ts,
-                            }),
-                            ..Default::default()
-                        });
+            match self.check_commit_key(&key, raw, start_ts, commit_ts) {
+                Ok(Some(lock)) => planned.push((key, lock)),
+                Ok(None) => {}
+                Err(e) => {
+                    return kvrpcpb::CommitResponse {
+                        error: Some(e),
+                        ..Default::default()
                     }
-                    planned.push((key, lock.clone()));
                 }
-                _ => match self.txn_record(&key, start_ts) {
-                    TxnRecord::Committed(_) => {}
-                    TxnRecord::RolledBack | TxnRecord::None => {
-                        return fail(txn_lock_not_found(start_ts, raw))
-                    }
-                },
             }
         }
         for (key, lock) in planned {
@@ -844,6 +821,44 @@ impl Mvcc {
         kvrpcpb::CommitResponse {
             commit_version: commit_ts,
             ..Default::default()
+        }
+    }
+
+    /// Whether `start_ts` can commit `key` at `commit_ts`: its lock to
+    /// commit, None when it is already committed, or the key error.
+    fn check_commit_key(
+        &self,
+        key: &[u8],
+        raw: &[u8],
+        start_ts: u64,
+        commit_ts: u64,
+    ) -> Result<Option<Lock>, KeyError> {
+        if commit_ts <= start_ts {
+            return Err(abort(format!(
+                "InvalidTxnTso {{ start_ts: {start_ts}, commit_ts: {commit_ts} }}: the commit ts must be greater than the start ts"
+            )));
+        }
+        match self.locks.get(key) {
+            Some(lock) if lock.start_ts == start_ts => {
+                // A pessimistic lock left behind (its rollback was lost)
+                // commits as a Lock record, as in TiKV.
+                if commit_ts < lock.min_commit_ts {
+                    return Err(KeyError {
+                        commit_ts_expired: Some(kvrpcpb::CommitTsExpired {
+                            start_ts,
+                            attempted_commit_ts: commit_ts,
+                            key: raw.to_vec(),
+                            min_commit_ts: lock.min_commit_ts,
+                        }),
+                        ..Default::default()
+                    });
+                }
+                Ok(Some(lock.clone()))
+            }
+            _ => match self.txn_record(key, start_ts) {
+                TxnRecord::Committed(_) => Ok(None),
+                TxnRecord::RolledBack | TxnRecord::None => Err(txn_lock_not_found(start_ts, raw)),
+            },
         }
     }
 
@@ -994,8 +1009,10 @@ impl Mvcc {
         req: &kvrpcpb::CheckSecondaryLocksRequest,
     ) -> kvrpcpb::CheckSecondaryLocksResponse {
         let start_ts = req.start_version;
+        // Like TiKV: a commit may not overwrite the protected rollback
+        // written here, so later commits go above start_ts.
+        self.observe_read_ts(start_ts);
         let mut locks = Vec::new();
-        let mut commit_ts = 0;
         for raw in &req.keys {
             let key = encode_bytes(raw);
             let status = match self.locks.get(&key).filter(|l| l.start_ts == start_ts) {
@@ -1016,25 +1033,27 @@ impl Mvcc {
             };
             match status {
                 SecondaryStatus::Locked(info) => locks.push(info),
-                SecondaryStatus::Committed(ts) => commit_ts = ts,
+                SecondaryStatus::Committed(commit_ts) => {
+                    return kvrpcpb::CheckSecondaryLocksResponse {
+                        commit_ts,
+                        ..Default::default()
+                    };
+                }
                 SecondaryStatus::RolledBack => {
                     return kvrpcpb::CheckSecondaryLocksResponse::default();
                 }
             }
         }
-        if commit_ts != 0 {
-            locks.clear();
-        }
         kvrpcpb::CheckSecondaryLocksResponse {
             locks,
-            commit_ts,
             ..Default::default()
         }
     }
 
     /// `KvResolveLock`: commits (commit ts > 0) or rolls back (0) the locks
-    /// of the given transactions, on the given keys or on the whole Region
-    /// (`region_keys` are the encoded bounds of the Region).
+    /// of the given transactions, on the given keys (ResolveLockLite, one
+    /// transaction) or on every lock of the Region. Applied key by key, as
+    /// TiKV does; the first error stops it.
     pub(crate) fn resolve_lock(
         &mut self,
         req: &kvrpcpb::ResolveLockRequest,
@@ -1056,48 +1075,29 @@ impl Mvcc {
         } else {
             req.keys.iter().map(|k| encode_bytes(k)).collect()
         };
+        let lite = !req.keys.is_empty();
         for key in keys {
-            let lock = self
+            let raw = raw_key(&key);
+            // Region-wide, each lock names its transaction; a named key
+            // (ResolveLockLite) belongs to `start_version`.
+            let lock_ts = self
                 .locks
                 .get(&key)
-                .filter(|l| txns.contains_key(&l.start_ts))
-                .cloned();
-            let result = match lock {
-                Some(lock) => {
-                    let commit_ts = txns.get(&lock.start_ts).copied().unwrap_or(0);
-                    if commit_ts == 0 {
-                        self.rollback_key(&key, lock.start_ts)
-                    } else if lock.kind == LockKind::Pessimistic {
-                        // A pessimistic lock of a committed transaction was
-                        // never prewritten: it just goes.
-                        self.locks.remove(&key);
-                        Ok(())
-                    } else if commit_ts < lock.min_commit_ts {
-                        Err(KeyError {
-                            commit_ts_expired: Some(kvrpcpb::CommitTsExpired {
-                                start_ts: lock.start_ts,
-                                attempted_commit_ts: commit_ts,
-                                key: raw_key(&key),
-                                min_commit_ts: lock.min_commit_ts,
-                            }),
-                            ..Default::default()
-                        })
-                    } else {
-                        self.commit_lock(&key, &lock, commit_ts);
-                        Ok(())
-                    }
-                }
-                // Named keys without a lock: a rollback leaves its record.
-                None if !req.keys.is_empty()
-                    && req.txn_infos.is_empty()
-                    && req.commit_version == 0 =>
-                {
-                    match self.txn_record(&key, req.start_version) {
-                        TxnRecord::Committed(_) => Ok(()),
-                        _ => self.rollback_key(&key, req.start_version),
-                    }
-                }
-                None => Ok(()),
+                .map(|l| l.start_ts)
+                .filter(|ts| txns.contains_key(ts));
+            let Some(start_ts) = lock_ts.or(lite.then_some(req.start_version)) else {
+                continue;
+            };
+            let commit_ts = txns.get(&start_ts).copied().unwrap_or(0);
+            let result = if commit_ts == 0 {
+                self.rollback_key(&key, start_ts)
+            } else {
+                self.check_commit_key(&key, &raw, start_ts, commit_ts)
+                    .map(|lock| {
+                        if let Some(lock) = lock {
+                            self.commit_lock(&key, &lock, commit_ts);
+                        }
+                    })
             };
             if let Err(e) = result {
                 return kvrpcpb::ResolveLockResponse {
