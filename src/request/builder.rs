@@ -60,6 +60,7 @@ pub struct PlanBuilder<PdC: PdClient, P: Plan> {
     max_concurrency: Option<usize>,
     request_timeout: Option<std::time::Duration>,
     request_deadline: Option<std::time::Duration>,
+    commit_point: bool,
 }
 
 impl<PdC: PdClient, Req: KvRequest> PlanBuilder<PdC, Dispatch<Req>> {
@@ -78,6 +79,7 @@ impl<PdC: PdClient, Req: KvRequest> PlanBuilder<PdC, Dispatch<Req>> {
             max_concurrency: None,
             request_timeout: None,
             request_deadline: None,
+            commit_point: false,
         }
     }
 }
@@ -96,6 +98,7 @@ impl<PdC: PdClient, P: Plan> PlanBuilder<PdC, P> {
             max_concurrency: self.max_concurrency,
             request_timeout: self.request_timeout,
             request_deadline: self.request_deadline,
+            commit_point: self.commit_point,
         }
     }
 
@@ -163,6 +166,18 @@ impl<PdC: PdClient, P: Plan> PlanBuilder<PdC, P> {
         self
     }
 
+    /// Marks the request as a transaction's commit point (the primary's
+    /// commit; a prewrite under async commit or 1PC): it may be re-sent, as
+    /// TiKV answers it idempotently, but once an attempt may have reached a
+    /// store without an answer, a final failure is
+    /// [`Error::Undetermined`](crate::Error::Undetermined) instead of a plain
+    /// error that would invite a blind retry (txn.md, "Undetermined, done
+    /// right"). A definite answer (success or a key error) clears it.
+    pub fn commit_point(mut self) -> Self {
+        self.commit_point = true;
+        self
+    }
+
     /// Keeps the shard each response answers.
     pub fn preserve_shard(self) -> PlanBuilder<PdC, PreserveShard<P>>
     where
@@ -198,6 +213,7 @@ impl<PdC: PdClient, P: Plan> PlanBuilder<PdC, P> {
         let request_deadline = self
             .request_deadline
             .or_else(|| self.routing.as_ref().map(|r| r.request_deadline()));
+        let commit_point = self.commit_point;
         self.map_plan(|inner| RetryableMultiRegion {
             inner,
             pd_client,
@@ -209,6 +225,7 @@ impl<PdC: PdClient, P: Plan> PlanBuilder<PdC, P> {
             max_concurrency,
             request_timeout,
             request_deadline,
+            commit_point,
         })
     }
 

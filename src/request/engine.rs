@@ -74,6 +74,11 @@ pub(crate) struct EnginePolicy {
     /// The `ServerIsBusy(0)` suspicion lives in the client-wide routing
     /// state ([`Next::ReportBusy`]) instead of the shard.
     pub(crate) shared_busy_probe: bool,
+    /// A commit point (txn.md, "Undetermined, done right"): the request may
+    /// be re-sent (it is idempotent at the store), but once an attempt may
+    /// have been delivered without an answer, a final failure is
+    /// undetermined, never a plain error.
+    pub(crate) commit_point: bool,
 }
 
 /// The request's overall deadline: when it ends, and the configured length
@@ -253,6 +258,9 @@ pub(crate) struct ShardMachine<'r> {
     round: CandidateRound,
     /// The candidate being mapped or dispatched.
     current: Option<metapb::Peer>,
+    /// An attempt may have reached a store without an answer coming back
+    /// (for commit points): `(region, store, what interrupted it)`.
+    maybe_delivered: Option<(u64, StoreId)>,
     /// The server's minimum delay and the Region error that asked for a
     /// backoff, kept while a busy verdict or another request's probe is
     /// awaited.
@@ -283,6 +291,7 @@ impl<'r> ShardMachine<'r> {
             probe: None,
             round: CandidateRound::new(CandidateOrder::LeaderFirst),
             current: None,
+            maybe_delivered: None,
             pending_backoff: None,
             phase: Phase::Idle,
             effects: Effects::new(),
@@ -305,6 +314,7 @@ impl<'r> ShardMachine<'r> {
             probe: None,
             round: CandidateRound::new(CandidateOrder::LeaderFirst),
             current: None,
+            maybe_delivered: self.maybe_delivered,
             pending_backoff: None,
             phase: Phase::Idle,
             effects: Effects::new(),
@@ -378,6 +388,21 @@ impl<'r> ShardMachine<'r> {
     }
 
     fn done(&mut self, result: Result<(), Error>) -> Next {
+        // A commit point that may have been applied by an earlier attempt
+        // has no definite failure: the outcome is unknown.
+        let result = match (result, self.maybe_delivered) {
+            (Err(cause), Some((region_id, store_id)))
+                if self.policy.commit_point && !cause.is_undetermined() =>
+            {
+                Err(Error::Undetermined {
+                    region_id,
+                    store_id,
+                    request: String::new(),
+                    cause: Box::new(cause),
+                })
+            }
+            (result, _) => result,
+        };
         if matches!(&result, Err(e) if e.is_undetermined()) {
             self.effects.push(Effect::Count(Counter::Undetermined));
         }
@@ -507,6 +532,10 @@ impl<'r> ShardMachine<'r> {
             }
             DispatchFailure::Fatal => {}
         }
+        if failure.may_have_been_sent() && failure != DispatchFailure::Fatal {
+            self.maybe_delivered
+                .get_or_insert((self.region.id(), store_id));
+        }
         let step = self.round.on_dispatch_failed(
             &self.region,
             error,
@@ -586,6 +615,10 @@ impl<'r> ShardMachine<'r> {
                 let store_id = self.current_store();
                 self.current = None;
                 self.finish_probe(ProbeOutcome::Inconclusive);
+                if action.undetermined {
+                    self.maybe_delivered
+                        .get_or_insert((self.region.id(), store_id));
+                }
                 if action.undetermined && self.policy.terminal_on_dispatch_error {
                     // The store itself cannot tell whether the write was
                     // applied: never re-sent.

@@ -570,6 +570,53 @@ fn an_undetermined_result_ends_a_write_and_retries_a_read() {
 }
 
 #[test]
+fn a_commit_point_is_resent_but_a_final_failure_after_possible_delivery_is_undetermined() {
+    let scope = RequestScope::default();
+    let commit = EnginePolicy {
+        commit_point: true,
+        ..policy()
+    };
+    // The leader's answer is lost; the voters are re-asked (idempotent),
+    // and all say NotLeader until the budget runs out: undetermined.
+    let mut run = Run::new(region3(Some(11)), commit, &scope);
+    run.start();
+    assert_eq!(mapped_peer(&run.fail(transport())), Some(12), "re-sent");
+    assert_eq!(mapped_peer(&run.answer(Some(not_leader(None)))), Some(13));
+    let mut next = run.answer(Some(not_leader(None)));
+    while let Next::Sleep(_) = next {
+        run.step(Event::Slept);
+        match run.step(Event::Resharded(region3(Some(11)))) {
+            Next::CheckLeaderStore(_) => {
+                run.step(Event::LeaderStore { unreachable: false });
+            }
+            other => panic!("{other:?}"),
+        }
+        for _ in 0..2 {
+            run.answer(Some(not_leader(None)));
+        }
+        next = run.answer(Some(not_leader(None)));
+    }
+    match next {
+        Next::Done(Err(Error::Undetermined {
+            store_id, cause, ..
+        })) => {
+            assert_eq!(store_id, 1, "the store that may have applied it");
+            assert!(matches!(*cause, Error::RetriesExhausted { .. }));
+        }
+        other => panic!("{other:?}"),
+    }
+    // A definite answer after a lost one is the outcome.
+    let mut run = Run::new(region3(Some(11)), commit, &scope);
+    run.start();
+    run.fail(transport());
+    assert!(matches!(run.answer(None), Next::Done(Ok(()))));
+    // Without a possible delivery a failure stays what it is.
+    let mut run = Run::new(region3(Some(11)), commit, &scope);
+    run.start();
+    assert!(matches!(run.fail(fatal()), Next::Done(Err(Error::Grpc(_)))));
+}
+
+#[test]
 fn a_hint_outside_the_region_reloads_it_after_a_successful_round() {
     let scope = RequestScope::default();
     let mut run = Run::new(region3(Some(11)), policy(), &scope);
@@ -863,13 +910,12 @@ struct Scenario {
     coins: Vec<u8>,
     shards: usize,
     deadline_ms: Option<u64>,
+    commit_point: bool,
 }
 
 fn scenario() -> impl Strategy<Value = Scenario> {
     (
-        region(),
-        any::<bool>(),
-        any::<bool>(),
+        (region(), any::<bool>(), any::<bool>(), any::<bool>()),
         0u32..6,
         proptest::collection::vec(answer(), 0..48),
         proptest::collection::vec(any::<u8>(), 0..64),
@@ -877,15 +923,25 @@ fn scenario() -> impl Strategy<Value = Scenario> {
         proptest::option::of(1u64..400),
     )
         .prop_map(
-            |(region, terminal, shared, attempts, answers, coins, shards, deadline_ms)| Scenario {
-                region,
-                terminal_on_dispatch_error: terminal,
-                shared_busy_probe: shared,
+            |(
+                (region, terminal, shared, commit_point),
                 attempts,
                 answers,
                 coins,
                 shards,
                 deadline_ms,
+            )| {
+                Scenario {
+                    region,
+                    terminal_on_dispatch_error: terminal,
+                    shared_busy_probe: shared,
+                    attempts,
+                    answers,
+                    coins,
+                    shards,
+                    deadline_ms,
+                    commit_point,
+                }
             },
         )
 }
@@ -951,6 +1007,8 @@ struct ShardRun<'r> {
     expect_first: Option<bool>,
     probing: bool,
     may_have_been_sent: bool,
+    /// An attempt may have been delivered (whatever the plan's flags).
+    maybe_delivered: bool,
     current: Option<metapb::Peer>,
     current_is_leader: bool,
     /// This round: who was targeted, and what each answer meant (only
@@ -1016,6 +1074,7 @@ impl World<'_> {
             expect_first: None,
             probing: false,
             may_have_been_sent: false,
+            maybe_delivered: false,
             current: None,
             current_is_leader: false,
             targeted: Vec::new(),
@@ -1175,8 +1234,9 @@ impl World<'_> {
                         } else {
                             r.round_ran_out = false;
                         }
-                        if e.undetermined_result.is_some() && terminal {
-                            r.may_have_been_sent = true;
+                        if e.undetermined_result.is_some() {
+                            r.maybe_delivered = true;
+                            r.may_have_been_sent |= terminal;
                         }
                         Event::Answered {
                             region_error: Some(Box::new(e)),
@@ -1188,6 +1248,7 @@ impl World<'_> {
                     }
                     Answer::Transport | Answer::Unknown | Answer::Cancelled => {
                         r.may_have_been_sent = terminal;
+                        r.maybe_delivered = true;
                         r.round.push((is_leader, Seen::Routing));
                         failed(match self.next_answer_kind_status() {
                             0 => transport(),
@@ -1197,12 +1258,14 @@ impl World<'_> {
                     }
                     Answer::ClientTimeout => {
                         r.may_have_been_sent = terminal;
+                        r.maybe_delivered = true;
                         r.round.push((is_leader, Seen::Timeout));
                         r.now += bound.map_or(RPC_TIMEOUT, |b| b.min(RPC_TIMEOUT));
                         failed(client_timeout())
                     }
                     Answer::Deadline => {
                         r.may_have_been_sent = terminal;
+                        r.maybe_delivered = true;
                         r.round.push((is_leader, Seen::Timeout));
                         r.now += Duration::from_millis(1);
                         failed(Error::from(tonic::Status::deadline_exceeded("slow")))
@@ -1284,6 +1347,13 @@ impl World<'_> {
                     // The accepting peer is the cached leader now.
                     prop_assert_eq!(r.region.leader.map(|l| l.id), r.current.map(|p| p.id));
                 }
+                if s.commit_point && r.maybe_delivered && result.is_err() {
+                    let e = result.as_ref().err();
+                    prop_assert!(
+                        e.is_some_and(|e| e.is_undetermined()),
+                        "a commit point that may have been applied fails undetermined: {result:?}"
+                    );
+                }
                 if r.may_have_been_sent {
                     let e = result.as_ref().err();
                     prop_assert!(
@@ -1337,6 +1407,7 @@ fn check_scenario(s: &Scenario) -> Result<(), TestCaseError> {
     let policy = EnginePolicy {
         terminal_on_dispatch_error: s.terminal_on_dispatch_error,
         shared_busy_probe: s.shared_busy_probe,
+        commit_point: s.commit_point,
     };
     let mut runs: Vec<ShardRun<'_>> = (0..s.shards)
         .map(|_| {
@@ -1385,6 +1456,7 @@ fn regression_a_leader_hint_naming_a_learner_is_never_cached() {
         coins: vec![],
         shards: 1,
         deadline_ms: None,
+        commit_point: false,
     };
     check_scenario(&s).unwrap();
 }

@@ -53,6 +53,10 @@ pub struct RetryableMultiRegion<P: Plan + Shardable, PdC: PdClient> {
     /// The overall deadline of the request (rounds, sleeps and waits
     /// together); `None` for none.
     pub request_deadline: Option<std::time::Duration>,
+    /// A commit point: re-sent like an idempotent request, but a final
+    /// failure after an attempt that may have been delivered is
+    /// undetermined (txn.md, "Undetermined, done right").
+    pub commit_point: bool,
 }
 
 impl<P: Plan + Shardable, PdC: PdClient> Clone for RetryableMultiRegion<P, PdC> {
@@ -68,6 +72,7 @@ impl<P: Plan + Shardable, PdC: PdClient> Clone for RetryableMultiRegion<P, PdC> 
             max_concurrency: self.max_concurrency,
             request_timeout: self.request_timeout,
             request_deadline: self.request_deadline,
+            commit_point: self.commit_point,
         }
     }
 }
@@ -103,6 +108,7 @@ where
         EnginePolicy {
             terminal_on_dispatch_error: self.terminal_on_dispatch_error,
             shared_busy_probe: self.routing.as_ref().is_some_and(|r| r.shares_busy_probe()),
+            commit_point: self.commit_point,
         }
     }
 
