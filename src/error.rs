@@ -159,6 +159,44 @@ pub enum Error {
     /// Several errors, one per shard, in shard order.
     #[error("{} requests failed; first: {}", .0.len(), .0.first().map(|e| e.to_string()).unwrap_or_default())]
     Multiple(Vec<Error>),
+    /// A transaction's commit point (the primary's commit; a prewrite under
+    /// async commit or 1PC) may have reached a store without an answer, and
+    /// no later attempt got a definite one: the transaction may be committed
+    /// or not (txn.md, "Undetermined, done right"). client-rust's name.
+    #[error("whether the transaction committed is unknown: {0}; read its keys in a new transaction before retrying it")]
+    UndeterminedError(Box<Error>),
+    /// `insert` of a key the transaction already wrote, or that exists.
+    #[error("the key to insert already exists; use put to overwrite it")]
+    DuplicateKeyInsertion,
+    /// The transaction was used after `commit` or `rollback` was called.
+    #[error("the transaction was already committed or rolled back (or a commit was attempted); begin a new transaction")]
+    OperationAfterCommitError,
+    /// An operation that needs another kind of transaction (a pessimistic
+    /// one, or a writable one).
+    #[error("this operation is not allowed for this kind of transaction (read-only, optimistic or pessimistic); check TransactionOptions")]
+    InvalidTransactionType,
+    /// An operation needs a primary key, but the transaction wrote nothing.
+    #[error("the transaction has no primary key: it has no mutations or locks yet")]
+    NoPrimaryKey,
+    /// A 1PC commit could not be completed, and TiKV did not fall back to
+    /// two-phase commit.
+    #[error("the one-phase commit failed; commit without try_one_pc")]
+    OnePcFailure,
+    /// Locks that could not be resolved before the request deadline.
+    #[error("{} lock(s) could not be resolved in time (first on key {:?}); the transactions holding them are still alive, retry later", .0.len(), .0.first().map(|l| crate::Key::from(l.key.clone())))]
+    ResolveLockError(Vec<kvrpcpb::LockInfo>),
+    /// Acquiring pessimistic locks failed; `success_keys` were locked and
+    /// have been released again.
+    #[error("pessimistic locking failed: {inner}")]
+    PessimisticLockError {
+        /// Why.
+        inner: Box<Error>,
+        /// The keys whose locks were acquired before the failure.
+        success_keys: Vec<Vec<u8>>,
+    },
+    /// TiKV found no lock or record of the transaction.
+    #[error("transaction {} (primary {:?}) was not found: it was rolled back or never prewrote", .0.start_ts, crate::Key::from(.0.primary_key.clone()))]
+    TxnNotFound(kvrpcpb::TxnNotFound),
     /// A bug or a protocol mismatch inside the client; please report it.
     #[error("internal error (please report): {0}")]
     Internal(String),
@@ -181,7 +219,10 @@ impl Error {
 
     /// True for an outcome that may or may not have been applied.
     pub fn is_undetermined(&self) -> bool {
-        matches!(self, Error::Undetermined { .. })
+        matches!(
+            self,
+            Error::Undetermined { .. } | Error::UndeterminedError(_)
+        )
     }
 }
 

@@ -12,11 +12,14 @@
 //!
 //! Layout: [`proto`] (wire protocol), [`region`] (Regions, candidates,
 //! caches), [`pd`] (PD client), [`store`] (store connections), [`request`]
-//! (the plan and routing), [`raw`] (the raw-KV client), `mock`, `sim`.
+//! (the plan and routing), [`raw`] (the raw-KV client), [`transaction`]
+//! (the transactional client), [`codec`] (the transactional key encoding),
+//! `mock`, `sim`.
 
 #![deny(missing_docs)]
 
 pub mod backoff;
+pub mod codec;
 pub mod config;
 mod error;
 mod kv;
@@ -27,6 +30,7 @@ pub mod region;
 pub mod request;
 pub mod security;
 pub mod store;
+pub mod transaction;
 
 #[cfg(feature = "mock")]
 pub mod mock;
@@ -38,3 +42,7 @@ pub use config::{Config, SecurityConfig};
 pub use error::{describe_region_error, Error, Result};
 pub use kv::{BoundRange, ColumnFamily, Key, KvPair, Value};
 pub use raw::RawClient;
+pub use transaction::{
+    CheckLevel, Mutation, RetryOptions, Snapshot, Timestamp, TimestampExt, Transaction,
+    TransactionClient, TransactionOptions,
+};

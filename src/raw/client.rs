@@ -72,7 +72,7 @@ impl<PdC: PdClient> std::fmt::Debug for RawClient<PdC> {
 
 /// Checks PD endpoints before any connection: at least one, each
 /// `host:port` (optionally with an `http://` or `https://` scheme).
-fn validate_pd_endpoints(endpoints: &[String]) -> Result<()> {
+pub(crate) fn validate_pd_endpoints(endpoints: &[String]) -> Result<()> {
     if endpoints.is_empty() {
         return Err(Error::InvalidArgument(
             "no PD endpoint given; pass at least one address such as \"127.0.0.1:2379\"".to_owned(),

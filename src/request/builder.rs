@@ -229,6 +229,30 @@ impl<PdC: PdClient, P: Plan> PlanBuilder<PdC, P> {
         })
     }
 
+    /// Resolves the locks the plan meets and re-runs it, waiting out live
+    /// locks by their TTL within the request deadline (see
+    /// [`ResolveLock`](super::ResolveLock)); `caller_start_ts` is the
+    /// reading transaction's start ts, 0 for writers.
+    pub fn resolve_lock<R: PdClient>(
+        self,
+        resolver: Arc<crate::transaction::LockResolver<R>>,
+        caller_start_ts: u64,
+    ) -> PlanBuilder<PdC, super::ResolveLock<P, R>>
+    where
+        P::Result: crate::transaction::HasLocks,
+    {
+        let deadline = self
+            .request_deadline
+            .or_else(|| self.routing.as_ref().map(|r| r.request_deadline()))
+            .unwrap_or(crate::config::DEFAULT_REQUEST_DEADLINE);
+        self.map_plan(|inner| super::ResolveLock {
+            inner,
+            resolver,
+            caller_start_ts,
+            deadline,
+        })
+    }
+
     /// Merges the shards' results with `merge`.
     pub fn merge<In, M>(self, merge: M) -> PlanBuilder<PdC, MergeResponse<P, In, M>>
     where

@@ -4,7 +4,9 @@
 //! A plan is built with [`PlanBuilder`] from composable stages, in
 //! client-rust's vocabulary: [`Dispatch`] → [`RetryableMultiRegion`] →
 //! [`MergeResponse`] ([`Collect`], [`CollectSingle`], [`CollectError`]) →
-//! [`ProcessResponse`] ([`DefaultProcessor`]) / [`ExtractError`].
+//! [`ProcessResponse`] ([`DefaultProcessor`]) / [`ExtractError`]; transactions
+//! add [`ResolveLock`] (meet a lock, resolve it, re-run) and
+//! [`CollectWithShard`].
 //!
 //! The routing decisions are pure and synchronous:
 //! [`classify_grpc_error`] (what a failed RPC means), [`decide_region_error`]
@@ -81,6 +83,7 @@ mod classify;
 mod engine;
 mod plan;
 mod region_error;
+mod resolve_lock;
 mod retry;
 mod round;
 mod routing_state;
@@ -95,6 +98,7 @@ pub use plan::{
     MergeResponse, Plan, PreserveShard, Process, ProcessResponse, ResponseWithShard,
 };
 pub use region_error::{decide_region_error, RegionErrorAction, RegionErrorStep, MAX_BUSY_BACKOFF};
+pub use resolve_lock::{CollectWithShard, ResolveLock};
 pub use retry::RetryableMultiRegion;
 pub use routing_state::{RoutingState, RoutingStats};
 pub(crate) use traits::{pair_key_errors, string_key_error, strongest_shard_error};

@@ -1,5 +1,5 @@
 //! The type-erased request a [`KvClient`](super::KvClient) sends, implemented
-//! for every raw request of the wire protocol.
+//! for every raw and transactional request of the wire protocol.
 
 use std::any::Any;
 use std::time::Duration;
@@ -131,4 +131,80 @@ impl_request!(
     kvrpcpb::RawGetKeyTtlResponse,
     raw_get_key_ttl,
     "raw_get_key_ttl"
+);
+
+// The transactional requests (txn.md; wire.md for their fields).
+impl_request!(kvrpcpb::GetRequest, kvrpcpb::GetResponse, kv_get, "kv_get");
+impl_request!(
+    kvrpcpb::BatchGetRequest,
+    kvrpcpb::BatchGetResponse,
+    kv_batch_get,
+    "kv_batch_get"
+);
+impl_request!(kvrpcpb::ScanRequest, kvrpcpb::ScanResponse, kv_scan, "kv_scan");
+impl_request!(
+    kvrpcpb::PrewriteRequest,
+    kvrpcpb::PrewriteResponse,
+    kv_prewrite,
+    "kv_prewrite"
+);
+impl_request!(
+    kvrpcpb::CommitRequest,
+    kvrpcpb::CommitResponse,
+    kv_commit,
+    "kv_commit"
+);
+impl_request!(
+    kvrpcpb::BatchRollbackRequest,
+    kvrpcpb::BatchRollbackResponse,
+    kv_batch_rollback,
+    "kv_batch_rollback"
+);
+impl_request!(
+    kvrpcpb::PessimisticLockRequest,
+    kvrpcpb::PessimisticLockResponse,
+    kv_pessimistic_lock,
+    "kv_pessimistic_lock"
+);
+impl_request!(
+    kvrpcpb::PessimisticRollbackRequest,
+    kvrpcpb::PessimisticRollbackResponse,
+    kv_pessimistic_rollback,
+    "kv_pessimistic_rollback"
+);
+impl_request!(
+    kvrpcpb::TxnHeartBeatRequest,
+    kvrpcpb::TxnHeartBeatResponse,
+    kv_txn_heart_beat,
+    "kv_txn_heart_beat"
+);
+impl_request!(
+    kvrpcpb::CheckTxnStatusRequest,
+    kvrpcpb::CheckTxnStatusResponse,
+    kv_check_txn_status,
+    "kv_check_txn_status"
+);
+impl_request!(
+    kvrpcpb::CheckSecondaryLocksRequest,
+    kvrpcpb::CheckSecondaryLocksResponse,
+    kv_check_secondary_locks,
+    "kv_check_secondary_locks"
+);
+impl_request!(
+    kvrpcpb::ResolveLockRequest,
+    kvrpcpb::ResolveLockResponse,
+    kv_resolve_lock,
+    "kv_resolve_lock"
+);
+impl_request!(
+    kvrpcpb::ScanLockRequest,
+    kvrpcpb::ScanLockResponse,
+    kv_scan_lock,
+    "kv_scan_lock"
+);
+impl_request!(
+    kvrpcpb::UnsafeDestroyRangeRequest,
+    kvrpcpb::UnsafeDestroyRangeResponse,
+    unsafe_destroy_range,
+    "unsafe_destroy_range"
 );

@@ -1,0 +1,118 @@
+//! [`ResolveLock`]: the plan stage that meets other transactions' locks,
+//! resolves them and re-runs the request, waiting out live locks by their
+//! TTL within the request deadline (txn.md, "Behaviour we require").
+//! [`CollectWithShard`] keeps each shard's piece with its response.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use tokio::time::Instant;
+
+use crate::pd::PdClient;
+use crate::transaction::{HasLocks, LockResolver, ResolvePass};
+use crate::{Error, Result};
+
+use super::plan::{collect_in_order, Merge, Plan, ResponseWithShard};
+
+/// The first poll of a live lock; later polls double up to
+/// [`MAX_LOCK_POLL`], and never sleep past the lock's expiry.
+const FIRST_LOCK_POLL: Duration = Duration::from_millis(5);
+/// The longest single sleep while a lock is alive: its holder may commit or
+/// roll back any time, which the next pass sees.
+const MAX_LOCK_POLL: Duration = Duration::from_millis(500);
+
+/// Runs `inner`; while its result carries locks, resolves them and runs it
+/// again. A lock whose transaction is alive is waited for by its TTL, not a
+/// fixed backoff; the whole stage is bounded by `deadline`, after which the
+/// locks still alive are returned as [`Error::ResolveLockError`].
+pub struct ResolveLock<P: Plan, PdC: PdClient> {
+    /// The plan that may meet locks (usually a `RetryableMultiRegion`).
+    pub inner: P,
+    /// Who resolves them.
+    pub resolver: Arc<LockResolver<PdC>>,
+    /// The start ts of the reading transaction (0 for writers: they never
+    /// push another transaction's `min_commit_ts`).
+    pub caller_start_ts: u64,
+    /// The bound on the whole stage.
+    pub deadline: Duration,
+}
+
+impl<P: Plan, PdC: PdClient> Clone for ResolveLock<P, PdC> {
+    fn clone(&self) -> Self {
+        ResolveLock {
+            inner: self.inner.clone(),
+            resolver: Arc::clone(&self.resolver),
+            caller_start_ts: self.caller_start_ts,
+            deadline: self.deadline,
+        }
+    }
+}
+
+impl<T: HasLocks> HasLocks for Result<T> {
+    fn take_locks(&mut self) -> Vec<crate::proto::kvrpcpb::LockInfo> {
+        match self {
+            Ok(t) => t.take_locks(),
+            Err(_) => Vec::new(),
+        }
+    }
+}
+
+impl<R: HasLocks, S> HasLocks for ResponseWithShard<R, S> {
+    fn take_locks(&mut self) -> Vec<crate::proto::kvrpcpb::LockInfo> {
+        self.0.take_locks()
+    }
+}
+
+#[async_trait]
+impl<P: Plan, PdC: PdClient> Plan for ResolveLock<P, PdC>
+where
+    P::Result: HasLocks,
+{
+    type Result = P::Result;
+
+    fn describe(&self) -> String {
+        self.inner.describe()
+    }
+
+    async fn execute(&self) -> Result<Self::Result> {
+        let started = Instant::now();
+        let mut poll = FIRST_LOCK_POLL;
+        loop {
+            let mut result = self.inner.execute().await?;
+            let locks = result.take_locks();
+            if locks.is_empty() {
+                return Ok(result);
+            }
+            match self
+                .resolver
+                .resolve_locks(locks, self.caller_start_ts)
+                .await?
+            {
+                ResolvePass::Done => poll = FIRST_LOCK_POLL,
+                ResolvePass::Wait(expires_in, alive) => {
+                    let sleep = expires_in.min(poll);
+                    if started.elapsed() + sleep > self.deadline {
+                        return Err(Error::ResolveLockError(alive));
+                    }
+                    tokio::time::sleep(sleep).await;
+                    poll = (poll * 2).min(MAX_LOCK_POLL);
+                }
+            }
+        }
+    }
+}
+
+/// Returns every shard's response together with its piece, in shard
+/// order, or the strongest error (client-rust's `CollectWithShard`; use
+/// after `preserve_shard`).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct CollectWithShard;
+
+impl<R: Send + 'static, S: Send + 'static> Merge<ResponseWithShard<R, S>> for CollectWithShard {
+    type Out = Vec<ResponseWithShard<R, S>>;
+
+    fn merge(&self, input: Vec<Result<ResponseWithShard<R, S>>>) -> Result<Self::Out> {
+        collect_in_order(input)
+    }
+}

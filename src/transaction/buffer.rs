@@ -1,0 +1,257 @@
+//! A transaction's local view: what it wrote (to be prewritten at commit),
+//! what it read (cached), and which keys it locked.
+
+use std::collections::BTreeMap;
+
+use crate::proto::kvrpcpb;
+use crate::{Error, Key, KvPair, Result, Value};
+
+/// What the transaction knows about one key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Entry {
+    /// Read from TiKV at the start ts: the value, or absent.
+    Cached(Option<Value>),
+    /// Written with `put`.
+    Put(Value),
+    /// Written with `insert`: the key must not exist at commit.
+    Insert(Value),
+    /// Deleted.
+    Del,
+    /// Deleted after an insert in this transaction: nothing is written,
+    /// but the key must still not exist.
+    CheckNotExist,
+    /// Locked with `lock_keys` (optimistic: prewritten as a lock; the
+    /// cached value, if it was read).
+    Locked(Option<Option<Value>>),
+}
+
+/// The buffer of one transaction, keyed in key order.
+#[derive(Debug, Default, Clone)]
+pub struct Buffer {
+    entries: BTreeMap<Key, Entry>,
+    primary: Option<Key>,
+}
+
+/// What the buffer says about a read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum BufferedRead {
+    /// The buffer decides: the value or absence.
+    Known(Option<Value>),
+    /// Ask TiKV.
+    Unknown,
+}
+
+impl Buffer {
+    /// The primary key: the first key locked or written (set once).
+    pub fn primary_key(&self) -> Option<&Key> {
+        self.primary.as_ref()
+    }
+
+    /// Makes `key` the primary unless one is set.
+    pub fn set_primary_if_unset(&mut self, key: &Key) {
+        if self.primary.is_none() {
+            self.primary = Some(key.clone());
+        }
+    }
+
+    /// What the buffer knows about `key`.
+    pub fn get(&self, key: &Key) -> BufferedRead {
+        match self.entries.get(key) {
+            Some(Entry::Cached(v)) => BufferedRead::Known(v.clone()),
+            Some(Entry::Put(v)) | Some(Entry::Insert(v)) => BufferedRead::Known(Some(v.clone())),
+            Some(Entry::Del) | Some(Entry::CheckNotExist) => BufferedRead::Known(None),
+            Some(Entry::Locked(Some(v))) => BufferedRead::Known(v.clone()),
+            Some(Entry::Locked(None)) | None => BufferedRead::Unknown,
+        }
+    }
+
+    /// Remembers a value read from TiKV (never over a write).
+    pub fn cache(&mut self, key: Key, value: Option<Value>) {
+        match self.entries.get_mut(&key) {
+            None => {
+                self.entries.insert(key, Entry::Cached(value));
+            }
+            Some(Entry::Locked(cached @ None)) => *cached = Some(value),
+            Some(_) => {}
+        }
+    }
+
+    /// Buffers a put.
+    pub fn put(&mut self, key: Key, value: Value) {
+        self.set_primary_if_unset(&key);
+        self.entries.insert(key, Entry::Put(value));
+    }
+
+    /// Buffers an insert; fails when this transaction already wrote the key.
+    pub fn insert(&mut self, key: Key, value: Value) -> Result<()> {
+        let entry = match self.entries.get(&key) {
+            Some(Entry::Put(_)) | Some(Entry::Insert(_)) => {
+                return Err(Error::DuplicateKeyInsertion)
+            }
+            Some(Entry::Cached(Some(_))) | Some(Entry::Locked(Some(Some(_)))) => {
+                return Err(Error::DuplicateKeyInsertion)
+            }
+            // Deleted here first: the key may exist at TiKV, so overwrite.
+            Some(Entry::Del) => Entry::Put(value),
+            _ => Entry::Insert(value),
+        };
+        self.set_primary_if_unset(&key);
+        self.entries.insert(key, entry);
+        Ok(())
+    }
+
+    /// Buffers a delete.
+    pub fn delete(&mut self, key: Key) {
+        let entry = match self.entries.get(&key) {
+            Some(Entry::Insert(_)) | Some(Entry::CheckNotExist) => Entry::CheckNotExist,
+            _ => Entry::Del,
+        };
+        self.set_primary_if_unset(&key);
+        self.entries.insert(key, entry);
+    }
+
+    /// Marks `key` locked (it is prewritten as a lock unless written).
+    pub fn lock(&mut self, key: Key) {
+        self.set_primary_if_unset(&key);
+        match self.entries.get(&key) {
+            None => {
+                self.entries.insert(key, Entry::Locked(None));
+            }
+            Some(Entry::Cached(v)) => {
+                let v = v.clone();
+                self.entries.insert(key, Entry::Locked(Some(v)));
+            }
+            Some(_) => {}
+        }
+    }
+
+    /// True when the transaction has something to prewrite.
+    pub fn has_mutations(&self) -> bool {
+        self.entries.values().any(|e| !matches!(e, Entry::Cached(_)))
+    }
+
+    /// The mutations to prewrite, in key order.
+    pub fn mutations(&self) -> Vec<kvrpcpb::Mutation> {
+        self.entries
+            .iter()
+            .filter_map(|(key, entry)| {
+                let (op, value) = match entry {
+                    Entry::Cached(_) => return None,
+                    Entry::Put(v) => (kvrpcpb::Op::Put, v.clone()),
+                    Entry::Insert(v) => (kvrpcpb::Op::Insert, v.clone()),
+                    Entry::Del => (kvrpcpb::Op::Del, Vec::new()),
+                    Entry::CheckNotExist => (kvrpcpb::Op::CheckNotExists, Vec::new()),
+                    Entry::Locked(_) => (kvrpcpb::Op::Lock, Vec::new()),
+                };
+                Some(kvrpcpb::Mutation {
+                    op: op as i32,
+                    key: key.as_bytes().to_vec(),
+                    value,
+                    ..Default::default()
+                })
+            })
+            .collect()
+    }
+
+    /// Merges TiKV's scan result over `[start, end)` (empty end: unbounded)
+    /// with this transaction's writes in that range, in scan order, at most
+    /// `limit` pairs.
+    pub fn merge_scan(
+        &self,
+        fetched: Vec<KvPair>,
+        start: &Key,
+        end: &Key,
+        limit: u32,
+        reverse: bool,
+    ) -> Vec<KvPair> {
+        let mut merged: BTreeMap<Key, Value> =
+            fetched.into_iter().map(|p| (p.0, p.1)).collect();
+        for (key, entry) in self.entries.range(start.clone()..) {
+            if !end.is_empty() && key >= end {
+                break;
+            }
+            match entry {
+                Entry::Put(v) | Entry::Insert(v) => {
+                    merged.insert(key.clone(), v.clone());
+                }
+                Entry::Del | Entry::CheckNotExist => {
+                    merged.remove(key);
+                }
+                _ => {}
+            }
+        }
+        let pairs = merged.into_iter().map(|(k, v)| KvPair(k, v));
+        let limit = limit as usize;
+        if reverse {
+            pairs.rev().take(limit).collect()
+        } else {
+            pairs.take(limit).collect()
+        }
+    }
+
+    /// How many keys in `[start, end)` this transaction deleted (a scan
+    /// fetches that many more so the limit still fills).
+    pub fn deletes_in(&self, start: &Key, end: &Key) -> u32 {
+        self.entries
+            .range(start.clone()..)
+            .take_while(|(k, _)| end.is_empty() || *k < end)
+            .filter(|(_, e)| matches!(e, Entry::Del | Entry::CheckNotExist))
+            .count() as u32
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn writes_win_over_reads_and_make_mutations() {
+        let mut b = Buffer::default();
+        b.cache("a".into(), Some(b"1".to_vec()));
+        b.put("b".into(), b"2".to_vec());
+        b.delete("c".into());
+        b.lock("d".into());
+        b.cache("b".into(), None);
+        assert_eq!(b.get(&"b".into()), BufferedRead::Known(Some(b"2".to_vec())));
+        assert_eq!(b.get(&"d".into()), BufferedRead::Unknown);
+        assert_eq!(b.primary_key(), Some(&Key::from("b")));
+        let ops: Vec<i32> = b.mutations().iter().map(|m| m.op).collect();
+        assert_eq!(
+            ops,
+            vec![
+                kvrpcpb::Op::Put as i32,
+                kvrpcpb::Op::Del as i32,
+                kvrpcpb::Op::Lock as i32
+            ]
+        );
+    }
+
+    #[test]
+    fn insert_rules() {
+        let mut b = Buffer::default();
+        b.put("a".into(), vec![1]);
+        assert!(matches!(
+            b.insert("a".into(), vec![2]),
+            Err(Error::DuplicateKeyInsertion)
+        ));
+        b.insert("n".into(), vec![1]).unwrap();
+        b.delete("n".into());
+        assert_eq!(b.mutations()[1].op, kvrpcpb::Op::CheckNotExists as i32);
+        b.delete("x".into());
+        b.insert("x".into(), vec![3]).unwrap();
+        assert_eq!(b.mutations()[2].op, kvrpcpb::Op::Put as i32);
+    }
+
+    #[test]
+    fn scans_merge_local_writes() {
+        let mut b = Buffer::default();
+        b.put("b".into(), b"new".to_vec());
+        b.delete("c".into());
+        let fetched = vec![KvPair::new("a", "1"), KvPair::new("c", "3")];
+        let out = b.merge_scan(fetched, &"a".into(), &Key::EMPTY, 10, false);
+        assert_eq!(out, vec![KvPair::new("a", "1"), KvPair::new("b", "new")]);
+        let rev = b.merge_scan(vec![KvPair::new("a", "1")], &"a".into(), &Key::EMPTY, 1, true);
+        assert_eq!(rev, vec![KvPair::new("b", "new")]);
+        assert_eq!(b.deletes_in(&"a".into(), &"z".into()), 1);
+    }
+}

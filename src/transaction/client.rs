@@ -1,0 +1,259 @@
+//! [`TransactionClient`]: begins transactions and snapshots, and runs the
+//! cluster-wide lock and GC operations.
+
+use std::sync::Arc;
+
+use super::lock::{resolve_locks_once, LockResolver};
+use super::transaction::{TransactionStats, TxnShared};
+use super::{CodecPdClient, Snapshot, TimestampExt, Transaction, TransactionOptions};
+use crate::backoff::Backoff;
+use crate::pd::{PdClient, PdRpcClient, Timestamp};
+use crate::proto::kvrpcpb;
+use crate::request::{RoutingState, RoutingStats};
+use crate::{BoundRange, Config, Error, Result};
+
+/// How many locks one `ScanLock` request returns at most during GC.
+pub const SCAN_LOCK_BATCH_SIZE: u32 = 1024;
+
+/// Options of [`TransactionClient::cleanup_locks`] (client-rust's
+/// `ResolveLocksOptions`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ResolveLocksOptions {
+    /// Resolve async-commit locks only.
+    pub async_commit_only: bool,
+    /// Locks per `ScanLock` request.
+    pub batch_size: u32,
+}
+
+impl Default for ResolveLocksOptions {
+    fn default() -> Self {
+        ResolveLocksOptions {
+            async_commit_only: false,
+            batch_size: SCAN_LOCK_BATCH_SIZE,
+        }
+    }
+}
+
+/// What [`TransactionClient::cleanup_locks`] did (client-rust's
+/// `CleanupLocksResult`; errors are returned as `Err` instead of fields).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct CleanupLocksResult {
+    /// How many locks were resolved.
+    pub resolved_locks: usize,
+}
+
+/// The transactional client. Cheap to clone; clones share connections,
+/// caches, routing state and lock resolution.
+///
+/// ```no_run
+/// # async fn run() -> tikv_plan::Result<()> {
+/// use tikv_plan::TransactionClient;
+/// let client = TransactionClient::new(vec!["127.0.0.1:2379"]).await?;
+/// let mut txn = client.begin_optimistic().await?;
+/// txn.put("key".to_owned(), "value".to_owned()).await?;
+/// txn.commit().await?;
+/// # Ok(()) }
+/// ```
+pub struct TransactionClient<PdC: PdClient = PdRpcClient> {
+    shared: Arc<TxnShared<PdC>>,
+}
+
+impl<PdC: PdClient> Clone for TransactionClient<PdC> {
+    fn clone(&self) -> Self {
+        TransactionClient {
+            shared: Arc::clone(&self.shared),
+        }
+    }
+}
+
+impl<PdC: PdClient> std::fmt::Debug for TransactionClient<PdC> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TransactionClient").finish_non_exhaustive()
+    }
+}
+
+impl TransactionClient<PdRpcClient> {
+    /// Connects through the PD endpoints (`host:port`) with the default
+    /// [`Config`].
+    pub async fn new<S: Into<String>>(pd_endpoints: Vec<S>) -> Result<Self> {
+        Self::new_with_config(pd_endpoints, Config::default()).await
+    }
+
+    /// Connects through the PD endpoints with `config`.
+    pub async fn new_with_config<S: Into<String>>(
+        pd_endpoints: Vec<S>,
+        config: Config,
+    ) -> Result<Self> {
+        let endpoints: Vec<String> = pd_endpoints.into_iter().map(Into::into).collect();
+        crate::raw::validate_pd_endpoints(&endpoints)?;
+        let rpc = PdRpcClient::connect(&endpoints, &config).await?;
+        Ok(Self::new_with_pd_client(Arc::new(rpc), &config))
+    }
+}
+
+impl<PdC: PdClient> TransactionClient<PdC> {
+    /// A client over any [`PdClient`] (its Regions must be split at
+    /// memcomparable-encoded keys, as a transactional cluster's are).
+    pub fn new_with_pd_client(pd_client: Arc<PdC>, config: &Config) -> Self {
+        let pd = Arc::new(CodecPdClient::new(pd_client));
+        let routing = Arc::new(RoutingState::new(config));
+        let resolver = Arc::new(LockResolver::new(
+            Arc::clone(&pd),
+            Arc::clone(&routing),
+            config.region_backoff.clone(),
+        ));
+        TransactionClient {
+            shared: Arc::new(TxnShared {
+                pd,
+                routing,
+                resolver,
+                request_deadline: config.request_deadline,
+                counters: Default::default(),
+            }),
+        }
+    }
+
+    /// Begins an optimistic transaction.
+    pub async fn begin_optimistic(&self) -> Result<Transaction<PdC>> {
+        self.begin_with_options(TransactionOptions::new_optimistic())
+            .await
+    }
+
+    /// Begins a pessimistic transaction.
+    pub async fn begin_pessimistic(&self) -> Result<Transaction<PdC>> {
+        self.begin_with_options(TransactionOptions::new_pessimistic())
+            .await
+    }
+
+    /// Begins a transaction with `options`.
+    pub async fn begin_with_options(
+        &self,
+        options: TransactionOptions,
+    ) -> Result<Transaction<PdC>> {
+        let timestamp = self.current_timestamp().await?;
+        Ok(Transaction::new(Arc::clone(&self.shared), timestamp, options))
+    }
+
+    /// A read-only view at `timestamp`.
+    pub fn snapshot(&self, timestamp: Timestamp, options: TransactionOptions) -> Snapshot<PdC> {
+        Snapshot::new(Transaction::new(
+            Arc::clone(&self.shared),
+            timestamp,
+            options.read_only(),
+        ))
+    }
+
+    /// A fresh timestamp from PD's TSO.
+    pub async fn current_timestamp(&self) -> Result<Timestamp> {
+        self.shared.timestamp().await
+    }
+
+    /// The locks with `start_ts <= safepoint` in `range`, `batch_size` per
+    /// Region request (paged until the range is done).
+    pub async fn scan_locks(
+        &self,
+        safepoint: &Timestamp,
+        range: impl Into<BoundRange>,
+        batch_size: u32,
+    ) -> Result<Vec<kvrpcpb::LockInfo>> {
+        let (start, end) = range.into().into_keys()?;
+        self.shared
+            .resolver
+            .scan_locks(start.into(), end.into(), safepoint.version(), batch_size)
+            .await
+    }
+
+    /// Resolves `locks`: the locks of finished transactions are committed
+    /// or rolled back; locks of live transactions are retried with
+    /// `backoff` and the ones still alive at the end are returned.
+    pub async fn resolve_locks(
+        &self,
+        locks: Vec<kvrpcpb::LockInfo>,
+        _timestamp: Timestamp,
+        mut backoff: Backoff,
+    ) -> Result<Vec<kvrpcpb::LockInfo>> {
+        let mut live = locks;
+        loop {
+            live = resolve_locks_once(&self.shared.resolver, live).await?;
+            if live.is_empty() {
+                return Ok(live);
+            }
+            match backoff.next_delay_duration() {
+                Some(delay) => tokio::time::sleep(delay).await,
+                None => return Ok(live),
+            }
+        }
+    }
+
+    /// Resolves every lock with `start_ts <= safepoint` in `range` (all of
+    /// them, or async-commit ones only). Locks of live transactions are an
+    /// error ([`Error::ResolveLockError`]): GC must not pass them.
+    pub async fn cleanup_locks(
+        &self,
+        range: impl Into<BoundRange>,
+        safepoint: &Timestamp,
+        options: ResolveLocksOptions,
+    ) -> Result<CleanupLocksResult> {
+        let mut locks = self
+            .scan_locks(safepoint, range, options.batch_size)
+            .await?;
+        if options.async_commit_only {
+            locks.retain(|l| l.use_async_commit);
+        }
+        let total = locks.len();
+        let live = resolve_locks_once(&self.shared.resolver, locks).await?;
+        if !live.is_empty() {
+            return Err(Error::ResolveLockError(live));
+        }
+        Ok(CleanupLocksResult {
+            resolved_locks: total,
+        })
+    }
+
+    /// Deletes every key in `range` on every store, bypassing MVCC and
+    /// Raft (TiKV's `UnsafeDestroyRange`; for dropping whole tables).
+    pub async fn unsafe_destroy_range(&self, range: impl Into<BoundRange>) -> Result<()> {
+        let (start, end) = range.into().into_keys()?;
+        // Raw keys: TiKV encodes them itself for this request.
+        let request = kvrpcpb::UnsafeDestroyRangeRequest {
+            start_key: start.into(),
+            end_key: end.into(),
+            ..Default::default()
+        };
+        let stores = self.shared.pd.all_stores().await?;
+        let mut errors = Vec::new();
+        for store in stores {
+            let answer = store.client.dispatch(&request).await.and_then(|r| {
+                r.downcast::<kvrpcpb::UnsafeDestroyRangeResponse>()
+                    .map(|b| *b)
+                    .map_err(|_| {
+                        Error::Internal("unsafe_destroy_range answered with another type".to_owned())
+                    })
+            });
+            match answer {
+                Ok(r) if r.error.is_empty() => {}
+                Ok(r) => errors.push(Error::KeyError {
+                    message: format!("store {} could not destroy the range: {}", store.meta.id, r.error),
+                    key_error: None,
+                }),
+                Err(e) => errors.push(e),
+            }
+        }
+        match errors.len() {
+            0 => Ok(()),
+            1 => Err(errors.remove(0)),
+            _ => Err(Error::Multiple(errors)),
+        }
+    }
+
+    /// What transactions of this client have done (background commits,
+    /// heartbeats, lock resolution).
+    pub fn stats(&self) -> TransactionStats {
+        self.shared.stats()
+    }
+
+    /// What routing has done for this client.
+    pub fn routing_stats(&self) -> RoutingStats {
+        self.shared.routing.stats()
+    }
+}

@@ -1,0 +1,130 @@
+//! [`CodecPdClient`]: the PD view of a transactional client. Transactional
+//! keys live in TiKV in the memcomparable encoding and PD reports Region
+//! boundaries encoded (txn.md, "Key encoding"); this wrapper looks keys up
+//! by their encoding and hands the plan Regions with decoded boundaries, so
+//! requests carry the caller's keys and sharding compares like with like.
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+
+use crate::codec::{decode_bytes, encode_bytes};
+use crate::pd::{PdClient, Timestamp};
+use crate::proto::{metapb, pdpb};
+use crate::region::{RegionId, RegionVerId, RegionWithLeader, StoreId};
+use crate::store::{RegionStore, Store};
+use crate::{Error, Result};
+
+/// A [`PdClient`] over another one, for transactional keys: lookups encode
+/// the key, returned Regions have decoded boundaries. Caches stay in the
+/// inner client, keyed by encoded keys.
+pub struct CodecPdClient<PdC: PdClient> {
+    inner: Arc<PdC>,
+}
+
+impl<PdC: PdClient> CodecPdClient<PdC> {
+    /// Wraps `inner`.
+    pub fn new(inner: Arc<PdC>) -> Self {
+        CodecPdClient { inner }
+    }
+
+    /// The wrapped client.
+    pub fn inner(&self) -> &Arc<PdC> {
+        &self.inner
+    }
+}
+
+/// Decodes a Region's boundaries. A boundary that is not a valid encoding
+/// means the cluster splits at raw keys, which a transactional client
+/// cannot route by.
+fn decode_region(mut region: RegionWithLeader) -> Result<RegionWithLeader> {
+    let decode = |key: &[u8], which: &str, id: u64| -> Result<Vec<u8>> {
+        if key.is_empty() {
+            return Ok(Vec::new());
+        }
+        decode_bytes(key).map_err(|e| Error::Pd {
+            error_type: pdpb::ErrorType::Unknown,
+            message: format!(
+                "region {id} has a {which} key {key:?} that is not a memcomparable-encoded key ({e}); \
+                 a cluster serving transactions must split at encoded keys"
+            ),
+        })
+    };
+    let id = region.region.id;
+    region.region.start_key = decode(&region.region.start_key, "start", id)?;
+    region.region.end_key = decode(&region.region.end_key, "end", id)?;
+    Ok(region)
+}
+
+#[async_trait]
+impl<PdC: PdClient> PdClient for CodecPdClient<PdC> {
+    type KvClient = PdC::KvClient;
+
+    async fn map_peer_to_store(
+        self: Arc<Self>,
+        region: RegionWithLeader,
+        peer: metapb::Peer,
+    ) -> Result<RegionStore> {
+        Arc::clone(&self.inner)
+            .map_peer_to_store(region, peer)
+            .await
+    }
+
+    async fn region_for_key(&self, key: &[u8]) -> Result<RegionWithLeader> {
+        decode_region(self.inner.region_for_key(&encode_bytes(key)).await?)
+    }
+
+    async fn region_for_id(&self, id: RegionId) -> Result<RegionWithLeader> {
+        decode_region(self.inner.region_for_id(id).await?)
+    }
+
+    async fn all_stores(&self) -> Result<Vec<Store>> {
+        self.inner.all_stores().await
+    }
+
+    async fn get_timestamp(self: Arc<Self>) -> Result<Timestamp> {
+        Arc::clone(&self.inner).get_timestamp().await
+    }
+
+    async fn update_leader(&self, ver_id: RegionVerId, leader: metapb::Peer) -> Result<()> {
+        self.inner.update_leader(ver_id, leader).await
+    }
+
+    async fn invalidate_region_cache(&self, ver_id: RegionVerId) {
+        self.inner.invalidate_region_cache(ver_id).await
+    }
+
+    async fn invalidate_store_cache(&self, store_id: StoreId) {
+        self.inner.invalidate_store_cache(store_id).await
+    }
+
+    async fn add_regions(&self, regions: Vec<metapb::Region>) {
+        // TiKV reports them encoded, as the inner cache keeps them.
+        self.inner.add_regions(regions).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn boundaries_are_decoded_and_bad_ones_refused() {
+        let region = |start: Vec<u8>, end: Vec<u8>| {
+            RegionWithLeader::new(
+                metapb::Region {
+                    id: 9,
+                    start_key: start,
+                    end_key: end,
+                    ..Default::default()
+                },
+                None,
+            )
+        };
+        let r = decode_region(region(encode_bytes(b"b"), Vec::new())).unwrap();
+        assert_eq!(r.start_key(), b"b");
+        assert!(r.end_key().is_empty());
+        let err = decode_region(region(b"raw".to_vec(), Vec::new())).unwrap_err();
+        assert!(err.to_string().contains("region 9"), "{err}");
+    }
+}

@@ -1,0 +1,570 @@
+//! Lock resolution (txn.md, "The model", lock resolution): a reader or
+//! writer that meets another transaction's lock asks the lock's primary for
+//! the transaction's status (`CheckTxnStatus`), and for an async-commit
+//! primary asks the secondaries (`CheckSecondaryLocks`, with the
+//! missing-lock rule); a finished transaction's locks are then resolved per
+//! Region (`ResolveLock`), once per (transaction, Region) however many
+//! readers meet them at the same time. A live lock is waited out by its TTL
+//! (the [`ResolveLock`](crate::request::ResolveLock) stage sleeps, bounded
+//! by the request deadline).
+//!
+//! The decisions are pure functions over the answers: [`txn_status`] and
+//! [`secondaries_outcome`]; [`LockResolver`] only carries them out.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures::future::{BoxFuture, FutureExt, Shared};
+use log::debug;
+
+use super::requests::{new_scan_lock_request, ResolveLockInRegion};
+use super::TimestampExt;
+use crate::backoff::Backoff;
+use crate::pd::PdClient;
+use crate::proto::kvrpcpb;
+use crate::region::RegionVerId;
+use crate::request::{
+    CollectError, CollectSingle, Plan, PlanBuilder, ResponseWithShard, RoutingState,
+};
+use crate::Result;
+
+/// The physical milliseconds of a timestamp version.
+pub fn physical_ms(version: u64) -> u64 {
+    version >> 18
+}
+
+/// How long until a lock taken at `lock_version` with `ttl_ms` expires, as
+/// of `current_version` (0 when it has expired), on the TSO's physical
+/// clock, as TiKV measures it.
+pub fn lock_until_expired_ms(lock_version: u64, ttl_ms: u64, current_version: u64) -> u64 {
+    (physical_ms(lock_version) + ttl_ms).saturating_sub(physical_ms(current_version))
+}
+
+/// What the primary says about a transaction.
+#[derive(Debug, Clone, PartialEq)]
+pub enum TxnStatus {
+    /// Committed at this timestamp: resolve its locks as committed.
+    Committed(u64),
+    /// Rolled back (or never there, now protected by a rollback record):
+    /// resolve its locks as rolled back.
+    RolledBack,
+    /// Still locked: wait `expires_in_ms` (0: expired, which only happens
+    /// for an async-commit primary, whose fate the secondaries decide).
+    /// `pushed`: the reader may read past it now.
+    Alive {
+        /// Milliseconds until the primary's lock expires.
+        expires_in_ms: u64,
+        /// The primary's min_commit_ts was pushed above the reader's ts.
+        pushed: bool,
+        /// The primary's lock, when it is an async-commit lock.
+        async_commit: Option<kvrpcpb::LockInfo>,
+    },
+}
+
+/// Reads a `CheckTxnStatus` answer for the transaction `lock_version`,
+/// asked at `current_version`.
+pub fn txn_status(
+    response: &kvrpcpb::CheckTxnStatusResponse,
+    lock_version: u64,
+    current_version: u64,
+) -> TxnStatus {
+    if response.commit_version > 0 {
+        return TxnStatus::Committed(response.commit_version);
+    }
+    if response.lock_ttl == 0 {
+        return TxnStatus::RolledBack;
+    }
+    let async_commit = response
+        .lock_info
+        .as_ref()
+        .filter(|l| l.use_async_commit)
+        .cloned();
+    TxnStatus::Alive {
+        expires_in_ms: lock_until_expired_ms(lock_version, response.lock_ttl, current_version),
+        pushed: response.action == kvrpcpb::Action::MinCommitTsPushed as i32,
+        async_commit,
+    }
+}
+
+/// What the secondaries of an async-commit transaction say.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SecondariesOutcome {
+    /// A secondary is committed: the transaction committed at this ts.
+    Committed(u64),
+    /// A secondary has neither lock nor commit record (TiKV has now
+    /// written a rollback there), so the transaction can never commit.
+    RolledBack,
+    /// Every secondary is locked by an async-commit prewrite: the
+    /// transaction is committed at the largest `min_commit_ts`.
+    AllLocked(u64),
+    /// Some lock is not an async-commit lock or has no `min_commit_ts`
+    /// (TiKV fell back to 2PC): the primary decides, as in 2PC.
+    FellBack,
+}
+
+/// The missing-lock rule: compares, per Region, the keys sent with the
+/// locks found (txn.md, "Known upstream defects": client-rust never does),
+/// and folds in the primary's own `min_commit_ts`.
+pub fn secondaries_outcome(
+    answers: &[(Vec<Vec<u8>>, kvrpcpb::CheckSecondaryLocksResponse)],
+    primary_min_commit_ts: u64,
+) -> SecondariesOutcome {
+    let mut commit_ts = primary_min_commit_ts;
+    let mut fell_back = primary_min_commit_ts == 0;
+    for (keys, answer) in answers {
+        if answer.commit_ts > 0 {
+            return SecondariesOutcome::Committed(answer.commit_ts);
+        }
+        let found = |k: &Vec<u8>| answer.locks.iter().any(|l| &l.key == k);
+        if !keys.iter().all(found) {
+            return SecondariesOutcome::RolledBack;
+        }
+        for lock in &answer.locks {
+            if !lock.use_async_commit || lock.min_commit_ts == 0 {
+                fell_back = true;
+            }
+            commit_ts = commit_ts.max(lock.min_commit_ts);
+        }
+    }
+    if fell_back {
+        SecondariesOutcome::FellBack
+    } else {
+        SecondariesOutcome::AllLocked(commit_ts)
+    }
+}
+
+/// What lock resolution has done, for tests and monitoring. Counters only
+/// grow.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct LockStats {
+    /// `CheckTxnStatus` calls.
+    pub check_txn_status: u64,
+    /// `CheckSecondaryLocks` rounds (one per async-commit transaction
+    /// checked).
+    pub check_secondary_locks: u64,
+    /// `ResolveLock` requests sent (one per transaction and Region).
+    pub resolve_lock_sent: u64,
+    /// Resolutions that joined another reader's resolution of the same
+    /// transaction and Region instead of sending their own.
+    pub resolve_lock_shared: u64,
+}
+
+#[derive(Debug, Default)]
+struct LockCounters {
+    check_txn_status: AtomicU64,
+    check_secondary_locks: AtomicU64,
+    resolve_lock_sent: AtomicU64,
+    resolve_lock_shared: AtomicU64,
+}
+
+type SharedResolve = Shared<BoxFuture<'static, Result<()>>>;
+
+/// Resolves other transactions' locks through the plan (every RPC routes
+/// leader-first with voter fallback).
+pub struct LockResolver<PdC: PdClient> {
+    pd: Arc<PdC>,
+    routing: Arc<RoutingState>,
+    backoff: Backoff,
+    in_flight: Mutex<HashMap<(u64, RegionVerId), SharedResolve>>,
+    counters: LockCounters,
+}
+
+/// The outcome of one resolution pass over some locks.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ResolvePass {
+    /// Every lock was resolved or can be read past: re-run the request now.
+    Done,
+    /// Some locks are alive; the first of them expires in this long.
+    Wait(Duration, Vec<kvrpcpb::LockInfo>),
+}
+
+impl<PdC: PdClient> LockResolver<PdC> {
+    /// A resolver over `pd` (a transactional [`CodecPdClient`](super::CodecPdClient)).
+    pub fn new(pd: Arc<PdC>, routing: Arc<RoutingState>, backoff: Backoff) -> Self {
+        LockResolver {
+            pd,
+            routing,
+            backoff,
+            in_flight: Mutex::new(HashMap::new()),
+            counters: LockCounters::default(),
+        }
+    }
+
+    /// The counters.
+    pub fn stats(&self) -> LockStats {
+        let c = &self.counters;
+        LockStats {
+            check_txn_status: c.check_txn_status.load(Ordering::Relaxed),
+            check_secondary_locks: c.check_secondary_locks.load(Ordering::Relaxed),
+            resolve_lock_sent: c.resolve_lock_sent.load(Ordering::Relaxed),
+            resolve_lock_shared: c.resolve_lock_shared.load(Ordering::Relaxed),
+        }
+    }
+
+    fn builder<Req: crate::request::KvRequest>(
+        &self,
+        request: Req,
+    ) -> PlanBuilder<PdC, crate::request::Dispatch<Req>> {
+        PlanBuilder::new(Arc::clone(&self.pd), request).routing(Arc::clone(&self.routing))
+    }
+
+    /// One pass over `locks` met by a request of a transaction at
+    /// `caller_start_ts` (0 for writers, which must not push others'
+    /// `min_commit_ts`).
+    pub async fn resolve_locks(
+        self: &Arc<Self>,
+        locks: Vec<kvrpcpb::LockInfo>,
+        caller_start_ts: u64,
+    ) -> Result<ResolvePass> {
+        let mut alive = Vec::new();
+        let mut wait_ms = u64::MAX;
+        let mut statuses: HashMap<u64, TxnStatus> = HashMap::new();
+        for lock in locks {
+            let status = match statuses.get(&lock.lock_version) {
+                Some(s) => s.clone(),
+                None => {
+                    let s = self.txn_status_of(&lock, caller_start_ts).await?;
+                    statuses.insert(lock.lock_version, s.clone());
+                    s
+                }
+            };
+            match status {
+                TxnStatus::Committed(ts) => self.resolve_key(&lock, ts).await?,
+                TxnStatus::RolledBack => self.resolve_key(&lock, 0).await?,
+                TxnStatus::Alive { pushed: true, .. } if caller_start_ts != 0 => {}
+                TxnStatus::Alive { expires_in_ms, .. } => {
+                    wait_ms = wait_ms.min(expires_in_ms.max(1));
+                    alive.push(lock);
+                }
+            }
+        }
+        if alive.is_empty() {
+            Ok(ResolvePass::Done)
+        } else {
+            Ok(ResolvePass::Wait(Duration::from_millis(wait_ms), alive))
+        }
+    }
+
+    /// The status of `lock`'s transaction, deciding async-commit
+    /// transactions whose primary lock expired through their secondaries.
+    async fn txn_status_of(
+        self: &Arc<Self>,
+        lock: &kvrpcpb::LockInfo,
+        caller_start_ts: u64,
+    ) -> Result<TxnStatus> {
+        let status = self
+            .check_txn_status(lock, caller_start_ts, false)
+            .await?;
+        let TxnStatus::Alive {
+            expires_in_ms: 0,
+            async_commit: Some(primary),
+            ..
+        } = &status
+        else {
+            return Ok(status);
+        };
+        self.counters
+            .check_secondary_locks
+            .fetch_add(1, Ordering::Relaxed);
+        let request = kvrpcpb::CheckSecondaryLocksRequest {
+            keys: primary.secondaries.clone(),
+            start_version: lock.lock_version,
+            ..Default::default()
+        };
+        let answers: Vec<ResponseWithShard<kvrpcpb::CheckSecondaryLocksResponse, Vec<Vec<u8>>>> =
+            if primary.secondaries.is_empty() {
+                Vec::new()
+            } else {
+                self.builder(request)
+                    .preserve_shard()
+                    .retry_multi_region(self.backoff.clone())
+                    .merge(CollectError)
+                    .plan()
+                    .execute()
+                    .await?
+            };
+        let mut pairs = Vec::with_capacity(answers.len());
+        for ResponseWithShard(mut answer, keys) in answers {
+            if let Some(e) = answer.error.take() {
+                return Err(super::requests::key_error(e));
+            }
+            pairs.push((keys, answer));
+        }
+        let outcome = secondaries_outcome(&pairs, primary.min_commit_ts);
+        debug!(
+            "async-commit transaction {}: secondaries say {outcome:?}",
+            lock.lock_version
+        );
+        let status = match outcome {
+            SecondariesOutcome::Committed(ts) | SecondariesOutcome::AllLocked(ts) => {
+                TxnStatus::Committed(ts)
+            }
+            SecondariesOutcome::RolledBack => TxnStatus::RolledBack,
+            SecondariesOutcome::FellBack => self.check_txn_status(lock, caller_start_ts, true).await?,
+        };
+        // The primary is resolved with the others: its lock is the one
+        // every later reader asks about.
+        let mut primary_lock = lock.clone();
+        primary_lock.key = lock.primary_lock.clone();
+        match status {
+            TxnStatus::Committed(ts) => self.resolve_key(&primary_lock, ts).await?,
+            TxnStatus::RolledBack => self.resolve_key(&primary_lock, 0).await?,
+            TxnStatus::Alive { .. } => {}
+        }
+        Ok(status)
+    }
+
+    async fn check_txn_status(
+        &self,
+        lock: &kvrpcpb::LockInfo,
+        caller_start_ts: u64,
+        force_sync_commit: bool,
+    ) -> Result<TxnStatus> {
+        self.counters
+            .check_txn_status
+            .fetch_add(1, Ordering::Relaxed);
+        let current = Arc::clone(&self.pd).get_timestamp().await?.version();
+        let request = kvrpcpb::CheckTxnStatusRequest {
+            primary_key: lock.primary_lock.clone(),
+            lock_ts: lock.lock_version,
+            caller_start_ts,
+            current_ts: current,
+            rollback_if_not_exist: true,
+            force_sync_commit,
+            resolving_pessimistic_lock: lock.lock_type == kvrpcpb::Op::PessimisticLock as i32,
+            ..Default::default()
+        };
+        let response = self
+            .builder(request)
+            .retry_multi_region(self.backoff.clone())
+            .merge(CollectSingle)
+            .extract_error()
+            .plan()
+            .execute()
+            .await?;
+        Ok(txn_status(&response, lock.lock_version, current))
+    }
+
+    /// Resolves the locks of `lock`'s transaction in the Region holding
+    /// `lock.key` (commit at `commit_ts`, or roll back with 0); concurrent
+    /// callers for the same transaction and Region share one request.
+    async fn resolve_key(self: &Arc<Self>, lock: &kvrpcpb::LockInfo, commit_ts: u64) -> Result<()> {
+        if lock.lock_type == kvrpcpb::Op::PessimisticLock as i32 {
+            // A pessimistic lock of a finished transaction is a leftover.
+            let request = kvrpcpb::PessimisticRollbackRequest {
+                keys: vec![lock.key.clone()],
+                start_version: lock.lock_version,
+                for_update_ts: u64::MAX,
+                ..Default::default()
+            };
+            self.builder(request)
+                .retry_multi_region(self.backoff.clone())
+                .merge(CollectError)
+                .extract_error()
+                .plan()
+                .execute()
+                .await?;
+            return Ok(());
+        }
+        let region = self.pd.region_for_key(&lock.key).await?;
+        let slot = (lock.lock_version, region.ver_id());
+        let (future, joined) = {
+            let mut in_flight = self.in_flight.lock().unwrap_or_else(|e| e.into_inner());
+            match in_flight.get(&slot) {
+                Some(f) => (f.clone(), true),
+                None => {
+                    let this = Arc::clone(self);
+                    let request = ResolveLockInRegion {
+                        key: lock.key.clone(),
+                        request: kvrpcpb::ResolveLockRequest {
+                            start_version: lock.lock_version,
+                            commit_version: commit_ts,
+                            ..Default::default()
+                        },
+                    };
+                    let slot2 = slot.clone();
+                    let f: BoxFuture<'static, Result<()>> = async move {
+                        this.counters
+                            .resolve_lock_sent
+                            .fetch_add(1, Ordering::Relaxed);
+                        let result = this
+                            .builder(request)
+                            .retry_multi_region(this.backoff.clone())
+                            .merge(CollectSingle)
+                            .extract_error()
+                            .plan()
+                            .execute()
+                            .await
+                            .map(|_| ());
+                        this.in_flight
+                            .lock()
+                            .unwrap_or_else(|e| e.into_inner())
+                            .remove(&slot2);
+                        result
+                    }
+                    .boxed();
+                    let shared = f.shared();
+                    in_flight.insert(slot, shared.clone());
+                    (shared, false)
+                }
+            }
+        };
+        if joined {
+            self.counters
+                .resolve_lock_shared
+                .fetch_add(1, Ordering::Relaxed);
+        }
+        future.await
+    }
+
+    /// Every lock with `start_ts <= max_version` in `[start, end)` (empty
+    /// `end`: unbounded), paging `batch_size` locks per Region request.
+    pub async fn scan_locks(
+        &self,
+        start: Vec<u8>,
+        end: Vec<u8>,
+        max_version: u64,
+        batch_size: u32,
+    ) -> Result<Vec<kvrpcpb::LockInfo>> {
+        let batch_size = batch_size.max(1);
+        let mut out = Vec::new();
+        let mut cursor = start;
+        loop {
+            let request = new_scan_lock_request(cursor.clone(), end.clone(), max_version, batch_size);
+            let pieces = self
+                .builder(request)
+                .preserve_shard()
+                .retry_multi_region(self.backoff.clone())
+                .merge(CollectError)
+                .plan()
+                .execute()
+                .await?;
+            let mut next = None;
+            for ResponseWithShard(mut response, (_, piece_end)) in pieces {
+                if let Some(e) = response.error.take() {
+                    return Err(super::requests::key_error(e));
+                }
+                let full = response.locks.len() as u32 >= batch_size;
+                let last = response.locks.last().map(|l| l.key.clone());
+                out.extend(response.locks);
+                next = match (full, last) {
+                    // A full page: the Region may hold more after its last key.
+                    (true, Some(last)) => Some(crate::Key::from(last).next_key().into()),
+                    _ => Some(piece_end),
+                };
+            }
+            match next {
+                Some(n) if !n.is_empty() && (end.is_empty() || n < end) => cursor = n,
+                _ => return Ok(out),
+            }
+        }
+    }
+}
+
+/// Resolves `locks` once (no waiting): the locks of finished transactions
+/// are resolved, and the ones still alive are returned.
+pub async fn resolve_locks_once<PdC: PdClient>(
+    resolver: &Arc<LockResolver<PdC>>,
+    locks: Vec<kvrpcpb::LockInfo>,
+) -> Result<Vec<kvrpcpb::LockInfo>> {
+    match resolver.resolve_locks(locks, 0).await? {
+        ResolvePass::Done => Ok(Vec::new()),
+        ResolvePass::Wait(_, alive) => Ok(alive),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn lock(key: &[u8], async_commit: bool, min_commit_ts: u64) -> kvrpcpb::LockInfo {
+        kvrpcpb::LockInfo {
+            key: key.to_vec(),
+            use_async_commit: async_commit,
+            min_commit_ts,
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn a_missing_secondary_means_rolled_back_never_committed() {
+        let answers = vec![(
+            vec![b"a".to_vec(), b"b".to_vec()],
+            kvrpcpb::CheckSecondaryLocksResponse {
+                locks: vec![lock(b"a", true, 50)],
+                ..Default::default()
+            },
+        )];
+        assert_eq!(
+            secondaries_outcome(&answers, 40),
+            SecondariesOutcome::RolledBack
+        );
+    }
+
+    #[test]
+    fn all_locked_commits_at_the_largest_min_commit_ts() {
+        let answers = vec![
+            (
+                vec![b"a".to_vec()],
+                kvrpcpb::CheckSecondaryLocksResponse {
+                    locks: vec![lock(b"a", true, 50)],
+                    ..Default::default()
+                },
+            ),
+            (
+                vec![b"b".to_vec()],
+                kvrpcpb::CheckSecondaryLocksResponse {
+                    locks: vec![lock(b"b", true, 70)],
+                    ..Default::default()
+                },
+            ),
+        ];
+        assert_eq!(
+            secondaries_outcome(&answers, 60),
+            SecondariesOutcome::AllLocked(70)
+        );
+        // A zero min_commit_ts is a fallback to 2PC, never "commit at 0".
+        assert_eq!(
+            secondaries_outcome(&answers, 0),
+            SecondariesOutcome::FellBack
+        );
+        let committed = vec![(
+            vec![b"a".to_vec()],
+            kvrpcpb::CheckSecondaryLocksResponse {
+                commit_ts: 90,
+                ..Default::default()
+            },
+        )];
+        assert_eq!(
+            secondaries_outcome(&committed, 60),
+            SecondariesOutcome::Committed(90)
+        );
+    }
+
+    #[test]
+    fn status_answers_are_read_by_the_rules() {
+        let ts = |ms: u64| ms << 18;
+        let committed = kvrpcpb::CheckTxnStatusResponse {
+            commit_version: 7,
+            ..Default::default()
+        };
+        assert_eq!(txn_status(&committed, ts(1), ts(2)), TxnStatus::Committed(7));
+        let rolled = kvrpcpb::CheckTxnStatusResponse::default();
+        assert_eq!(txn_status(&rolled, ts(1), ts(2)), TxnStatus::RolledBack);
+        let alive = kvrpcpb::CheckTxnStatusResponse {
+            lock_ttl: 3000,
+            ..Default::default()
+        };
+        assert_eq!(
+            txn_status(&alive, ts(1000), ts(2000)),
+            TxnStatus::Alive {
+                expires_in_ms: 2000,
+                pushed: false,
+                async_commit: None
+            }
+        );
+        assert_eq!(lock_until_expired_ms(ts(1000), 3000, ts(9000)), 0);
+    }
+}

@@ -1,0 +1,241 @@
+//! [`TransactionOptions`] and the small types around it, with client-rust
+//! 0.4.0's names: [`TransactionKind`], [`RetryOptions`], [`CheckLevel`],
+//! [`HeartbeatOption`], [`Mutation`].
+
+use std::time::Duration;
+
+use crate::backoff::{Backoff, DEFAULT_REGION_BACKOFF, OPTIMISTIC_BACKOFF, PESSIMISTIC_BACKOFF};
+use crate::pd::Timestamp;
+use crate::{Key, Value};
+
+use super::TimestampExt;
+
+/// The TTL of a transaction's locks in milliseconds while it is alive
+/// (kept up by heartbeats); TiDB's `ManagedLockTTL`.
+pub const MAX_TTL: u64 = 20_000;
+/// The TTL of an optimistic transaction's prewrite locks in milliseconds.
+pub const DEFAULT_LOCK_TTL: u64 = 3_000;
+/// How often heartbeats are sent by default.
+pub const DEFAULT_HEARTBEAT_INTERVAL: Duration = Duration::from_millis(MAX_TTL / 2);
+
+/// Optimistic or pessimistic.
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub enum TransactionKind {
+    /// Conflicts are found at commit (prewrite).
+    Optimistic,
+    /// Keys are locked as they are written; the argument is the
+    /// transaction's latest `for_update_ts`.
+    Pessimistic(Timestamp),
+}
+
+/// How plans retry: Region errors, and locks.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RetryOptions {
+    /// The schedule for Region errors and exhausted candidate rounds.
+    pub region_backoff: Backoff,
+    /// Kept for client-rust compatibility. Locks are waited out by their
+    /// TTL within [`Config::request_deadline`](crate::Config::request_deadline)
+    /// instead of by this schedule (txn.md, "Behaviour we require").
+    pub lock_backoff: Backoff,
+}
+
+impl RetryOptions {
+    /// Pairs the two schedules.
+    pub const fn new(region_backoff: Backoff, lock_backoff: Backoff) -> RetryOptions {
+        RetryOptions {
+            region_backoff,
+            lock_backoff,
+        }
+    }
+
+    /// The defaults of an optimistic transaction.
+    pub const fn default_optimistic() -> RetryOptions {
+        RetryOptions::new(DEFAULT_REGION_BACKOFF, OPTIMISTIC_BACKOFF)
+    }
+
+    /// The defaults of a pessimistic transaction.
+    pub const fn default_pessimistic() -> RetryOptions {
+        RetryOptions::new(DEFAULT_REGION_BACKOFF, PESSIMISTIC_BACKOFF)
+    }
+
+    /// No retries.
+    pub const fn none() -> RetryOptions {
+        RetryOptions::new(Backoff::no_backoff(), Backoff::no_backoff())
+    }
+}
+
+/// What happens when a transaction that wrote or locked something is
+/// dropped without `commit` or `rollback`.
+#[derive(Clone, Eq, PartialEq, Debug)]
+pub enum CheckLevel {
+    /// Panic (client-rust's default), unless the thread is already
+    /// panicking.
+    Panic,
+    /// Log a warning.
+    Warn,
+    /// Nothing.
+    None,
+}
+
+/// Whether the transaction keeps its primary lock alive with heartbeats.
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub enum HeartbeatOption {
+    /// No heartbeats: long transactions' locks expire after their TTL.
+    NoHeartbeat,
+    /// A heartbeat every this long while the transaction holds locks.
+    FixedTime(Duration),
+}
+
+impl HeartbeatOption {
+    /// True unless heartbeats are off.
+    pub fn is_auto_heartbeat(&self) -> bool {
+        !matches!(self, HeartbeatOption::NoHeartbeat)
+    }
+}
+
+/// One write of [`Transaction::batch_mutate`](super::Transaction::batch_mutate).
+#[derive(Clone, Eq, PartialEq, Debug)]
+pub enum Mutation {
+    /// Set the key to the value.
+    Put(Key, Value),
+    /// Delete the key.
+    Delete(Key),
+}
+
+impl Mutation {
+    /// The key it writes.
+    pub fn key(&self) -> &Key {
+        match self {
+            Mutation::Put(key, _) | Mutation::Delete(key) => key,
+        }
+    }
+}
+
+/// Options of a transaction, builder style.
+///
+/// ```
+/// use tikv_plan::transaction::{CheckLevel, TransactionOptions};
+/// let options = TransactionOptions::new_optimistic()
+///     .use_async_commit()
+///     .drop_check(CheckLevel::Warn);
+/// assert!(!options.is_pessimistic());
+/// ```
+#[derive(Clone, PartialEq, Debug)]
+pub struct TransactionOptions {
+    pub(crate) kind: TransactionKind,
+    pub(crate) try_one_pc: bool,
+    pub(crate) async_commit: bool,
+    pub(crate) read_only: bool,
+    pub(crate) retry_options: RetryOptions,
+    pub(crate) check_level: CheckLevel,
+    pub(crate) heartbeat_option: HeartbeatOption,
+}
+
+impl Default for TransactionOptions {
+    /// Pessimistic, as in client-rust.
+    fn default() -> TransactionOptions {
+        Self::new_pessimistic()
+    }
+}
+
+impl TransactionOptions {
+    /// The defaults of an optimistic transaction.
+    pub fn new_optimistic() -> TransactionOptions {
+        TransactionOptions {
+            kind: TransactionKind::Optimistic,
+            try_one_pc: false,
+            async_commit: false,
+            read_only: false,
+            retry_options: RetryOptions::default_optimistic(),
+            check_level: CheckLevel::Panic,
+            heartbeat_option: HeartbeatOption::FixedTime(DEFAULT_HEARTBEAT_INTERVAL),
+        }
+    }
+
+    /// The defaults of a pessimistic transaction.
+    pub fn new_pessimistic() -> TransactionOptions {
+        TransactionOptions {
+            kind: TransactionKind::Pessimistic(Timestamp::from_version(0)),
+            retry_options: RetryOptions::default_pessimistic(),
+            ..Self::new_optimistic()
+        }
+    }
+
+    /// Commits with async commit: the prewrite is the commit point.
+    #[must_use]
+    pub fn use_async_commit(mut self) -> TransactionOptions {
+        self.async_commit = true;
+        self
+    }
+
+    /// Tries one-phase commit when every mutation lies in one Region.
+    #[must_use]
+    pub fn try_one_pc(mut self) -> TransactionOptions {
+        self.try_one_pc = true;
+        self
+    }
+
+    /// Makes the transaction read only: writes are
+    /// [`Error::InvalidTransactionType`](crate::Error::InvalidTransactionType).
+    #[must_use]
+    pub fn read_only(mut self) -> TransactionOptions {
+        self.read_only = true;
+        self
+    }
+
+    /// Kept for client-rust compatibility: sets the lock backoff to none.
+    /// Locks of finished transactions are still resolved.
+    #[must_use]
+    pub fn no_resolve_locks(mut self) -> TransactionOptions {
+        self.retry_options.lock_backoff = Backoff::no_backoff();
+        self
+    }
+
+    /// Does not retry Region errors.
+    #[must_use]
+    pub fn no_resolve_regions(mut self) -> TransactionOptions {
+        self.retry_options.region_backoff = Backoff::no_backoff();
+        self
+    }
+
+    /// Sets the retry options.
+    #[must_use]
+    pub fn retry_options(mut self, options: RetryOptions) -> TransactionOptions {
+        self.retry_options = options;
+        self
+    }
+
+    /// Sets what a drop without commit or rollback does.
+    #[must_use]
+    pub fn drop_check(mut self, level: CheckLevel) -> TransactionOptions {
+        self.check_level = level;
+        self
+    }
+
+    /// Sets the heartbeat behaviour.
+    #[must_use]
+    pub fn heartbeat_option(mut self, heartbeat_option: HeartbeatOption) -> TransactionOptions {
+        self.heartbeat_option = heartbeat_option;
+        self
+    }
+
+    /// True for a pessimistic transaction.
+    pub fn is_pessimistic(&self) -> bool {
+        matches!(self.kind, TransactionKind::Pessimistic(_))
+    }
+
+    pub(crate) fn push_for_update_ts(&mut self, for_update_ts: u64) {
+        if let TransactionKind::Pessimistic(old) = &mut self.kind {
+            if for_update_ts > old.version() {
+                *old = Timestamp::from_version(for_update_ts);
+            }
+        }
+    }
+
+    pub(crate) fn for_update_ts(&self) -> u64 {
+        match &self.kind {
+            TransactionKind::Pessimistic(ts) => ts.version(),
+            TransactionKind::Optimistic => 0,
+        }
+    }
+}

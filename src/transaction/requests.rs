@@ -1,0 +1,840 @@
+//! Transactional requests for the plan: constructors, and the `KvRequest`,
+//! `Shardable`, `Batchable`, `HasRegionError`, `HasKeyErrors` and
+//! [`HasLocks`] implementations of every transactional request the client
+//! sends (wire.md has their fields, txn.md their meaning).
+//!
+//! Keys on the wire are the caller's keys; the Regions the plan shards by
+//! come from [`CodecPdClient`](super::CodecPdClient), which looks keys up by
+//! their memcomparable encoding and decodes the boundaries, so a shard's
+//! keys always lie in its Region.
+//!
+//! Replay: every request here is idempotent at TiKV for the same start and
+//! commit timestamps (txn.md, "Behaviour we require"), so fallback may
+//! re-send each of them; the commit point is marked per plan with
+//! [`PlanBuilder::commit_point`](crate::request::PlanBuilder::commit_point).
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+
+use crate::pd::PdClient;
+use crate::proto::{errorpb, kvrpcpb};
+use crate::region::RegionWithLeader;
+use crate::request::{
+    set_context_for_store, Batchable, HasKeyErrors, HasRegionError, KvRequest, Shardable,
+};
+use crate::store::{RegionStore, Request as _};
+use crate::{Error, Key, Result};
+
+/// The size of the mutations (keys plus values, in bytes) one prewrite,
+/// commit or pessimistic-lock RPC carries at most; larger sets are split
+/// (client-rust's `TXN_COMMIT_BATCH_SIZE`).
+pub const TXN_COMMIT_BATCH_SIZE: u64 = 16 * 1024;
+
+/// Turns a TiKV `KeyError` into an [`Error`] whose message says what
+/// happened (locked, write conflict, already exists, ...), keeping the
+/// structured error.
+pub fn key_error(e: kvrpcpb::KeyError) -> Error {
+    let message = if let Some(lock) = &e.locked {
+        format!(
+            "key {:?} is locked by transaction {} (primary {:?}, TTL {} ms)",
+            Key::from(lock.key.clone()),
+            lock.lock_version,
+            Key::from(lock.primary_lock.clone()),
+            lock.lock_ttl
+        )
+    } else if let Some(c) = &e.conflict {
+        format!(
+            "write conflict on key {:?}: transaction {} conflicts with a write committed at {} by transaction {}; retry the transaction",
+            Key::from(c.key.clone()),
+            c.start_ts,
+            c.conflict_commit_ts,
+            c.conflict_ts
+        )
+    } else if let Some(a) = &e.already_exist {
+        format!(
+            "key {:?} already exists, so it cannot be inserted",
+            Key::from(a.key.clone())
+        )
+    } else if let Some(d) = &e.deadlock {
+        format!(
+            "deadlock: waiting for the lock on {:?} held by transaction {}; retry the transaction",
+            Key::from(d.lock_key.clone()),
+            d.lock_ts
+        )
+    } else if let Some(t) = &e.txn_not_found {
+        format!(
+            "transaction {} was not found at its primary {:?}: it was rolled back",
+            t.start_ts,
+            Key::from(t.primary_key.clone())
+        )
+    } else if let Some(x) = &e.commit_ts_expired {
+        format!(
+            "commit ts {} of transaction {} is below the lock's min_commit_ts {}",
+            x.attempted_commit_ts, x.start_ts, x.min_commit_ts
+        )
+    } else if !e.retryable.is_empty() {
+        format!("retryable key error: {}", e.retryable)
+    } else if !e.abort.is_empty() {
+        format!("aborted: {}", e.abort)
+    } else {
+        "key error".to_owned()
+    };
+    Error::KeyError {
+        message,
+        key_error: Some(Box::new(e)),
+    }
+}
+
+/// The `KeyError` inside an error, if it is one.
+pub fn as_key_error(e: &Error) -> Option<&kvrpcpb::KeyError> {
+    match e {
+        Error::KeyError {
+            key_error: Some(k), ..
+        } => Some(k),
+        _ => None,
+    }
+}
+
+/// A response whose key errors may carry locks of other transactions,
+/// which the [`ResolveLock`](crate::request::ResolveLock) stage resolves.
+pub trait HasLocks {
+    /// Takes the locks out of the response's key errors, leaving any other
+    /// key errors in place.
+    fn take_locks(&mut self) -> Vec<kvrpcpb::LockInfo>;
+}
+
+impl<T: HasLocks> HasLocks for Vec<T> {
+    fn take_locks(&mut self) -> Vec<kvrpcpb::LockInfo> {
+        self.iter_mut().flat_map(HasLocks::take_locks).collect()
+    }
+}
+
+fn take_lock_of(error: &mut Option<kvrpcpb::KeyError>) -> Option<kvrpcpb::LockInfo> {
+    if error.as_ref().is_some_and(|e| e.locked.is_some()) {
+        return error.take().and_then(|e| e.locked);
+    }
+    None
+}
+
+fn take_locks_of(errors: &mut Vec<kvrpcpb::KeyError>) -> Vec<kvrpcpb::LockInfo> {
+    let mut locks = Vec::new();
+    errors.retain_mut(|e| match e.locked.take() {
+        Some(lock) => {
+            locks.push(lock);
+            false
+        }
+        None => true,
+    });
+    locks
+}
+
+fn take_pair_locks(pairs: &mut [kvrpcpb::KvPair]) -> Vec<kvrpcpb::LockInfo> {
+    pairs
+        .iter_mut()
+        .filter_map(|p| take_lock_of(&mut p.error))
+        .collect()
+}
+
+macro_rules! region_error_response {
+    ($($resp:ty),*) => {$(
+        impl HasRegionError for $resp {
+            fn region_error(&mut self) -> Option<errorpb::Error> {
+                self.region_error.take()
+            }
+        }
+    )*};
+}
+
+region_error_response!(
+    kvrpcpb::GetResponse,
+    kvrpcpb::BatchGetResponse,
+    kvrpcpb::ScanResponse,
+    kvrpcpb::PrewriteResponse,
+    kvrpcpb::CommitResponse,
+    kvrpcpb::BatchRollbackResponse,
+    kvrpcpb::PessimisticLockResponse,
+    kvrpcpb::PessimisticRollbackResponse,
+    kvrpcpb::TxnHeartBeatResponse,
+    kvrpcpb::CheckTxnStatusResponse,
+    kvrpcpb::CheckSecondaryLocksResponse,
+    kvrpcpb::ResolveLockResponse,
+    kvrpcpb::ScanLockResponse,
+    kvrpcpb::UnsafeDestroyRangeResponse
+);
+
+/// Responses with one optional `error: KeyError`.
+macro_rules! single_key_error_response {
+    ($($resp:ty),*) => {$(
+        impl HasKeyErrors for $resp {
+            fn key_errors(&mut self) -> Option<Vec<Error>> {
+                self.error.take().map(|e| vec![key_error(e)])
+            }
+        }
+        impl HasLocks for $resp {
+            fn take_locks(&mut self) -> Vec<kvrpcpb::LockInfo> {
+                take_lock_of(&mut self.error).into_iter().collect()
+            }
+        }
+    )*};
+}
+
+single_key_error_response!(
+    kvrpcpb::GetResponse,
+    kvrpcpb::CommitResponse,
+    kvrpcpb::BatchRollbackResponse,
+    kvrpcpb::TxnHeartBeatResponse,
+    kvrpcpb::CheckTxnStatusResponse,
+    kvrpcpb::CheckSecondaryLocksResponse,
+    kvrpcpb::ResolveLockResponse,
+    kvrpcpb::ScanLockResponse
+);
+
+/// Responses with `errors: Vec<KeyError>`.
+macro_rules! key_errors_response {
+    ($($resp:ty),*) => {$(
+        impl HasKeyErrors for $resp {
+            fn key_errors(&mut self) -> Option<Vec<Error>> {
+                let errors: Vec<Error> = self.errors.drain(..).map(key_error).collect();
+                (!errors.is_empty()).then_some(errors)
+            }
+        }
+        impl HasLocks for $resp {
+            fn take_locks(&mut self) -> Vec<kvrpcpb::LockInfo> {
+                take_locks_of(&mut self.errors)
+            }
+        }
+    )*};
+}
+
+key_errors_response!(
+    kvrpcpb::PrewriteResponse,
+    kvrpcpb::PessimisticLockResponse,
+    kvrpcpb::PessimisticRollbackResponse
+);
+
+/// Responses with an `error` and pairs that may carry their own.
+macro_rules! pairs_response {
+    ($($resp:ty),*) => {$(
+        impl HasKeyErrors for $resp {
+            fn key_errors(&mut self) -> Option<Vec<Error>> {
+                let mut errors: Vec<Error> = self.error.take().map(key_error).into_iter().collect();
+                errors.extend(self.pairs.iter_mut().filter_map(|p| p.error.take()).map(key_error));
+                (!errors.is_empty()).then_some(errors)
+            }
+        }
+        impl HasLocks for $resp {
+            fn take_locks(&mut self) -> Vec<kvrpcpb::LockInfo> {
+                let mut locks: Vec<_> = take_lock_of(&mut self.error).into_iter().collect();
+                locks.extend(take_pair_locks(&mut self.pairs));
+                locks
+            }
+        }
+    )*};
+}
+
+pairs_response!(kvrpcpb::BatchGetResponse, kvrpcpb::ScanResponse);
+
+impl HasKeyErrors for kvrpcpb::UnsafeDestroyRangeResponse {
+    fn key_errors(&mut self) -> Option<Vec<Error>> {
+        crate::request::string_key_error(&mut self.error)
+    }
+}
+
+/// "key k" or "3 keys [a, b, c]", at most eight keys spelt out.
+fn describe_keys<'a>(keys: impl IntoIterator<Item = &'a Vec<u8>>) -> String {
+    const SHOWN: usize = 8;
+    let keys: Vec<&Vec<u8>> = keys.into_iter().collect();
+    let mut shown: Vec<String> = keys
+        .iter()
+        .take(SHOWN)
+        .map(|k| format!("{:?}", Key::from((*k).clone())))
+        .collect();
+    if keys.len() > SHOWN {
+        shown.push(format!("and {} more", keys.len() - SHOWN));
+    }
+    match keys.len() {
+        1 => format!("key {}", shown.join("")),
+        n => format!("{n} keys [{}]", shown.join(", ")),
+    }
+}
+
+macro_rules! txn_request {
+    ($req:ty, $resp:ty, |$r:ident| $describe:expr) => {
+        impl KvRequest for $req {
+            type Response = $resp;
+
+            fn describe(&self) -> String {
+                let $r = self;
+                format!("{} of {}", self.label(), $describe)
+            }
+        }
+    };
+}
+
+txn_request!(kvrpcpb::GetRequest, kvrpcpb::GetResponse, |r| describe_keys([&r.key]));
+txn_request!(kvrpcpb::BatchGetRequest, kvrpcpb::BatchGetResponse, |r| {
+    describe_keys(&r.keys)
+});
+txn_request!(kvrpcpb::ScanRequest, kvrpcpb::ScanResponse, |r| format!(
+    "range from {:?}",
+    Key::from(r.start_key.clone())
+));
+txn_request!(kvrpcpb::PrewriteRequest, kvrpcpb::PrewriteResponse, |r| {
+    format!(
+        "{} of transaction {}",
+        describe_keys(r.mutations.iter().map(|m| &m.key)),
+        r.start_version
+    )
+});
+txn_request!(kvrpcpb::CommitRequest, kvrpcpb::CommitResponse, |r| format!(
+    "{} of transaction {} at {}",
+    describe_keys(&r.keys),
+    r.start_version,
+    r.commit_version
+));
+txn_request!(
+    kvrpcpb::BatchRollbackRequest,
+    kvrpcpb::BatchRollbackResponse,
+    |r| format!(
+        "{} of transaction {}",
+        describe_keys(&r.keys),
+        r.start_version
+    )
+);
+txn_request!(
+    kvrpcpb::PessimisticLockRequest,
+    kvrpcpb::PessimisticLockResponse,
+    |r| format!(
+        "{} of transaction {}",
+        describe_keys(r.mutations.iter().map(|m| &m.key)),
+        r.start_version
+    )
+);
+txn_request!(
+    kvrpcpb::PessimisticRollbackRequest,
+    kvrpcpb::PessimisticRollbackResponse,
+    |r| format!(
+        "{} of transaction {}",
+        describe_keys(&r.keys),
+        r.start_version
+    )
+);
+txn_request!(
+    kvrpcpb::TxnHeartBeatRequest,
+    kvrpcpb::TxnHeartBeatResponse,
+    |r| format!(
+        "primary {:?} of transaction {}",
+        Key::from(r.primary_lock.clone()),
+        r.start_version
+    )
+);
+txn_request!(
+    kvrpcpb::CheckTxnStatusRequest,
+    kvrpcpb::CheckTxnStatusResponse,
+    |r| format!(
+        "primary {:?} of transaction {}",
+        Key::from(r.primary_key.clone()),
+        r.lock_ts
+    )
+);
+txn_request!(
+    kvrpcpb::CheckSecondaryLocksRequest,
+    kvrpcpb::CheckSecondaryLocksResponse,
+    |r| format!(
+        "{} of transaction {}",
+        describe_keys(&r.keys),
+        r.start_version
+    )
+);
+txn_request!(kvrpcpb::ScanLockRequest, kvrpcpb::ScanLockResponse, |r| {
+    format!("range from {:?}", Key::from(r.start_key.clone()))
+});
+
+macro_rules! single_key_shardable {
+    ($($req:ty => $key:ident),*) => {$(
+        #[async_trait]
+        impl Shardable for $req {
+            type Shard = Vec<u8>;
+
+            async fn shards<PdC: PdClient>(
+                &self,
+                pd_client: &Arc<PdC>,
+            ) -> Result<Vec<(Self::Shard, RegionWithLeader)>> {
+                let region = pd_client.region_for_key(&self.$key).await?;
+                Ok(vec![(self.$key.clone(), region)])
+            }
+
+            fn apply_shard(&mut self, shard: Self::Shard) {
+                self.$key = shard;
+            }
+
+            fn apply_store(&mut self, store: &RegionStore) -> Result<()> {
+                set_context_for_store(self, store);
+                Ok(())
+            }
+        }
+    )*};
+}
+
+single_key_shardable!(
+    kvrpcpb::GetRequest => key,
+    kvrpcpb::TxnHeartBeatRequest => primary_lock,
+    kvrpcpb::CheckTxnStatusRequest => primary_key
+);
+
+fn sorted_unique(mut keys: Vec<Vec<u8>>) -> Vec<Vec<u8>> {
+    keys.sort();
+    keys.dedup();
+    keys
+}
+
+/// Keys as a batchable item: their size is their length.
+struct KeyItems;
+
+impl Batchable for KeyItems {
+    type Item = Vec<u8>;
+
+    fn item_size(item: &Vec<u8>) -> u64 {
+        item.len() as u64
+    }
+}
+
+macro_rules! keys_shardable {
+    ($($req:ty),*) => {$(
+        #[async_trait]
+        impl Shardable for $req {
+            type Shard = Vec<Vec<u8>>;
+
+            async fn shards<PdC: PdClient>(
+                &self,
+                pd_client: &Arc<PdC>,
+            ) -> Result<Vec<(Self::Shard, RegionWithLeader)>> {
+                let keys = sorted_unique(self.keys.clone());
+                let groups = pd_client.group_keys_by_region(keys).await?;
+                let mut shards = Vec::new();
+                for (region, keys) in groups {
+                    for batch in KeyItems::batches(keys, TXN_COMMIT_BATCH_SIZE) {
+                        shards.push((batch, region.clone()));
+                    }
+                }
+                Ok(shards)
+            }
+
+            fn apply_shard(&mut self, shard: Self::Shard) {
+                self.keys = shard;
+            }
+
+            fn apply_store(&mut self, store: &RegionStore) -> Result<()> {
+                set_context_for_store(self, store);
+                Ok(())
+            }
+        }
+    )*};
+}
+
+keys_shardable!(
+    kvrpcpb::BatchGetRequest,
+    kvrpcpb::CommitRequest,
+    kvrpcpb::BatchRollbackRequest,
+    kvrpcpb::PessimisticRollbackRequest,
+    kvrpcpb::CheckSecondaryLocksRequest
+);
+
+/// A mutation of a prewrite together with its pessimistic action.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PrewriteItem {
+    /// The mutation.
+    pub mutation: kvrpcpb::Mutation,
+    /// Its `PessimisticAction` (as the wire's `i32`).
+    pub pessimistic_action: i32,
+}
+
+impl AsRef<[u8]> for PrewriteItem {
+    fn as_ref(&self) -> &[u8] {
+        &self.mutation.key
+    }
+}
+
+impl Batchable for kvrpcpb::PrewriteRequest {
+    type Item = PrewriteItem;
+
+    fn item_size(item: &PrewriteItem) -> u64 {
+        (item.mutation.key.len() + item.mutation.value.len()) as u64
+    }
+}
+
+#[async_trait]
+impl Shardable for kvrpcpb::PrewriteRequest {
+    type Shard = Vec<PrewriteItem>;
+
+    async fn shards<PdC: PdClient>(
+        &self,
+        pd_client: &Arc<PdC>,
+    ) -> Result<Vec<(Self::Shard, RegionWithLeader)>> {
+        let mut items: Vec<PrewriteItem> = self
+            .mutations
+            .iter()
+            .enumerate()
+            .map(|(i, m)| PrewriteItem {
+                mutation: m.clone(),
+                pessimistic_action: self.pessimistic_actions.get(i).copied().unwrap_or(0),
+            })
+            .collect();
+        items.sort_by(|a, b| a.mutation.key.cmp(&b.mutation.key));
+        items.dedup_by(|a, b| a.mutation.key == b.mutation.key);
+        let groups = pd_client.group_keys_by_region(items).await?;
+        let mut shards = Vec::new();
+        for (region, items) in groups {
+            for batch in Self::batches(items, TXN_COMMIT_BATCH_SIZE) {
+                shards.push((batch, region.clone()));
+            }
+        }
+        Ok(shards)
+    }
+
+    fn apply_shard(&mut self, shard: Self::Shard) {
+        let with_actions = !self.pessimistic_actions.is_empty();
+        self.pessimistic_actions = if with_actions {
+            shard.iter().map(|i| i.pessimistic_action).collect()
+        } else {
+            Vec::new()
+        };
+        // 1PC is atomic only for the whole transaction in one request: a
+        // piece of it (several Regions, batches, or a split) uses 2PC.
+        if shard.len() < self.mutations.len() {
+            self.try_one_pc = false;
+        }
+        // TiKV keeps the secondaries on the primary's lock only.
+        if !shard.iter().any(|i| i.mutation.key == self.primary_lock) {
+            self.secondaries.clear();
+        }
+        self.mutations = shard.into_iter().map(|i| i.mutation).collect();
+    }
+
+    fn apply_store(&mut self, store: &RegionStore) -> Result<()> {
+        set_context_for_store(self, store);
+        Ok(())
+    }
+}
+
+/// A mutation of a pessimistic lock request, batchable by key size.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LockItem(pub kvrpcpb::Mutation);
+
+impl AsRef<[u8]> for LockItem {
+    fn as_ref(&self) -> &[u8] {
+        &self.0.key
+    }
+}
+
+impl Batchable for kvrpcpb::PessimisticLockRequest {
+    type Item = LockItem;
+
+    fn item_size(item: &LockItem) -> u64 {
+        item.0.key.len() as u64
+    }
+}
+
+#[async_trait]
+impl Shardable for kvrpcpb::PessimisticLockRequest {
+    type Shard = Vec<LockItem>;
+
+    async fn shards<PdC: PdClient>(
+        &self,
+        pd_client: &Arc<PdC>,
+    ) -> Result<Vec<(Self::Shard, RegionWithLeader)>> {
+        let mut items: Vec<LockItem> = self.mutations.iter().cloned().map(LockItem).collect();
+        items.sort_by(|a, b| a.0.key.cmp(&b.0.key));
+        items.dedup_by(|a, b| a.0.key == b.0.key);
+        let groups = pd_client.group_keys_by_region(items).await?;
+        let mut shards = Vec::new();
+        for (region, items) in groups {
+            for batch in Self::batches(items, TXN_COMMIT_BATCH_SIZE) {
+                shards.push((batch, region.clone()));
+            }
+        }
+        Ok(shards)
+    }
+
+    fn apply_shard(&mut self, shard: Self::Shard) {
+        self.mutations = shard.into_iter().map(|i| i.0).collect();
+    }
+
+    fn apply_store(&mut self, store: &RegionStore) -> Result<()> {
+        set_context_for_store(self, store);
+        Ok(())
+    }
+}
+
+/// A scan (or lock scan) serves one Region piece: the first Region of its
+/// range in scan direction; the caller continues from the piece's end.
+#[async_trait]
+impl Shardable for kvrpcpb::ScanRequest {
+    /// The piece as `(start_key, end_key)` in the request's own convention.
+    type Shard = (Vec<u8>, Vec<u8>);
+
+    async fn shards<PdC: PdClient>(
+        &self,
+        pd_client: &Arc<PdC>,
+    ) -> Result<Vec<(Self::Shard, RegionWithLeader)>> {
+        if !self.reverse {
+            let region = pd_client.region_for_key(&self.start_key).await?;
+            let piece = crate::raw::clip_to_region(&self.start_key, &self.end_key, &region);
+            return Ok(vec![(piece, region)]);
+        }
+        let (lower, upper) = (self.end_key.clone(), self.start_key.clone());
+        let regions = pd_client
+            .regions_for_range(lower.clone(), upper.clone())
+            .await?;
+        let region = regions
+            .into_iter()
+            .last()
+            .ok_or_else(|| Error::Internal("PD returned no Region for a scan range".to_owned()))?;
+        let (lo, hi) = crate::raw::clip_to_region(&lower, &upper, &region);
+        Ok(vec![((hi, lo), region)])
+    }
+
+    fn apply_shard(&mut self, (start_key, end_key): Self::Shard) {
+        self.start_key = start_key;
+        self.end_key = end_key;
+    }
+
+    fn apply_store(&mut self, store: &RegionStore) -> Result<()> {
+        set_context_for_store(self, store);
+        Ok(())
+    }
+}
+
+#[async_trait]
+impl Shardable for kvrpcpb::ScanLockRequest {
+    type Shard = (Vec<u8>, Vec<u8>);
+
+    async fn shards<PdC: PdClient>(
+        &self,
+        pd_client: &Arc<PdC>,
+    ) -> Result<Vec<(Self::Shard, RegionWithLeader)>> {
+        let region = pd_client.region_for_key(&self.start_key).await?;
+        let piece = crate::raw::clip_to_region(&self.start_key, &self.end_key, &region);
+        Ok(vec![(piece, region)])
+    }
+
+    fn apply_shard(&mut self, (start_key, end_key): Self::Shard) {
+        self.start_key = start_key;
+        self.end_key = end_key;
+    }
+
+    fn apply_store(&mut self, store: &RegionStore) -> Result<()> {
+        set_context_for_store(self, store);
+        Ok(())
+    }
+}
+
+/// `KvResolveLock` for every lock of one transaction in the Region that
+/// holds `key` (the request's `keys` stay empty, so TiKV resolves them
+/// all): lock resolution is per (transaction, Region).
+#[derive(Debug, Clone)]
+pub struct ResolveLockInRegion {
+    /// A key in the Region, to locate it (not sent).
+    pub key: Vec<u8>,
+    /// The request.
+    pub request: kvrpcpb::ResolveLockRequest,
+}
+
+#[async_trait]
+impl crate::store::Request for ResolveLockInRegion {
+    async fn dispatch(
+        &self,
+        client: &crate::proto::tikvpb::tikv_client::TikvClient<tonic::transport::Channel>,
+        timeout: std::time::Duration,
+    ) -> Result<Box<dyn std::any::Any + Send>> {
+        self.request.dispatch(client, timeout).await
+    }
+
+    fn label(&self) -> &'static str {
+        "kv_resolve_lock"
+    }
+
+    fn as_any(&self) -> &dyn std::any::Any {
+        &self.request
+    }
+
+    fn context(&self) -> Option<&kvrpcpb::Context> {
+        self.request.context.as_ref()
+    }
+
+    fn set_context(&mut self, context: kvrpcpb::Context) {
+        self.request.context = Some(context);
+    }
+}
+
+impl KvRequest for ResolveLockInRegion {
+    type Response = kvrpcpb::ResolveLockResponse;
+
+    fn describe(&self) -> String {
+        format!(
+            "kv_resolve_lock of transaction {} in the Region of {:?}",
+            self.request.start_version,
+            Key::from(self.key.clone())
+        )
+    }
+}
+
+#[async_trait]
+impl Shardable for ResolveLockInRegion {
+    type Shard = Vec<u8>;
+
+    async fn shards<PdC: PdClient>(
+        &self,
+        pd_client: &Arc<PdC>,
+    ) -> Result<Vec<(Self::Shard, RegionWithLeader)>> {
+        let region = pd_client.region_for_key(&self.key).await?;
+        Ok(vec![(self.key.clone(), region)])
+    }
+
+    fn apply_shard(&mut self, shard: Self::Shard) {
+        self.key = shard;
+    }
+
+    fn apply_store(&mut self, store: &RegionStore) -> Result<()> {
+        set_context_for_store(self, store);
+        Ok(())
+    }
+}
+
+/// A transactional read at `version`.
+pub fn new_get_request(key: Vec<u8>, version: u64) -> kvrpcpb::GetRequest {
+    kvrpcpb::GetRequest {
+        key,
+        version,
+        ..Default::default()
+    }
+}
+
+/// A transactional batch read at `version`.
+pub fn new_batch_get_request(keys: Vec<Vec<u8>>, version: u64) -> kvrpcpb::BatchGetRequest {
+    kvrpcpb::BatchGetRequest {
+        keys,
+        version,
+        ..Default::default()
+    }
+}
+
+/// A transactional scan of one Region piece at `version` (forward:
+/// `[start_key, end_key)`; reverse: from `start_key` exclusive down to
+/// `end_key` inclusive, as TiKV defines it).
+pub fn new_scan_request(
+    start_key: Vec<u8>,
+    end_key: Vec<u8>,
+    version: u64,
+    limit: u32,
+    key_only: bool,
+    reverse: bool,
+) -> kvrpcpb::ScanRequest {
+    kvrpcpb::ScanRequest {
+        start_key,
+        end_key,
+        version,
+        limit,
+        key_only,
+        reverse,
+        ..Default::default()
+    }
+}
+
+/// A commit of `keys` of transaction `start_version` at `commit_version`.
+pub fn new_commit_request(
+    keys: Vec<Vec<u8>>,
+    start_version: u64,
+    commit_version: u64,
+) -> kvrpcpb::CommitRequest {
+    kvrpcpb::CommitRequest {
+        keys,
+        start_version,
+        commit_version,
+        ..Default::default()
+    }
+}
+
+/// A rollback of `keys` of transaction `start_version`.
+pub fn new_batch_rollback_request(
+    keys: Vec<Vec<u8>>,
+    start_version: u64,
+) -> kvrpcpb::BatchRollbackRequest {
+    kvrpcpb::BatchRollbackRequest {
+        keys,
+        start_version,
+        ..Default::default()
+    }
+}
+
+/// A heartbeat that extends the primary lock's TTL to `advise_lock_ttl` ms.
+pub fn new_heart_beat_request(
+    primary_lock: Vec<u8>,
+    start_version: u64,
+    advise_lock_ttl: u64,
+) -> kvrpcpb::TxnHeartBeatRequest {
+    kvrpcpb::TxnHeartBeatRequest {
+        primary_lock,
+        start_version,
+        advise_lock_ttl,
+        ..Default::default()
+    }
+}
+
+/// A lock scan of `[start_key, end_key)` for locks with `start_ts <=
+/// max_version`, at most `limit` per Region.
+pub fn new_scan_lock_request(
+    start_key: Vec<u8>,
+    end_key: Vec<u8>,
+    max_version: u64,
+    limit: u32,
+) -> kvrpcpb::ScanLockRequest {
+    kvrpcpb::ScanLockRequest {
+        start_key,
+        end_key,
+        max_version,
+        limit,
+        ..Default::default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn locks_are_taken_out_and_other_errors_stay() {
+        let mut response = kvrpcpb::PrewriteResponse {
+            errors: vec![
+                kvrpcpb::KeyError {
+                    locked: Some(kvrpcpb::LockInfo {
+                        key: b"a".to_vec(),
+                        ..Default::default()
+                    }),
+                    ..Default::default()
+                },
+                kvrpcpb::KeyError {
+                    abort: "no".to_owned(),
+                    ..Default::default()
+                },
+            ],
+            ..Default::default()
+        };
+        let locks = response.take_locks();
+        assert_eq!(locks.len(), 1);
+        let errors = response.key_errors().unwrap();
+        assert_eq!(errors.len(), 1);
+        assert!(errors[0].to_string().contains("aborted"), "{}", errors[0]);
+    }
+
+    #[test]
+    fn key_errors_say_what_happened() {
+        let e = key_error(kvrpcpb::KeyError {
+            already_exist: Some(kvrpcpb::AlreadyExist { key: b"k".to_vec() }),
+            ..Default::default()
+        });
+        assert!(e.to_string().contains("already exists"), "{e}");
+        assert!(as_key_error(&e).unwrap().already_exist.is_some());
+    }
+}

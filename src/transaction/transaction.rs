@@ -1,0 +1,1119 @@
+//! [`Transaction`]: reads at the start timestamp, buffered writes, and the
+//! commit protocols (two-phase, async commit, 1PC) over the request plan.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use log::{debug, warn};
+use tokio::sync::watch;
+use tokio::time::Instant;
+
+use super::buffer::{Buffer, BufferedRead};
+use super::lock::LockResolver;
+use super::options::{
+    CheckLevel, HeartbeatOption, Mutation, TransactionOptions, DEFAULT_LOCK_TTL,
+    MAX_TTL,
+};
+use super::requests::{
+    as_key_error, new_batch_get_request, new_batch_rollback_request, new_commit_request,
+    new_get_request, new_heart_beat_request, new_scan_request, LockItem,
+};
+use super::{CodecPdClient, TimestampExt};
+use crate::backoff::Backoff;
+use crate::pd::{PdClient, PdRpcClient, Timestamp};
+use crate::proto::kvrpcpb;
+use crate::request::{
+    CollectError, CollectSingle, CollectWithShard, Dispatch, HasKeyErrors, KvRequest, Plan,
+    PlanBuilder, ResponseWithShard, RoutingState,
+};
+use crate::{BoundRange, Error, Key, KvPair, Result, Value};
+
+/// The largest `limit` a transactional scan accepts.
+pub const MAX_TXN_SCAN_LIMIT: u32 = 10240;
+
+/// How many times a secondary commit is tried in the background.
+const SECONDARY_COMMIT_ATTEMPTS: u32 = 3;
+
+/// What the transactional side has done, for tests and monitoring. Counters
+/// only grow.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct TransactionStats {
+    /// Background secondary commits that succeeded (one per transaction).
+    pub secondary_commits: u64,
+    /// Background secondary commits that failed after their retries (the
+    /// transaction is committed; readers resolve the leftover locks).
+    pub secondary_commit_failures: u64,
+    /// Background secondary commits still running.
+    pub secondary_commits_pending: u64,
+    /// Rollbacks sent after a failed prewrite.
+    pub prewrite_rollbacks: u64,
+    /// Heartbeats sent by the automatic heartbeat.
+    pub heartbeats: u64,
+    /// Automatic heartbeats that failed (logged).
+    pub heartbeat_failures: u64,
+    /// Lock resolution.
+    pub locks: super::lock::LockStats,
+}
+
+#[derive(Debug, Default)]
+pub(crate) struct TxnCounters {
+    secondary_commits: AtomicU64,
+    secondary_commit_failures: AtomicU64,
+    secondary_commits_pending: AtomicU64,
+    prewrite_rollbacks: AtomicU64,
+    heartbeats: AtomicU64,
+    heartbeat_failures: AtomicU64,
+}
+
+fn bump(c: &AtomicU64) {
+    c.fetch_add(1, Ordering::Relaxed);
+}
+
+/// What every transaction of one client shares: PD (with the key codec),
+/// routing state, the lock resolver and the counters.
+pub(crate) struct TxnShared<PdC: PdClient> {
+    pub(crate) pd: Arc<CodecPdClient<PdC>>,
+    pub(crate) routing: Arc<RoutingState>,
+    pub(crate) resolver: Arc<LockResolver<CodecPdClient<PdC>>>,
+    pub(crate) request_deadline: Duration,
+    pub(crate) counters: TxnCounters,
+}
+
+impl<PdC: PdClient> TxnShared<PdC> {
+    pub(crate) fn builder<Req: KvRequest>(
+        &self,
+        request: Req,
+    ) -> PlanBuilder<CodecPdClient<PdC>, Dispatch<Req>> {
+        PlanBuilder::new(Arc::clone(&self.pd), request).routing(Arc::clone(&self.routing))
+    }
+
+    pub(crate) async fn timestamp(&self) -> Result<Timestamp> {
+        Arc::clone(&self.pd).get_timestamp().await
+    }
+
+    pub(crate) fn stats(&self) -> TransactionStats {
+        let c = &self.counters;
+        TransactionStats {
+            secondary_commits: c.secondary_commits.load(Ordering::Relaxed),
+            secondary_commit_failures: c.secondary_commit_failures.load(Ordering::Relaxed),
+            secondary_commits_pending: c.secondary_commits_pending.load(Ordering::Relaxed),
+            prewrite_rollbacks: c.prewrite_rollbacks.load(Ordering::Relaxed),
+            heartbeats: c.heartbeats.load(Ordering::Relaxed),
+            heartbeat_failures: c.heartbeat_failures.load(Ordering::Relaxed),
+            locks: self.resolver.stats(),
+        }
+    }
+}
+
+/// Where a transaction is in its life. Operations are allowed only while
+/// `Active` (or `ReadOnly`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TransactionStatus {
+    /// A snapshot: reads only.
+    ReadOnly,
+    /// Reads and writes allowed.
+    Active,
+    /// `commit` was called (and may have failed).
+    StartedCommit,
+    /// Committed.
+    Committed,
+    /// `rollback` was called (and may have failed).
+    StartedRollback,
+    /// Rolled back.
+    Rolledback,
+}
+
+/// A transaction: reads see the database at its start timestamp plus its
+/// own writes; writes are buffered and written at [`commit`](Self::commit).
+///
+/// Every RPC goes through the request plan (leader-first with voter
+/// fallback). The commit is reported honestly: when the commit point may
+/// have been applied without an answer, `commit` returns
+/// [`Error::UndeterminedError`], never success or a plain failure.
+pub struct Transaction<PdC: PdClient = PdRpcClient> {
+    shared: Arc<TxnShared<PdC>>,
+    timestamp: Timestamp,
+    buffer: Buffer,
+    options: TransactionOptions,
+    status: TransactionStatus,
+    /// Tells the heartbeat task the transaction ended (dropping it does too).
+    ended: watch::Sender<bool>,
+    heartbeat_started: bool,
+    start_instant: Instant,
+    /// Keys locked pessimistically (prewritten with `DoPessimisticCheck`).
+    pessimistic_locked: std::collections::BTreeSet<Key>,
+}
+
+impl<PdC: PdClient> Transaction<PdC> {
+    pub(crate) fn new(
+        shared: Arc<TxnShared<PdC>>,
+        timestamp: Timestamp,
+        options: TransactionOptions,
+    ) -> Self {
+        let status = if options.read_only {
+            TransactionStatus::ReadOnly
+        } else {
+            TransactionStatus::Active
+        };
+        Transaction {
+            shared,
+            timestamp,
+            buffer: Buffer::default(),
+            options,
+            status,
+            ended: watch::channel(false).0,
+            heartbeat_started: false,
+            start_instant: Instant::now(),
+            pessimistic_locked: Default::default(),
+        }
+    }
+
+    /// The start timestamp: reads see the data committed before it.
+    pub fn start_timestamp(&self) -> Timestamp {
+        self.timestamp.clone()
+    }
+
+    /// Where the transaction is in its life.
+    pub fn status(&self) -> TransactionStatus {
+        self.status
+    }
+
+    fn start_ts(&self) -> u64 {
+        self.timestamp.version()
+    }
+
+    fn region_backoff(&self) -> Backoff {
+        self.options.retry_options.region_backoff.clone()
+    }
+
+    fn check_allow_operation(&self) -> Result<()> {
+        match self.status {
+            TransactionStatus::ReadOnly | TransactionStatus::Active => Ok(()),
+            _ => Err(Error::OperationAfterCommitError),
+        }
+    }
+
+    fn check_writable(&self) -> Result<()> {
+        self.check_allow_operation()?;
+        if self.options.read_only {
+            return Err(Error::InvalidTransactionType);
+        }
+        Ok(())
+    }
+
+    fn is_pessimistic(&self) -> bool {
+        self.options.is_pessimistic()
+    }
+
+    /// The value of `key`, or `None` when it does not exist.
+    pub async fn get(&mut self, key: impl Into<Key>) -> Result<Option<Value>> {
+        self.check_allow_operation()?;
+        let key = key.into();
+        if let BufferedRead::Known(v) = self.buffer.get(&key) {
+            return Ok(v);
+        }
+        let value = self.fetch_get(key.clone()).await?;
+        self.buffer.cache(key, value.clone());
+        Ok(value)
+    }
+
+    /// True when `key` exists.
+    pub async fn key_exists(&mut self, key: impl Into<Key>) -> Result<bool> {
+        Ok(self.get(key).await?.is_some())
+    }
+
+    /// The values of the keys that exist, in key order.
+    pub async fn batch_get(
+        &mut self,
+        keys: impl IntoIterator<Item = impl Into<Key>>,
+    ) -> Result<impl Iterator<Item = KvPair>> {
+        self.check_allow_operation()?;
+        let mut keys: Vec<Key> = keys.into_iter().map(Into::into).collect();
+        keys.sort();
+        keys.dedup();
+        let mut out = Vec::new();
+        let mut missing = Vec::new();
+        for key in keys {
+            match self.buffer.get(&key) {
+                BufferedRead::Known(Some(v)) => out.push(KvPair(key, v)),
+                BufferedRead::Known(None) => {}
+                BufferedRead::Unknown => missing.push(key),
+            }
+        }
+        if !missing.is_empty() {
+            let fetched = self.fetch_batch_get(&missing).await?;
+            let mut found = std::collections::BTreeMap::new();
+            for p in fetched {
+                found.insert(p.0, p.1);
+            }
+            for key in missing {
+                let value = found.remove(&key);
+                self.buffer.cache(key.clone(), value.clone());
+                if let Some(v) = value {
+                    out.push(KvPair(key, v));
+                }
+            }
+        }
+        out.sort_by(|a, b| a.0.cmp(&b.0));
+        Ok(out.into_iter())
+    }
+
+    /// Up to `limit` pairs in `range`, in key order, with this
+    /// transaction's writes applied.
+    pub async fn scan(
+        &mut self,
+        range: impl Into<BoundRange>,
+        limit: u32,
+    ) -> Result<impl Iterator<Item = KvPair>> {
+        Ok(self.scan_inner(range.into(), limit, false).await?.into_iter())
+    }
+
+    /// Up to `limit` keys in `range`, in key order.
+    pub async fn scan_keys(
+        &mut self,
+        range: impl Into<BoundRange>,
+        limit: u32,
+    ) -> Result<impl Iterator<Item = Key>> {
+        Ok(self
+            .scan_inner(range.into(), limit, false)
+            .await?
+            .into_iter()
+            .map(KvPair::into_key))
+    }
+
+    /// Up to `limit` pairs in `range`, in reverse key order.
+    pub async fn scan_reverse(
+        &mut self,
+        range: impl Into<BoundRange>,
+        limit: u32,
+    ) -> Result<impl Iterator<Item = KvPair>> {
+        Ok(self.scan_inner(range.into(), limit, true).await?.into_iter())
+    }
+
+    /// Up to `limit` keys in `range`, in reverse key order.
+    pub async fn scan_keys_reverse(
+        &mut self,
+        range: impl Into<BoundRange>,
+        limit: u32,
+    ) -> Result<impl Iterator<Item = Key>> {
+        Ok(self
+            .scan_inner(range.into(), limit, true)
+            .await?
+            .into_iter()
+            .map(KvPair::into_key))
+    }
+
+    /// Reads `key` and locks it: pessimistic transactions lock it now at a
+    /// fresh `for_update_ts` and read its latest value; optimistic ones lock
+    /// it at commit and read at the start ts.
+    pub async fn get_for_update(&mut self, key: impl Into<Key>) -> Result<Option<Value>> {
+        self.check_writable()?;
+        let key = key.into();
+        if !self.is_pessimistic() {
+            self.buffer.lock(key.clone());
+            return self.get(key).await;
+        }
+        let mut values = self.pessimistic_lock(vec![key.clone()], true).await?;
+        let value = values.pop().and_then(|p| p.1);
+        match self.buffer.get(&key) {
+            BufferedRead::Known(v) => Ok(v),
+            BufferedRead::Unknown => Ok(value),
+        }
+    }
+
+    /// [`get_for_update`](Self::get_for_update) for several keys: the pairs
+    /// that exist.
+    pub async fn batch_get_for_update(
+        &mut self,
+        keys: impl IntoIterator<Item = impl Into<Key>>,
+    ) -> Result<Vec<KvPair>> {
+        self.check_writable()?;
+        let keys: Vec<Key> = keys.into_iter().map(Into::into).collect();
+        if !self.is_pessimistic() {
+            for key in &keys {
+                self.buffer.lock(key.clone());
+            }
+            return Ok(self.batch_get(keys).await?.collect());
+        }
+        let locked = self.pessimistic_lock(keys, true).await?;
+        Ok(locked
+            .into_iter()
+            .filter_map(|(key, fetched)| {
+                let value = match self.buffer.get(&key) {
+                    BufferedRead::Known(v) => v,
+                    BufferedRead::Unknown => fetched,
+                };
+                value.map(|v| KvPair(key, v))
+            })
+            .collect())
+    }
+
+    /// Sets `key` to `value`.
+    pub async fn put(&mut self, key: impl Into<Key>, value: impl Into<Value>) -> Result<()> {
+        self.check_writable()?;
+        let key = key.into();
+        if self.is_pessimistic() {
+            self.pessimistic_lock(vec![key.clone()], false).await?;
+        }
+        self.buffer.put(key, value.into());
+        Ok(())
+    }
+
+    /// Inserts `key`: the commit fails if it exists
+    /// ([`Error::DuplicateKeyInsertion`] when this transaction wrote it).
+    pub async fn insert(&mut self, key: impl Into<Key>, value: impl Into<Value>) -> Result<()> {
+        self.check_writable()?;
+        let key = key.into();
+        if self.is_pessimistic() {
+            let mut locked = self.pessimistic_lock(vec![key.clone()], true).await?;
+            if self.buffer.get(&key) == BufferedRead::Unknown
+                && locked.pop().and_then(|p| p.1).is_some()
+            {
+                return Err(Error::DuplicateKeyInsertion);
+            }
+        }
+        self.buffer.insert(key, value.into())
+    }
+
+    /// Deletes `key`.
+    pub async fn delete(&mut self, key: impl Into<Key>) -> Result<()> {
+        self.check_writable()?;
+        let key = key.into();
+        if self.is_pessimistic() {
+            self.pessimistic_lock(vec![key.clone()], false).await?;
+        }
+        self.buffer.delete(key);
+        Ok(())
+    }
+
+    /// Buffers several puts and deletes (locking them first in a
+    /// pessimistic transaction).
+    pub async fn batch_mutate(
+        &mut self,
+        mutations: impl IntoIterator<Item = Mutation>,
+    ) -> Result<()> {
+        self.check_writable()?;
+        let mutations: Vec<Mutation> = mutations.into_iter().collect();
+        if self.is_pessimistic() {
+            let keys = mutations.iter().map(|m| m.key().clone()).collect();
+            self.pessimistic_lock(keys, false).await?;
+        }
+        for m in mutations {
+            match m {
+                Mutation::Put(k, v) => self.buffer.put(k, v),
+                Mutation::Delete(k) => self.buffer.delete(k),
+            }
+        }
+        Ok(())
+    }
+
+    /// Locks keys without writing them: now in a pessimistic transaction,
+    /// at commit (as write-conflict checks) in an optimistic one.
+    pub async fn lock_keys(&mut self, keys: impl IntoIterator<Item = impl Into<Key>>) -> Result<()> {
+        self.check_writable()?;
+        let keys: Vec<Key> = keys.into_iter().map(Into::into).collect();
+        if self.is_pessimistic() {
+            self.pessimistic_lock(keys, false).await?;
+        } else {
+            for key in keys {
+                self.buffer.lock(key);
+            }
+        }
+        Ok(())
+    }
+
+    /// Extends the primary lock's TTL; returns the new TTL in ms.
+    pub async fn send_heart_beat(&mut self) -> Result<u64> {
+        self.check_allow_operation()?;
+        let primary = self.buffer.primary_key().cloned().ok_or(Error::NoPrimaryKey)?;
+        send_heart_beat(&self.shared, &self.options, primary, self.start_ts(), self.start_instant)
+            .await
+    }
+
+    /// Commits. Returns the commit timestamp (`None` when there was nothing
+    /// to write). Returns once the commit point is durable; the remaining
+    /// keys are committed in the background (readers resolve them from the
+    /// primary meanwhile).
+    ///
+    /// Errors: [`Error::UndeterminedError`] when the commit point may have
+    /// been applied without an answer (read the keys in a new transaction
+    /// before retrying); any other error means the transaction did not
+    /// commit, and its locks were rolled back.
+    pub async fn commit(&mut self) -> Result<Option<Timestamp>> {
+        match self.status {
+            TransactionStatus::Active | TransactionStatus::StartedCommit => {}
+            TransactionStatus::ReadOnly => return Err(Error::InvalidTransactionType),
+            _ => return Err(Error::OperationAfterCommitError),
+        }
+        self.status = TransactionStatus::StartedCommit;
+        if !self.buffer.has_mutations() {
+            self.finish(TransactionStatus::Committed);
+            return Ok(None);
+        }
+        self.start_auto_heartbeat();
+        let result = self.two_phase_commit().await;
+        match &result {
+            Ok(_) => self.finish(TransactionStatus::Committed),
+            // Undetermined: the heartbeat stops; whether it committed is
+            // for a later read to find out.
+            Err(e) if e.is_undetermined() => {
+                let _ = self.ended.send(true);
+            }
+            Err(_) => {}
+        }
+        result
+    }
+
+    /// Rolls back: releases this transaction's locks. After a commit that
+    /// ended undetermined, a rollback fails if the transaction committed.
+    pub async fn rollback(&mut self) -> Result<()> {
+        match self.status {
+            TransactionStatus::Active
+            | TransactionStatus::StartedCommit
+            | TransactionStatus::StartedRollback => {}
+            TransactionStatus::ReadOnly => {
+                self.finish(TransactionStatus::Rolledback);
+                return Ok(());
+            }
+            _ => return Err(Error::OperationAfterCommitError),
+        }
+        let prewritten = self.status == TransactionStatus::StartedCommit;
+        self.status = TransactionStatus::StartedRollback;
+        if !self.pessimistic_locked.is_empty() {
+            let keys: Vec<Vec<u8>> = self
+                .pessimistic_locked
+                .iter()
+                .map(|k| k.as_bytes().to_vec())
+                .collect();
+            self.pessimistic_rollback(keys).await?;
+        }
+        if prewritten {
+            let keys: Vec<Vec<u8>> = self.buffer.mutations().into_iter().map(|m| m.key).collect();
+            self.batch_rollback(keys).await?;
+        }
+        self.finish(TransactionStatus::Rolledback);
+        Ok(())
+    }
+
+    fn finish(&mut self, status: TransactionStatus) {
+        self.status = status;
+        let _ = self.ended.send(true);
+    }
+
+    // ---- reads ----
+
+    async fn fetch_get(&self, key: Key) -> Result<Option<Value>> {
+        let ts = self.start_ts();
+        let response = self
+            .shared
+            .builder(new_get_request(key.into(), ts))
+            .retry_multi_region(self.region_backoff())
+            .resolve_lock(Arc::clone(&self.shared.resolver), ts)
+            .merge(CollectSingle)
+            .extract_error()
+            .plan()
+            .execute()
+            .await?;
+        Ok((!response.not_found).then_some(response.value))
+    }
+
+    async fn fetch_batch_get(&self, keys: &[Key]) -> Result<Vec<KvPair>> {
+        let ts = self.start_ts();
+        let keys = keys.iter().map(|k| k.as_bytes().to_vec()).collect();
+        let responses = self
+            .shared
+            .builder(new_batch_get_request(keys, ts))
+            .retry_multi_region(self.region_backoff())
+            .resolve_lock(Arc::clone(&self.shared.resolver), ts)
+            .merge(CollectError)
+            .extract_error()
+            .plan()
+            .execute()
+            .await?;
+        Ok(responses
+            .into_iter()
+            .flat_map(|r| r.pairs)
+            .map(|p| KvPair(p.key.into(), p.value))
+            .collect())
+    }
+
+    async fn scan_inner(
+        &mut self,
+        range: BoundRange,
+        limit: u32,
+        reverse: bool,
+    ) -> Result<Vec<KvPair>> {
+        self.check_allow_operation()?;
+        if limit > MAX_TXN_SCAN_LIMIT {
+            return Err(Error::InvalidArgument(format!(
+                "scan limit {limit} exceeds the maximum {MAX_TXN_SCAN_LIMIT}; scan in pages"
+            )));
+        }
+        let (start, end) = range.into_keys()?;
+        if limit == 0 || (!end.is_empty() && start == end) {
+            return Ok(Vec::new());
+        }
+        // Fetch enough that the local deletes cannot starve the limit.
+        let fetch_limit = limit.saturating_add(self.buffer.deletes_in(&start, &end));
+        let fetched = self
+            .fetch_scan(start.as_bytes(), end.as_bytes(), fetch_limit, reverse)
+            .await?;
+        Ok(self.buffer.merge_scan(fetched, &start, &end, limit, reverse))
+    }
+
+    async fn fetch_scan(
+        &self,
+        start: &[u8],
+        end: &[u8],
+        limit: u32,
+        reverse: bool,
+    ) -> Result<Vec<KvPair>> {
+        let ts = self.start_ts();
+        let mut out: Vec<KvPair> = Vec::new();
+        let mut cursor = if reverse { end.to_vec() } else { start.to_vec() };
+        loop {
+            let remaining = limit - out.len() as u32;
+            let request = if reverse {
+                new_scan_request(cursor.clone(), start.to_vec(), ts, remaining, false, true)
+            } else {
+                new_scan_request(cursor.clone(), end.to_vec(), ts, remaining, false, false)
+            };
+            let pieces: Vec<ResponseWithShard<kvrpcpb::ScanResponse, (Vec<u8>, Vec<u8>)>> = self
+                .shared
+                .builder(request)
+                .preserve_shard()
+                .retry_multi_region(self.region_backoff())
+                .resolve_lock(Arc::clone(&self.shared.resolver), ts)
+                .merge(CollectWithShard)
+                .plan()
+                .execute()
+                .await?;
+            let mut next = None;
+            for mut piece in pieces {
+                if let Some(errors) = piece.key_errors() {
+                    return Err(crate::request::strongest_shard_error(errors));
+                }
+                let (_, piece_end) = piece.1;
+                out.extend(
+                    piece
+                        .0
+                        .pairs
+                        .into_iter()
+                        .map(|p| KvPair(p.key.into(), p.value)),
+                );
+                next = Some(piece_end);
+            }
+            let Some(next) = next else {
+                return Ok(out);
+            };
+            let done = out.len() as u32 >= limit
+                || next.is_empty()
+                || (!reverse && !end.is_empty() && next.as_slice() >= end)
+                || (reverse && next.as_slice() <= start);
+            if done {
+                return Ok(out);
+            }
+            cursor = next;
+        }
+    }
+
+    // ---- pessimistic locking ----
+
+    /// Locks `keys` pessimistically at a fresh `for_update_ts`; with
+    /// `need_value`, returns each key's latest value.
+    async fn pessimistic_lock(
+        &mut self,
+        keys: Vec<Key>,
+        need_value: bool,
+    ) -> Result<Vec<(Key, Option<Value>)>> {
+        if keys.is_empty() {
+            return Ok(Vec::new());
+        }
+        let first_lock = self.buffer.primary_key().is_none();
+        if let Some(first) = keys.first() {
+            self.buffer.set_primary_if_unset(first);
+        }
+        let primary = self.buffer.primary_key().cloned().ok_or(Error::NoPrimaryKey)?;
+        let for_update_ts = self.shared.timestamp().await?.version();
+        let mutations = keys
+            .iter()
+            .map(|k| kvrpcpb::Mutation {
+                op: kvrpcpb::Op::PessimisticLock as i32,
+                key: k.as_bytes().to_vec(),
+                ..Default::default()
+            })
+            .collect();
+        let request = kvrpcpb::PessimisticLockRequest {
+            mutations,
+            primary_lock: primary.as_bytes().to_vec(),
+            start_version: self.start_ts(),
+            lock_ttl: MAX_TTL,
+            for_update_ts,
+            is_first_lock: first_lock,
+            return_values: need_value,
+            ..Default::default()
+        };
+        let result = self
+            .shared
+            .builder(request)
+            .preserve_shard()
+            .retry_multi_region(self.region_backoff())
+            .resolve_lock(Arc::clone(&self.shared.resolver), 0)
+            .merge(CollectWithShard)
+            .extract_error()
+            .plan()
+            .execute()
+            .await;
+        let pieces: Vec<ResponseWithShard<kvrpcpb::PessimisticLockResponse, Vec<LockItem>>> =
+            match result {
+                Ok(pieces) => pieces,
+                Err(e) => {
+                    // Release whatever was locked: the locks of this request
+                    // only, the ones taken before stay.
+                    let fresh: Vec<Vec<u8>> = keys
+                        .iter()
+                        .filter(|k| !self.pessimistic_locked.contains(*k))
+                        .map(|k| k.as_bytes().to_vec())
+                        .collect();
+                    if let Err(re) = self.pessimistic_rollback(fresh).await {
+                        warn!("releasing pessimistic locks after a failed lock: {re}");
+                    }
+                    return Err(Error::PessimisticLockError {
+                        inner: Box::new(e),
+                        success_keys: Vec::new(),
+                    });
+                }
+            };
+        self.options.push_for_update_ts(for_update_ts);
+        let mut out = Vec::new();
+        for ResponseWithShard(response, items) in pieces {
+            for (i, item) in items.into_iter().enumerate() {
+                let key = Key::from(item.0.key);
+                let value = if need_value {
+                    let not_found = response.not_founds.get(i).copied().unwrap_or(false);
+                    match response.values.get(i) {
+                        Some(v) if !not_found => Some(v.clone()),
+                        _ => None,
+                    }
+                } else {
+                    None
+                };
+                self.pessimistic_locked.insert(key.clone());
+                self.buffer.lock(key.clone());
+                out.push((key, value));
+            }
+        }
+        self.start_auto_heartbeat();
+        Ok(out)
+    }
+
+    async fn pessimistic_rollback(&self, keys: Vec<Vec<u8>>) -> Result<()> {
+        if keys.is_empty() {
+            return Ok(());
+        }
+        let request = kvrpcpb::PessimisticRollbackRequest {
+            keys,
+            start_version: self.start_ts(),
+            for_update_ts: self.options.for_update_ts(),
+            ..Default::default()
+        };
+        self.shared
+            .builder(request)
+            .retry_multi_region(self.region_backoff())
+            .merge(CollectError)
+            .extract_error()
+            .plan()
+            .execute()
+            .await?;
+        Ok(())
+    }
+
+    async fn batch_rollback(&self, keys: Vec<Vec<u8>>) -> Result<()> {
+        if keys.is_empty() {
+            return Ok(());
+        }
+        self.shared
+            .builder(new_batch_rollback_request(keys, self.start_ts()))
+            .retry_multi_region(self.region_backoff())
+            .merge(CollectError)
+            .extract_error()
+            .plan()
+            .execute()
+            .await?;
+        Ok(())
+    }
+
+    // ---- commit ----
+
+    async fn two_phase_commit(&mut self) -> Result<Option<Timestamp>> {
+        let mutations = self.buffer.mutations();
+        let primary = self
+            .buffer
+            .primary_key()
+            .cloned()
+            .or_else(|| mutations.first().map(|m| Key::from(m.key.clone())))
+            .ok_or(Error::NoPrimaryKey)?;
+        let start_ts = self.start_ts();
+        let async_commit = self.options.async_commit;
+        let one_pc = self.options.try_one_pc;
+        let keys: Vec<Vec<u8>> = mutations.iter().map(|m| m.key.clone()).collect();
+        let pessimistic_actions = if self.is_pessimistic() {
+            mutations
+                .iter()
+                .map(|m| {
+                    if self.pessimistic_locked.contains(&Key::from(m.key.clone())) {
+                        kvrpcpb::PessimisticAction::DoPessimisticCheck as i32
+                    } else {
+                        kvrpcpb::PessimisticAction::SkipPessimisticCheck as i32
+                    }
+                })
+                .collect()
+        } else {
+            Vec::new()
+        };
+        let secondaries = if async_commit {
+            keys.iter()
+                .filter(|k| k.as_slice() != primary.as_bytes())
+                .cloned()
+                .collect()
+        } else {
+            Vec::new()
+        };
+        let lock_ttl = if self.is_pessimistic() || async_commit {
+            MAX_TTL
+        } else {
+            DEFAULT_LOCK_TTL.max(self.start_instant.elapsed().as_millis() as u64 + DEFAULT_LOCK_TTL)
+        };
+        let request = kvrpcpb::PrewriteRequest {
+            mutations,
+            primary_lock: primary.as_bytes().to_vec(),
+            start_version: start_ts,
+            lock_ttl,
+            pessimistic_actions,
+            txn_size: keys.len() as u64,
+            for_update_ts: self.options.for_update_ts(),
+            min_commit_ts: if async_commit || one_pc { start_ts + 1 } else { 0 },
+            use_async_commit: async_commit,
+            secondaries,
+            try_one_pc: one_pc,
+            ..Default::default()
+        };
+        let mut builder = self.shared.builder(request);
+        if async_commit || one_pc {
+            // A commit point, but not `terminal_on_dispatch_error`: prewrite
+            // is idempotent, so fallback may re-send it; only the outcome
+            // must not be hidden.
+            builder = builder.commit_point();
+        }
+        let builder = builder
+            .preserve_shard()
+            .retry_multi_region(self.region_backoff())
+            .resolve_lock(Arc::clone(&self.shared.resolver), 0);
+        let prewritten = builder
+            .merge(CollectWithShard)
+            .extract_error()
+            .plan()
+            .execute()
+            .await;
+        let responses = match prewritten {
+            Ok(r) => r,
+            Err(e) if e.is_undetermined() => return Err(undetermined(e)),
+            Err(e) => {
+                self.rollback_after_failed_prewrite(keys).await;
+                return Err(e);
+            }
+        };
+        let outcome = prewrite_outcome(&responses, async_commit, one_pc);
+        debug!("transaction {start_ts}: prewrite outcome {outcome:?}");
+        match outcome {
+            PrewriteOutcome::OnePc(commit_ts) => Ok(Some(Timestamp::from_version(commit_ts))),
+            PrewriteOutcome::AsyncCommit(commit_ts) => {
+                // Committed at `commit_ts` already; write it down everywhere.
+                self.commit_in_background(keys, commit_ts);
+                Ok(Some(Timestamp::from_version(commit_ts)))
+            }
+            PrewriteOutcome::TwoPhase => {
+                let commit_ts = self.commit_primary(&primary).await?;
+                let secondaries: Vec<Vec<u8>> = keys
+                    .into_iter()
+                    .filter(|k| k.as_slice() != primary.as_bytes())
+                    .collect();
+                self.commit_in_background(secondaries, commit_ts);
+                Ok(Some(Timestamp::from_version(commit_ts)))
+            }
+        }
+    }
+
+    /// Commits the primary at a fresh timestamp: the commit point.
+    async fn commit_primary(&self, primary: &Key) -> Result<u64> {
+        let start_ts = self.start_ts();
+        let mut attempts = 0;
+        loop {
+            attempts += 1;
+            let commit_ts = self.shared.timestamp().await?.version();
+            let request =
+                new_commit_request(vec![primary.as_bytes().to_vec()], start_ts, commit_ts);
+            let result = self
+                .shared
+                .builder(request)
+                .commit_point()
+                .retry_multi_region(self.region_backoff())
+                .merge(CollectError)
+                .extract_error()
+                .plan()
+                .execute()
+                .await;
+            match result {
+                Ok(_) => return Ok(commit_ts),
+                Err(e) if e.is_undetermined() => return Err(undetermined(e)),
+                // A reader pushed min_commit_ts above our commit ts: a
+                // definite answer, nothing was written; try a later ts.
+                Err(e)
+                    if attempts < 3
+                        && as_key_error(&e).is_some_and(|k| k.commit_ts_expired.is_some()) =>
+                {
+                    continue
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// Best effort: a failed prewrite's locks are rolled back instead of
+    /// being left for readers to wait out (txn.md).
+    async fn rollback_after_failed_prewrite(&self, keys: Vec<Vec<u8>>) {
+        bump(&self.shared.counters.prewrite_rollbacks);
+        if let Err(e) = self.batch_rollback(keys).await {
+            warn!(
+                "rolling back transaction {} after a failed prewrite failed: {e}; its locks expire after their TTL",
+                self.start_ts()
+            );
+        }
+        if !self.pessimistic_locked.is_empty() {
+            let keys = self
+                .pessimistic_locked
+                .iter()
+                .map(|k| k.as_bytes().to_vec())
+                .collect();
+            if let Err(e) = self.pessimistic_rollback(keys).await {
+                warn!("releasing pessimistic locks after a failed prewrite failed: {e}");
+            }
+        }
+    }
+
+    /// Commits `keys` at `commit_ts` on a background task, a bounded number
+    /// of times, counting the outcome. Readers that meet the locks first
+    /// resolve them from the primary.
+    fn commit_in_background(&self, keys: Vec<Vec<u8>>, commit_ts: u64) {
+        if keys.is_empty() {
+            return;
+        }
+        let shared = Arc::clone(&self.shared);
+        let start_ts = self.start_ts();
+        let backoff = self.region_backoff();
+        shared
+            .counters
+            .secondary_commits_pending
+            .fetch_add(1, Ordering::Relaxed);
+        let bound = shared.request_deadline;
+        tokio::spawn(async move {
+            let mut last = None;
+            for _ in 0..SECONDARY_COMMIT_ATTEMPTS {
+                let request = new_commit_request(keys.clone(), start_ts, commit_ts);
+                let plan = shared
+                    .builder(request)
+                    .retry_multi_region(backoff.clone())
+                    .merge(CollectError)
+                    .extract_error()
+                    .plan();
+                match tokio::time::timeout(bound, plan.execute()).await {
+                    Ok(Ok(_)) => {
+                        last = None;
+                        break;
+                    }
+                    Ok(Err(e)) => last = Some(e.to_string()),
+                    Err(_) => last = Some(format!("no answer within {bound:?}")),
+                }
+            }
+            match last {
+                None => bump(&shared.counters.secondary_commits),
+                Some(e) => {
+                    bump(&shared.counters.secondary_commit_failures);
+                    warn!(
+                        "committing the secondaries of transaction {start_ts} at {commit_ts} failed: {e}; \
+                         the transaction is committed and readers resolve the remaining locks"
+                    );
+                }
+            }
+            shared
+                .counters
+                .secondary_commits_pending
+                .fetch_sub(1, Ordering::Relaxed);
+        });
+    }
+
+    fn start_auto_heartbeat(&mut self) {
+        if self.heartbeat_started || !self.options.heartbeat_option.is_auto_heartbeat() {
+            return;
+        }
+        let HeartbeatOption::FixedTime(interval) = self.options.heartbeat_option else {
+            return;
+        };
+        let Some(primary) = self.buffer.primary_key().cloned() else {
+            return;
+        };
+        self.heartbeat_started = true;
+        let shared = Arc::clone(&self.shared);
+        let options = self.options.clone();
+        let start_ts = self.start_ts();
+        let start_instant = self.start_instant;
+        let mut ended = self.ended.subscribe();
+        tokio::spawn(async move {
+            loop {
+                tokio::select! {
+                    _ = tokio::time::sleep(interval) => {}
+                    // Ended, or the transaction was dropped.
+                    _ = ended.changed() => return,
+                }
+                if *ended.borrow() {
+                    return;
+                }
+                match send_heart_beat(&shared, &options, primary.clone(), start_ts, start_instant)
+                    .await
+                {
+                    Ok(_) => bump(&shared.counters.heartbeats),
+                    Err(e) => {
+                        bump(&shared.counters.heartbeat_failures);
+                        warn!("heartbeat of transaction {start_ts} failed: {e}");
+                    }
+                }
+            }
+        });
+    }
+}
+
+/// client-rust's undetermined error around the plan's.
+fn undetermined(e: Error) -> Error {
+    match e {
+        Error::UndeterminedError(_) => e,
+        e => Error::UndeterminedError(Box::new(e)),
+    }
+}
+
+async fn send_heart_beat<PdC: PdClient>(
+    shared: &TxnShared<PdC>,
+    options: &TransactionOptions,
+    primary: Key,
+    start_ts: u64,
+    start_instant: Instant,
+) -> Result<u64> {
+    let ttl = start_instant.elapsed().as_millis() as u64 + MAX_TTL;
+    let request = new_heart_beat_request(primary.into(), start_ts, ttl);
+    let response = shared
+        .builder(request)
+        .retry_multi_region(options.retry_options.region_backoff.clone())
+        .merge(CollectSingle)
+        .extract_error()
+        .plan()
+        .execute()
+        .await?;
+    Ok(response.lock_ttl)
+}
+
+/// What the prewrite answers mean for the commit.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum PrewriteOutcome {
+    /// 1PC succeeded: committed at this ts.
+    OnePc(u64),
+    /// Async commit succeeded: committed at the largest `min_commit_ts`.
+    AsyncCommit(u64),
+    /// Commit the primary (2PC, or TiKV fell back from async commit or 1PC:
+    /// a `min_commit_ts` or `one_pc_commit_ts` of 0).
+    TwoPhase,
+}
+
+pub(crate) fn prewrite_outcome<S>(
+    responses: &[ResponseWithShard<kvrpcpb::PrewriteResponse, S>],
+    async_commit: bool,
+    one_pc: bool,
+) -> PrewriteOutcome {
+    if one_pc && !responses.is_empty() && responses.iter().all(|r| r.0.one_pc_commit_ts > 0) {
+        if let [only] = responses {
+            return PrewriteOutcome::OnePc(only.0.one_pc_commit_ts);
+        }
+    }
+    if async_commit && !responses.is_empty() && responses.iter().all(|r| r.0.min_commit_ts > 0) {
+        let ts = responses.iter().map(|r| r.0.min_commit_ts).max().unwrap_or(0);
+        return PrewriteOutcome::AsyncCommit(ts);
+    }
+    PrewriteOutcome::TwoPhase
+}
+
+impl<PdC: PdClient> Drop for Transaction<PdC> {
+    fn drop(&mut self) {
+        let _ = self.ended.send(true);
+        let unfinished = self.status == TransactionStatus::Active && self.buffer.has_mutations();
+        if !unfinished {
+            return;
+        }
+        match self.options.check_level {
+            CheckLevel::Panic if !std::thread::panicking() => {
+                panic!(
+                    "transaction {} was dropped without commit or rollback (set CheckLevel::Warn or None to allow this)",
+                    self.start_ts()
+                )
+            }
+            CheckLevel::Panic | CheckLevel::Warn => warn!(
+                "transaction {} was dropped without commit or rollback; its locks expire after their TTL",
+                self.start_ts()
+            ),
+            CheckLevel::None => {}
+        }
+    }
+}
+
+impl<PdC: PdClient> std::fmt::Debug for Transaction<PdC> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Transaction")
+            .field("start_ts", &self.start_ts())
+            .field("status", &self.status)
+            .field("kind", &self.options.kind)
+            .finish_non_exhaustive()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn answer(min_commit_ts: u64, one_pc_commit_ts: u64) -> ResponseWithShard<kvrpcpb::PrewriteResponse, ()> {
+        ResponseWithShard(
+            kvrpcpb::PrewriteResponse {
+                min_commit_ts,
+                one_pc_commit_ts,
+                ..Default::default()
+            },
+            (),
+        )
+    }
+
+    #[test]
+    fn zero_timestamps_mean_fallback_to_two_phase() {
+        assert_eq!(
+            prewrite_outcome(&[answer(10, 0), answer(12, 0)], true, false),
+            PrewriteOutcome::AsyncCommit(12)
+        );
+        assert_eq!(
+            prewrite_outcome(&[answer(10, 0), answer(0, 0)], true, false),
+            PrewriteOutcome::TwoPhase
+        );
+        assert_eq!(prewrite_outcome(&[answer(0, 9)], false, true), PrewriteOutcome::OnePc(9));
+        assert_eq!(prewrite_outcome(&[answer(0, 0)], false, true), PrewriteOutcome::TwoPhase);
+        // 1PC over two shards would be two commits: never reported as 1PC.
+        assert_eq!(
+            prewrite_outcome(&[answer(0, 9), answer(0, 9)], false, true),
+            PrewriteOutcome::TwoPhase
+        );
+    }
+}
