@@ -1,0 +1,258 @@
+//! Lock resolution end to end: a crashed writer's locks (2PC and async
+//! commit) are resolved once their TTL expires on the simulated TSO clock;
+//! a live lock is waited for within the request deadline; concurrent
+//! readers share one resolution per (transaction, Region); GC helpers.
+#![cfg(feature = "sim")]
+
+use std::time::Duration;
+
+use tikv_plan::codec::encode_bytes;
+use tikv_plan::proto::kvrpcpb::{self, Mutation, Op};
+use tikv_plan::sim::SimCluster;
+use tikv_plan::{Backoff, Config, Error, TimestampExt, TransactionClient, TransactionOptions};
+
+async fn cluster(splits: &[&str]) -> SimCluster {
+    SimCluster::builder()
+        .stores(3)
+        .replicas(3)
+        .split_keys(splits.iter().map(|k| encode_bytes(k.as_bytes())).collect())
+        .start()
+        .await
+        .unwrap()
+}
+
+async fn client(cluster: &SimCluster, deadline: Duration) -> TransactionClient {
+    TransactionClient::new_with_config(
+        cluster.pd_endpoints(),
+        Config::default().with_request_deadline(deadline),
+    )
+    .await
+    .unwrap()
+}
+
+/// A writer that crashes after prewriting `keys` (all with `primary`),
+/// sent by hand to each key's leader. Returns its start ts.
+async fn crashed_prewrite(
+    cluster: &SimCluster,
+    primary: &str,
+    keys: &[&str],
+    async_commit_secondaries: Option<&[&str]>,
+) -> u64 {
+    let start = cluster.current_ts();
+    for key in keys {
+        let region = cluster.region_for_key(&encode_bytes(key.as_bytes())).unwrap();
+        let store = cluster.leader_of(region.id).unwrap().store_id;
+        let mut tikv = cluster.tikv_client(store).await.unwrap();
+        let is_primary = *key == primary;
+        let request = kvrpcpb::PrewriteRequest {
+            context: cluster.context(region.id, store),
+            mutations: vec![Mutation {
+                op: Op::Put as i32,
+                key: key.as_bytes().to_vec(),
+                value: format!("crashed-{key}").into_bytes(),
+                ..Default::default()
+            }],
+            primary_lock: primary.as_bytes().to_vec(),
+            start_version: start,
+            lock_ttl: 3_000,
+            min_commit_ts: if async_commit_secondaries.is_some() { start + 1 } else { 0 },
+            use_async_commit: async_commit_secondaries.is_some(),
+            secondaries: match (is_primary, async_commit_secondaries) {
+                (true, Some(s)) => s.iter().map(|k| k.as_bytes().to_vec()).collect(),
+                _ => Vec::new(),
+            },
+            ..Default::default()
+        };
+        let response = tikv.kv_prewrite(request).await.unwrap().into_inner();
+        assert!(response.errors.is_empty(), "{response:?}");
+    }
+    start
+}
+
+async fn read(client: &TransactionClient, key: &str) -> tikv_plan::Result<Option<Vec<u8>>> {
+    let mut snapshot = client.snapshot(
+        client.current_timestamp().await?,
+        TransactionOptions::new_optimistic(),
+    );
+    snapshot.get(key.to_owned()).await
+}
+
+#[tokio::test]
+async fn a_crashed_writers_lock_is_resolved_after_its_ttl_expires() {
+    let cluster = cluster(&["m"]).await;
+    let client = client(&cluster, Duration::from_millis(400)).await;
+    let start = crashed_prewrite(&cluster, "a", &["a", "z"], None).await;
+    assert_eq!(cluster.locks(b"", b"").len(), 2);
+
+    // Alive: the reader waits by the TTL, bounded by its deadline.
+    let err = read(&client, "z").await.unwrap_err();
+    match &err {
+        Error::ResolveLockError(locks) => assert_eq!(locks[0].lock_version, start),
+        other => panic!("expected the live lock, got {other:?}"),
+    }
+    assert!(!cluster.locks(b"", b"").is_empty());
+
+    // The TTL passes on the TSO clock: the reader rolls the writer back.
+    cluster.advance_tso_clock(Duration::from_secs(4));
+    assert_eq!(read(&client, "z").await.unwrap(), None);
+    assert_eq!(read(&client, "a").await.unwrap(), None);
+    assert!(cluster.locks(b"", b"").is_empty());
+    assert!(cluster
+        .versions(b"a")
+        .iter()
+        .any(|v| v.kind == "rollback" && v.start_ts == start));
+    let stats = client.stats().locks;
+    assert!(stats.check_txn_status >= 2, "{stats:?}");
+    cluster.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_reader_waits_for_a_live_lock_and_reads_the_commit() {
+    let cluster = cluster(&[]).await;
+    let client = client(&cluster, Duration::from_secs(10)).await;
+    let writer = client.clone();
+    let mut txn = writer.begin_optimistic().await.unwrap();
+    txn.put("k".to_owned(), "old".to_owned()).await.unwrap();
+    txn.commit().await.unwrap();
+
+    // A crashed writer's lock with 3 s of TTL, 2.9 s of which pass on the
+    // TSO clock: the reader waits out the last 100 ms by the TTL and then
+    // rolls it back.
+    let start = crashed_prewrite(&cluster, "k", &["k"], None).await;
+    let reader = tokio::spawn({
+        let client = client.clone();
+        async move { read(&client, "k").await }
+    });
+    cluster.advance_tso_clock(Duration::from_millis(2_900));
+    let value = reader.await.unwrap().unwrap();
+    assert_eq!(value, Some(b"old".to_vec()));
+    assert!(cluster
+        .versions(b"k")
+        .iter()
+        .any(|v| v.kind == "rollback" && v.start_ts == start));
+    cluster.shutdown().await;
+}
+
+#[tokio::test]
+async fn concurrent_readers_share_one_resolution_per_transaction_and_region() {
+    let cluster = cluster(&["m"]).await;
+    let client = client(&cluster, Duration::from_secs(5)).await;
+    let keys = ["a", "b", "c", "d", "e", "f"];
+    crashed_prewrite(&cluster, "a", &keys, None).await;
+    cluster.advance_tso_clock(Duration::from_secs(4));
+    // Slow the Region's leader so every reader meets the locks before the
+    // first resolution ends.
+    let region = cluster.region_for_key(&encode_bytes(b"a")).unwrap();
+    let leader = cluster.leader_of(region.id).unwrap().store_id;
+    cluster.store_slow(leader, Duration::from_millis(100));
+    let readers: Vec<_> = keys
+        .iter()
+        .map(|k| {
+            let client = client.clone();
+            let k = k.to_string();
+            tokio::spawn(async move { read(&client, &k).await })
+        })
+        .collect();
+    for r in readers {
+        assert_eq!(r.await.unwrap().unwrap(), None);
+    }
+    let stats = client.stats().locks;
+    assert_eq!(stats.resolve_lock_sent, 1, "{stats:?}");
+    assert_eq!(stats.resolve_lock_shared, keys.len() as u64 - 1, "{stats:?}");
+    assert!(cluster.locks(b"", b"").is_empty());
+    cluster.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_crashed_async_commit_writer_with_a_rolled_back_secondary_ends_rolled_back() {
+    let cluster = cluster(&["h", "p"]).await;
+    let client = client(&cluster, Duration::from_secs(5)).await;
+    // Primary "a" names secondaries "j" and "x"; "j" is prewritten, "x"
+    // never is (the writer crashed first).
+    let start = crashed_prewrite(&cluster, "a", &["a", "j"], Some(&["j", "x"])).await;
+    cluster.advance_tso_clock(Duration::from_secs(4));
+
+    // The reader of "j" finds the async-commit primary expired, asks the
+    // secondaries, finds "x" missing: rolled back, never committed.
+    assert_eq!(read(&client, "j").await.unwrap(), None);
+    assert_eq!(read(&client, "a").await.unwrap(), None);
+    assert_eq!(read(&client, "x").await.unwrap(), None);
+    assert!(cluster.locks(b"", b"").is_empty(), "{:?}", cluster.locks(b"", b""));
+    for key in [b"a".as_slice(), b"j", b"x"] {
+        let versions = cluster.versions(key);
+        assert!(
+            versions.iter().all(|v| v.kind == "rollback" && v.start_ts == start),
+            "{key:?}: {versions:?}"
+        );
+    }
+    assert!(client.stats().locks.check_secondary_locks >= 1);
+    cluster.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_crashed_async_commit_writer_with_every_lock_in_place_ends_committed() {
+    let cluster = cluster(&["h", "p"]).await;
+    let client = client(&cluster, Duration::from_secs(5)).await;
+    crashed_prewrite(&cluster, "a", &["a", "j", "x"], Some(&["j", "x"])).await;
+    cluster.advance_tso_clock(Duration::from_secs(4));
+    assert_eq!(read(&client, "x").await.unwrap(), Some(b"crashed-x".to_vec()));
+    assert_eq!(read(&client, "a").await.unwrap(), Some(b"crashed-a".to_vec()));
+    assert_eq!(read(&client, "j").await.unwrap(), Some(b"crashed-j".to_vec()));
+    assert!(cluster.locks(b"", b"").is_empty());
+    cluster.shutdown().await;
+}
+
+#[tokio::test]
+async fn scan_cleanup_and_resolve_locks() {
+    let cluster = cluster(&["m"]).await;
+    let client = client(&cluster, Duration::from_secs(5)).await;
+    let start = crashed_prewrite(&cluster, "b", &["b", "c", "n"], None).await;
+    let safepoint = client.current_timestamp().await.unwrap();
+    let locks = client.scan_locks(&safepoint, .., 1).await.unwrap();
+    assert_eq!(locks.len(), 3, "{locks:?}");
+    // Alive: resolve_locks gives them back; cleanup refuses to pass them.
+    let live = client
+        .resolve_locks(locks.clone(), safepoint.clone(), Backoff::no_backoff())
+        .await
+        .unwrap();
+    assert_eq!(live.len(), 3);
+    assert!(matches!(
+        client.cleanup_locks(.., &safepoint, Default::default()).await,
+        Err(Error::ResolveLockError(_))
+    ));
+    cluster.advance_tso_clock(Duration::from_secs(4));
+    let result = client
+        .cleanup_locks(.., &safepoint, Default::default())
+        .await
+        .unwrap();
+    assert_eq!(result.resolved_locks, 3);
+    assert!(cluster.locks(b"", b"").is_empty());
+    assert!(cluster.versions(b"n").iter().all(|v| v.start_ts == start));
+    // A lock newer than the safe point is not scanned.
+    assert!(client
+        .scan_locks(&tikv_plan::Timestamp::from_version(start - 1), .., 10)
+        .await
+        .unwrap()
+        .is_empty());
+    cluster.shutdown().await;
+}
+
+#[tokio::test]
+async fn unsafe_destroy_range_deletes_on_every_store() {
+    let cluster = cluster(&["m"]).await;
+    let client = client(&cluster, Duration::from_secs(5)).await;
+    let mut txn = client.begin_optimistic().await.unwrap();
+    for k in ["a", "b", "n", "z"] {
+        txn.put(k.to_owned(), "v".to_owned()).await.unwrap();
+    }
+    txn.commit().await.unwrap();
+    client
+        .unsafe_destroy_range("b".to_owned().."z".to_owned())
+        .await
+        .unwrap();
+    assert_eq!(read(&client, "a").await.unwrap(), Some(b"v".to_vec()));
+    assert_eq!(read(&client, "b").await.unwrap(), None);
+    assert_eq!(read(&client, "n").await.unwrap(), None);
+    assert_eq!(read(&client, "z").await.unwrap(), Some(b"v".to_vec()));
+    cluster.shutdown().await;
+}
