@@ -296,6 +296,10 @@ impl<KvC: KvConnect> PdClient for PdRpcClient<KvC> {
         self.cluster.get_timestamp().await
     }
 
+    async fn update_safepoint(self: Arc<Self>, safe_point: u64) -> Result<bool> {
+        Ok(self.cluster.update_gc_safe_point(safe_point).await? == safe_point)
+    }
+
     async fn update_leader(&self, ver_id: RegionVerId, leader: metapb::Peer) -> Result<()> {
         if !self.regions.update_leader(ver_id, &leader) {
             debug!(

@@ -57,6 +57,7 @@ struct PdCounters {
     get_region_by_id: AtomicU64,
     get_store: AtomicU64,
     get_all_stores: AtomicU64,
+    update_gc_safe_point: AtomicU64,
     tso: AtomicU64,
     leader_connects: AtomicU64,
 }
@@ -109,7 +110,8 @@ with_header!(
     pdpb::GetRegionResponse,
     pdpb::GetStoreResponse,
     pdpb::GetAllStoresResponse,
-    pdpb::TsoResponse
+    pdpb::TsoResponse,
+    pdpb::UpdateGcSafePointResponse
 );
 
 /// The error of a PD response header, if it reports one.
@@ -337,6 +339,29 @@ impl Cluster {
             )
             .await?;
         Ok(response.stores)
+    }
+
+    /// Asks PD to move the GC safe point to `safe_point`; returns the safe
+    /// point PD holds afterwards (it never moves back).
+    pub async fn update_gc_safe_point(&self, safe_point: u64) -> Result<u64> {
+        let timeout = self.timeout;
+        let response = self
+            .call(
+                "UpdateGCSafePoint",
+                &self.counters.update_gc_safe_point,
+                |mut client, header| {
+                    let request = bounded(
+                        pdpb::UpdateGcSafePointRequest {
+                            header: Some(header),
+                            safe_point,
+                        },
+                        timeout,
+                    );
+                    async move { Ok(client.update_gc_safe_point(request).await?.into_inner()) }
+                },
+            )
+            .await?;
+        Ok(response.new_safe_point)
     }
 
     /// One timestamp from PD's TSO: one request on the `Tso` stream.

@@ -75,6 +75,15 @@ pub trait PdClient: Send + Sync + 'static {
     /// A timestamp from PD's TSO.
     async fn get_timestamp(self: Arc<Self>) -> Result<Timestamp>;
 
+    /// Moves PD's GC safe point to `safe_point` (used by
+    /// `TransactionClient::gc`); true when PD now holds exactly it. The
+    /// default refuses: a client without PD cannot run GC.
+    async fn update_safepoint(self: Arc<Self>, safe_point: u64) -> Result<bool> {
+        Err(Error::Internal(format!(
+            "this PD client cannot update the GC safe point (asked for {safe_point})"
+        )))
+    }
+
     /// Records `leader` as the leader of the cached Region `ver_id`. Ignored
     /// unless the cache holds exactly that version and `leader` is one of its
     /// peers.

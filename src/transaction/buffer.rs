@@ -65,6 +65,28 @@ impl Buffer {
         }
     }
 
+    /// What this transaction wrote to `key` (reads and locks are not
+    /// writes): `Known` for a put, insert or delete.
+    pub fn written(&self, key: &Key) -> BufferedRead {
+        match self.entries.get(key) {
+            Some(Entry::Put(v)) | Some(Entry::Insert(v)) => BufferedRead::Known(Some(v.clone())),
+            Some(Entry::Del) | Some(Entry::CheckNotExist) => BufferedRead::Known(None),
+            _ => BufferedRead::Unknown,
+        }
+    }
+
+    /// Marks `key` locked with its latest value (a pessimistic locking
+    /// read), replacing an older cached read; a write stays.
+    pub fn lock_with_value(&mut self, key: Key, value: Option<Value>) {
+        self.set_primary_if_unset(&key);
+        match self.entries.get(&key) {
+            None | Some(Entry::Cached(_)) | Some(Entry::Locked(_)) => {
+                self.entries.insert(key, Entry::Locked(Some(value)));
+            }
+            Some(_) => {}
+        }
+    }
+
     /// Remembers a value read from TiKV (never over a write).
     pub fn cache(&mut self, key: Key, value: Option<Value>) {
         match self.entries.get_mut(&key) {

@@ -210,6 +210,18 @@ impl<PdC: PdClient> TransactionClient<PdC> {
         })
     }
 
+    /// Garbage collection up to `safepoint`: resolves every lock older
+    /// than it (a live one is an error), then moves PD's GC safe point.
+    /// True when PD now holds exactly `safepoint` (false: it already held a
+    /// later one).
+    pub async fn gc(&self, safepoint: Timestamp) -> Result<bool> {
+        self.cleanup_locks(.., &safepoint, ResolveLocksOptions::default())
+            .await?;
+        Arc::clone(&self.shared.pd)
+            .update_safepoint(safepoint.version())
+            .await
+    }
+
     /// Deletes every key in `range` on every store, bypassing MVCC and
     /// Raft (TiKV's `UnsafeDestroyRange`; for dropping whole tables).
     pub async fn unsafe_destroy_range(&self, range: impl Into<BoundRange>) -> Result<()> {

@@ -86,6 +86,10 @@ impl<PdC: PdClient> PdClient for CodecPdClient<PdC> {
         Arc::clone(&self.inner).get_timestamp().await
     }
 
+    async fn update_safepoint(self: Arc<Self>, safe_point: u64) -> Result<bool> {
+        Arc::clone(&self.inner).update_safepoint(safe_point).await
+    }
+
     async fn update_leader(&self, ver_id: RegionVerId, leader: metapb::Peer) -> Result<()> {
         self.inner.update_leader(ver_id, leader).await
     }

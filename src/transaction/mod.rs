@@ -29,7 +29,7 @@ mod snapshot;
 #[allow(clippy::module_inception)]
 mod transaction;
 
-pub use client::{TransactionClient, SCAN_LOCK_BATCH_SIZE};
+pub use client::{CleanupLocksResult, ResolveLocksOptions, TransactionClient, SCAN_LOCK_BATCH_SIZE};
 pub use codec_pd::CodecPdClient;
 pub use lock::{
     lock_until_expired_ms, secondaries_outcome, txn_status, LockResolver, LockStats,

@@ -316,7 +316,7 @@ impl<PdC: PdClient> Transaction<PdC> {
         }
         let mut values = self.pessimistic_lock(vec![key.clone()], true).await?;
         let value = values.pop().and_then(|p| p.1);
-        match self.buffer.get(&key) {
+        match self.buffer.written(&key) {
             BufferedRead::Known(v) => Ok(v),
             BufferedRead::Unknown => Ok(value),
         }
@@ -340,7 +340,7 @@ impl<PdC: PdClient> Transaction<PdC> {
         Ok(locked
             .into_iter()
             .filter_map(|(key, fetched)| {
-                let value = match self.buffer.get(&key) {
+                let value = match self.buffer.written(&key) {
                     BufferedRead::Known(v) => v,
                     BufferedRead::Unknown => fetched,
                 };
@@ -367,7 +367,7 @@ impl<PdC: PdClient> Transaction<PdC> {
         let key = key.into();
         if self.is_pessimistic() {
             let mut locked = self.pessimistic_lock(vec![key.clone()], true).await?;
-            if self.buffer.get(&key) == BufferedRead::Unknown
+            if self.buffer.written(&key) == BufferedRead::Unknown
                 && locked.pop().and_then(|p| p.1).is_some()
             {
                 return Err(Error::DuplicateKeyInsertion);
@@ -700,7 +700,11 @@ impl<PdC: PdClient> Transaction<PdC> {
                     None
                 };
                 self.pessimistic_locked.insert(key.clone());
-                self.buffer.lock(key.clone());
+                if need_value {
+                    self.buffer.lock_with_value(key.clone(), value.clone());
+                } else {
+                    self.buffer.lock(key.clone());
+                }
                 out.push((key, value));
             }
         }
