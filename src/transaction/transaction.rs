@@ -32,6 +32,18 @@ use crate::{BoundRange, Error, Key, KvPair, Result, Value};
 /// The largest `limit` a transactional scan accepts.
 pub const MAX_TXN_SCAN_LIMIT: u32 = 10240;
 
+/// How many times a pessimistic lock is tried at a fresh `for_update_ts`
+/// after write conflicts.
+const PESSIMISTIC_LOCK_ATTEMPTS: u32 = 8;
+
+/// True for a write conflict, alone or among several shards' errors.
+fn is_write_conflict(e: &Error) -> bool {
+    match e {
+        Error::Multiple(errors) => errors.iter().any(is_write_conflict),
+        e => as_key_error(e).is_some_and(|k| k.conflict.is_some()),
+    }
+}
+
 /// How many times a secondary commit is tried in the background.
 const SECONDARY_COMMIT_ATTEMPTS: u32 = 3;
 
@@ -635,8 +647,7 @@ impl<PdC: PdClient> Transaction<PdC> {
             self.buffer.set_primary_if_unset(first);
         }
         let primary = self.buffer.primary_key().cloned().ok_or(Error::NoPrimaryKey)?;
-        let for_update_ts = self.shared.timestamp().await?.version();
-        let mutations = keys
+        let mutations: Vec<kvrpcpb::Mutation> = keys
             .iter()
             .map(|k| kvrpcpb::Mutation {
                 op: kvrpcpb::Op::PessimisticLock as i32,
@@ -644,27 +655,41 @@ impl<PdC: PdClient> Transaction<PdC> {
                 ..Default::default()
             })
             .collect();
-        let request = kvrpcpb::PessimisticLockRequest {
-            mutations,
-            primary_lock: primary.as_bytes().to_vec(),
-            start_version: self.start_ts(),
-            lock_ttl: MAX_TTL,
-            for_update_ts,
-            is_first_lock: first_lock,
-            return_values: need_value,
-            ..Default::default()
+        // A write committed after our for_update_ts (typically while we
+        // waited for its lock) is a conflict TiKV reports; a pessimistic
+        // transaction retries at a fresh for_update_ts instead of failing.
+        let mut attempts = 0;
+        let (result, for_update_ts) = loop {
+            attempts += 1;
+            let for_update_ts = self.shared.timestamp().await?.version();
+            let request = kvrpcpb::PessimisticLockRequest {
+                mutations: mutations.clone(),
+                primary_lock: primary.as_bytes().to_vec(),
+                start_version: self.start_ts(),
+                lock_ttl: MAX_TTL,
+                for_update_ts,
+                is_first_lock: first_lock,
+                return_values: need_value,
+                ..Default::default()
+            };
+            let result = self
+                .shared
+                .builder(request)
+                .preserve_shard()
+                .retry_multi_region(self.region_backoff())
+                .resolve_lock(Arc::clone(&self.shared.resolver), 0)
+                .merge(CollectWithShard)
+                .extract_error()
+                .plan()
+                .execute()
+                .await;
+            match result {
+                Err(e) if attempts < PESSIMISTIC_LOCK_ATTEMPTS && is_write_conflict(&e) => {
+                    debug!("pessimistic lock of transaction {}: {e}; retrying at a new for_update_ts", self.start_ts());
+                }
+                result => break (result, for_update_ts),
+            }
         };
-        let result = self
-            .shared
-            .builder(request)
-            .preserve_shard()
-            .retry_multi_region(self.region_backoff())
-            .resolve_lock(Arc::clone(&self.shared.resolver), 0)
-            .merge(CollectWithShard)
-            .extract_error()
-            .plan()
-            .execute()
-            .await;
         let pieces: Vec<ResponseWithShard<kvrpcpb::PessimisticLockResponse, Vec<LockItem>>> =
             match result {
                 Ok(pieces) => pieces,
