@@ -8,6 +8,7 @@ use async_trait::async_trait;
 use log::debug;
 
 use super::cluster::{Cluster, PdStats, Timestamp};
+use super::tso::{TimestampOracle, TsoStats};
 use super::PdClient;
 use crate::config::Config;
 use crate::proto::{metapb, pdpb};
@@ -57,6 +58,8 @@ pub struct PdRpcClient<KvC: KvConnect = TikvConnect> {
     connecting: SingleFlight<String, Arc<KvC::KvClient>>,
     connect_counts: ConnectCountMap,
     single_flight_connect: bool,
+    /// Timestamps from one batched `Tso` stream.
+    tso: TimestampOracle,
 }
 
 impl<KvC: KvConnect> std::fmt::Debug for PdRpcClient<KvC> {
@@ -108,8 +111,10 @@ impl<KvC: KvConnect> PdRpcClient<KvC> {
             config.connect_timeout,
         )
         .await?;
+        let cluster = Arc::new(cluster);
         Ok(PdRpcClient {
-            cluster: Arc::new(cluster),
+            tso: TimestampOracle::new(Arc::clone(&cluster)),
+            cluster,
             kv_connect: Arc::new(kv_connect),
             regions: RegionCache::new(),
             stores: StoreCache::new(),
@@ -123,6 +128,11 @@ impl<KvC: KvConnect> PdRpcClient<KvC> {
     /// The PD cluster connection.
     pub fn cluster(&self) -> &Cluster {
         &self.cluster
+    }
+
+    /// What the batched TSO stream did.
+    pub fn tso_stats(&self) -> TsoStats {
+        self.tso.stats()
     }
 
     /// How many PD RPCs were sent, by kind.
@@ -293,7 +303,7 @@ impl<KvC: KvConnect> PdClient for PdRpcClient<KvC> {
     }
 
     async fn get_timestamp(self: Arc<Self>) -> Result<Timestamp> {
-        self.cluster.get_timestamp().await
+        self.tso.get_timestamp().await
     }
 
     async fn update_safepoint(self: Arc<Self>, safe_point: u64) -> Result<bool> {

@@ -390,6 +390,59 @@ impl Cluster {
         })
     }
 
+    /// Opens a `Tso` stream to the leader carrying `requests` (whose first
+    /// request should already be queued: PD may answer the call only after
+    /// it). Returns the responses and the leader connection's generation,
+    /// for [`Cluster::tso_stream_failed`]. Counts one `Tso` call.
+    pub(crate) async fn open_tso_stream(
+        &self,
+        requests: tokio_stream::wrappers::ReceiverStream<pdpb::TsoRequest>,
+    ) -> Result<(tonic::Streaming<pdpb::TsoResponse>, u64)> {
+        let leader = self.current_leader().await?;
+        let mut client = leader.client.clone();
+        match tokio::time::timeout(self.timeout, client.tso(requests)).await {
+            Ok(Ok(response)) => Ok((response.into_inner(), leader.generation)),
+            Ok(Err(status)) => {
+                if calls_for_new_leader(&status) {
+                    self.drop_leader(leader.generation);
+                }
+                Err(status.into())
+            }
+            Err(_) => {
+                self.drop_leader(leader.generation);
+                Err(Error::Timeout {
+                    what: format!("opening the TSO stream to {}", leader.url),
+                    after: self.timeout,
+                })
+            }
+        }
+    }
+
+    /// A TSO stream on the leader connection `generation` broke: the next
+    /// call looks for the leader again.
+    pub(crate) fn tso_stream_failed(&self, generation: u64) {
+        self.drop_leader(generation);
+    }
+
+    /// Counts one request sent on a TSO stream.
+    pub(crate) fn count_tso_request(&self) {
+        bump(&self.counters.tso);
+    }
+
+    /// The header of this client's PD requests.
+    pub(crate) fn pd_request_header(&self) -> pdpb::RequestHeader {
+        self.request_header()
+    }
+
+    /// Checks a TSO response's header (error, cluster id).
+    pub(crate) fn check_tso_response(
+        &self,
+        response: pdpb::TsoResponse,
+    ) -> Result<pdpb::TsoResponse> {
+        let url = self.leader_url().unwrap_or_default();
+        self.check_header(response, &url)
+    }
+
     /// Sends one RPC to the leader, following leader changes: a failure
     /// that calls for a new leader drops the connection, backs off and asks
     /// the members again. Each attempt is bounded by the request timeout;

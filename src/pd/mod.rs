@@ -4,9 +4,11 @@
 
 mod client;
 mod cluster;
+mod tso;
 
 pub use client::{ConnectCounts, PdRpcClient};
 pub use cluster::{Cluster, PdStats, Timestamp, PD_RETRY_BACKOFF};
+pub use tso::{TimestampOracle, TsoStats, MAX_TSO_BATCH};
 
 use std::sync::Arc;
 
