@@ -424,6 +424,17 @@ impl Cluster {
         self.drop_leader(generation);
     }
 
+    /// The retry schedule of PD calls.
+    pub(crate) fn retry_backoff(&self) -> Backoff {
+        self.retry_backoff.clone()
+    }
+
+    /// A failure after the retries, as [`Error::PdUnavailable`] naming the
+    /// configured endpoints.
+    pub(crate) fn unavailable_after_retries(&self, failure: Error) -> Error {
+        self.unavailable(failure)
+    }
+
     /// Counts one request sent on a TSO stream.
     pub(crate) fn count_tso_request(&self) {
         bump(&self.counters.tso);

@@ -127,13 +127,7 @@ impl TsoStream {
                 continue;
             }
             let count = batch.len() as u32;
-            let reused = self.open.is_some();
-            let mut answer = self.round(count).await;
-            if answer.is_err() && reused {
-                // The old stream broke (a PD leader change, a reset): open
-                // a new one and ask again.
-                answer = self.round(count).await;
-            }
+            let answer = self.round_with_retries(count).await;
             match answer {
                 Ok(last) => {
                     self.counters
@@ -148,6 +142,28 @@ impl TsoStream {
                         let _ = waiter.send(Err(e.clone()));
                     }
                 }
+            }
+        }
+    }
+
+    /// Asks for `count` timestamps, reopening the stream after a failure
+    /// (a PD leader change, a reset) with the PD retry schedule, as every
+    /// PD call does; after the retries the failure is
+    /// [`Error::PdUnavailable`].
+    async fn round_with_retries(&mut self, count: u32) -> Result<Timestamp> {
+        let mut backoff = self.cluster.retry_backoff();
+        loop {
+            let failure = match self.round(count).await {
+                Ok(ts) => return Ok(ts),
+                Err(e @ (Error::ClusterIdMismatch { .. } | Error::Pd { .. })) => return Err(e),
+                Err(e) => e,
+            };
+            match backoff.next_delay_duration() {
+                Some(delay) => {
+                    log::debug!("TSO request failed ({failure}); reopening the stream in {delay:?}");
+                    tokio::time::sleep(delay).await;
+                }
+                None => return Err(self.cluster.unavailable_after_retries(failure)),
             }
         }
     }
@@ -216,9 +232,16 @@ impl TsoStream {
                 response.count
             )));
         }
-        response.timestamp.ok_or_else(|| {
+        let last = response.timestamp.ok_or_else(|| {
             Error::Internal("PD answered a TSO request without a timestamp".to_owned())
-        })
+        })?;
+        if last.logical < i64::from(count) - 1 {
+            return Err(Error::Internal(format!(
+                "PD answered a request for {count} timestamps with logical part {}, too small to hold them",
+                last.logical
+            )));
+        }
+        Ok(last)
     }
 }
 

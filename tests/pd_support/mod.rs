@@ -127,13 +127,19 @@ impl Pd for MemberService {
     ) -> Result<Response<Self::TsoStream>, Status> {
         self.admit("Tso", true).await?;
         let state = Arc::clone(&self.state);
+        let index = self.index;
         let responses = request.into_inner().map(move |request| {
             let request = request?;
             let mut state = state.lock().unwrap();
+            // Like PD, a member that lost leadership (or went down) fails
+            // the stream instead of handing out timestamps.
+            if state.down[index] || state.leader != index {
+                return Err(Status::unavailable("not leader"));
+            }
             state.tso_logical += i64::from(request.count);
             if state.tso_logical > 1000 {
                 state.tso_physical += 1;
-                state.tso_logical = 0;
+                state.tso_logical = i64::from(request.count);
             }
             Ok(pdpb::TsoResponse {
                 header: Some(pdpb::ResponseHeader {
