@@ -185,7 +185,11 @@ async fn run_seed(seed: u64) {
         failed.load(Ordering::Relaxed),
     );
     eprintln!("seed {seed}: {c} committed, {u} undetermined, {f} failed");
-    assert_eq!(sum, ACCOUNTS * INITIAL, "seed {seed}: money was created or lost");
+    assert_eq!(
+        sum,
+        ACCOUNTS * INITIAL,
+        "seed {seed}: money was created or lost"
+    );
     assert!(c > 0, "seed {seed}: nothing committed");
     cluster.shutdown().await;
 }

@@ -142,10 +142,14 @@ async fn snapshots_read_the_past_and_scans_merge_local_writes() {
     txn.delete("e".to_owned()).await.unwrap();
     txn.commit().await.unwrap();
 
-    let mut old = client.snapshot(before.clone(), TransactionOptions::new_optimistic());
+    let mut old = client.snapshot(before, TransactionOptions::new_optimistic());
     assert_eq!(old.get("d".to_owned()).await.unwrap(), Some(b"vd".to_vec()));
     assert_eq!(old.get("e".to_owned()).await.unwrap(), Some(b"ve".to_vec()));
-    let keys: Vec<Key> = old.scan_keys("b".to_owned().."g".to_owned(), 10).await.unwrap().collect();
+    let keys: Vec<Key> = old
+        .scan_keys("b".to_owned().."g".to_owned(), 10)
+        .await
+        .unwrap()
+        .collect();
     assert_eq!(keys.len(), 5, "{keys:?}");
     let rev: Vec<KvPair> = old.scan_reverse(.., 2).await.unwrap().collect();
     assert_eq!(rev, vec![KvPair::new("g", "vg"), KvPair::new("f", "vf")]);
@@ -157,9 +161,17 @@ async fn snapshots_read_the_past_and_scans_merge_local_writes() {
     let pairs: Vec<KvPair> = txn.scan("a".to_owned().., 100).await.unwrap().collect();
     let keys: Vec<&[u8]> = pairs.iter().map(|p| p.key().as_bytes()).collect();
     assert_eq!(keys, vec![&b"a"[..], b"b", b"bb", b"c", b"d", b"g"]);
-    let limited: Vec<Key> = txn.scan_keys("e".to_owned()..="g".to_owned(), 1).await.unwrap().collect();
+    let limited: Vec<Key> = txn
+        .scan_keys("e".to_owned()..="g".to_owned(), 1)
+        .await
+        .unwrap()
+        .collect();
     assert_eq!(limited, vec![Key::from("g")]);
-    let rev: Vec<Key> = txn.scan_keys_reverse(..="c".to_owned(), 2).await.unwrap().collect();
+    let rev: Vec<Key> = txn
+        .scan_keys_reverse(..="c".to_owned(), 2)
+        .await
+        .unwrap()
+        .collect();
     assert_eq!(rev, vec![Key::from("c"), Key::from("bb")]);
     txn.rollback().await.unwrap();
 
@@ -188,7 +200,9 @@ async fn insert_of_an_existing_key_fails_and_leaves_no_lock() {
     txn.commit().await.unwrap();
 
     let mut txn = client.begin_optimistic().await.unwrap();
-    txn.insert("k".to_owned(), "again".to_owned()).await.unwrap();
+    txn.insert("k".to_owned(), "again".to_owned())
+        .await
+        .unwrap();
     txn.put("other".to_owned(), "x".to_owned()).await.unwrap();
     let err = txn.commit().await.unwrap_err();
     assert!(
@@ -197,7 +211,11 @@ async fn insert_of_an_existing_key_fails_and_leaves_no_lock() {
     );
     assert!(err.to_string().contains("already exists"), "{err}");
     // The failed prewrite was rolled back: no lock waits for its TTL.
-    assert!(cluster.locks(b"", b"").is_empty(), "{:?}", cluster.locks(b"", b""));
+    assert!(
+        cluster.locks(b"", b"").is_empty(),
+        "{:?}",
+        cluster.locks(b"", b"")
+    );
     assert_eq!(client.stats().prewrite_rollbacks, 1);
     assert_eq!(read(&client, "k").await, Some(b"1".to_vec()));
     assert_eq!(read(&client, "other").await, None);
@@ -272,8 +290,12 @@ async fn a_dropped_primary_commit_is_undetermined_and_a_later_read_shows_the_tru
         .with_request_deadline(Duration::from_secs(2));
     let client = client_with(&cluster, config).await;
     let mut txn = client.begin_optimistic().await.unwrap();
-    txn.put("a".to_owned(), "committed?".to_owned()).await.unwrap();
-    txn.put("z".to_owned(), "secondary".to_owned()).await.unwrap();
+    txn.put("a".to_owned(), "committed?".to_owned())
+        .await
+        .unwrap();
+    txn.put("z".to_owned(), "secondary".to_owned())
+        .await
+        .unwrap();
     // Every commit response is lost; each commit is applied first.
     for store in cluster.store_ids() {
         for _ in 0..200 {
@@ -300,7 +322,11 @@ async fn a_transaction_commits_through_voter_fallback_when_the_leader_store_is_d
     let region = cluster.region_for_key(&encode_bytes(b"k")).unwrap();
     let leader = cluster.leader_of(region.id).unwrap().store_id;
     cluster.store_down(leader).await;
-    let other = cluster.store_ids().into_iter().find(|s| *s != leader).unwrap();
+    let other = cluster
+        .store_ids()
+        .into_iter()
+        .find(|s| *s != leader)
+        .unwrap();
     cluster.transfer_leader(region.id, other, false).unwrap();
 
     let mut txn = client.begin_optimistic().await.unwrap();

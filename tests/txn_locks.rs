@@ -40,7 +40,9 @@ async fn crashed_prewrite(
 ) -> u64 {
     let start = cluster.current_ts();
     for key in keys {
-        let region = cluster.region_for_key(&encode_bytes(key.as_bytes())).unwrap();
+        let region = cluster
+            .region_for_key(&encode_bytes(key.as_bytes()))
+            .unwrap();
         let store = cluster.leader_of(region.id).unwrap().store_id;
         let mut tikv = cluster.tikv_client(store).await.unwrap();
         let is_primary = *key == primary;
@@ -55,7 +57,11 @@ async fn crashed_prewrite(
             primary_lock: primary.as_bytes().to_vec(),
             start_version: start,
             lock_ttl: 3_000,
-            min_commit_ts: if async_commit_secondaries.is_some() { start + 1 } else { 0 },
+            min_commit_ts: if async_commit_secondaries.is_some() {
+                start + 1
+            } else {
+                0
+            },
             use_async_commit: async_commit_secondaries.is_some(),
             secondaries: match (is_primary, async_commit_secondaries) {
                 (true, Some(s)) => s.iter().map(|k| k.as_bytes().to_vec()).collect(),
@@ -158,7 +164,11 @@ async fn concurrent_readers_share_one_resolution_per_transaction_and_region() {
     }
     let stats = client.stats().locks;
     assert_eq!(stats.resolve_lock_sent, 1, "{stats:?}");
-    assert_eq!(stats.resolve_lock_shared, keys.len() as u64 - 1, "{stats:?}");
+    assert_eq!(
+        stats.resolve_lock_shared,
+        keys.len() as u64 - 1,
+        "{stats:?}"
+    );
     assert!(cluster.locks(b"", b"").is_empty());
     cluster.shutdown().await;
 }
@@ -177,11 +187,17 @@ async fn a_crashed_async_commit_writer_with_a_rolled_back_secondary_ends_rolled_
     assert_eq!(read(&client, "j").await.unwrap(), None);
     assert_eq!(read(&client, "a").await.unwrap(), None);
     assert_eq!(read(&client, "x").await.unwrap(), None);
-    assert!(cluster.locks(b"", b"").is_empty(), "{:?}", cluster.locks(b"", b""));
+    assert!(
+        cluster.locks(b"", b"").is_empty(),
+        "{:?}",
+        cluster.locks(b"", b"")
+    );
     for key in [b"a".as_slice(), b"j", b"x"] {
         let versions = cluster.versions(key);
         assert!(
-            versions.iter().all(|v| v.kind == "rollback" && v.start_ts == start),
+            versions
+                .iter()
+                .all(|v| v.kind == "rollback" && v.start_ts == start),
             "{key:?}: {versions:?}"
         );
     }
@@ -195,9 +211,18 @@ async fn a_crashed_async_commit_writer_with_every_lock_in_place_ends_committed()
     let client = client(&cluster, Duration::from_secs(5)).await;
     crashed_prewrite(&cluster, "a", &["a", "j", "x"], Some(&["j", "x"])).await;
     cluster.advance_tso_clock(Duration::from_secs(4));
-    assert_eq!(read(&client, "x").await.unwrap(), Some(b"crashed-x".to_vec()));
-    assert_eq!(read(&client, "a").await.unwrap(), Some(b"crashed-a".to_vec()));
-    assert_eq!(read(&client, "j").await.unwrap(), Some(b"crashed-j".to_vec()));
+    assert_eq!(
+        read(&client, "x").await.unwrap(),
+        Some(b"crashed-x".to_vec())
+    );
+    assert_eq!(
+        read(&client, "a").await.unwrap(),
+        Some(b"crashed-a".to_vec())
+    );
+    assert_eq!(
+        read(&client, "j").await.unwrap(),
+        Some(b"crashed-j".to_vec())
+    );
     assert!(cluster.locks(b"", b"").is_empty());
     cluster.shutdown().await;
 }
@@ -212,12 +237,14 @@ async fn scan_cleanup_and_resolve_locks() {
     assert_eq!(locks.len(), 3, "{locks:?}");
     // Alive: resolve_locks gives them back; cleanup refuses to pass them.
     let live = client
-        .resolve_locks(locks.clone(), safepoint.clone(), Backoff::no_backoff())
+        .resolve_locks(locks.clone(), safepoint, Backoff::no_backoff())
         .await
         .unwrap();
     assert_eq!(live.len(), 3);
     assert!(matches!(
-        client.cleanup_locks(.., &safepoint, Default::default()).await,
+        client
+            .cleanup_locks(.., &safepoint, Default::default())
+            .await,
         Err(Error::ResolveLockError(_))
     ));
     cluster.advance_tso_clock(Duration::from_secs(4));

@@ -46,7 +46,10 @@ async fn read(client: &TransactionClient, key: &str) -> Option<Vec<u8>> {
 async fn settle(client: &TransactionClient) {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
     while client.stats().secondary_commits_pending > 0 {
-        assert!(tokio::time::Instant::now() < deadline, "secondaries never finished");
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "secondaries never finished"
+        );
         tokio::time::sleep(Duration::from_millis(2)).await;
     }
 }
@@ -104,7 +107,9 @@ async fn pessimistic_locks_conflict_and_roll_back() {
 
     // Locks without writes are released by the commit.
     let mut t3 = client.begin_with_options(pessimistic()).await.unwrap();
-    t3.lock_keys(vec!["a".to_owned(), "y".to_owned()]).await.unwrap();
+    t3.lock_keys(vec!["a".to_owned(), "y".to_owned()])
+        .await
+        .unwrap();
     t3.commit().await.unwrap();
     settle(&client).await;
     assert!(cluster.locks(b"", b"").is_empty());
@@ -127,7 +132,10 @@ async fn pessimistic_reads_for_update_see_the_latest_commit() {
         t1.get_for_update("k".to_owned()).await.unwrap(),
         Some(b"later".to_vec())
     );
-    assert_eq!(t1.get("k".to_owned()).await.unwrap(), Some(b"later".to_vec()));
+    assert_eq!(
+        t1.get("k".to_owned()).await.unwrap(),
+        Some(b"later".to_vec())
+    );
     t1.put("k".to_owned(), "mine".to_owned()).await.unwrap();
     t1.commit().await.unwrap();
     assert_eq!(read(&client, "k").await, Some(b"mine".to_vec()));
@@ -138,9 +146,8 @@ async fn pessimistic_reads_for_update_see_the_latest_commit() {
 async fn heartbeats_keep_the_primary_alive_and_stop_with_the_transaction() {
     let cluster = cluster(&[]).await;
     let client = client(&cluster, Duration::from_secs(5)).await;
-    let options = pessimistic().heartbeat_option(HeartbeatOption::FixedTime(
-        Duration::from_millis(10),
-    ));
+    let options =
+        pessimistic().heartbeat_option(HeartbeatOption::FixedTime(Duration::from_millis(10)));
     let mut txn = client.begin_with_options(options).await.unwrap();
     assert!(matches!(
         txn.send_heart_beat().await,
@@ -218,7 +225,7 @@ async fn gc_resolves_old_locks_and_moves_the_safe_point() {
     txn.put("a".to_owned(), "v".to_owned()).await.unwrap();
     txn.commit().await.unwrap();
     let safepoint = client.current_timestamp().await.unwrap();
-    assert!(client.gc(safepoint.clone()).await.unwrap());
+    assert!(client.gc(safepoint).await.unwrap());
     assert_eq!(cluster.gc_safe_point(), safepoint.version());
     // PD never moves it back.
     let older = tikv_plan::Timestamp::from_version(safepoint.version() - 1);

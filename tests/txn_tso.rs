@@ -10,7 +10,12 @@ use tikv_plan::{Config, TimestampExt};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn many_tasks_share_one_batched_tso_stream() {
-    let cluster = SimCluster::builder().stores(1).pd_members(2).start().await.unwrap();
+    let cluster = SimCluster::builder()
+        .stores(1)
+        .pd_members(2)
+        .start()
+        .await
+        .unwrap();
     let pd = Arc::new(
         PdRpcClient::connect(&cluster.pd_endpoints(), &Config::default())
             .await

@@ -91,7 +91,8 @@ impl TimestampOracle {
             })
             .await;
         let (tx, rx) = oneshot::channel();
-        let ended = || Error::Internal("the TSO task ended; the PD client was shut down".to_owned());
+        let ended =
+            || Error::Internal("the TSO task ended; the PD client was shut down".to_owned());
         queue.send(tx).await.map_err(|_| ended())?;
         rx.await.map_err(|_| ended())?
     }
@@ -160,7 +161,9 @@ impl TsoStream {
             };
             match backoff.next_delay_duration() {
                 Some(delay) => {
-                    log::debug!("TSO request failed ({failure}); reopening the stream in {delay:?}");
+                    log::debug!(
+                        "TSO request failed ({failure}); reopening the stream in {delay:?}"
+                    );
                     tokio::time::sleep(delay).await;
                 }
                 None => return Err(self.cluster.unavailable_after_retries(failure)),
@@ -251,7 +254,7 @@ fn nth_of_batch(last: &Timestamp, count: u32, i: u32) -> Timestamp {
     Timestamp {
         physical: last.physical,
         logical: last.logical - back,
-        ..last.clone()
+        ..*last
     }
 }
 

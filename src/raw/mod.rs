@@ -3,7 +3,7 @@
 mod client;
 mod requests;
 
-pub use client::{RawClient, MAX_RAW_KV_SCAN_LIMIT};
 pub(crate) use client::validate_pd_endpoints;
+pub use client::{RawClient, MAX_RAW_KV_SCAN_LIMIT};
 
 pub use requests::*;

@@ -564,7 +564,11 @@ impl Shardable for kvrpcpb::RawBatchPutRequest {
 }
 
 /// Clips `[start, end)` to a Region (empty ends are unbounded).
-pub(crate) fn clip_to_region(start: &[u8], end: &[u8], region: &RegionWithLeader) -> (Vec<u8>, Vec<u8>) {
+pub(crate) fn clip_to_region(
+    start: &[u8],
+    end: &[u8],
+    region: &RegionWithLeader,
+) -> (Vec<u8>, Vec<u8>) {
     let start = start.max(region.start_key()).to_vec();
     let end = match (end.is_empty(), region.end_key().is_empty()) {
         (true, _) => region.end_key().to_vec(),

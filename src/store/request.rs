@@ -141,7 +141,12 @@ impl_request!(
     kv_batch_get,
     "kv_batch_get"
 );
-impl_request!(kvrpcpb::ScanRequest, kvrpcpb::ScanResponse, kv_scan, "kv_scan");
+impl_request!(
+    kvrpcpb::ScanRequest,
+    kvrpcpb::ScanResponse,
+    kv_scan,
+    "kv_scan"
+);
 impl_request!(
     kvrpcpb::PrewriteRequest,
     kvrpcpb::PrewriteResponse,

@@ -149,7 +149,9 @@ impl Buffer {
 
     /// True when the transaction has something to prewrite.
     pub fn has_mutations(&self) -> bool {
-        self.entries.values().any(|e| !matches!(e, Entry::Cached(_)))
+        self.entries
+            .values()
+            .any(|e| !matches!(e, Entry::Cached(_)))
     }
 
     /// The mutations to prewrite, in key order.
@@ -186,8 +188,7 @@ impl Buffer {
         limit: u32,
         reverse: bool,
     ) -> Vec<KvPair> {
-        let mut merged: BTreeMap<Key, Value> =
-            fetched.into_iter().map(|p| (p.0, p.1)).collect();
+        let mut merged: BTreeMap<Key, Value> = fetched.into_iter().map(|p| (p.0, p.1)).collect();
         for (key, entry) in self.entries.range(start.clone()..) {
             if !end.is_empty() && key >= end {
                 break;
@@ -272,7 +273,13 @@ mod tests {
         let fetched = vec![KvPair::new("a", "1"), KvPair::new("c", "3")];
         let out = b.merge_scan(fetched, &"a".into(), &Key::EMPTY, 10, false);
         assert_eq!(out, vec![KvPair::new("a", "1"), KvPair::new("b", "new")]);
-        let rev = b.merge_scan(vec![KvPair::new("a", "1")], &"a".into(), &Key::EMPTY, 1, true);
+        let rev = b.merge_scan(
+            vec![KvPair::new("a", "1")],
+            &"a".into(),
+            &Key::EMPTY,
+            1,
+            true,
+        );
         assert_eq!(rev, vec![KvPair::new("b", "new")]);
         assert_eq!(b.deletes_in(&"a".into(), &"z".into()), 1);
     }

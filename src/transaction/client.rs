@@ -131,7 +131,11 @@ impl<PdC: PdClient> TransactionClient<PdC> {
         options: TransactionOptions,
     ) -> Result<Transaction<PdC>> {
         let timestamp = self.current_timestamp().await?;
-        Ok(Transaction::new(Arc::clone(&self.shared), timestamp, options))
+        Ok(Transaction::new(
+            Arc::clone(&self.shared),
+            timestamp,
+            options,
+        ))
     }
 
     /// A read-only view at `timestamp`.
@@ -239,13 +243,18 @@ impl<PdC: PdClient> TransactionClient<PdC> {
                 r.downcast::<kvrpcpb::UnsafeDestroyRangeResponse>()
                     .map(|b| *b)
                     .map_err(|_| {
-                        Error::Internal("unsafe_destroy_range answered with another type".to_owned())
+                        Error::Internal(
+                            "unsafe_destroy_range answered with another type".to_owned(),
+                        )
                     })
             });
             match answer {
                 Ok(r) if r.error.is_empty() => {}
                 Ok(r) => errors.push(Error::KeyError {
-                    message: format!("store {} could not destroy the range: {}", store.meta.id, r.error),
+                    message: format!(
+                        "store {} could not destroy the range: {}",
+                        store.meta.id, r.error
+                    ),
                     key_error: None,
                 }),
                 Err(e) => errors.push(e),

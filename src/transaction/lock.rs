@@ -254,9 +254,7 @@ impl<PdC: PdClient> LockResolver<PdC> {
         lock: &kvrpcpb::LockInfo,
         caller_start_ts: u64,
     ) -> Result<TxnStatus> {
-        let status = self
-            .check_txn_status(lock, caller_start_ts, false)
-            .await?;
+        let status = self.check_txn_status(lock, caller_start_ts, false).await?;
         let TxnStatus::Alive {
             expires_in_ms: 0,
             async_commit: Some(primary),
@@ -302,7 +300,9 @@ impl<PdC: PdClient> LockResolver<PdC> {
                 TxnStatus::Committed(ts)
             }
             SecondariesOutcome::RolledBack => TxnStatus::RolledBack,
-            SecondariesOutcome::FellBack => self.check_txn_status(lock, caller_start_ts, true).await?,
+            SecondariesOutcome::FellBack => {
+                self.check_txn_status(lock, caller_start_ts, true).await?
+            }
         };
         // The primary is resolved with the others: its lock is the one
         // every later reader asks about.
@@ -384,7 +384,7 @@ impl<PdC: PdClient> LockResolver<PdC> {
                             ..Default::default()
                         },
                     };
-                    let slot2 = slot.clone();
+                    let slot2 = slot;
                     let f: BoxFuture<'static, Result<()>> = async move {
                         this.counters
                             .resolve_lock_sent
@@ -432,7 +432,8 @@ impl<PdC: PdClient> LockResolver<PdC> {
         let mut out = Vec::new();
         let mut cursor = start;
         loop {
-            let request = new_scan_lock_request(cursor.clone(), end.clone(), max_version, batch_size);
+            let request =
+                new_scan_lock_request(cursor.clone(), end.clone(), max_version, batch_size);
             let pieces = self
                 .builder(request)
                 .preserve_shard()
@@ -550,7 +551,10 @@ mod tests {
             commit_version: 7,
             ..Default::default()
         };
-        assert_eq!(txn_status(&committed, ts(1), ts(2)), TxnStatus::Committed(7));
+        assert_eq!(
+            txn_status(&committed, ts(1), ts(2)),
+            TxnStatus::Committed(7)
+        );
         let rolled = kvrpcpb::CheckTxnStatusResponse::default();
         assert_eq!(txn_status(&rolled, ts(1), ts(2)), TxnStatus::RolledBack);
         let alive = kvrpcpb::CheckTxnStatusResponse {

@@ -29,11 +29,13 @@ mod snapshot;
 #[allow(clippy::module_inception)]
 mod transaction;
 
-pub use client::{CleanupLocksResult, ResolveLocksOptions, TransactionClient, SCAN_LOCK_BATCH_SIZE};
+pub use client::{
+    CleanupLocksResult, ResolveLocksOptions, TransactionClient, SCAN_LOCK_BATCH_SIZE,
+};
 pub use codec_pd::CodecPdClient;
 pub use lock::{
-    lock_until_expired_ms, secondaries_outcome, txn_status, LockResolver, LockStats,
-    ResolvePass, SecondariesOutcome, TxnStatus,
+    lock_until_expired_ms, secondaries_outcome, txn_status, LockResolver, LockStats, ResolvePass,
+    SecondariesOutcome, TxnStatus,
 };
 pub use options::{
     CheckLevel, HeartbeatOption, Mutation, RetryOptions, TransactionKind, TransactionOptions,

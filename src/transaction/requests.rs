@@ -272,7 +272,11 @@ macro_rules! txn_request {
     };
 }
 
-txn_request!(kvrpcpb::GetRequest, kvrpcpb::GetResponse, |r| describe_keys([&r.key]));
+txn_request!(
+    kvrpcpb::GetRequest,
+    kvrpcpb::GetResponse,
+    |r| describe_keys([&r.key])
+);
 txn_request!(kvrpcpb::BatchGetRequest, kvrpcpb::BatchGetResponse, |r| {
     describe_keys(&r.keys)
 });
@@ -287,12 +291,16 @@ txn_request!(kvrpcpb::PrewriteRequest, kvrpcpb::PrewriteResponse, |r| {
         r.start_version
     )
 });
-txn_request!(kvrpcpb::CommitRequest, kvrpcpb::CommitResponse, |r| format!(
-    "{} of transaction {} at {}",
-    describe_keys(&r.keys),
-    r.start_version,
-    r.commit_version
-));
+txn_request!(
+    kvrpcpb::CommitRequest,
+    kvrpcpb::CommitResponse,
+    |r| format!(
+        "{} of transaction {} at {}",
+        describe_keys(&r.keys),
+        r.start_version,
+        r.commit_version
+    )
+);
 txn_request!(
     kvrpcpb::BatchRollbackRequest,
     kvrpcpb::BatchRollbackResponse,

@@ -12,8 +12,7 @@ use tokio::time::Instant;
 use super::buffer::{Buffer, BufferedRead};
 use super::lock::LockResolver;
 use super::options::{
-    CheckLevel, HeartbeatOption, Mutation, TransactionOptions, DEFAULT_LOCK_TTL,
-    MAX_TTL,
+    CheckLevel, HeartbeatOption, Mutation, TransactionOptions, DEFAULT_LOCK_TTL, MAX_TTL,
 };
 use super::requests::{
     as_key_error, new_batch_get_request, new_batch_rollback_request, new_commit_request,
@@ -46,6 +45,9 @@ fn is_write_conflict(e: &Error) -> bool {
 
 /// How many times a secondary commit is tried in the background.
 const SECONDARY_COMMIT_ATTEMPTS: u32 = 3;
+
+/// A scan response with the `(start_key, end_key)` piece it served.
+type ScanPiece = ResponseWithShard<kvrpcpb::ScanResponse, (Vec<u8>, Vec<u8>)>;
 
 /// What the transactional side has done, for tests and monitoring. Counters
 /// only grow.
@@ -183,7 +185,7 @@ impl<PdC: PdClient> Transaction<PdC> {
 
     /// The start timestamp: reads see the data committed before it.
     pub fn start_timestamp(&self) -> Timestamp {
-        self.timestamp.clone()
+        self.timestamp
     }
 
     /// Where the transaction is in its life.
@@ -278,7 +280,10 @@ impl<PdC: PdClient> Transaction<PdC> {
         range: impl Into<BoundRange>,
         limit: u32,
     ) -> Result<impl Iterator<Item = KvPair>> {
-        Ok(self.scan_inner(range.into(), limit, false).await?.into_iter())
+        Ok(self
+            .scan_inner(range.into(), limit, false)
+            .await?
+            .into_iter())
     }
 
     /// Up to `limit` keys in `range`, in key order.
@@ -300,7 +305,10 @@ impl<PdC: PdClient> Transaction<PdC> {
         range: impl Into<BoundRange>,
         limit: u32,
     ) -> Result<impl Iterator<Item = KvPair>> {
-        Ok(self.scan_inner(range.into(), limit, true).await?.into_iter())
+        Ok(self
+            .scan_inner(range.into(), limit, true)
+            .await?
+            .into_iter())
     }
 
     /// Up to `limit` keys in `range`, in reverse key order.
@@ -422,7 +430,10 @@ impl<PdC: PdClient> Transaction<PdC> {
 
     /// Locks keys without writing them: now in a pessimistic transaction,
     /// at commit (as write-conflict checks) in an optimistic one.
-    pub async fn lock_keys(&mut self, keys: impl IntoIterator<Item = impl Into<Key>>) -> Result<()> {
+    pub async fn lock_keys(
+        &mut self,
+        keys: impl IntoIterator<Item = impl Into<Key>>,
+    ) -> Result<()> {
         self.check_writable()?;
         let keys: Vec<Key> = keys.into_iter().map(Into::into).collect();
         if self.is_pessimistic() {
@@ -438,9 +449,19 @@ impl<PdC: PdClient> Transaction<PdC> {
     /// Extends the primary lock's TTL; returns the new TTL in ms.
     pub async fn send_heart_beat(&mut self) -> Result<u64> {
         self.check_allow_operation()?;
-        let primary = self.buffer.primary_key().cloned().ok_or(Error::NoPrimaryKey)?;
-        send_heart_beat(&self.shared, &self.options, primary, self.start_ts(), self.start_instant)
-            .await
+        let primary = self
+            .buffer
+            .primary_key()
+            .cloned()
+            .ok_or(Error::NoPrimaryKey)?;
+        send_heart_beat(
+            &self.shared,
+            &self.options,
+            primary,
+            self.start_ts(),
+            self.start_instant,
+        )
+        .await
     }
 
     /// Commits. Returns the commit timestamp (`None` when there was nothing
@@ -571,7 +592,9 @@ impl<PdC: PdClient> Transaction<PdC> {
         let fetched = self
             .fetch_scan(start.as_bytes(), end.as_bytes(), fetch_limit, reverse)
             .await?;
-        Ok(self.buffer.merge_scan(fetched, &start, &end, limit, reverse))
+        Ok(self
+            .buffer
+            .merge_scan(fetched, &start, &end, limit, reverse))
     }
 
     async fn fetch_scan(
@@ -583,7 +606,11 @@ impl<PdC: PdClient> Transaction<PdC> {
     ) -> Result<Vec<KvPair>> {
         let ts = self.start_ts();
         let mut out: Vec<KvPair> = Vec::new();
-        let mut cursor = if reverse { end.to_vec() } else { start.to_vec() };
+        let mut cursor = if reverse {
+            end.to_vec()
+        } else {
+            start.to_vec()
+        };
         loop {
             let remaining = limit - out.len() as u32;
             let request = if reverse {
@@ -591,7 +618,7 @@ impl<PdC: PdClient> Transaction<PdC> {
             } else {
                 new_scan_request(cursor.clone(), end.to_vec(), ts, remaining, false, false)
             };
-            let pieces: Vec<ResponseWithShard<kvrpcpb::ScanResponse, (Vec<u8>, Vec<u8>)>> = self
+            let pieces: Vec<ScanPiece> = self
                 .shared
                 .builder(request)
                 .preserve_shard()
@@ -646,7 +673,11 @@ impl<PdC: PdClient> Transaction<PdC> {
         if let Some(first) = keys.first() {
             self.buffer.set_primary_if_unset(first);
         }
-        let primary = self.buffer.primary_key().cloned().ok_or(Error::NoPrimaryKey)?;
+        let primary = self
+            .buffer
+            .primary_key()
+            .cloned()
+            .ok_or(Error::NoPrimaryKey)?;
         let mutations: Vec<kvrpcpb::Mutation> = keys
             .iter()
             .map(|k| kvrpcpb::Mutation {
@@ -685,7 +716,10 @@ impl<PdC: PdClient> Transaction<PdC> {
                 .await;
             match result {
                 Err(e) if attempts < PESSIMISTIC_LOCK_ATTEMPTS && is_write_conflict(&e) => {
-                    debug!("pessimistic lock of transaction {}: {e}; retrying at a new for_update_ts", self.start_ts());
+                    debug!(
+                        "pessimistic lock of transaction {}: {e}; retrying at a new for_update_ts",
+                        self.start_ts()
+                    );
                 }
                 result => break (result, for_update_ts),
             }
@@ -822,7 +856,11 @@ impl<PdC: PdClient> Transaction<PdC> {
             pessimistic_actions,
             txn_size: keys.len() as u64,
             for_update_ts: self.options.for_update_ts(),
-            min_commit_ts: if async_commit || one_pc { start_ts + 1 } else { 0 },
+            min_commit_ts: if async_commit || one_pc {
+                start_ts + 1
+            } else {
+                0
+            },
             use_async_commit: async_commit,
             secondaries,
             try_one_pc: one_pc,
@@ -1073,7 +1111,11 @@ pub(crate) fn prewrite_outcome<S>(
         }
     }
     if async_commit && !responses.is_empty() && responses.iter().all(|r| r.0.min_commit_ts > 0) {
-        let ts = responses.iter().map(|r| r.0.min_commit_ts).max().unwrap_or(0);
+        let ts = responses
+            .iter()
+            .map(|r| r.0.min_commit_ts)
+            .max()
+            .unwrap_or(0);
         return PrewriteOutcome::AsyncCommit(ts);
     }
     PrewriteOutcome::TwoPhase
@@ -1116,7 +1158,10 @@ impl<PdC: PdClient> std::fmt::Debug for Transaction<PdC> {
 mod tests {
     use super::*;
 
-    fn answer(min_commit_ts: u64, one_pc_commit_ts: u64) -> ResponseWithShard<kvrpcpb::PrewriteResponse, ()> {
+    fn answer(
+        min_commit_ts: u64,
+        one_pc_commit_ts: u64,
+    ) -> ResponseWithShard<kvrpcpb::PrewriteResponse, ()> {
         ResponseWithShard(
             kvrpcpb::PrewriteResponse {
                 min_commit_ts,
@@ -1137,8 +1182,14 @@ mod tests {
             prewrite_outcome(&[answer(10, 0), answer(0, 0)], true, false),
             PrewriteOutcome::TwoPhase
         );
-        assert_eq!(prewrite_outcome(&[answer(0, 9)], false, true), PrewriteOutcome::OnePc(9));
-        assert_eq!(prewrite_outcome(&[answer(0, 0)], false, true), PrewriteOutcome::TwoPhase);
+        assert_eq!(
+            prewrite_outcome(&[answer(0, 9)], false, true),
+            PrewriteOutcome::OnePc(9)
+        );
+        assert_eq!(
+            prewrite_outcome(&[answer(0, 0)], false, true),
+            PrewriteOutcome::TwoPhase
+        );
         // 1PC over two shards would be two commits: never reported as 1PC.
         assert_eq!(
             prewrite_outcome(&[answer(0, 9), answer(0, 9)], false, true),
