@@ -305,6 +305,8 @@ async fn a_dropped_primary_commit_is_undetermined_and_a_later_read_shows_the_tru
     let err = txn.commit().await.unwrap_err();
     assert!(err.is_undetermined(), "{err:?}");
     assert!(matches!(err, Error::UndeterminedError(_)), "{err:?}");
+    // The other voters were tried too: fallback kept the flag.
+    assert!(client.routing_stats().fallback_attempts > 0);
     assert!(err.to_string().contains("unknown"), "{err}");
     // The truth: the primary's commit was applied, so the transaction is
     // committed; a reader resolves the secondary's lock from the primary.

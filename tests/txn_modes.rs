@@ -118,6 +118,25 @@ async fn pessimistic_locks_conflict_and_roll_back() {
 }
 
 #[tokio::test]
+async fn a_dropped_pessimistic_transaction_releases_its_locks() {
+    let cluster = cluster(&[]).await;
+    let client = client(&cluster, Duration::from_secs(5)).await;
+    let mut txn = client.begin_with_options(pessimistic()).await.unwrap();
+    txn.lock_keys(vec!["a".to_owned(), "b".to_owned()])
+        .await
+        .unwrap();
+    assert_eq!(cluster.locks(b"", b"").len(), 2);
+    drop(txn);
+    // A writer does not wait for the dropped one's 20 s TTL.
+    let mut next = client.begin_with_options(pessimistic()).await.unwrap();
+    next.put("a".to_owned(), "mine".to_owned()).await.unwrap();
+    next.commit().await.unwrap();
+    settle(&client).await;
+    assert_eq!(read(&client, "a").await, Some(b"mine".to_vec()));
+    cluster.shutdown().await;
+}
+
+#[tokio::test]
 async fn pessimistic_reads_for_update_see_the_latest_commit() {
     let cluster = cluster(&[]).await;
     let client = client(&cluster, Duration::from_secs(5)).await;

@@ -1020,6 +1020,40 @@ impl<PdC: PdClient> Transaction<PdC> {
         });
     }
 
+    /// Best effort, for a dropped transaction: releases its pessimistic
+    /// locks instead of leaving them for others to wait out.
+    fn release_locks_in_background(&self) {
+        if self.pessimistic_locked.is_empty() {
+            return;
+        }
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let request = kvrpcpb::PessimisticRollbackRequest {
+            keys: self
+                .pessimistic_locked
+                .iter()
+                .map(|k| k.as_bytes().to_vec())
+                .collect(),
+            start_version: self.start_ts(),
+            for_update_ts: self.options.for_update_ts(),
+            ..Default::default()
+        };
+        let plan = self
+            .shared
+            .builder(request)
+            .retry_multi_region(self.region_backoff())
+            .merge(CollectError)
+            .extract_error()
+            .plan();
+        let start_ts = self.start_ts();
+        runtime.spawn(async move {
+            if let Err(e) = plan.execute().await {
+                warn!("releasing the locks of dropped transaction {start_ts} failed: {e}");
+            }
+        });
+    }
+
     fn start_auto_heartbeat(&mut self) {
         if self.heartbeat_started || !self.options.heartbeat_option.is_auto_heartbeat() {
             return;
@@ -1124,6 +1158,9 @@ pub(crate) fn prewrite_outcome<S>(
 impl<PdC: PdClient> Drop for Transaction<PdC> {
     fn drop(&mut self) {
         let _ = self.ended.send(true);
+        if self.status == TransactionStatus::Active {
+            self.release_locks_in_background();
+        }
         let unfinished = self.status == TransactionStatus::Active && self.buffer.has_mutations();
         if !unfinished {
             return;
