@@ -340,3 +340,41 @@ async fn a_transaction_commits_through_voter_fallback_when_the_leader_store_is_d
     assert_eq!(read(&client, "k2").await, Some(b"v2".to_vec()));
     cluster.shutdown().await;
 }
+
+#[tokio::test]
+async fn a_region_split_during_a_transaction_is_followed() {
+    let cluster = cluster(&[]).await;
+    let client = client(&cluster).await;
+    let mut txn = client.begin_optimistic().await.unwrap();
+    // Cache the single Region, then split it at an encoded key.
+    assert_eq!(txn.get("a".to_owned()).await.unwrap(), None);
+    cluster.split_region(&encode_bytes(b"m")).unwrap();
+    txn.put("a".to_owned(), "1".to_owned()).await.unwrap();
+    txn.put("z".to_owned(), "2".to_owned()).await.unwrap();
+    txn.commit().await.unwrap();
+    assert_eq!(read(&client, "a").await, Some(b"1".to_vec()));
+    assert_eq!(read(&client, "z").await, Some(b"2".to_vec()));
+    let mut check = client.begin_with_options(optimistic()).await.unwrap();
+    let keys: Vec<Key> = check.scan_keys(.., 10).await.unwrap().collect();
+    assert_eq!(keys, vec![Key::from("a"), Key::from("z")]);
+    cluster.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_region_lookup_error_while_sharding_the_prewrite_reaches_the_caller() {
+    let cluster = cluster(&["m"]).await;
+    let client = client(&cluster).await;
+    let mut txn = client.begin_optimistic().await.unwrap();
+    txn.put("a".to_owned(), "1".to_owned()).await.unwrap();
+    txn.put("z".to_owned(), "2".to_owned()).await.unwrap();
+    // No Region is cached yet, and PD is gone: sharding cannot look them up.
+    cluster.pd_member_down(0).await.unwrap();
+    let err = txn.commit().await.unwrap_err();
+    assert!(!err.is_undetermined(), "{err:?}");
+    assert!(
+        matches!(err, Error::PdUnavailable { .. }),
+        "the lookup error itself, not an empty success: {err:?}"
+    );
+    assert!(cluster.locks(b"", b"").is_empty());
+    cluster.shutdown().await;
+}
