@@ -184,6 +184,7 @@ async fn snapshots_read_the_past_and_scans_merge_local_writes() {
         ro.put("x".to_owned(), "y".to_owned()).await,
         Err(Error::InvalidTransactionType)
     ));
+    assert_eq!(ro.commit().await.unwrap(), None);
     cluster.shutdown().await;
 }
 

@@ -114,6 +114,11 @@ async fn pessimistic_locks_conflict_and_roll_back() {
     settle(&client).await;
     assert!(cluster.locks(b"", b"").is_empty());
     assert_eq!(client.stats().secondary_commit_failures, 0);
+    assert!(
+        client.stats().secondary_commits >= 2,
+        "{:?}",
+        client.stats()
+    );
     cluster.shutdown().await;
 }
 

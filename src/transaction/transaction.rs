@@ -476,7 +476,11 @@ impl<PdC: PdClient> Transaction<PdC> {
     pub async fn commit(&mut self) -> Result<Option<Timestamp>> {
         match self.status {
             TransactionStatus::Active | TransactionStatus::StartedCommit => {}
-            TransactionStatus::ReadOnly => return Err(Error::InvalidTransactionType),
+            // Nothing to write: done.
+            TransactionStatus::ReadOnly => {
+                self.finish(TransactionStatus::Committed);
+                return Ok(None);
+            }
             _ => return Err(Error::OperationAfterCommitError),
         }
         self.status = TransactionStatus::StartedCommit;
@@ -488,12 +492,14 @@ impl<PdC: PdClient> Transaction<PdC> {
         let result = self.two_phase_commit().await;
         match &result {
             Ok(_) => self.finish(TransactionStatus::Committed),
-            // Undetermined: the heartbeat stops; whether it committed is
-            // for a later read to find out.
-            Err(e) if e.is_undetermined() => {
+            // Failed (its locks rolled back) or undetermined (a later read
+            // finds out): either way the heartbeat stops. A retried commit
+            // starts a new one.
+            Err(_) => {
                 let _ = self.ended.send(true);
+                self.ended = watch::channel(false).0;
+                self.heartbeat_started = false;
             }
-            Err(_) => {}
         }
         result
     }
