@@ -183,8 +183,8 @@ pub fn server_is_busy(estimated_wait_ms: u32, backoff_ms: u64) -> errorpb::Error
 }
 
 /// The default response to `request` with `region_error` set, type-erased
-/// as a store client returns it. Fails for requests that are not raw
-/// requests of this crate.
+/// as a store client returns it. Fails for requests that are not raw or
+/// transactional requests of this crate.
 pub fn response_with_region_error(
     request: &dyn Request,
     region_error: Option<errorpb::Error>,
@@ -207,7 +207,20 @@ pub fn response_with_region_error(
         kvrpcpb::RawBatchScanRequest => kvrpcpb::RawBatchScanResponse,
         kvrpcpb::RawDeleteRangeRequest => kvrpcpb::RawDeleteRangeResponse,
         kvrpcpb::RawCasRequest => kvrpcpb::RawCasResponse,
-        kvrpcpb::RawGetKeyTtlRequest => kvrpcpb::RawGetKeyTtlResponse
+        kvrpcpb::RawGetKeyTtlRequest => kvrpcpb::RawGetKeyTtlResponse,
+        kvrpcpb::GetRequest => kvrpcpb::GetResponse,
+        kvrpcpb::BatchGetRequest => kvrpcpb::BatchGetResponse,
+        kvrpcpb::ScanRequest => kvrpcpb::ScanResponse,
+        kvrpcpb::PrewriteRequest => kvrpcpb::PrewriteResponse,
+        kvrpcpb::CommitRequest => kvrpcpb::CommitResponse,
+        kvrpcpb::BatchRollbackRequest => kvrpcpb::BatchRollbackResponse,
+        kvrpcpb::PessimisticLockRequest => kvrpcpb::PessimisticLockResponse,
+        kvrpcpb::PessimisticRollbackRequest => kvrpcpb::PessimisticRollbackResponse,
+        kvrpcpb::TxnHeartBeatRequest => kvrpcpb::TxnHeartBeatResponse,
+        kvrpcpb::CheckTxnStatusRequest => kvrpcpb::CheckTxnStatusResponse,
+        kvrpcpb::CheckSecondaryLocksRequest => kvrpcpb::CheckSecondaryLocksResponse,
+        kvrpcpb::ResolveLockRequest => kvrpcpb::ResolveLockResponse,
+        kvrpcpb::ScanLockRequest => kvrpcpb::ScanLockResponse
     );
     Err(Error::Internal(format!(
         "the mock has no response type for {}",
@@ -240,7 +253,20 @@ default_with!(
     kvrpcpb::RawBatchScanResponse,
     kvrpcpb::RawDeleteRangeResponse,
     kvrpcpb::RawCasResponse,
-    kvrpcpb::RawGetKeyTtlResponse
+    kvrpcpb::RawGetKeyTtlResponse,
+    kvrpcpb::GetResponse,
+    kvrpcpb::BatchGetResponse,
+    kvrpcpb::ScanResponse,
+    kvrpcpb::PrewriteResponse,
+    kvrpcpb::CommitResponse,
+    kvrpcpb::BatchRollbackResponse,
+    kvrpcpb::PessimisticLockResponse,
+    kvrpcpb::PessimisticRollbackResponse,
+    kvrpcpb::TxnHeartBeatResponse,
+    kvrpcpb::CheckTxnStatusResponse,
+    kvrpcpb::CheckSecondaryLocksResponse,
+    kvrpcpb::ResolveLockResponse,
+    kvrpcpb::ScanLockResponse
 );
 
 /// How a store's mapping fails.

@@ -1,0 +1,86 @@
+//! The commit point through the mock (no sockets): a lost answer to the
+//! primary's commit stays undetermined across voter fallback, and a
+//! definite answer from the voter that accepts clears it.
+#![cfg(feature = "mock")]
+
+mod common;
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::{accept, client_timeout, region_error, three_voters};
+use tikv_plan::mock;
+use tikv_plan::proto::{errorpb, kvrpcpb};
+use tikv_plan::{Backoff, CheckLevel, Config, Error, TransactionClient, TransactionOptions};
+
+fn config() -> Config {
+    Config::default()
+        .with_region_backoff(Backoff::no_jitter_backoff(1, 4, 4))
+        .with_request_deadline(Duration::from_secs(2))
+}
+
+fn not_leader_hinting(leader: u64, store: u64) -> errorpb::Error {
+    errorpb::Error {
+        not_leader: Some(errorpb::NotLeader {
+            region_id: 1,
+            leader: Some(mock::voter(leader, store)),
+        }),
+        ..Default::default()
+    }
+}
+
+#[tokio::test]
+async fn a_lost_primary_commit_stays_undetermined_across_voter_fallback() {
+    let pd = three_voters();
+    pd.set_dispatch_hook(|peer, request| {
+        if request.as_any().is::<kvrpcpb::CommitRequest>() {
+            // The leader receives the commit but its answer never comes;
+            // the other voters say the leader is peer 11.
+            return if peer.id == 11 {
+                client_timeout()
+            } else {
+                region_error(request, not_leader_hinting(11, 1))
+            };
+        }
+        accept(peer, request)
+    });
+    let client = TransactionClient::new_with_pd_client(pd.clone(), &config());
+    let options = TransactionOptions::new_optimistic().drop_check(CheckLevel::None);
+    let mut txn = client.begin_with_options(options).await.unwrap();
+    txn.put("k".to_owned(), "v".to_owned()).await.unwrap();
+    let err = txn.commit().await.unwrap_err();
+    assert!(matches!(err, Error::UndeterminedError(_)), "{err:?}");
+    let commits: Vec<u64> = pd
+        .dispatch_log()
+        .iter()
+        .filter(|d| d.label == "kv_commit")
+        .map(|d| d.peer.id)
+        .collect();
+    assert!(commits.contains(&11), "{commits:?}");
+    assert!(
+        commits.iter().any(|p| *p != 11),
+        "the voters were tried: {commits:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_definite_answer_after_a_lost_one_clears_the_flag() {
+    let pd = three_voters();
+    let leader_commits = Arc::new(AtomicUsize::new(0));
+    let seen = leader_commits.clone();
+    pd.set_dispatch_hook(move |peer, request| {
+        if request.as_any().is::<kvrpcpb::CommitRequest>() && peer.id == 11 {
+            seen.fetch_add(1, Ordering::SeqCst);
+            return client_timeout();
+        }
+        // Voter 12 accepts the commit as the new leader.
+        accept(peer, request)
+    });
+    let client = TransactionClient::new_with_pd_client(pd.clone(), &config());
+    let mut txn = client.begin_optimistic().await.unwrap();
+    txn.put("k".to_owned(), "v".to_owned()).await.unwrap();
+    assert!(txn.commit().await.unwrap().is_some());
+    assert_eq!(leader_commits.load(Ordering::SeqCst), 1);
+    assert_eq!(pd.cached_leader(1).map(|p| p.id), Some(12));
+}
