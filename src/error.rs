@@ -95,6 +95,13 @@ pub enum Error {
         /// The store id looked up.
         store_id: u64,
     },
+    /// PD answered a Region lookup with a version older than one the client
+    /// already holds, and nothing newer covers the key yet.
+    #[error("PD answered with an older version of region {region_id} than the client already knows; PD is catching up, retry the request")]
+    StaleRegion {
+        /// The Region.
+        region_id: u64,
+    },
     /// A Region has no leader the client could find.
     #[error("region {region_id} has no known leader and no voter accepted the request; the Region may be electing a leader, retry later")]
     LeaderNotFound {

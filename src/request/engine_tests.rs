@@ -160,8 +160,10 @@ impl<'r> Run<'r> {
     }
 
     fn answer(&mut self, region_error: Option<errorpb::Error>) -> Next {
+        let sent_at = self.now;
         self.dispatch(Event::Answered {
             region_error: region_error.map(Box::new),
+            sent_at,
         })
     }
 
@@ -213,7 +215,10 @@ fn fast_path_is_four_steps_and_one_effect() {
     assert_eq!(mapped_peer(&next), Some(11));
     assert!(matches!(run.answer(None), Next::Done(Ok(()))));
     assert!(
-        matches!(run.effects.as_slice(), [Effect::StoreAnswered(1)]),
+        matches!(
+            run.effects.as_slice(),
+            [Effect::StoreAnswered { store_id: 1, .. }]
+        ),
         "{:?}",
         run.effects
     );
@@ -1211,7 +1216,10 @@ impl World<'_> {
                 match self.next_answer() {
                     Answer::Accept => {
                         r.now += Duration::from_millis(1);
-                        Event::Answered { region_error: None }
+                        Event::Answered {
+                            region_error: None,
+                            sent_at,
+                        }
                     }
                     Answer::Region(answer) => {
                         r.now += Duration::from_millis(1);
@@ -1240,6 +1248,7 @@ impl World<'_> {
                         }
                         Event::Answered {
                             region_error: Some(Box::new(e)),
+                            sent_at,
                         }
                     }
                     Answer::Refused | Answer::ConnectTimeout | Answer::NotSentAtDispatch => {
