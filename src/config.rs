@@ -83,6 +83,9 @@ pub struct Config {
     /// client favours availability: a write fails less often, but may be
     /// applied twice or late. Compare-and-swap is never re-sent either way.
     pub at_least_once_writes: bool,
+    /// How many Regions the client caches at most; past it, the Regions
+    /// cached longest ago are dropped (and reloaded from PD when needed).
+    pub region_cache_capacity: usize,
 }
 
 impl Default for Config {
@@ -101,6 +104,7 @@ impl Default for Config {
             single_flight_connect: true,
             request_deadline: DEFAULT_REQUEST_DEADLINE,
             at_least_once_writes: false,
+            region_cache_capacity: crate::region::DEFAULT_REGION_CACHE_CAPACITY,
         }
     }
 }

@@ -121,7 +121,7 @@ impl<KvC: KvConnect> PdRpcClient<KvC> {
         Ok(PdRpcClient {
             cluster: Arc::new(cluster),
             kv_connect: Arc::new(kv_connect),
-            regions: RegionCache::new(),
+            regions: RegionCache::with_capacity(config.region_cache_capacity),
             stores: StoreCache::new(),
             connections: Arc::new(RwLock::new(HashMap::new())),
             connecting: SingleFlight::default(),

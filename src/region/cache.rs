@@ -6,7 +6,7 @@
 //! share one load from PD, and a failed load is never cached.
 //! [`StoreCache`] does the same for store metadata.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::future::Future;
 use std::hash::Hash;
 use std::ops::Bound;
@@ -162,12 +162,32 @@ where
     }
 }
 
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct RegionMap {
     /// Start key -> id of the Region that starts there.
     by_start: BTreeMap<Vec<u8>, RegionId>,
     by_id: HashMap<RegionId, RegionWithLeader>,
+    /// Versions in the order they were inserted, oldest first: past the
+    /// capacity the oldest go. Entries whose version is gone are skipped
+    /// (and compacted away when they pile up).
+    inserted: VecDeque<RegionVerId>,
+    /// How many Regions the cache holds at most.
+    capacity: usize,
 }
+
+impl Default for RegionMap {
+    fn default() -> Self {
+        RegionMap {
+            by_start: BTreeMap::new(),
+            by_id: HashMap::new(),
+            inserted: VecDeque::new(),
+            capacity: DEFAULT_REGION_CACHE_CAPACITY,
+        }
+    }
+}
+
+/// How many Regions a cache holds by default (`Config::region_cache_capacity`).
+pub const DEFAULT_REGION_CACHE_CAPACITY: usize = 1_000_000;
 
 impl RegionMap {
     fn get_by_key(&self, key: &[u8]) -> Option<&RegionWithLeader> {
@@ -262,8 +282,29 @@ impl RegionMap {
             }
         }
         self.by_start.insert(region.start_key().to_vec(), id);
+        self.inserted.push_back(region.ver_id());
         self.by_id.insert(id, region);
+        self.evict_beyond_capacity();
         true
+    }
+
+    /// Drops the oldest inserted Regions while there are more than the
+    /// capacity: a miss reloads them from PD.
+    fn evict_beyond_capacity(&mut self) {
+        while self.by_id.len() > self.capacity {
+            let Some(oldest) = self.inserted.pop_front() else {
+                break;
+            };
+            if self.by_id.get(&oldest.id).is_some_and(|r| r.ver_id() == oldest) {
+                self.remove_id(oldest.id);
+            }
+        }
+        // Versions replaced or invalidated leave stale markers behind.
+        if self.inserted.len() > 2 * self.by_id.len().max(64) {
+            let by_id = &self.by_id;
+            self.inserted
+                .retain(|v| by_id.get(&v.id).is_some_and(|r| r.ver_id() == *v));
+        }
     }
 }
 
@@ -276,9 +317,18 @@ pub struct RegionCache {
 }
 
 impl RegionCache {
-    /// An empty cache.
+    /// An empty cache holding up to [`DEFAULT_REGION_CACHE_CAPACITY`]
+    /// Regions.
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// An empty cache holding up to `capacity` Regions (at least one):
+    /// beyond it, the Regions inserted longest ago are dropped.
+    pub fn with_capacity(capacity: usize) -> Self {
+        let cache = Self::default();
+        write(&cache.map).capacity = capacity.max(1);
+        cache
     }
 
     /// The cached Region containing `key`.
@@ -869,6 +919,27 @@ mod tests {
         assert_eq!(b.unwrap().id(), 2);
         assert_eq!(loads.load(Ordering::SeqCst), 2);
         assert_eq!(cache.len(), 2);
+    }
+
+    #[test]
+    fn the_cache_holds_at_most_its_capacity_dropping_the_oldest() {
+        // Issue 8: a map that only grows is bounded.
+        let cache = RegionCache::with_capacity(100);
+        for i in 0..1_000u32 {
+            let start = i.to_be_bytes();
+            let end = (i + 1).to_be_bytes();
+            assert!(cache.insert(region(u64::from(i) + 1, &start, &end, 1, 1)));
+            assert!(cache.len() <= 100);
+        }
+        assert_eq!(cache.len(), 100);
+        assert!(cache.get_by_id(1).is_none(), "the oldest went first");
+        assert!(cache.get_by_id(1_000).is_some());
+        // Replacing versions leaves no unbounded trail of markers.
+        for v in 2..5_000 {
+            cache.insert(region(1_000, &999u32.to_be_bytes(), &1_000u32.to_be_bytes(), 1, v));
+        }
+        assert!(read(&cache.map).inserted.len() <= 2 * 100);
+        assert_eq!(cache.get_by_id(1_000).map(|r| r.epoch().version), Some(4_999));
     }
 
     #[tokio::test(start_paused = true)]

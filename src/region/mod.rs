@@ -4,7 +4,7 @@
 mod cache;
 
 pub(crate) use cache::SingleFlight;
-pub use cache::{RegionCache, StoreCache};
+pub use cache::{RegionCache, StoreCache, DEFAULT_REGION_CACHE_CAPACITY};
 
 use crate::proto::metapb::{self, PeerRole};
 use crate::{Error, Result};
