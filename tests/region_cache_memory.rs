@@ -70,7 +70,9 @@ fn memory_per_region_and_the_capacity_bound() {
     }
     let full = LIVE.load(Ordering::Relaxed) - before;
     let per_region = full / N as isize;
-    println!("region cache: {per_region} bytes per cached Region ({N} Regions, 16-byte keys, 3 peers)");
+    println!(
+        "region cache: {per_region} bytes per cached Region ({N} Regions, 16-byte keys, 3 peers)"
+    );
     // Three times as many Regions again: the memory stays at the capacity's.
     for i in N..4 * N {
         cache.insert(region(i));

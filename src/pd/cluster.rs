@@ -17,7 +17,7 @@ use crate::backoff::Backoff;
 use crate::proto::metapb;
 use crate::proto::pdpb::{self, pd_client::PdClient as PdGrpcClient};
 use crate::region::{RegionId, RegionWithLeader, StoreId};
-use crate::request::classify_status_source;
+use crate::request::{classify_status_source, DispatchFailure};
 use crate::security::SecurityManager;
 use crate::{Error, Result};
 
@@ -129,7 +129,8 @@ fn calls_for_new_leader(status: &Status) -> bool {
     // The transport's own finding (the store path's classifier) first; then
     // the codes a PD member answers when it cannot serve (a follower says
     // "not leader" with `Unavailable`).
-    classify_status_source(status).is_some()
+    // A reset of one stream leaves the connection to the leader usable.
+    matches!(classify_status_source(status), Some(f) if f != DispatchFailure::StreamReset)
         || matches!(
             status.code(),
             Code::Unavailable | Code::Cancelled | Code::DeadlineExceeded

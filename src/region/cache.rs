@@ -295,7 +295,11 @@ impl RegionMap {
             let Some(oldest) = self.inserted.pop_front() else {
                 break;
             };
-            if self.by_id.get(&oldest.id).is_some_and(|r| r.ver_id() == oldest) {
+            if self
+                .by_id
+                .get(&oldest.id)
+                .is_some_and(|r| r.ver_id() == oldest)
+            {
                 self.remove_id(oldest.id);
             }
         }
@@ -936,10 +940,19 @@ mod tests {
         assert!(cache.get_by_id(1_000).is_some());
         // Replacing versions leaves no unbounded trail of markers.
         for v in 2..5_000 {
-            cache.insert(region(1_000, &999u32.to_be_bytes(), &1_000u32.to_be_bytes(), 1, v));
+            cache.insert(region(
+                1_000,
+                &999u32.to_be_bytes(),
+                &1_000u32.to_be_bytes(),
+                1,
+                v,
+            ));
         }
         assert!(read(&cache.map).inserted.len() <= 2 * 100);
-        assert_eq!(cache.get_by_id(1_000).map(|r| r.epoch().version), Some(4_999));
+        assert_eq!(
+            cache.get_by_id(1_000).map(|r| r.epoch().version),
+            Some(4_999)
+        );
     }
 
     #[tokio::test(start_paused = true)]

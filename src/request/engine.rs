@@ -542,7 +542,8 @@ impl<'r> ShardMachine<'r> {
                 self.effects
                     .push(Effect::StoreAnswered { store_id, sent_at });
             }
-            DispatchFailure::Fatal => {}
+            // One stream reset: the store's connection is fine; no verdict.
+            DispatchFailure::StreamReset | DispatchFailure::Fatal => {}
         }
         if failure.may_have_been_sent() && failure != DispatchFailure::Fatal {
             self.maybe_delivered

@@ -971,7 +971,9 @@ fn class_of(error: &Error) -> Option<Seen> {
         Error::RegionError { error, .. } if error.server_is_busy.is_some() => Some(Seen::Busy),
         other => match classify_dispatch_error(other) {
             DispatchFailure::NotSent | DispatchFailure::Transport => Some(Seen::Routing),
-            DispatchFailure::ClientTimeout | DispatchFailure::Deadline => Some(Seen::Timeout),
+            DispatchFailure::ClientTimeout
+            | DispatchFailure::Deadline
+            | DispatchFailure::StreamReset => Some(Seen::Timeout),
             DispatchFailure::Fatal => None,
         },
     }

@@ -225,7 +225,7 @@ impl CandidateRound {
                 cause: Box::new(error),
             });
         }
-        if failure.is_timeout() {
+        if failure.keeps_caches() {
             self.record(region, CandidateAnswer::TimedOut);
             self.timeout_error.get_or_insert(error);
             return CandidateStep::Next {
