@@ -314,7 +314,7 @@ impl<PdC: PdClient> RawClient<PdC> {
 
     /// Deletes every key in `range`.
     pub async fn delete_range(&self, range: impl Into<BoundRange>) -> Result<()> {
-        let (start, end) = range.into().into_keys()?;
+        let (start, end) = range.into().into_key_range()?;
         if !end.is_empty() && start == end {
             return Ok(());
         }
@@ -366,7 +366,7 @@ impl<PdC: PdClient> RawClient<PdC> {
         reverse: bool,
     ) -> Result<Vec<kvrpcpb::KvPair>> {
         check_scan_limit(limit)?;
-        let (start, end) = range.into_keys()?;
+        let (start, end) = range.into_key_range()?;
         let (start, end): (Vec<u8>, Vec<u8>) = (start.into(), end.into());
         let mut out = Vec::new();
         if limit == 0 || (!end.is_empty() && start == end) {
@@ -432,8 +432,9 @@ impl<PdC: PdClient> RawClient<PdC> {
         }
     }
 
-    /// Up to `each_limit` pairs from each range, ranges in ascending order.
-    /// Ranges must not overlap.
+    /// Up to `each_limit` pairs from each range, in the order the ranges are
+    /// given (each range's pairs in ascending key order). Ranges may overlap:
+    /// as in client-rust, a key in two ranges is returned twice.
     pub async fn batch_scan(
         &self,
         ranges: impl IntoIterator<Item = impl Into<BoundRange>>,
@@ -443,7 +444,8 @@ impl<PdC: PdClient> RawClient<PdC> {
         Ok(pairs.into_iter().map(from_proto_pair).collect())
     }
 
-    /// Up to `each_limit` keys from each range, ranges in ascending order.
+    /// Up to `each_limit` keys from each range, in the order the ranges are
+    /// given.
     pub async fn batch_scan_keys(
         &self,
         ranges: impl IntoIterator<Item = impl Into<BoundRange>>,
@@ -453,6 +455,9 @@ impl<PdC: PdClient> RawClient<PdC> {
         Ok(pairs.into_iter().map(|p| Key::from(p.key)).collect())
     }
 
+    /// Overlapping ranges go to separate layers of disjoint ranges (see
+    /// [`disjoint_layers`]); each layer is one batch-scan plan, so the usual
+    /// case (disjoint ranges) stays one RPC per Region.
     async fn batch_scan_inner(
         &self,
         ranges: impl IntoIterator<Item = impl Into<BoundRange>>,
@@ -460,50 +465,43 @@ impl<PdC: PdClient> RawClient<PdC> {
         key_only: bool,
     ) -> Result<Vec<kvrpcpb::KvPair>> {
         check_scan_limit(each_limit)?;
-        let mut ranges = ranges
+        let ranges = ranges
             .into_iter()
             .map(|r| {
                 r.into()
-                    .into_keys()
+                    .into_key_range()
                     .map(|(s, e)| (Vec::from(s), Vec::from(e)))
             })
             .collect::<Result<Vec<_>>>()?;
-        ranges.retain(|(s, e)| e.is_empty() || s < e);
-        ranges.sort();
-        for pair in ranges.windows(2) {
-            let (earlier, later) = (&pair[0], &pair[1]);
-            if earlier.1.is_empty() || earlier.1 > later.0 {
-                return Err(Error::InvalidArgument(format!(
-                    "batch_scan ranges overlap ({:?}..{:?} and {:?}..); merge them or scan them separately",
-                    Key::from(earlier.0.clone()),
-                    Key::from(earlier.1.clone()),
-                    Key::from(later.0.clone())
-                )));
-            }
-        }
-        if ranges.is_empty() || each_limit == 0 {
+        let mut per_range: Vec<Vec<kvrpcpb::KvPair>> = vec![Vec::new(); ranges.len()];
+        if each_limit == 0 {
             return Ok(Vec::new());
         }
-        let request =
-            new_raw_batch_scan_request(ranges.clone(), each_limit, key_only, self.cf_name());
-        let pairs = self.run(request, Collect).await?;
-        // TiKV applies `each_limit` per range *and Region*; a range spanning
-        // Regions can return more, so cut each range back to its first
-        // `each_limit` keys (pairs arrive in key order).
-        let mut taken = vec![0u32; ranges.len()];
-        let mut out = Vec::with_capacity(pairs.len());
-        for pair in pairs {
-            let index = ranges
-                .iter()
-                .position(|(s, e)| pair.key >= *s && (e.is_empty() || pair.key < *e));
-            if let Some(i) = index {
-                if taken[i] < each_limit {
-                    taken[i] += 1;
-                    out.push(pair);
+        for layer in disjoint_layers(&ranges) {
+            let layer_ranges: Vec<(Vec<u8>, Vec<u8>)> =
+                layer.iter().map(|&i| ranges[i].clone()).collect();
+            let request = new_raw_batch_scan_request(
+                layer_ranges.clone(),
+                each_limit,
+                key_only,
+                self.cf_name(),
+            );
+            let pairs = self.run(request, Collect).await?;
+            // TiKV applies `each_limit` per range *and Region*; a range
+            // spanning Regions can return more, so cut each range back to its
+            // first `each_limit` keys (pairs arrive in key order).
+            for pair in pairs {
+                let owner = layer_ranges
+                    .iter()
+                    .position(|(s, e)| pair.key >= *s && (e.is_empty() || pair.key < *e));
+                if let Some(slot) = owner.map(|k| &mut per_range[layer[k]]) {
+                    if (slot.len() as u32) < each_limit {
+                        slot.push(pair);
+                    }
                 }
             }
         }
-        Ok(out)
+        Ok(per_range.into_iter().flatten().collect())
     }
 
     /// Atomically sets `key` to `new_value` if its current value is
@@ -520,7 +518,7 @@ impl<PdC: PdClient> RawClient<PdC> {
         new_value: impl Into<Value>,
     ) -> Result<(Option<Value>, bool)> {
         if !self.atomic {
-            return Err(Error::InvalidArgument(
+            return Err(Error::UnsupportedMode(
                 "compare_and_swap needs atomic mode, or plain writes could interleave with it; use client.with_atomic_for_cas()".to_owned(),
             ));
         }
@@ -534,11 +532,42 @@ impl<PdC: PdClient> RawClient<PdC> {
     }
 }
 
+/// Splits `ranges` (`[start, end)`, empty end unbounded) into layers of
+/// pairwise disjoint, non-empty ranges, by index, each layer sorted by start:
+/// greedy interval colouring, so the number of layers is the largest number
+/// of ranges covering one key (1 when no two overlap). Empty ranges are in
+/// no layer.
+fn disjoint_layers(ranges: &[(Vec<u8>, Vec<u8>)]) -> Vec<Vec<usize>> {
+    let mut order: Vec<usize> = (0..ranges.len())
+        .filter(|&i| {
+            let (s, e) = &ranges[i];
+            e.is_empty() || s < e
+        })
+        .collect();
+    order.sort_by(|&a, &b| ranges[a].0.cmp(&ranges[b].0));
+    let mut layers: Vec<Vec<usize>> = Vec::new();
+    for i in order {
+        let start = &ranges[i].0;
+        let free = layers.iter_mut().find(|layer| {
+            layer.last().is_some_and(|&last| {
+                let end = &ranges[last].1;
+                !end.is_empty() && end <= start
+            })
+        });
+        match free {
+            Some(layer) => layer.push(i),
+            None => layers.push(vec![i]),
+        }
+    }
+    layers
+}
+
 fn check_scan_limit(limit: u32) -> Result<()> {
     if limit > MAX_RAW_KV_SCAN_LIMIT {
-        return Err(Error::InvalidArgument(format!(
-            "scan limit {limit} is over the maximum of {MAX_RAW_KV_SCAN_LIMIT}; scan in pages, starting each after the last key of the previous one"
-        )));
+        return Err(Error::MaxScanLimitExceeded {
+            limit,
+            max_limit: MAX_RAW_KV_SCAN_LIMIT,
+        });
     }
     Ok(())
 }
@@ -585,5 +614,35 @@ mod tests {
         assert!(check_scan_limit(MAX_RAW_KV_SCAN_LIMIT).is_ok());
         let err = check_scan_limit(MAX_RAW_KV_SCAN_LIMIT + 1).unwrap_err();
         assert!(err.to_string().contains("scan in pages"), "{err}");
+        assert!(matches!(
+            err,
+            Error::MaxScanLimitExceeded {
+                limit: 10241,
+                max_limit: 10240
+            }
+        ));
+    }
+
+    #[test]
+    fn overlapping_ranges_split_into_disjoint_layers() {
+        let r = |s: &str, e: &str| (s.as_bytes().to_vec(), e.as_bytes().to_vec());
+        // Disjoint (even unsorted) ranges: one layer, sorted by start.
+        assert_eq!(
+            disjoint_layers(&[r("c", "d"), r("a", "b"), r("b", "c")]),
+            vec![vec![1, 2, 0]]
+        );
+        // client-rust's raw example: k1..=k2, k2..=k3, k1..=k3.
+        let ranges = [r("k1", "k2\0"), r("k2", "k3\0"), r("k1", "k3\0")];
+        assert_eq!(disjoint_layers(&ranges), vec![vec![0], vec![2], vec![1]]);
+        // Unbounded ends overlap everything after them; empty ranges vanish.
+        assert_eq!(
+            disjoint_layers(&[r("a", ""), r("b", "c"), r("x", "x")]),
+            vec![vec![0], vec![1]]
+        );
+        // The same range twice is two layers.
+        assert_eq!(
+            disjoint_layers(&[r("a", "b"), r("a", "b")]),
+            vec![vec![0], vec![1]]
+        );
     }
 }

@@ -4,5 +4,8 @@ mod client;
 mod requests;
 
 pub use client::{RawClient, MAX_RAW_KV_SCAN_LIMIT};
+/// client-rust's name for the raw client (`tikv_client::raw::Client`).
+pub use client::RawClient as Client;
+pub use crate::kv::ColumnFamily;
 
 pub use requests::*;

@@ -791,7 +791,7 @@ mod tests {
                 ..Default::default()
             }))
             .unwrap_err();
-        assert!(matches!(err, Error::KeyError { .. }));
+        assert!(matches!(err, Error::KvError { .. }));
         let (prev, ok) = DefaultProcessor
             .process(Ok(kvrpcpb::RawCasResponse {
                 succeed: true,
