@@ -1,8 +1,10 @@
 //! The raw key-value client and its requests.
 
+mod checksum;
 mod client;
 mod requests;
 
+pub use checksum::{crc64, pair_checksum, RawChecksum};
 pub use client::{RawClient, MAX_RAW_KV_SCAN_LIMIT};
 /// client-rust's name for the raw client (`tikv_client::raw::Client`).
 pub use client::RawClient as Client;

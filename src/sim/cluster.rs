@@ -18,6 +18,8 @@ use tonic::transport::Channel;
 use crate::proto::kvrpcpb;
 use crate::proto::metapb::{self, PeerRole};
 use crate::proto::pdpb::pd_client::PdClient;
+use super::keyspace::KeyspaceService;
+use crate::proto::keyspacepb::{self, keyspace_server::KeyspaceServer};
 use crate::proto::pdpb::pd_server::PdServer;
 use crate::proto::tikvpb::tikv_client::TikvClient;
 use crate::proto::tikvpb::tikv_server::TikvServer;
@@ -174,6 +176,8 @@ pub struct SimClusterBuilder {
     pd_addr: Option<SocketAddr>,
     store_addrs: BTreeMap<u64, SocketAddr>,
     cluster_id: u64,
+    api_version: kvrpcpb::ApiVersion,
+    keyspaces: Vec<(String, u32)>,
 }
 
 impl Default for SimClusterBuilder {
@@ -187,6 +191,8 @@ impl Default for SimClusterBuilder {
             pd_addr: None,
             store_addrs: BTreeMap::new(),
             cluster_id: DEFAULT_CLUSTER_ID,
+            api_version: kvrpcpb::ApiVersion::V1,
+            keyspaces: Vec::new(),
         }
     }
 }
@@ -248,6 +254,22 @@ impl SimClusterBuilder {
         self
     }
 
+    /// The API version every store runs (default V1, TiKV's default). A
+    /// store answers a request whose `Context.api_version` differs with an
+    /// error, as TiKV does; API v2 clients set a keyspace
+    /// (`Config::with_keyspace`).
+    pub fn api_version(mut self, version: kvrpcpb::ApiVersion) -> Self {
+        self.api_version = version;
+        self
+    }
+
+    /// Adds a keyspace PD serves to clients (`keyspacepb.Keyspace`), besides
+    /// `DEFAULT` (id 0), which always exists. Ids are below 2^24.
+    pub fn keyspace(mut self, name: &str, id: u32) -> Self {
+        self.keyspaces.push((name.to_owned(), id));
+        self
+    }
+
     fn validate(&self) -> Result<()> {
         let invalid = |m: String| Err(Error::InvalidArgument(m));
         if self.stores == 0 {
@@ -258,6 +280,13 @@ impl SimClusterBuilder {
         }
         if self.cluster_id == 0 {
             return invalid("the cluster id must not be 0: clients reject it".to_owned());
+        }
+        for (name, id) in &self.keyspaces {
+            if *id >= 1 << 24 || *id == 0 || name.is_empty() {
+                return invalid(format!(
+                    "keyspace {name:?} with id {id}: names must be non-empty and ids between 1 and 2^24 - 1 (0 is DEFAULT)"
+                ));
+            }
         }
         if self.layouts.is_empty() && self.replicas == 0 {
             return invalid("replicas must be at least 1".to_owned());
@@ -320,6 +349,15 @@ impl SimClusterBuilder {
             );
         }
         self.create_regions(&mut state);
+        state.api_version = self.api_version;
+        for (name, id) in &self.keyspaces {
+            state.keyspaces.push(keyspacepb::KeyspaceMeta {
+                id: *id,
+                name: name.clone(),
+                state: keyspacepb::KeyspaceState::Enabled as i32,
+                ..Default::default()
+            });
+        }
 
         let (faults, _) = watch::channel(0u64);
         let shared = Arc::new(Shared {
@@ -341,7 +379,13 @@ impl SimClusterBuilder {
                 shared: shared.clone(),
                 member,
             };
-            let endpoint = Endpoint::start(addr, Routes::new(PdServer::new(service))).await?;
+            let keyspaces = KeyspaceService {
+                shared: shared.clone(),
+                member,
+            };
+            let routes =
+                Routes::new(PdServer::new(service)).add_service(KeyspaceServer::new(keyspaces));
+            let endpoint = Endpoint::start(addr, routes).await?;
             let address = endpoint.addr().to_string();
             lock(&shared.pd).push(endpoint);
             shared.lock().pd_members.push(PdMember {

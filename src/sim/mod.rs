@@ -147,6 +147,7 @@ mod cluster;
 pub mod control;
 mod counters;
 mod data;
+mod keyspace;
 mod net;
 mod pd;
 mod state;

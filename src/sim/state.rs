@@ -9,7 +9,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use super::counters::{Outcome, StoreCounters};
 use super::data::RegionData;
 use crate::proto::metapb;
-use crate::proto::{errorpb, kvrpcpb};
+use crate::proto::{errorpb, keyspacepb, kvrpcpb};
 use crate::region::{can_become_leader, key_in_region};
 use crate::{Error, Result};
 
@@ -117,6 +117,10 @@ pub(crate) struct ClusterState {
     tso_physical: i64,
     tso_logical: i64,
     pub(crate) shutdown: bool,
+    /// The API version every store runs (TiKV's `storage.api-version`).
+    pub(crate) api_version: kvrpcpb::ApiVersion,
+    /// The keyspaces PD knows, `DEFAULT` (id 0) first.
+    pub(crate) keyspaces: Vec<keyspacepb::KeyspaceMeta>,
 }
 
 /// The number of bits of the logical part of a timestamp.
@@ -147,6 +151,13 @@ impl ClusterState {
             tso_physical: 0,
             tso_logical: 0,
             shutdown: false,
+            api_version: kvrpcpb::ApiVersion::V1,
+            keyspaces: vec![keyspacepb::KeyspaceMeta {
+                id: 0,
+                name: crate::config::DEFAULT_KEYSPACE_NAME.to_owned(),
+                state: keyspacepb::KeyspaceState::Enabled as i32,
+                ..Default::default()
+            }],
         }
     }
 

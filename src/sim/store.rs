@@ -213,15 +213,22 @@ impl RawCommand for kvrpcpb::RawBatchPutRequest {
         now: Instant,
     ) -> Result<Self::Response, String> {
         let cf = column_family(&self.cf)?;
-        if !self.ttls.is_empty() && self.ttls.len() != self.pairs.len() {
-            return Err(format!(
-                "{} ttls given for {} pairs: give one TTL per pair or none",
-                self.ttls.len(),
-                self.pairs.len()
-            ));
-        }
+        // kvproto: exactly one TTL applies to every pair; otherwise one per
+        // pair, or none.
+        let one_for_all = match self.ttls.as_slice() {
+            [] => Some(self.ttl),
+            [ttl] => Some(*ttl),
+            ttls if ttls.len() == self.pairs.len() => None,
+            ttls => {
+                return Err(format!(
+                    "{} ttls given for {} pairs: give one TTL per pair, one for all, or none",
+                    ttls.len(),
+                    self.pairs.len()
+                ))
+            }
+        };
         for (i, pair) in self.pairs.iter().enumerate() {
-            let ttl = self.ttls.get(i).copied().unwrap_or(self.ttl);
+            let ttl = one_for_all.unwrap_or_else(|| self.ttls[i]);
             data.put(cf, pair.key.clone(), pair.value.clone(), ttl, now);
         }
         Ok(Default::default())
@@ -420,6 +427,62 @@ enum Verdict<R> {
     Drop,
 }
 
+impl RawCommand for kvrpcpb::RawChecksumRequest {
+    command_boilerplate!(
+        kvrpcpb::RawChecksumResponse,
+        "raw_checksum",
+        has_error_field
+    );
+    fn key_outside(&self, region: &metapb::Region) -> Option<Vec<u8>> {
+        self.ranges
+            .iter()
+            .find_map(|r| scan_start_outside(region, &r.start_key, false))
+    }
+    /// TiKV's `Crc64_Xor` over the default column family, on the user keys
+    /// and values ([`crate::raw::RawChecksum`]).
+    fn apply(
+        &self,
+        data: &mut RegionData,
+        region: &metapb::Region,
+        now: Instant,
+    ) -> Result<Self::Response, String> {
+        let cf = column_family("")?;
+        let mut sum = crate::raw::RawChecksum::default();
+        for range in &self.ranges {
+            let (low, high) = scan_bounds(region, &range.start_key, &range.end_key, false);
+            for (key, value) in data.scan(cf, &low, &high, usize::MAX, false, now) {
+                sum.add(&key, &value);
+            }
+        }
+        Ok(kvrpcpb::RawChecksumResponse {
+            checksum: sum.crc64_xor,
+            total_kvs: sum.total_kvs,
+            total_bytes: sum.total_bytes,
+            ..Default::default()
+        })
+    }
+}
+
+/// TiKV refuses a request whose `Context.api_version` is not the store's
+/// (`ApiVersionNotMatched`) before it looks at the Region or the data.
+fn check_api_version(
+    store: kvrpcpb::ApiVersion,
+    context: Option<&kvrpcpb::Context>,
+) -> Result<(), String> {
+    let asked = context.map_or(0, |c| c.api_version);
+    if asked == store as i32 {
+        return Ok(());
+    }
+    let asked = kvrpcpb::ApiVersion::try_from(asked)
+        .map(|v| format!("{v:?}"))
+        .unwrap_or_else(|_| format!("unknown ({asked})"));
+    Err(format!(
+        "ApiVersionNotMatched: the store runs API {store:?} but the request uses API {asked}; \
+         a client of an API v2 cluster sets a keyspace (Config::with_keyspace), a client of an \
+         API v1 cluster does not"
+    ))
+}
+
 impl StoreService {
     /// Serves one raw request: added latency, a hang, then the checks and
     /// the operation under the cluster lock, then a dropped response if one
@@ -451,10 +514,19 @@ impl StoreService {
                         .record_context_flags(ctx.replica_read, ctx.stale_read);
                 }
             }
+            let api_check = check_api_version(state.api_version, command.context());
             let admitted = state.admit(self.store_id, command.context(), &|r| {
                 command.key_outside(r)
             });
-            let (verdict, outcome) = match admitted {
+            let (verdict, outcome) = match (api_check, admitted) {
+                (Err(message), _) => match C::key_error_response(message.clone()) {
+                    Some(resp) => (Verdict::Answer(resp), Outcome::Invalid),
+                    None => (
+                        Verdict::Status(Status::invalid_argument(message)),
+                        Outcome::Invalid,
+                    ),
+                },
+                (Ok(()), admitted) => match admitted {
                 Err((error, outcome)) => {
                     (Verdict::Answer(C::region_error_response(*error)), outcome)
                 }
@@ -477,6 +549,7 @@ impl StoreService {
                         },
                     }
                 }
+                },
             };
             let mut verdict = verdict;
             let mut outcome = outcome;
@@ -611,6 +684,12 @@ impl Tikv for StoreService {
         &self,
         r: Request<kvrpcpb::RawCasRequest>,
     ) -> Result<Response<kvrpcpb::RawCasResponse>, Status> {
+        self.serve(r).await
+    }
+    async fn raw_checksum(
+        &self,
+        r: Request<kvrpcpb::RawChecksumRequest>,
+    ) -> Result<Response<kvrpcpb::RawChecksumResponse>, Status> {
         self.serve(r).await
     }
 }
