@@ -1,8 +1,8 @@
 //! Keys, values and ranges as callers pass them: [`Key`], [`Value`],
 //! [`KvPair`], [`BoundRange`] and [`ColumnFamily`].
 
-use std::fmt;
 use std::borrow::Borrow;
+use std::fmt;
 use std::ops::{
     Bound, Range, RangeBounds, RangeFrom, RangeFull, RangeInclusive, RangeTo, RangeToInclusive,
 };
@@ -438,9 +438,7 @@ impl<T: Into<Key> + Borrow<U>, U: ToOwned<Owned = T> + ?Sized> IntoOwnedRange fo
     }
 }
 
-impl<T: Into<Key> + Borrow<U>, U: ToOwned<Owned = T> + ?Sized> IntoOwnedRange
-    for (&U, Option<&U>)
-{
+impl<T: Into<Key> + Borrow<U>, U: ToOwned<Owned = T> + ?Sized> IntoOwnedRange for (&U, Option<&U>) {
     fn into_owned(self) -> BoundRange {
         (self.0.to_owned(), self.1.map(ToOwned::to_owned)).into()
     }

@@ -4,10 +4,10 @@ mod checksum;
 mod client;
 mod requests;
 
+pub use crate::kv::ColumnFamily;
 pub use checksum::{crc64, pair_checksum, RawChecksum};
-pub use client::{RawClient, MAX_RAW_KV_SCAN_LIMIT};
 /// client-rust's name for the raw client (`tikv_client::raw::Client`).
 pub use client::RawClient as Client;
-pub use crate::kv::ColumnFamily;
+pub use client::{RawClient, MAX_RAW_KV_SCAN_LIMIT};
 
 pub use requests::*;

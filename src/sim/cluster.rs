@@ -15,11 +15,11 @@ use super::state::{ClusterState, Cold, ColdMode, HangMode, PdMember, SimRegion, 
 use super::store::StoreService;
 use tonic::transport::Channel;
 
+use super::keyspace::KeyspaceService;
+use crate::proto::keyspacepb::{self, keyspace_server::KeyspaceServer};
 use crate::proto::kvrpcpb;
 use crate::proto::metapb::{self, PeerRole};
 use crate::proto::pdpb::pd_client::PdClient;
-use super::keyspace::KeyspaceService;
-use crate::proto::keyspacepb::{self, keyspace_server::KeyspaceServer};
 use crate::proto::pdpb::pd_server::PdServer;
 use crate::proto::tikvpb::tikv_client::TikvClient;
 use crate::proto::tikvpb::tikv_server::TikvServer;
@@ -652,6 +652,21 @@ impl SimCluster {
             .cloned()
             .ok_or_else(|| Error::InvalidArgument(format!("there is no PD member {index}")))?;
         Ok(PdClient::new(connect_channel(&address).await?))
+    }
+
+    /// A raw gRPC client of PD member `index`'s keyspace service (for tests).
+    pub async fn keyspace_client(
+        &self,
+        index: usize,
+    ) -> Result<keyspacepb::keyspace_client::KeyspaceClient<Channel>> {
+        let address = self
+            .pd_endpoints()
+            .get(index)
+            .cloned()
+            .ok_or_else(|| Error::InvalidArgument(format!("there is no PD member {index}")))?;
+        Ok(keyspacepb::keyspace_client::KeyspaceClient::new(
+            connect_channel(&address).await?,
+        ))
     }
 
     /// A snapshot of a store's counters (empty for an unknown store).

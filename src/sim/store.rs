@@ -527,28 +527,30 @@ impl StoreService {
                     ),
                 },
                 (Ok(()), admitted) => match admitted {
-                Err((error, outcome)) => {
-                    (Verdict::Answer(C::region_error_response(*error)), outcome)
-                }
-                Ok(region_id) => {
-                    let now = Instant::now();
-                    match state.regions.get_mut(&region_id) {
-                        None => (
-                            Verdict::Status(Status::internal("region vanished")),
-                            Outcome::Invalid,
-                        ),
-                        Some(region) => match command.apply(&mut region.data, &region.meta, now) {
-                            Ok(resp) => (Verdict::Answer(resp), Outcome::Ok),
-                            Err(message) => match C::key_error_response(message.clone()) {
-                                Some(resp) => (Verdict::Answer(resp), Outcome::KeyError),
-                                None => (
-                                    Verdict::Status(Status::invalid_argument(message)),
-                                    Outcome::Invalid,
-                                ),
-                            },
-                        },
+                    Err((error, outcome)) => {
+                        (Verdict::Answer(C::region_error_response(*error)), outcome)
                     }
-                }
+                    Ok(region_id) => {
+                        let now = Instant::now();
+                        match state.regions.get_mut(&region_id) {
+                            None => (
+                                Verdict::Status(Status::internal("region vanished")),
+                                Outcome::Invalid,
+                            ),
+                            Some(region) => {
+                                match command.apply(&mut region.data, &region.meta, now) {
+                                    Ok(resp) => (Verdict::Answer(resp), Outcome::Ok),
+                                    Err(message) => match C::key_error_response(message.clone()) {
+                                        Some(resp) => (Verdict::Answer(resp), Outcome::KeyError),
+                                        None => (
+                                            Verdict::Status(Status::invalid_argument(message)),
+                                            Outcome::Invalid,
+                                        ),
+                                    },
+                                }
+                            }
+                        }
+                    }
                 },
             };
             let mut verdict = verdict;

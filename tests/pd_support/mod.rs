@@ -198,14 +198,18 @@ impl Pd for MemberService {
         &self,
         _request: Request<pdpb::ScanRegionsRequest>,
     ) -> Result<Response<pdpb::ScanRegionsResponse>, Status> {
-        Err(Status::unimplemented("ScanRegions is not served by this PD"))
+        Err(Status::unimplemented(
+            "ScanRegions is not served by this PD",
+        ))
     }
 
     async fn get_prev_region(
         &self,
         _request: Request<pdpb::GetRegionRequest>,
     ) -> Result<Response<pdpb::GetRegionResponse>, Status> {
-        Err(Status::unimplemented("GetPrevRegion is not served by this PD"))
+        Err(Status::unimplemented(
+            "GetPrevRegion is not served by this PD",
+        ))
     }
 
     async fn get_region(
