@@ -232,9 +232,39 @@ pub enum Error {
 }
 
 impl From<tonic::Status> for Error {
+    /// A response over the decoding limit becomes
+    /// [`Error::GrpcMessageTooLarge`], which names the knob; every other
+    /// status stays whole in [`Error::Grpc`].
     fn from(status: tonic::Status) -> Self {
+        if let Some(limit) = decoding_limit_exceeded(&status) {
+            return Error::GrpcMessageTooLarge {
+                address: "a TiKV store or PD".to_owned(),
+                limit,
+                message: status.message().to_owned(),
+            };
+        }
         Error::Grpc(Box::new(status))
     }
+}
+
+/// tonic refuses a message over `max_decoding_message_size` with
+/// `OutOfRange` and "decoded message length too large: found N bytes, the
+/// limit is: M bytes"; this reads M back (0 when the text differs).
+fn decoding_limit_exceeded(status: &tonic::Status) -> Option<usize> {
+    if status.code() != tonic::Code::OutOfRange {
+        return None;
+    }
+    let message = status.message();
+    if !message.contains("message length too large") {
+        return None;
+    }
+    let limit = message
+        .rsplit("limit is:")
+        .next()
+        .and_then(|tail| tail.split_whitespace().next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0);
+    Some(limit)
 }
 
 impl From<ProtoRegionError> for Error {

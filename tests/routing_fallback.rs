@@ -55,7 +55,7 @@ async fn fallback_changes_only_the_target_peer() {
         api_version: kvrpcpb::ApiVersion::V2 as i32,
         ..Default::default()
     });
-    let got = PlanBuilder::new(pd.clone(), request)
+    let got = PlanBuilder::new(pd.clone(), tikv_plan::request::Keyspace::Disable, request)
         .retry_multi_region(backoff())
         .merge(CollectSingle)
         .post_process_default()

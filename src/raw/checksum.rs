@@ -2,6 +2,20 @@
 //! over every pair of the CRC-64 of the key followed by the value, with the
 //! pair count and the total key and value bytes.
 
+use std::sync::Arc;
+
+use async_trait::async_trait;
+
+use crate::pd::PdClient;
+use crate::proto::{errorpb, kvrpcpb};
+use crate::region::RegionWithLeader;
+use crate::request::{
+    collect_in_order, set_context_for_store, string_key_error, HasKeyErrors, HasRegionError,
+    KvRequest, Merge, Shardable,
+};
+use crate::store::RegionStore;
+use crate::{Error, Result};
+
 /// The answer of [`RawClient::checksum`](crate::RawClient::checksum) for a
 /// range: equal data gives equal answers, wherever the Regions split it.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
@@ -27,6 +41,95 @@ impl RawChecksum {
         self.crc64_xor ^= other.crc64_xor;
         self.total_kvs += other.total_kvs;
         self.total_bytes += other.total_bytes;
+    }
+}
+
+/// A `RawChecksum` request for the ranges `[start, end)` (empty end: the end
+/// of the key space), with TiKV's only algorithm, `Crc64_Xor`.
+pub fn new_raw_checksum_request(ranges: Vec<(Vec<u8>, Vec<u8>)>) -> kvrpcpb::RawChecksumRequest {
+    kvrpcpb::RawChecksumRequest {
+        context: None,
+        algorithm: kvrpcpb::ChecksumAlgorithm::Crc64Xor as i32,
+        ranges: ranges
+            .into_iter()
+            .map(|(start_key, end_key)| kvrpcpb::KeyRange { start_key, end_key })
+            .collect(),
+    }
+}
+
+impl KvRequest for kvrpcpb::RawChecksumRequest {
+    type Response = kvrpcpb::RawChecksumResponse;
+}
+
+impl HasRegionError for kvrpcpb::RawChecksumResponse {
+    fn region_error(&mut self) -> Option<errorpb::Error> {
+        self.region_error.take()
+    }
+}
+
+impl HasKeyErrors for kvrpcpb::RawChecksumResponse {
+    fn key_errors(&mut self) -> Option<Vec<Error>> {
+        string_key_error(&mut self.error)
+    }
+}
+
+/// One shard per Region: the pieces of the ranges inside it.
+#[async_trait]
+impl Shardable for kvrpcpb::RawChecksumRequest {
+    type Shard = Vec<kvrpcpb::KeyRange>;
+
+    async fn shards<PdC: PdClient>(
+        &self,
+        pd_client: &Arc<PdC>,
+    ) -> Result<Vec<(Self::Shard, RegionWithLeader)>> {
+        let ranges = self
+            .ranges
+            .iter()
+            .map(|r| (r.start_key.clone(), r.end_key.clone()))
+            .collect();
+        let groups = pd_client.group_ranges_by_region(ranges).await?;
+        Ok(groups
+            .into_iter()
+            .map(|(region, pieces)| {
+                let pieces = pieces
+                    .into_iter()
+                    .map(|(start_key, end_key)| kvrpcpb::KeyRange { start_key, end_key })
+                    .collect();
+                (pieces, region)
+            })
+            .collect())
+    }
+
+    fn apply_shard(&mut self, shard: Self::Shard) {
+        self.ranges = shard;
+    }
+
+    fn apply_store(&mut self, store: &RegionStore) -> Result<()> {
+        set_context_for_store(self, store);
+        Ok(())
+    }
+}
+
+/// Merges the Regions' answers into the range's checksum.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct MergeChecksum;
+
+impl Merge<kvrpcpb::RawChecksumResponse> for MergeChecksum {
+    type Out = RawChecksum;
+
+    fn merge(&self, input: Vec<Result<kvrpcpb::RawChecksumResponse>>) -> Result<RawChecksum> {
+        let mut sum = RawChecksum::default();
+        for mut response in collect_in_order(input)? {
+            if let Some(errors) = response.key_errors() {
+                return Err(crate::request::strongest_shard_error(errors));
+            }
+            sum.merge(RawChecksum {
+                crc64_xor: response.checksum,
+                total_kvs: response.total_kvs,
+                total_bytes: response.total_bytes,
+            });
+        }
+        Ok(sum)
     }
 }
 

@@ -5,6 +5,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use super::checksum::{new_raw_checksum_request, MergeChecksum, RawChecksum};
 use super::requests::{
     new_cas_request, new_raw_batch_delete_request, new_raw_batch_get_request,
     new_raw_batch_put_request, new_raw_batch_scan_request, new_raw_delete_range_request,
@@ -18,11 +19,15 @@ use crate::request::{
     Collect, CollectError, CollectSingle, DefaultProcessor, HasKeyErrors, HasRegionError,
     KvRequest, Merge, Plan, PlanBuilder, Process, RoutingState, RoutingStats, Shardable,
 };
+use crate::request::{EncodeKeyspace, KeyMode, Keyspace, TruncateKeyspace};
 use crate::{BoundRange, ColumnFamily, Config, Error, Key, KvPair, Result, Value};
 
 /// The largest `limit` a scan accepts; larger limits are an
 /// [`Error::InvalidArgument`]. Scan in pages to read more.
 pub const MAX_RAW_KV_SCAN_LIMIT: u32 = 10240;
+
+/// How many uncached Regions a forward scan loads from PD at once.
+const SCAN_PREFETCH_REGIONS: usize = 16;
 
 /// A raw key-value client. Cheap to clone; clones share connections, caches
 /// and routing state.
@@ -41,6 +46,7 @@ pub struct RawClient<PdC: PdClient = PdRpcClient> {
     cf: Option<ColumnFamily>,
     backoff: Backoff,
     atomic: bool,
+    keyspace: Keyspace,
 }
 
 impl<PdC: PdClient> Clone for RawClient<PdC> {
@@ -51,6 +57,7 @@ impl<PdC: PdClient> Clone for RawClient<PdC> {
             cf: self.cf,
             backoff: self.backoff.clone(),
             atomic: self.atomic,
+            keyspace: self.keyspace,
         }
     }
 }
@@ -61,6 +68,7 @@ impl<PdC: PdClient> std::fmt::Debug for RawClient<PdC> {
             .field("cf", &self.cf)
             .field("backoff", &self.backoff)
             .field("atomic", &self.atomic)
+            .field("keyspace", &self.keyspace)
             .finish_non_exhaustive()
     }
 }
@@ -110,8 +118,12 @@ impl RawClient<PdRpcClient> {
     ) -> Result<Self> {
         let endpoints: Vec<String> = pd_endpoints.into_iter().map(Into::into).collect();
         validate_pd_endpoints(&endpoints)?;
-        let rpc = PdRpcClient::connect(&endpoints, &config).await?;
-        Ok(Self::new_with_pd_client(Arc::new(rpc), &config))
+        let rpc = Arc::new(PdRpcClient::connect(&endpoints, &config).await?);
+        let keyspace = match &config.keyspace {
+            None => Keyspace::Disable,
+            Some(name) => load_keyspace(&*rpc, name).await?,
+        };
+        Ok(Self::new_with_pd_client(rpc, &config).with_keyspace(keyspace))
     }
 }
 
@@ -125,7 +137,45 @@ impl<PdC: PdClient> RawClient<PdC> {
             cf: None,
             backoff: config.region_backoff.clone(),
             atomic: false,
+            keyspace: Keyspace::Disable,
         }
+    }
+
+    /// A clone that works in `keyspace`: keys are encoded in its API v2 form
+    /// on the way out and decoded on the way back. [`RawClient::new_with_config`]
+    /// sets it from `Config::keyspace`; this is for clients built with
+    /// [`new_with_pd_client`](Self::new_with_pd_client).
+    pub fn with_keyspace(&self, keyspace: Keyspace) -> Self {
+        let mut client = self.clone();
+        client.keyspace = keyspace;
+        client
+    }
+
+    /// The keyspace requests use ([`Keyspace::Disable`]: API v1).
+    pub fn keyspace(&self) -> Keyspace {
+        self.keyspace
+    }
+
+    fn encode_key(&self, key: impl Into<Key>) -> Vec<u8> {
+        key.into()
+            .encode_keyspace(self.keyspace, KeyMode::Raw)
+            .into()
+    }
+
+    fn encode_range(&self, range: impl Into<BoundRange>) -> Result<(Vec<u8>, Vec<u8>)> {
+        let (start, end) = range
+            .into()
+            .encode_keyspace(self.keyspace, KeyMode::Raw)
+            .into_key_range()?;
+        Ok((start.into(), end.into()))
+    }
+
+    fn decode_pair(&self, pair: kvrpcpb::KvPair) -> KvPair {
+        from_proto_pair(pair).truncate_keyspace(self.keyspace)
+    }
+
+    fn decode_key(&self, pair: kvrpcpb::KvPair) -> Key {
+        Key::from(pair.key).truncate_keyspace(self.keyspace)
     }
 
     /// A client that reads and writes column family `cf`.
@@ -168,7 +218,8 @@ impl<PdC: PdClient> RawClient<PdC> {
         &self,
         request: Req,
     ) -> PlanBuilder<PdC, crate::request::Dispatch<Req>> {
-        PlanBuilder::new(Arc::clone(&self.rpc), request).routing(Arc::clone(&self.routing))
+        PlanBuilder::new(Arc::clone(&self.rpc), self.keyspace, request)
+            .routing(Arc::clone(&self.routing))
     }
 
     /// Runs `request` through the plan with fallback, merges its shards'
@@ -195,7 +246,7 @@ impl<PdC: PdClient> RawClient<PdC> {
 
     /// The value of `key`, or `None` when it does not exist.
     pub async fn get(&self, key: impl Into<Key>) -> Result<Option<Value>> {
-        let request = new_raw_get_request(key.into().into(), self.cf_name());
+        let request = new_raw_get_request(self.encode_key(key), self.cf_name());
         self.run(request, CollectSingle).await
     }
 
@@ -204,19 +255,19 @@ impl<PdC: PdClient> RawClient<PdC> {
         &self,
         keys: impl IntoIterator<Item = impl Into<Key>>,
     ) -> Result<Vec<KvPair>> {
-        let keys: Vec<Vec<u8>> = keys.into_iter().map(|k| k.into().into()).collect();
+        let keys: Vec<Vec<u8>> = keys.into_iter().map(|k| self.encode_key(k)).collect();
         if keys.is_empty() {
             return Ok(Vec::new());
         }
         let request = new_raw_batch_get_request(keys, self.cf_name());
         let pairs = self.run(request, Collect).await?;
-        Ok(pairs.into_iter().map(from_proto_pair).collect())
+        Ok(pairs.into_iter().map(|p| self.decode_pair(p)).collect())
     }
 
     /// The remaining time-to-live of `key` in seconds (0: it never expires),
     /// or `None` when it does not exist.
     pub async fn get_key_ttl_secs(&self, key: impl Into<Key>) -> Result<Option<u64>> {
-        let request = new_raw_get_key_ttl_request(key.into().into(), self.cf_name());
+        let request = new_raw_get_key_ttl_request(self.encode_key(key), self.cf_name());
         self.run(request, CollectSingle).await
     }
 
@@ -233,7 +284,7 @@ impl<PdC: PdClient> RawClient<PdC> {
         ttl_secs: u64,
     ) -> Result<()> {
         let request = new_raw_put_request(
-            key.into().into(),
+            self.encode_key(key),
             value.into(),
             self.cf_name(),
             ttl_secs,
@@ -275,7 +326,10 @@ impl<PdC: PdClient> RawClient<PdC> {
         // Later duplicates win, as if the pairs were put one after another.
         let mut unique: BTreeMap<Key, (Value, u64)> = BTreeMap::new();
         for (KvPair(key, value), ttl) in items {
-            unique.insert(key, (value, ttl));
+            unique.insert(
+                key.encode_keyspace(self.keyspace, KeyMode::Raw),
+                (value, ttl),
+            );
         }
         if unique.is_empty() {
             return Ok(());
@@ -298,13 +352,13 @@ impl<PdC: PdClient> RawClient<PdC> {
 
     /// Deletes `key` (deleting a missing key is not an error).
     pub async fn delete(&self, key: impl Into<Key>) -> Result<()> {
-        let request = new_raw_delete_request(key.into().into(), self.cf_name(), self.atomic);
+        let request = new_raw_delete_request(self.encode_key(key), self.cf_name(), self.atomic);
         self.run(request, CollectSingle).await
     }
 
     /// Deletes every key.
     pub async fn batch_delete(&self, keys: impl IntoIterator<Item = impl Into<Key>>) -> Result<()> {
-        let keys: Vec<Vec<u8>> = keys.into_iter().map(|k| k.into().into()).collect();
+        let keys: Vec<Vec<u8>> = keys.into_iter().map(|k| self.encode_key(k)).collect();
         if keys.is_empty() {
             return Ok(());
         }
@@ -312,20 +366,21 @@ impl<PdC: PdClient> RawClient<PdC> {
         self.run(request, CollectError).await
     }
 
-    /// Deletes every key in `range`.
+    /// Deletes every key in `range`. As in client-rust, `..` and `"".."""`
+    /// delete the whole key space (in a keyspace: the whole keyspace).
     pub async fn delete_range(&self, range: impl Into<BoundRange>) -> Result<()> {
-        let (start, end) = range.into().into_key_range()?;
+        let (start, end) = self.encode_range(range)?;
         if !end.is_empty() && start == end {
             return Ok(());
         }
-        let request = new_raw_delete_range_request(start.into(), end.into(), self.cf_name());
+        let request = new_raw_delete_range_request(start, end, self.cf_name());
         self.run(request, CollectError).await
     }
 
     /// Up to `limit` pairs of `range`, in ascending key order.
     pub async fn scan(&self, range: impl Into<BoundRange>, limit: u32) -> Result<Vec<KvPair>> {
         let pairs = self.scan_inner(range.into(), limit, false, false).await?;
-        Ok(pairs.into_iter().map(from_proto_pair).collect())
+        Ok(pairs.into_iter().map(|p| self.decode_pair(p)).collect())
     }
 
     /// Up to `limit` pairs of `range`, in descending key order (from the end
@@ -336,13 +391,13 @@ impl<PdC: PdClient> RawClient<PdC> {
         limit: u32,
     ) -> Result<Vec<KvPair>> {
         let pairs = self.scan_inner(range.into(), limit, false, true).await?;
-        Ok(pairs.into_iter().map(from_proto_pair).collect())
+        Ok(pairs.into_iter().map(|p| self.decode_pair(p)).collect())
     }
 
     /// Up to `limit` keys of `range`, in ascending order.
     pub async fn scan_keys(&self, range: impl Into<BoundRange>, limit: u32) -> Result<Vec<Key>> {
         let pairs = self.scan_inner(range.into(), limit, true, false).await?;
-        Ok(pairs.into_iter().map(|p| Key::from(p.key)).collect())
+        Ok(pairs.into_iter().map(|p| self.decode_key(p)).collect())
     }
 
     /// Up to `limit` keys of `range`, in descending order.
@@ -352,7 +407,7 @@ impl<PdC: PdClient> RawClient<PdC> {
         limit: u32,
     ) -> Result<Vec<Key>> {
         let pairs = self.scan_inner(range.into(), limit, true, true).await?;
-        Ok(pairs.into_iter().map(|p| Key::from(p.key)).collect())
+        Ok(pairs.into_iter().map(|p| self.decode_key(p)).collect())
     }
 
     /// Walks the Regions of the range one plan at a time, continuing from the
@@ -366,8 +421,7 @@ impl<PdC: PdClient> RawClient<PdC> {
         reverse: bool,
     ) -> Result<Vec<kvrpcpb::KvPair>> {
         check_scan_limit(limit)?;
-        let (start, end) = range.into_key_range()?;
-        let (start, end): (Vec<u8>, Vec<u8>) = (start.into(), end.into());
+        let (start, end) = self.encode_range(range)?;
         let mut out = Vec::new();
         if limit == 0 || (!end.is_empty() && start == end) {
             return Ok(out);
@@ -375,6 +429,13 @@ impl<PdC: PdClient> RawClient<PdC> {
         // Forward: the cursor is the lower bound. Reverse: the upper bound.
         let mut cursor = if reverse { end.clone() } else { start.clone() };
         loop {
+            if !reverse {
+                // A cold cache loads the next Regions in one PD call, not one
+                // per page.
+                self.rpc
+                    .prefetch_regions(&cursor, &end, SCAN_PREFETCH_REGIONS)
+                    .await;
+            }
             let remaining = limit - out.len() as u32;
             let request = if reverse {
                 new_raw_scan_request(
@@ -441,7 +502,7 @@ impl<PdC: PdClient> RawClient<PdC> {
         each_limit: u32,
     ) -> Result<Vec<KvPair>> {
         let pairs = self.batch_scan_inner(ranges, each_limit, false).await?;
-        Ok(pairs.into_iter().map(from_proto_pair).collect())
+        Ok(pairs.into_iter().map(|p| self.decode_pair(p)).collect())
     }
 
     /// Up to `each_limit` keys from each range, in the order the ranges are
@@ -452,7 +513,7 @@ impl<PdC: PdClient> RawClient<PdC> {
         each_limit: u32,
     ) -> Result<Vec<Key>> {
         let pairs = self.batch_scan_inner(ranges, each_limit, true).await?;
-        Ok(pairs.into_iter().map(|p| Key::from(p.key)).collect())
+        Ok(pairs.into_iter().map(|p| self.decode_key(p)).collect())
     }
 
     /// Overlapping ranges go to separate layers of disjoint ranges (see
@@ -467,11 +528,7 @@ impl<PdC: PdClient> RawClient<PdC> {
         check_scan_limit(each_limit)?;
         let ranges = ranges
             .into_iter()
-            .map(|r| {
-                r.into()
-                    .into_key_range()
-                    .map(|(s, e)| (Vec::from(s), Vec::from(e)))
-            })
+            .map(|r| self.encode_range(r))
             .collect::<Result<Vec<_>>>()?;
         let mut per_range: Vec<Vec<kvrpcpb::KvPair>> = vec![Vec::new(); ranges.len()];
         if each_limit == 0 {
@@ -504,6 +561,25 @@ impl<PdC: PdClient> RawClient<PdC> {
         Ok(per_range.into_iter().flatten().collect())
     }
 
+    /// TiKV's checksum of `range` (`Crc64_Xor`: the XOR of the CRC-64 of
+    /// every key and value, with the pair count and byte total), computed by
+    /// the stores, one RPC per Region. Equal data gives equal checksums,
+    /// however the Regions split it. In a keyspace, keys are checksummed in
+    /// their encoded form, as TiKV stores them.
+    pub async fn checksum(&self, range: impl Into<BoundRange>) -> Result<RawChecksum> {
+        let (start, end) = self.encode_range(range)?;
+        if !end.is_empty() && start == end {
+            return Ok(RawChecksum::default());
+        }
+        let request = new_raw_checksum_request(vec![(start, end)]);
+        self.builder(request)
+            .retry_multi_region(self.backoff.clone())
+            .merge(MergeChecksum)
+            .plan()
+            .execute()
+            .await
+    }
+
     /// Atomically sets `key` to `new_value` if its current value is
     /// `previous_value` (`None`: the key must not exist). Returns the value
     /// before the call and whether the swap happened.
@@ -523,7 +599,7 @@ impl<PdC: PdClient> RawClient<PdC> {
             ));
         }
         let request = new_cas_request(
-            key.into().into(),
+            self.encode_key(key),
             new_value.into(),
             previous_value.into(),
             self.cf_name(),
@@ -560,6 +636,24 @@ fn disjoint_layers(ranges: &[(Vec<u8>, Vec<u8>)]) -> Vec<Vec<usize>> {
         }
     }
     layers
+}
+
+/// Resolves a keyspace name through PD; a keyspace that exists but is not
+/// enabled cannot be used either.
+async fn load_keyspace<PdC: PdClient>(pd: &PdC, name: &str) -> Result<Keyspace> {
+    let meta = pd.load_keyspace(name).await?;
+    if meta.state != crate::proto::keyspacepb::KeyspaceState::Enabled as i32 {
+        return Err(Error::KeyspaceNotFound(name.to_owned()));
+    }
+    if meta.id > crate::request::MAX_KEYSPACE_ID {
+        return Err(Error::Internal(format!(
+            "PD gave keyspace {name:?} the id {}, which does not fit 24 bits",
+            meta.id
+        )));
+    }
+    Ok(Keyspace::Enable {
+        keyspace_id: meta.id,
+    })
 }
 
 fn check_scan_limit(limit: u32) -> Result<()> {

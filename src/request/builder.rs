@@ -7,6 +7,7 @@ use crate::backoff::Backoff;
 use crate::pd::PdClient;
 use crate::Config;
 
+use super::keyspace::Keyspace;
 use super::plan::{
     DefaultProcessor, Dispatch, ExtractError, Merge, MergeResponse, Plan, PreserveShard, Process,
     ProcessResponse,
@@ -62,10 +63,19 @@ pub struct PlanBuilder<PdC: PdClient, P: Plan> {
 }
 
 impl<PdC: PdClient, Req: KvRequest> PlanBuilder<PdC, Dispatch<Req>> {
-    /// Starts a plan for `request`. A request whose replay is unsafe (see
+    /// Starts a plan for `request` in `keyspace` (client-rust's signature):
+    /// the request's context gets the keyspace's API version and id; its keys
+    /// must already be encoded ([`EncodeKeyspace`](super::EncodeKeyspace)).
+    /// A request whose replay is unsafe (see
     /// [`KvRequest::terminal_on_dispatch_error`]) starts with
     /// `terminal_on_dispatch_error` and `terminal_on_undetermined` set.
-    pub fn new(pd_client: Arc<PdC>, request: Req) -> Self {
+    pub fn new(pd_client: Arc<PdC>, keyspace: Keyspace, mut request: Req) -> Self {
+        // API v1 needs nothing: the default context already says V1.
+        if keyspace != Keyspace::Disable {
+            let mut context = request.context().cloned().unwrap_or_default();
+            keyspace.apply_to_context(&mut context);
+            request.set_context(context);
+        }
         let replay_unsafe = request.terminal_on_dispatch_error();
         PlanBuilder {
             pd_client,

@@ -36,6 +36,7 @@
 mod builder;
 mod classify;
 mod engine;
+mod keyspace;
 mod plan;
 mod region_error;
 mod retry;
@@ -46,6 +47,10 @@ mod traits;
 pub use builder::PlanBuilder;
 pub(crate) use classify::classify_status_source;
 pub use classify::{classify_dispatch_error, classify_grpc_error, DispatchFailure};
+pub use keyspace::{
+    keyspace_prefix, EncodeKeyspace, KeyMode, Keyspace, TruncateKeyspace, KEYSPACE_PREFIX_LEN,
+    MAX_KEYSPACE_ID, RAW_KEY_PREFIX, TXN_KEY_PREFIX,
+};
 pub(crate) use plan::collect_in_order;
 pub use plan::{
     Collect, CollectError, CollectSingle, DefaultProcessor, Dispatch, ExtractError, Merge,
