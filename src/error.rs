@@ -170,10 +170,9 @@ pub enum Error {
         message: String,
     },
     /// The operation needs another mode of the client (client-rust's
-    /// variant): `compare_and_swap` without
-    /// `with_atomic_for_cas()`.
-    #[error("the operation is not supported in this mode: {0}")]
-    UnsupportedMode(String),
+    /// variant): `compare_and_swap` on a client without atomic mode.
+    #[error("the operation is not supported in this mode: compare_and_swap needs atomic mode, or plain writes could interleave with it; use client.with_atomic_for_cas()")]
+    UnsupportedMode,
     /// client-rust's gRPC status variant. tikv-plan reports gRPC statuses as
     /// [`Error::Grpc`] (with the status kept whole for classification) and
     /// never builds this one; it exists so that code matching on it compiles.

@@ -128,7 +128,10 @@ async fn checksum_of_a_range_across_regions_matches_the_data() {
         pair_checksum(b"f1", b"value-f") ^ pair_checksum(b"g1", b"value-g")
     );
     assert_eq!((sub.total_kvs, sub.total_bytes), (2, 2 * (2 + 7)));
-    assert_eq!(client.checksum("x".."x").await.unwrap(), RawChecksum::default());
+    assert_eq!(
+        client.checksum("x".."x").await.unwrap(),
+        RawChecksum::default()
+    );
     // After a split the answer is the same.
     cluster.split_region(b"q").unwrap();
     assert_eq!(client.checksum(..).await.unwrap(), expected);
@@ -142,7 +145,10 @@ async fn a_response_over_the_decoding_limit_is_a_typed_error_naming_the_knob() {
     let writer = RawClient::new(cluster.pd_endpoints()).await.unwrap();
     writer.put("big", big.clone()).await.unwrap();
     let config = Config::default().with_grpc_max_decoding_message_size(16 * 1024);
-    assert_eq!(Config::default().grpc_max_decoding_message_size, 4 * 1024 * 1024);
+    assert_eq!(
+        Config::default().grpc_max_decoding_message_size,
+        4 * 1024 * 1024
+    );
     let small = RawClient::new_with_config(cluster.pd_endpoints(), config)
         .await
         .unwrap();

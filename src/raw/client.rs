@@ -594,9 +594,7 @@ impl<PdC: PdClient> RawClient<PdC> {
         new_value: impl Into<Value>,
     ) -> Result<(Option<Value>, bool)> {
         if !self.atomic {
-            return Err(Error::UnsupportedMode(
-                "compare_and_swap needs atomic mode, or plain writes could interleave with it; use client.with_atomic_for_cas()".to_owned(),
-            ));
+            return Err(Error::UnsupportedMode);
         }
         let request = new_cas_request(
             self.encode_key(key),

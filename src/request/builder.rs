@@ -5,8 +5,10 @@ use std::sync::Arc;
 
 use crate::backoff::Backoff;
 use crate::pd::PdClient;
+use crate::store::RegionStore;
 use crate::Config;
 
+use super::all_stores::{RetryableAllStores, StoreRequest};
 use super::keyspace::Keyspace;
 use super::plan::{
     DefaultProcessor, Dispatch, ExtractError, Merge, MergeResponse, Plan, PreserveShard, Process,
@@ -87,6 +89,17 @@ impl<PdC: PdClient, Req: KvRequest> PlanBuilder<PdC, Dispatch<Req>> {
             max_concurrency: None,
             request_timeout: None,
         }
+    }
+}
+
+impl<PdC: PdClient, Req: KvRequest> PlanBuilder<PdC, Dispatch<Req>> {
+    /// Aims the request at one Region on one given store, without routing
+    /// or retries (client-rust's stage; for requests whose caller already
+    /// chose the store, such as lock resolution).
+    pub async fn single_region_with_store(mut self, store: RegionStore) -> Result<Self> {
+        super::traits::set_context_for_store(&mut self.plan.request, &store);
+        self.plan.kv_client = Some(store.client);
+        Ok(self)
     }
 }
 
@@ -192,6 +205,36 @@ impl<PdC: PdClient, P: Plan> PlanBuilder<PdC, P> {
             preserve_region_results,
             max_concurrency,
             request_timeout,
+        })
+    }
+
+    /// [`retry_multi_region`](Self::retry_multi_region) that keeps every
+    /// Region's result, failures included, instead of stopping at the first
+    /// failure (client-rust's name for
+    /// [`preserve_region_results`](Self::preserve_region_results)).
+    pub fn retry_multi_region_preserve_results(
+        self,
+        backoff: Backoff,
+    ) -> PlanBuilder<PdC, RetryableMultiRegion<P, PdC>>
+    where
+        P: Shardable,
+        P::Result: HasRegionError,
+    {
+        self.preserve_region_results().retry_multi_region(backoff)
+    }
+
+    /// Sends the plan to every store PD knows (client-rust's stage for
+    /// store-wide requests); see [`RetryableAllStores`].
+    pub fn all_stores(self, backoff: Backoff) -> PlanBuilder<PdC, RetryableAllStores<P, PdC>>
+    where
+        P: StoreRequest,
+        P::Result: HasKeyErrors + HasRegionError,
+    {
+        let pd_client = Arc::clone(&self.pd_client);
+        self.map_plan(|inner| RetryableAllStores {
+            inner,
+            pd_client,
+            backoff,
         })
     }
 

@@ -33,17 +33,20 @@
 //! `docs/behaviours.md`; `tests/plan_docs.rs` checks that each named test
 //! exists.
 
+mod all_stores;
 mod builder;
 mod classify;
 mod engine;
 mod keyspace;
 mod plan;
 mod region_error;
+mod request_shape;
 mod retry;
 mod round;
 mod routing_state;
 mod traits;
 
+pub use all_stores::{RetryableAllStores, StoreRequest};
 pub use builder::PlanBuilder;
 pub(crate) use classify::classify_status_source;
 pub use classify::{classify_dispatch_error, classify_grpc_error, DispatchFailure};
@@ -57,6 +60,7 @@ pub use plan::{
     MergeResponse, Plan, PreserveShard, Process, ProcessResponse, ResponseWithShard,
 };
 pub use region_error::{decide_region_error, RegionErrorAction, RegionErrorStep};
+pub use request_shape::{HasNextBatch, NextBatch, RangeRequest, SingleKey};
 pub use retry::RetryableMultiRegion;
 pub use routing_state::{RoutingState, RoutingStats};
 pub(crate) use traits::{pair_key_errors, string_key_error, strongest_shard_error};
