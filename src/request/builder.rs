@@ -29,7 +29,7 @@ use crate::Result;
 /// use tikv_plan::mock::{self, MockPdClient};
 /// use tikv_plan::proto::kvrpcpb;
 /// use tikv_plan::raw::new_raw_get_request;
-/// use tikv_plan::request::{CollectSingle, Plan, PlanBuilder, RoutingState};
+/// use tikv_plan::request::{CollectSingle, Keyspace, Plan, PlanBuilder, RoutingState};
 /// use tikv_plan::{Backoff, Config};
 ///
 /// // One Region led by peer 11 on store 1, with voters on stores 2 and 3.
@@ -41,7 +41,8 @@ use crate::Result;
 /// });
 /// let routing = Arc::new(RoutingState::new(&Config::default()));
 ///
-/// let plan = PlanBuilder::new(pd.clone(), new_raw_get_request(b"k".to_vec(), None))
+/// let request = new_raw_get_request(b"k".to_vec(), None);
+/// let plan = PlanBuilder::new(pd.clone(), Keyspace::Disable, request)
 ///     .routing(routing)
 ///     .retry_multi_region(Backoff::no_jitter_backoff(2, 500, 10))
 ///     .merge(CollectSingle)

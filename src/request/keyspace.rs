@@ -197,7 +197,7 @@ mod tests {
     fn prefixes_are_the_mode_byte_and_a_24_bit_big_endian_id() {
         assert_eq!(keyspace_prefix(0, KeyMode::Raw), [b'r', 0, 0, 0]);
         assert_eq!(keyspace_prefix(1, KeyMode::Raw), [b'r', 0, 0, 1]);
-        assert_eq!(keyspace_prefix(0x0102_03, KeyMode::Txn), [b'x', 1, 2, 3]);
+        assert_eq!(keyspace_prefix(0x0001_0203, KeyMode::Txn), [b'x', 1, 2, 3]);
         assert_eq!(keyspace_end(7, KeyMode::Raw), vec![b'r', 0, 0, 8]);
         assert_eq!(keyspace_end(MAX_KEYSPACE_ID, KeyMode::Raw), vec![b's']);
     }
