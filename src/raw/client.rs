@@ -3,7 +3,10 @@
 //! fallback (routing.md).
 
 use std::collections::BTreeMap;
+use std::ops::Bound;
 use std::sync::Arc;
+
+use futures::{Stream, TryStreamExt};
 
 use super::checksum::{new_raw_checksum_request, MergeChecksum, RawChecksum};
 use super::requests::{
@@ -400,6 +403,71 @@ impl<PdC: PdClient> RawClient<PdC> {
         Ok(pairs.into_iter().map(|p| self.decode_key(p)).collect())
     }
 
+    /// Every pair of `range`, in ascending key order, as a stream: pages of
+    /// `page_size` pairs (1 to [`MAX_RAW_KV_SCAN_LIMIT`]) are read one after
+    /// another through the plan, each continuing after the last key of the
+    /// one before, across Regions, so a range of any size can be read
+    /// without the scan limit. The next page is read only when the stream is
+    /// polled past the current one; dropping the stream stops it.
+    ///
+    /// ```no_run
+    /// # async fn run(client: tikv_plan::RawClient) -> tikv_plan::Result<()> {
+    /// use futures::TryStreamExt;
+    /// let pairs: Vec<_> = client.scan_stream("a".."z", 1000).try_collect().await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn scan_stream(
+        &self,
+        range: impl Into<BoundRange>,
+        page_size: u32,
+    ) -> impl Stream<Item = Result<KvPair>> + Send + 'static {
+        self.page_stream(range.into(), page_size, false)
+    }
+
+    /// Every pair of `range`, in descending key order, as a stream of pages
+    /// of `page_size` pairs (see [`scan_stream`](Self::scan_stream)).
+    pub fn scan_stream_reverse(
+        &self,
+        range: impl Into<BoundRange>,
+        page_size: u32,
+    ) -> impl Stream<Item = Result<KvPair>> + Send + 'static {
+        self.page_stream(range.into(), page_size, true)
+    }
+
+    fn page_stream(
+        &self,
+        range: BoundRange,
+        page_size: u32,
+        reverse: bool,
+    ) -> impl Stream<Item = Result<KvPair>> + Send + 'static {
+        let client = self.clone();
+        let first = (page_size > 0).then_some(range).ok_or_else(|| {
+            Error::InvalidArgument("a scan stream needs a page size of at least 1 pair".to_owned())
+        });
+        futures::stream::try_unfold(Some(first), move |next| {
+            let client = client.clone();
+            async move {
+                let range: BoundRange = match next {
+                    None => return Ok::<_, Error>(None),
+                    Some(range) => range?,
+                };
+                let page = client
+                    .scan_inner(range.clone(), page_size, false, reverse)
+                    .await?;
+                let page: Vec<KvPair> = page.into_iter().map(|p| client.decode_pair(p)).collect();
+                let rest = match page.last() {
+                    // A short page is the last one.
+                    Some(_) if (page.len() as u32) < page_size => None,
+                    None => None,
+                    Some(last) => next_page_range(range, last.key(), reverse),
+                };
+                Ok(Some((page, rest.map(Ok::<BoundRange, Error>))))
+            }
+        })
+        .map_ok(|page| futures::stream::iter(page.into_iter().map(Ok::<KvPair, Error>)))
+        .try_flatten()
+    }
+
     /// Up to `limit` keys of `range`, in descending order.
     pub async fn scan_keys_reverse(
         &self,
@@ -634,6 +702,20 @@ fn disjoint_layers(ranges: &[(Vec<u8>, Vec<u8>)]) -> Vec<Vec<usize>> {
         }
     }
     layers
+}
+
+/// The part of `range` after the page that ended at `last` (forward: from
+/// just after it; reverse: up to it, exclusive); `None` when nothing can be
+/// left (in reverse, the smallest key, the empty one, was read).
+fn next_page_range(range: BoundRange, last: &Key, reverse: bool) -> Option<BoundRange> {
+    if reverse {
+        if last.is_empty() {
+            return None;
+        }
+        Some(BoundRange::new(range.from, Bound::Excluded(last.clone())))
+    } else {
+        Some(BoundRange::new(Bound::Excluded(last.clone()), range.to))
+    }
 }
 
 /// Resolves a keyspace name through PD; a keyspace that exists but is not
