@@ -170,8 +170,9 @@ pub enum Error {
         message: String,
     },
     /// The operation needs another mode of the client (client-rust's
-    /// variant): `compare_and_swap` on a client without atomic mode.
-    #[error("the operation is not supported in this mode: compare_and_swap needs atomic mode, or plain writes could interleave with it; use client.with_atomic_for_cas()")]
+    /// variant): `compare_and_swap` on a client without atomic mode, or
+    /// `delete_range` on one with it (TiKV cannot delete a range atomically).
+    #[error("the operation is not supported in this mode: compare_and_swap needs atomic mode (plain writes could interleave with it; use client.with_atomic_for_cas()), and delete_range cannot run in atomic mode (use a client without with_atomic_for_cas())")]
     UnsupportedMode,
     /// client-rust's gRPC status variant. tikv-plan reports gRPC statuses as
     /// [`Error::Grpc`] (with the status kept whole for classification) and

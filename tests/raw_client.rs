@@ -335,6 +335,12 @@ async fn bad_input_is_a_typed_error_without_any_rpc() {
     assert!(err.to_string().contains("with_atomic_for_cas"), "{err}");
     assert!(matches!(err, Error::UnsupportedMode), "{err}");
     let err = client
+        .with_atomic_for_cas()
+        .delete_range("a".."b")
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::UnsupportedMode), "{err}");
+    let err = client
         .batch_put_with_ttl(vec![("a", "b")], vec![1, 2])
         .await
         .unwrap_err();

@@ -371,7 +371,14 @@ impl<PdC: PdClient> RawClient<PdC> {
 
     /// Deletes every key in `range`. As in client-rust, `..` and `"".."""`
     /// delete the whole key space (in a keyspace: the whole keyspace).
+    ///
+    /// Refused with [`Error::UnsupportedMode`] in atomic mode, as in
+    /// client-rust: TiKV has no atomic range delete, so it could interleave
+    /// with compare-and-swap.
     pub async fn delete_range(&self, range: impl Into<BoundRange>) -> Result<()> {
+        if self.atomic {
+            return Err(Error::UnsupportedMode);
+        }
         let (start, end) = self.encode_range(range)?;
         if !end.is_empty() && start == end {
             return Ok(());
