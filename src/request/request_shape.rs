@@ -5,8 +5,6 @@
 use crate::proto::kvrpcpb;
 use crate::store::Request;
 
-use super::plan::ResponseWithShard;
-
 /// A request about one key.
 pub trait SingleKey {
     /// The key, as sent (keyspace-encoded when in a keyspace).
@@ -28,7 +26,9 @@ pub trait NextBatch {
     fn next_batch(&mut self, range: (Vec<u8>, Vec<u8>));
 }
 
-/// A response that says which range is left to read, if any.
+/// A response that says which range is left to read, if any (implemented
+/// by requests that page through a range themselves; tikv-plan's raw scans
+/// page in [`RawClient::scan_stream`](crate::RawClient::scan_stream)).
 pub trait HasNextBatch {
     /// The range left, `(start, end)` as the request takes it.
     fn has_next_batch(&self) -> Option<(Vec<u8>, Vec<u8>)>;
@@ -72,26 +72,5 @@ impl NextBatch for kvrpcpb::RawScanRequest {
     fn next_batch(&mut self, (start_key, end_key): (Vec<u8>, Vec<u8>)) {
         self.start_key = start_key;
         self.end_key = end_key;
-    }
-}
-
-/// A scan piece that returned as many pairs as asked may have more: the rest
-/// starts after its last key (forward) or ends at it (reverse). The shard is
-/// the piece `(start_key, end_key)` as the request took it.
-impl HasNextBatch for ResponseWithShard<kvrpcpb::RawScanResponse, (Vec<u8>, Vec<u8>)> {
-    fn has_next_batch(&self) -> Option<(Vec<u8>, Vec<u8>)> {
-        let last = self.0.kvs.last()?;
-        let (start, end) = &self.1;
-        // The request's own convention: forward `start <= key < end`,
-        // reverse `end <= key < start`; `start > end` (or an empty `end`
-        // forward) tells which.
-        let reverse = !end.is_empty() && start > end;
-        if reverse {
-            Some((last.key.clone(), end.clone()))
-        } else {
-            let mut after = last.key.clone();
-            after.push(0);
-            Some((after, end.clone()))
-        }
     }
 }
