@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Interop check: builds tikv-sim and this crate, starts a 3-store, 4-Region
 # simulated cluster on a free port, runs the standard Rust TiKV client
-# (tikv-client from crates.io) against its PD address, and stops the sim.
+# (tikv-client from crates.io) against its PD address, raw KV then
+# transactions, and stops the sim.
 # Exits with the interop program's status.
 #
 # Target dirs can be overridden: SIM_TARGET_DIR (tikv-plan) and
@@ -50,5 +51,8 @@ echo "tikv-sim is up: $line ($(grep -m1 '^control=' "$workdir/sim.err" || echo '
 
 status=0
 "$interop_target/debug/tikv-plan-interop" --pd "$pd" || status=$?
+if [[ "$status" == 0 ]]; then
+    "$interop_target/debug/tikv-plan-interop-txn" --pd "$pd" || status=$?
+fi
 exec 3<&-
 exit "$status"

@@ -19,6 +19,8 @@ pub const DEFAULT_KEYSPACE_NAME: &str = "DEFAULT";
 pub const DEFAULT_STORE_COOLDOWN: Duration = Duration::from_secs(10);
 /// Default window in which ServerIsBusy(0) answers from one leader add up.
 pub const DEFAULT_BUSY_PROBE_WINDOW: Duration = Duration::from_secs(5);
+/// The default overall deadline of one request.
+pub const DEFAULT_REQUEST_DEADLINE: Duration = Duration::from_secs(20);
 
 /// Paths of the PEM files for TLS. With only `ca_path` the client checks the
 /// server; with `cert_path` and `key_path` too it also presents its own
@@ -85,6 +87,18 @@ pub struct Config {
     /// One connection attempt per address at a time. Off lets concurrent
     /// misses each dial.
     pub single_flight_connect: bool,
+    /// The overall deadline of one request: rounds, backoff sleeps and
+    /// waits together (each RPC is also bounded by `timeout`). A request
+    /// that runs out ends with [`Error::DeadlineExceeded`](crate::Error::DeadlineExceeded),
+    /// or undetermined for a write that may have been sent.
+    pub request_deadline: Duration,
+    /// Re-send raw writes (put, delete, batches, delete range) after a
+    /// failure that does not prove they never reached a store, as upstream
+    /// clients do. Off by default: with two writers a re-sent or late copy
+    /// of an old write can overwrite a newer acknowledged one. On, the
+    /// client favours availability: a write fails less often, but may be
+    /// applied twice or late. Compare-and-swap is never re-sent either way.
+    pub at_least_once_writes: bool,
 }
 
 impl Default for Config {
@@ -105,6 +119,8 @@ impl Default for Config {
             shared_busy_probe: true,
             busy_probe_window: DEFAULT_BUSY_PROBE_WINDOW,
             single_flight_connect: true,
+            request_deadline: DEFAULT_REQUEST_DEADLINE,
+            at_least_once_writes: false,
         }
     }
 }
@@ -176,6 +192,19 @@ impl Config {
     /// Sets the store-health cool-down.
     pub fn with_store_cooldown(mut self, cooldown: Duration) -> Self {
         self.store_cooldown = cooldown;
+        self
+    }
+
+    /// Sets the overall deadline of one request.
+    pub fn with_request_deadline(mut self, deadline: Duration) -> Self {
+        self.request_deadline = deadline;
+        self
+    }
+
+    /// Re-sends raw writes after failures that may have delivered them
+    /// (at-least-once writes; see [`Config::at_least_once_writes`]).
+    pub fn with_at_least_once_writes(mut self) -> Self {
+        self.at_least_once_writes = true;
         self
     }
 

@@ -97,6 +97,13 @@ pub enum Error {
         /// The store id looked up.
         store_id: u64,
     },
+    /// PD answered a Region lookup with a version older than one the client
+    /// already holds, and nothing newer covers the key yet.
+    #[error("PD answered with an older version of region {region_id} than the client already knows; PD is catching up, retry the request")]
+    StaleRegion {
+        /// The Region.
+        region_id: u64,
+    },
     /// A Region has no leader the client could find.
     #[error("region {region_id} has no known leader and no voter accepted the request; the Region may be electing a leader, retry later")]
     LeaderNotFound {
@@ -104,13 +111,29 @@ pub enum Error {
         region_id: u64,
     },
     /// The request may or may not have been applied: it may have reached the
-    /// server before the failure. It was not replayed.
-    #[error("the outcome of the request to region {region_id} is unknown (it may or may not have been applied): {cause}; read the key back before deciding whether to retry")]
+    /// server before the failure. It was not replayed (routing.md, "Replay
+    /// safety").
+    #[error("the outcome of {request} (region {region_id}, store {store_id}) is unknown: it may or may not have been applied, now or later; {cause}; read the keys back before deciding whether to retry")]
     Undetermined {
         /// The Region the request went to.
         region_id: u64,
+        /// The store it was sent to.
+        store_id: u64,
+        /// The request: its kind and its keys or range.
+        request: String,
         /// What interrupted it.
         cause: Box<Error>,
+    },
+    /// The request's overall deadline ([`Config::request_deadline`](crate::Config::request_deadline))
+    /// ends before the next retry could finish.
+    #[error("gave up on region {region_id}: the request deadline of {deadline:?} ran out; last error: {last}; raise Config::request_deadline or check the cluster's health")]
+    DeadlineExceeded {
+        /// The Region.
+        region_id: u64,
+        /// The deadline in force.
+        deadline: Duration,
+        /// The strongest error seen before the deadline.
+        last: Box<Error>,
     },
     /// The caller passed something the client cannot use.
     #[error("invalid argument: {0}")]

@@ -131,3 +131,34 @@ async fn epoch_not_match_regions_replace_overlapping_cache_entries() {
     );
     assert_eq!(pd.region_reloads(), 0);
 }
+
+#[tokio::test]
+async fn the_mock_orders_epochs_like_the_real_cache() {
+    // Issue 9: the mock once compared epochs lexicographically and took
+    // (version 2, conf_ver 0) over (1, 5), which the real cache refuses. It
+    // now holds the real `RegionCache`.
+    let pd = Arc::new(MockPdClient::new(vec![{
+        let mut r = mock::region(1, b"", b"", &[mock::voter(11, 1)], Some(11));
+        r.region.region_epoch = Some(metapb::RegionEpoch {
+            conf_ver: 5,
+            version: 1,
+        });
+        r
+    }]));
+    let mut odd = mock::region(1, b"", b"", &[mock::voter(11, 1), mock::voter(12, 2)], None);
+    odd.region.region_epoch = Some(metapb::RegionEpoch {
+        conf_ver: 0,
+        version: 2,
+    });
+    pd.add_regions(vec![odd.region.clone()]).await;
+    let cached = pd.cached_region(1).unwrap();
+    assert_eq!(cached.epoch().conf_ver, 5, "an older conf_ver is refused");
+    assert_eq!(cached.region.peers.len(), 1);
+    // A version that is newer in both components is taken.
+    odd.region.region_epoch = Some(metapb::RegionEpoch {
+        conf_ver: 5,
+        version: 2,
+    });
+    pd.add_regions(vec![odd.region]).await;
+    assert_eq!(pd.cached_region(1).unwrap().region.peers.len(), 2);
+}

@@ -67,7 +67,7 @@ async fn cas_mapping_failure_still_falls_back() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn idempotent_requests_keep_ordinary_retries() {
+async fn reads_keep_ordinary_retries() {
     let pd = three_voters();
     let routing = routing();
     pd.set_dispatch_hook(|peer, req| {
@@ -77,8 +77,51 @@ async fn idempotent_requests_keep_ordinary_retries() {
             accept(peer, req)
         }
     });
-    put(&pd, &routing).await.unwrap();
+    assert_eq!(text(get(&pd, &routing).await.unwrap()), "from-12");
     assert_eq!(pd.dispatched_peers(), vec![11, 12]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_write_that_may_have_been_delivered_is_undetermined_and_never_resent() {
+    // Issue 8: every raw write follows the rule CAS always had.
+    let pd = three_voters();
+    let routing = routing();
+    pd.set_dispatch_hook(|peer, req| {
+        if peer.id == 11 {
+            unavailable()
+        } else {
+            accept(peer, req)
+        }
+    });
+    let err = put(&pd, &routing).await.unwrap_err();
+    match &err {
+        Error::Undetermined {
+            region_id,
+            store_id,
+            request,
+            ..
+        } => {
+            assert_eq!((*region_id, *store_id), (1, 1));
+            assert!(
+                request.contains("raw_put") && request.contains("\"k\""),
+                "{request}"
+            );
+        }
+        other => panic!("{other}"),
+    }
+    assert_eq!(pd.dispatched_peers(), vec![11], "never re-sent");
+    assert_eq!(routing.stats().undetermined_writes, 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_write_that_was_never_sent_falls_back() {
+    let pd = three_voters();
+    let routing = routing();
+    pd.fail_store_mapping(1, mock::MappingFailure::Refused);
+    pd.set_dispatch_hook(accept);
+    put(&pd, &routing).await.unwrap();
+    assert_eq!(pd.dispatched_peers(), vec![12]);
+    assert_eq!(routing.stats().undetermined_writes, 0);
 }
 
 fn two_regions() -> Arc<MockPdClient> {

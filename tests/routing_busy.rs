@@ -288,3 +288,34 @@ async fn one_busy_probe_per_request_across_shards_of_one_region() {
         assert_leader_requests_only(&pd);
     }
 }
+
+#[tokio::test(start_paused = true)]
+async fn an_hour_of_busy_backoff_is_capped_and_the_deadline_ends_the_request() {
+    // Issue 8: a store answering "back off for an hour" parks the request
+    // for at most MAX_BUSY_BACKOFF a time, and the request deadline ends it.
+    let pd = three_voters();
+    let routing = Arc::new(RoutingState::new(
+        &Config::default().with_request_deadline(Duration::from_secs(12)),
+    ));
+    pd.set_dispatch_hook(|_, req| region_error(req, mock::server_is_busy(5, 3_600_000)));
+    let start = Instant::now();
+    let err = get_with(&pd, Some(&routing), backoff(), b"k")
+        .await
+        .unwrap_err();
+    let elapsed = start.elapsed();
+    match &err {
+        tikv_plan::Error::DeadlineExceeded { deadline, last, .. } => {
+            assert_eq!(*deadline, Duration::from_secs(12));
+            assert!(last.to_string().contains("busy"), "{last}");
+        }
+        other => panic!("{other}"),
+    }
+    assert!(elapsed <= Duration::from_secs(12), "{elapsed:?}");
+    // Slept in steps of at most the cap: at least two tries fit in 12 s.
+    assert!(
+        pd.dispatches() >= 2,
+        "{} dispatches: {:?}",
+        pd.dispatches(),
+        tikv_plan::request::MAX_BUSY_BACKOFF
+    );
+}

@@ -111,7 +111,7 @@ async fn tikv_sim_serves_and_obeys_its_control_port() {
     let regions = control(&mut ctl, "regions");
     assert_eq!(regions.len(), 5, "{regions:?}");
     assert!(
-        regions[0].starts_with("region 1000 start= end=8P "),
+        regions[0].starts_with("region 1000 start= end=8P\\x00\\x00\\x00\\x00\\x00\\x00\\xf9 "),
         "{regions:?}"
     );
     assert_eq!(regions[4], "ok");
@@ -154,6 +154,33 @@ async fn tikv_sim_serves_and_obeys_its_control_port() {
         .into_inner();
     assert!(put.region_error.is_none());
 
+    // A transactional lock on "a" (its encoding lies in the same Region),
+    // inspected from the control port.
+    let prewrite = store
+        .kv_prewrite(kvrpcpb::PrewriteRequest {
+            context: Some(ctx.clone()),
+            mutations: vec![kvrpcpb::Mutation {
+                op: kvrpcpb::Op::Put as i32,
+                key: b"a".to_vec(),
+                value: b"t".to_vec(),
+                assertion: 0,
+            }],
+            primary_lock: b"a".to_vec(),
+            start_version: 42,
+            lock_ttl: 3_000,
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(prewrite.region_error.is_none() && prewrite.errors.is_empty());
+    let lock_line = "lock key=a primary=a start_ts=42 type=put ttl=3000 for_update_ts=0 min_commit_ts=0 async_commit=false";
+    assert_eq!(control(&mut ctl, "locks"), vec![lock_line, "ok"]);
+    assert_eq!(control(&mut ctl, "locks b"), vec!["ok"]);
+    assert_eq!(control(&mut ctl, "versions a"), vec![lock_line, "ok"]);
+    assert_eq!(control(&mut ctl, "advance-clock 5000"), vec!["ok"]);
+    assert_eq!(control(&mut ctl, "gc-safe-point"), vec!["ok 0"]);
+
     // Faults from the control port.
     assert_eq!(
         control(&mut ctl, &format!("busy {} 0", leader.store_id)),
@@ -180,6 +207,10 @@ async fn tikv_sim_serves_and_obeys_its_control_port() {
     );
     assert!(
         counters.contains(&"raw_put ok 1".to_owned()),
+        "{counters:?}"
+    );
+    assert!(
+        counters.contains(&"kv_prewrite ok 1".to_owned()),
         "{counters:?}"
     );
 

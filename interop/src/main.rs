@@ -6,8 +6,9 @@
 //! tikv-plan-interop --pd HOST:PORT
 //! ```
 //!
-//! Meant for a fresh `tikv-sim --regions 4` (Regions split at `8P`, `P`,
-//! `gP`): the keys below sit in all four Regions, so batch operations,
+//! Meant for a fresh `tikv-sim --regions 4` (Regions split at the
+//! memcomparable encodings of `8P`, `P` and `gP`, which a raw client sees
+//! as plain keys just above those): the keys below sit in all four Regions, so batch operations,
 //! scans and range deletes cross Region boundaries. The program first
 //! clears the key range it uses, so it can also be rerun against the same
 //! cluster. It prints one line per operation and exits non-zero on the

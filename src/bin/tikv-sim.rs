@@ -22,7 +22,9 @@ use tikv_plan::sim::{control, SimCluster};
 const USAGE: &str = "usage: tikv-sim [--stores N] [--regions R] [--replicas K] [--pd ADDR] \
 [--pd-members M] [--control ADDR|off] [--api-version 1|2] [--keyspace NAME=ID]...
   --stores N       number of stores, ids 1..=N (default 3)
-  --regions R      Regions, splitting the printable key space evenly (default 1)
+  --regions R      Regions, splitting the printable key space evenly at
+                   memcomparable-encoded keys, so raw and transactional
+                   clients both work (default 1)
   --replicas K     voters per Region (default min(3, N))
   --pd ADDR        address of PD (default 127.0.0.1:2379; port 0 picks a free one)
   --pd-members M   PD members sharing the cluster (default 1; others on free ports)

@@ -30,8 +30,18 @@ pub struct ConnectCounts {
 
 type ConnectCountMap = Arc<Mutex<HashMap<String, ConnectCounts>>>;
 
+/// How many store addresses keep connection counters. Stores come and go
+/// over a client's life; past this many, an address seen before makes room
+/// for a new one (the counters are diagnostics, not state).
+pub(crate) const MAX_COUNTED_ADDRESSES: usize = 1024;
+
 fn count(counts: &ConnectCountMap, address: &str, update: impl FnOnce(&mut ConnectCounts)) {
     let mut counts = counts.lock().unwrap_or_else(|e| e.into_inner());
+    if !counts.contains_key(address) && counts.len() >= MAX_COUNTED_ADDRESSES {
+        if let Some(evicted) = counts.keys().next().cloned() {
+            counts.remove(&evicted);
+        }
+    }
     update(counts.entry(address.to_owned()).or_default());
 }
 
@@ -377,5 +387,23 @@ impl<KvC: KvConnect> PdClient for PdRpcClient<KvC> {
             self.regions
                 .insert_if_newer(RegionWithLeader::new(region, None));
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn connection_counters_are_bounded() {
+        // Issue 8: one entry per address ever dialled would grow forever.
+        let counts: ConnectCountMap = Arc::default();
+        for i in 0..(3 * MAX_COUNTED_ADDRESSES) {
+            count(&counts, &format!("store-{i}:20160"), |c| c.attempts += 1);
+        }
+        let counts = counts.lock().unwrap_or_else(|e| e.into_inner());
+        assert_eq!(counts.len(), MAX_COUNTED_ADDRESSES);
+        let last = format!("store-{}:20160", 3 * MAX_COUNTED_ADDRESSES - 1);
+        assert_eq!(counts.get(&last).map(|c| c.attempts), Some(1));
     }
 }

@@ -149,6 +149,72 @@ fn calls_for_new_leader(status: &Status) -> bool {
         )
 }
 
+/// How leader discovery last ended, shared by the callers that waited for
+/// it.
+#[derive(Debug, Default)]
+struct DiscoveryOutcome {
+    /// Discoveries finished so far.
+    finished: u64,
+    /// The last one's failure, if it failed.
+    failure: Option<SharedFailure>,
+}
+
+/// A discovery failure in a form every waiting caller can get a copy of.
+#[derive(Debug, Clone)]
+enum SharedFailure {
+    Unavailable {
+        endpoints: String,
+        message: String,
+    },
+    Mismatch {
+        endpoint: String,
+        expected: u64,
+        found: u64,
+    },
+}
+
+impl SharedFailure {
+    fn of(error: &Error) -> Self {
+        match error {
+            Error::ClusterIdMismatch {
+                endpoint,
+                expected,
+                found,
+            } => SharedFailure::Mismatch {
+                endpoint: endpoint.clone(),
+                expected: *expected,
+                found: *found,
+            },
+            Error::PdUnavailable { endpoints, message } => SharedFailure::Unavailable {
+                endpoints: endpoints.clone(),
+                message: message.clone(),
+            },
+            other => SharedFailure::Unavailable {
+                endpoints: String::new(),
+                message: other.to_string(),
+            },
+        }
+    }
+
+    fn share(&self) -> Error {
+        match self.clone() {
+            SharedFailure::Unavailable { endpoints, message } => Error::PdUnavailable {
+                endpoints,
+                message: format!("{message} (a concurrent leader discovery just failed)"),
+            },
+            SharedFailure::Mismatch {
+                endpoint,
+                expected,
+                found,
+            } => Error::ClusterIdMismatch {
+                endpoint,
+                expected,
+                found,
+            },
+        }
+    }
+}
+
 /// `host:port` of a URL or address, for comparing endpoints written with and
 /// without a scheme.
 fn authority(url: &str) -> &str {
@@ -180,8 +246,13 @@ pub struct Cluster {
     /// 0 until the first member answers.
     cluster_id: AtomicU64,
     leader: RwLock<Option<Arc<LeaderConnection>>>,
-    /// Serialises leader discovery, so concurrent failures cause one.
-    discovery: tokio::sync::Mutex<()>,
+    /// Serialises leader discovery, so concurrent failures cause one; holds
+    /// how many discoveries finished and how the last one failed, so callers
+    /// that waited for a discovery share its failure instead of each paying
+    /// another one.
+    discovery: tokio::sync::Mutex<DiscoveryOutcome>,
+    /// `DiscoveryOutcome::finished`, readable without the lock.
+    discoveries_finished: AtomicU64,
     generation: AtomicU64,
     counters: PdCounters,
 }
@@ -230,7 +301,8 @@ impl Cluster {
             max_decoding_message_size,
             cluster_id: AtomicU64::new(0),
             leader: RwLock::new(None),
-            discovery: tokio::sync::Mutex::new(()),
+            discovery: tokio::sync::Mutex::new(DiscoveryOutcome::default()),
+            discoveries_finished: AtomicU64::new(0),
             generation: AtomicU64::new(0),
             counters: PdCounters::default(),
         };
@@ -613,12 +685,32 @@ impl Cluster {
         if let Some(leader) = self.read_leader() {
             return Ok(leader);
         }
-        let _discovering = self.discovery.lock().await;
+        let seen = self.discoveries_finished.load(Ordering::Acquire);
+        let mut outcome = self.discovery.lock().await;
         // Another call may have found the leader while we waited.
         if let Some(leader) = self.read_leader() {
             return Ok(leader);
         }
-        let leader = Arc::new(self.discover_leader().await?);
+        // A discovery finished while we waited, and failed: during a PD
+        // outage, K waiting callers share one failure instead of paying K
+        // connect timeouts one after another.
+        if outcome.finished != seen {
+            if let Some(failure) = &outcome.failure {
+                return Err(failure.share());
+            }
+        }
+        let discovered = self.discover_leader().await;
+        outcome.finished += 1;
+        self.discoveries_finished
+            .store(outcome.finished, Ordering::Release);
+        let leader = match discovered {
+            Ok(leader) => Arc::new(leader),
+            Err(e) => {
+                outcome.failure = Some(SharedFailure::of(&e));
+                return Err(e);
+            }
+        };
+        outcome.failure = None;
         *self.leader.write().unwrap_or_else(|e| e.into_inner()) = Some(Arc::clone(&leader));
         Ok(leader)
     }

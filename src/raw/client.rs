@@ -50,6 +50,9 @@ pub struct RawClient<PdC: PdClient = PdRpcClient> {
     backoff: Backoff,
     atomic: bool,
     keyspace: Keyspace,
+    /// `Config::at_least_once_writes`: re-send writes that may have been
+    /// delivered (never compare-and-swap).
+    at_least_once_writes: bool,
 }
 
 impl<PdC: PdClient> Clone for RawClient<PdC> {
@@ -61,6 +64,7 @@ impl<PdC: PdClient> Clone for RawClient<PdC> {
             backoff: self.backoff.clone(),
             atomic: self.atomic,
             keyspace: self.keyspace,
+            at_least_once_writes: self.at_least_once_writes,
         }
     }
 }
@@ -72,6 +76,7 @@ impl<PdC: PdClient> std::fmt::Debug for RawClient<PdC> {
             .field("backoff", &self.backoff)
             .field("atomic", &self.atomic)
             .field("keyspace", &self.keyspace)
+            .field("at_least_once_writes", &self.at_least_once_writes)
             .finish_non_exhaustive()
     }
 }
@@ -141,6 +146,7 @@ impl<PdC: PdClient> RawClient<PdC> {
             backoff: config.region_backoff.clone(),
             atomic: false,
             keyspace: Keyspace::Disable,
+            at_least_once_writes: config.at_least_once_writes,
         }
     }
 
@@ -221,8 +227,13 @@ impl<PdC: PdClient> RawClient<PdC> {
         &self,
         request: Req,
     ) -> PlanBuilder<PdC, crate::request::Dispatch<Req>> {
-        PlanBuilder::new(Arc::clone(&self.rpc), self.keyspace, request)
-            .routing(Arc::clone(&self.routing))
+        let builder = PlanBuilder::new(Arc::clone(&self.rpc), self.keyspace, request)
+            .routing(Arc::clone(&self.routing));
+        if self.at_least_once_writes {
+            builder.at_least_once()
+        } else {
+            builder
+        }
     }
 
     /// Runs `request` through the plan with fallback, merges its shards'
@@ -677,7 +688,12 @@ impl<PdC: PdClient> RawClient<PdC> {
             previous_value.into(),
             self.cf_name(),
         );
-        self.run(request, CollectSingle).await
+        // Never at-least-once: a replayed swap could apply twice.
+        let once = RawClient {
+            at_least_once_writes: false,
+            ..self.clone()
+        };
+        once.run(request, CollectSingle).await
     }
 }
 

@@ -84,7 +84,8 @@ use crate::request::{
     Batchable, Collect, DefaultProcessor, HasKeyErrors, HasRegionError, KvRequest, Merge, Process,
     Shardable,
 };
-use crate::store::RegionStore;
+use crate::store::{RegionStore, Request as _};
+use crate::Key;
 use crate::{Error, Result};
 
 use crate::request::set_context_for_store;
@@ -344,27 +345,75 @@ macro_rules! kv_request {
 
 kv_request!(kvrpcpb::RawGetRequest, kvrpcpb::RawGetResponse);
 kv_request!(kvrpcpb::RawBatchGetRequest, kvrpcpb::RawBatchGetResponse);
-kv_request!(kvrpcpb::RawPutRequest, kvrpcpb::RawPutResponse);
-kv_request!(kvrpcpb::RawBatchPutRequest, kvrpcpb::RawBatchPutResponse);
-kv_request!(kvrpcpb::RawDeleteRequest, kvrpcpb::RawDeleteResponse);
-kv_request!(
-    kvrpcpb::RawBatchDeleteRequest,
-    kvrpcpb::RawBatchDeleteResponse
-);
 kv_request!(kvrpcpb::RawScanRequest, kvrpcpb::RawScanResponse);
 kv_request!(kvrpcpb::RawBatchScanRequest, kvrpcpb::RawBatchScanResponse);
-kv_request!(
-    kvrpcpb::RawDeleteRangeRequest,
-    kvrpcpb::RawDeleteRangeResponse
-);
 kv_request!(kvrpcpb::RawGetKeyTtlRequest, kvrpcpb::RawGetKeyTtlResponse);
 
-impl KvRequest for kvrpcpb::RawCasRequest {
-    type Response = kvrpcpb::RawCasResponse;
+/// Raw writes: never re-sent once they may have reached a store (routing.md,
+/// "Replay safety"; a plan can opt into at-least-once with
+/// [`PlanBuilder::at_least_once`](crate::request::PlanBuilder::at_least_once)).
+/// `$keys` names the keys or range for an undetermined outcome.
+macro_rules! write_request {
+    ($req:ty, $resp:ty, |$r:ident| $keys:expr) => {
+        impl KvRequest for $req {
+            type Response = $resp;
 
-    /// A compare-and-swap that may have been applied must not be replayed.
-    fn terminal_on_dispatch_error(&self) -> bool {
-        true
+            fn terminal_on_dispatch_error(&self) -> bool {
+                true
+            }
+
+            fn describe(&self) -> String {
+                let $r = self;
+                format!("{} of {}", self.label(), $keys)
+            }
+        }
+    };
+}
+
+write_request!(kvrpcpb::RawPutRequest, kvrpcpb::RawPutResponse, |r| {
+    describe_keys([&r.key])
+});
+write_request!(
+    kvrpcpb::RawBatchPutRequest,
+    kvrpcpb::RawBatchPutResponse,
+    |r| describe_keys(r.pairs.iter().map(|p| &p.key))
+);
+write_request!(kvrpcpb::RawDeleteRequest, kvrpcpb::RawDeleteResponse, |r| {
+    describe_keys([&r.key])
+});
+write_request!(
+    kvrpcpb::RawBatchDeleteRequest,
+    kvrpcpb::RawBatchDeleteResponse,
+    |r| describe_keys(&r.keys)
+);
+write_request!(
+    kvrpcpb::RawDeleteRangeRequest,
+    kvrpcpb::RawDeleteRangeResponse,
+    |r| format!(
+        "range [{:?}, {:?})",
+        Key::from(r.start_key.clone()),
+        Key::from(r.end_key.clone())
+    )
+);
+write_request!(kvrpcpb::RawCasRequest, kvrpcpb::RawCasResponse, |r| {
+    describe_keys([&r.key])
+});
+
+/// "key k" or "3 keys [a, b, c]", at most eight keys spelt out.
+fn describe_keys<'a>(keys: impl IntoIterator<Item = &'a Vec<u8>>) -> String {
+    const SHOWN: usize = 8;
+    let keys: Vec<&Vec<u8>> = keys.into_iter().collect();
+    let mut shown: Vec<String> = keys
+        .iter()
+        .take(SHOWN)
+        .map(|k| format!("{:?}", Key::from((*k).clone())))
+        .collect();
+    if keys.len() > SHOWN {
+        shown.push(format!("and {} more", keys.len() - SHOWN));
+    }
+    match keys.len() {
+        1 => format!("key {}", shown.join("")),
+        n => format!("{n} keys [{}]", shown.join(", ")),
     }
 }
 

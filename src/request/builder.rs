@@ -63,6 +63,8 @@ pub struct PlanBuilder<PdC: PdClient, P: Plan> {
     preserve_region_results: bool,
     max_concurrency: Option<usize>,
     request_timeout: Option<std::time::Duration>,
+    request_deadline: Option<std::time::Duration>,
+    commit_point: bool,
 }
 
 impl<PdC: PdClient, Req: KvRequest> PlanBuilder<PdC, Dispatch<Req>> {
@@ -89,6 +91,8 @@ impl<PdC: PdClient, Req: KvRequest> PlanBuilder<PdC, Dispatch<Req>> {
             preserve_region_results: false,
             max_concurrency: None,
             request_timeout: None,
+            request_deadline: None,
+            commit_point: false,
         }
     }
 }
@@ -117,6 +121,8 @@ impl<PdC: PdClient, P: Plan> PlanBuilder<PdC, P> {
             preserve_region_results: self.preserve_region_results,
             max_concurrency: self.max_concurrency,
             request_timeout: self.request_timeout,
+            request_deadline: self.request_deadline,
+            commit_point: self.commit_point,
         }
     }
 
@@ -164,6 +170,38 @@ impl<PdC: PdClient, P: Plan> PlanBuilder<PdC, P> {
         self
     }
 
+    /// Bounds the whole request: rounds, backoff sleeps and waits together
+    /// (default: the routing state's `Config::request_deadline`; without
+    /// routing state, none). A request that runs out ends with
+    /// [`Error::DeadlineExceeded`](crate::Error::DeadlineExceeded).
+    pub fn request_deadline(mut self, deadline: std::time::Duration) -> Self {
+        self.request_deadline = Some(deadline);
+        self
+    }
+
+    /// At-least-once: a request that may have reached a store is re-sent
+    /// after a failure instead of ending undetermined (clears
+    /// `terminal_on_dispatch_error` and `terminal_on_undetermined`). For
+    /// idempotent writes of callers that prefer availability; see
+    /// [`Config::at_least_once_writes`](crate::Config::at_least_once_writes).
+    pub fn at_least_once(mut self) -> Self {
+        self.terminal_on_dispatch_error = false;
+        self.terminal_on_undetermined = false;
+        self
+    }
+
+    /// Marks the request as a transaction's commit point (the primary's
+    /// commit; a prewrite under async commit or 1PC): it may be re-sent, as
+    /// TiKV answers it idempotently, but once an attempt may have reached a
+    /// store without an answer, a final failure is
+    /// [`Error::Undetermined`](crate::Error::Undetermined) instead of a plain
+    /// error that would invite a blind retry (txn.md, "Undetermined, done
+    /// right"). A definite answer (success or a key error) clears it.
+    pub fn commit_point(mut self) -> Self {
+        self.commit_point = true;
+        self
+    }
+
     /// Keeps the shard each response answers.
     pub fn preserve_shard(self) -> PlanBuilder<PdC, PreserveShard<P>>
     where
@@ -196,6 +234,10 @@ impl<PdC: PdClient, P: Plan> PlanBuilder<PdC, P> {
         let request_timeout = self
             .request_timeout
             .or_else(|| self.routing.as_ref().map(|r| r.request_timeout()));
+        let request_deadline = self
+            .request_deadline
+            .or_else(|| self.routing.as_ref().map(|r| r.request_deadline()));
+        let commit_point = self.commit_point;
         self.map_plan(|inner| RetryableMultiRegion {
             inner,
             pd_client,
@@ -206,6 +248,8 @@ impl<PdC: PdClient, P: Plan> PlanBuilder<PdC, P> {
             preserve_region_results,
             max_concurrency,
             request_timeout,
+            request_deadline,
+            commit_point,
         })
     }
 

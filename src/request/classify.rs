@@ -96,6 +96,15 @@ fn classify_source_chain(first: Option<&(dyn StdError + 'static)>) -> Option<Dis
         if err.downcast_ref::<tonic::TimeoutExpired>().is_some() {
             return Some(DispatchFailure::ClientTimeout);
         }
+        // hyper hands back a request it never gave to the connection (the
+        // connection closed or was not ready first) as "canceled": it was
+        // not sent, so even a write may go to the next candidate.
+        if err
+            .downcast_ref::<hyper::Error>()
+            .is_some_and(hyper::Error::is_canceled)
+        {
+            return Some(DispatchFailure::NotSent);
+        }
         if err.downcast_ref::<tonic::transport::Error>().is_some()
             || err.downcast_ref::<hyper::Error>().is_some()
             || err.downcast_ref::<h2::Error>().is_some()

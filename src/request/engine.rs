@@ -28,26 +28,8 @@
 //! | sleeping | [`Event::Slept`] | [`Next::Reshard`] |
 //! | resharding | [`Event::Resharded`] | new round on the reloaded Region |
 //!
-//! Decisions this crate makes where routing.md leaves room (each has a
-//! test named after it, listed in `docs/behaviours.md`):
-//!
-//! - *A cached leader that could not answer counts with voters that all said
-//!   `NotLeader`*: the Region is reloaded after the round. Nobody claimed the
-//!   Region; PD likely knows a newer leader or peer set.
-//! - *A fallback hint naming the cached leader during the busy probe* is
-//!   ignored: the probe is followers-only and the hint only confirms the
-//!   leader that answered busy; the probe ends inconclusive.
-//! - *A fallback hint naming a peer outside the Region while a later voter
-//!   accepts*: the accepting voter becomes the leader, and the Region is
-//!   reloaded after the round, since its peer list is stale.
-//! - *`EpochNotMatch` without newer `current_regions`* invalidates the
-//!   Region and backs off before reloading (PD may not know the new epoch
-//!   yet); with newer Regions it retries at once from them.
-//! - *A round that saw a routing failure and ends in a plain failure*
-//!   (a fatal status, an undetermined outcome) drops the Region route as
-//!   well: the round ended without success.
-//! - *A store's `DeadlineExceeded` is an answer*: it keeps the caches like a
-//!   timeout, but counts as the store answering, not as a timeout strike.
+//! The decisions this crate makes where routing.md leaves room are listed in
+//! the [`request`](super) module docs, "Decisions".
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -92,6 +74,21 @@ pub(crate) struct EnginePolicy {
     /// The `ServerIsBusy(0)` suspicion lives in the client-wide routing
     /// state ([`Next::ReportBusy`]) instead of the shard.
     pub(crate) shared_busy_probe: bool,
+    /// A commit point (txn.md, "Undetermined, done right"): the request may
+    /// be re-sent (it is idempotent at the store), but once an attempt may
+    /// have been delivered without an answer, a final failure is
+    /// undetermined, never a plain error.
+    pub(crate) commit_point: bool,
+}
+
+/// The request's overall deadline: when it ends, and the configured length
+/// (for the error message).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Deadline {
+    /// When the request must be finished.
+    pub(crate) at: Instant,
+    /// The configured deadline.
+    pub(crate) length: Duration,
 }
 
 /// What happened, fed to [`ShardMachine::handle`].
@@ -115,6 +112,8 @@ pub(crate) enum Event {
         /// The Region error it carried (boxed: the fast path has none, and
         /// the event stays small).
         region_error: Option<Box<errorpb::Error>>,
+        /// When the RPC was sent.
+        sent_at: Instant,
     },
     /// The RPC failed before any response.
     DispatchFailed {
@@ -145,9 +144,14 @@ pub(crate) enum Next {
     /// Map this peer to its store; answer with [`Event::Mapped`] or
     /// [`Event::MappingFailed`].
     Map(metapb::Peer),
-    /// Send the shard to the store just mapped; answer with
-    /// [`Event::Answered`] or [`Event::DispatchFailed`].
-    Dispatch,
+    /// Send the shard to the store just mapped, within `bound` (the time
+    /// left before the request's deadline, if it has one; the shell takes the
+    /// smaller of it and the RPC timeout); answer with [`Event::Answered`]
+    /// or [`Event::DispatchFailed`].
+    Dispatch {
+        /// The time left before the request's deadline.
+        bound: Option<Duration>,
+    },
     /// Sleep, then answer [`Event::Slept`].
     Sleep(Duration),
     /// Split the piece again from the caches; answer with
@@ -164,9 +168,10 @@ pub(crate) enum Next {
         /// False once the request ran its one probe.
         may_probe: bool,
     },
-    /// Wait for another request's probe of this Region; answer with
-    /// [`Event::ProbeWaited`].
-    WaitForProbe(ProbeWaiter),
+    /// Wait for another request's probe of this Region, at most `bound`
+    /// (the time left before the deadline); answer with
+    /// [`Event::ProbeWaited`] (inconclusive when the bound ran out).
+    WaitForProbe(ProbeWaiter, Option<Duration>),
     /// The shard is finished: `Ok` returns the response of the candidate
     /// that just answered, `Err` this error.
     Done(Result<(), Error>),
@@ -193,8 +198,13 @@ pub(crate) enum Effect {
         /// When the RPC was sent.
         sent_at: Instant,
     },
-    /// The store answered.
-    StoreAnswered(StoreId),
+    /// The store answered an RPC sent at `sent_at`.
+    StoreAnswered {
+        /// The store.
+        store_id: StoreId,
+        /// When the RPC was sent.
+        sent_at: Instant,
+    },
     /// Bump a routing counter.
     Count(Counter),
     /// The busy probe round ended: tell the waiters.
@@ -246,12 +256,18 @@ pub(crate) struct ShardMachine<'r> {
     /// or immediate retry adds one).
     attempts: u32,
     policy: EnginePolicy,
+    deadline: Option<Deadline>,
+    /// The time of the event being handled.
+    now: Instant,
     request: &'r RequestScope,
     busy: BusyProbeCount,
     probe: Option<Probe>,
     round: CandidateRound,
     /// The candidate being mapped or dispatched.
     current: Option<metapb::Peer>,
+    /// An attempt may have reached a store without an answer coming back
+    /// (for commit points): `(region, store, what interrupted it)`.
+    maybe_delivered: Option<(u64, StoreId)>,
     /// The server's minimum delay and the Region error that asked for a
     /// backoff, kept while a busy verdict or another request's probe is
     /// awaited.
@@ -267,6 +283,7 @@ impl<'r> ShardMachine<'r> {
         region: RegionWithLeader,
         backoff: Backoff,
         policy: EnginePolicy,
+        deadline: Option<Deadline>,
         request: &'r RequestScope,
     ) -> Self {
         ShardMachine {
@@ -274,11 +291,14 @@ impl<'r> ShardMachine<'r> {
             backoff,
             attempts: 1,
             policy,
+            deadline,
+            now: deadline.map_or_else(Instant::now, |d| d.at - d.length),
             request,
             busy: BusyProbeCount::default(),
             probe: None,
             round: CandidateRound::new(CandidateOrder::LeaderFirst),
             current: None,
+            maybe_delivered: None,
             pending_backoff: None,
             phase: Phase::Idle,
             effects: Effects::new(),
@@ -294,11 +314,14 @@ impl<'r> ShardMachine<'r> {
             backoff: self.backoff.clone(),
             attempts: self.attempts,
             policy: self.policy,
+            deadline: self.deadline,
+            now: self.now,
             request: self.request,
             busy: self.busy.clone(),
             probe: None,
             round: CandidateRound::new(CandidateOrder::LeaderFirst),
             current: None,
+            maybe_delivered: self.maybe_delivered,
             pending_backoff: None,
             phase: Phase::Idle,
             effects: Effects::new(),
@@ -319,7 +342,8 @@ impl<'r> ShardMachine<'r> {
     /// (effects are left in [`take_effects`](ShardMachine::take_effects)).
     /// An event that does not fit the current phase is a bug of the shell
     /// and ends the shard with an internal error.
-    pub(crate) fn handle(&mut self, event: Event) -> Next {
+    pub(crate) fn handle(&mut self, event: Event, now: Instant) -> Next {
+        self.now = now;
         match (self.phase, event) {
             (Phase::Idle, Event::Start) => self.begin_round(),
             (Phase::CheckingLeaderStore, Event::LeaderStore { unreachable }) => {
@@ -331,13 +355,24 @@ impl<'r> ShardMachine<'r> {
                 self.start_round(order)
             }
             (Phase::Mapping, Event::Mapped) => {
+                if self.time_left() == Some(Duration::ZERO) {
+                    // Mapping took the rest of the time: nothing is sent.
+                    self.current = None;
+                    return self.end_at_deadline();
+                }
                 self.phase = Phase::Dispatching;
-                Next::Dispatch
+                Next::Dispatch {
+                    bound: self.time_left(),
+                }
             }
             (Phase::Mapping, Event::MappingFailed(error)) => self.on_mapping_failed(error),
-            (Phase::Dispatching, Event::Answered { region_error }) => {
-                self.on_answered(region_error)
-            }
+            (
+                Phase::Dispatching,
+                Event::Answered {
+                    region_error,
+                    sent_at,
+                },
+            ) => self.on_answered(region_error, sent_at),
             (Phase::Dispatching, Event::DispatchFailed { error, sent_at }) => {
                 self.on_dispatch_failed(error, sent_at)
             }
@@ -364,8 +399,55 @@ impl<'r> ShardMachine<'r> {
     }
 
     fn done(&mut self, result: Result<(), Error>) -> Next {
+        // A commit point that may have been applied by an earlier attempt
+        // has no definite failure: the outcome is unknown.
+        let result = match (result, self.maybe_delivered) {
+            (Err(cause), Some((region_id, store_id)))
+                if self.policy.commit_point && !cause.is_undetermined() =>
+            {
+                Err(Error::Undetermined {
+                    region_id,
+                    store_id,
+                    request: String::new(),
+                    cause: Box::new(cause),
+                })
+            }
+            (result, _) => result,
+        };
+        if matches!(&result, Err(e) if e.is_undetermined()) {
+            self.effects.push(Effect::Count(Counter::Undetermined));
+        }
         self.phase = Phase::Done;
         Next::Done(result)
+    }
+
+    /// The time left before the deadline (`None`: no deadline).
+    fn time_left(&self) -> Option<Duration> {
+        self.deadline
+            .map(|d| d.at.saturating_duration_since(self.now))
+    }
+
+    /// Ends the round and the shard at the deadline, with the round's
+    /// strongest error.
+    fn end_at_deadline(&mut self) -> Next {
+        let round = std::mem::replace(
+            &mut self.round,
+            CandidateRound::new(CandidateOrder::LeaderFirst),
+        );
+        self.finish_probe(ProbeOutcome::Inconclusive);
+        self.deadline_exceeded(round.finish(&self.region).strongest)
+    }
+
+    /// Ends the shard because the deadline ran out, with the strongest
+    /// error seen.
+    fn deadline_exceeded(&mut self, last: Error) -> Next {
+        let region_id = self.region.id();
+        let deadline = self.deadline.map(|d| d.length).unwrap_or_default();
+        self.done(Err(Error::DeadlineExceeded {
+            region_id,
+            deadline,
+            last: Box::new(last),
+        }))
     }
 
     /// A new round: the probe round (followers only), or the normal one,
@@ -389,6 +471,9 @@ impl<'r> ShardMachine<'r> {
     }
 
     fn next_candidate(&mut self) -> Next {
+        if self.time_left() == Some(Duration::ZERO) {
+            return self.end_at_deadline();
+        }
         let Some(peer) = self.round.next_candidate(&self.region) else {
             return self.round_exhausted();
         };
@@ -454,9 +539,14 @@ impl<'r> ShardMachine<'r> {
             // The store itself said so: it answered (a timeout strike is
             // for a store that does not answer).
             DispatchFailure::Deadline => {
-                self.effects.push(Effect::StoreAnswered(store_id));
+                self.effects
+                    .push(Effect::StoreAnswered { store_id, sent_at });
             }
             DispatchFailure::Fatal => {}
+        }
+        if failure.may_have_been_sent() && failure != DispatchFailure::Fatal {
+            self.maybe_delivered
+                .get_or_insert((self.region.id(), store_id));
         }
         let step = self.round.on_dispatch_failed(
             &self.region,
@@ -467,9 +557,10 @@ impl<'r> ShardMachine<'r> {
         self.after_candidate(step)
     }
 
-    fn on_answered(&mut self, region_error: Option<Box<errorpb::Error>>) -> Next {
+    fn on_answered(&mut self, region_error: Option<Box<errorpb::Error>>, sent_at: Instant) -> Next {
         let store_id = self.current_store();
-        self.effects.push(Effect::StoreAnswered(store_id));
+        self.effects
+            .push(Effect::StoreAnswered { store_id, sent_at });
         let Some(region_error) = region_error else {
             return self.on_accepted();
         };
@@ -534,8 +625,27 @@ impl<'r> ShardMachine<'r> {
                 self.done(Err(error))
             }
             CandidateStep::EndRound { action, error } => {
+                let store_id = self.current_store();
                 self.current = None;
                 self.finish_probe(ProbeOutcome::Inconclusive);
+                if action.undetermined {
+                    self.maybe_delivered
+                        .get_or_insert((self.region.id(), store_id));
+                }
+                if action.undetermined && self.policy.terminal_on_dispatch_error {
+                    // The store itself cannot tell whether the write was
+                    // applied: never re-sent.
+                    if action.invalidate_region {
+                        self.invalidate_region();
+                    }
+                    let region_id = self.region.id();
+                    return self.done(Err(Error::Undetermined {
+                        region_id,
+                        store_id,
+                        request: String::new(),
+                        cause: Box::new(Error::region_error(region_id, *error)),
+                    }));
+                }
                 self.on_region_error_action(*action, error)
             }
         }
@@ -596,11 +706,16 @@ impl<'r> ShardMachine<'r> {
         }
         match self.spend_attempt() {
             None => self.exhausted(exhausted.strongest),
-            Some(delay) => self.sleep(delay),
+            Some(delay) => self.sleep(delay, exhausted.strongest),
         }
     }
 
-    fn sleep(&mut self, delay: Duration) -> Next {
+    /// Sleeps before the next round, unless the deadline ends first: then
+    /// the shard ends with `last`, the strongest error so far.
+    fn sleep(&mut self, delay: Duration, last: Error) -> Next {
+        if self.time_left().is_some_and(|left| delay >= left) {
+            return self.deadline_exceeded(last);
+        }
         self.phase = Phase::Sleeping;
         Next::Sleep(delay)
     }
@@ -684,12 +799,18 @@ impl<'r> ShardMachine<'r> {
         match verdict {
             BusyVerdict::Ordinary => self.back_off_after_busy(true),
             BusyVerdict::Probe(ticket) => {
-                self.request.take_probe();
+                if !self.request.take_probe() {
+                    // Another shard of this request probed since this one
+                    // reported: one probe per request. The ticket goes
+                    // unused, which frees the Region and keeps the count.
+                    drop(ticket);
+                    return self.back_off_after_busy(true);
+                }
                 self.start_probe(Probe::Shared(ticket))
             }
             BusyVerdict::WaitForProbe(waiter) => {
                 self.phase = Phase::WaitingForProbe;
-                Next::WaitForProbe(waiter)
+                Next::WaitForProbe(waiter, self.time_left())
             }
         }
     }
@@ -698,11 +819,12 @@ impl<'r> ShardMachine<'r> {
     /// not); `sleep` is false when another request's probe found the leader.
     fn back_off_after_busy(&mut self, sleep: bool) -> Next {
         let (at_least, error) = self.pending_backoff.take().unwrap_or_default();
+        let last = Error::region_error(self.region.id(), *error);
         let Some(delay) = self.spend_attempt() else {
-            return self.exhausted(Error::region_error(self.region.id(), *error));
+            return self.exhausted(last);
         };
         if sleep {
-            self.sleep(delay.max(at_least.unwrap_or_default()))
+            self.sleep(delay.max(at_least.unwrap_or_default()), last)
         } else {
             self.reshard()
         }

@@ -93,23 +93,55 @@ fn policy() -> EnginePolicy {
     EnginePolicy::default()
 }
 
-/// A machine and the effects of every transition so far.
+/// A machine, the effects of every transition so far (probe tickets are
+/// finished as the shell would, their outcomes kept), and the time.
 struct Run<'r> {
     m: ShardMachine<'r>,
     effects: Vec<Effect>,
+    finished_probes: Vec<ProbeOutcome>,
+    now: Instant,
 }
 
 impl<'r> Run<'r> {
     fn new(region: RegionWithLeader, policy: EnginePolicy, scope: &'r RequestScope) -> Self {
         Run {
-            m: ShardMachine::new(region, backoff(3), policy, scope),
+            m: ShardMachine::new(region, backoff(3), policy, None, scope),
             effects: Vec::new(),
+            finished_probes: Vec::new(),
+            now: Instant::now(),
+        }
+    }
+
+    fn with_deadline(
+        region: RegionWithLeader,
+        policy: EnginePolicy,
+        scope: &'r RequestScope,
+        length: Duration,
+    ) -> Self {
+        let now = Instant::now();
+        let deadline = Deadline {
+            at: now + length,
+            length,
+        };
+        Run {
+            m: ShardMachine::new(region, backoff(3), policy, Some(deadline), scope),
+            effects: Vec::new(),
+            finished_probes: Vec::new(),
+            now,
         }
     }
 
     fn step(&mut self, event: Event) -> Next {
-        let next = self.m.handle(event);
-        self.effects.extend(self.m.take_effects());
+        let next = self.m.handle(event, self.now);
+        for effect in self.m.take_effects() {
+            match effect {
+                Effect::FinishProbe(ticket, outcome) => {
+                    ticket.finish(outcome);
+                    self.finished_probes.push(outcome);
+                }
+                other => self.effects.push(other),
+            }
+        }
         next
     }
 
@@ -123,13 +155,15 @@ impl<'r> Run<'r> {
 
     /// Answers a `Map(peer)` with a mapped store and the dispatch with `event`.
     fn dispatch(&mut self, event: Event) -> Next {
-        assert!(matches!(self.step(Event::Mapped), Next::Dispatch));
+        assert!(matches!(self.step(Event::Mapped), Next::Dispatch { .. }));
         self.step(event)
     }
 
     fn answer(&mut self, region_error: Option<errorpb::Error>) -> Next {
+        let sent_at = self.now;
         self.dispatch(Event::Answered {
             region_error: region_error.map(Box::new),
+            sent_at,
         })
     }
 
@@ -181,7 +215,10 @@ fn fast_path_is_four_steps_and_one_effect() {
     assert_eq!(mapped_peer(&next), Some(11));
     assert!(matches!(run.answer(None), Next::Done(Ok(()))));
     assert!(
-        matches!(run.effects.as_slice(), [Effect::StoreAnswered(1)]),
+        matches!(
+            run.effects.as_slice(),
+            [Effect::StoreAnswered { store_id: 1, .. }]
+        ),
         "{:?}",
         run.effects
     );
@@ -335,19 +372,253 @@ fn shared_busy_verdicts_drive_probe_wait_and_ordinary_paths() {
     let verdict = routing.busy_zero_wait(1, 11, true);
     assert!(matches!(
         waiting.step(Event::BusyVerdict(verdict)),
-        Next::WaitForProbe(_)
+        Next::WaitForProbe(..)
     ));
     // The probe finds 12; the waiter goes on without sleeping.
     assert!(matches!(run.answer(None), Next::Done(Ok(()))));
     assert_eq!(run.leader_updates(), vec![12]);
-    assert!(run
-        .effects
-        .iter()
-        .any(|e| matches!(e, Effect::FinishProbe(_, ProbeOutcome::FoundLeader))));
+    assert_eq!(run.finished_probes, vec![ProbeOutcome::FoundLeader]);
     assert!(matches!(
         waiting.step(Event::ProbeWaited(ProbeOutcome::FoundLeader)),
         Next::Reshard
     ));
+}
+
+#[test]
+fn a_probe_granted_after_another_shard_probed_is_not_run() {
+    // Found in review: `may_probe` is read when the machine reports busy,
+    // the verdict comes after the shell's awaits, and another shard of the
+    // same request may have probed in between. The second ticket is dropped.
+    let routing = Arc::new(RoutingState::new(&Config::default()));
+    let scope = RequestScope::default();
+    let shared = EnginePolicy {
+        shared_busy_probe: true,
+        ..policy()
+    };
+    // One busy(0) already counted for leader 11.
+    assert!(matches!(
+        routing.busy_zero_wait(1, 11, true),
+        BusyVerdict::Ordinary
+    ));
+    let mut a = Run::new(region3(Some(11)), shared, &scope);
+    let mut b = Run::new(region3(Some(11)), shared, &scope);
+    a.start();
+    b.start();
+    assert!(matches!(
+        a.answer(Some(busy(0, 0))),
+        Next::ReportBusy {
+            may_probe: true,
+            ..
+        }
+    ));
+    assert!(matches!(
+        b.answer(Some(busy(0, 0))),
+        Next::ReportBusy {
+            may_probe: true,
+            ..
+        }
+    ));
+    // A's report reaches the threshold: A probes, inconclusively.
+    let verdict = routing.busy_zero_wait(1, 11, true);
+    assert_eq!(mapped_peer(&a.step(Event::BusyVerdict(verdict))), Some(12));
+    assert_eq!(mapped_peer(&a.answer(Some(not_leader(None)))), Some(13));
+    assert!(matches!(a.answer(Some(not_leader(None))), Next::Sleep(_)));
+    assert_eq!(a.finished_probes, vec![ProbeOutcome::Inconclusive]);
+    // The count starts afresh; another request's busy answer, then B's
+    // late report, reach the threshold again and grant B a ticket.
+    assert!(matches!(
+        routing.busy_zero_wait(1, 11, true),
+        BusyVerdict::Ordinary
+    ));
+    let verdict = routing.busy_zero_wait(1, 11, true);
+    assert!(matches!(verdict, BusyVerdict::Probe(_)));
+    assert!(
+        matches!(b.step(Event::BusyVerdict(verdict)), Next::Sleep(_)),
+        "B backs off instead of probing a second time"
+    );
+    assert_eq!(a.count(Counter::BusyProbe) + b.count(Counter::BusyProbe), 1);
+    // The unused ticket freed the Region: the next probe can start.
+    assert!(matches!(
+        routing.busy_zero_wait(1, 11, true),
+        BusyVerdict::Probe(_)
+    ));
+}
+
+#[test]
+fn pieces_a_split_leaves_keep_the_shards_budget() {
+    let scope = RequestScope::default();
+    let mut run = Run::new(region3(Some(11)), policy(), &scope);
+    run.start();
+    // Two rounds of timeouts spend two of the three retries.
+    for _ in 0..2 {
+        run.fail(client_timeout());
+        run.fail(client_timeout());
+        assert!(matches!(run.fail(client_timeout()), Next::Sleep(_)));
+        assert!(matches!(run.step(Event::Slept), Next::Reshard));
+        run.step(Event::Resharded(region3(Some(11))));
+        run.step(Event::LeaderStore { unreachable: false });
+    }
+    // The reload split the piece: each piece has one retry left.
+    let mut left = region3(Some(11));
+    left.region.id = 2;
+    let mut piece = Run {
+        m: run.m.fork(left),
+        effects: Vec::new(),
+        finished_probes: Vec::new(),
+        now: run.now,
+    };
+    piece.start();
+    piece.fail(client_timeout());
+    piece.fail(client_timeout());
+    assert!(matches!(piece.fail(client_timeout()), Next::Sleep(_)));
+    piece.step(Event::Slept);
+    piece.step(Event::Resharded(region3(Some(11))));
+    piece.step(Event::LeaderStore { unreachable: false });
+    piece.fail(client_timeout());
+    piece.fail(client_timeout());
+    match piece.fail(client_timeout()) {
+        Next::Done(Err(Error::RetriesExhausted { attempts, .. })) => assert_eq!(attempts, 4),
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn the_deadline_ends_the_request_before_a_sleep_that_would_pass_it() {
+    let scope = RequestScope::default();
+    let mut run = Run::with_deadline(
+        region3(Some(11)),
+        policy(),
+        &scope,
+        Duration::from_millis(250),
+    );
+    run.start();
+    // Each RPC may take the time left at most.
+    assert!(matches!(
+        run.step(Event::Mapped),
+        Next::Dispatch {
+            bound: Some(b)
+        } if b == Duration::from_millis(250)
+    ));
+    run.now += Duration::from_millis(100);
+    assert!(matches!(
+        run.step(Event::DispatchFailed {
+            error: client_timeout(),
+            sent_at: run.now,
+        }),
+        Next::Map(_)
+    ));
+    assert!(matches!(
+        run.step(Event::Mapped),
+        Next::Dispatch {
+            bound: Some(b)
+        } if b == Duration::from_millis(150)
+    ));
+    run.now += Duration::from_millis(149);
+    run.step(Event::DispatchFailed {
+        error: client_timeout(),
+        sent_at: run.now,
+    });
+    run.now += Duration::from_millis(1);
+    // The deadline has come: the third candidate is not sent to, no sleep.
+    match run.step(Event::Mapped) {
+        Next::Done(Err(Error::DeadlineExceeded { deadline, last, .. })) => {
+            assert_eq!(deadline, Duration::from_millis(250));
+            assert!(matches!(*last, Error::Timeout { .. }), "{last}");
+        }
+        other => panic!("{other:?}"),
+    }
+    // A sleep that would pass the deadline is not taken either.
+    let mut run = Run::with_deadline(
+        region3(Some(11)),
+        policy(),
+        &scope,
+        Duration::from_millis(3),
+    );
+    run.start();
+    match run.answer(Some(busy(5, 10))) {
+        Next::Done(Err(Error::DeadlineExceeded { last, .. })) => {
+            assert!(matches!(*last, Error::RegionError { .. }), "{last}")
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn an_undetermined_result_ends_a_write_and_retries_a_read() {
+    let undetermined = || errorpb::Error {
+        undetermined_result: Some(errorpb::UndeterminedResult {
+            message: "apply unknown".to_owned(),
+        }),
+        ..Default::default()
+    };
+    let scope = RequestScope::default();
+    let write = EnginePolicy {
+        terminal_on_dispatch_error: true,
+        ..policy()
+    };
+    let mut run = Run::new(region3(Some(11)), write, &scope);
+    run.start();
+    match run.answer(Some(undetermined())) {
+        Next::Done(Err(Error::Undetermined {
+            store_id, cause, ..
+        })) => {
+            assert_eq!(store_id, 1);
+            assert!(matches!(*cause, Error::RegionError { .. }));
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(run.count(Counter::Undetermined), 1);
+    let mut run = Run::new(region3(Some(11)), policy(), &scope);
+    run.start();
+    assert!(matches!(run.answer(Some(undetermined())), Next::Sleep(_)));
+    assert_eq!(run.region_invalidations(), 1);
+}
+
+#[test]
+fn a_commit_point_is_resent_but_a_final_failure_after_possible_delivery_is_undetermined() {
+    let scope = RequestScope::default();
+    let commit = EnginePolicy {
+        commit_point: true,
+        ..policy()
+    };
+    // The leader's answer is lost; the voters are re-asked (idempotent),
+    // and all say NotLeader until the budget runs out: undetermined.
+    let mut run = Run::new(region3(Some(11)), commit, &scope);
+    run.start();
+    assert_eq!(mapped_peer(&run.fail(transport())), Some(12), "re-sent");
+    assert_eq!(mapped_peer(&run.answer(Some(not_leader(None)))), Some(13));
+    let mut next = run.answer(Some(not_leader(None)));
+    while let Next::Sleep(_) = next {
+        run.step(Event::Slept);
+        match run.step(Event::Resharded(region3(Some(11)))) {
+            Next::CheckLeaderStore(_) => {
+                run.step(Event::LeaderStore { unreachable: false });
+            }
+            other => panic!("{other:?}"),
+        }
+        for _ in 0..2 {
+            run.answer(Some(not_leader(None)));
+        }
+        next = run.answer(Some(not_leader(None)));
+    }
+    match next {
+        Next::Done(Err(Error::Undetermined {
+            store_id, cause, ..
+        })) => {
+            assert_eq!(store_id, 1, "the store that may have applied it");
+            assert!(matches!(*cause, Error::RetriesExhausted { .. }));
+        }
+        other => panic!("{other:?}"),
+    }
+    // A definite answer after a lost one is the outcome.
+    let mut run = Run::new(region3(Some(11)), commit, &scope);
+    run.start();
+    run.fail(transport());
+    assert!(matches!(run.answer(None), Next::Done(Ok(()))));
+    // Without a possible delivery a failure stays what it is.
+    let mut run = Run::new(region3(Some(11)), commit, &scope);
+    run.start();
+    assert!(matches!(run.fail(fatal()), Next::Done(Err(Error::Grpc(_)))));
 }
 
 #[test]
@@ -468,7 +739,8 @@ fn leader_hint_retries_at_once_and_ping_pong_stops_at_the_budget() {
 }
 
 // ---------------------------------------------------------------------------
-// Property tests: random answer sequences.
+// Property tests: random answer sequences, several shards of one request
+// interleaved, splits, deadlines.
 
 /// A Region error a candidate may answer with.
 #[derive(Debug, Clone, Copy)]
@@ -485,8 +757,15 @@ enum RegionAnswer {
     StaleCommand,
     StoreNotMatch,
     DataIsNotReady,
+    MaxTimestampNotSynced,
+    ReadIndexNotReady,
+    DiskFull,
+    RecoveryInProgress,
+    IsWitness,
     BucketVersionNotMatch,
     RaftEntryTooLarge,
+    FlashbackInProgress,
+    UndeterminedResult,
     Unrecognised,
 }
 
@@ -497,29 +776,43 @@ enum Answer {
     Region(RegionAnswer),
     Refused,
     ConnectTimeout,
+    /// The connection could not be opened when the RPC was sent.
+    NotSentAtDispatch,
     Transport,
+    Unknown,
+    Cancelled,
     ClientTimeout,
     Deadline,
     Fatal,
 }
 
 fn region_answer() -> impl Strategy<Value = RegionAnswer> {
+    use RegionAnswer as R;
     prop_oneof![
-        4 => Just(RegionAnswer::NotLeaderNoHint),
-        3 => (0usize..5).prop_map(RegionAnswer::NotLeaderHintInside),
-        1 => Just(RegionAnswer::NotLeaderHintOutside),
-        3 => Just(RegionAnswer::Busy(0, 0)),
-        1 => (1u32..100, 0u64..50).prop_map(|(w, b)| RegionAnswer::Busy(w, b)),
-        1 => Just(RegionAnswer::EpochNotMatch),
-        1 => Just(RegionAnswer::EpochNotMatchNewer),
-        1 => Just(RegionAnswer::RegionNotFound),
-        1 => Just(RegionAnswer::KeyNotInRegion),
-        1 => Just(RegionAnswer::StaleCommand),
-        1 => Just(RegionAnswer::StoreNotMatch),
-        1 => Just(RegionAnswer::DataIsNotReady),
-        1 => Just(RegionAnswer::BucketVersionNotMatch),
-        1 => Just(RegionAnswer::RaftEntryTooLarge),
-        1 => Just(RegionAnswer::Unrecognised),
+        4 => Just(R::NotLeaderNoHint),
+        3 => (0usize..5).prop_map(R::NotLeaderHintInside),
+        1 => Just(R::NotLeaderHintOutside),
+        3 => Just(R::Busy(0, 0)),
+        1 => (1u32..100, 0u64..50).prop_map(|(w, b)| R::Busy(w, b)),
+        1 => Just(R::EpochNotMatch),
+        1 => Just(R::EpochNotMatchNewer),
+        1 => prop_oneof![
+            Just(R::RegionNotFound),
+            Just(R::KeyNotInRegion),
+            Just(R::StaleCommand),
+            Just(R::StoreNotMatch),
+        ],
+        1 => prop_oneof![
+            Just(R::DataIsNotReady),
+            Just(R::MaxTimestampNotSynced),
+            Just(R::ReadIndexNotReady),
+            Just(R::DiskFull),
+        ],
+        1 => prop_oneof![Just(R::RecoveryInProgress), Just(R::IsWitness)],
+        1 => Just(R::BucketVersionNotMatch),
+        1 => prop_oneof![Just(R::RaftEntryTooLarge), Just(R::FlashbackInProgress)],
+        1 => Just(R::UndeterminedResult),
+        1 => Just(R::Unrecognised),
     ]
 }
 
@@ -529,7 +822,9 @@ fn answer() -> impl Strategy<Value = Answer> {
         8 => region_answer().prop_map(Answer::Region),
         1 => Just(Answer::Refused),
         1 => Just(Answer::ConnectTimeout),
+        1 => Just(Answer::NotSentAtDispatch),
         2 => Just(Answer::Transport),
+        1 => prop_oneof![Just(Answer::Unknown), Just(Answer::Cancelled)],
         2 => Just(Answer::ClientTimeout),
         1 => Just(Answer::Deadline),
         1 => Just(Answer::Fatal),
@@ -566,19 +861,18 @@ fn region() -> impl Strategy<Value = RegionWithLeader> {
 }
 
 fn region_error(answer: RegionAnswer, region: &RegionWithLeader) -> errorpb::Error {
+    use RegionAnswer as R;
     let mut e = errorpb::Error::default();
     match answer {
-        RegionAnswer::NotLeaderNoHint => return not_leader(None),
-        RegionAnswer::NotLeaderHintInside(i) => {
+        R::NotLeaderNoHint => return not_leader(None),
+        R::NotLeaderHintInside(i) => {
             let peers = &region.region.peers;
             return not_leader(peers.get(i % peers.len()).copied());
         }
-        RegionAnswer::NotLeaderHintOutside => return not_leader(Some(voter(99, 9))),
-        RegionAnswer::Busy(w, b) => return busy(w, b),
-        RegionAnswer::EpochNotMatch => {
-            e.epoch_not_match = Some(errorpb::EpochNotMatch::default());
-        }
-        RegionAnswer::EpochNotMatchNewer => {
+        R::NotLeaderHintOutside => return not_leader(Some(voter(99, 9))),
+        R::Busy(w, b) => return busy(w, b),
+        R::EpochNotMatch => e.epoch_not_match = Some(errorpb::EpochNotMatch::default()),
+        R::EpochNotMatchNewer => {
             let mut newer = region.region.clone();
             newer.region_epoch = Some(metapb::RegionEpoch {
                 conf_ver: 5,
@@ -588,23 +882,29 @@ fn region_error(answer: RegionAnswer, region: &RegionWithLeader) -> errorpb::Err
                 current_regions: vec![newer],
             });
         }
-        RegionAnswer::RegionNotFound => e.region_not_found = Some(Default::default()),
-        RegionAnswer::KeyNotInRegion => e.key_not_in_region = Some(Default::default()),
-        RegionAnswer::StaleCommand => e.stale_command = Some(Default::default()),
-        RegionAnswer::StoreNotMatch => e.store_not_match = Some(Default::default()),
-        RegionAnswer::DataIsNotReady => e.data_is_not_ready = Some(Default::default()),
-        RegionAnswer::BucketVersionNotMatch => {
-            e.bucket_version_not_match = Some(Default::default())
-        }
-        RegionAnswer::RaftEntryTooLarge => e.raft_entry_too_large = Some(Default::default()),
-        RegionAnswer::Unrecognised => e.message = "something new".to_owned(),
+        R::RegionNotFound => e.region_not_found = Some(Default::default()),
+        R::KeyNotInRegion => e.key_not_in_region = Some(Default::default()),
+        R::StaleCommand => e.stale_command = Some(Default::default()),
+        R::StoreNotMatch => e.store_not_match = Some(Default::default()),
+        R::DataIsNotReady => e.data_is_not_ready = Some(Default::default()),
+        R::MaxTimestampNotSynced => e.max_timestamp_not_synced = Some(Default::default()),
+        R::ReadIndexNotReady => e.read_index_not_ready = Some(Default::default()),
+        R::DiskFull => e.disk_full = Some(Default::default()),
+        R::RecoveryInProgress => e.recovery_in_progress = Some(Default::default()),
+        R::IsWitness => e.is_witness = Some(Default::default()),
+        R::BucketVersionNotMatch => e.bucket_version_not_match = Some(Default::default()),
+        R::RaftEntryTooLarge => e.raft_entry_too_large = Some(Default::default()),
+        R::FlashbackInProgress => e.flashback_in_progress = Some(Default::default()),
+        R::UndeterminedResult => e.undetermined_result = Some(Default::default()),
+        R::Unrecognised => e.message = "something new".to_owned(),
     }
     e
 }
 
 /// One scenario: the Region, the plan's switches, the budget, the answers
-/// in order (after they run out, every candidate times out), and how the
-/// world answers the other questions.
+/// in order (after they run out, every candidate times out), coins for the
+/// world's other choices (which shard moves, store health, reloads,
+/// splits), how many shards the request has, and its deadline.
 #[derive(Debug, Clone)]
 struct Scenario {
     region: RegionWithLeader,
@@ -612,48 +912,138 @@ struct Scenario {
     shared_busy_probe: bool,
     attempts: u32,
     answers: Vec<Answer>,
-    /// Per question of store health / busy verdict / reshard: a coin.
     coins: Vec<u8>,
-    /// Shards of the request on the same Region, driven one after another.
     shards: usize,
+    deadline_ms: Option<u64>,
+    commit_point: bool,
 }
 
 fn scenario() -> impl Strategy<Value = Scenario> {
     (
-        region(),
-        any::<bool>(),
-        any::<bool>(),
+        (region(), any::<bool>(), any::<bool>(), any::<bool>()),
         0u32..6,
-        proptest::collection::vec(answer(), 0..40),
-        proptest::collection::vec(any::<u8>(), 0..40),
+        proptest::collection::vec(answer(), 0..48),
+        proptest::collection::vec(any::<u8>(), 0..64),
         1usize..=3,
+        proptest::option::of(1u64..400),
     )
         .prop_map(
-            |(region, terminal, shared, attempts, answers, coins, shards)| Scenario {
-                region,
-                terminal_on_dispatch_error: terminal,
-                shared_busy_probe: shared,
+            |(
+                (region, terminal, shared, commit_point),
                 attempts,
                 answers,
                 coins,
                 shards,
+                deadline_ms,
+            )| {
+                Scenario {
+                    region,
+                    terminal_on_dispatch_error: terminal,
+                    shared_busy_probe: shared,
+                    attempts,
+                    answers,
+                    coins,
+                    shards,
+                    deadline_ms,
+                    commit_point,
+                }
             },
         )
 }
 
-/// What one run of a scenario showed.
-#[derive(Debug, Default)]
-struct Observed {
-    busy_probes: usize,
+/// How long a client timeout takes in the model.
+const RPC_TIMEOUT: Duration = Duration::from_millis(100);
+
+/// What a candidate's answer meant for the round, for the strongest-error
+/// property.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Seen {
+    Routing,
+    Timeout,
+    NotLeader,
+    Busy,
 }
 
-/// The world: answers every step of every shard's machine, and checks the
-/// invariants at each step.
+/// The class of an error the engine returned as the strongest.
+fn class_of(error: &Error) -> Option<Seen> {
+    match error {
+        Error::RegionError(error) if error.not_leader.is_some() => Some(Seen::NotLeader),
+        Error::RegionError(error) if error.server_is_busy.is_some() => Some(Seen::Busy),
+        other => match classify_dispatch_error(other) {
+            DispatchFailure::NotSent | DispatchFailure::Transport => Some(Seen::Routing),
+            DispatchFailure::ClientTimeout | DispatchFailure::Deadline => Some(Seen::Timeout),
+            DispatchFailure::Fatal => None,
+        },
+    }
+}
+
+/// The strongest error of a round that ran out of candidates, by
+/// routing.md's precedence: routing failure > every voter `NotLeader` (a
+/// cached leader that could not answer counts with them) > busy > other
+/// `NotLeader` > timeout.
+fn expected_strongest(round: &[(bool, Seen)]) -> Option<Seen> {
+    let any = |k: Seen| round.iter().any(|(_, s)| *s == k);
+    if round.is_empty() {
+        return None;
+    }
+    if any(Seen::Routing) {
+        return Some(Seen::Routing);
+    }
+    let all_not_leader = any(Seen::NotLeader)
+        && round.iter().all(|(was_leader, s)| {
+            *s == Seen::NotLeader || (*was_leader && matches!(s, Seen::Timeout))
+        });
+    if all_not_leader {
+        return Some(Seen::NotLeader);
+    }
+    [Seen::Busy, Seen::NotLeader, Seen::Timeout]
+        .into_iter()
+        .find(|k| any(*k))
+}
+
+/// One shard's machine and what the world knows about it.
+struct ShardRun<'r> {
+    m: ShardMachine<'r>,
+    event: Option<Event>,
+    /// The world's copy of the machine's Region and cached leader.
+    region: RegionWithLeader,
+    now: Instant,
+    /// `Some(leader_first)` until the round's first candidate is mapped.
+    expect_first: Option<bool>,
+    probing: bool,
+    may_have_been_sent: bool,
+    /// An attempt may have been delivered (whatever the plan's flags).
+    maybe_delivered: bool,
+    current: Option<metapb::Peer>,
+    current_is_leader: bool,
+    /// This round: who was targeted, and what each answer meant (only
+    /// answers that let the round go on).
+    targeted: Vec<u64>,
+    round: Vec<(bool, Seen)>,
+    /// False once an answer ended the round early (a Region error by the
+    /// table, a leader hint): the strongest-error rule is then not the
+    /// exhausted round's.
+    round_ran_out: bool,
+    new_round_on_map: bool,
+    /// A busy report the shell has not made yet: the real shell performs
+    /// effects (awaits) between the machine's `ReportBusy` and the call, so
+    /// other shards may move in between.
+    pending_report: Option<(u64, u64, bool)>,
+    dispatches: u32,
+    sleeps: u32,
+    done: bool,
+}
+
+/// The world: answers every step of every shard's machine, interleaving
+/// them, and checks the invariants at each step.
 struct World<'s> {
     s: &'s Scenario,
     answer_index: usize,
     coin_index: usize,
     routing: Arc<RoutingState>,
+    busy_probes: usize,
+    forks: usize,
+    deadline: Option<Deadline>,
 }
 
 impl World<'_> {
@@ -668,225 +1058,394 @@ impl World<'_> {
         a
     }
 
+    /// A coin; once they run out, 1 (store reachable, no split, no reload).
     fn coin(&mut self) -> u8 {
-        let c = self.s.coins.get(self.coin_index).copied().unwrap_or(0);
+        let c = self.s.coins.get(self.coin_index).copied().unwrap_or(1);
         self.coin_index += 1;
         c
     }
 
-    /// Runs one shard's machine to the end; checks invariants. Returns the
-    /// outcome, or a violation.
-    fn run_shard(
-        &mut self,
-        scope: &RequestScope,
-        observed: &mut Observed,
-    ) -> Result<Result<(), Error>, TestCaseError> {
+    fn new_run<'r>(
+        &self,
+        m: ShardMachine<'r>,
+        region: RegionWithLeader,
+        now: Instant,
+    ) -> ShardRun<'r> {
+        ShardRun {
+            m,
+            event: Some(Event::Start),
+            region,
+            now,
+            expect_first: None,
+            probing: false,
+            may_have_been_sent: false,
+            maybe_delivered: false,
+            current: None,
+            current_is_leader: false,
+            targeted: Vec::new(),
+            round: Vec::new(),
+            round_ran_out: true,
+            new_round_on_map: true,
+            pending_report: None,
+            dispatches: 0,
+            sleeps: 0,
+            done: false,
+        }
+    }
+
+    fn start_round(r: &mut ShardRun<'_>) {
+        r.targeted.clear();
+        r.round.clear();
+        r.round_ran_out = true;
+    }
+
+    /// Advances one shard by one step; returns the shards a split left.
+    fn step<'r>(&mut self, r: &mut ShardRun<'r>) -> Result<Vec<ShardRun<'r>>, TestCaseError> {
         let s = self.s;
-        let policy = EnginePolicy {
-            terminal_on_dispatch_error: s.terminal_on_dispatch_error,
-            shared_busy_probe: s.shared_busy_probe,
+        if let Some((region_id, leader_peer_id, may_probe)) = r.pending_report.take() {
+            let verdict = self
+                .routing
+                .busy_zero_wait(region_id, leader_peer_id, may_probe);
+            r.event = Some(Event::BusyVerdict(verdict));
+            return Ok(Vec::new());
+        }
+        let Some(event) = r.event.take() else {
+            return Ok(Vec::new());
         };
-        let mut region = s.region.clone();
-        let mut m = ShardMachine::new(region.clone(), backoff(s.attempts), policy, scope);
-        let mut event = Event::Start;
-        // Round bookkeeping for the invariants.
-        let mut sleeps = 0u32;
-        let mut expect_first: Option<bool> = None; // Some(leader_first)
-        let mut probing = false;
-        let mut may_have_been_sent = false;
-        let mut current: Option<metapb::Peer> = None;
-        let mut round_saw_routing_failure = false;
-        let mut dispatches = 0u32;
-        let candidates = region.region.peers.len() as u32;
+        let next = r.m.handle(event, r.now);
+        for effect in r.m.take_effects() {
+            match effect {
+                Effect::Count(Counter::BusyProbe) => {
+                    self.busy_probes += 1;
+                    r.probing = true;
+                    r.new_round_on_map = true;
+                    r.expect_first = None;
+                }
+                Effect::UpdateLeader(_, leader) => {
+                    prop_assert!(can_become_leader(&leader), "leader {leader:?} cannot lead");
+                    prop_assert!(r.region.has_peer(&leader), "leader outside the Region");
+                    r.region.leader = Some(leader);
+                }
+                Effect::FinishProbe(ticket, outcome) => ticket.finish(outcome),
+                _ => {}
+            }
+        }
+        let candidates = r
+            .region
+            .region
+            .peers
+            .iter()
+            .filter(|p| can_become_leader(p))
+            .count() as u32;
         // Rounds: the first, one per spent attempt, and the one probe.
-        let bound = (s.attempts + 2) * candidates;
-        for _step in 0..10_000 {
-            let next = m.handle(event);
-            let effects = m.take_effects();
-            for e in &effects {
-                match e {
-                    Effect::Count(Counter::BusyProbe) => {
-                        observed.busy_probes += 1;
-                        probing = true;
-                        round_saw_routing_failure = false;
-                        expect_first = None;
+        let dispatch_bound = (s.attempts + 2) * candidates.max(1);
+        let mut split = Vec::new();
+        r.event = Some(match next {
+            Next::CheckLeaderStore(store) => {
+                prop_assert_eq!(Some(store), r.region.leader.map(|l| l.store_id));
+                let unreachable = self.coin().is_multiple_of(4);
+                r.expect_first = Some(!unreachable);
+                r.probing = false;
+                r.new_round_on_map = true;
+                Event::LeaderStore { unreachable }
+            }
+            Next::Map(peer) => {
+                if r.new_round_on_map {
+                    Self::start_round(r);
+                    r.new_round_on_map = false;
+                }
+                prop_assert!(
+                    !r.may_have_been_sent,
+                    "re-sent after it may have been delivered"
+                );
+                prop_assert!(can_become_leader(&peer), "{peer:?} is no candidate");
+                prop_assert!(r.region.region.peers.contains(&peer));
+                prop_assert!(
+                    !r.targeted.contains(&peer.id),
+                    "{peer:?} targeted twice in a round"
+                );
+                r.targeted.push(peer.id);
+                let is_leader = r.region.leader.is_some_and(|l| l.id == peer.id);
+                if r.probing {
+                    prop_assert!(!is_leader, "the probe never targets the leader");
+                }
+                if let Some(leader_first) = r.expect_first.take() {
+                    let leader_can_lead = r.region.leader.is_some_and(|l| can_become_leader(&l));
+                    if leader_first && leader_can_lead {
+                        prop_assert!(is_leader, "the cached leader goes first");
                     }
-                    Effect::UpdateLeader(_, leader) => {
-                        prop_assert!(can_become_leader(leader), "leader {leader:?} cannot lead");
-                        region.leader = Some(*leader);
+                }
+                r.current = Some(peer);
+                r.current_is_leader = is_leader;
+                match self.next_answer() {
+                    Answer::Refused => {
+                        r.round.push((is_leader, Seen::Routing));
+                        Event::MappingFailed(refused())
                     }
-                    _ => {}
+                    Answer::ConnectTimeout => {
+                        r.round.push((is_leader, Seen::Routing));
+                        Event::MappingFailed(Error::ConnectTimeout {
+                            address: "a".to_owned(),
+                            timeout: Duration::from_secs(1),
+                        })
+                    }
+                    _ => {
+                        // Mapped; the answer is the dispatch's.
+                        self.answer_index -= 1;
+                        Event::Mapped
+                    }
                 }
             }
-            event = match next {
-                Next::CheckLeaderStore(store) => {
-                    prop_assert_eq!(Some(store), region.leader.map(|l| l.store_id));
-                    let unreachable = self.coin().is_multiple_of(4);
-                    expect_first = Some(!unreachable);
-                    probing = false;
-                    round_saw_routing_failure = false;
-                    Event::LeaderStore { unreachable }
-                }
-                Next::Map(peer) => {
+            Next::Dispatch { bound } => {
+                r.dispatches += 1;
+                prop_assert!(
+                    r.dispatches <= dispatch_bound,
+                    "more dispatches than the budget allows"
+                );
+                if let Some(deadline) = self.deadline {
+                    prop_assert_eq!(bound, Some(deadline.at.saturating_duration_since(r.now)));
                     prop_assert!(
-                        !may_have_been_sent,
-                        "re-sent after it may have been delivered"
+                        bound > Some(Duration::ZERO),
+                        "dispatched after the deadline"
                     );
-                    prop_assert!(can_become_leader(&peer), "{peer:?} is no candidate");
-                    prop_assert!(region.region.peers.contains(&peer));
-                    let is_leader = region.leader.is_some_and(|l| l.id == peer.id);
-                    if probing {
-                        prop_assert!(!is_leader, "the probe never targets the leader");
-                    }
-                    if let Some(leader_first) = expect_first.take() {
-                        let leader_can_lead = region.leader.is_some_and(|l| can_become_leader(&l));
-                        if leader_first && leader_can_lead {
-                            prop_assert!(is_leader, "the cached leader goes first");
+                }
+                let sent_at = r.now;
+                let is_leader = r.current_is_leader;
+                let terminal = s.terminal_on_dispatch_error;
+                let failed = |error| Event::DispatchFailed { error, sent_at };
+                match self.next_answer() {
+                    Answer::Accept => {
+                        r.now += Duration::from_millis(1);
+                        Event::Answered {
+                            region_error: None,
+                            sent_at,
                         }
                     }
-                    current = Some(peer);
-                    match self.next_answer() {
-                        Answer::Refused => {
-                            round_saw_routing_failure = true;
-                            Event::MappingFailed(refused())
+                    Answer::Region(answer) => {
+                        r.now += Duration::from_millis(1);
+                        let e = region_error(answer, &r.region);
+                        let continues = match (&e.not_leader, &e.server_is_busy) {
+                            (Some(nl), _) if is_leader => nl
+                                .leader
+                                .is_none_or(|h| Some(h.id) == r.current.map(|c| c.id)),
+                            (Some(_), _) => true,
+                            (None, Some(_)) => !is_leader,
+                            _ => false,
+                        };
+                        if continues {
+                            let seen = if e.not_leader.is_some() {
+                                Seen::NotLeader
+                            } else {
+                                Seen::Busy
+                            };
+                            r.round.push((is_leader, seen));
+                        } else {
+                            r.round_ran_out = false;
                         }
-                        Answer::ConnectTimeout => {
-                            round_saw_routing_failure = true;
-                            Event::MappingFailed(Error::ConnectTimeout {
-                                address: "a".to_owned(),
-                                timeout: Duration::from_secs(1),
-                            })
+                        if e.undetermined_result.is_some() {
+                            r.maybe_delivered = true;
+                            r.may_have_been_sent |= terminal;
                         }
-                        other => {
-                            // Mapped; the answer is for the dispatch.
-                            self.answer_index -= 1;
-                            let _ = other;
-                            Event::Mapped
+                        Event::Answered {
+                            region_error: Some(Box::new(e)),
+                            sent_at,
                         }
+                    }
+                    Answer::Refused | Answer::ConnectTimeout | Answer::NotSentAtDispatch => {
+                        r.round.push((is_leader, Seen::Routing));
+                        failed(refused())
+                    }
+                    Answer::Transport | Answer::Unknown | Answer::Cancelled => {
+                        r.may_have_been_sent = terminal;
+                        r.maybe_delivered = true;
+                        r.round.push((is_leader, Seen::Routing));
+                        failed(match self.next_answer_kind_status() {
+                            0 => transport(),
+                            1 => Error::from(tonic::Status::unknown("reset")),
+                            _ => Error::from(tonic::Status::cancelled("reset")),
+                        })
+                    }
+                    Answer::ClientTimeout => {
+                        r.may_have_been_sent = terminal;
+                        r.maybe_delivered = true;
+                        r.round.push((is_leader, Seen::Timeout));
+                        r.now += bound.map_or(RPC_TIMEOUT, |b| b.min(RPC_TIMEOUT));
+                        failed(client_timeout())
+                    }
+                    Answer::Deadline => {
+                        r.may_have_been_sent = terminal;
+                        r.maybe_delivered = true;
+                        r.round.push((is_leader, Seen::Timeout));
+                        r.now += Duration::from_millis(1);
+                        failed(Error::from(tonic::Status::deadline_exceeded("slow")))
+                    }
+                    Answer::Fatal => {
+                        r.round_ran_out = false;
+                        failed(fatal())
                     }
                 }
-                Next::Dispatch => {
-                    dispatches += 1;
+            }
+            Next::Sleep(delay) => {
+                r.sleeps += 1;
+                prop_assert!(r.sleeps <= s.attempts, "slept past the budget");
+                if let Some(deadline) = self.deadline {
+                    prop_assert!(r.now + delay < deadline.at, "slept past the deadline");
+                }
+                r.now += delay;
+                Event::Slept
+            }
+            Next::Reshard => {
+                r.probing = false;
+                r.new_round_on_map = true;
+                let coin = self.coin();
+                if coin.is_multiple_of(7) && self.forks < 2 {
+                    // A reload split the piece: two new pieces go on.
+                    self.forks += 1;
+                    for id in [100 + self.forks as u64 * 2, 101 + self.forks as u64 * 2] {
+                        let mut piece = r.region.clone();
+                        piece.region.id = id;
+                        let mut run = self.new_run(r.m.fork(piece.clone()), piece, r.now);
+                        run.event = Some(Event::Start);
+                        split.push(run);
+                    }
+                    r.done = true;
+                    r.event = None;
+                    return Ok(split);
+                }
+                // PD's view: the same Region, maybe with another leader.
+                let voters: Vec<metapb::Peer> = r
+                    .region
+                    .region
+                    .peers
+                    .iter()
+                    .filter(|p| can_become_leader(p))
+                    .copied()
+                    .collect();
+                if coin.is_multiple_of(3) && !voters.is_empty() {
+                    r.region.leader = voters.get(coin as usize % voters.len()).copied();
+                }
+                Event::Resharded(r.region.clone())
+            }
+            Next::ReportBusy {
+                region_id,
+                leader_peer_id,
+                may_probe,
+            } => {
+                prop_assert!(s.shared_busy_probe);
+                r.new_round_on_map = true;
+                r.pending_report = Some((region_id, leader_peer_id, may_probe));
+                return Ok(split);
+            }
+            Next::WaitForProbe(_, bound) => {
+                r.new_round_on_map = true;
+                if let (Some(deadline), Some(bound)) = (self.deadline, bound) {
+                    prop_assert!(r.now + bound <= deadline.at);
+                }
+                if self.coin().is_multiple_of(2) {
+                    Event::ProbeWaited(ProbeOutcome::FoundLeader)
+                } else {
+                    Event::ProbeWaited(ProbeOutcome::Inconclusive)
+                }
+            }
+            Next::Done(result) => {
+                r.done = true;
+                if let Some(deadline) = self.deadline {
+                    prop_assert!(r.now <= deadline.at, "finished after the deadline");
+                }
+                if result.is_ok() {
+                    // The accepting peer is the cached leader now.
+                    prop_assert_eq!(r.region.leader.map(|l| l.id), r.current.map(|p| p.id));
+                }
+                if s.commit_point && r.maybe_delivered && result.is_err() {
+                    let e = result.as_ref().err();
                     prop_assert!(
-                        dispatches <= bound,
-                        "more dispatches than the budget allows"
+                        e.is_some_and(|e| e.is_undetermined()),
+                        "a commit point that may have been applied fails undetermined: {result:?}"
                     );
-                    let sent_at = Instant::now();
-                    let failed = |error| Event::DispatchFailed { error, sent_at };
-                    match self.next_answer() {
-                        Answer::Accept => Event::Answered { region_error: None },
-                        Answer::Region(r) => Event::Answered {
-                            region_error: Some(Box::new(region_error(r, &region))),
-                        },
-                        Answer::Refused | Answer::ConnectTimeout | Answer::Transport => {
-                            may_have_been_sent = s.terminal_on_dispatch_error;
-                            round_saw_routing_failure = true;
-                            failed(transport())
-                        }
-                        Answer::ClientTimeout => {
-                            may_have_been_sent = s.terminal_on_dispatch_error;
-                            failed(client_timeout())
-                        }
-                        Answer::Deadline => {
-                            may_have_been_sent = s.terminal_on_dispatch_error;
-                            failed(Error::from(tonic::Status::deadline_exceeded("slow")))
-                        }
-                        Answer::Fatal => failed(fatal()),
-                    }
                 }
-                Next::Sleep(_) => {
-                    sleeps += 1;
-                    prop_assert!(sleeps <= s.attempts, "slept past the budget");
-                    Event::Slept
+                if r.may_have_been_sent {
+                    let e = result.as_ref().err();
+                    prop_assert!(
+                        e.is_some_and(|e| e.is_undetermined()),
+                        "an unsafe replay ends undetermined: {result:?}"
+                    );
                 }
-                Next::Reshard => {
-                    probing = false;
-                    round_saw_routing_failure = false;
-                    // PD's view: the same Region, maybe with another leader.
-                    let coin = self.coin();
-                    let voters: Vec<metapb::Peer> = region
-                        .region
-                        .peers
-                        .iter()
-                        .filter(|p| can_become_leader(p))
-                        .copied()
-                        .collect();
-                    if coin.is_multiple_of(3) && !voters.is_empty() {
-                        region.leader = voters.get(coin as usize % voters.len()).copied();
-                    }
-                    Event::Resharded(region.clone())
-                }
-                Next::ReportBusy {
-                    region_id,
-                    leader_peer_id,
-                    may_probe,
-                } => {
-                    prop_assert!(s.shared_busy_probe);
-                    if scope.probed() {
-                        prop_assert!(!may_probe, "one probe per request");
-                    }
-                    Event::BusyVerdict(self.routing.busy_zero_wait(
-                        region_id,
-                        leader_peer_id,
-                        may_probe,
-                    ))
-                }
-                Next::WaitForProbe(_) => {
-                    if self.coin().is_multiple_of(2) {
-                        Event::ProbeWaited(ProbeOutcome::FoundLeader)
-                    } else {
-                        Event::ProbeWaited(ProbeOutcome::Inconclusive)
-                    }
-                }
-                Next::Done(result) => {
-                    if let Ok(()) = &result {
-                        // The accepting peer is the cached leader now.
-                        let accepted = current.map(|p| p.id);
-                        prop_assert_eq!(region.leader.map(|l| l.id), accepted);
-                    }
-                    if let Err(Error::RetriesExhausted { last, .. }) = &result {
-                        if round_saw_routing_failure && !probing {
-                            // The strongest error: a routing failure of the
-                            // last round, unless a Region error ended it.
-                            let routing_class = matches!(
-                                classify_dispatch_error(last),
-                                DispatchFailure::NotSent | DispatchFailure::Transport
-                            );
-                            let region_class = matches!(**last, Error::RegionError { .. });
-                            prop_assert!(routing_class || region_class, "weaker error: {last}");
-                        }
-                    }
-                    if may_have_been_sent {
-                        let e = result.as_ref().err();
-                        prop_assert!(
-                            e.is_some_and(|e| e.is_undetermined()),
-                            "an unsafe replay ends undetermined: {result:?}"
+                let last = match &result {
+                    Err(Error::RetriesExhausted { last, .. })
+                    | Err(Error::DeadlineExceeded { last, .. }) => Some(last),
+                    _ => None,
+                };
+                if let (Some(last), true) = (last, r.round_ran_out) {
+                    if let Some(expected) = expected_strongest(&r.round) {
+                        prop_assert_eq!(
+                            class_of(last),
+                            Some(expected),
+                            "strongest of {:?}: {}",
+                            r.round,
+                            last
                         );
                     }
-                    return Ok(result);
                 }
-            };
-        }
-        Err(TestCaseError::fail(
-            "the machine did not finish in 10000 steps",
-        ))
+                return Ok(split);
+            }
+        });
+        Ok(split)
+    }
+
+    fn next_answer_kind_status(&mut self) -> u8 {
+        self.coin() % 3
     }
 }
 
 fn check_scenario(s: &Scenario) -> Result<(), TestCaseError> {
     let scope = RequestScope::default();
+    let origin = Instant::now();
+    let deadline = s.deadline_ms.map(|ms| Deadline {
+        at: origin + Duration::from_millis(ms),
+        length: Duration::from_millis(ms),
+    });
     let mut world = World {
         s,
         answer_index: 0,
         coin_index: 0,
         routing: Arc::new(RoutingState::new(&Config::default())),
+        busy_probes: 0,
+        forks: 0,
+        deadline,
     };
-    let mut observed = Observed::default();
-    for _ in 0..s.shards {
-        let _outcome = world.run_shard(&scope, &mut observed)?;
+    let policy = EnginePolicy {
+        terminal_on_dispatch_error: s.terminal_on_dispatch_error,
+        shared_busy_probe: s.shared_busy_probe,
+        commit_point: s.commit_point,
+    };
+    let mut runs: Vec<ShardRun<'_>> = (0..s.shards)
+        .map(|_| {
+            let m = ShardMachine::new(
+                s.region.clone(),
+                backoff(s.attempts),
+                policy,
+                deadline,
+                &scope,
+            );
+            world.new_run(m, s.region.clone(), origin)
+        })
+        .collect();
+    for _ in 0..20_000 {
+        let open: Vec<usize> = (0..runs.len())
+            .filter(|i| !runs[*i].done || runs[*i].pending_report.is_some())
+            .collect();
+        if open.is_empty() {
+            prop_assert!(world.busy_probes <= 1, "{} probes", world.busy_probes);
+            return Ok(());
+        }
+        // Which shard moves next: the request's shards run concurrently.
+        let pick = open[world.coin() as usize % open.len()];
+        let split = world.step(&mut runs[pick])?;
+        runs.extend(split);
     }
-    prop_assert!(observed.busy_probes <= 1, "{} probes", observed.busy_probes);
-    Ok(())
+    Err(TestCaseError::fail(
+        "the machines did not finish in 20000 steps",
+    ))
 }
 
 /// Seeds the property test found, kept as regression cases.
@@ -905,18 +1464,21 @@ fn regression_a_leader_hint_naming_a_learner_is_never_cached() {
         answers: vec![Answer::Region(RegionAnswer::NotLeaderHintInside(1))],
         coins: vec![],
         shards: 1,
+        deadline_ms: None,
+        commit_point: false,
     };
     check_scenario(&s).unwrap();
 }
 
 proptest! {
     // Bounded for `cargo test`; a long run sets PROPTEST_CASES (README).
+    // A failure is saved under `proptest-regressions/` and replayed first on
+    // every later run; each one found is also kept as a named test above.
     #![proptest_config(ProptestConfig {
         cases: std::env::var("PROPTEST_CASES")
             .ok()
             .and_then(|v| v.parse().ok())
             .unwrap_or(2_000),
-        failure_persistence: None,
         ..ProptestConfig::default()
     })]
 

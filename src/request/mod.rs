@@ -13,8 +13,8 @@
 //! and the shard's retry engine, one state machine that owns a shard's whole
 //! retry state and turns each event (a store mapped, a candidate answered, a
 //! sleep over) into the next step and its cache effects, as data (the
-//! `engine` module; its docs list every transition and the decisions this
-//! crate made where routing.md leaves room). [`RetryableMultiRegion`] is the
+//! `engine` module; its docs list every transition; the decisions it makes
+//! where routing.md leaves room are below). [`RetryableMultiRegion`] is the
 //! thin async shell that performs those steps and effects; it has no routing
 //! `if` of its own. [`RoutingState`] is the client-wide part: store health,
 //! the shared `ServerIsBusy(0)` suspicion, and the [`RoutingStats`]
@@ -25,6 +25,49 @@
 //! connect failure (mapping) or a transport failure (dispatch);
 //! `return(timeout)` fails it as `DeadlineExceeded`, `return(fatal)` as
 //! `InvalidArgument`.
+//!
+//! # Decisions
+//!
+//! Where routing.md leaves room, the retry engine decides as follows (each
+//! has a test, listed in `docs/behaviours.md`):
+//!
+//! - *A cached leader that could not answer counts with voters that all said
+//!   `NotLeader`*: the Region is reloaded after the round. Nobody claimed the
+//!   Region; PD likely knows a newer leader or peer set.
+//! - *A fallback hint naming the cached leader during the busy probe* is
+//!   ignored: the probe is followers-only and the hint only confirms the
+//!   leader that answered busy; the probe ends inconclusive.
+//! - *A fallback hint naming a peer outside the Region while a later voter
+//!   accepts*: the accepting voter becomes the leader, and the Region is
+//!   reloaded after the round, since its peer list is stale.
+//! - *`EpochNotMatch` without newer `current_regions`* invalidates the
+//!   Region and backs off before reloading (PD may not know the new epoch
+//!   yet); with newer Regions it retries at once from them.
+//! - *A round that saw a routing failure and ends in a plain failure*
+//!   (a fatal status, an undetermined outcome) drops the Region route as
+//!   well: the round ended without success.
+//! - *A store's `DeadlineExceeded` is an answer*: it keeps the caches like a
+//!   timeout, but counts as the store answering, not as a timeout strike.
+//!   *Consecutive* timeout strikes are one after the other: a timeout of an
+//!   RPC sent before the store's previous strike ran concurrently with it
+//!   and adds none.
+//! - *A leader's `NotLeader` hint naming a peer the cache holds as a learner
+//!   or witness* is not followed: the Region is reloaded, like a hint from
+//!   outside it.
+//! - *The busy probe budget is the request's*: one probe per request, across
+//!   all its shards and the pieces a split leaves.
+//! - *A leader's own `DeadlineExceeded`* counts as "could not answer" for
+//!   the rule above (it did not serve the request, so it claims nothing),
+//!   while for store health it is an answer (the store is alive).
+//! - *Pieces a split leaves keep the shard's retry budget*: the attempts
+//!   already spent count for them, so `RetriesExhausted::attempts` is the
+//!   shard's total, and a split cannot reset the budget.
+//! - *The request deadline* ([`Config::request_deadline`](crate::Config::request_deadline))
+//!   bounds rounds, sleeps, probe waits and each RPC together: a sleep that
+//!   would pass it ends the request with `Error::DeadlineExceeded` at once,
+//!   and an RPC is cut at the deadline (for a write, undetermined).
+//! - *`ServerIsBusy.backoff_ms`* is honoured up to 5 s
+//!   (`MAX_BUSY_BACKOFF`).
 //!
 //! # Behaviours and their tests
 //!
@@ -59,7 +102,7 @@ pub use plan::{
     Collect, CollectError, CollectSingle, DefaultProcessor, Dispatch, ExtractError, Merge,
     MergeResponse, Plan, PreserveShard, Process, ProcessResponse, ResponseWithShard,
 };
-pub use region_error::{decide_region_error, RegionErrorAction, RegionErrorStep};
+pub use region_error::{decide_region_error, RegionErrorAction, RegionErrorStep, MAX_BUSY_BACKOFF};
 pub use request_shape::{HasNextBatch, NextBatch, RangeRequest, SingleKey};
 pub use retry::RetryableMultiRegion;
 pub use routing_state::{RoutingState, RoutingStats};

@@ -23,6 +23,12 @@ pub trait Plan: Sized + Clone + Sync + Send + 'static {
 
     /// Runs the plan.
     async fn execute(&self) -> Result<Self::Result>;
+
+    /// What the plan sends, for errors that must name it (an undetermined
+    /// write names its keys or range).
+    fn describe(&self) -> String {
+        "the request".to_owned()
+    }
 }
 
 /// Sends a request to the store client set by `apply_store`, and downcasts
@@ -57,6 +63,10 @@ impl<Req: KvRequest + std::fmt::Debug> std::fmt::Debug for Dispatch<Req> {
 #[async_trait]
 impl<Req: KvRequest> Plan for Dispatch<Req> {
     type Result = Req::Response;
+
+    fn describe(&self) -> String {
+        self.request.describe()
+    }
 
     async fn execute(&self) -> Result<Self::Result> {
         let client = self.kv_client.as_ref().ok_or_else(|| {
@@ -137,6 +147,10 @@ impl<P: Plan + Shardable> Plan for PreserveShard<P> {
         })?;
         let response = self.inner.execute().await?;
         Ok(ResponseWithShard(response, shard))
+    }
+
+    fn describe(&self) -> String {
+        self.inner.describe()
     }
 }
 

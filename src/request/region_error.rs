@@ -6,6 +6,10 @@ use std::time::Duration;
 use crate::proto::{errorpb, metapb};
 use crate::region::{can_become_leader, epoch_is_newer, RegionWithLeader};
 
+/// The longest delay a `ServerIsBusy.backoff_ms` can ask for; longer wishes
+/// are capped to it.
+pub const MAX_BUSY_BACKOFF: Duration = Duration::from_secs(5);
+
 /// How the shard continues after a Region error.
 #[derive(Debug, Clone, PartialEq)]
 pub enum RegionErrorStep {
@@ -42,6 +46,10 @@ pub struct RegionErrorAction {
     /// A `ServerIsBusy` with `estimated_wait_ms == 0`: counts toward the
     /// follower probe.
     pub busy_zero_wait: bool,
+    /// `UndeterminedResult`: the store cannot tell whether a write was
+    /// applied. A request whose replay is unsafe ends undetermined; a read
+    /// retries.
+    pub undetermined: bool,
 }
 
 impl RegionErrorAction {
@@ -53,6 +61,7 @@ impl RegionErrorAction {
             invalidate_store: false,
             insert_regions: Vec::new(),
             busy_zero_wait: false,
+            undetermined: false,
         }
     }
 
@@ -118,6 +127,12 @@ pub fn decide_region_error(error: &errorpb::Error, region: &RegionWithLeader) ->
             ..A::step(step).invalidating_region()
         };
     }
+    if error.undetermined_result.is_some() {
+        return A {
+            undetermined: true,
+            ..A::backoff().invalidating_region()
+        };
+    }
     if error.region_not_found.is_some()
         || error.key_not_in_region.is_some()
         || error.stale_command.is_some()
@@ -130,7 +145,11 @@ pub fn decide_region_error(error: &errorpb::Error, region: &RegionWithLeader) ->
         return A::backoff().invalidating_region().invalidating_store();
     }
     if let Some(busy) = &error.server_is_busy {
-        let at_least = (busy.backoff_ms > 0).then(|| Duration::from_millis(busy.backoff_ms));
+        // A store's wish is honoured up to a cap: one answering "an hour"
+        // must not park the request for an hour (the request deadline
+        // bounds it too).
+        let at_least = (busy.backoff_ms > 0)
+            .then(|| Duration::from_millis(busy.backoff_ms).min(MAX_BUSY_BACKOFF));
         return A {
             busy_zero_wait: busy.estimated_wait_ms == 0,
             ..A::step(RegionErrorStep::Backoff { at_least })
@@ -453,6 +472,28 @@ mod tests {
             }
         );
         assert!(!a.busy_zero_wait);
+        // Issue 8: a store asking for an hour gets the cap.
+        let a = decide_region_error(&busy(3_600_000, 20), &cached());
+        assert_eq!(
+            a.step,
+            RegionErrorStep::Backoff {
+                at_least: Some(MAX_BUSY_BACKOFF)
+            }
+        );
+    }
+
+    #[test]
+    fn undetermined_result_is_flagged_and_reloads_like_stale_command() {
+        let e = errorpb::Error {
+            undetermined_result: Some(errorpb::UndeterminedResult {
+                message: "apply unknown".to_owned(),
+            }),
+            ..Default::default()
+        };
+        let a = decide_region_error(&e, &cached());
+        assert!(a.undetermined);
+        assert!(a.invalidate_region);
+        assert_eq!(a.step, RegionErrorStep::Backoff { at_least: None });
     }
 
     #[test]

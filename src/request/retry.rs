@@ -18,9 +18,9 @@ use crate::region::RegionWithLeader;
 use crate::store::RegionStore;
 use crate::{Error, Result};
 
-use super::engine::{Effect, EnginePolicy, Event, Next, RequestScope, ShardMachine};
+use super::engine::{Deadline, Effect, EnginePolicy, Event, Next, RequestScope, ShardMachine};
 use super::plan::Plan;
-use super::routing_state::RoutingState;
+use super::routing_state::{ProbeOutcome, RoutingState};
 use super::traits::{strongest_shard_error, HasRegionError, Shardable};
 
 /// Shards a plan by Region and runs leader-first candidate rounds with voter
@@ -50,6 +50,13 @@ pub struct RetryableMultiRegion<P: Plan + Shardable, PdC: PdClient> {
     /// [`TikvConnect`](crate::store::TikvConnect) sets); `None` leaves it to
     /// the store client.
     pub request_timeout: Option<std::time::Duration>,
+    /// The overall deadline of the request (rounds, sleeps and waits
+    /// together); `None` for none.
+    pub request_deadline: Option<std::time::Duration>,
+    /// A commit point: re-sent like an idempotent request, but a final
+    /// failure after an attempt that may have been delivered is
+    /// undetermined (txn.md, "Undetermined, done right").
+    pub commit_point: bool,
 }
 
 impl<P: Plan + Shardable, PdC: PdClient> Clone for RetryableMultiRegion<P, PdC> {
@@ -64,6 +71,8 @@ impl<P: Plan + Shardable, PdC: PdClient> Clone for RetryableMultiRegion<P, PdC> 
             preserve_region_results: self.preserve_region_results,
             max_concurrency: self.max_concurrency,
             request_timeout: self.request_timeout,
+            request_deadline: self.request_deadline,
+            commit_point: self.commit_point,
         }
     }
 }
@@ -99,6 +108,7 @@ where
         EnginePolicy {
             terminal_on_dispatch_error: self.terminal_on_dispatch_error,
             shared_busy_probe: self.routing.as_ref().is_some_and(|r| r.shares_busy_probe()),
+            commit_point: self.commit_point,
         }
     }
 
@@ -131,9 +141,9 @@ where
                     r.store_timed_out(store_id, sent_at);
                 }
             }
-            Effect::StoreAnswered(store_id) => {
+            Effect::StoreAnswered { store_id, sent_at } => {
                 if let Some(r) = routing {
-                    r.store_answered(store_id);
+                    r.store_answered(store_id, sent_at);
                 }
             }
             Effect::Count(counter) => {
@@ -169,6 +179,8 @@ where
         shard: &P::Shard,
         store: &RegionStore,
         permits: &Semaphore,
+        deadline_left: Option<std::time::Duration>,
+        sent_at: &mut Instant,
     ) -> Result<P::Result> {
         let mut plan = self.inner.clone();
         plan.apply_shard(shard.clone());
@@ -190,7 +202,15 @@ where
             _permit: permit,
             routing,
         };
-        match self.request_timeout {
+        // Sent now, not when the shard started waiting for a permit: a
+        // timeout strike counts RPCs sent one after another.
+        *sent_at = Instant::now();
+        // The RPC timeout, cut short by the request's deadline.
+        let bound = match (self.request_timeout, deadline_left) {
+            (Some(timeout), Some(left)) => Some(timeout.min(left)),
+            (timeout, left) => timeout.or(left),
+        };
+        match bound {
             None => plan.execute().await,
             Some(bound) => match tokio::time::timeout(bound, plan.execute()).await {
                 Ok(result) => result,
@@ -218,13 +238,14 @@ where
         region: RegionWithLeader,
         permits: &Semaphore,
         scope: &RequestScope,
+        deadline: Option<Deadline>,
     ) -> Vec<Result<P::Result>> {
         let mut results = Vec::with_capacity(1);
         // The shard itself, then the pieces a split left, in key order (the
         // queue allocates only when a split happens).
         let mut first = Some((
             shard,
-            ShardMachine::new(region, self.backoff.clone(), self.policy(), scope),
+            ShardMachine::new(region, self.backoff.clone(), self.policy(), deadline, scope),
         ));
         let mut pieces = VecDeque::new();
         while let Some((shard, machine)) = first.take().or_else(|| pieces.pop_front()) {
@@ -259,7 +280,7 @@ where
         let mut store: Option<RegionStore> = None;
         let mut response: Option<P::Result> = None;
         loop {
-            let next = machine.handle(event);
+            let next = machine.handle(event, Instant::now());
             for effect in machine.take_effects() {
                 self.perform(effect).await;
             }
@@ -277,10 +298,13 @@ where
                     }
                     Err(error) => Event::MappingFailed(error),
                 },
-                Next::Dispatch => {
-                    let sent_at = Instant::now();
+                Next::Dispatch { bound } => {
+                    let mut sent_at = Instant::now();
                     let result = match store.take() {
-                        Some(store) => self.dispatch_candidate(&shard, &store, permits).await,
+                        Some(store) => {
+                            self.dispatch_candidate(&shard, &store, permits, bound, &mut sent_at)
+                                .await
+                        }
                         None => Err(Error::Internal(
                             "the retry engine dispatched before mapping a store".to_owned(),
                         )),
@@ -289,7 +313,10 @@ where
                         Ok(mut answer) => {
                             let region_error = answer.region_error().map(Box::new);
                             response = Some(answer);
-                            Event::Answered { region_error }
+                            Event::Answered {
+                                region_error,
+                                sent_at,
+                            }
                         }
                         Err(error) => Event::DispatchFailed { error, sent_at },
                     }
@@ -309,6 +336,10 @@ where
                             "a reshard lost its only piece".to_owned(),
                         )),
                     },
+                    Ok(new) if new.is_empty() => Event::ReshardFailed(Error::Internal(format!(
+                        "reloading region {} left no Region for its keys",
+                        machine.region().id()
+                    ))),
                     Ok(new) => {
                         return PieceEnd::Split(
                             new.into_iter()
@@ -329,11 +360,32 @@ where
                     )),
                     None => Event::BusyVerdict(super::routing_state::BusyVerdict::Ordinary),
                 },
-                Next::WaitForProbe(waiter) => Event::ProbeWaited(waiter.outcome().await),
+                Next::WaitForProbe(waiter, bound) => Event::ProbeWaited(match bound {
+                    None => waiter.outcome().await,
+                    Some(bound) => tokio::time::timeout(bound, waiter.outcome())
+                        .await
+                        .unwrap_or(ProbeOutcome::Inconclusive),
+                }),
                 Next::Done(Ok(())) => {
                     return PieceEnd::Done(response.take().ok_or_else(|| {
                         Error::Internal("the retry engine accepted no response".to_owned())
                     }))
+                }
+                Next::Done(Err(Error::Undetermined {
+                    region_id,
+                    store_id,
+                    request: _,
+                    cause,
+                })) => {
+                    // Name the request (its keys or range) for the caller.
+                    let mut plan = self.inner.clone();
+                    plan.apply_shard(shard);
+                    return PieceEnd::Done(Err(Error::Undetermined {
+                        region_id,
+                        store_id,
+                        request: plan.describe(),
+                        cause,
+                    }));
                 }
                 Next::Done(Err(error)) => return PieceEnd::Done(Err(error)),
             };
@@ -356,12 +408,18 @@ where
         let permits = &permits;
         let scope = RequestScope::default();
         let scope = &scope;
+        let deadline = self.request_deadline.map(|length| Deadline {
+            at: Instant::now() + length,
+            length,
+        });
         if shards.len() == 1 {
             // One shard (every single-key request): run it in place, without
             // the per-shard task of `FuturesUnordered` and the move of the
             // shard's future into it.
             if let Some((shard, region)) = shards.pop() {
-                let results = self.run_shard(shard, region, permits, scope).await;
+                let results = self
+                    .run_shard(shard, region, permits, scope, deadline)
+                    .await;
                 return self.finish(results);
             }
         }
@@ -371,7 +429,11 @@ where
             .into_iter()
             .enumerate()
             .map(|(index, (shard, region))| async move {
-                (index, self.run_shard(shard, region, permits, scope).await)
+                (
+                    index,
+                    self.run_shard(shard, region, permits, scope, deadline)
+                        .await,
+                )
             })
             .collect();
         while let Some((index, mut results)) = running.next().await {

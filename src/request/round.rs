@@ -216,9 +216,12 @@ impl CandidateRound {
             return CandidateStep::Fail(error);
         }
         if terminal_on_dispatch_error && failure.may_have_been_sent() {
-            self.current = None;
+            let store_id = self.current.take().map(|p| p.store_id).unwrap_or_default();
             return CandidateStep::Fail(Error::Undetermined {
                 region_id: region.id(),
+                store_id,
+                // The plan names the request (its keys or range).
+                request: String::new(),
                 cause: Box::new(error),
             });
         }

@@ -16,10 +16,17 @@ pub trait KvRequest: Request + Sized + Clone + Sync + Send + 'static {
     type Response: HasRegionError + HasKeyErrors + Send + 'static;
 
     /// True when replaying the request after it may have reached a server is
-    /// unsafe (raw compare-and-swap): dispatch errors then end the request as
-    /// [`Error::Undetermined`] (routing.md, "Replay safety").
+    /// unsafe (every raw write: with two writers a re-sent or late copy of
+    /// an old write overwrites a newer one): dispatch errors then end the
+    /// request as [`Error::Undetermined`] (routing.md, "Replay safety").
     fn terminal_on_dispatch_error(&self) -> bool {
         false
+    }
+
+    /// The request's kind and its keys or range, for errors that must name
+    /// them (default: the label).
+    fn describe(&self) -> String {
+        self.label().to_owned()
     }
 }
 

@@ -8,7 +8,9 @@ use std::time::Duration;
 use tokio::sync::watch;
 use tonic::service::Routes;
 
+use super::codec;
 use super::counters::StoreCounters;
+use super::mvcc::MvccVersion;
 use super::net::{bind, Endpoint};
 use super::pd::PdService;
 use super::state::{ClusterState, Cold, ColdMode, HangMode, PdMember, SimRegion, SimStore};
@@ -47,6 +49,41 @@ pub const RAW_METHODS: [&str; 11] = [
     "raw_compare_and_swap",
     "raw_get_key_ttl",
 ];
+/// Every transactional method label the simulated stores serve (the gRPC
+/// method names of `tikvpb.Tikv` in snake case).
+pub const TXN_METHODS: [&str; 17] = [
+    "kv_get",
+    "kv_batch_get",
+    "kv_scan",
+    "kv_prewrite",
+    "kv_commit",
+    "kv_batch_rollback",
+    "kv_cleanup",
+    "kv_check_txn_status",
+    "kv_check_secondary_locks",
+    "kv_resolve_lock",
+    "kv_pessimistic_lock",
+    "kv_pessimistic_rollback",
+    "kv_txn_heart_beat",
+    "kv_scan_lock",
+    "kv_delete_range",
+    "unsafe_destroy_range",
+    "kv_gc",
+];
+
+/// A range end's encoding; empty stays empty (unbounded).
+fn encoded_bound(key: &[u8]) -> Vec<u8> {
+    if key.is_empty() {
+        Vec::new()
+    } else {
+        codec::encode_bytes(key)
+    }
+}
+
+/// A timestamp from its physical (ms) and logical parts.
+pub(crate) fn compose_ts(physical: i64, logical: i64) -> u64 {
+    (physical.max(0) as u64) << 18 | (logical.max(0) as u64)
+}
 
 /// State shared by the cluster handle and every service.
 pub(crate) struct Shared {
@@ -475,6 +512,7 @@ impl SimClusterBuilder {
                     cold,
                     derived: Vec::new(),
                     data: Default::default(),
+                    mvcc: Default::default(),
                 },
             );
         }
@@ -835,14 +873,16 @@ impl SimCluster {
     }
 
     /// The next response of `method` (a label such as
-    /// `"raw_compare_and_swap"`, see [`RAW_METHODS`]) served by the store is
+    /// `"raw_compare_and_swap"` or `"kv_commit"`, see [`RAW_METHODS`] and
+    /// [`TXN_METHODS`]) served by the store is
     /// dropped: the request is applied, then the store resets its
     /// connections, so the client sees a transport failure. Orders stack.
     pub fn drop_next_response(&self, store_id: u64, method: &str) -> Result<()> {
-        if !RAW_METHODS.contains(&method) {
+        if !RAW_METHODS.contains(&method) && !TXN_METHODS.contains(&method) {
             return Err(Error::InvalidArgument(format!(
-                "unknown method {method:?}; use one of {}",
-                RAW_METHODS.join(", ")
+                "unknown method {method:?}; use one of {}, {}",
+                RAW_METHODS.join(", "),
+                TXN_METHODS.join(", ")
             )));
         }
         self.state()
@@ -912,6 +952,66 @@ impl SimCluster {
             m.up = true;
         }
         Ok(())
+    }
+
+    /// Moves the TSO's physical clock forward by `by` (whole milliseconds):
+    /// every later timestamp is at least that much later, so lock TTLs,
+    /// which TiKV measures on the physical part of the timestamps a request
+    /// carries, expire without real waiting.
+    pub fn advance_tso_clock(&self, by: Duration) {
+        let ms = i64::try_from(by.as_millis()).unwrap_or(i64::MAX);
+        self.state().advance_clock(ms);
+    }
+
+    /// A fresh timestamp from the TSO (`physical << 18 | logical`), as a
+    /// `Tso` request for one timestamp would get, without a network round
+    /// trip.
+    pub fn current_ts(&self) -> u64 {
+        let (physical, logical) = self.state().next_timestamp(1);
+        compose_ts(physical, logical)
+    }
+
+    /// The transactional locks (`KvScanLock`'s view, any start ts) on keys
+    /// in `[start, end)` (unencoded keys; an empty `end` is unbounded), in
+    /// key order across Regions, bypassing every check and fault.
+    pub fn locks(&self, start: &[u8], end: &[u8]) -> Vec<kvrpcpb::LockInfo> {
+        let (low, high) = (codec::encode_bytes(start), encoded_bound(end));
+        let state = self.state();
+        state
+            .regions_in_key_order()
+            .into_iter()
+            .flat_map(|r| r.mvcc.locks_in(&low, &high))
+            .map(|(key, lock)| {
+                let raw = codec::decode_bytes(&key).unwrap_or(key);
+                lock.info(&raw)
+            })
+            .collect()
+    }
+
+    /// The committed versions (write records) of a transactional key,
+    /// newest first, bypassing every check and fault.
+    pub fn versions(&self, key: &[u8]) -> Vec<MvccVersion> {
+        let encoded = codec::encode_bytes(key);
+        let state = self.state();
+        state
+            .region_for_key(&encoded)
+            .map(|r| r.mvcc.versions(&encoded))
+            .unwrap_or_default()
+    }
+
+    /// The largest read timestamp the Region holding a transactional key
+    /// has seen (async commit and 1PC commit above it).
+    pub fn max_ts(&self, key: &[u8]) -> u64 {
+        let encoded = codec::encode_bytes(key);
+        self.state()
+            .region_for_key(&encoded)
+            .map(|r| r.mvcc.max_ts())
+            .unwrap_or(0)
+    }
+
+    /// PD's GC safe point.
+    pub fn gc_safe_point(&self) -> u64 {
+        self.state().gc_safe_point
     }
 
     /// Stops every server and waits for their tasks to end.

@@ -25,7 +25,11 @@
 //! | `cold REGION [accept\|not-leader-first]` | lose the leader, PD keeps it; a voter campaigns on a leader request (default `accept`) |
 //! | `split KEY` | split the Region holding `KEY`; answers `ok NEW_REGION_ID` |
 //! | `drop STORE METHOD` | apply the next `METHOD` request (e.g. `raw_compare_and_swap`) then reset the connections |
-//! | `counters STORE` | one line `METHOD OUTCOME COUNT` per counter, then `replica_read N`, `stale_read N` |
+//! | `counters STORE` | one line `METHOD OUTCOME COUNT` per counter (raw and transactional methods), then `replica_read N`, `stale_read N` |
+//! | `locks [START [END]]` | one line per transactional lock with its key in `[START, END)` (unencoded keys; default: all): key, primary, start_ts, type, ttl, for_update_ts, min_commit_ts, async commit |
+//! | `versions KEY` | the lock of a transactional key, if any, then one line per write record, newest first: commit_ts, start_ts, kind, value |
+//! | `advance-clock MS` | move the TSO's physical clock forward by `MS` milliseconds (lock TTLs expire without waiting) |
+//! | `gc-safe-point` | answers `ok SAFE_POINT`, PD's GC safe point |
 //! | `reset-counters` | zero every counter |
 //! | `pd-leader INDEX` / `pd-down INDEX` / `pd-up INDEX` | PD member leadership, down, up |
 //!
@@ -43,6 +47,7 @@ const MAX_COMMAND_LINE: u64 = 4096;
 use tokio::net::TcpListener;
 
 use super::{ColdMode, HangMode, SimCluster};
+use crate::proto::kvrpcpb;
 use crate::proto::metapb::{self, PeerRole};
 use crate::{Error, Result};
 
@@ -51,9 +56,21 @@ use crate::{Error, Result};
 const PRINTABLE: (u8, u8) = (0x21, 0x7e);
 
 /// `regions - 1` split keys that cut the printable key space (`!` to `~`,
-/// two characters deep) into `regions` Regions of even width. At most
-/// 94 × 94 Regions.
+/// two characters deep) into `regions` Regions of even width, each the
+/// memcomparable encoding ([`codec::encode_bytes`](super::codec::encode_bytes))
+/// of its key. Transactional clients decode every Region boundary PD
+/// returns (txn.md, "Key encoding"), so these are valid encodings; to a raw
+/// client they are plain bytes. At most 94 × 94 Regions.
 pub fn even_split_keys(regions: usize) -> Vec<Vec<u8>> {
+    even_plain_split_keys(regions)
+        .iter()
+        .map(|k| super::codec::encode_bytes(k))
+        .collect()
+}
+
+/// The unencoded keys [`even_split_keys`] encodes: `regions - 1` printable
+/// keys of one or two characters, evenly spread.
+pub fn even_plain_split_keys(regions: usize) -> Vec<Vec<u8>> {
     let base = usize::from(PRINTABLE.1 - PRINTABLE.0) + 1;
     let space = base * base;
     let regions = regions.clamp(1, space);
@@ -145,10 +162,31 @@ fn region_line(cluster: &SimCluster, r: &metapb::Region) -> String {
     )
 }
 
+fn lock_line(lock: &kvrpcpb::LockInfo) -> String {
+    let kind = match kvrpcpb::Op::try_from(lock.lock_type) {
+        Ok(kvrpcpb::Op::Put) => "put",
+        Ok(kvrpcpb::Op::Del) => "delete",
+        Ok(kvrpcpb::Op::Lock) => "lock",
+        Ok(kvrpcpb::Op::PessimisticLock) => "pessimistic",
+        _ => "unknown",
+    };
+    format!(
+        "lock key={} primary={} start_ts={} type={kind} ttl={} for_update_ts={} min_commit_ts={} async_commit={}",
+        escape_key(&lock.key),
+        escape_key(&lock.primary_lock),
+        lock.lock_version,
+        lock.lock_ttl,
+        lock.lock_for_update_ts,
+        lock.min_commit_ts,
+        lock.use_async_commit
+    )
+}
+
 const HELP: &str = "commands: help | stores | regions | region KEY | down STORE | up STORE | \
 hang STORE connect|respond | unhang STORE | slow STORE MS | busy STORE MS|off | \
 transfer REGION STORE [stale] | pd-view REGION STORE|none | cold REGION [accept|not-leader-first] | \
-split KEY | drop STORE METHOD | counters STORE | reset-counters | pd-leader INDEX | pd-down INDEX | pd-up INDEX";
+split KEY | drop STORE METHOD | counters STORE | reset-counters | pd-leader INDEX | pd-down INDEX | pd-up INDEX | \
+locks [START [END]] | versions KEY | advance-clock MS | gc-safe-point";
 
 /// Runs one command line against `cluster` and returns the whole answer
 /// (data lines, then `ok ...` or `error: ...`), newline-terminated.
@@ -284,6 +322,44 @@ async fn run(cluster: &SimCluster, line: &str) -> Result<String> {
             let _ = writeln!(out, "stale_read {}", counters.stale_reads());
         }
         "reset-counters" => cluster.reset_counters(),
+        "locks" => {
+            let start = parse_key(words.next().unwrap_or(""))?;
+            let end = parse_key(words.next().unwrap_or(""))?;
+            for lock in cluster.locks(&start, &end) {
+                out.push_str(&lock_line(&lock));
+                out.push('\n');
+            }
+        }
+        "versions" => {
+            let key = parse_key(
+                words
+                    .next()
+                    .ok_or_else(|| Error::InvalidArgument("missing key".to_owned()))?,
+            )?;
+            let mut end = key.clone();
+            end.push(0);
+            for lock in cluster.locks(&key, &end) {
+                out.push_str(&lock_line(&lock));
+                out.push('\n');
+            }
+            for v in cluster.versions(&key) {
+                let _ = writeln!(
+                    out,
+                    "write commit_ts={} start_ts={} kind={}{}",
+                    v.commit_ts,
+                    v.start_ts,
+                    v.kind,
+                    v.value
+                        .map(|value| format!(" value={}", escape_key(&value)))
+                        .unwrap_or_default()
+                );
+            }
+        }
+        "advance-clock" => {
+            let ms: u64 = parse_num("milliseconds", words.next())?;
+            cluster.advance_tso_clock(Duration::from_millis(ms));
+        }
+        "gc-safe-point" => result = cluster.gc_safe_point().to_string(),
         "pd-leader" => cluster.pd_transfer_leader(parse_num("member index", words.next())?)?,
         "pd-down" => {
             cluster
@@ -373,13 +449,19 @@ mod tests {
     use super::*;
 
     #[test]
-    fn split_keys_are_even_sorted_and_printable() {
+    fn split_keys_are_even_sorted_printable_and_encoded() {
         assert!(even_split_keys(1).is_empty());
-        let keys = even_split_keys(8);
-        assert_eq!(keys.len(), 7);
-        assert!(keys.windows(2).all(|w| w[0] < w[1]));
-        assert!(keys.iter().flatten().all(|b| (0x21..=0x7e).contains(b)));
-        assert_eq!(even_split_keys(2), vec![b"P".to_vec()]);
+        let plain = even_plain_split_keys(8);
+        assert_eq!(plain.len(), 7);
+        assert!(plain.windows(2).all(|w| w[0] < w[1]));
+        assert!(plain.iter().flatten().all(|b| (0x21..=0x7e).contains(b)));
+        assert_eq!(even_plain_split_keys(2), vec![b"P".to_vec()]);
+        let encoded = even_split_keys(8);
+        assert!(encoded.windows(2).all(|w| w[0] < w[1]));
+        for (e, p) in encoded.iter().zip(&plain) {
+            assert_eq!(&super::super::codec::decode_bytes(e).unwrap(), p);
+        }
+        assert_eq!(even_split_keys(2), vec![b"P\0\0\0\0\0\0\0\xf8".to_vec()]);
     }
 
     #[test]

@@ -4,7 +4,7 @@
 //! [`SimCluster`] runs one PD (or several PD members) and N stores, each a
 //! tonic server on its own loopback port, speaking the wire protocol of
 //! `shared/docs/wire.md`. Any TiKV client can bootstrap from
-//! [`SimCluster::pd_addr`] and run raw KV against it. It is strict: a request
+//! [`SimCluster::pd_addr`] and run raw KV or transactions against it. It is strict: a request
 //! with a wrong context gets the Region error real TiKV would give.
 //!
 //! ```no_run
@@ -60,7 +60,13 @@
 //! `GetMembers` with gRPC `Unavailable` "not leader". A request header with
 //! a non-zero cluster id other than this cluster's is refused with
 //! `FailedPrecondition`. An unknown store gets an error header; an unknown
-//! Region an empty response, like real PD.
+//! Region an empty response, like real PD. A `Tso` request for 0 timestamps,
+//! or for more than the logical part holds, is refused with
+//! `InvalidArgument`. The TSO's physical clock is the wall clock plus an
+//! offset that [`SimCluster::advance_tso_clock`] moves forward, so lock TTLs
+//! expire in tests without waiting. `GetGCSafePoint` and
+//! `UpdateGCSafePoint` keep one safe point that never moves backwards (an
+//! older one is ignored and the current one returned).
 //!
 //! # Stores
 //!
@@ -93,6 +99,32 @@
 //! leader request; they are counted
 //! ([`StoreCounters::replica_reads`]) so tests can prove nobody sets them.
 //!
+//! # Transactions
+//!
+//! Every transactional method of `tikvpb.Tikv` a client uses is served
+//! after the same checks and faults (one code path; counted under the
+//! labels of [`TXN_METHODS`]); keys are compared with the Region on their
+//! memcomparable encoding ([`codec`]), since Region boundaries are encoded
+//! keys for transactional clients. Each Region keeps Percolator's lock,
+//! write and data column families (`txn.md`), shared by its peers and apart
+//! from the raw data, and answers as TiKV does: snapshot reads blocked by
+//! Put/Delete locks at or below their ts (`Context.resolved_locks` and read
+//! committed bypass them), write conflicts (a later rollback record
+//! conflicts too), `AlreadyExist` for Insert/CheckNotExists, idempotent
+//! resends of prewrite and commit, `TxnLockNotFound` after a rollback,
+//! `CommitTsExpired`, async commit whose `min_commit_ts` exceeds every read
+//! ts the Region has seen (`max_ts`), 1PC (falling back to 2PC, both ts 0,
+//! above `max_commit_ts`), `CheckTxnStatus` with every action (TTL measured
+//! on the physical part of `current_ts`), `CheckSecondaryLocks` (a missing
+//! secondary is rolled back and reported rolled back), `ResolveLock`
+//! (Region-wide, by `txn_infos`, or by keys), pessimistic locks that never
+//! wait (a lock is answered at once), heart beats, paged `ScanLock`,
+//! `DeleteRange`, store-wide `UnsafeDestroyRange` (no Region context) and
+//! `GC` at a safe point. Assertions (`Mutation.assertion` with an
+//! assertion level) are not checked, and a rollback at a ts another
+//! transaction committed at is not marked on that record (TiKV's
+//! "overlapped rollback"): timestamps from the TSO never collide.
+//!
 //! Data is one map per Region shared by all its peers (a replicated state
 //! machine) behind the cluster lock, so it is linearizable and
 //! compare-and-swap is atomic. Column families `default` (or empty),
@@ -118,14 +150,19 @@
 //! [`drop_next_response`](SimCluster::drop_next_response) (the next served
 //! request of that method is applied, then the store resets all its
 //! connections, so the client sees a transport error: an undetermined
-//! outcome), [`pd_transfer_leader`](SimCluster::pd_transfer_leader),
+//! outcome; a dropped `kv_commit` is committed),
+//! [`advance_tso_clock`](SimCluster::advance_tso_clock),
+//! [`pd_transfer_leader`](SimCluster::pd_transfer_leader),
 //! [`pd_member_down`](SimCluster::pd_member_down) and
 //! [`pd_member_up`](SimCluster::pd_member_up).
 //!
 //! # Counters
 //!
 //! [`SimCluster::counters`] returns a [`StoreCounters`] snapshot: requests
-//! by method label (`raw_get`, …, see [`RAW_METHODS`]) and [`Outcome`].
+//! by method label (`raw_get`, `kv_commit`, …, see [`RAW_METHODS`] and
+//! [`TXN_METHODS`]) and [`Outcome`]; a transactional response carrying a
+//! key error (also a locked pair of a batch get or scan) counts as
+//! [`Outcome::KeyError`].
 //! Every request that reaches a store's service is counted once with its
 //! outcome; one that waits in a [`HangMode::Respond`] hang is also counted
 //! as [`Outcome::Hung`] when it starts waiting (and only so, if the store
@@ -136,18 +173,22 @@
 //! # The `tikv-sim` binary and its control interface
 //!
 //! `tikv-sim --stores 3 --regions 8 --pd 127.0.0.1:2379` starts a cluster
-//! whose Regions split the printable key space evenly
-//! ([`control::even_split_keys`]), prints exactly one line
+//! whose Regions split the printable key space evenly at memcomparable
+//! encodings of evenly spread keys ([`control::even_split_keys`]), so
+//! transactional clients decode every boundary and raw clients see plain
+//! bytes, prints exactly one line
 //! `pd=127.0.0.1:2379` (the real address) on stdout when ready, and runs
 //! until killed. Its control port (`--control ADDR`, default
 //! `127.0.0.1:0`, announced on stderr as `control=ADDR`) takes the text
 //! commands documented in [`control`]. `SIM.md` shows a shell session.
 
 mod cluster;
+pub mod codec;
 pub mod control;
 mod counters;
 mod data;
 mod keyspace;
+mod mvcc;
 mod net;
 mod pd;
 mod state;
@@ -156,9 +197,10 @@ mod store;
 pub(crate) use cluster::Shared;
 pub use cluster::{
     RegionLayout, SimCluster, SimClusterBuilder, SimPeer, DEFAULT_CLUSTER_ID, FIRST_REGION_ID,
-    PD_MEMBER_ID_BASE, RAW_METHODS,
+    PD_MEMBER_ID_BASE, RAW_METHODS, TXN_METHODS,
 };
 pub use counters::{Outcome, StoreCounters};
+pub use mvcc::MvccVersion;
 pub use state::{ColdMode, HangMode};
 
 /// The version string the simulated stores report to PD clients.

@@ -286,4 +286,31 @@ impl Pd for PdService {
         }
         Ok(Response::new(response))
     }
+
+    async fn get_gc_safe_point(
+        &self,
+        request: Request<pdpb::GetGcSafePointRequest>,
+    ) -> Result<Response<pdpb::GetGcSafePointResponse>, Status> {
+        let req = request.into_inner();
+        let state = self.leader_state(req.header.as_ref())?;
+        Ok(Response::new(pdpb::GetGcSafePointResponse {
+            header: header(state.cluster_id),
+            safe_point: state.gc_safe_point,
+        }))
+    }
+
+    async fn update_gc_safe_point(
+        &self,
+        request: Request<pdpb::UpdateGcSafePointRequest>,
+    ) -> Result<Response<pdpb::UpdateGcSafePointResponse>, Status> {
+        let req = request.into_inner();
+        let mut state = self.leader_state(req.header.as_ref())?;
+        // Like PD, the safe point never moves backwards: an older one is
+        // ignored and the current one returned.
+        state.gc_safe_point = state.gc_safe_point.max(req.safe_point);
+        Ok(Response::new(pdpb::UpdateGcSafePointResponse {
+            header: header(state.cluster_id),
+            new_safe_point: state.gc_safe_point,
+        }))
+    }
 }

@@ -8,6 +8,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use super::counters::{Outcome, StoreCounters};
 use super::data::RegionData;
+use super::mvcc::Mvcc;
 use crate::proto::metapb;
 use crate::proto::{errorpb, keyspacepb, kvrpcpb};
 use crate::region::{can_become_leader, key_in_region};
@@ -72,6 +73,9 @@ pub(crate) struct SimRegion {
     /// Regions split off this one, so a stale epoch learns about them.
     pub(crate) derived: Vec<u64>,
     pub(crate) data: RegionData,
+    /// The transactional data (lock, write and data families), apart from
+    /// the raw data as in TiKV.
+    pub(crate) mvcc: Mvcc,
 }
 
 impl SimRegion {
@@ -116,6 +120,11 @@ pub(crate) struct ClusterState {
     pub(crate) pd_leader: usize,
     tso_physical: i64,
     tso_logical: i64,
+    /// Added to the wall clock for the TSO's physical part: tests move time
+    /// forward (lock TTLs) without waiting.
+    clock_offset_ms: i64,
+    /// PD's GC safe point; never moves backwards.
+    pub(crate) gc_safe_point: u64,
     pub(crate) shutdown: bool,
     /// The API version every store runs (TiKV's `storage.api-version`).
     pub(crate) api_version: kvrpcpb::ApiVersion,
@@ -150,6 +159,8 @@ impl ClusterState {
             pd_leader: 0,
             tso_physical: 0,
             tso_logical: 0,
+            clock_offset_ms: 0,
+            gc_safe_point: 0,
             shutdown: false,
             api_version: kvrpcpb::ApiVersion::V1,
             keyspaces: vec![keyspacepb::KeyspaceMeta {
@@ -390,6 +401,7 @@ impl ClusterState {
         parent.meta.start_key = split_key.to_vec();
         parent.derived.push(new_id);
         let child_data = parent.data.split_off_below(split_key);
+        let child_mvcc = parent.mvcc.split_off_below(split_key);
         // The child's peers play the same parts as the parent's peers on the
         // same stores.
         let same_store = |peer_id: Option<u64>| -> Option<u64> {
@@ -409,20 +421,33 @@ impl ClusterState {
             }),
             derived: Vec::new(),
             data: child_data,
+            mvcc: child_mvcc,
             meta: child_meta,
         };
         self.regions.insert(new_id, child);
         Ok(new_id)
     }
 
+    /// The TSO's physical clock now: wall-clock milliseconds plus the
+    /// offset tests advanced it by.
+    pub(crate) fn clock_ms(&self) -> i64 {
+        let wall = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.as_millis() as i64)
+            .unwrap_or(0);
+        wall.saturating_add(self.clock_offset_ms)
+    }
+
+    /// Moves the TSO's physical clock forward by `ms` milliseconds.
+    pub(crate) fn advance_clock(&mut self, ms: i64) {
+        self.clock_offset_ms = self.clock_offset_ms.saturating_add(ms.max(0));
+    }
+
     /// The next timestamp range of `count` timestamps; returns the last one
     /// (physical ms, logical), as PD does. The PD service refuses a `count`
     /// of 0 or of [`MAX_TSO_COUNT`] and more before calling this.
     pub(crate) fn next_timestamp(&mut self, count: u32) -> (i64, i64) {
-        let now_ms = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map(|d| d.as_millis() as i64)
-            .unwrap_or(0);
+        let now_ms = self.clock_ms();
         let count = i64::from(count.max(1));
         if now_ms > self.tso_physical {
             self.tso_physical = now_ms;

@@ -8,8 +8,8 @@ use tokio::time::Instant;
 use tonic::{Request, Response, Status};
 
 use super::counters::Outcome;
-use super::data::{column_family, RegionData};
-use super::state::HangMode;
+use super::data::column_family;
+use super::state::{HangMode, SimRegion};
 use super::Shared;
 use crate::proto::tikvpb::tikv_server::Tikv;
 use crate::proto::{errorpb, kvrpcpb, metapb};
@@ -22,28 +22,37 @@ pub(crate) struct StoreService {
     pub(crate) store_id: u64,
 }
 
-/// A raw request the simulated store can serve.
-trait RawCommand: Send + 'static {
+/// A request the simulated store can serve (raw in this file, transactional
+/// in `txn.rs`).
+pub(super) trait StoreCommand: Send + 'static {
     type Response: Send + 'static;
     /// The method label (as `tikv_plan::store::Request::label`).
     const METHOD: &'static str;
     fn context(&self) -> Option<&kvrpcpb::Context>;
     /// The first key of the request that lies outside `region`, if any.
     fn key_outside(&self, region: &metapb::Region) -> Option<Vec<u8>>;
-    /// Executes the request on the Region's data; Err is a key-level error.
-    fn apply(
-        &self,
-        data: &mut RegionData,
-        region: &metapb::Region,
-        now: Instant,
-    ) -> Result<Self::Response, String>;
+    /// Executes the request on the Region's data; Err is a key-level error
+    /// (or a malformed request, for responses without an error field).
+    fn apply(&self, region: &mut SimRegion, now: Instant) -> Result<Self::Response, String>;
+    /// Whether a served response carries a key-level error (transactional
+    /// responses carry them inside; raw ones fail `apply` instead).
+    fn has_key_error(_response: &Self::Response) -> bool {
+        false
+    }
+    /// Whether the command acts on the whole store rather than one Region
+    /// (`UnsafeDestroyRange`): it then skips the Region checks.
+    fn store_wide(&self) -> bool {
+        false
+    }
     fn region_error_response(error: errorpb::Error) -> Self::Response;
+    /// The response of a store-wide command that found no Region.
+    fn empty_response() -> Self::Response;
     /// The response carrying a key-level error, or None when the response
     /// type has no `error` field (the error then becomes a gRPC status).
     fn key_error_response(message: String) -> Option<Self::Response>;
 }
 
-fn first_outside<'a>(
+pub(super) fn first_outside<'a>(
     region: &metapb::Region,
     keys: impl IntoIterator<Item = &'a [u8]>,
 ) -> Option<Vec<u8>> {
@@ -58,7 +67,11 @@ fn first_outside<'a>(
 /// TiKV checks the key its cursor seeks to the same way
 /// (`check_key_in_region_inclusive`), so a scan starting exactly at a
 /// Region's edge is served, empty, rather than refused.
-fn scan_start_outside(region: &metapb::Region, start: &[u8], reverse: bool) -> Option<Vec<u8>> {
+pub(super) fn scan_start_outside(
+    region: &metapb::Region,
+    start: &[u8],
+    reverse: bool,
+) -> Option<Vec<u8>> {
     let ok = if reverse && start.is_empty() {
         region.end_key.is_empty()
     } else {
@@ -70,7 +83,7 @@ fn scan_start_outside(region: &metapb::Region, start: &[u8], reverse: bool) -> O
 
 /// The key range `[low, high)` of a scan, clamped to the Region (an empty
 /// `high` is unbounded).
-fn scan_bounds(
+pub(super) fn scan_bounds(
     region: &metapb::Region,
     start: &[u8],
     end: &[u8],
@@ -106,6 +119,34 @@ macro_rules! command_boilerplate {
             })
         }
     };
+    ($resp:ty, $method:literal, key_error_field) => {
+        command_boilerplate!(@common $resp, $method);
+        fn key_error_response(message: String) -> Option<$resp> {
+            let mut r = <$resp>::default();
+            r.error = Some(kvrpcpb::KeyError {
+                abort: message,
+                ..Default::default()
+            });
+            Some(r)
+        }
+        fn has_key_error(response: &$resp) -> bool {
+            response.error.is_some()
+        }
+    };
+    ($resp:ty, $method:literal, key_errors_field) => {
+        command_boilerplate!(@common $resp, $method);
+        fn key_error_response(message: String) -> Option<$resp> {
+            let mut r = <$resp>::default();
+            r.errors = vec![kvrpcpb::KeyError {
+                abort: message,
+                ..Default::default()
+            }];
+            Some(r)
+        }
+        fn has_key_error(response: &$resp) -> bool {
+            !response.errors.is_empty()
+        }
+    };
     ($resp:ty, $method:literal, no_error_field) => {
         command_boilerplate!(@common $resp, $method);
         fn key_error_response(_message: String) -> Option<$resp> {
@@ -123,20 +164,21 @@ macro_rules! command_boilerplate {
             r.region_error = Some(error);
             r
         }
+        fn empty_response() -> $resp {
+            <$resp>::default()
+        }
     };
 }
 
-impl RawCommand for kvrpcpb::RawGetRequest {
+mod txn;
+
+impl StoreCommand for kvrpcpb::RawGetRequest {
     command_boilerplate!(kvrpcpb::RawGetResponse, "raw_get", has_error_field);
     fn key_outside(&self, region: &metapb::Region) -> Option<Vec<u8>> {
         first_outside(region, [self.key.as_slice()])
     }
-    fn apply(
-        &self,
-        data: &mut RegionData,
-        _: &metapb::Region,
-        now: Instant,
-    ) -> Result<Self::Response, String> {
+    fn apply(&self, region: &mut SimRegion, now: Instant) -> Result<Self::Response, String> {
+        let data = &mut region.data;
         let value = data.get(column_family(&self.cf)?, &self.key, now);
         Ok(kvrpcpb::RawGetResponse {
             not_found: value.is_none(),
@@ -146,7 +188,7 @@ impl RawCommand for kvrpcpb::RawGetRequest {
     }
 }
 
-impl RawCommand for kvrpcpb::RawBatchGetRequest {
+impl StoreCommand for kvrpcpb::RawBatchGetRequest {
     command_boilerplate!(
         kvrpcpb::RawBatchGetResponse,
         "raw_batch_get",
@@ -155,12 +197,8 @@ impl RawCommand for kvrpcpb::RawBatchGetRequest {
     fn key_outside(&self, region: &metapb::Region) -> Option<Vec<u8>> {
         first_outside(region, self.keys.iter().map(Vec::as_slice))
     }
-    fn apply(
-        &self,
-        data: &mut RegionData,
-        _: &metapb::Region,
-        now: Instant,
-    ) -> Result<Self::Response, String> {
+    fn apply(&self, region: &mut SimRegion, now: Instant) -> Result<Self::Response, String> {
+        let data = &mut region.data;
         let cf = column_family(&self.cf)?;
         let found = self
             .keys
@@ -174,17 +212,13 @@ impl RawCommand for kvrpcpb::RawBatchGetRequest {
     }
 }
 
-impl RawCommand for kvrpcpb::RawPutRequest {
+impl StoreCommand for kvrpcpb::RawPutRequest {
     command_boilerplate!(kvrpcpb::RawPutResponse, "raw_put", has_error_field);
     fn key_outside(&self, region: &metapb::Region) -> Option<Vec<u8>> {
         first_outside(region, [self.key.as_slice()])
     }
-    fn apply(
-        &self,
-        data: &mut RegionData,
-        _: &metapb::Region,
-        now: Instant,
-    ) -> Result<Self::Response, String> {
+    fn apply(&self, region: &mut SimRegion, now: Instant) -> Result<Self::Response, String> {
+        let data = &mut region.data;
         data.put(
             column_family(&self.cf)?,
             self.key.clone(),
@@ -196,7 +230,7 @@ impl RawCommand for kvrpcpb::RawPutRequest {
     }
 }
 
-impl RawCommand for kvrpcpb::RawBatchPutRequest {
+impl StoreCommand for kvrpcpb::RawBatchPutRequest {
     command_boilerplate!(
         kvrpcpb::RawBatchPutResponse,
         "raw_batch_put",
@@ -206,12 +240,8 @@ impl RawCommand for kvrpcpb::RawBatchPutRequest {
         first_outside(region, self.pairs.iter().map(|p| p.key.as_slice()))
     }
     #[allow(deprecated)]
-    fn apply(
-        &self,
-        data: &mut RegionData,
-        _: &metapb::Region,
-        now: Instant,
-    ) -> Result<Self::Response, String> {
+    fn apply(&self, region: &mut SimRegion, now: Instant) -> Result<Self::Response, String> {
+        let data = &mut region.data;
         let cf = column_family(&self.cf)?;
         // kvproto: exactly one TTL applies to every pair; otherwise one per
         // pair, or none.
@@ -235,23 +265,19 @@ impl RawCommand for kvrpcpb::RawBatchPutRequest {
     }
 }
 
-impl RawCommand for kvrpcpb::RawDeleteRequest {
+impl StoreCommand for kvrpcpb::RawDeleteRequest {
     command_boilerplate!(kvrpcpb::RawDeleteResponse, "raw_delete", has_error_field);
     fn key_outside(&self, region: &metapb::Region) -> Option<Vec<u8>> {
         first_outside(region, [self.key.as_slice()])
     }
-    fn apply(
-        &self,
-        data: &mut RegionData,
-        _: &metapb::Region,
-        _: Instant,
-    ) -> Result<Self::Response, String> {
+    fn apply(&self, region: &mut SimRegion, _: Instant) -> Result<Self::Response, String> {
+        let data = &mut region.data;
         data.delete(column_family(&self.cf)?, &self.key);
         Ok(Default::default())
     }
 }
 
-impl RawCommand for kvrpcpb::RawBatchDeleteRequest {
+impl StoreCommand for kvrpcpb::RawBatchDeleteRequest {
     command_boilerplate!(
         kvrpcpb::RawBatchDeleteResponse,
         "raw_batch_delete",
@@ -260,12 +286,8 @@ impl RawCommand for kvrpcpb::RawBatchDeleteRequest {
     fn key_outside(&self, region: &metapb::Region) -> Option<Vec<u8>> {
         first_outside(region, self.keys.iter().map(Vec::as_slice))
     }
-    fn apply(
-        &self,
-        data: &mut RegionData,
-        _: &metapb::Region,
-        _: Instant,
-    ) -> Result<Self::Response, String> {
+    fn apply(&self, region: &mut SimRegion, _: Instant) -> Result<Self::Response, String> {
+        let data = &mut region.data;
         let cf = column_family(&self.cf)?;
         for key in &self.keys {
             data.delete(cf, key);
@@ -274,17 +296,13 @@ impl RawCommand for kvrpcpb::RawBatchDeleteRequest {
     }
 }
 
-impl RawCommand for kvrpcpb::RawScanRequest {
+impl StoreCommand for kvrpcpb::RawScanRequest {
     command_boilerplate!(kvrpcpb::RawScanResponse, "raw_scan", no_error_field);
     fn key_outside(&self, region: &metapb::Region) -> Option<Vec<u8>> {
         scan_start_outside(region, &self.start_key, self.reverse)
     }
-    fn apply(
-        &self,
-        data: &mut RegionData,
-        region: &metapb::Region,
-        now: Instant,
-    ) -> Result<Self::Response, String> {
+    fn apply(&self, region: &mut SimRegion, now: Instant) -> Result<Self::Response, String> {
+        let (data, region) = (&mut region.data, &region.meta);
         let cf = column_family(&self.cf)?;
         let (low, high) = scan_bounds(region, &self.start_key, &self.end_key, self.reverse);
         let kvs = data.scan(cf, &low, &high, self.limit as usize, self.reverse, now);
@@ -295,7 +313,7 @@ impl RawCommand for kvrpcpb::RawScanRequest {
     }
 }
 
-impl RawCommand for kvrpcpb::RawBatchScanRequest {
+impl StoreCommand for kvrpcpb::RawBatchScanRequest {
     command_boilerplate!(
         kvrpcpb::RawBatchScanResponse,
         "raw_batch_scan",
@@ -306,12 +324,8 @@ impl RawCommand for kvrpcpb::RawBatchScanRequest {
             .iter()
             .find_map(|r| scan_start_outside(region, &r.start_key, self.reverse))
     }
-    fn apply(
-        &self,
-        data: &mut RegionData,
-        region: &metapb::Region,
-        now: Instant,
-    ) -> Result<Self::Response, String> {
+    fn apply(&self, region: &mut SimRegion, now: Instant) -> Result<Self::Response, String> {
+        let (data, region) = (&mut region.data, &region.meta);
         let cf = column_family(&self.cf)?;
         let mut kvs = Vec::new();
         for range in &self.ranges {
@@ -328,7 +342,7 @@ impl RawCommand for kvrpcpb::RawBatchScanRequest {
     }
 }
 
-impl RawCommand for kvrpcpb::RawDeleteRangeRequest {
+impl StoreCommand for kvrpcpb::RawDeleteRangeRequest {
     command_boilerplate!(
         kvrpcpb::RawDeleteRangeResponse,
         "raw_delete_range",
@@ -347,12 +361,8 @@ impl RawCommand for kvrpcpb::RawDeleteRangeRequest {
         };
         (!end_fits).then(|| self.end_key.clone())
     }
-    fn apply(
-        &self,
-        data: &mut RegionData,
-        _: &metapb::Region,
-        _: Instant,
-    ) -> Result<Self::Response, String> {
+    fn apply(&self, region: &mut SimRegion, _: Instant) -> Result<Self::Response, String> {
+        let data = &mut region.data;
         let cf = column_family(&self.cf)?;
         if !self.end_key.is_empty() && self.start_key > self.end_key {
             return Err("delete range start key is after its end key".to_owned());
@@ -362,7 +372,7 @@ impl RawCommand for kvrpcpb::RawDeleteRangeRequest {
     }
 }
 
-impl RawCommand for kvrpcpb::RawCasRequest {
+impl StoreCommand for kvrpcpb::RawCasRequest {
     command_boilerplate!(
         kvrpcpb::RawCasResponse,
         "raw_compare_and_swap",
@@ -371,12 +381,8 @@ impl RawCommand for kvrpcpb::RawCasRequest {
     fn key_outside(&self, region: &metapb::Region) -> Option<Vec<u8>> {
         first_outside(region, [self.key.as_slice()])
     }
-    fn apply(
-        &self,
-        data: &mut RegionData,
-        _: &metapb::Region,
-        now: Instant,
-    ) -> Result<Self::Response, String> {
+    fn apply(&self, region: &mut SimRegion, now: Instant) -> Result<Self::Response, String> {
+        let data = &mut region.data;
         let cf = column_family(&self.cf)?;
         let expected = (!self.previous_not_exist).then_some(self.previous_value.as_slice());
         let (succeed, previous) = data.compare_and_swap(
@@ -396,7 +402,7 @@ impl RawCommand for kvrpcpb::RawCasRequest {
     }
 }
 
-impl RawCommand for kvrpcpb::RawGetKeyTtlRequest {
+impl StoreCommand for kvrpcpb::RawGetKeyTtlRequest {
     command_boilerplate!(
         kvrpcpb::RawGetKeyTtlResponse,
         "raw_get_key_ttl",
@@ -405,12 +411,8 @@ impl RawCommand for kvrpcpb::RawGetKeyTtlRequest {
     fn key_outside(&self, region: &metapb::Region) -> Option<Vec<u8>> {
         first_outside(region, [self.key.as_slice()])
     }
-    fn apply(
-        &self,
-        data: &mut RegionData,
-        _: &metapb::Region,
-        now: Instant,
-    ) -> Result<Self::Response, String> {
+    fn apply(&self, region: &mut SimRegion, now: Instant) -> Result<Self::Response, String> {
+        let data = &mut region.data;
         let ttl = data.ttl(column_family(&self.cf)?, &self.key, now);
         Ok(kvrpcpb::RawGetKeyTtlResponse {
             not_found: ttl.is_none(),
@@ -427,7 +429,7 @@ enum Verdict<R> {
     Drop,
 }
 
-impl RawCommand for kvrpcpb::RawChecksumRequest {
+impl StoreCommand for kvrpcpb::RawChecksumRequest {
     command_boilerplate!(
         kvrpcpb::RawChecksumResponse,
         "raw_checksum",
@@ -440,17 +442,12 @@ impl RawCommand for kvrpcpb::RawChecksumRequest {
     }
     /// TiKV's `Crc64_Xor` over the default column family, on the user keys
     /// and values ([`crate::raw::RawChecksum`]).
-    fn apply(
-        &self,
-        data: &mut RegionData,
-        region: &metapb::Region,
-        now: Instant,
-    ) -> Result<Self::Response, String> {
+    fn apply(&self, region: &mut SimRegion, now: Instant) -> Result<Self::Response, String> {
         let cf = column_family("")?;
         let mut sum = crate::raw::RawChecksum::default();
         for range in &self.ranges {
-            let (low, high) = scan_bounds(region, &range.start_key, &range.end_key, false);
-            for (key, value) in data.scan(cf, &low, &high, usize::MAX, false, now) {
+            let (low, high) = scan_bounds(&region.meta, &range.start_key, &range.end_key, false);
+            for (key, value) in region.data.scan(cf, &low, &high, usize::MAX, false, now) {
                 sum.add(&key, &value);
             }
         }
@@ -487,7 +484,7 @@ impl StoreService {
     /// Serves one raw request: added latency, a hang, then the checks and
     /// the operation under the cluster lock, then a dropped response if one
     /// was ordered.
-    async fn serve<C: RawCommand>(
+    async fn serve<C: StoreCommand>(
         &self,
         request: Request<C>,
     ) -> Result<Response<C::Response>, Status> {
@@ -515,18 +512,35 @@ impl StoreService {
                 }
             }
             let api_check = check_api_version(state.api_version, command.context());
-            let admitted = state.admit(self.store_id, command.context(), &|r| {
-                command.key_outside(r)
-            });
-            let (verdict, outcome) = match (api_check, admitted) {
-                (Err(message), _) => match C::key_error_response(message.clone()) {
-                    Some(resp) => (Verdict::Answer(resp), Outcome::Invalid),
-                    None => (
-                        Verdict::Status(Status::invalid_argument(message)),
-                        Outcome::Invalid,
+            let (verdict, outcome) = if let Err(message) = api_check {
+                (Self::key_error_verdict::<C>(message).0, Outcome::Invalid)
+            } else if command.store_wide() {
+                let now = Instant::now();
+                let store_id = self.store_id;
+                let mut regions: Vec<&mut SimRegion> = state
+                    .regions
+                    .values_mut()
+                    .filter(|r| r.peer_on_store(store_id).is_some())
+                    .collect();
+                let mut result = Ok(None);
+                for region in regions.iter_mut() {
+                    result = command.apply(region, now).map(Some);
+                    if result.is_err() {
+                        break;
+                    }
+                }
+                match result {
+                    Ok(resp) => (
+                        Verdict::Answer(resp.unwrap_or_else(C::empty_response)),
+                        Outcome::Ok,
                     ),
-                },
-                (Ok(()), admitted) => match admitted {
+                    Err(message) => Self::key_error_verdict::<C>(message),
+                }
+            } else {
+                let admitted = state.admit(self.store_id, command.context(), &|r| {
+                    command.key_outside(r)
+                });
+                match admitted {
                     Err((error, outcome)) => {
                         (Verdict::Answer(C::region_error_response(*error)), outcome)
                     }
@@ -537,21 +551,16 @@ impl StoreService {
                                 Verdict::Status(Status::internal("region vanished")),
                                 Outcome::Invalid,
                             ),
-                            Some(region) => {
-                                match command.apply(&mut region.data, &region.meta, now) {
-                                    Ok(resp) => (Verdict::Answer(resp), Outcome::Ok),
-                                    Err(message) => match C::key_error_response(message.clone()) {
-                                        Some(resp) => (Verdict::Answer(resp), Outcome::KeyError),
-                                        None => (
-                                            Verdict::Status(Status::invalid_argument(message)),
-                                            Outcome::Invalid,
-                                        ),
-                                    },
+                            Some(region) => match command.apply(region, now) {
+                                Ok(resp) if C::has_key_error(&resp) => {
+                                    (Verdict::Answer(resp), Outcome::KeyError)
                                 }
-                            }
+                                Ok(resp) => (Verdict::Answer(resp), Outcome::Ok),
+                                Err(message) => Self::key_error_verdict::<C>(message),
+                            },
                         }
                     }
-                },
+                }
             };
             let mut verdict = verdict;
             let mut outcome = outcome;
@@ -584,6 +593,18 @@ impl StoreService {
                 self.shared.reset_store_connections(self.store_id);
                 Err(Status::unavailable("simulated dropped response"))
             }
+        }
+    }
+
+    /// The answer to a request `apply` refused: a key error in the response,
+    /// or a gRPC status when the response has no error field.
+    fn key_error_verdict<C: StoreCommand>(message: String) -> (Verdict<C::Response>, Outcome) {
+        match C::key_error_response(message.clone()) {
+            Some(resp) => (Verdict::Answer(resp), Outcome::KeyError),
+            None => (
+                Verdict::Status(Status::invalid_argument(message)),
+                Outcome::Invalid,
+            ),
         }
     }
 
@@ -692,6 +713,108 @@ impl Tikv for StoreService {
         &self,
         r: Request<kvrpcpb::RawChecksumRequest>,
     ) -> Result<Response<kvrpcpb::RawChecksumResponse>, Status> {
+        self.serve(r).await
+    }
+    async fn kv_get(
+        &self,
+        r: Request<kvrpcpb::GetRequest>,
+    ) -> Result<Response<kvrpcpb::GetResponse>, Status> {
+        self.serve(r).await
+    }
+    async fn kv_scan(
+        &self,
+        r: Request<kvrpcpb::ScanRequest>,
+    ) -> Result<Response<kvrpcpb::ScanResponse>, Status> {
+        self.serve(r).await
+    }
+    async fn kv_prewrite(
+        &self,
+        r: Request<kvrpcpb::PrewriteRequest>,
+    ) -> Result<Response<kvrpcpb::PrewriteResponse>, Status> {
+        self.serve(r).await
+    }
+    async fn kv_pessimistic_lock(
+        &self,
+        r: Request<kvrpcpb::PessimisticLockRequest>,
+    ) -> Result<Response<kvrpcpb::PessimisticLockResponse>, Status> {
+        self.serve(r).await
+    }
+    async fn kv_pessimistic_rollback(
+        &self,
+        r: Request<kvrpcpb::PessimisticRollbackRequest>,
+    ) -> Result<Response<kvrpcpb::PessimisticRollbackResponse>, Status> {
+        self.serve(r).await
+    }
+    async fn kv_txn_heart_beat(
+        &self,
+        r: Request<kvrpcpb::TxnHeartBeatRequest>,
+    ) -> Result<Response<kvrpcpb::TxnHeartBeatResponse>, Status> {
+        self.serve(r).await
+    }
+    async fn kv_check_txn_status(
+        &self,
+        r: Request<kvrpcpb::CheckTxnStatusRequest>,
+    ) -> Result<Response<kvrpcpb::CheckTxnStatusResponse>, Status> {
+        self.serve(r).await
+    }
+    async fn kv_check_secondary_locks(
+        &self,
+        r: Request<kvrpcpb::CheckSecondaryLocksRequest>,
+    ) -> Result<Response<kvrpcpb::CheckSecondaryLocksResponse>, Status> {
+        self.serve(r).await
+    }
+    async fn kv_commit(
+        &self,
+        r: Request<kvrpcpb::CommitRequest>,
+    ) -> Result<Response<kvrpcpb::CommitResponse>, Status> {
+        self.serve(r).await
+    }
+    async fn kv_cleanup(
+        &self,
+        r: Request<kvrpcpb::CleanupRequest>,
+    ) -> Result<Response<kvrpcpb::CleanupResponse>, Status> {
+        self.serve(r).await
+    }
+    async fn kv_batch_get(
+        &self,
+        r: Request<kvrpcpb::BatchGetRequest>,
+    ) -> Result<Response<kvrpcpb::BatchGetResponse>, Status> {
+        self.serve(r).await
+    }
+    async fn kv_batch_rollback(
+        &self,
+        r: Request<kvrpcpb::BatchRollbackRequest>,
+    ) -> Result<Response<kvrpcpb::BatchRollbackResponse>, Status> {
+        self.serve(r).await
+    }
+    async fn kv_scan_lock(
+        &self,
+        r: Request<kvrpcpb::ScanLockRequest>,
+    ) -> Result<Response<kvrpcpb::ScanLockResponse>, Status> {
+        self.serve(r).await
+    }
+    async fn kv_resolve_lock(
+        &self,
+        r: Request<kvrpcpb::ResolveLockRequest>,
+    ) -> Result<Response<kvrpcpb::ResolveLockResponse>, Status> {
+        self.serve(r).await
+    }
+    async fn kv_gc(
+        &self,
+        r: Request<kvrpcpb::GcRequest>,
+    ) -> Result<Response<kvrpcpb::GcResponse>, Status> {
+        self.serve(r).await
+    }
+    async fn kv_delete_range(
+        &self,
+        r: Request<kvrpcpb::DeleteRangeRequest>,
+    ) -> Result<Response<kvrpcpb::DeleteRangeResponse>, Status> {
+        self.serve(r).await
+    }
+    async fn unsafe_destroy_range(
+        &self,
+        r: Request<kvrpcpb::UnsafeDestroyRangeRequest>,
+    ) -> Result<Response<kvrpcpb::UnsafeDestroyRangeResponse>, Status> {
         self.serve(r).await
     }
 }

@@ -236,6 +236,21 @@ impl Pd for MemberService {
         let found = state.regions.iter().find(|(r, _)| r.id == id);
         Ok(Response::new(self.region_response(&state, found)))
     }
+
+    // The PD-client tests need no GC safe point.
+    async fn get_gc_safe_point(
+        &self,
+        _request: Request<pdpb::GetGcSafePointRequest>,
+    ) -> Result<Response<pdpb::GetGcSafePointResponse>, Status> {
+        Err(Status::unimplemented("the fake PD keeps no GC safe point"))
+    }
+
+    async fn update_gc_safe_point(
+        &self,
+        _request: Request<pdpb::UpdateGcSafePointRequest>,
+    ) -> Result<Response<pdpb::UpdateGcSafePointResponse>, Status> {
+        Err(Status::unimplemented("the fake PD keeps no GC safe point"))
+    }
 }
 
 impl MemberService {

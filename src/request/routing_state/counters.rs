@@ -23,6 +23,9 @@ pub struct RoutingStats {
     pub stores_marked_unreachable: u64,
     /// RPCs in flight right now (each holds one concurrency permit).
     pub rpcs_in_flight: u64,
+    /// Writes that ended undetermined: they may have reached a store, so
+    /// they were not re-sent (routing.md, "Replay safety").
+    pub undetermined_writes: u64,
 }
 
 #[derive(Debug, Default)]
@@ -35,6 +38,7 @@ pub(super) struct Counters {
     connect_timeouts: AtomicU64,
     stores_marked_unreachable: AtomicU64,
     rpcs_in_flight: AtomicU64,
+    undetermined_writes: AtomicU64,
 }
 
 /// Which counter to bump.
@@ -46,6 +50,7 @@ pub(crate) enum Counter {
     StoreInvalidation,
     RegionInvalidation,
     ConnectTimeout,
+    Undetermined,
 }
 
 impl Counters {
@@ -61,6 +66,7 @@ impl Counters {
             connect_timeouts: get(&self.connect_timeouts),
             stores_marked_unreachable: get(&self.stores_marked_unreachable),
             rpcs_in_flight: get(&self.rpcs_in_flight),
+            undetermined_writes: get(&self.undetermined_writes),
         }
     }
 
@@ -73,6 +79,7 @@ impl Counters {
             Counter::StoreInvalidation => &self.store_invalidations,
             Counter::RegionInvalidation => &self.region_invalidations,
             Counter::ConnectTimeout => &self.connect_timeouts,
+            Counter::Undetermined => &self.undetermined_writes,
         };
         atomic.fetch_add(1, Ordering::Relaxed);
     }
