@@ -12,6 +12,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         "src/proto/kvrpcpb.proto",
         "src/proto/tikvpb.proto",
         "src/proto/pdpb.proto",
+        "src/proto/keyspacepb.proto",
     ];
     for p in protos {
         println!("cargo:rerun-if-changed={p}");

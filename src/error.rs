@@ -5,6 +5,11 @@ use std::time::Duration;
 
 use crate::proto::{errorpb, kvrpcpb, pdpb};
 
+/// A Region error as TiKV sends it (client-rust's name).
+pub use crate::proto::errorpb::Error as ProtoRegionError;
+/// A key error as TiKV sends it (client-rust's name).
+pub use crate::proto::kvrpcpb::KeyError as ProtoKeyError;
+
 /// Result with [`Error`] as the error type.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
@@ -33,22 +38,19 @@ pub enum Error {
     /// which the router walks to tell transport failures from server answers.
     #[error("gRPC call failed with {}: {}", .0.code(), .0.message())]
     Grpc(Box<tonic::Status>),
-    /// A Region answered with a Region error the client could not resolve.
-    #[error("region {region_id} answered with a region error: {}", describe_region_error(.error))]
-    RegionError {
-        /// The Region the request was for.
-        region_id: u64,
-        /// The error as TiKV sent it.
-        error: Box<errorpb::Error>,
-    },
-    /// A key-level error from TiKV (a raw request's `error` string or a
-    /// `KeyError`).
+    /// A Region answered with a Region error the client could not resolve
+    /// (client-rust's variant; when retries were spent it arrives inside
+    /// [`Error::RetriesExhausted`], which names the Region).
+    #[error("a Region answered with a region error: {}", describe_region_error(.0))]
+    RegionError(Box<ProtoRegionError>),
+    /// A structured key-level error from TiKV (a `KeyError` in the response).
+    #[error("TiKV rejected the request for a key: {}", describe_key_error(.0))]
+    KeyError(Box<ProtoKeyError>),
+    /// A raw request's `error` string from TiKV (client-rust's `KvError`).
     #[error("TiKV rejected the request: {message}")]
-    KeyError {
+    KvError {
         /// The server's message.
         message: String,
-        /// The structured key error, when TiKV sent one.
-        key_error: Option<Box<kvrpcpb::KeyError>>,
     },
     /// PD answered with an error header.
     #[error("PD answered with {error_type:?}: {message}")]
@@ -166,24 +168,166 @@ pub enum Error {
     /// Several errors, one per shard, in shard order.
     #[error("{} requests failed; first: {}", .0.len(), .0.first().map(|e| e.to_string()).unwrap_or_default())]
     Multiple(Vec<Error>),
+    /// A scan asked for more pairs than one scan may return.
+    #[error("scan limit {limit} is over the maximum of {max_limit}; scan in pages (each starting after the last key of the previous one) or use `RawClient::scan_stream`")]
+    MaxScanLimitExceeded {
+        /// The limit passed.
+        limit: u32,
+        /// The largest limit accepted (`MAX_RAW_KV_SCAN_LIMIT`).
+        max_limit: u32,
+    },
+    /// A column family name that TiKV does not have.
+    #[error("unsupported column family {0:?}; use \"default\", \"lock\" or \"write\"")]
+    ColumnFamilyError(String),
+    /// PD does not know the keyspace named in `Config::keyspace`.
+    #[error("keyspace {0:?} not found in PD (or not enabled); create it in PD or fix `Config::with_keyspace`")]
+    KeyspaceNotFound(String),
+    /// A gRPC response was larger than the client decodes.
+    #[error("a gRPC response from {address} was larger than the {limit}-byte limit ({message}); raise `Config::grpc_max_decoding_message_size` (`with_grpc_max_decoding_message_size`) or ask for less (a smaller scan limit or batch)")]
+    GrpcMessageTooLarge {
+        /// The store or PD address, when known.
+        address: String,
+        /// The limit in force.
+        limit: usize,
+        /// What the gRPC layer reported.
+        message: String,
+    },
+    /// The operation needs another mode of the client (client-rust's
+    /// variant): `compare_and_swap` on a client without atomic mode, or
+    /// `delete_range` on one with it (TiKV cannot delete a range atomically).
+    #[error("the operation is not supported in this mode: compare_and_swap needs atomic mode (plain writes could interleave with it; use client.with_atomic_for_cas()), and delete_range cannot run in atomic mode (use a client without with_atomic_for_cas())")]
+    UnsupportedMode,
+    /// client-rust's gRPC status variant. tikv-plan reports gRPC statuses as
+    /// [`Error::Grpc`] (with the status kept whole for classification) and
+    /// never builds this one; it exists so that code matching on it compiles.
+    #[error("gRPC api error: {0}")]
+    GrpcAPI(tonic::Status),
+    /// client-rust's undetermined outcome. tikv-plan reports
+    /// [`Error::Undetermined`] (which names the Region) and never builds this
+    /// one; it exists so that code matching on it compiles.
+    #[error("whether the request was applied is undetermined: {0}")]
+    UndeterminedError(Box<Error>),
+    /// client-rust's internal error. tikv-plan reports [`Error::Internal`]
+    /// and never builds this one.
+    #[error("internal error (please report): {message}")]
+    InternalError {
+        /// What went wrong.
+        message: String,
+    },
+    /// client-rust's free-text error; tikv-plan never builds it.
+    #[error("{0}")]
+    StringError(String),
+    /// client-rust's "not implemented" error; tikv-plan never builds it.
+    #[error("the feature is not implemented")]
+    Unimplemented,
+    /// client-rust's error for several shard failures; tikv-plan reports
+    /// [`Error::Multiple`] and never builds this one.
+    #[error("{} errors; first: {}", .0.len(), .0.first().map(|e| e.to_string()).unwrap_or_default())]
+    ExtractedErrors(Vec<Error>),
+    /// client-rust's error for several key errors; tikv-plan reports
+    /// [`Error::Multiple`] and never builds this one.
+    #[error("{} key errors; first: {}", .0.len(), .0.first().map(|e| e.to_string()).unwrap_or_default())]
+    MultipleKeyErrors(Vec<Error>),
+    /// No Region covers a range (client-rust's variant).
+    #[error("PD has no region for the range {range:?}; the cluster may not be bootstrapped")]
+    RegionForRangeNotFound {
+        /// The range looked up.
+        range: crate::BoundRange,
+    },
+    /// A Region was missing from PD's answer.
+    #[error("region {region_id} is missing from the response")]
+    RegionNotFoundInResponse {
+        /// The Region.
+        region_id: u64,
+    },
+    /// An `EpochNotMatch` error carried no current Regions.
+    #[error("an EpochNotMatch error carried no current regions")]
+    NoCurrentRegions,
+    /// A Region expected in the cache was not there.
+    #[error("the region is not in the region cache")]
+    EntryNotFoundInRegionCache,
+    /// An I/O error (client-rust's variant; shared so the error stays `Clone`).
+    #[error("I/O error: {0}")]
+    Io(std::sync::Arc<std::io::Error>),
     /// A bug or a protocol mismatch inside the client; please report it.
     #[error("internal error (please report): {0}")]
     Internal(String),
 }
 
 impl From<tonic::Status> for Error {
+    /// A response over the decoding limit becomes
+    /// [`Error::GrpcMessageTooLarge`], which names the knob; every other
+    /// status stays whole in [`Error::Grpc`].
     fn from(status: tonic::Status) -> Self {
+        if let Some(limit) = decoding_limit_exceeded(&status) {
+            return Error::GrpcMessageTooLarge {
+                address: "a TiKV store or PD".to_owned(),
+                limit,
+                message: status.message().to_owned(),
+            };
+        }
         Error::Grpc(Box::new(status))
+    }
+}
+
+/// tonic refuses a message over `max_decoding_message_size` with
+/// `OutOfRange` and "decoded message length too large: found N bytes, the
+/// limit is: M bytes"; this reads M back (0 when the text differs).
+fn decoding_limit_exceeded(status: &tonic::Status) -> Option<usize> {
+    if status.code() != tonic::Code::OutOfRange {
+        return None;
+    }
+    let message = status.message();
+    if !message.contains("message length too large") {
+        return None;
+    }
+    let limit = message
+        .rsplit("limit is:")
+        .next()
+        .and_then(|tail| tail.split_whitespace().next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0);
+    Some(limit)
+}
+
+impl From<ProtoRegionError> for Error {
+    fn from(e: ProtoRegionError) -> Error {
+        Error::RegionError(Box::new(e))
+    }
+}
+
+impl From<ProtoKeyError> for Error {
+    fn from(e: ProtoKeyError) -> Error {
+        Error::KeyError(Box::new(e))
+    }
+}
+
+impl From<std::io::Error> for Error {
+    fn from(e: std::io::Error) -> Error {
+        Error::Io(std::sync::Arc::new(e))
+    }
+}
+
+/// A short human description of a key error.
+pub fn describe_key_error(e: &kvrpcpb::KeyError) -> String {
+    if !e.retryable.is_empty() {
+        format!("retryable key error: {}", e.retryable)
+    } else if !e.abort.is_empty() {
+        format!("aborted: {}", e.abort)
+    } else {
+        "key error".to_owned()
     }
 }
 
 impl Error {
     /// Wraps a Region error.
-    pub fn region_error(region_id: u64, error: errorpb::Error) -> Self {
-        Error::RegionError {
-            region_id,
-            error: Box::new(error),
+    /// The Region id is not kept in the variant (client-rust's shape); the
+    /// error's own fields and [`Error::RetriesExhausted`] name the Region.
+    pub fn region_error(region_id: u64, mut error: errorpb::Error) -> Self {
+        if error.message.is_empty() {
+            error.message = format!("region {region_id}");
         }
+        Error::RegionError(Box::new(error))
     }
 
     /// True for an outcome that may or may not have been applied.

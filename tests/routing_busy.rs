@@ -219,6 +219,7 @@ async fn a_request_split_after_its_probe_does_not_probe_again() {
     let routing = routing();
     let pairs = PlanBuilder::new(
         pd.clone(),
+        tikv_plan::request::Keyspace::Disable,
         new_raw_batch_get_request(vec![b"a".to_vec(), b"x".to_vec()], None),
     )
     .routing(routing.clone())
@@ -267,6 +268,7 @@ async fn one_busy_probe_per_request_across_shards_of_one_region() {
             .collect();
         let result = PlanBuilder::new(
             pd.clone(),
+            tikv_plan::request::Keyspace::Disable,
             new_raw_batch_put_request(pairs, vec![], None, false),
         )
         .routing(routing.clone())

@@ -69,6 +69,9 @@ pub struct PdRpcClient<KvC: KvConnect = TikvConnect> {
     single_flight_connect: bool,
 }
 
+/// The most Regions one `ScanRegions` call asks for when loading a range.
+pub const SCAN_REGIONS_BATCH: usize = 1024;
+
 impl<KvC: KvConnect> std::fmt::Debug for PdRpcClient<KvC> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("PdRpcClient")
@@ -83,12 +86,13 @@ impl PdRpcClient<TikvConnect> {
     /// Connects to PD through `pd_endpoints` and opens store connections
     /// with [`TikvConnect`], using the timeouts and security of `config`.
     pub async fn connect(pd_endpoints: &[String], config: &Config) -> Result<Self> {
-        let security = Arc::new(SecurityManager::load(&config.security)?);
+        let security = Arc::new(SecurityManager::load(&config.security())?);
         let kv_connect = TikvConnect::new(
             Arc::clone(&security),
             config.timeout,
             config.connect_timeout,
-        );
+        )
+        .with_max_decoding_message_size(config.grpc_max_decoding_message_size);
         Self::with_security(pd_endpoints, config, security, kv_connect).await
     }
 }
@@ -101,7 +105,7 @@ impl<KvC: KvConnect> PdRpcClient<KvC> {
         config: &Config,
         kv_connect: KvC,
     ) -> Result<Self> {
-        let security = Arc::new(SecurityManager::load(&config.security)?);
+        let security = Arc::new(SecurityManager::load(&config.security())?);
         Self::with_security(pd_endpoints, config, security, kv_connect).await
     }
 
@@ -111,11 +115,12 @@ impl<KvC: KvConnect> PdRpcClient<KvC> {
         security: Arc<SecurityManager>,
         kv_connect: KvC,
     ) -> Result<Self> {
-        let cluster = Cluster::connect(
+        let cluster = Cluster::connect_with_limit(
             pd_endpoints,
             security,
             config.timeout,
             config.connect_timeout,
+            config.grpc_max_decoding_message_size,
         )
         .await?;
         Ok(PdRpcClient {
@@ -327,6 +332,54 @@ impl<KvC: KvConnect> PdClient for PdRpcClient<KvC> {
                 .unwrap_or_else(|e| e.into_inner())
                 .remove(&store.address);
         }
+    }
+
+    /// Walks the cache over the range; from the first Region it lacks, asks
+    /// PD for the rest with `ScanRegions` (up to [`SCAN_REGIONS_BATCH`] per
+    /// call) and caches what comes back.
+    async fn prefetch_regions(&self, start: &[u8], end: &[u8], max_regions: usize) {
+        let mut key = start.to_vec();
+        let mut loaded = 0usize;
+        let before_end = |key: &[u8]| end.is_empty() || key < end;
+        while before_end(&key) && loaded < max_regions {
+            if let Some(region) = self.regions.get_by_key(&key) {
+                if region.end_key().is_empty() {
+                    return;
+                }
+                key = region.end_key().to_vec();
+                continue;
+            }
+            let batch = (max_regions - loaded).min(SCAN_REGIONS_BATCH) as i32;
+            let regions = match self.cluster.scan_regions(&key, end, batch).await {
+                Ok(regions) => regions,
+                Err(e) => {
+                    debug!("bulk Region load from {key:?} failed ({e}); loading one by one");
+                    return;
+                }
+            };
+            // PD answers from the Region holding `key`; anything else (an
+            // empty answer, a gap) ends the walk and per-key lookups take
+            // over.
+            let Some(next) = regions
+                .last()
+                .filter(|_| regions[0].contains(&key))
+                .map(|r| r.end_key().to_vec())
+            else {
+                return;
+            };
+            loaded += regions.len();
+            for region in regions {
+                self.regions.insert_if_newer(region);
+            }
+            if next.is_empty() {
+                return;
+            }
+            key = next;
+        }
+    }
+
+    async fn load_keyspace(&self, name: &str) -> Result<crate::proto::keyspacepb::KeyspaceMeta> {
+        self.cluster.load_keyspace(name).await
     }
 
     async fn add_regions(&self, regions: Vec<metapb::Region>) {

@@ -34,39 +34,39 @@
 //! let pd = Arc::new(MockPdClient::new(vec![]));
 //! let routing = Arc::new(RoutingState::new(&Config::default()));
 //! let b = Backoff::no_jitter_backoff(2, 500, 10);
-//! let builder = |req| PlanBuilder::new(pd.clone(), req).routing(routing.clone());
+//! let builder = |req| PlanBuilder::new(pd.clone(), tikv_plan::request::Keyspace::Disable, req).routing(routing.clone());
 //!
 //! let _: Option<Vec<u8>> = builder(new_raw_get_request(b"k".to_vec(), None))
 //!     .retry_multi_region(b.clone()).merge(CollectSingle).post_process_default()
 //!     .plan().execute().await?;
-//! let _: Option<u64> = PlanBuilder::new(pd.clone(), new_raw_get_key_ttl_request(b"k".to_vec(), None))
+//! let _: Option<u64> = PlanBuilder::new(pd.clone(), tikv_plan::request::Keyspace::Disable, new_raw_get_key_ttl_request(b"k".to_vec(), None))
 //!     .retry_multi_region(b.clone()).merge(CollectSingle).post_process_default()
 //!     .plan().execute().await?;
-//! let _: (Option<Vec<u8>>, bool) = PlanBuilder::new(pd.clone(), new_cas_request(b"k".to_vec(), b"v".to_vec(), None, None))
+//! let _: (Option<Vec<u8>>, bool) = PlanBuilder::new(pd.clone(), tikv_plan::request::Keyspace::Disable, new_cas_request(b"k".to_vec(), b"v".to_vec(), None, None))
 //!     .retry_multi_region(b.clone()).merge(CollectSingle).post_process_default()
 //!     .plan().execute().await?;
-//! let _: () = PlanBuilder::new(pd.clone(), new_raw_put_request(b"k".to_vec(), b"v".to_vec(), None, 0, false))
+//! let _: () = PlanBuilder::new(pd.clone(), tikv_plan::request::Keyspace::Disable, new_raw_put_request(b"k".to_vec(), b"v".to_vec(), None, 0, false))
 //!     .retry_multi_region(b.clone()).merge(CollectSingle).post_process_default()
 //!     .plan().execute().await?;
-//! let _: () = PlanBuilder::new(pd.clone(), new_raw_delete_request(b"k".to_vec(), None, false))
+//! let _: () = PlanBuilder::new(pd.clone(), tikv_plan::request::Keyspace::Disable, new_raw_delete_request(b"k".to_vec(), None, false))
 //!     .retry_multi_region(b.clone()).merge(CollectSingle).post_process_default()
 //!     .plan().execute().await?;
-//! let _: Vec<_> = PlanBuilder::new(pd.clone(), new_raw_batch_get_request(vec![b"k".to_vec()], None))
+//! let _: Vec<_> = PlanBuilder::new(pd.clone(), tikv_plan::request::Keyspace::Disable, new_raw_batch_get_request(vec![b"k".to_vec()], None))
 //!     .retry_multi_region(b.clone()).merge(Collect)
 //!     .plan().execute().await?;
-//! let _: () = PlanBuilder::new(pd.clone(), new_raw_batch_put_request(vec![], vec![], None, false))
+//! let _: () = PlanBuilder::new(pd.clone(), tikv_plan::request::Keyspace::Disable, new_raw_batch_put_request(vec![], vec![], None, false))
 //!     .retry_multi_region(b.clone()).merge(CollectError).post_process_default()
 //!     .plan().execute().await?;
-//! let _: () = PlanBuilder::new(pd.clone(), new_raw_batch_delete_request(vec![], None, false))
+//! let _: () = PlanBuilder::new(pd.clone(), tikv_plan::request::Keyspace::Disable, new_raw_batch_delete_request(vec![], None, false))
 //!     .retry_multi_region(b.clone()).merge(CollectError).post_process_default()
 //!     .plan().execute().await?;
-//! let _: () = PlanBuilder::new(pd.clone(), new_raw_delete_range_request(b"a".to_vec(), b"z".to_vec(), None))
+//! let _: () = PlanBuilder::new(pd.clone(), tikv_plan::request::Keyspace::Disable, new_raw_delete_range_request(b"a".to_vec(), b"z".to_vec(), None))
 //!     .retry_multi_region(b.clone()).merge(CollectError).post_process_default()
 //!     .plan().execute().await?;
-//! let _: Vec<_> = PlanBuilder::new(pd.clone(), new_raw_scan_request(b"a".to_vec(), vec![], 10, false, false, None))
+//! let _: Vec<_> = PlanBuilder::new(pd.clone(), tikv_plan::request::Keyspace::Disable, new_raw_scan_request(b"a".to_vec(), vec![], 10, false, false, None))
 //!     .retry_multi_region(b.clone()).merge(Collect)
 //!     .plan().execute().await?;
-//! let _: Vec<_> = PlanBuilder::new(pd.clone(), new_raw_batch_scan_request(vec![(b"a".to_vec(), b"c".to_vec())], 10, false, None))
+//! let _: Vec<_> = PlanBuilder::new(pd.clone(), tikv_plan::request::Keyspace::Disable, new_raw_batch_scan_request(vec![(b"a".to_vec(), b"c".to_vec())], 10, false, None))
 //!     .retry_multi_region(b.clone()).merge(Collect)
 //!     .plan().execute().await?;
 //! # Ok(())
@@ -840,7 +840,7 @@ mod tests {
                 ..Default::default()
             }))
             .unwrap_err();
-        assert!(matches!(err, Error::KeyError { .. }));
+        assert!(matches!(err, Error::KvError { .. }));
         let (prev, ok) = DefaultProcessor
             .process(Ok(kvrpcpb::RawCasResponse {
                 succeed: true,

@@ -967,8 +967,8 @@ enum Seen {
 /// The class of an error the engine returned as the strongest.
 fn class_of(error: &Error) -> Option<Seen> {
     match error {
-        Error::RegionError { error, .. } if error.not_leader.is_some() => Some(Seen::NotLeader),
-        Error::RegionError { error, .. } if error.server_is_busy.is_some() => Some(Seen::Busy),
+        Error::RegionError(error) if error.not_leader.is_some() => Some(Seen::NotLeader),
+        Error::RegionError(error) if error.server_is_busy.is_some() => Some(Seen::Busy),
         other => match classify_dispatch_error(other) {
             DispatchFailure::NotSent | DispatchFailure::Transport => Some(Seen::Routing),
             DispatchFailure::ClientTimeout

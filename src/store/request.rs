@@ -132,3 +132,9 @@ impl_request!(
     raw_get_key_ttl,
     "raw_get_key_ttl"
 );
+impl_request!(
+    kvrpcpb::RawChecksumRequest,
+    kvrpcpb::RawChecksumResponse,
+    raw_checksum,
+    "raw_checksum"
+);
