@@ -29,6 +29,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     tonic_prost_build::configure()
         .build_client(true)
         .build_server(true)
-        .compile_protos(&["src/proto/pdpb.proto"], &["src/proto"])?;
+        .compile_protos(
+            &["src/proto/pdpb.proto", "src/proto/keyspacepb.proto"],
+            &["src/proto"],
+        )?;
     Ok(())
 }

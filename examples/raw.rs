@@ -54,9 +54,9 @@ async fn put_all(client: &RawClient, pairs: &[(String, String)]) -> Result<(), B
                     .batch_get(todo.iter().map(|(k, _)| k.clone()))
                     .await?;
                 todo.retain(|(k, v)| {
-                    !found
-                        .iter()
-                        .any(|p| p.key().as_ref() == k.as_bytes() && p.value() == v.as_bytes())
+                    !found.iter().any(|p| {
+                        AsRef::<[u8]>::as_ref(p.key()) == k.as_bytes() && p.value() == v.as_bytes()
+                    })
                 });
                 println!(
                     "  a write's outcome was undetermined ({e}); read back: {} of its keys still to write",

@@ -215,6 +215,7 @@ async fn timeouts_after_waiting_for_a_permit_are_consecutive_strikes() {
     });
     let pairs: Vec<kvrpcpb::KvPair> = PlanBuilder::new(
         pd.clone(),
+        tikv_plan::request::Keyspace::Disable,
         new_raw_batch_get_request(vec![b"a".to_vec(), b"b".to_vec(), b"c".to_vec()], None),
     )
     .routing(routing.clone())
