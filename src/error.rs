@@ -105,10 +105,10 @@ pub enum Error {
         region_id: u64,
     },
     /// A Region has no leader the client could find.
-    #[error("region {region_id} has no known leader and no voter accepted the request; the Region may be electing a leader, retry later")]
+    #[error("region {} has no known leader and no voter accepted the request; the Region may be electing a leader, retry later", .region.id)]
     LeaderNotFound {
-        /// The Region.
-        region_id: u64,
+        /// The Region (id and epoch), as client-rust names it.
+        region: crate::region::RegionVerId,
     },
     /// The request may or may not have been applied: it may have reached the
     /// server before the failure. It was not replayed (routing.md, "Replay

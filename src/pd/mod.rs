@@ -49,7 +49,7 @@ pub trait PdClient: Send + Sync + 'static {
     /// Fails with [`Error::LeaderNotFound`] when no leader is cached.
     async fn map_region_to_store(self: Arc<Self>, region: RegionWithLeader) -> Result<RegionStore> {
         let leader = region.leader.ok_or(Error::LeaderNotFound {
-            region_id: region.id(),
+            region: region.ver_id(),
         })?;
         self.map_peer_to_store(region, leader).await
     }
