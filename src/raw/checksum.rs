@@ -2,18 +2,10 @@
 //! over every pair of the CRC-64 of the key followed by the value, with the
 //! pair count and the total key and value bytes.
 
-use std::sync::Arc;
-
-use async_trait::async_trait;
-
-use crate::pd::PdClient;
 use crate::proto::{errorpb, kvrpcpb};
-use crate::region::RegionWithLeader;
 use crate::request::{
-    collect_in_order, set_context_for_store, string_key_error, HasKeyErrors, HasRegionError,
-    KvRequest, Merge, Shardable,
+    collect_in_order, string_key_error, HasKeyErrors, HasRegionError, KvRequest, Merge,
 };
-use crate::store::RegionStore;
 use crate::{Error, Result};
 
 /// The answer of [`RawClient::checksum`](crate::RawClient::checksum) for a
@@ -74,42 +66,6 @@ impl HasKeyErrors for kvrpcpb::RawChecksumResponse {
 }
 
 /// One shard per Region: the pieces of the ranges inside it.
-#[async_trait]
-impl Shardable for kvrpcpb::RawChecksumRequest {
-    type Shard = Vec<kvrpcpb::KeyRange>;
-
-    async fn shards<PdC: PdClient>(
-        &self,
-        pd_client: &Arc<PdC>,
-    ) -> Result<Vec<(Self::Shard, RegionWithLeader)>> {
-        let ranges = self
-            .ranges
-            .iter()
-            .map(|r| (r.start_key.clone(), r.end_key.clone()))
-            .collect();
-        let groups = pd_client.group_ranges_by_region(ranges).await?;
-        Ok(groups
-            .into_iter()
-            .map(|(region, pieces)| {
-                let pieces = pieces
-                    .into_iter()
-                    .map(|(start_key, end_key)| kvrpcpb::KeyRange { start_key, end_key })
-                    .collect();
-                (pieces, region)
-            })
-            .collect())
-    }
-
-    fn apply_shard(&mut self, shard: Self::Shard) {
-        self.ranges = shard;
-    }
-
-    fn apply_store(&mut self, store: &RegionStore) -> Result<()> {
-        set_context_for_store(self, store);
-        Ok(())
-    }
-}
-
 /// Merges the Regions' answers into the range's checksum.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct MergeChecksum;

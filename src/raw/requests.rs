@@ -612,41 +612,49 @@ impl Shardable for kvrpcpb::RawScanRequest {
     }
 }
 
-#[async_trait]
-impl Shardable for kvrpcpb::RawBatchScanRequest {
-    type Shard = Vec<kvrpcpb::KeyRange>;
+/// Requests over a list of key ranges (`ranges` of `KeyRange`), sharded by
+/// cutting each range at Region boundaries.
+macro_rules! key_ranges_shardable {
+    ($($req:ty),*) => {$(
+        #[async_trait]
+        impl Shardable for $req {
+            type Shard = Vec<kvrpcpb::KeyRange>;
 
-    async fn shards<PdC: PdClient>(
-        &self,
-        pd_client: &Arc<PdC>,
-    ) -> Result<Vec<(Self::Shard, RegionWithLeader)>> {
-        let ranges = self
-            .ranges
-            .iter()
-            .map(|r| (r.start_key.clone(), r.end_key.clone()))
-            .collect();
-        let groups = pd_client.group_ranges_by_region(ranges).await?;
-        Ok(groups
-            .into_iter()
-            .map(|(region, pieces)| {
-                let pieces = pieces
-                    .into_iter()
-                    .map(|(start_key, end_key)| kvrpcpb::KeyRange { start_key, end_key })
+            async fn shards<PdC: PdClient>(
+                &self,
+                pd_client: &Arc<PdC>,
+            ) -> Result<Vec<(Self::Shard, RegionWithLeader)>> {
+                let ranges = self
+                    .ranges
+                    .iter()
+                    .map(|r| (r.start_key.clone(), r.end_key.clone()))
                     .collect();
-                (pieces, region)
-            })
-            .collect())
-    }
+                let groups = pd_client.group_ranges_by_region(ranges).await?;
+                Ok(groups
+                    .into_iter()
+                    .map(|(region, pieces)| {
+                        let pieces = pieces
+                            .into_iter()
+                            .map(|(start_key, end_key)| kvrpcpb::KeyRange { start_key, end_key })
+                            .collect();
+                        (pieces, region)
+                    })
+                    .collect())
+            }
 
-    fn apply_shard(&mut self, shard: Self::Shard) {
-        self.ranges = shard;
-    }
+            fn apply_shard(&mut self, shard: Self::Shard) {
+                self.ranges = shard;
+            }
 
-    fn apply_store(&mut self, store: &RegionStore) -> Result<()> {
-        set_context_for_store(self, store);
-        Ok(())
-    }
+            fn apply_store(&mut self, store: &RegionStore) -> Result<()> {
+                set_context_for_store(self, store);
+                Ok(())
+            }
+        }
+    )*};
 }
+
+key_ranges_shardable!(kvrpcpb::RawBatchScanRequest, kvrpcpb::RawChecksumRequest);
 
 #[async_trait]
 impl Shardable for kvrpcpb::RawDeleteRangeRequest {
