@@ -12,6 +12,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         "src/proto/kvrpcpb.proto",
         "src/proto/tikvpb.proto",
         "src/proto/pdpb.proto",
+        "src/proto/keyspacepb.proto",
     ];
     for p in protos {
         println!("cargo:rerun-if-changed={p}");
@@ -28,6 +29,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     tonic_prost_build::configure()
         .build_client(true)
         .build_server(true)
-        .compile_protos(&["src/proto/pdpb.proto"], &["src/proto"])?;
+        .compile_protos(
+            &["src/proto/pdpb.proto", "src/proto/keyspacepb.proto"],
+            &["src/proto"],
+        )?;
     Ok(())
 }

@@ -35,18 +35,55 @@ fn config() -> Config {
         .with_region_backoff(Backoff::no_jitter_backoff(2, 100, 10))
 }
 
+/// Writes `pairs`. A write is never sent twice once it may have reached a
+/// store: when its outcome is undetermined (say, the store died with the
+/// request on the wire), the keys are read back and only what is missing is
+/// written again — the caller decides, knowing the state.
+async fn put_all(client: &RawClient, pairs: &[(String, String)]) -> Result<(), Box<dyn Error>> {
+    let mut todo = pairs.to_vec();
+    for _ in 0..3 {
+        let result = if todo.len() == 1 {
+            client.put(todo[0].0.clone(), todo[0].1.clone()).await
+        } else {
+            client.batch_put(todo.clone()).await
+        };
+        match result {
+            Ok(()) => return Ok(()),
+            Err(e) if e.is_undetermined() => {
+                let found = client
+                    .batch_get(todo.iter().map(|(k, _)| k.clone()))
+                    .await?;
+                todo.retain(|(k, v)| {
+                    !found.iter().any(|p| {
+                        AsRef::<[u8]>::as_ref(p.key()) == k.as_bytes() && p.value() == v.as_bytes()
+                    })
+                });
+                println!(
+                    "  a write's outcome was undetermined ({e}); read back: {} of its keys still to write",
+                    todo.len()
+                );
+                if todo.is_empty() {
+                    return Ok(());
+                }
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Err(format!("{} keys still unwritten after three tries", todo.len()).into())
+}
+
 async fn write_and_read(client: &RawClient, round: &str) -> Result<(), Box<dyn Error>> {
     let started = Instant::now();
     let pairs: Vec<(String, String)> = (0..KEYS)
         .map(|i| (key(i), format!("{round}-{i}")))
         .collect();
-    client.batch_put(pairs.clone()).await?;
+    put_all(client, &pairs).await?;
     for (k, v) in &pairs {
         let got = client.get(k.clone()).await?;
         if got.as_deref() != Some(v.as_bytes()) {
             return Err(format!("{k}: expected {v:?}, read {got:?}").into());
         }
-        client.put(k.clone(), format!("{v}-again")).await?;
+        put_all(client, &[(k.clone(), format!("{v}-again"))]).await?;
     }
     let scanned = client.scan(.., KEYS as u32 * 2).await?;
     if scanned.len() != KEYS {
@@ -63,14 +100,15 @@ async fn write_and_read(client: &RawClient, round: &str) -> Result<(), Box<dyn E
 fn print_stats(client: &RawClient) {
     let s = client.routing_stats();
     println!(
-        "  routing stats: fallback attempts {}, fallback successes {}, busy probes {}, region invalidations {}, store invalidations {}, connect timeouts {}, stores marked unreachable {}",
+        "  routing stats: fallback attempts {}, fallback successes {}, busy probes {}, region invalidations {}, store invalidations {}, connect timeouts {}, stores marked unreachable {}, undetermined writes {}",
         s.fallback_attempts,
         s.fallback_successes,
         s.busy_probes,
         s.region_invalidations,
         s.store_invalidations,
         s.connect_timeouts,
-        s.stores_marked_unreachable
+        s.stores_marked_unreachable,
+        s.undetermined_writes
     );
 }
 

@@ -11,6 +11,10 @@ use crate::backoff::{Backoff, DEFAULT_REGION_BACKOFF};
 pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(2);
 /// Default bound on opening a connection to a store or PD.
 pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
+/// client-rust's default bound on a decoded gRPC message: 4 MiB.
+pub const DEFAULT_GRPC_MAX_DECODING_MESSAGE_SIZE: usize = 4 * 1024 * 1024;
+/// The name of the keyspace PD creates by default.
+pub const DEFAULT_KEYSPACE_NAME: &str = "DEFAULT";
 /// Default time an unreachable store is avoided before it is tried first again.
 pub const DEFAULT_STORE_COOLDOWN: Duration = Duration::from_secs(10);
 /// Default window in which ServerIsBusy(0) answers from one leader add up.
@@ -49,8 +53,20 @@ pub struct Config {
     pub connect_timeout: Duration,
     /// Retry schedule for Region errors and exhausted candidate rounds.
     pub region_backoff: Backoff,
-    /// TLS settings; plaintext when empty.
-    pub security: SecurityConfig,
+    /// The CA certificate that signs the servers' certificates (TLS when
+    /// set). Named as in client-rust's `Config`.
+    pub ca_path: Option<PathBuf>,
+    /// The client's certificate, for mutual TLS.
+    pub cert_path: Option<PathBuf>,
+    /// The client's private key, for mutual TLS.
+    pub key_path: Option<PathBuf>,
+    /// The largest gRPC response the client decodes from a store or PD, in
+    /// bytes (client-rust's default: 4 MiB). A larger response fails with
+    /// [`Error::GrpcMessageTooLarge`](crate::Error::GrpcMessageTooLarge).
+    pub grpc_max_decoding_message_size: usize,
+    /// The keyspace to use (API v2), loaded from PD by name when the client
+    /// connects; `None` uses API v1 and the whole key space.
+    pub keyspace: Option<String>,
     /// How many RPCs one request may have in flight at once, over all its
     /// shards.
     pub max_concurrency: usize,
@@ -83,6 +99,9 @@ pub struct Config {
     /// client favours availability: a write fails less often, but may be
     /// applied twice or late. Compare-and-swap is never re-sent either way.
     pub at_least_once_writes: bool,
+    /// How many Regions the client caches at most; past it, the Regions
+    /// cached longest ago are dropped (and reloaded from PD when needed).
+    pub region_cache_capacity: usize,
 }
 
 impl Default for Config {
@@ -91,7 +110,11 @@ impl Default for Config {
             timeout: DEFAULT_REQUEST_TIMEOUT,
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
             region_backoff: DEFAULT_REGION_BACKOFF,
-            security: SecurityConfig::default(),
+            ca_path: None,
+            cert_path: None,
+            key_path: None,
+            grpc_max_decoding_message_size: DEFAULT_GRPC_MAX_DECODING_MESSAGE_SIZE,
+            keyspace: None,
             max_concurrency: 16,
             store_health: true,
             store_cooldown: DEFAULT_STORE_COOLDOWN,
@@ -101,6 +124,7 @@ impl Default for Config {
             single_flight_connect: true,
             request_deadline: DEFAULT_REQUEST_DEADLINE,
             at_least_once_writes: false,
+            region_cache_capacity: crate::region::DEFAULT_REGION_CACHE_CAPACITY,
         }
     }
 }
@@ -113,12 +137,42 @@ impl Config {
         cert_path: impl Into<PathBuf>,
         key_path: impl Into<PathBuf>,
     ) -> Self {
-        self.security = SecurityConfig {
-            ca_path: Some(ca_path.into()),
-            cert_path: Some(cert_path.into()),
-            key_path: Some(key_path.into()),
-        };
+        self.ca_path = Some(ca_path.into());
+        self.cert_path = Some(cert_path.into());
+        self.key_path = Some(key_path.into());
         self
+    }
+
+    /// The TLS file paths as one value.
+    pub fn security(&self) -> SecurityConfig {
+        SecurityConfig {
+            ca_path: self.ca_path.clone(),
+            cert_path: self.cert_path.clone(),
+            key_path: self.key_path.clone(),
+        }
+    }
+
+    /// Sets the largest gRPC response the client decodes, in bytes.
+    #[must_use]
+    pub fn with_grpc_max_decoding_message_size(mut self, size: usize) -> Self {
+        self.grpc_max_decoding_message_size = size;
+        self
+    }
+
+    /// Uses the keyspace named `keyspace` (API v2). The client loads its id
+    /// from PD when it connects and fails with
+    /// [`Error::KeyspaceNotFound`](crate::Error::KeyspaceNotFound) if PD does
+    /// not know it.
+    #[must_use]
+    pub fn with_keyspace(mut self, keyspace: &str) -> Self {
+        self.keyspace = Some(keyspace.to_owned());
+        self
+    }
+
+    /// Uses the keyspace PD creates by default, `DEFAULT` (API v2).
+    #[must_use]
+    pub fn with_default_keyspace(self) -> Self {
+        self.with_keyspace(DEFAULT_KEYSPACE_NAME)
     }
 
     /// Sets the per-RPC timeout.

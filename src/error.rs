@@ -5,6 +5,11 @@ use std::time::Duration;
 
 use crate::proto::{errorpb, kvrpcpb, pdpb};
 
+/// A Region error as TiKV sends it (client-rust's name).
+pub use crate::proto::errorpb::Error as ProtoRegionError;
+/// A key error as TiKV sends it (client-rust's name).
+pub use crate::proto::kvrpcpb::KeyError as ProtoKeyError;
+
 /// Result with [`Error`] as the error type.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
@@ -33,22 +38,19 @@ pub enum Error {
     /// which the router walks to tell transport failures from server answers.
     #[error("gRPC call failed with {}: {}", .0.code(), .0.message())]
     Grpc(Box<tonic::Status>),
-    /// A Region answered with a Region error the client could not resolve.
-    #[error("region {region_id} answered with a region error: {}", describe_region_error(.error))]
-    RegionError {
-        /// The Region the request was for.
-        region_id: u64,
-        /// The error as TiKV sent it.
-        error: Box<errorpb::Error>,
-    },
-    /// A key-level error from TiKV (a raw request's `error` string or a
-    /// `KeyError`).
+    /// A Region answered with a Region error the client could not resolve
+    /// (client-rust's variant; when retries were spent it arrives inside
+    /// [`Error::RetriesExhausted`], which names the Region).
+    #[error("a Region answered with a region error: {}", describe_region_error(.0))]
+    RegionError(Box<ProtoRegionError>),
+    /// A structured key-level error from TiKV (a `KeyError` in the response).
+    #[error("TiKV rejected the request for a key: {}", describe_key_error(.0))]
+    KeyError(Box<ProtoKeyError>),
+    /// A raw request's `error` string from TiKV (client-rust's `KvError`).
     #[error("TiKV rejected the request: {message}")]
-    KeyError {
+    KvError {
         /// The server's message.
         message: String,
-        /// The structured key error, when TiKV sent one.
-        key_error: Option<Box<kvrpcpb::KeyError>>,
     },
     /// PD answered with an error header.
     #[error("PD answered with {error_type:?}: {message}")]
@@ -95,11 +97,18 @@ pub enum Error {
         /// The store id looked up.
         store_id: u64,
     },
-    /// A Region has no leader the client could find.
-    #[error("region {region_id} has no known leader and no voter accepted the request; the Region may be electing a leader, retry later")]
-    LeaderNotFound {
+    /// PD answered a Region lookup with a version older than one the client
+    /// already holds, and nothing newer covers the key yet.
+    #[error("PD answered with an older version of region {region_id} than the client already knows; PD is catching up, retry the request")]
+    StaleRegion {
         /// The Region.
         region_id: u64,
+    },
+    /// A Region has no leader the client could find.
+    #[error("region {} has no known leader and no voter accepted the request; the Region may be electing a leader, retry later", .region.id)]
+    LeaderNotFound {
+        /// The Region (id and epoch), as client-rust names it.
+        region: crate::region::RegionVerId,
     },
     /// The request may or may not have been applied: it may have reached the
     /// server before the failure. It was not replayed (routing.md, "Replay
@@ -159,12 +168,6 @@ pub enum Error {
     /// Several errors, one per shard, in shard order.
     #[error("{} requests failed; first: {}", .0.len(), .0.first().map(|e| e.to_string()).unwrap_or_default())]
     Multiple(Vec<Error>),
-    /// A transaction's commit point (the primary's commit; a prewrite under
-    /// async commit or 1PC) may have reached a store without an answer, and
-    /// no later attempt got a definite one: the transaction may be committed
-    /// or not (txn.md, "Undetermined, done right"). client-rust's name.
-    #[error("whether the transaction committed is unknown: {0}; read its keys in a new transaction before retrying it")]
-    UndeterminedError(Box<Error>),
     /// `insert` of a key the transaction already wrote, or that exists.
     #[error("the key to insert already exists; use put to overwrite it")]
     DuplicateKeyInsertion,
@@ -197,24 +200,209 @@ pub enum Error {
     /// TiKV found no lock or record of the transaction.
     #[error("transaction {} (primary {:?}) was not found: it was rolled back or never prewrote", .0.start_ts, crate::Key::from(.0.primary_key.clone()))]
     TxnNotFound(kvrpcpb::TxnNotFound),
+    /// A scan asked for more pairs than one scan may return.
+    #[error("scan limit {limit} is over the maximum of {max_limit}; scan in pages (each starting after the last key of the previous one) or use `RawClient::scan_stream`")]
+    MaxScanLimitExceeded {
+        /// The limit passed.
+        limit: u32,
+        /// The largest limit accepted (`MAX_RAW_KV_SCAN_LIMIT`).
+        max_limit: u32,
+    },
+    /// A column family name that TiKV does not have.
+    #[error("unsupported column family {0:?}; use \"default\", \"lock\" or \"write\"")]
+    ColumnFamilyError(String),
+    /// PD does not know the keyspace named in `Config::keyspace`.
+    #[error("keyspace {0:?} not found in PD (or not enabled); create it in PD or fix `Config::with_keyspace`")]
+    KeyspaceNotFound(String),
+    /// A gRPC response was larger than the client decodes.
+    #[error("a gRPC response from {address} was larger than the {limit}-byte limit ({message}); raise `Config::grpc_max_decoding_message_size` (`with_grpc_max_decoding_message_size`) or ask for less (a smaller scan limit or batch)")]
+    GrpcMessageTooLarge {
+        /// The store or PD address, when known.
+        address: String,
+        /// The limit in force.
+        limit: usize,
+        /// What the gRPC layer reported.
+        message: String,
+    },
+    /// The operation needs another mode of the client (client-rust's
+    /// variant): `compare_and_swap` on a client without atomic mode, or
+    /// `delete_range` on one with it (TiKV cannot delete a range atomically).
+    #[error("the operation is not supported in this mode: compare_and_swap needs atomic mode (plain writes could interleave with it; use client.with_atomic_for_cas()), and delete_range cannot run in atomic mode (use a client without with_atomic_for_cas())")]
+    UnsupportedMode,
+    /// client-rust's gRPC status variant. tikv-plan reports gRPC statuses as
+    /// [`Error::Grpc`] (with the status kept whole for classification) and
+    /// never builds this one; it exists so that code matching on it compiles.
+    #[error("gRPC api error: {0}")]
+    GrpcAPI(tonic::Status),
+    /// client-rust's undetermined outcome, built by
+    /// `TransactionClient`'s `commit` when its commit point (the primary's
+    /// commit; a prewrite under async commit or 1PC) may have reached a
+    /// store without an answer and no later attempt got a definite one
+    /// (txn.md, "Undetermined, done right"); it wraps the plan's
+    /// [`Error::Undetermined`], which names the Region, store and keys. Raw
+    /// requests report [`Error::Undetermined`] itself.
+    #[error("whether the transaction committed is unknown: {0}; read its keys in a new transaction before retrying it")]
+    UndeterminedError(Box<Error>),
+    /// client-rust's internal error. tikv-plan reports [`Error::Internal`]
+    /// and never builds this one.
+    #[error("internal error (please report): {message}")]
+    InternalError {
+        /// What went wrong.
+        message: String,
+    },
+    /// client-rust's free-text error; tikv-plan never builds it.
+    #[error("{0}")]
+    StringError(String),
+    /// client-rust's "not implemented" error; tikv-plan never builds it.
+    #[error("the feature is not implemented")]
+    Unimplemented,
+    /// client-rust's error for several shard failures; tikv-plan reports
+    /// [`Error::Multiple`] and never builds this one.
+    #[error("{} errors; first: {}", .0.len(), .0.first().map(|e| e.to_string()).unwrap_or_default())]
+    ExtractedErrors(Vec<Error>),
+    /// client-rust's error for several key errors; tikv-plan reports
+    /// [`Error::Multiple`] and never builds this one.
+    #[error("{} key errors; first: {}", .0.len(), .0.first().map(|e| e.to_string()).unwrap_or_default())]
+    MultipleKeyErrors(Vec<Error>),
+    /// No Region covers a range (client-rust's variant).
+    #[error("PD has no region for the range {range:?}; the cluster may not be bootstrapped")]
+    RegionForRangeNotFound {
+        /// The range looked up.
+        range: crate::BoundRange,
+    },
+    /// A Region was missing from PD's answer.
+    #[error("region {region_id} is missing from the response")]
+    RegionNotFoundInResponse {
+        /// The Region.
+        region_id: u64,
+    },
+    /// An `EpochNotMatch` error carried no current Regions.
+    #[error("an EpochNotMatch error carried no current regions")]
+    NoCurrentRegions,
+    /// A Region expected in the cache was not there.
+    #[error("the region is not in the region cache")]
+    EntryNotFoundInRegionCache,
+    /// An I/O error (client-rust's variant; shared so the error stays `Clone`).
+    #[error("I/O error: {0}")]
+    Io(std::sync::Arc<std::io::Error>),
     /// A bug or a protocol mismatch inside the client; please report it.
     #[error("internal error (please report): {0}")]
     Internal(String),
 }
 
 impl From<tonic::Status> for Error {
+    /// A response over the decoding limit becomes
+    /// [`Error::GrpcMessageTooLarge`], which names the knob; every other
+    /// status stays whole in [`Error::Grpc`].
     fn from(status: tonic::Status) -> Self {
+        if let Some(limit) = decoding_limit_exceeded(&status) {
+            return Error::GrpcMessageTooLarge {
+                address: "a TiKV store or PD".to_owned(),
+                limit,
+                message: status.message().to_owned(),
+            };
+        }
         Error::Grpc(Box::new(status))
+    }
+}
+
+/// tonic refuses a message over `max_decoding_message_size` with
+/// `OutOfRange` and "decoded message length too large: found N bytes, the
+/// limit is: M bytes"; this reads M back (0 when the text differs).
+fn decoding_limit_exceeded(status: &tonic::Status) -> Option<usize> {
+    if status.code() != tonic::Code::OutOfRange {
+        return None;
+    }
+    let message = status.message();
+    if !message.contains("message length too large") {
+        return None;
+    }
+    let limit = message
+        .rsplit("limit is:")
+        .next()
+        .and_then(|tail| tail.split_whitespace().next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0);
+    Some(limit)
+}
+
+impl From<ProtoRegionError> for Error {
+    fn from(e: ProtoRegionError) -> Error {
+        Error::RegionError(Box::new(e))
+    }
+}
+
+impl From<ProtoKeyError> for Error {
+    fn from(e: ProtoKeyError) -> Error {
+        Error::KeyError(Box::new(e))
+    }
+}
+
+impl From<std::io::Error> for Error {
+    fn from(e: std::io::Error) -> Error {
+        Error::Io(std::sync::Arc::new(e))
+    }
+}
+
+/// A short human description of a key error.
+pub fn describe_key_error(e: &kvrpcpb::KeyError) -> String {
+    let key = |k: &[u8]| crate::Key::from(k.to_vec());
+    if let Some(lock) = &e.locked {
+        format!(
+            "key {:?} is locked by transaction {} (primary {:?}, TTL {} ms)",
+            key(&lock.key),
+            lock.lock_version,
+            key(&lock.primary_lock),
+            lock.lock_ttl
+        )
+    } else if let Some(c) = &e.conflict {
+        format!(
+            "write conflict on key {:?}: transaction {} conflicts with a write committed at {} by transaction {}; retry the transaction",
+            key(&c.key),
+            c.start_ts,
+            c.conflict_commit_ts,
+            c.conflict_ts
+        )
+    } else if let Some(a) = &e.already_exist {
+        format!(
+            "key {:?} already exists, so it cannot be inserted",
+            key(&a.key)
+        )
+    } else if let Some(d) = &e.deadlock {
+        format!(
+            "deadlock: waiting for the lock on {:?} held by transaction {}; retry the transaction",
+            key(&d.lock_key),
+            d.lock_ts
+        )
+    } else if let Some(t) = &e.txn_not_found {
+        format!(
+            "transaction {} was not found at its primary {:?}: it was rolled back",
+            t.start_ts,
+            key(&t.primary_key)
+        )
+    } else if let Some(x) = &e.commit_ts_expired {
+        format!(
+            "commit ts {} of transaction {} is below the lock's min_commit_ts {}",
+            x.attempted_commit_ts, x.start_ts, x.min_commit_ts
+        )
+    } else if !e.retryable.is_empty() {
+        format!("retryable key error: {}", e.retryable)
+    } else if !e.abort.is_empty() {
+        format!("aborted: {}", e.abort)
+    } else {
+        "key error".to_owned()
     }
 }
 
 impl Error {
     /// Wraps a Region error.
-    pub fn region_error(region_id: u64, error: errorpb::Error) -> Self {
-        Error::RegionError {
-            region_id,
-            error: Box::new(error),
+    /// The Region id is not kept in the variant (client-rust's shape); the
+    /// error's own fields and [`Error::RetriesExhausted`] name the Region.
+    pub fn region_error(region_id: u64, mut error: errorpb::Error) -> Self {
+        if error.message.is_empty() {
+            error.message = format!("region {region_id}");
         }
+        Error::RegionError(Box::new(error))
     }
 
     /// True for an outcome that may or may not have been applied.

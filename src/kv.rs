@@ -1,8 +1,13 @@
 //! Keys, values and ranges as callers pass them: [`Key`], [`Value`],
 //! [`KvPair`], [`BoundRange`] and [`ColumnFamily`].
 
+use std::borrow::Borrow;
 use std::fmt;
-use std::ops::{Bound, Range, RangeFrom, RangeFull, RangeInclusive, RangeTo, RangeToInclusive};
+use std::ops::{
+    Bound, Range, RangeBounds, RangeFrom, RangeFull, RangeInclusive, RangeTo, RangeToInclusive,
+};
+
+use crate::proto::kvrpcpb;
 
 use crate::{Error, Result};
 
@@ -21,6 +26,11 @@ impl Key {
     /// True for the empty key.
     pub fn is_empty(&self) -> bool {
         self.0.is_empty()
+    }
+
+    /// The key's length in bytes.
+    pub fn len(&self) -> usize {
+        self.0.len()
     }
 
     /// The key's bytes.
@@ -59,6 +69,18 @@ impl From<&'static str> for Key {
 impl From<Key> for Vec<u8> {
     fn from(k: Key) -> Self {
         k.0
+    }
+}
+
+impl AsRef<Key> for Key {
+    fn as_ref(&self) -> &Key {
+        self
+    }
+}
+
+impl<'a> From<&'a Key> for &'a [u8] {
+    fn from(key: &'a Key) -> Self {
+        &key.0
     }
 }
 
@@ -113,11 +135,65 @@ impl KvPair {
     pub fn into_value(self) -> Value {
         self.1
     }
+
+    /// The key, mutably.
+    pub fn key_mut(&mut self) -> &mut Key {
+        &mut self.0
+    }
+
+    /// The value, mutably.
+    pub fn value_mut(&mut self) -> &mut Value {
+        &mut self.1
+    }
+
+    /// Replaces the key.
+    pub fn set_key(&mut self, key: impl Into<Key>) {
+        self.0 = key.into();
+    }
+
+    /// Replaces the value.
+    pub fn set_value(&mut self, value: impl Into<Value>) {
+        self.1 = value.into();
+    }
 }
 
 impl<K: Into<Key>, V: Into<Value>> From<(K, V)> for KvPair {
     fn from((k, v): (K, V)) -> Self {
         KvPair(k.into(), v.into())
+    }
+}
+
+impl From<KvPair> for Key {
+    fn from(pair: KvPair) -> Self {
+        pair.0
+    }
+}
+
+impl AsRef<Key> for KvPair {
+    fn as_ref(&self) -> &Key {
+        &self.0
+    }
+}
+
+impl AsRef<Value> for KvPair {
+    fn as_ref(&self) -> &Value {
+        &self.1
+    }
+}
+
+impl From<kvrpcpb::KvPair> for KvPair {
+    fn from(pair: kvrpcpb::KvPair) -> Self {
+        KvPair(Key::from(pair.key), pair.value)
+    }
+}
+
+impl From<KvPair> for kvrpcpb::KvPair {
+    fn from(pair: KvPair) -> Self {
+        kvrpcpb::KvPair {
+            key: pair.0.into(),
+            value: pair.1,
+            ..Default::default()
+        }
     }
 }
 
@@ -149,28 +225,34 @@ impl BoundRange {
         BoundRange::new(Bound::Unbounded, Bound::Unbounded)
     }
 
-    /// The range as `[start, end)`, where an empty `end` means "to the end of
-    /// the key space". Fails when the start lies after the end.
-    pub fn into_keys(self) -> Result<(Key, Key)> {
+    /// A range from `from` to the end of the key space.
+    pub fn range_from(from: Key) -> Self {
+        BoundRange::new(Bound::Included(from), Bound::Unbounded)
+    }
+
+    /// The range as client-rust gives it: the inclusive start and the
+    /// exclusive end, `None` (or an empty key) meaning "to the end of the key
+    /// space". As in client-rust, `"a"..""` therefore reaches the end.
+    pub fn into_keys(self) -> (Key, Option<Key>) {
         let start = match self.from {
             Bound::Included(k) => k,
             Bound::Excluded(k) => k.next_key(),
             Bound::Unbounded => Key::EMPTY,
         };
         let end = match self.to {
-            Bound::Included(k) => k.next_key(),
-            Bound::Excluded(k) => {
-                if k.is_empty() {
-                    // An empty exclusive end would mean "unbounded"; as a Rust
-                    // range `x..""` it is empty instead.
-                    return Err(Error::InvalidArgument(format!(
-                        "the range {start:?}..\"\" is empty; use `{start:?}..` to scan to the end of the key space"
-                    )));
-                }
-                k
-            }
-            Bound::Unbounded => Key::EMPTY,
+            Bound::Included(k) => Some(k.next_key()),
+            Bound::Excluded(k) => Some(k),
+            Bound::Unbounded => None,
         };
+        (start, end)
+    }
+
+    /// The range as `[start, end)` on the wire, where an empty `end` means
+    /// "to the end of the key space". Fails when the start lies after a
+    /// bounded end.
+    pub fn into_key_range(self) -> Result<(Key, Key)> {
+        let (start, end) = self.into_keys();
+        let end = end.unwrap_or_default();
         if !end.is_empty() && start > end {
             return Err(Error::InvalidArgument(format!(
                 "the range starts at {start:?}, after its end {end:?}; swap the bounds"
@@ -288,10 +370,108 @@ impl TryFrom<&str> for ColumnFamily {
             "default" => Ok(ColumnFamily::Default),
             "lock" => Ok(ColumnFamily::Lock),
             "write" => Ok(ColumnFamily::Write),
-            other => Err(Error::InvalidArgument(format!(
-                "unknown column family {other:?}; use \"default\", \"lock\" or \"write\""
-            ))),
+            other => Err(Error::ColumnFamilyError(other.to_owned())),
         }
+    }
+}
+
+impl TryFrom<String> for ColumnFamily {
+    type Error = Error;
+
+    fn try_from(name: String) -> Result<Self> {
+        ColumnFamily::try_from(name.as_str())
+    }
+}
+
+/// Turns a range of borrowed keys (`&str`, `&[u8]`, …) into a
+/// [`BoundRange`] of owned ones, as client-rust's `IntoOwnedRange` does:
+/// `("a"..="c").into_owned()`.
+pub trait IntoOwnedRange {
+    /// The owned range.
+    fn into_owned(self) -> BoundRange;
+}
+
+impl<T: Into<Key> + Borrow<U>, U: ToOwned<Owned = T> + ?Sized> IntoOwnedRange for Range<&U> {
+    fn into_owned(self) -> BoundRange {
+        (self.start.to_owned()..self.end.to_owned()).into()
+    }
+}
+
+impl<T: Into<Key> + Borrow<U>, U: ToOwned<Owned = T> + ?Sized> IntoOwnedRange
+    for RangeInclusive<&U>
+{
+    fn into_owned(self) -> BoundRange {
+        let (start, end) = self.into_inner();
+        (start.to_owned()..=end.to_owned()).into()
+    }
+}
+
+impl<T: Into<Key> + Borrow<U>, U: ToOwned<Owned = T> + ?Sized> IntoOwnedRange for RangeFrom<&U> {
+    fn into_owned(self) -> BoundRange {
+        (self.start.to_owned()..).into()
+    }
+}
+
+impl<T: Into<Key> + Borrow<U>, U: ToOwned<Owned = T> + ?Sized> IntoOwnedRange for RangeTo<&U> {
+    fn into_owned(self) -> BoundRange {
+        (..self.end.to_owned()).into()
+    }
+}
+
+impl<T: Into<Key> + Borrow<U>, U: ToOwned<Owned = T> + ?Sized> IntoOwnedRange
+    for RangeToInclusive<&U>
+{
+    fn into_owned(self) -> BoundRange {
+        (..=self.end.to_owned()).into()
+    }
+}
+
+impl IntoOwnedRange for RangeFull {
+    fn into_owned(self) -> BoundRange {
+        BoundRange::range_full()
+    }
+}
+
+impl<T: Into<Key> + Borrow<U>, U: ToOwned<Owned = T> + ?Sized> IntoOwnedRange for (&U, &U) {
+    fn into_owned(self) -> BoundRange {
+        (self.0.to_owned(), self.1.to_owned()).into()
+    }
+}
+
+impl<T: Into<Key> + Borrow<U>, U: ToOwned<Owned = T> + ?Sized> IntoOwnedRange for (&U, Option<&U>) {
+    fn into_owned(self) -> BoundRange {
+        (self.0.to_owned(), self.1.map(ToOwned::to_owned)).into()
+    }
+}
+
+impl RangeBounds<Key> for BoundRange {
+    fn start_bound(&self) -> Bound<&Key> {
+        self.from.as_ref()
+    }
+
+    fn end_bound(&self) -> Bound<&Key> {
+        self.to.as_ref()
+    }
+}
+
+impl From<BoundRange> for kvrpcpb::KeyRange {
+    fn from(range: BoundRange) -> Self {
+        let (start, end) = range.into_keys();
+        kvrpcpb::KeyRange {
+            start_key: start.into(),
+            end_key: end.unwrap_or_default().into(),
+        }
+    }
+}
+
+impl From<kvrpcpb::KeyRange> for BoundRange {
+    fn from(range: kvrpcpb::KeyRange) -> Self {
+        let end = if range.end_key.is_empty() {
+            Bound::Unbounded
+        } else {
+            Bound::Excluded(Key::from(range.end_key))
+        };
+        BoundRange::new(Bound::Included(Key::from(range.start_key)), end)
     }
 }
 
@@ -300,7 +480,7 @@ mod tests {
     use super::*;
 
     fn keys(r: impl Into<BoundRange>) -> Result<(Vec<u8>, Vec<u8>)> {
-        r.into().into_keys().map(|(s, e)| (s.into(), e.into()))
+        r.into().into_key_range().map(|(s, e)| (s.into(), e.into()))
     }
 
     #[test]
@@ -318,7 +498,7 @@ mod tests {
             (b"a".to_vec(), b"c".to_vec())
         );
         let excl: BoundRange = (Bound::Excluded("a"), Bound::Unbounded).into();
-        assert_eq!(excl.into_keys().unwrap().0.as_bytes(), b"a\0");
+        assert_eq!(excl.into_keys().0.as_bytes(), b"a\0");
     }
 
     #[test]
@@ -329,10 +509,29 @@ mod tests {
     }
 
     #[test]
-    fn empty_exclusive_end_is_rejected_not_unbounded() {
+    fn empty_exclusive_end_reaches_the_end_as_in_client_rust() {
+        assert_eq!(keys("a".."").unwrap(), (b"a".to_vec(), vec![]));
+        assert_eq!(keys("".."").unwrap(), (vec![], vec![]));
+        let (start, end) = BoundRange::from("a".."").into_keys();
+        assert_eq!((start, end), (Key::from("a"), Some(Key::EMPTY)));
+        assert_eq!(BoundRange::from("a"..).into_keys().1, None);
+    }
+
+    #[test]
+    fn owned_ranges_and_pair_views() {
+        let (start, end) = ("k1"..="k2").into_owned().into_keys();
+        assert_eq!(start, Key::from("k1"));
+        assert_eq!(end, Some(Key::from(b"k2\0".to_vec())));
+        let owned: BoundRange = (..).into_owned();
+        assert_eq!(owned, BoundRange::range_full());
+        let pair = KvPair::new("k", "v");
+        let key: &Key = pair.as_ref();
+        assert_eq!(key.len(), 1);
+        assert_eq!(Key::from(pair.clone()), Key::from("k"));
+        assert!(ColumnFamily::try_from("lock".to_owned()).is_ok());
         assert!(matches!(
-            keys("a".."").unwrap_err(),
-            Error::InvalidArgument(_)
+            ColumnFamily::try_from("x".to_owned()),
+            Err(Error::ColumnFamilyError(_))
         ));
     }
 

@@ -39,9 +39,12 @@ pub mod sim;
 
 pub use backoff::Backoff;
 pub use config::{Config, SecurityConfig};
-pub use error::{describe_region_error, Error, Result};
-pub use kv::{BoundRange, ColumnFamily, Key, KvPair, Value};
+pub use error::{
+    describe_key_error, describe_region_error, Error, ProtoKeyError, ProtoRegionError, Result,
+};
+pub use kv::{BoundRange, ColumnFamily, IntoOwnedRange, Key, KvPair, Value};
 pub use raw::RawClient;
+pub use security::SecurityManager;
 pub use transaction::{
     CheckLevel, Mutation, RetryOptions, Snapshot, Timestamp, TimestampExt, Transaction,
     TransactionClient, TransactionOptions,

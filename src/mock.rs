@@ -546,7 +546,7 @@ impl PdClient for MockPdClient {
             .map_region_to_store
             .fetch_add(1, Ordering::SeqCst);
         let leader = region.leader.ok_or(Error::LeaderNotFound {
-            region_id: region.id(),
+            region: region.ver_id(),
         })?;
         self.map_peer_to_store(region, leader).await
     }

@@ -319,3 +319,34 @@ async fn all_stores_excludes_tombstones_and_stores_can_be_missing() {
         "{err:?}"
     );
 }
+
+#[tokio::test]
+async fn concurrent_callers_share_a_failed_leader_discovery() {
+    // Issue 8: during a PD outage K concurrent callers wait about one
+    // caller's bound, not K of them: a caller that waited for a discovery
+    // takes its failure instead of running another.
+    let pd = FakePd::start(1, 9).await;
+    let client = client(&pd.endpoints()).await;
+    pd.set_hang(true);
+    let members_before = pd.calls_to("GetMembers");
+    let started = Instant::now();
+    let lookups = (0..8u8).map(|i| {
+        let client = Arc::clone(&client);
+        async move { client.region_for_key(&[b'k', i]).await }
+    });
+    for result in futures::future::join_all(lookups).await {
+        assert!(
+            matches!(result, Err(Error::PdUnavailable { .. })),
+            "{result:?}"
+        );
+    }
+    let elapsed = started.elapsed();
+    assert!(
+        elapsed < pd_call_bound(&config()) + SLACK,
+        "8 callers took {elapsed:?}"
+    );
+    // About one discovery per retry round (a caller arriving just after one
+    // finished starts the next), not one per caller and round (8 x 4 = 32).
+    let asked = pd.calls_to("GetMembers") - members_before;
+    assert!(asked < 16, "{asked} GetMembers calls");
+}

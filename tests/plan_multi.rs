@@ -72,14 +72,18 @@ async fn multi_shard_results_keep_shard_order() {
             Ok(Box::new(resp) as Box<dyn std::any::Any + Send>)
         })
     });
-    let got = PlanBuilder::new(pd.clone(), new_raw_batch_get_request(keys(), None))
-        .routing(routing())
-        .retry_multi_region(backoff())
-        .merge(Collect)
-        .plan()
-        .execute()
-        .await
-        .unwrap();
+    let got = PlanBuilder::new(
+        pd.clone(),
+        tikv_plan::request::Keyspace::Disable,
+        new_raw_batch_get_request(keys(), None),
+    )
+    .routing(routing())
+    .retry_multi_region(backoff())
+    .merge(Collect)
+    .plan()
+    .execute()
+    .await
+    .unwrap();
     let got: Vec<Vec<u8>> = got.into_iter().map(|p| p.key).collect();
     assert_eq!(got, vec![b"a", b"b", b"c", b"d", b"e", b"f"]);
 }
@@ -105,14 +109,18 @@ async fn multi_shard_error_precedence_is_stable() {
                 }
             })
         });
-        let err = PlanBuilder::new(pd.clone(), new_raw_batch_get_request(keys(), None))
-            .preserve_region_results()
-            .retry_multi_region(backoff())
-            .merge(CollectError)
-            .plan()
-            .execute()
-            .await
-            .unwrap_err();
+        let err = PlanBuilder::new(
+            pd.clone(),
+            tikv_plan::request::Keyspace::Disable,
+            new_raw_batch_get_request(keys(), None),
+        )
+        .preserve_region_results()
+        .retry_multi_region(backoff())
+        .merge(CollectError)
+        .plan()
+        .execute()
+        .await
+        .unwrap_err();
         match err {
             Error::Multiple(errors) => {
                 let msgs: Vec<String> = errors.iter().map(|e| e.to_string()).collect();
@@ -124,12 +132,16 @@ async fn multi_shard_error_precedence_is_stable() {
             other => panic!("{other}"),
         }
         // Without preserving results, the same order decides.
-        let err = PlanBuilder::new(pd.clone(), new_raw_batch_get_request(keys(), None))
-            .retry_multi_region(backoff())
-            .plan()
-            .execute()
-            .await
-            .unwrap_err();
+        let err = PlanBuilder::new(
+            pd.clone(),
+            tikv_plan::request::Keyspace::Disable,
+            new_raw_batch_get_request(keys(), None),
+        )
+        .retry_multi_region(backoff())
+        .plan()
+        .execute()
+        .await
+        .unwrap_err();
         assert!(
             matches!(err, Error::Multiple(ref e) if e[0].to_string().contains("two")),
             "{err}"
@@ -160,15 +172,19 @@ async fn concurrency_limit_holds_one_permit_per_rpc() {
             Ok(Box::new(resp) as Box<dyn std::any::Any + Send>)
         })
     });
-    let got = PlanBuilder::new(pd.clone(), new_raw_batch_get_request(keys(), None))
-        .routing(routing.clone())
-        .max_concurrency(2)
-        .retry_multi_region(backoff())
-        .merge(Collect)
-        .plan()
-        .execute()
-        .await
-        .unwrap();
+    let got = PlanBuilder::new(
+        pd.clone(),
+        tikv_plan::request::Keyspace::Disable,
+        new_raw_batch_get_request(keys(), None),
+    )
+    .routing(routing.clone())
+    .max_concurrency(2)
+    .retry_multi_region(backoff())
+    .merge(Collect)
+    .plan()
+    .execute()
+    .await
+    .unwrap();
     assert_eq!(got.len(), 6);
     assert_eq!(max_seen.load(Ordering::SeqCst), 2);
     assert_eq!(pd.dispatches(), 12);
@@ -195,6 +211,7 @@ async fn batch_put_splits_by_region_and_size() {
     });
     let responses = PlanBuilder::new(
         pd.clone(),
+        tikv_plan::request::Keyspace::Disable,
         new_raw_batch_put_request(pairs, vec![], None, false),
     )
     .retry_multi_region(backoff())

@@ -16,6 +16,7 @@ use tikv_plan::Error;
 async fn cas(pd: &Arc<MockPdClient>) -> tikv_plan::Result<(Option<Vec<u8>>, bool)> {
     PlanBuilder::new(
         pd.clone(),
+        tikv_plan::request::Keyspace::Disable,
         new_cas_request(b"k".to_vec(), b"new".to_vec(), Some(b"old".to_vec()), None),
     )
     .routing(routing())
@@ -168,19 +169,23 @@ async fn undetermined_wins_over_other_shard_errors() {
         })
     });
     let request = new_raw_batch_put_request(pairs(&[b"a", b"z"]), vec![], None, false);
-    let err = PlanBuilder::new(pd.clone(), request.clone())
-        .terminal_on_dispatch_error()
-        .terminal_on_undetermined()
-        .retry_multi_region(backoff())
-        .plan()
-        .execute()
-        .await
-        .unwrap_err();
+    let err = PlanBuilder::new(
+        pd.clone(),
+        tikv_plan::request::Keyspace::Disable,
+        request.clone(),
+    )
+    .terminal_on_dispatch_error()
+    .terminal_on_undetermined()
+    .retry_multi_region(backoff())
+    .plan()
+    .execute()
+    .await
+    .unwrap_err();
     assert!(err.is_undetermined(), "{err}");
 
     // The same with every shard's result kept: CollectError applies the same
     // precedence.
-    let err = PlanBuilder::new(pd.clone(), request)
+    let err = PlanBuilder::new(pd.clone(), tikv_plan::request::Keyspace::Disable, request)
         .terminal_on_dispatch_error()
         .preserve_region_results()
         .retry_multi_region(backoff())
@@ -210,7 +215,7 @@ async fn terminal_on_undetermined_returns_before_slow_shards_finish() {
     });
     let start = tokio::time::Instant::now();
     let request = new_raw_batch_put_request(pairs(&[b"a", b"z"]), vec![], None, false);
-    let err = PlanBuilder::new(pd.clone(), request)
+    let err = PlanBuilder::new(pd.clone(), tikv_plan::request::Keyspace::Disable, request)
         .terminal_on_dispatch_error()
         .terminal_on_undetermined()
         .retry_multi_region(backoff())

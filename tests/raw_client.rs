@@ -228,6 +228,62 @@ async fn delete_range_spans_regions() {
     assert_eq!(left.len(), 2 + 11);
 }
 
+/// client-rust deletes the whole key space for `..` and for `"".."""`.
+#[tokio::test]
+async fn delete_range_of_everything_empties_every_region() {
+    let cluster = cluster().await;
+    let client = client(&cluster).await;
+    for range in [
+        tikv_plan::BoundRange::from(..),
+        ("".to_owned().."".to_owned()).into(),
+    ] {
+        client
+            .batch_put(letters().into_iter().map(|k| (k.clone(), k)))
+            .await
+            .unwrap();
+        assert_eq!(client.scan(.., 100).await.unwrap().len(), 26);
+        client.delete_range(range).await.unwrap();
+        assert!(client.scan(.., 100).await.unwrap().is_empty());
+    }
+    // `"x"..""` reaches the end of the key space, as in client-rust.
+    client.put("a1", "x").await.unwrap();
+    client.put("z1", "x").await.unwrap();
+    assert_eq!(keys(&client.scan("b".."", 10).await.unwrap()), ["z1"]);
+}
+
+/// Overlapping ranges are answered range by range in the order given,
+/// duplicates included, each cut to `each_limit`, across Regions.
+#[tokio::test]
+async fn batch_scan_answers_overlapping_ranges_like_client_rust() {
+    let cluster = cluster().await;
+    let client = client(&cluster).await;
+    client
+        .batch_put(letters().into_iter().map(|k| (k.clone(), k)))
+        .await
+        .unwrap();
+    let got = client
+        .batch_scan(vec!["f".."i", "a".."z", "f".."i", "m".."p"], 3)
+        .await
+        .unwrap();
+    assert_eq!(
+        keys(&got),
+        ["f1", "g1", "h1", "a1", "b1", "c1", "f1", "g1", "h1", "m1", "n1", "o1"]
+    );
+    let got = client
+        .batch_scan_keys(
+            vec![
+                tikv_plan::BoundRange::from("x"..="y"),
+                ("a".."b").into(),
+                ("e"..).into(),
+            ],
+            2,
+        )
+        .await
+        .unwrap();
+    let got: Vec<&[u8]> = got.iter().map(|k| k.as_bytes()).collect();
+    assert_eq!(got, [&b"x1"[..], b"a1", b"e1", b"f1"]);
+}
+
 #[tokio::test]
 async fn compare_and_swap_in_atomic_mode() {
     let cluster = cluster().await;
@@ -271,16 +327,19 @@ async fn bad_input_is_a_typed_error_without_any_rpc() {
     assert!(matches!(err, Error::InvalidArgument(_)), "{err}");
     let err = client.scan(.., 10241).await.unwrap_err();
     assert!(err.to_string().contains("10240"), "{err}");
-    let err = client
-        .batch_scan(vec!["a".."m", "c".."z"], 10)
-        .await
-        .unwrap_err();
-    assert!(err.to_string().contains("overlap"), "{err}");
+    assert!(matches!(err, Error::MaxScanLimitExceeded { .. }), "{err}");
     let err = client
         .compare_and_swap("k", None, b"v".to_vec())
         .await
         .unwrap_err();
     assert!(err.to_string().contains("with_atomic_for_cas"), "{err}");
+    assert!(matches!(err, Error::UnsupportedMode), "{err}");
+    let err = client
+        .with_atomic_for_cas()
+        .delete_range("a".."b")
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::UnsupportedMode), "{err}");
     let err = client
         .batch_put_with_ttl(vec![("a", "b")], vec![1, 2])
         .await

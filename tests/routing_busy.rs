@@ -219,6 +219,7 @@ async fn a_request_split_after_its_probe_does_not_probe_again() {
     let routing = routing();
     let pairs = PlanBuilder::new(
         pd.clone(),
+        tikv_plan::request::Keyspace::Disable,
         new_raw_batch_get_request(vec![b"a".to_vec(), b"x".to_vec()], None),
     )
     .routing(routing.clone())
@@ -267,6 +268,7 @@ async fn one_busy_probe_per_request_across_shards_of_one_region() {
             .collect();
         let result = PlanBuilder::new(
             pd.clone(),
+            tikv_plan::request::Keyspace::Disable,
             new_raw_batch_put_request(pairs, vec![], None, false),
         )
         .routing(routing.clone())
@@ -285,4 +287,35 @@ async fn one_busy_probe_per_request_across_shards_of_one_region() {
         assert_eq!(routing.stats().busy_probes, 1, "shared = {shared}");
         assert_leader_requests_only(&pd);
     }
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_hour_of_busy_backoff_is_capped_and_the_deadline_ends_the_request() {
+    // Issue 8: a store answering "back off for an hour" parks the request
+    // for at most MAX_BUSY_BACKOFF a time, and the request deadline ends it.
+    let pd = three_voters();
+    let routing = Arc::new(RoutingState::new(
+        &Config::default().with_request_deadline(Duration::from_secs(12)),
+    ));
+    pd.set_dispatch_hook(|_, req| region_error(req, mock::server_is_busy(5, 3_600_000)));
+    let start = Instant::now();
+    let err = get_with(&pd, Some(&routing), backoff(), b"k")
+        .await
+        .unwrap_err();
+    let elapsed = start.elapsed();
+    match &err {
+        tikv_plan::Error::DeadlineExceeded { deadline, last, .. } => {
+            assert_eq!(*deadline, Duration::from_secs(12));
+            assert!(last.to_string().contains("busy"), "{last}");
+        }
+        other => panic!("{other}"),
+    }
+    assert!(elapsed <= Duration::from_secs(12), "{elapsed:?}");
+    // Slept in steps of at most the cap: at least two tries fit in 12 s.
+    assert!(
+        pd.dispatches() >= 2,
+        "{} dispatches: {:?}",
+        pd.dispatches(),
+        tikv_plan::request::MAX_BUSY_BACKOFF
+    );
 }

@@ -55,7 +55,7 @@ async fn fallback_changes_only_the_target_peer() {
         api_version: kvrpcpb::ApiVersion::V2 as i32,
         ..Default::default()
     });
-    let got = PlanBuilder::new(pd.clone(), request)
+    let got = PlanBuilder::new(pd.clone(), tikv_plan::request::Keyspace::Disable, request)
         .retry_multi_region(backoff())
         .merge(CollectSingle)
         .post_process_default()
@@ -176,7 +176,7 @@ async fn fallback_key_error_updates_leader_cache() {
         }))
     });
     let err = get(&pd, &routing).await.unwrap_err();
-    assert!(matches!(err, Error::KeyError { .. }), "{err}");
+    assert!(matches!(err, Error::KvError { .. }), "{err}");
     assert_eq!(pd.cached_leader(1).map(|p| p.id), Some(12));
     assert_eq!(pd.update_leader_calls(), 1);
 }

@@ -294,14 +294,18 @@ async fn epoch_not_match_splits_the_shard_and_keeps_order() {
         .iter()
         .map(|k| k.to_vec())
         .collect();
-    let pairs = PlanBuilder::new(pd.clone(), new_raw_batch_get_request(keys, None))
-        .routing(routing())
-        .retry_multi_region(backoff())
-        .merge(Collect)
-        .plan()
-        .execute()
-        .await
-        .unwrap();
+    let pairs = PlanBuilder::new(
+        pd.clone(),
+        tikv_plan::request::Keyspace::Disable,
+        new_raw_batch_get_request(keys, None),
+    )
+    .routing(routing())
+    .retry_multi_region(backoff())
+    .merge(Collect)
+    .plan()
+    .execute()
+    .await
+    .unwrap();
     let got: Vec<(String, String)> = pairs
         .into_iter()
         .map(|p| {

@@ -48,6 +48,7 @@ async fn setup() -> (
 async fn put(pd: &Arc<PdRpcClient<TikvConnect>>, routing: &Arc<RoutingState>, value: &[u8]) {
     PlanBuilder::new(
         pd.clone(),
+        tikv_plan::request::Keyspace::Disable,
         new_raw_put_request(b"k".to_vec(), value.to_vec(), None, 0, false),
     )
     .routing(routing.clone())
@@ -61,15 +62,19 @@ async fn put(pd: &Arc<PdRpcClient<TikvConnect>>, routing: &Arc<RoutingState>, va
 }
 
 async fn get(pd: &Arc<PdRpcClient<TikvConnect>>, routing: &Arc<RoutingState>) -> Option<Vec<u8>> {
-    PlanBuilder::new(pd.clone(), new_raw_get_request(b"k".to_vec(), None))
-        .routing(routing.clone())
-        .retry_multi_region(backoff())
-        .merge(CollectSingle)
-        .post_process_default()
-        .plan()
-        .execute()
-        .await
-        .unwrap()
+    PlanBuilder::new(
+        pd.clone(),
+        tikv_plan::request::Keyspace::Disable,
+        new_raw_get_request(b"k".to_vec(), None),
+    )
+    .routing(routing.clone())
+    .retry_multi_region(backoff())
+    .merge(CollectSingle)
+    .post_process_default()
+    .plan()
+    .execute()
+    .await
+    .unwrap()
 }
 
 #[tokio::test]
@@ -151,15 +156,19 @@ async fn get_key(
     routing: &Arc<RoutingState>,
     key: &[u8],
 ) -> Option<Vec<u8>> {
-    PlanBuilder::new(pd.clone(), new_raw_get_request(key.to_vec(), None))
-        .routing(routing.clone())
-        .retry_multi_region(backoff())
-        .merge(CollectSingle)
-        .post_process_default()
-        .plan()
-        .execute()
-        .await
-        .unwrap()
+    PlanBuilder::new(
+        pd.clone(),
+        tikv_plan::request::Keyspace::Disable,
+        new_raw_get_request(key.to_vec(), None),
+    )
+    .routing(routing.clone())
+    .retry_multi_region(backoff())
+    .merge(CollectSingle)
+    .post_process_default()
+    .plan()
+    .execute()
+    .await
+    .unwrap()
 }
 
 /// Thirty Regions led from store 1; store 1 dies while PD keeps naming it.

@@ -187,3 +187,56 @@ async fn unreachable_store_is_tried_first_again_after_cooldown() {
     assert_eq!(text(got), "from-1021");
     assert!(!routing.is_store_unreachable(1));
 }
+
+#[tokio::test(start_paused = true)]
+async fn timeouts_after_waiting_for_a_permit_are_consecutive_strikes() {
+    // Found in review: a shard's send time was taken before it waited for
+    // its permit, so with one permit the later shards' timeouts looked
+    // concurrent with the first strike and a hung store was never marked.
+    use tikv_plan::proto::kvrpcpb;
+    use tikv_plan::raw::new_raw_batch_get_request;
+    use tikv_plan::request::{Collect, Plan, PlanBuilder};
+    let peers = |r: u64| [mock::voter(r * 10 + 1, 1), mock::voter(r * 10 + 2, 2)];
+    let pd = Arc::new(MockPdClient::new(vec![
+        mock::region(1, b"", b"b", &peers(1), Some(11)),
+        mock::region(2, b"b", b"c", &peers(2), Some(21)),
+        mock::region(3, b"c", b"", &peers(3), Some(31)),
+    ]));
+    let routing = routing();
+    pd.set_async_dispatch_hook(|peer, req| {
+        let answer = accept(peer, req);
+        let store = peer.store_id;
+        Box::pin(async move {
+            if store == 1 {
+                tokio::time::sleep(Duration::from_secs(3600)).await;
+            }
+            answer
+        })
+    });
+    let pairs: Vec<kvrpcpb::KvPair> = PlanBuilder::new(
+        pd.clone(),
+        tikv_plan::request::Keyspace::Disable,
+        new_raw_batch_get_request(vec![b"a".to_vec(), b"b".to_vec(), b"c".to_vec()], None),
+    )
+    .routing(routing.clone())
+    .max_concurrency(1)
+    .retry_multi_region(backoff())
+    .merge(Collect)
+    .plan()
+    .execute()
+    .await
+    .unwrap();
+    assert_eq!(pairs.len(), 0, "the mock's batch get answers no pairs");
+    // Each shard chose store 1 before waiting for the one permit, so all
+    // three were sent there, one after another: strikes, and the store is
+    // marked (it never was when the send time was taken before the wait).
+    assert_eq!(pd.dispatches_to_store(1), 3);
+    assert_eq!(routing.stats().stores_marked_unreachable, 1);
+    assert!(routing.is_store_unreachable(1));
+    // The next request tries the voter first.
+    let got = get_with(&pd, Some(&routing), backoff(), b"a")
+        .await
+        .unwrap();
+    assert_eq!(text(got), "from-12");
+    assert_eq!(pd.dispatches_to_store(1), 3);
+}

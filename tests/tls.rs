@@ -94,6 +94,7 @@ unimplemented_methods! {
     raw_batch_scan(kvrpcpb::RawBatchScanRequest) -> kvrpcpb::RawBatchScanResponse;
     raw_get_key_ttl(kvrpcpb::RawGetKeyTtlRequest) -> kvrpcpb::RawGetKeyTtlResponse;
     raw_compare_and_swap(kvrpcpb::RawCasRequest) -> kvrpcpb::RawCasResponse;
+    raw_checksum(kvrpcpb::RawChecksumRequest) -> kvrpcpb::RawChecksumResponse;
 }
 
 const T: Duration = Duration::from_secs(5);

@@ -3,7 +3,8 @@
 //!
 //! ```text
 //! tikv-sim [--stores N] [--regions R] [--replicas K] [--pd ADDR]
-//!          [--pd-members M] [--control ADDR|off]
+//!          [--pd-members M] [--control ADDR|off] [--api-version 1|2]
+//!          [--keyspace NAME=ID]...
 //! ```
 //!
 //! When ready it prints exactly one line on stdout, `pd=ADDR` (the PD
@@ -15,10 +16,11 @@ use std::net::SocketAddr;
 use std::process::ExitCode;
 use std::sync::Arc;
 
+use tikv_plan::proto::kvrpcpb::ApiVersion;
 use tikv_plan::sim::{control, SimCluster};
 
 const USAGE: &str = "usage: tikv-sim [--stores N] [--regions R] [--replicas K] [--pd ADDR] \
-[--pd-members M] [--control ADDR|off]
+[--pd-members M] [--control ADDR|off] [--api-version 1|2] [--keyspace NAME=ID]...
   --stores N       number of stores, ids 1..=N (default 3)
   --regions R      Regions, splitting the printable key space evenly at
                    memcomparable-encoded keys, so raw and transactional
@@ -26,7 +28,9 @@ const USAGE: &str = "usage: tikv-sim [--stores N] [--regions R] [--replicas K] [
   --replicas K     voters per Region (default min(3, N))
   --pd ADDR        address of PD (default 127.0.0.1:2379; port 0 picks a free one)
   --pd-members M   PD members sharing the cluster (default 1; others on free ports)
-  --control ADDR   control port for fault commands (default 127.0.0.1:0), or off";
+  --control ADDR   control port for fault commands (default 127.0.0.1:0), or off
+  --api-version V  API version of the stores, 1 or 2 (default 1; 2 for keyspace clients)
+  --keyspace N=ID  a keyspace PD serves besides DEFAULT (id 0); repeatable";
 
 #[derive(Debug)]
 struct Options {
@@ -36,6 +40,8 @@ struct Options {
     pd: SocketAddr,
     pd_members: usize,
     control: Option<SocketAddr>,
+    api_version: ApiVersion,
+    keyspaces: Vec<(String, u32)>,
 }
 
 fn parse_args(args: impl Iterator<Item = String>) -> Result<Options, String> {
@@ -46,6 +52,8 @@ fn parse_args(args: impl Iterator<Item = String>) -> Result<Options, String> {
         pd: SocketAddr::from(([127, 0, 0, 1], 2379)),
         pd_members: 1,
         control: Some(SocketAddr::from(([127, 0, 0, 1], 0))),
+        api_version: ApiVersion::V1,
+        keyspaces: Vec::new(),
     };
     let mut args = args.peekable();
     while let Some(flag) = args.next() {
@@ -71,6 +79,26 @@ fn parse_args(args: impl Iterator<Item = String>) -> Result<Options, String> {
             "--pd" => options.pd = address()?,
             "--control" if value == "off" => options.control = None,
             "--control" => options.control = Some(address()?),
+            "--api-version" => {
+                options.api_version = match value.as_str() {
+                    "1" => ApiVersion::V1,
+                    "2" => ApiVersion::V2,
+                    _ => return Err(format!("--api-version must be 1 or 2, not {value:?}")),
+                }
+            }
+            "--keyspace" => {
+                let parsed = value
+                    .split_once('=')
+                    .and_then(|(name, id)| Some((name.to_owned(), id.parse::<u32>().ok()?)));
+                match parsed {
+                    Some(keyspace) => options.keyspaces.push(keyspace),
+                    None => {
+                        return Err(format!(
+                            "--keyspace must be NAME=ID, like app=1, not {value:?}"
+                        ))
+                    }
+                }
+            }
             other => return Err(format!("unknown option {other}")),
         }
     }
@@ -95,7 +123,11 @@ async fn main() -> ExitCode {
     let replicas = options
         .replicas
         .unwrap_or_else(|| (options.stores as usize).min(3));
-    let started = SimCluster::builder()
+    let mut builder = SimCluster::builder().api_version(options.api_version);
+    for (name, id) in &options.keyspaces {
+        builder = builder.keyspace(name, *id);
+    }
+    let started = builder
         .stores(options.stores)
         .replicas(replicas)
         .split_keys(control::even_split_keys(options.regions))
@@ -160,5 +192,13 @@ mod tests {
         assert!(parse_args(args("--stores x")).is_err());
         assert!(parse_args(args("--bogus 1")).is_err());
         assert!(parse_args(args("--stores 0")).is_err());
+        let o = parse_args(args("--api-version 2 --keyspace app=7 --keyspace b=8")).unwrap();
+        assert_eq!(o.api_version, ApiVersion::V2);
+        assert_eq!(
+            o.keyspaces,
+            vec![("app".to_owned(), 7), ("b".to_owned(), 8)]
+        );
+        assert!(parse_args(args("--api-version 3")).is_err());
+        assert!(parse_args(args("--keyspace app")).is_err());
     }
 }

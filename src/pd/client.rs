@@ -31,8 +31,18 @@ pub struct ConnectCounts {
 
 type ConnectCountMap = Arc<Mutex<HashMap<String, ConnectCounts>>>;
 
+/// How many store addresses keep connection counters. Stores come and go
+/// over a client's life; past this many, an address seen before makes room
+/// for a new one (the counters are diagnostics, not state).
+pub(crate) const MAX_COUNTED_ADDRESSES: usize = 1024;
+
 fn count(counts: &ConnectCountMap, address: &str, update: impl FnOnce(&mut ConnectCounts)) {
     let mut counts = counts.lock().unwrap_or_else(|e| e.into_inner());
+    if !counts.contains_key(address) && counts.len() >= MAX_COUNTED_ADDRESSES {
+        if let Some(evicted) = counts.keys().next().cloned() {
+            counts.remove(&evicted);
+        }
+    }
     update(counts.entry(address.to_owned()).or_default());
 }
 
@@ -62,6 +72,9 @@ pub struct PdRpcClient<KvC: KvConnect = TikvConnect> {
     tso: TimestampOracle,
 }
 
+/// The most Regions one `ScanRegions` call asks for when loading a range.
+pub const SCAN_REGIONS_BATCH: usize = 1024;
+
 impl<KvC: KvConnect> std::fmt::Debug for PdRpcClient<KvC> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("PdRpcClient")
@@ -76,12 +89,13 @@ impl PdRpcClient<TikvConnect> {
     /// Connects to PD through `pd_endpoints` and opens store connections
     /// with [`TikvConnect`], using the timeouts and security of `config`.
     pub async fn connect(pd_endpoints: &[String], config: &Config) -> Result<Self> {
-        let security = Arc::new(SecurityManager::load(&config.security)?);
+        let security = Arc::new(SecurityManager::load(&config.security())?);
         let kv_connect = TikvConnect::new(
             Arc::clone(&security),
             config.timeout,
             config.connect_timeout,
-        );
+        )
+        .with_max_decoding_message_size(config.grpc_max_decoding_message_size);
         Self::with_security(pd_endpoints, config, security, kv_connect).await
     }
 }
@@ -94,7 +108,7 @@ impl<KvC: KvConnect> PdRpcClient<KvC> {
         config: &Config,
         kv_connect: KvC,
     ) -> Result<Self> {
-        let security = Arc::new(SecurityManager::load(&config.security)?);
+        let security = Arc::new(SecurityManager::load(&config.security())?);
         Self::with_security(pd_endpoints, config, security, kv_connect).await
     }
 
@@ -104,11 +118,12 @@ impl<KvC: KvConnect> PdRpcClient<KvC> {
         security: Arc<SecurityManager>,
         kv_connect: KvC,
     ) -> Result<Self> {
-        let cluster = Cluster::connect(
+        let cluster = Cluster::connect_with_limit(
             pd_endpoints,
             security,
             config.timeout,
             config.connect_timeout,
+            config.grpc_max_decoding_message_size,
         )
         .await?;
         let cluster = Arc::new(cluster);
@@ -116,7 +131,7 @@ impl<KvC: KvConnect> PdRpcClient<KvC> {
             tso: TimestampOracle::new(Arc::clone(&cluster)),
             cluster,
             kv_connect: Arc::new(kv_connect),
-            regions: RegionCache::new(),
+            regions: RegionCache::with_capacity(config.region_cache_capacity),
             stores: StoreCache::new(),
             connections: Arc::new(RwLock::new(HashMap::new())),
             connecting: SingleFlight::default(),
@@ -333,10 +348,76 @@ impl<KvC: KvConnect> PdClient for PdRpcClient<KvC> {
         }
     }
 
+    /// Walks the cache over the range; from the first Region it lacks, asks
+    /// PD for the rest with `ScanRegions` (up to [`SCAN_REGIONS_BATCH`] per
+    /// call) and caches what comes back.
+    async fn prefetch_regions(&self, start: &[u8], end: &[u8], max_regions: usize) {
+        let mut key = start.to_vec();
+        let mut loaded = 0usize;
+        let before_end = |key: &[u8]| end.is_empty() || key < end;
+        while before_end(&key) && loaded < max_regions {
+            if let Some(region) = self.regions.get_by_key(&key) {
+                if region.end_key().is_empty() {
+                    return;
+                }
+                key = region.end_key().to_vec();
+                continue;
+            }
+            let batch = (max_regions - loaded).min(SCAN_REGIONS_BATCH) as i32;
+            let regions = match self.cluster.scan_regions(&key, end, batch).await {
+                Ok(regions) => regions,
+                Err(e) => {
+                    debug!("bulk Region load from {key:?} failed ({e}); loading one by one");
+                    return;
+                }
+            };
+            // PD answers from the Region holding `key`; anything else (an
+            // empty answer, a gap) ends the walk and per-key lookups take
+            // over.
+            let Some(next) = regions
+                .last()
+                .filter(|_| regions[0].contains(&key))
+                .map(|r| r.end_key().to_vec())
+            else {
+                return;
+            };
+            loaded += regions.len();
+            for region in regions {
+                self.regions.insert_if_newer(region);
+            }
+            if next.is_empty() {
+                return;
+            }
+            key = next;
+        }
+    }
+
+    async fn load_keyspace(&self, name: &str) -> Result<crate::proto::keyspacepb::KeyspaceMeta> {
+        self.cluster.load_keyspace(name).await
+    }
+
     async fn add_regions(&self, regions: Vec<metapb::Region>) {
         for region in regions {
             self.regions
                 .insert_if_newer(RegionWithLeader::new(region, None));
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn connection_counters_are_bounded() {
+        // Issue 8: one entry per address ever dialled would grow forever.
+        let counts: ConnectCountMap = Arc::default();
+        for i in 0..(3 * MAX_COUNTED_ADDRESSES) {
+            count(&counts, &format!("store-{i}:20160"), |c| c.attempts += 1);
+        }
+        let counts = counts.lock().unwrap_or_else(|e| e.into_inner());
+        assert_eq!(counts.len(), MAX_COUNTED_ADDRESSES);
+        let last = format!("store-{}:20160", 3 * MAX_COUNTED_ADDRESSES - 1);
+        assert_eq!(counts.get(&last).map(|c| c.attempts), Some(1));
     }
 }

@@ -14,10 +14,11 @@ use tonic::{Code, Status};
 pub use crate::proto::pdpb::Timestamp;
 
 use crate::backoff::Backoff;
+use crate::proto::keyspacepb::{self, keyspace_client::KeyspaceClient as KeyspaceGrpcClient};
 use crate::proto::metapb;
 use crate::proto::pdpb::{self, pd_client::PdClient as PdGrpcClient};
 use crate::region::{RegionId, RegionWithLeader, StoreId};
-use crate::request::classify_status_source;
+use crate::request::{classify_status_source, DispatchFailure};
 use crate::security::SecurityManager;
 use crate::{Error, Result};
 
@@ -48,6 +49,10 @@ pub struct PdStats {
     pub tso: u64,
     /// Successful connections to a PD leader, the first one included.
     pub leader_connects: u64,
+    /// `ScanRegions` calls (bulk Region loads).
+    pub scan_regions: u64,
+    /// `LoadKeyspace` calls.
+    pub load_keyspace: u64,
 }
 
 #[derive(Debug, Default)]
@@ -60,6 +65,8 @@ struct PdCounters {
     update_gc_safe_point: AtomicU64,
     tso: AtomicU64,
     leader_connects: AtomicU64,
+    scan_regions: AtomicU64,
+    load_keyspace: AtomicU64,
 }
 
 impl PdCounters {
@@ -73,6 +80,8 @@ impl PdCounters {
             get_all_stores: get(&self.get_all_stores),
             tso: get(&self.tso),
             leader_connects: get(&self.leader_connects),
+            scan_regions: get(&self.scan_regions),
+            load_keyspace: get(&self.load_keyspace),
         }
     }
 }
@@ -86,6 +95,8 @@ fn bump(counter: &AtomicU64) {
 struct LeaderConnection {
     url: String,
     client: PdGrpcClient<Channel>,
+    /// The same channel, for PD's other services (keyspaces).
+    channel: Channel,
     /// Tells connections apart, so a failed call only drops the connection
     /// it used, not a newer one another call already set up.
     generation: u64,
@@ -107,6 +118,8 @@ macro_rules! with_header {
 }
 
 with_header!(
+    pdpb::ScanRegionsResponse,
+    crate::proto::keyspacepb::LoadKeyspaceResponse,
     pdpb::GetRegionResponse,
     pdpb::GetStoreResponse,
     pdpb::GetAllStoresResponse,
@@ -131,11 +144,78 @@ fn calls_for_new_leader(status: &Status) -> bool {
     // The transport's own finding (the store path's classifier) first; then
     // the codes a PD member answers when it cannot serve (a follower says
     // "not leader" with `Unavailable`).
-    classify_status_source(status).is_some()
+    // A reset of one stream leaves the connection to the leader usable.
+    matches!(classify_status_source(status), Some(f) if f != DispatchFailure::StreamReset)
         || matches!(
             status.code(),
             Code::Unavailable | Code::Cancelled | Code::DeadlineExceeded
         )
+}
+
+/// How leader discovery last ended, shared by the callers that waited for
+/// it.
+#[derive(Debug, Default)]
+struct DiscoveryOutcome {
+    /// Discoveries finished so far.
+    finished: u64,
+    /// The last one's failure, if it failed.
+    failure: Option<SharedFailure>,
+}
+
+/// A discovery failure in a form every waiting caller can get a copy of.
+#[derive(Debug, Clone)]
+enum SharedFailure {
+    Unavailable {
+        endpoints: String,
+        message: String,
+    },
+    Mismatch {
+        endpoint: String,
+        expected: u64,
+        found: u64,
+    },
+}
+
+impl SharedFailure {
+    fn of(error: &Error) -> Self {
+        match error {
+            Error::ClusterIdMismatch {
+                endpoint,
+                expected,
+                found,
+            } => SharedFailure::Mismatch {
+                endpoint: endpoint.clone(),
+                expected: *expected,
+                found: *found,
+            },
+            Error::PdUnavailable { endpoints, message } => SharedFailure::Unavailable {
+                endpoints: endpoints.clone(),
+                message: message.clone(),
+            },
+            other => SharedFailure::Unavailable {
+                endpoints: String::new(),
+                message: other.to_string(),
+            },
+        }
+    }
+
+    fn share(&self) -> Error {
+        match self.clone() {
+            SharedFailure::Unavailable { endpoints, message } => Error::PdUnavailable {
+                endpoints,
+                message: format!("{message} (a concurrent leader discovery just failed)"),
+            },
+            SharedFailure::Mismatch {
+                endpoint,
+                expected,
+                found,
+            } => Error::ClusterIdMismatch {
+                endpoint,
+                expected,
+                found,
+            },
+        }
+    }
 }
 
 /// `host:port` of a URL or address, for comparing endpoints written with and
@@ -164,11 +244,18 @@ pub struct Cluster {
     timeout: Duration,
     connect_timeout: Duration,
     retry_backoff: Backoff,
+    /// The largest response decoded from PD.
+    max_decoding_message_size: usize,
     /// 0 until the first member answers.
     cluster_id: AtomicU64,
     leader: RwLock<Option<Arc<LeaderConnection>>>,
-    /// Serialises leader discovery, so concurrent failures cause one.
-    discovery: tokio::sync::Mutex<()>,
+    /// Serialises leader discovery, so concurrent failures cause one; holds
+    /// how many discoveries finished and how the last one failed, so callers
+    /// that waited for a discovery share its failure instead of each paying
+    /// another one.
+    discovery: tokio::sync::Mutex<DiscoveryOutcome>,
+    /// `DiscoveryOutcome::finished`, readable without the lock.
+    discoveries_finished: AtomicU64,
     generation: AtomicU64,
     counters: PdCounters,
 }
@@ -183,6 +270,25 @@ impl Cluster {
         timeout: Duration,
         connect_timeout: Duration,
     ) -> Result<Cluster> {
+        Self::connect_with_limit(
+            endpoints,
+            security,
+            timeout,
+            connect_timeout,
+            crate::config::DEFAULT_GRPC_MAX_DECODING_MESSAGE_SIZE,
+        )
+        .await
+    }
+
+    /// [`connect`](Self::connect) with a bound on the size of a decoded PD
+    /// response (`Config::grpc_max_decoding_message_size`).
+    pub async fn connect_with_limit(
+        endpoints: &[String],
+        security: Arc<SecurityManager>,
+        timeout: Duration,
+        connect_timeout: Duration,
+        max_decoding_message_size: usize,
+    ) -> Result<Cluster> {
         if endpoints.is_empty() {
             return Err(Error::InvalidArgument(
                 "no PD endpoint was given; pass at least one host:port".to_owned(),
@@ -195,9 +301,11 @@ impl Cluster {
             timeout,
             connect_timeout,
             retry_backoff: PD_RETRY_BACKOFF,
+            max_decoding_message_size,
             cluster_id: AtomicU64::new(0),
             leader: RwLock::new(None),
-            discovery: tokio::sync::Mutex::new(()),
+            discovery: tokio::sync::Mutex::new(DiscoveryOutcome::default()),
+            discoveries_finished: AtomicU64::new(0),
             generation: AtomicU64::new(0),
             counters: PdCounters::default(),
         };
@@ -364,6 +472,95 @@ impl Cluster {
         Ok(response.new_safe_point)
     }
 
+    /// Up to `limit` Regions from the one holding `start` to `end`
+    /// (exclusive; empty: the end of the key space), in key order, with PD's
+    /// view of their leaders: one `ScanRegions` call.
+    pub async fn scan_regions(
+        &self,
+        start: &[u8],
+        end: &[u8],
+        limit: i32,
+    ) -> Result<Vec<RegionWithLeader>> {
+        let timeout = self.timeout;
+        let response = self
+            .call(
+                "ScanRegions",
+                &self.counters.scan_regions,
+                |mut client, header| {
+                    let request = bounded(
+                        pdpb::ScanRegionsRequest {
+                            header: Some(header),
+                            start_key: start.to_vec(),
+                            limit,
+                            end_key: end.to_vec(),
+                        },
+                        timeout,
+                    );
+                    async move { Ok(client.scan_regions(request).await?.into_inner()) }
+                },
+            )
+            .await?;
+        // PD answers with `regions`; older PDs only with the two lists.
+        let pairs: Vec<(Option<metapb::Region>, Option<metapb::Peer>)> =
+            if response.regions.is_empty() {
+                let mut leaders = response.leaders.into_iter();
+                response
+                    .region_metas
+                    .into_iter()
+                    .map(|r| (Some(r), leaders.next().filter(|p| p.id != 0)))
+                    .collect()
+            } else {
+                response
+                    .regions
+                    .into_iter()
+                    .map(|r| (r.region, r.leader.filter(|p| p.id != 0)))
+                    .collect()
+            };
+        let mut regions = Vec::with_capacity(pairs.len());
+        for (region, leader) in pairs {
+            let Some(region) = region else {
+                return Err(Error::Pd {
+                    error_type: pdpb::ErrorType::Unknown,
+                    message: "PD answered ScanRegions with an entry without a Region".to_owned(),
+                });
+            };
+            regions.push(RegionWithLeader::new(region, leader));
+        }
+        Ok(regions)
+    }
+
+    /// The metadata of the keyspace named `name` (`keyspacepb.Keyspace`'s
+    /// `LoadKeyspace`). [`Error::KeyspaceNotFound`] when PD does not know it.
+    pub async fn load_keyspace(&self, name: &str) -> Result<keyspacepb::KeyspaceMeta> {
+        let timeout = self.timeout;
+        let limit = self.max_decoding_message_size;
+        let response = self
+            .call_on_leader(
+                "LoadKeyspace",
+                &self.counters.load_keyspace,
+                |leader, header| {
+                    let mut client = KeyspaceGrpcClient::new(leader.channel.clone())
+                        .max_decoding_message_size(limit);
+                    let request = bounded(
+                        keyspacepb::LoadKeyspaceRequest {
+                            header: Some(header),
+                            name: name.to_owned(),
+                        },
+                        timeout,
+                    );
+                    async move { Ok(client.load_keyspace(request).await?.into_inner()) }
+                },
+            )
+            .await;
+        match response {
+            Ok(r) => r
+                .keyspace
+                .ok_or_else(|| Error::KeyspaceNotFound(name.to_owned())),
+            Err(Error::Pd { .. }) => Err(Error::KeyspaceNotFound(name.to_owned())),
+            Err(e) => Err(e),
+        }
+    }
+
     /// One timestamp from PD's TSO: one request on the `Tso` stream.
     pub async fn get_timestamp(&self) -> Result<Timestamp> {
         let timeout = self.timeout;
@@ -464,6 +661,25 @@ impl Cluster {
         F: FnMut(PdGrpcClient<Channel>, pdpb::RequestHeader) -> Fut,
         Fut: Future<Output = std::result::Result<T, Status>>,
     {
+        self.call_on_leader(what, counter, |leader, header| {
+            rpc(leader.client.clone(), header)
+        })
+        .await
+    }
+
+    /// [`call`](Self::call) for any service of the leader: `rpc` gets the
+    /// leader connection (its `pdpb.PD` client and its channel).
+    async fn call_on_leader<T, F, Fut>(
+        &self,
+        what: &str,
+        counter: &AtomicU64,
+        mut rpc: F,
+    ) -> Result<T>
+    where
+        T: WithHeader,
+        F: FnMut(&LeaderConnection, pdpb::RequestHeader) -> Fut,
+        Fut: Future<Output = std::result::Result<T, Status>>,
+    {
         let mut backoff = self.retry_backoff.clone();
         loop {
             let failure = match self.current_leader().await {
@@ -471,7 +687,7 @@ impl Cluster {
                 Err(e) => e,
                 Ok(leader) => {
                     bump(counter);
-                    let attempt = rpc(leader.client.clone(), self.request_header());
+                    let attempt = rpc(&leader, self.request_header());
                     match tokio::time::timeout(self.timeout, attempt).await {
                         Ok(Ok(response)) => return self.check_header(response, &leader.url),
                         Ok(Err(status)) if !calls_for_new_leader(&status) => {
@@ -559,12 +775,32 @@ impl Cluster {
         if let Some(leader) = self.read_leader() {
             return Ok(leader);
         }
-        let _discovering = self.discovery.lock().await;
+        let seen = self.discoveries_finished.load(Ordering::Acquire);
+        let mut outcome = self.discovery.lock().await;
         // Another call may have found the leader while we waited.
         if let Some(leader) = self.read_leader() {
             return Ok(leader);
         }
-        let leader = Arc::new(self.discover_leader().await?);
+        // A discovery finished while we waited, and failed: during a PD
+        // outage, K waiting callers share one failure instead of paying K
+        // connect timeouts one after another.
+        if outcome.finished != seen {
+            if let Some(failure) = &outcome.failure {
+                return Err(failure.share());
+            }
+        }
+        let discovered = self.discover_leader().await;
+        outcome.finished += 1;
+        self.discoveries_finished
+            .store(outcome.finished, Ordering::Release);
+        let leader = match discovered {
+            Ok(leader) => Arc::new(leader),
+            Err(e) => {
+                outcome.failure = Some(SharedFailure::of(&e));
+                return Err(e);
+            }
+        };
+        outcome.failure = None;
         *self.leader.write().unwrap_or_else(|e| e.into_inner()) = Some(Arc::clone(&leader));
         Ok(leader)
     }
@@ -575,7 +811,8 @@ impl Cluster {
             .security
             .connect(endpoint, self.connect_timeout, self.timeout)
             .await?;
-        let mut client = PdGrpcClient::new(channel);
+        let mut client =
+            PdGrpcClient::new(channel).max_decoding_message_size(self.max_decoding_message_size);
         let request = bounded(
             pdpb::GetMembersRequest {
                 header: Some(self.request_header()),
@@ -661,7 +898,9 @@ impl Cluster {
                     info!("connected to PD leader {url} (cluster {expected})");
                     return Ok(LeaderConnection {
                         url,
-                        client: PdGrpcClient::new(channel),
+                        client: PdGrpcClient::new(channel.clone())
+                            .max_decoding_message_size(self.max_decoding_message_size),
+                        channel,
                         generation,
                     });
                 }

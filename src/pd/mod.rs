@@ -51,7 +51,7 @@ pub trait PdClient: Send + Sync + 'static {
     /// Fails with [`Error::LeaderNotFound`] when no leader is cached.
     async fn map_region_to_store(self: Arc<Self>, region: RegionWithLeader) -> Result<RegionStore> {
         let leader = region.leader.ok_or(Error::LeaderNotFound {
-            region_id: region.id(),
+            region: region.ver_id(),
         })?;
         self.map_peer_to_store(region, leader).await
     }
@@ -101,11 +101,31 @@ pub trait PdClient: Send + Sync + 'static {
     /// newer than what the cache holds. The default does nothing.
     async fn add_regions(&self, _regions: Vec<metapb::Region>) {}
 
+    /// Loads into the Region cache the Regions of `[start, end)` (empty end:
+    /// the end of the key space) that it lacks, at most `max_regions` of
+    /// them, in bulk (PD's `ScanRegions`) rather than one lookup per Region.
+    /// A hint only: failures are ignored (the per-key lookups that follow
+    /// load what is missing). The default does nothing.
+    async fn prefetch_regions(&self, _start: &[u8], _end: &[u8], _max_regions: usize) {}
+
+    /// The metadata of the keyspace named `name`, from PD.
+    /// [`Error::KeyspaceNotFound`] when it does not exist (the default: a PD
+    /// client that knows no keyspaces).
+    async fn load_keyspace(&self, name: &str) -> Result<crate::proto::keyspacepb::KeyspaceMeta> {
+        Err(Error::KeyspaceNotFound(name.to_owned()))
+    }
+
     /// Groups sorted keys by the Region containing them, in key order.
     async fn group_keys_by_region<K>(&self, keys: Vec<K>) -> Result<Vec<(RegionWithLeader, Vec<K>)>>
     where
         K: AsRef<[u8]> + Send + 'static,
     {
+        let lowest = keys.iter().map(AsRef::as_ref).min();
+        if let (Some(lowest), Some(highest)) = (lowest, keys.iter().map(AsRef::as_ref).max()) {
+            let mut end = highest.to_vec();
+            end.push(0);
+            self.prefetch_regions(lowest, &end, usize::MAX).await;
+        }
         let mut groups: Vec<(RegionWithLeader, Vec<K>)> = Vec::new();
         for key in keys {
             if let Some((region, group)) = groups.last_mut() {
@@ -128,6 +148,7 @@ pub trait PdClient: Send + Sync + 'static {
         start: Vec<u8>,
         end: Vec<u8>,
     ) -> Result<Vec<RegionWithLeader>> {
+        self.prefetch_regions(&start, &end, usize::MAX).await;
         let mut regions = Vec::new();
         let mut key = start;
         loop {
@@ -147,6 +168,20 @@ pub trait PdClient: Send + Sync + 'static {
         &self,
         ranges: Vec<(Vec<u8>, Vec<u8>)>,
     ) -> Result<Vec<(RegionWithLeader, Vec<(Vec<u8>, Vec<u8>)>)>> {
+        let lowest = ranges.iter().map(|(s, _)| s).min();
+        let highest =
+            ranges
+                .iter()
+                .map(|(_, e)| e)
+                .max_by(|a, b| match (a.is_empty(), b.is_empty()) {
+                    (true, true) => std::cmp::Ordering::Equal,
+                    (true, false) => std::cmp::Ordering::Greater,
+                    (false, true) => std::cmp::Ordering::Less,
+                    (false, false) => a.cmp(b),
+                });
+        if let (Some(lowest), Some(highest)) = (lowest, highest) {
+            self.prefetch_regions(lowest, highest, usize::MAX).await;
+        }
         let mut groups: Vec<(RegionWithLeader, Vec<(Vec<u8>, Vec<u8>)>)> = Vec::new();
         for (start, end) in ranges {
             let mut piece_start = start;

@@ -32,3 +32,7 @@ pub mod tikvpb {
 pub mod pdpb {
     tonic::include_proto!("pdpb");
 }
+
+pub mod keyspacepb {
+    tonic::include_proto!("keyspacepb");
+}

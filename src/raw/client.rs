@@ -3,8 +3,12 @@
 //! fallback (routing.md).
 
 use std::collections::BTreeMap;
+use std::ops::Bound;
 use std::sync::Arc;
 
+use futures::{Stream, TryStreamExt};
+
+use super::checksum::{new_raw_checksum_request, MergeChecksum, RawChecksum};
 use super::requests::{
     new_cas_request, new_raw_batch_delete_request, new_raw_batch_get_request,
     new_raw_batch_put_request, new_raw_batch_scan_request, new_raw_delete_range_request,
@@ -18,11 +22,15 @@ use crate::request::{
     Collect, CollectError, CollectSingle, DefaultProcessor, HasKeyErrors, HasRegionError,
     KvRequest, Merge, Plan, PlanBuilder, Process, RoutingState, RoutingStats, Shardable,
 };
+use crate::request::{EncodeKeyspace, KeyMode, Keyspace, TruncateKeyspace};
 use crate::{BoundRange, ColumnFamily, Config, Error, Key, KvPair, Result, Value};
 
 /// The largest `limit` a scan accepts; larger limits are an
 /// [`Error::InvalidArgument`]. Scan in pages to read more.
 pub const MAX_RAW_KV_SCAN_LIMIT: u32 = 10240;
+
+/// How many uncached Regions a forward scan loads from PD at once.
+const SCAN_PREFETCH_REGIONS: usize = 16;
 
 /// A raw key-value client. Cheap to clone; clones share connections, caches
 /// and routing state.
@@ -41,6 +49,7 @@ pub struct RawClient<PdC: PdClient = PdRpcClient> {
     cf: Option<ColumnFamily>,
     backoff: Backoff,
     atomic: bool,
+    keyspace: Keyspace,
     /// `Config::at_least_once_writes`: re-send writes that may have been
     /// delivered (never compare-and-swap).
     at_least_once_writes: bool,
@@ -54,6 +63,7 @@ impl<PdC: PdClient> Clone for RawClient<PdC> {
             cf: self.cf,
             backoff: self.backoff.clone(),
             atomic: self.atomic,
+            keyspace: self.keyspace,
             at_least_once_writes: self.at_least_once_writes,
         }
     }
@@ -65,6 +75,7 @@ impl<PdC: PdClient> std::fmt::Debug for RawClient<PdC> {
             .field("cf", &self.cf)
             .field("backoff", &self.backoff)
             .field("atomic", &self.atomic)
+            .field("keyspace", &self.keyspace)
             .field("at_least_once_writes", &self.at_least_once_writes)
             .finish_non_exhaustive()
     }
@@ -115,8 +126,12 @@ impl RawClient<PdRpcClient> {
     ) -> Result<Self> {
         let endpoints: Vec<String> = pd_endpoints.into_iter().map(Into::into).collect();
         validate_pd_endpoints(&endpoints)?;
-        let rpc = PdRpcClient::connect(&endpoints, &config).await?;
-        Ok(Self::new_with_pd_client(Arc::new(rpc), &config))
+        let rpc = Arc::new(PdRpcClient::connect(&endpoints, &config).await?);
+        let keyspace = match &config.keyspace {
+            None => Keyspace::Disable,
+            Some(name) => load_keyspace(&*rpc, name).await?,
+        };
+        Ok(Self::new_with_pd_client(rpc, &config).with_keyspace(keyspace))
     }
 }
 
@@ -130,8 +145,46 @@ impl<PdC: PdClient> RawClient<PdC> {
             cf: None,
             backoff: config.region_backoff.clone(),
             atomic: false,
+            keyspace: Keyspace::Disable,
             at_least_once_writes: config.at_least_once_writes,
         }
+    }
+
+    /// A clone that works in `keyspace`: keys are encoded in its API v2 form
+    /// on the way out and decoded on the way back. [`RawClient::new_with_config`]
+    /// sets it from `Config::keyspace`; this is for clients built with
+    /// [`new_with_pd_client`](Self::new_with_pd_client).
+    pub fn with_keyspace(&self, keyspace: Keyspace) -> Self {
+        let mut client = self.clone();
+        client.keyspace = keyspace;
+        client
+    }
+
+    /// The keyspace requests use ([`Keyspace::Disable`]: API v1).
+    pub fn keyspace(&self) -> Keyspace {
+        self.keyspace
+    }
+
+    fn encode_key(&self, key: impl Into<Key>) -> Vec<u8> {
+        key.into()
+            .encode_keyspace(self.keyspace, KeyMode::Raw)
+            .into()
+    }
+
+    fn encode_range(&self, range: impl Into<BoundRange>) -> Result<(Vec<u8>, Vec<u8>)> {
+        let (start, end) = range
+            .into()
+            .encode_keyspace(self.keyspace, KeyMode::Raw)
+            .into_key_range()?;
+        Ok((start.into(), end.into()))
+    }
+
+    fn decode_pair(&self, pair: kvrpcpb::KvPair) -> KvPair {
+        from_proto_pair(pair).truncate_keyspace(self.keyspace)
+    }
+
+    fn decode_key(&self, pair: kvrpcpb::KvPair) -> Key {
+        Key::from(pair.key).truncate_keyspace(self.keyspace)
     }
 
     /// A client that reads and writes column family `cf`.
@@ -174,8 +227,8 @@ impl<PdC: PdClient> RawClient<PdC> {
         &self,
         request: Req,
     ) -> PlanBuilder<PdC, crate::request::Dispatch<Req>> {
-        let builder =
-            PlanBuilder::new(Arc::clone(&self.rpc), request).routing(Arc::clone(&self.routing));
+        let builder = PlanBuilder::new(Arc::clone(&self.rpc), self.keyspace, request)
+            .routing(Arc::clone(&self.routing));
         if self.at_least_once_writes {
             builder.at_least_once()
         } else {
@@ -207,7 +260,7 @@ impl<PdC: PdClient> RawClient<PdC> {
 
     /// The value of `key`, or `None` when it does not exist.
     pub async fn get(&self, key: impl Into<Key>) -> Result<Option<Value>> {
-        let request = new_raw_get_request(key.into().into(), self.cf_name());
+        let request = new_raw_get_request(self.encode_key(key), self.cf_name());
         self.run(request, CollectSingle).await
     }
 
@@ -216,19 +269,19 @@ impl<PdC: PdClient> RawClient<PdC> {
         &self,
         keys: impl IntoIterator<Item = impl Into<Key>>,
     ) -> Result<Vec<KvPair>> {
-        let keys: Vec<Vec<u8>> = keys.into_iter().map(|k| k.into().into()).collect();
+        let keys: Vec<Vec<u8>> = keys.into_iter().map(|k| self.encode_key(k)).collect();
         if keys.is_empty() {
             return Ok(Vec::new());
         }
         let request = new_raw_batch_get_request(keys, self.cf_name());
         let pairs = self.run(request, Collect).await?;
-        Ok(pairs.into_iter().map(from_proto_pair).collect())
+        Ok(pairs.into_iter().map(|p| self.decode_pair(p)).collect())
     }
 
     /// The remaining time-to-live of `key` in seconds (0: it never expires),
     /// or `None` when it does not exist.
     pub async fn get_key_ttl_secs(&self, key: impl Into<Key>) -> Result<Option<u64>> {
-        let request = new_raw_get_key_ttl_request(key.into().into(), self.cf_name());
+        let request = new_raw_get_key_ttl_request(self.encode_key(key), self.cf_name());
         self.run(request, CollectSingle).await
     }
 
@@ -245,7 +298,7 @@ impl<PdC: PdClient> RawClient<PdC> {
         ttl_secs: u64,
     ) -> Result<()> {
         let request = new_raw_put_request(
-            key.into().into(),
+            self.encode_key(key),
             value.into(),
             self.cf_name(),
             ttl_secs,
@@ -287,7 +340,10 @@ impl<PdC: PdClient> RawClient<PdC> {
         // Later duplicates win, as if the pairs were put one after another.
         let mut unique: BTreeMap<Key, (Value, u64)> = BTreeMap::new();
         for (KvPair(key, value), ttl) in items {
-            unique.insert(key, (value, ttl));
+            unique.insert(
+                key.encode_keyspace(self.keyspace, KeyMode::Raw),
+                (value, ttl),
+            );
         }
         if unique.is_empty() {
             return Ok(());
@@ -310,13 +366,13 @@ impl<PdC: PdClient> RawClient<PdC> {
 
     /// Deletes `key` (deleting a missing key is not an error).
     pub async fn delete(&self, key: impl Into<Key>) -> Result<()> {
-        let request = new_raw_delete_request(key.into().into(), self.cf_name(), self.atomic);
+        let request = new_raw_delete_request(self.encode_key(key), self.cf_name(), self.atomic);
         self.run(request, CollectSingle).await
     }
 
     /// Deletes every key.
     pub async fn batch_delete(&self, keys: impl IntoIterator<Item = impl Into<Key>>) -> Result<()> {
-        let keys: Vec<Vec<u8>> = keys.into_iter().map(|k| k.into().into()).collect();
+        let keys: Vec<Vec<u8>> = keys.into_iter().map(|k| self.encode_key(k)).collect();
         if keys.is_empty() {
             return Ok(());
         }
@@ -324,20 +380,28 @@ impl<PdC: PdClient> RawClient<PdC> {
         self.run(request, CollectError).await
     }
 
-    /// Deletes every key in `range`.
+    /// Deletes every key in `range`. As in client-rust, `..` and `"".."""`
+    /// delete the whole key space (in a keyspace: the whole keyspace).
+    ///
+    /// Refused with [`Error::UnsupportedMode`] in atomic mode, as in
+    /// client-rust: TiKV has no atomic range delete, so it could interleave
+    /// with compare-and-swap.
     pub async fn delete_range(&self, range: impl Into<BoundRange>) -> Result<()> {
-        let (start, end) = range.into().into_keys()?;
+        if self.atomic {
+            return Err(Error::UnsupportedMode);
+        }
+        let (start, end) = self.encode_range(range)?;
         if !end.is_empty() && start == end {
             return Ok(());
         }
-        let request = new_raw_delete_range_request(start.into(), end.into(), self.cf_name());
+        let request = new_raw_delete_range_request(start, end, self.cf_name());
         self.run(request, CollectError).await
     }
 
     /// Up to `limit` pairs of `range`, in ascending key order.
     pub async fn scan(&self, range: impl Into<BoundRange>, limit: u32) -> Result<Vec<KvPair>> {
         let pairs = self.scan_inner(range.into(), limit, false, false).await?;
-        Ok(pairs.into_iter().map(from_proto_pair).collect())
+        Ok(pairs.into_iter().map(|p| self.decode_pair(p)).collect())
     }
 
     /// Up to `limit` pairs of `range`, in descending key order (from the end
@@ -348,13 +412,78 @@ impl<PdC: PdClient> RawClient<PdC> {
         limit: u32,
     ) -> Result<Vec<KvPair>> {
         let pairs = self.scan_inner(range.into(), limit, false, true).await?;
-        Ok(pairs.into_iter().map(from_proto_pair).collect())
+        Ok(pairs.into_iter().map(|p| self.decode_pair(p)).collect())
     }
 
     /// Up to `limit` keys of `range`, in ascending order.
     pub async fn scan_keys(&self, range: impl Into<BoundRange>, limit: u32) -> Result<Vec<Key>> {
         let pairs = self.scan_inner(range.into(), limit, true, false).await?;
-        Ok(pairs.into_iter().map(|p| Key::from(p.key)).collect())
+        Ok(pairs.into_iter().map(|p| self.decode_key(p)).collect())
+    }
+
+    /// Every pair of `range`, in ascending key order, as a stream: pages of
+    /// `page_size` pairs (1 to [`MAX_RAW_KV_SCAN_LIMIT`]) are read one after
+    /// another through the plan, each continuing after the last key of the
+    /// one before, across Regions, so a range of any size can be read
+    /// without the scan limit. The next page is read only when the stream is
+    /// polled past the current one; dropping the stream stops it.
+    ///
+    /// ```no_run
+    /// # async fn run(client: tikv_plan::RawClient) -> tikv_plan::Result<()> {
+    /// use futures::TryStreamExt;
+    /// let pairs: Vec<_> = client.scan_stream("a".."z", 1000).try_collect().await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn scan_stream(
+        &self,
+        range: impl Into<BoundRange>,
+        page_size: u32,
+    ) -> impl Stream<Item = Result<KvPair>> + Send + 'static {
+        self.page_stream(range.into(), page_size, false)
+    }
+
+    /// Every pair of `range`, in descending key order, as a stream of pages
+    /// of `page_size` pairs (see [`scan_stream`](Self::scan_stream)).
+    pub fn scan_stream_reverse(
+        &self,
+        range: impl Into<BoundRange>,
+        page_size: u32,
+    ) -> impl Stream<Item = Result<KvPair>> + Send + 'static {
+        self.page_stream(range.into(), page_size, true)
+    }
+
+    fn page_stream(
+        &self,
+        range: BoundRange,
+        page_size: u32,
+        reverse: bool,
+    ) -> impl Stream<Item = Result<KvPair>> + Send + 'static {
+        let client = self.clone();
+        let first = (page_size > 0).then_some(range).ok_or_else(|| {
+            Error::InvalidArgument("a scan stream needs a page size of at least 1 pair".to_owned())
+        });
+        futures::stream::try_unfold(Some(first), move |next| {
+            let client = client.clone();
+            async move {
+                let range: BoundRange = match next {
+                    None => return Ok::<_, Error>(None),
+                    Some(range) => range?,
+                };
+                let page = client
+                    .scan_inner(range.clone(), page_size, false, reverse)
+                    .await?;
+                let page: Vec<KvPair> = page.into_iter().map(|p| client.decode_pair(p)).collect();
+                let rest = match page.last() {
+                    // A short page is the last one.
+                    Some(_) if (page.len() as u32) < page_size => None,
+                    None => None,
+                    Some(last) => next_page_range(range, last.key(), reverse),
+                };
+                Ok(Some((page, rest.map(Ok::<BoundRange, Error>))))
+            }
+        })
+        .map_ok(|page| futures::stream::iter(page.into_iter().map(Ok::<KvPair, Error>)))
+        .try_flatten()
     }
 
     /// Up to `limit` keys of `range`, in descending order.
@@ -364,7 +493,7 @@ impl<PdC: PdClient> RawClient<PdC> {
         limit: u32,
     ) -> Result<Vec<Key>> {
         let pairs = self.scan_inner(range.into(), limit, true, true).await?;
-        Ok(pairs.into_iter().map(|p| Key::from(p.key)).collect())
+        Ok(pairs.into_iter().map(|p| self.decode_key(p)).collect())
     }
 
     /// Walks the Regions of the range one plan at a time, continuing from the
@@ -378,8 +507,7 @@ impl<PdC: PdClient> RawClient<PdC> {
         reverse: bool,
     ) -> Result<Vec<kvrpcpb::KvPair>> {
         check_scan_limit(limit)?;
-        let (start, end) = range.into_keys()?;
-        let (start, end): (Vec<u8>, Vec<u8>) = (start.into(), end.into());
+        let (start, end) = self.encode_range(range)?;
         let mut out = Vec::new();
         if limit == 0 || (!end.is_empty() && start == end) {
             return Ok(out);
@@ -387,6 +515,13 @@ impl<PdC: PdClient> RawClient<PdC> {
         // Forward: the cursor is the lower bound. Reverse: the upper bound.
         let mut cursor = if reverse { end.clone() } else { start.clone() };
         loop {
+            if !reverse {
+                // A cold cache loads the next Regions in one PD call, not one
+                // per page.
+                self.rpc
+                    .prefetch_regions(&cursor, &end, SCAN_PREFETCH_REGIONS)
+                    .await;
+            }
             let remaining = limit - out.len() as u32;
             let request = if reverse {
                 new_raw_scan_request(
@@ -444,27 +579,32 @@ impl<PdC: PdClient> RawClient<PdC> {
         }
     }
 
-    /// Up to `each_limit` pairs from each range, ranges in ascending order.
-    /// Ranges must not overlap.
+    /// Up to `each_limit` pairs from each range, in the order the ranges are
+    /// given (each range's pairs in ascending key order). Ranges may overlap:
+    /// as in client-rust, a key in two ranges is returned twice.
     pub async fn batch_scan(
         &self,
         ranges: impl IntoIterator<Item = impl Into<BoundRange>>,
         each_limit: u32,
     ) -> Result<Vec<KvPair>> {
         let pairs = self.batch_scan_inner(ranges, each_limit, false).await?;
-        Ok(pairs.into_iter().map(from_proto_pair).collect())
+        Ok(pairs.into_iter().map(|p| self.decode_pair(p)).collect())
     }
 
-    /// Up to `each_limit` keys from each range, ranges in ascending order.
+    /// Up to `each_limit` keys from each range, in the order the ranges are
+    /// given.
     pub async fn batch_scan_keys(
         &self,
         ranges: impl IntoIterator<Item = impl Into<BoundRange>>,
         each_limit: u32,
     ) -> Result<Vec<Key>> {
         let pairs = self.batch_scan_inner(ranges, each_limit, true).await?;
-        Ok(pairs.into_iter().map(|p| Key::from(p.key)).collect())
+        Ok(pairs.into_iter().map(|p| self.decode_key(p)).collect())
     }
 
+    /// Overlapping ranges go to separate layers of disjoint ranges (see
+    /// [`disjoint_layers`]); each layer is one batch-scan plan, so the usual
+    /// case (disjoint ranges) stays one RPC per Region.
     async fn batch_scan_inner(
         &self,
         ranges: impl IntoIterator<Item = impl Into<BoundRange>>,
@@ -472,50 +612,58 @@ impl<PdC: PdClient> RawClient<PdC> {
         key_only: bool,
     ) -> Result<Vec<kvrpcpb::KvPair>> {
         check_scan_limit(each_limit)?;
-        let mut ranges = ranges
+        let ranges = ranges
             .into_iter()
-            .map(|r| {
-                r.into()
-                    .into_keys()
-                    .map(|(s, e)| (Vec::from(s), Vec::from(e)))
-            })
+            .map(|r| self.encode_range(r))
             .collect::<Result<Vec<_>>>()?;
-        ranges.retain(|(s, e)| e.is_empty() || s < e);
-        ranges.sort();
-        for pair in ranges.windows(2) {
-            let (earlier, later) = (&pair[0], &pair[1]);
-            if earlier.1.is_empty() || earlier.1 > later.0 {
-                return Err(Error::InvalidArgument(format!(
-                    "batch_scan ranges overlap ({:?}..{:?} and {:?}..); merge them or scan them separately",
-                    Key::from(earlier.0.clone()),
-                    Key::from(earlier.1.clone()),
-                    Key::from(later.0.clone())
-                )));
-            }
-        }
-        if ranges.is_empty() || each_limit == 0 {
+        let mut per_range: Vec<Vec<kvrpcpb::KvPair>> = vec![Vec::new(); ranges.len()];
+        if each_limit == 0 {
             return Ok(Vec::new());
         }
-        let request =
-            new_raw_batch_scan_request(ranges.clone(), each_limit, key_only, self.cf_name());
-        let pairs = self.run(request, Collect).await?;
-        // TiKV applies `each_limit` per range *and Region*; a range spanning
-        // Regions can return more, so cut each range back to its first
-        // `each_limit` keys (pairs arrive in key order).
-        let mut taken = vec![0u32; ranges.len()];
-        let mut out = Vec::with_capacity(pairs.len());
-        for pair in pairs {
-            let index = ranges
-                .iter()
-                .position(|(s, e)| pair.key >= *s && (e.is_empty() || pair.key < *e));
-            if let Some(i) = index {
-                if taken[i] < each_limit {
-                    taken[i] += 1;
-                    out.push(pair);
+        for layer in disjoint_layers(&ranges) {
+            let layer_ranges: Vec<(Vec<u8>, Vec<u8>)> =
+                layer.iter().map(|&i| ranges[i].clone()).collect();
+            let request = new_raw_batch_scan_request(
+                layer_ranges.clone(),
+                each_limit,
+                key_only,
+                self.cf_name(),
+            );
+            let pairs = self.run(request, Collect).await?;
+            // TiKV applies `each_limit` per range *and Region*; a range
+            // spanning Regions can return more, so cut each range back to its
+            // first `each_limit` keys (pairs arrive in key order).
+            for pair in pairs {
+                let owner = layer_ranges
+                    .iter()
+                    .position(|(s, e)| pair.key >= *s && (e.is_empty() || pair.key < *e));
+                if let Some(slot) = owner.map(|k| &mut per_range[layer[k]]) {
+                    if (slot.len() as u32) < each_limit {
+                        slot.push(pair);
+                    }
                 }
             }
         }
-        Ok(out)
+        Ok(per_range.into_iter().flatten().collect())
+    }
+
+    /// TiKV's checksum of `range` (`Crc64_Xor`: the XOR of the CRC-64 of
+    /// every key and value, with the pair count and byte total), computed by
+    /// the stores, one RPC per Region. Equal data gives equal checksums,
+    /// however the Regions split it. In a keyspace, keys are checksummed in
+    /// their encoded form, as TiKV stores them.
+    pub async fn checksum(&self, range: impl Into<BoundRange>) -> Result<RawChecksum> {
+        let (start, end) = self.encode_range(range)?;
+        if !end.is_empty() && start == end {
+            return Ok(RawChecksum::default());
+        }
+        let request = new_raw_checksum_request(vec![(start, end)]);
+        self.builder(request)
+            .retry_multi_region(self.backoff.clone())
+            .merge(MergeChecksum)
+            .plan()
+            .execute()
+            .await
     }
 
     /// Atomically sets `key` to `new_value` if its current value is
@@ -532,12 +680,10 @@ impl<PdC: PdClient> RawClient<PdC> {
         new_value: impl Into<Value>,
     ) -> Result<(Option<Value>, bool)> {
         if !self.atomic {
-            return Err(Error::InvalidArgument(
-                "compare_and_swap needs atomic mode, or plain writes could interleave with it; use client.with_atomic_for_cas()".to_owned(),
-            ));
+            return Err(Error::UnsupportedMode);
         }
         let request = new_cas_request(
-            key.into().into(),
+            self.encode_key(key),
             new_value.into(),
             previous_value.into(),
             self.cf_name(),
@@ -551,11 +697,74 @@ impl<PdC: PdClient> RawClient<PdC> {
     }
 }
 
+/// Splits `ranges` (`[start, end)`, empty end unbounded) into layers of
+/// pairwise disjoint, non-empty ranges, by index, each layer sorted by start:
+/// greedy interval colouring, so the number of layers is the largest number
+/// of ranges covering one key (1 when no two overlap). Empty ranges are in
+/// no layer.
+fn disjoint_layers(ranges: &[(Vec<u8>, Vec<u8>)]) -> Vec<Vec<usize>> {
+    let mut order: Vec<usize> = (0..ranges.len())
+        .filter(|&i| {
+            let (s, e) = &ranges[i];
+            e.is_empty() || s < e
+        })
+        .collect();
+    order.sort_by(|&a, &b| ranges[a].0.cmp(&ranges[b].0));
+    let mut layers: Vec<Vec<usize>> = Vec::new();
+    for i in order {
+        let start = &ranges[i].0;
+        let free = layers.iter_mut().find(|layer| {
+            layer.last().is_some_and(|&last| {
+                let end = &ranges[last].1;
+                !end.is_empty() && end <= start
+            })
+        });
+        match free {
+            Some(layer) => layer.push(i),
+            None => layers.push(vec![i]),
+        }
+    }
+    layers
+}
+
+/// The part of `range` after the page that ended at `last` (forward: from
+/// just after it; reverse: up to it, exclusive); `None` when nothing can be
+/// left (in reverse, the smallest key, the empty one, was read).
+fn next_page_range(range: BoundRange, last: &Key, reverse: bool) -> Option<BoundRange> {
+    if reverse {
+        if last.is_empty() {
+            return None;
+        }
+        Some(BoundRange::new(range.from, Bound::Excluded(last.clone())))
+    } else {
+        Some(BoundRange::new(Bound::Excluded(last.clone()), range.to))
+    }
+}
+
+/// Resolves a keyspace name through PD; a keyspace that exists but is not
+/// enabled cannot be used either.
+async fn load_keyspace<PdC: PdClient>(pd: &PdC, name: &str) -> Result<Keyspace> {
+    let meta = pd.load_keyspace(name).await?;
+    if meta.state != crate::proto::keyspacepb::KeyspaceState::Enabled as i32 {
+        return Err(Error::KeyspaceNotFound(name.to_owned()));
+    }
+    if meta.id > crate::request::MAX_KEYSPACE_ID {
+        return Err(Error::Internal(format!(
+            "PD gave keyspace {name:?} the id {}, which does not fit 24 bits",
+            meta.id
+        )));
+    }
+    Ok(Keyspace::Enable {
+        keyspace_id: meta.id,
+    })
+}
+
 fn check_scan_limit(limit: u32) -> Result<()> {
     if limit > MAX_RAW_KV_SCAN_LIMIT {
-        return Err(Error::InvalidArgument(format!(
-            "scan limit {limit} is over the maximum of {MAX_RAW_KV_SCAN_LIMIT}; scan in pages, starting each after the last key of the previous one"
-        )));
+        return Err(Error::MaxScanLimitExceeded {
+            limit,
+            max_limit: MAX_RAW_KV_SCAN_LIMIT,
+        });
     }
     Ok(())
 }
@@ -602,5 +811,35 @@ mod tests {
         assert!(check_scan_limit(MAX_RAW_KV_SCAN_LIMIT).is_ok());
         let err = check_scan_limit(MAX_RAW_KV_SCAN_LIMIT + 1).unwrap_err();
         assert!(err.to_string().contains("scan in pages"), "{err}");
+        assert!(matches!(
+            err,
+            Error::MaxScanLimitExceeded {
+                limit: 10241,
+                max_limit: 10240
+            }
+        ));
+    }
+
+    #[test]
+    fn overlapping_ranges_split_into_disjoint_layers() {
+        let r = |s: &str, e: &str| (s.as_bytes().to_vec(), e.as_bytes().to_vec());
+        // Disjoint (even unsorted) ranges: one layer, sorted by start.
+        assert_eq!(
+            disjoint_layers(&[r("c", "d"), r("a", "b"), r("b", "c")]),
+            vec![vec![1, 2, 0]]
+        );
+        // client-rust's raw example: k1..=k2, k2..=k3, k1..=k3.
+        let ranges = [r("k1", "k2\0"), r("k2", "k3\0"), r("k1", "k3\0")];
+        assert_eq!(disjoint_layers(&ranges), vec![vec![0], vec![2], vec![1]]);
+        // Unbounded ends overlap everything after them; empty ranges vanish.
+        assert_eq!(
+            disjoint_layers(&[r("a", ""), r("b", "c"), r("x", "x")]),
+            vec![vec![0], vec![1]]
+        );
+        // The same range twice is two layers.
+        assert_eq!(
+            disjoint_layers(&[r("a", "b"), r("a", "b")]),
+            vec![vec![0], vec![1]]
+        );
     }
 }

@@ -34,39 +34,39 @@
 //! let pd = Arc::new(MockPdClient::new(vec![]));
 //! let routing = Arc::new(RoutingState::new(&Config::default()));
 //! let b = Backoff::no_jitter_backoff(2, 500, 10);
-//! let builder = |req| PlanBuilder::new(pd.clone(), req).routing(routing.clone());
+//! let builder = |req| PlanBuilder::new(pd.clone(), tikv_plan::request::Keyspace::Disable, req).routing(routing.clone());
 //!
 //! let _: Option<Vec<u8>> = builder(new_raw_get_request(b"k".to_vec(), None))
 //!     .retry_multi_region(b.clone()).merge(CollectSingle).post_process_default()
 //!     .plan().execute().await?;
-//! let _: Option<u64> = PlanBuilder::new(pd.clone(), new_raw_get_key_ttl_request(b"k".to_vec(), None))
+//! let _: Option<u64> = PlanBuilder::new(pd.clone(), tikv_plan::request::Keyspace::Disable, new_raw_get_key_ttl_request(b"k".to_vec(), None))
 //!     .retry_multi_region(b.clone()).merge(CollectSingle).post_process_default()
 //!     .plan().execute().await?;
-//! let _: (Option<Vec<u8>>, bool) = PlanBuilder::new(pd.clone(), new_cas_request(b"k".to_vec(), b"v".to_vec(), None, None))
+//! let _: (Option<Vec<u8>>, bool) = PlanBuilder::new(pd.clone(), tikv_plan::request::Keyspace::Disable, new_cas_request(b"k".to_vec(), b"v".to_vec(), None, None))
 //!     .retry_multi_region(b.clone()).merge(CollectSingle).post_process_default()
 //!     .plan().execute().await?;
-//! let _: () = PlanBuilder::new(pd.clone(), new_raw_put_request(b"k".to_vec(), b"v".to_vec(), None, 0, false))
+//! let _: () = PlanBuilder::new(pd.clone(), tikv_plan::request::Keyspace::Disable, new_raw_put_request(b"k".to_vec(), b"v".to_vec(), None, 0, false))
 //!     .retry_multi_region(b.clone()).merge(CollectSingle).post_process_default()
 //!     .plan().execute().await?;
-//! let _: () = PlanBuilder::new(pd.clone(), new_raw_delete_request(b"k".to_vec(), None, false))
+//! let _: () = PlanBuilder::new(pd.clone(), tikv_plan::request::Keyspace::Disable, new_raw_delete_request(b"k".to_vec(), None, false))
 //!     .retry_multi_region(b.clone()).merge(CollectSingle).post_process_default()
 //!     .plan().execute().await?;
-//! let _: Vec<_> = PlanBuilder::new(pd.clone(), new_raw_batch_get_request(vec![b"k".to_vec()], None))
+//! let _: Vec<_> = PlanBuilder::new(pd.clone(), tikv_plan::request::Keyspace::Disable, new_raw_batch_get_request(vec![b"k".to_vec()], None))
 //!     .retry_multi_region(b.clone()).merge(Collect)
 //!     .plan().execute().await?;
-//! let _: () = PlanBuilder::new(pd.clone(), new_raw_batch_put_request(vec![], vec![], None, false))
+//! let _: () = PlanBuilder::new(pd.clone(), tikv_plan::request::Keyspace::Disable, new_raw_batch_put_request(vec![], vec![], None, false))
 //!     .retry_multi_region(b.clone()).merge(CollectError).post_process_default()
 //!     .plan().execute().await?;
-//! let _: () = PlanBuilder::new(pd.clone(), new_raw_batch_delete_request(vec![], None, false))
+//! let _: () = PlanBuilder::new(pd.clone(), tikv_plan::request::Keyspace::Disable, new_raw_batch_delete_request(vec![], None, false))
 //!     .retry_multi_region(b.clone()).merge(CollectError).post_process_default()
 //!     .plan().execute().await?;
-//! let _: () = PlanBuilder::new(pd.clone(), new_raw_delete_range_request(b"a".to_vec(), b"z".to_vec(), None))
+//! let _: () = PlanBuilder::new(pd.clone(), tikv_plan::request::Keyspace::Disable, new_raw_delete_range_request(b"a".to_vec(), b"z".to_vec(), None))
 //!     .retry_multi_region(b.clone()).merge(CollectError).post_process_default()
 //!     .plan().execute().await?;
-//! let _: Vec<_> = PlanBuilder::new(pd.clone(), new_raw_scan_request(b"a".to_vec(), vec![], 10, false, false, None))
+//! let _: Vec<_> = PlanBuilder::new(pd.clone(), tikv_plan::request::Keyspace::Disable, new_raw_scan_request(b"a".to_vec(), vec![], 10, false, false, None))
 //!     .retry_multi_region(b.clone()).merge(Collect)
 //!     .plan().execute().await?;
-//! let _: Vec<_> = PlanBuilder::new(pd.clone(), new_raw_batch_scan_request(vec![(b"a".to_vec(), b"c".to_vec())], 10, false, None))
+//! let _: Vec<_> = PlanBuilder::new(pd.clone(), tikv_plan::request::Keyspace::Disable, new_raw_batch_scan_request(vec![(b"a".to_vec(), b"c".to_vec())], 10, false, None))
 //!     .retry_multi_region(b.clone()).merge(Collect)
 //!     .plan().execute().await?;
 //! # Ok(())
@@ -616,41 +616,49 @@ impl Shardable for kvrpcpb::RawScanRequest {
     }
 }
 
-#[async_trait]
-impl Shardable for kvrpcpb::RawBatchScanRequest {
-    type Shard = Vec<kvrpcpb::KeyRange>;
+/// Requests over a list of key ranges (`ranges` of `KeyRange`), sharded by
+/// cutting each range at Region boundaries.
+macro_rules! key_ranges_shardable {
+    ($($req:ty),*) => {$(
+        #[async_trait]
+        impl Shardable for $req {
+            type Shard = Vec<kvrpcpb::KeyRange>;
 
-    async fn shards<PdC: PdClient>(
-        &self,
-        pd_client: &Arc<PdC>,
-    ) -> Result<Vec<(Self::Shard, RegionWithLeader)>> {
-        let ranges = self
-            .ranges
-            .iter()
-            .map(|r| (r.start_key.clone(), r.end_key.clone()))
-            .collect();
-        let groups = pd_client.group_ranges_by_region(ranges).await?;
-        Ok(groups
-            .into_iter()
-            .map(|(region, pieces)| {
-                let pieces = pieces
-                    .into_iter()
-                    .map(|(start_key, end_key)| kvrpcpb::KeyRange { start_key, end_key })
+            async fn shards<PdC: PdClient>(
+                &self,
+                pd_client: &Arc<PdC>,
+            ) -> Result<Vec<(Self::Shard, RegionWithLeader)>> {
+                let ranges = self
+                    .ranges
+                    .iter()
+                    .map(|r| (r.start_key.clone(), r.end_key.clone()))
                     .collect();
-                (pieces, region)
-            })
-            .collect())
-    }
+                let groups = pd_client.group_ranges_by_region(ranges).await?;
+                Ok(groups
+                    .into_iter()
+                    .map(|(region, pieces)| {
+                        let pieces = pieces
+                            .into_iter()
+                            .map(|(start_key, end_key)| kvrpcpb::KeyRange { start_key, end_key })
+                            .collect();
+                        (pieces, region)
+                    })
+                    .collect())
+            }
 
-    fn apply_shard(&mut self, shard: Self::Shard) {
-        self.ranges = shard;
-    }
+            fn apply_shard(&mut self, shard: Self::Shard) {
+                self.ranges = shard;
+            }
 
-    fn apply_store(&mut self, store: &RegionStore) -> Result<()> {
-        set_context_for_store(self, store);
-        Ok(())
-    }
+            fn apply_store(&mut self, store: &RegionStore) -> Result<()> {
+                set_context_for_store(self, store);
+                Ok(())
+            }
+        }
+    )*};
 }
+
+key_ranges_shardable!(kvrpcpb::RawBatchScanRequest, kvrpcpb::RawChecksumRequest);
 
 #[async_trait]
 impl Shardable for kvrpcpb::RawDeleteRangeRequest {
@@ -844,7 +852,7 @@ mod tests {
                 ..Default::default()
             }))
             .unwrap_err();
-        assert!(matches!(err, Error::KeyError { .. }));
+        assert!(matches!(err, Error::KvError { .. }));
         let (prev, ok) = DefaultProcessor
             .process(Ok(kvrpcpb::RawCasResponse {
                 succeed: true,

@@ -6,7 +6,7 @@
 //! share one load from PD, and a failed load is never cached.
 //! [`StoreCache`] does the same for store metadata.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::future::Future;
 use std::hash::Hash;
 use std::ops::Bound;
@@ -145,18 +145,49 @@ where
         }
     }
 
+    /// Some load in flight (any key), to wait for before starting another:
+    /// after a hot Region is dropped, concurrent misses for different keys
+    /// of it mostly need the same answer.
+    pub(crate) fn any_in_flight(&self) -> Option<SharedLoad<V>> {
+        lock(&self.in_flight)
+            .loads
+            .values()
+            .next()
+            .map(|(_, shared)| shared.clone())
+    }
+
     /// How many loads are in flight.
     pub(crate) fn in_flight(&self) -> usize {
         lock(&self.in_flight).loads.len()
     }
 }
 
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct RegionMap {
     /// Start key -> id of the Region that starts there.
     by_start: BTreeMap<Vec<u8>, RegionId>,
     by_id: HashMap<RegionId, RegionWithLeader>,
+    /// Versions in the order they were inserted, oldest first: past the
+    /// capacity the oldest go. Entries whose version is gone are skipped
+    /// (and compacted away when they pile up).
+    inserted: VecDeque<RegionVerId>,
+    /// How many Regions the cache holds at most.
+    capacity: usize,
 }
+
+impl Default for RegionMap {
+    fn default() -> Self {
+        RegionMap {
+            by_start: BTreeMap::new(),
+            by_id: HashMap::new(),
+            inserted: VecDeque::new(),
+            capacity: DEFAULT_REGION_CACHE_CAPACITY,
+        }
+    }
+}
+
+/// How many Regions a cache holds by default (`Config::region_cache_capacity`).
+pub const DEFAULT_REGION_CACHE_CAPACITY: usize = 1_000_000;
 
 impl RegionMap {
     fn get_by_key(&self, key: &[u8]) -> Option<&RegionWithLeader> {
@@ -251,8 +282,33 @@ impl RegionMap {
             }
         }
         self.by_start.insert(region.start_key().to_vec(), id);
+        self.inserted.push_back(region.ver_id());
         self.by_id.insert(id, region);
+        self.evict_beyond_capacity();
         true
+    }
+
+    /// Drops the oldest inserted Regions while there are more than the
+    /// capacity: a miss reloads them from PD.
+    fn evict_beyond_capacity(&mut self) {
+        while self.by_id.len() > self.capacity {
+            let Some(oldest) = self.inserted.pop_front() else {
+                break;
+            };
+            if self
+                .by_id
+                .get(&oldest.id)
+                .is_some_and(|r| r.ver_id() == oldest)
+            {
+                self.remove_id(oldest.id);
+            }
+        }
+        // Versions replaced or invalidated leave stale markers behind.
+        if self.inserted.len() > 2 * self.by_id.len().max(64) {
+            let by_id = &self.by_id;
+            self.inserted
+                .retain(|v| by_id.get(&v.id).is_some_and(|r| r.ver_id() == *v));
+        }
     }
 }
 
@@ -265,9 +321,18 @@ pub struct RegionCache {
 }
 
 impl RegionCache {
-    /// An empty cache.
+    /// An empty cache holding up to [`DEFAULT_REGION_CACHE_CAPACITY`]
+    /// Regions.
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// An empty cache holding up to `capacity` Regions (at least one):
+    /// beyond it, the Regions inserted longest ago are dropped.
+    pub fn with_capacity(capacity: usize) -> Self {
+        let cache = Self::default();
+        write(&cache.map).capacity = capacity.max(1);
+        cache
     }
 
     /// The cached Region containing `key`.
@@ -353,17 +418,28 @@ impl RegionCache {
         if let Some(region) = self.get_by_key(key) {
             return Ok(region);
         }
+        // Another key's load in flight likely returns this key's Region too
+        // (N requests for N keys of a Region just dropped): wait for it once
+        // and look again, so they cost one PD lookup, not N. At most one
+        // extra wait, so an unrelated load delays a miss by one lookup.
+        if let Some(other) = self.key_loads.any_in_flight() {
+            // Its outcome is its callers'; this caller only wants the cache.
+            let _ = other.await;
+            if let Some(region) = self.get_by_key(key) {
+                return Ok(region);
+            }
+        }
         let map = Arc::clone(&self.map);
         self.key_loads
             .run(
                 key.to_vec(),
                 || self.get_by_key(key),
                 || {
-                    let loading = load(key.to_vec());
+                    let owned_key = key.to_vec();
+                    let loading = load(owned_key.clone());
                     async move {
                         let region = loading.await?;
-                        write(&map).insert(region.clone(), true);
-                        Ok(region)
+                        accept_loaded(&map, region, |m| m.get_by_key(&owned_key).cloned())
                     }
                 },
             )
@@ -390,8 +466,7 @@ impl RegionCache {
                     let loading = load(id);
                     async move {
                         let region = loading.await?;
-                        write(&map).insert(region.clone(), true);
-                        Ok(region)
+                        accept_loaded(&map, region, |m| m.by_id.get(&id).cloned())
                     }
                 },
             )
@@ -402,6 +477,25 @@ impl RegionCache {
     pub fn loads_in_flight(&self) -> usize {
         self.key_loads.in_flight() + self.id_loads.in_flight()
     }
+}
+
+/// Inserts a Region PD returned. When the cache refuses it because it holds
+/// something newer (PD answered from an older view), the newer cached entry
+/// is the answer (`cached` looks it up), never the refused one; with none,
+/// the lookup fails so the caller retries rather than route by a stale
+/// Region.
+fn accept_loaded(
+    map: &RwLock<RegionMap>,
+    region: RegionWithLeader,
+    cached: impl FnOnce(&RegionMap) -> Option<RegionWithLeader>,
+) -> Result<RegionWithLeader> {
+    let mut map = write(map);
+    if map.insert(region.clone(), true) {
+        return Ok(region);
+    }
+    cached(&map).ok_or_else(|| crate::Error::StaleRegion {
+        region_id: region.id(),
+    })
 }
 
 /// Store metadata by store id, with single-flight loads.
@@ -829,6 +923,96 @@ mod tests {
         assert_eq!(b.unwrap().id(), 2);
         assert_eq!(loads.load(Ordering::SeqCst), 2);
         assert_eq!(cache.len(), 2);
+    }
+
+    #[test]
+    fn the_cache_holds_at_most_its_capacity_dropping_the_oldest() {
+        // Issue 8: a map that only grows is bounded.
+        let cache = RegionCache::with_capacity(100);
+        for i in 0..1_000u32 {
+            let start = i.to_be_bytes();
+            let end = (i + 1).to_be_bytes();
+            assert!(cache.insert(region(u64::from(i) + 1, &start, &end, 1, 1)));
+            assert!(cache.len() <= 100);
+        }
+        assert_eq!(cache.len(), 100);
+        assert!(cache.get_by_id(1).is_none(), "the oldest went first");
+        assert!(cache.get_by_id(1_000).is_some());
+        // Replacing versions leaves no unbounded trail of markers.
+        for v in 2..5_000 {
+            cache.insert(region(
+                1_000,
+                &999u32.to_be_bytes(),
+                &1_000u32.to_be_bytes(),
+                1,
+                v,
+            ));
+        }
+        assert!(read(&cache.map).inserted.len() <= 2 * 100);
+        assert_eq!(
+            cache.get_by_id(1_000).map(|r| r.epoch().version),
+            Some(4_999)
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_hot_region_dropped_then_missed_by_many_keys_costs_one_load() {
+        // Issue 8: N concurrent requests for N different keys of a Region
+        // just invalidated cause O(1) PD lookups, not N.
+        let cache = RegionCache::new();
+        let hot = region(1, b"a", b"z", 1, 1);
+        cache.insert(hot.clone());
+        assert!(cache.invalidate(hot.ver_id()));
+        let loads = Arc::new(AtomicUsize::new(0));
+        let keys: Vec<Vec<u8>> = (0..64u8).map(|i| vec![b'b', i]).collect();
+        let lookups = keys.iter().map(|key| {
+            let loads = Arc::clone(&loads);
+            cache.get_or_load_by_key(key, move |_| async move {
+                loads.fetch_add(1, Ordering::SeqCst);
+                tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+                Ok(region(1, b"a", b"z", 1, 2))
+            })
+        });
+        for found in futures::future::join_all(lookups).await {
+            assert_eq!(found.unwrap().id(), 1);
+        }
+        assert_eq!(loads.load(Ordering::SeqCst), 1, "one PD lookup for 64 keys");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_load_the_cache_refuses_as_older_is_not_handed_out() {
+        // Issue 8: PD answered from an older view than the cache holds.
+        let cache = RegionCache::new();
+        let newer = region(1, b"a", b"m", 1, 5);
+        cache.insert(newer.clone());
+        let by_id = cache.get_or_load_by_id(1, |_| async { Ok(region(1, b"a", b"m", 1, 4)) });
+        // The cache already has region 1: a hit, no load at all.
+        assert_eq!(by_id.await.unwrap().epoch().version, 5);
+        // A key just outside the newer Region: PD returns the old, wider
+        // version, which the cache refuses; the caller gets an error to
+        // retry, not the stale Region.
+        let stale = cache.get_or_load_by_key(b"n", |_| async { Ok(region(1, b"a", b"z", 1, 4)) });
+        match stale.await {
+            Err(Error::StaleRegion { region_id: 1 }) => {}
+            other => panic!("{other:?}"),
+        }
+        // A stale answer overlapping a newer neighbour: the neighbour that
+        // holds the key is the answer.
+        let right = region(2, b"m", b"z", 1, 5);
+        cache.insert(right);
+        let stale = cache.get_or_load_by_key(b"y", |_| async { Ok(region(3, b"a", b"z", 1, 1)) });
+        assert_eq!(stale.await.unwrap().id(), 2, "served from the cache, a hit");
+        cache.invalidate(RegionVerId {
+            id: 2,
+            conf_ver: 1,
+            ver: 5,
+        });
+        let stale = cache.get_or_load_by_key(b"y", |_| async { Ok(region(3, b"a", b"z", 1, 1)) });
+        assert!(matches!(
+            stale.await,
+            Err(Error::StaleRegion { region_id: 3 })
+        ));
+        assert_eq!(cache.get_by_key(b"c").map(|r| r.id()), Some(1));
     }
 
     #[tokio::test(start_paused = true)]

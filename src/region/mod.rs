@@ -4,7 +4,7 @@
 mod cache;
 
 pub(crate) use cache::SingleFlight;
-pub use cache::{RegionCache, StoreCache};
+pub use cache::{RegionCache, StoreCache, DEFAULT_REGION_CACHE_CAPACITY};
 
 use crate::proto::metapb::{self, PeerRole};
 use crate::{Error, Result};
@@ -84,7 +84,7 @@ impl RegionWithLeader {
             .as_ref()
             .map(|l| l.store_id)
             .ok_or(Error::LeaderNotFound {
-                region_id: self.region.id,
+                region: self.ver_id(),
             })
     }
 
@@ -341,7 +341,9 @@ mod tests {
         assert_eq!(r.ver_id(), RegionVerId::default());
         assert!(matches!(
             r.leader_store_id(),
-            Err(Error::LeaderNotFound { region_id: 0 })
+            Err(Error::LeaderNotFound {
+                region: RegionVerId { id: 0, .. }
+            })
         ));
         assert_eq!(r.candidates(CandidateOrder::LeaderFirst).count(), 0);
     }

@@ -5,8 +5,11 @@ use std::sync::Arc;
 
 use crate::backoff::Backoff;
 use crate::pd::PdClient;
+use crate::store::RegionStore;
 use crate::Config;
 
+use super::all_stores::{RetryableAllStores, StoreRequest};
+use super::keyspace::Keyspace;
 use super::plan::{
     DefaultProcessor, Dispatch, ExtractError, Merge, MergeResponse, Plan, PreserveShard, Process,
     ProcessResponse,
@@ -26,7 +29,7 @@ use crate::Result;
 /// use tikv_plan::mock::{self, MockPdClient};
 /// use tikv_plan::proto::kvrpcpb;
 /// use tikv_plan::raw::new_raw_get_request;
-/// use tikv_plan::request::{CollectSingle, Plan, PlanBuilder, RoutingState};
+/// use tikv_plan::request::{CollectSingle, Keyspace, Plan, PlanBuilder, RoutingState};
 /// use tikv_plan::{Backoff, Config};
 ///
 /// // One Region led by peer 11 on store 1, with voters on stores 2 and 3.
@@ -38,7 +41,8 @@ use crate::Result;
 /// });
 /// let routing = Arc::new(RoutingState::new(&Config::default()));
 ///
-/// let plan = PlanBuilder::new(pd.clone(), new_raw_get_request(b"k".to_vec(), None))
+/// let request = new_raw_get_request(b"k".to_vec(), None);
+/// let plan = PlanBuilder::new(pd.clone(), Keyspace::Disable, request)
 ///     .routing(routing)
 ///     .retry_multi_region(Backoff::no_jitter_backoff(2, 500, 10))
 ///     .merge(CollectSingle)
@@ -64,10 +68,19 @@ pub struct PlanBuilder<PdC: PdClient, P: Plan> {
 }
 
 impl<PdC: PdClient, Req: KvRequest> PlanBuilder<PdC, Dispatch<Req>> {
-    /// Starts a plan for `request`. A request whose replay is unsafe (see
+    /// Starts a plan for `request` in `keyspace` (client-rust's signature):
+    /// the request's context gets the keyspace's API version and id; its keys
+    /// must already be encoded ([`EncodeKeyspace`](super::EncodeKeyspace)).
+    /// A request whose replay is unsafe (see
     /// [`KvRequest::terminal_on_dispatch_error`]) starts with
     /// `terminal_on_dispatch_error` and `terminal_on_undetermined` set.
-    pub fn new(pd_client: Arc<PdC>, request: Req) -> Self {
+    pub fn new(pd_client: Arc<PdC>, keyspace: Keyspace, mut request: Req) -> Self {
+        // API v1 needs nothing: the default context already says V1.
+        if keyspace != Keyspace::Disable {
+            let mut context = request.context().cloned().unwrap_or_default();
+            keyspace.apply_to_context(&mut context);
+            request.set_context(context);
+        }
         let replay_unsafe = request.terminal_on_dispatch_error();
         PlanBuilder {
             pd_client,
@@ -81,6 +94,17 @@ impl<PdC: PdClient, Req: KvRequest> PlanBuilder<PdC, Dispatch<Req>> {
             request_deadline: None,
             commit_point: false,
         }
+    }
+}
+
+impl<PdC: PdClient, Req: KvRequest> PlanBuilder<PdC, Dispatch<Req>> {
+    /// Aims the request at one Region on one given store, without routing
+    /// or retries (client-rust's stage; for requests whose caller already
+    /// chose the store, such as lock resolution).
+    pub async fn single_region_with_store(mut self, store: RegionStore) -> Result<Self> {
+        super::traits::set_context_for_store(&mut self.plan.request, &store);
+        self.plan.kv_client = Some(store.client);
+        Ok(self)
     }
 }
 
@@ -250,6 +274,36 @@ impl<PdC: PdClient, P: Plan> PlanBuilder<PdC, P> {
             resolver,
             caller_start_ts,
             deadline,
+        })
+    }
+
+    /// [`retry_multi_region`](Self::retry_multi_region) that keeps every
+    /// Region's result, failures included, instead of stopping at the first
+    /// failure (client-rust's name for
+    /// [`preserve_region_results`](Self::preserve_region_results)).
+    pub fn retry_multi_region_preserve_results(
+        self,
+        backoff: Backoff,
+    ) -> PlanBuilder<PdC, RetryableMultiRegion<P, PdC>>
+    where
+        P: Shardable,
+        P::Result: HasRegionError,
+    {
+        self.preserve_region_results().retry_multi_region(backoff)
+    }
+
+    /// Sends the plan to every store PD knows (client-rust's stage for
+    /// store-wide requests); see [`RetryableAllStores`].
+    pub fn all_stores(self, backoff: Backoff) -> PlanBuilder<PdC, RetryableAllStores<P, PdC>>
+    where
+        P: StoreRequest,
+        P::Result: HasKeyErrors + HasRegionError,
+    {
+        let pd_client = Arc::clone(&self.pd_client);
+        self.map_plan(|inner| RetryableAllStores {
+            inner,
+            pd_client,
+            backoff,
         })
     }
 

@@ -23,6 +23,11 @@ pub enum DispatchFailure {
     /// The client gave up waiting (tonic's `TimeoutExpired`). Next candidate;
     /// caches stay.
     ClientTimeout,
+    /// The server reset this one HTTP/2 stream (`RST_STREAM`); the
+    /// connection, shared by every request to the store, is fine. Next
+    /// candidate; caches and the channel stay. The request may have been
+    /// received.
+    StreamReset,
     /// The server reported `DeadlineExceeded`. Next candidate; caches stay.
     Deadline,
     /// An answer from the server that another replica would give too
@@ -41,6 +46,12 @@ impl DispatchFailure {
     /// unsafe for plans flagged `terminal_on_dispatch_error`.
     pub fn may_have_been_sent(self) -> bool {
         !matches!(self, DispatchFailure::NotSent)
+    }
+
+    /// True for timeouts, which keep every cache (and for a reset stream,
+    /// which the round treats like one).
+    pub fn keeps_caches(self) -> bool {
+        self.is_timeout() || self == DispatchFailure::StreamReset
     }
 
     /// True for timeouts, which keep every cache.
@@ -104,6 +115,14 @@ fn classify_source_chain(first: Option<&(dyn StdError + 'static)>) -> Option<Dis
             .is_some_and(hyper::Error::is_canceled)
         {
             return Some(DispatchFailure::NotSent);
+        }
+        // A reset of this one stream, not a GOAWAY or an I/O failure of the
+        // connection: the shared channel is fine.
+        if err
+            .downcast_ref::<h2::Error>()
+            .is_some_and(|e| e.is_reset() && !e.is_go_away() && !e.is_io())
+        {
+            return Some(DispatchFailure::StreamReset);
         }
         if err.downcast_ref::<tonic::transport::Error>().is_some()
             || err.downcast_ref::<hyper::Error>().is_some()

@@ -112,6 +112,8 @@ pub(crate) enum Event {
         /// The Region error it carried (boxed: the fast path has none, and
         /// the event stays small).
         region_error: Option<Box<errorpb::Error>>,
+        /// When the RPC was sent.
+        sent_at: Instant,
     },
     /// The RPC failed before any response.
     DispatchFailed {
@@ -196,8 +198,13 @@ pub(crate) enum Effect {
         /// When the RPC was sent.
         sent_at: Instant,
     },
-    /// The store answered.
-    StoreAnswered(StoreId),
+    /// The store answered an RPC sent at `sent_at`.
+    StoreAnswered {
+        /// The store.
+        store_id: StoreId,
+        /// When the RPC was sent.
+        sent_at: Instant,
+    },
     /// Bump a routing counter.
     Count(Counter),
     /// The busy probe round ended: tell the waiters.
@@ -359,9 +366,13 @@ impl<'r> ShardMachine<'r> {
                 }
             }
             (Phase::Mapping, Event::MappingFailed(error)) => self.on_mapping_failed(error),
-            (Phase::Dispatching, Event::Answered { region_error }) => {
-                self.on_answered(region_error)
-            }
+            (
+                Phase::Dispatching,
+                Event::Answered {
+                    region_error,
+                    sent_at,
+                },
+            ) => self.on_answered(region_error, sent_at),
             (Phase::Dispatching, Event::DispatchFailed { error, sent_at }) => {
                 self.on_dispatch_failed(error, sent_at)
             }
@@ -528,9 +539,11 @@ impl<'r> ShardMachine<'r> {
             // The store itself said so: it answered (a timeout strike is
             // for a store that does not answer).
             DispatchFailure::Deadline => {
-                self.effects.push(Effect::StoreAnswered(store_id));
+                self.effects
+                    .push(Effect::StoreAnswered { store_id, sent_at });
             }
-            DispatchFailure::Fatal => {}
+            // One stream reset: the store's connection is fine; no verdict.
+            DispatchFailure::StreamReset | DispatchFailure::Fatal => {}
         }
         if failure.may_have_been_sent() && failure != DispatchFailure::Fatal {
             self.maybe_delivered
@@ -545,9 +558,10 @@ impl<'r> ShardMachine<'r> {
         self.after_candidate(step)
     }
 
-    fn on_answered(&mut self, region_error: Option<Box<errorpb::Error>>) -> Next {
+    fn on_answered(&mut self, region_error: Option<Box<errorpb::Error>>, sent_at: Instant) -> Next {
         let store_id = self.current_store();
-        self.effects.push(Effect::StoreAnswered(store_id));
+        self.effects
+            .push(Effect::StoreAnswered { store_id, sent_at });
         let Some(region_error) = region_error else {
             return self.on_accepted();
         };

@@ -160,8 +160,10 @@ impl<'r> Run<'r> {
     }
 
     fn answer(&mut self, region_error: Option<errorpb::Error>) -> Next {
+        let sent_at = self.now;
         self.dispatch(Event::Answered {
             region_error: region_error.map(Box::new),
+            sent_at,
         })
     }
 
@@ -213,7 +215,10 @@ fn fast_path_is_four_steps_and_one_effect() {
     assert_eq!(mapped_peer(&next), Some(11));
     assert!(matches!(run.answer(None), Next::Done(Ok(()))));
     assert!(
-        matches!(run.effects.as_slice(), [Effect::StoreAnswered(1)]),
+        matches!(
+            run.effects.as_slice(),
+            [Effect::StoreAnswered { store_id: 1, .. }]
+        ),
         "{:?}",
         run.effects
     );
@@ -962,11 +967,13 @@ enum Seen {
 /// The class of an error the engine returned as the strongest.
 fn class_of(error: &Error) -> Option<Seen> {
     match error {
-        Error::RegionError { error, .. } if error.not_leader.is_some() => Some(Seen::NotLeader),
-        Error::RegionError { error, .. } if error.server_is_busy.is_some() => Some(Seen::Busy),
+        Error::RegionError(error) if error.not_leader.is_some() => Some(Seen::NotLeader),
+        Error::RegionError(error) if error.server_is_busy.is_some() => Some(Seen::Busy),
         other => match classify_dispatch_error(other) {
             DispatchFailure::NotSent | DispatchFailure::Transport => Some(Seen::Routing),
-            DispatchFailure::ClientTimeout | DispatchFailure::Deadline => Some(Seen::Timeout),
+            DispatchFailure::ClientTimeout
+            | DispatchFailure::Deadline
+            | DispatchFailure::StreamReset => Some(Seen::Timeout),
             DispatchFailure::Fatal => None,
         },
     }
@@ -1211,7 +1218,10 @@ impl World<'_> {
                 match self.next_answer() {
                     Answer::Accept => {
                         r.now += Duration::from_millis(1);
-                        Event::Answered { region_error: None }
+                        Event::Answered {
+                            region_error: None,
+                            sent_at,
+                        }
                     }
                     Answer::Region(answer) => {
                         r.now += Duration::from_millis(1);
@@ -1240,6 +1250,7 @@ impl World<'_> {
                         }
                         Event::Answered {
                             region_error: Some(Box::new(e)),
+                            sent_at,
                         }
                     }
                     Answer::Refused | Answer::ConnectTimeout | Answer::NotSentAtDispatch => {

@@ -78,26 +78,35 @@
 //! `docs/behaviours.md`; `tests/plan_docs.rs` checks that each named test
 //! exists.
 
+mod all_stores;
 mod builder;
 mod classify;
 mod engine;
+mod keyspace;
 mod plan;
 mod region_error;
+mod request_shape;
 mod resolve_lock;
 mod retry;
 mod round;
 mod routing_state;
 mod traits;
 
+pub use all_stores::{RetryableAllStores, StoreRequest};
 pub use builder::PlanBuilder;
 pub(crate) use classify::classify_status_source;
 pub use classify::{classify_dispatch_error, classify_grpc_error, DispatchFailure};
+pub use keyspace::{
+    keyspace_prefix, EncodeKeyspace, KeyMode, Keyspace, TruncateKeyspace, KEYSPACE_PREFIX_LEN,
+    MAX_KEYSPACE_ID, RAW_KEY_PREFIX, TXN_KEY_PREFIX,
+};
 pub(crate) use plan::collect_in_order;
 pub use plan::{
     Collect, CollectError, CollectSingle, DefaultProcessor, Dispatch, ExtractError, Merge,
     MergeResponse, Plan, PreserveShard, Process, ProcessResponse, ResponseWithShard,
 };
 pub use region_error::{decide_region_error, RegionErrorAction, RegionErrorStep, MAX_BUSY_BACKOFF};
+pub use request_shape::{HasNextBatch, NextBatch, RangeRequest, SingleKey};
 pub use resolve_lock::{CollectWithShard, ResolveLock};
 pub use retry::RetryableMultiRegion;
 pub use routing_state::{RoutingState, RoutingStats};

@@ -141,9 +141,9 @@ where
                     r.store_timed_out(store_id, sent_at);
                 }
             }
-            Effect::StoreAnswered(store_id) => {
+            Effect::StoreAnswered { store_id, sent_at } => {
                 if let Some(r) = routing {
-                    r.store_answered(store_id);
+                    r.store_answered(store_id, sent_at);
                 }
             }
             Effect::Count(counter) => {
@@ -313,7 +313,10 @@ where
                         Ok(mut answer) => {
                             let region_error = answer.region_error().map(Box::new);
                             response = Some(answer);
-                            Event::Answered { region_error }
+                            Event::Answered {
+                                region_error,
+                                sent_at,
+                            }
                         }
                         Err(error) => Event::DispatchFailed { error, sent_at },
                     }

@@ -225,7 +225,7 @@ impl CandidateRound {
                 cause: Box::new(error),
             });
         }
-        if failure.is_timeout() {
+        if failure.keeps_caches() {
             self.record(region, CandidateAnswer::TimedOut);
             self.timeout_error.get_or_insert(error);
             return CandidateStep::Next {
@@ -379,7 +379,6 @@ impl CandidateRound {
         // No candidate at all: the cached peer list is unusable.
         let reload_region =
             routing_failure || all_not_leader || self.hint_outside_region || tried == 0;
-        let region_id = region.id();
         let CandidateRound {
             routing_error,
             mut not_leader_error,
@@ -397,7 +396,9 @@ impl CandidateRound {
             .or(busy_error)
             .or(not_leader_error)
             .or(timeout_error)
-            .unwrap_or(Error::LeaderNotFound { region_id });
+            .unwrap_or(Error::LeaderNotFound {
+                region: region.ver_id(),
+            });
         RoundExhausted {
             reload_region,
             strongest,

@@ -120,9 +120,8 @@ pub(crate) fn string_key_error(error: &mut String) -> Option<Vec<Error>> {
     if error.is_empty() {
         return None;
     }
-    Some(vec![Error::KeyError {
+    Some(vec![Error::KvError {
         message: std::mem::take(error),
-        key_error: None,
     }])
 }
 
@@ -131,27 +130,11 @@ pub(crate) fn pair_key_errors(pairs: &mut [kvrpcpb::KvPair]) -> Option<Vec<Error
     let errors: Vec<Error> = pairs
         .iter_mut()
         .filter_map(|p| p.error.take())
-        .map(|e| Error::KeyError {
-            message: describe_key_error(&e),
-            key_error: Some(Box::new(e)),
-        })
+        .map(|e| Error::KeyError(Box::new(e)))
         .collect();
     (!errors.is_empty()).then_some(errors)
 }
 
-fn describe_key_error(e: &kvrpcpb::KeyError) -> String {
-    if !e.retryable.is_empty() {
-        format!("retryable key error: {}", e.retryable)
-    } else if !e.abort.is_empty() {
-        format!("aborted: {}", e.abort)
-    } else {
-        "key error".to_owned()
-    }
-}
-
-/// Picks the error a failed multi-shard request reports: an undetermined
-/// outcome wins over determinate errors of other shards (routing.md, "Replay
-/// safety"); otherwise the first error in shard order, or all of them.
 pub(crate) fn strongest_shard_error(mut errors: Vec<Error>) -> Error {
     if let Some(pos) = errors.iter().position(Error::is_undetermined) {
         return errors.swap_remove(pos);

@@ -17,6 +17,8 @@ use super::state::{ClusterState, Cold, ColdMode, HangMode, PdMember, SimRegion, 
 use super::store::StoreService;
 use tonic::transport::Channel;
 
+use super::keyspace::KeyspaceService;
+use crate::proto::keyspacepb::{self, keyspace_server::KeyspaceServer};
 use crate::proto::kvrpcpb;
 use crate::proto::metapb::{self, PeerRole};
 use crate::proto::pdpb::pd_client::PdClient;
@@ -211,6 +213,8 @@ pub struct SimClusterBuilder {
     pd_addr: Option<SocketAddr>,
     store_addrs: BTreeMap<u64, SocketAddr>,
     cluster_id: u64,
+    api_version: kvrpcpb::ApiVersion,
+    keyspaces: Vec<(String, u32)>,
 }
 
 impl Default for SimClusterBuilder {
@@ -224,6 +228,8 @@ impl Default for SimClusterBuilder {
             pd_addr: None,
             store_addrs: BTreeMap::new(),
             cluster_id: DEFAULT_CLUSTER_ID,
+            api_version: kvrpcpb::ApiVersion::V1,
+            keyspaces: Vec::new(),
         }
     }
 }
@@ -285,6 +291,22 @@ impl SimClusterBuilder {
         self
     }
 
+    /// The API version every store runs (default V1, TiKV's default). A
+    /// store answers a request whose `Context.api_version` differs with an
+    /// error, as TiKV does; API v2 clients set a keyspace
+    /// (`Config::with_keyspace`).
+    pub fn api_version(mut self, version: kvrpcpb::ApiVersion) -> Self {
+        self.api_version = version;
+        self
+    }
+
+    /// Adds a keyspace PD serves to clients (`keyspacepb.Keyspace`), besides
+    /// `DEFAULT` (id 0), which always exists. Ids are below 2^24.
+    pub fn keyspace(mut self, name: &str, id: u32) -> Self {
+        self.keyspaces.push((name.to_owned(), id));
+        self
+    }
+
     fn validate(&self) -> Result<()> {
         let invalid = |m: String| Err(Error::InvalidArgument(m));
         if self.stores == 0 {
@@ -295,6 +317,13 @@ impl SimClusterBuilder {
         }
         if self.cluster_id == 0 {
             return invalid("the cluster id must not be 0: clients reject it".to_owned());
+        }
+        for (name, id) in &self.keyspaces {
+            if *id >= 1 << 24 || *id == 0 || name.is_empty() {
+                return invalid(format!(
+                    "keyspace {name:?} with id {id}: names must be non-empty and ids between 1 and 2^24 - 1 (0 is DEFAULT)"
+                ));
+            }
         }
         if self.layouts.is_empty() && self.replicas == 0 {
             return invalid("replicas must be at least 1".to_owned());
@@ -357,6 +386,15 @@ impl SimClusterBuilder {
             );
         }
         self.create_regions(&mut state);
+        state.api_version = self.api_version;
+        for (name, id) in &self.keyspaces {
+            state.keyspaces.push(keyspacepb::KeyspaceMeta {
+                id: *id,
+                name: name.clone(),
+                state: keyspacepb::KeyspaceState::Enabled as i32,
+                ..Default::default()
+            });
+        }
 
         let (faults, _) = watch::channel(0u64);
         let shared = Arc::new(Shared {
@@ -378,7 +416,13 @@ impl SimClusterBuilder {
                 shared: shared.clone(),
                 member,
             };
-            let endpoint = Endpoint::start(addr, Routes::new(PdServer::new(service))).await?;
+            let keyspaces = KeyspaceService {
+                shared: shared.clone(),
+                member,
+            };
+            let routes =
+                Routes::new(PdServer::new(service)).add_service(KeyspaceServer::new(keyspaces));
+            let endpoint = Endpoint::start(addr, routes).await?;
             let address = endpoint.addr().to_string();
             lock(&shared.pd).push(endpoint);
             shared.lock().pd_members.push(PdMember {
@@ -646,6 +690,21 @@ impl SimCluster {
             .cloned()
             .ok_or_else(|| Error::InvalidArgument(format!("there is no PD member {index}")))?;
         Ok(PdClient::new(connect_channel(&address).await?))
+    }
+
+    /// A raw gRPC client of PD member `index`'s keyspace service (for tests).
+    pub async fn keyspace_client(
+        &self,
+        index: usize,
+    ) -> Result<keyspacepb::keyspace_client::KeyspaceClient<Channel>> {
+        let address = self
+            .pd_endpoints()
+            .get(index)
+            .cloned()
+            .ok_or_else(|| Error::InvalidArgument(format!("there is no PD member {index}")))?;
+        Ok(keyspacepb::keyspace_client::KeyspaceClient::new(
+            connect_channel(&address).await?,
+        ))
     }
 
     /// A snapshot of a store's counters (empty for an unknown store).

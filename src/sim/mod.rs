@@ -187,6 +187,7 @@ pub mod codec;
 pub mod control;
 mod counters;
 mod data;
+mod keyspace;
 mod mvcc;
 mod net;
 mod pd;

@@ -224,6 +224,69 @@ impl Pd for PdService {
         Ok(Response::new(Self::region_response(&state, region, leader)))
     }
 
+    /// The Region just before the one holding `region_key` (kvproto's
+    /// `GetPrevRegion`; what a reverse scan asks for). No Region when the
+    /// key is in the first one.
+    async fn get_prev_region(
+        &self,
+        request: Request<pdpb::GetRegionRequest>,
+    ) -> Result<Response<pdpb::GetRegionResponse>, Status> {
+        let req = request.into_inner();
+        let state = self.leader_state(req.header.as_ref())?;
+        let regions = state.regions_in_key_order();
+        let prev = regions
+            .iter()
+            .position(|r| r.contains(&req.region_key))
+            .and_then(|i| i.checked_sub(1))
+            .map(|i| regions[i]);
+        let (region, leader) = match prev {
+            Some(r) => (Some(r.meta.clone()), r.pd_leader.and_then(|id| r.peer(id))),
+            None => (None, None),
+        };
+        Ok(Response::new(Self::region_response(&state, region, leader)))
+    }
+
+    /// The Regions from the one holding `start_key` up to `end_key`
+    /// (exclusive; empty: the end of the key space), at most `limit`
+    /// (`<= 0`: all), in both the new (`regions`) and old
+    /// (`region_metas`/`leaders`) forms, as PD answers.
+    async fn scan_regions(
+        &self,
+        request: Request<pdpb::ScanRegionsRequest>,
+    ) -> Result<Response<pdpb::ScanRegionsResponse>, Status> {
+        let req = request.into_inner();
+        let state = self.leader_state(req.header.as_ref())?;
+        let limit = usize::try_from(req.limit)
+            .ok()
+            .filter(|l| *l > 0)
+            .unwrap_or(usize::MAX);
+        let mut response = pdpb::ScanRegionsResponse {
+            header: header(state.cluster_id),
+            ..Default::default()
+        };
+        for r in state.regions_in_key_order() {
+            let after_start =
+                r.meta.end_key.is_empty() || r.meta.end_key.as_slice() > req.start_key.as_slice();
+            let before_end = req.end_key.is_empty() || r.meta.start_key < req.end_key;
+            if !after_start || !before_end {
+                continue;
+            }
+            if response.regions.len() >= limit {
+                break;
+            }
+            let leader = r.pd_leader.and_then(|id| r.peer(id));
+            response.region_metas.push(r.meta.clone());
+            response.leaders.push(leader.unwrap_or_default());
+            response.regions.push(pdpb::Region {
+                region: Some(r.meta.clone()),
+                leader,
+                down_peers: Vec::new(),
+                pending_peers: Vec::new(),
+            });
+        }
+        Ok(Response::new(response))
+    }
+
     async fn get_gc_safe_point(
         &self,
         request: Request<pdpb::GetGcSafePointRequest>,

@@ -10,7 +10,7 @@ use super::counters::{Outcome, StoreCounters};
 use super::data::RegionData;
 use super::mvcc::Mvcc;
 use crate::proto::metapb;
-use crate::proto::{errorpb, kvrpcpb};
+use crate::proto::{errorpb, keyspacepb, kvrpcpb};
 use crate::region::{can_become_leader, key_in_region};
 use crate::{Error, Result};
 
@@ -126,6 +126,10 @@ pub(crate) struct ClusterState {
     /// PD's GC safe point; never moves backwards.
     pub(crate) gc_safe_point: u64,
     pub(crate) shutdown: bool,
+    /// The API version every store runs (TiKV's `storage.api-version`).
+    pub(crate) api_version: kvrpcpb::ApiVersion,
+    /// The keyspaces PD knows, `DEFAULT` (id 0) first.
+    pub(crate) keyspaces: Vec<keyspacepb::KeyspaceMeta>,
 }
 
 /// The number of bits of the logical part of a timestamp.
@@ -158,6 +162,13 @@ impl ClusterState {
             clock_offset_ms: 0,
             gc_safe_point: 0,
             shutdown: false,
+            api_version: kvrpcpb::ApiVersion::V1,
+            keyspaces: vec![keyspacepb::KeyspaceMeta {
+                id: 0,
+                name: crate::config::DEFAULT_KEYSPACE_NAME.to_owned(),
+                state: keyspacepb::KeyspaceState::Enabled as i32,
+                ..Default::default()
+            }],
         }
     }
 

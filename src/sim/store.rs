@@ -243,15 +243,22 @@ impl StoreCommand for kvrpcpb::RawBatchPutRequest {
     fn apply(&self, region: &mut SimRegion, now: Instant) -> Result<Self::Response, String> {
         let data = &mut region.data;
         let cf = column_family(&self.cf)?;
-        if !self.ttls.is_empty() && self.ttls.len() != self.pairs.len() {
-            return Err(format!(
-                "{} ttls given for {} pairs: give one TTL per pair or none",
-                self.ttls.len(),
-                self.pairs.len()
-            ));
-        }
+        // kvproto: exactly one TTL applies to every pair; otherwise one per
+        // pair, or none.
+        let one_for_all = match self.ttls.as_slice() {
+            [] => Some(self.ttl),
+            [ttl] => Some(*ttl),
+            ttls if ttls.len() == self.pairs.len() => None,
+            ttls => {
+                return Err(format!(
+                    "{} ttls given for {} pairs: give one TTL per pair, one for all, or none",
+                    ttls.len(),
+                    self.pairs.len()
+                ))
+            }
+        };
         for (i, pair) in self.pairs.iter().enumerate() {
-            let ttl = self.ttls.get(i).copied().unwrap_or(self.ttl);
+            let ttl = one_for_all.unwrap_or_else(|| self.ttls[i]);
             data.put(cf, pair.key.clone(), pair.value.clone(), ttl, now);
         }
         Ok(Default::default())
@@ -422,6 +429,57 @@ enum Verdict<R> {
     Drop,
 }
 
+impl StoreCommand for kvrpcpb::RawChecksumRequest {
+    command_boilerplate!(
+        kvrpcpb::RawChecksumResponse,
+        "raw_checksum",
+        has_error_field
+    );
+    fn key_outside(&self, region: &metapb::Region) -> Option<Vec<u8>> {
+        self.ranges
+            .iter()
+            .find_map(|r| scan_start_outside(region, &r.start_key, false))
+    }
+    /// TiKV's `Crc64_Xor` over the default column family, on the user keys
+    /// and values ([`crate::raw::RawChecksum`]).
+    fn apply(&self, region: &mut SimRegion, now: Instant) -> Result<Self::Response, String> {
+        let cf = column_family("")?;
+        let mut sum = crate::raw::RawChecksum::default();
+        for range in &self.ranges {
+            let (low, high) = scan_bounds(&region.meta, &range.start_key, &range.end_key, false);
+            for (key, value) in region.data.scan(cf, &low, &high, usize::MAX, false, now) {
+                sum.add(&key, &value);
+            }
+        }
+        Ok(kvrpcpb::RawChecksumResponse {
+            checksum: sum.crc64_xor,
+            total_kvs: sum.total_kvs,
+            total_bytes: sum.total_bytes,
+            ..Default::default()
+        })
+    }
+}
+
+/// TiKV refuses a request whose `Context.api_version` is not the store's
+/// (`ApiVersionNotMatched`) before it looks at the Region or the data.
+fn check_api_version(
+    store: kvrpcpb::ApiVersion,
+    context: Option<&kvrpcpb::Context>,
+) -> Result<(), String> {
+    let asked = context.map_or(0, |c| c.api_version);
+    if asked == store as i32 {
+        return Ok(());
+    }
+    let asked = kvrpcpb::ApiVersion::try_from(asked)
+        .map(|v| format!("{v:?}"))
+        .unwrap_or_else(|_| format!("unknown ({asked})"));
+    Err(format!(
+        "ApiVersionNotMatched: the store runs API {store:?} but the request uses API {asked}; \
+         a client of an API v2 cluster sets a keyspace (Config::with_keyspace), a client of an \
+         API v1 cluster does not"
+    ))
+}
+
 impl StoreService {
     /// Serves one raw request: added latency, a hang, then the checks and
     /// the operation under the cluster lock, then a dropped response if one
@@ -453,7 +511,10 @@ impl StoreService {
                         .record_context_flags(ctx.replica_read, ctx.stale_read);
                 }
             }
-            let (verdict, outcome) = if command.store_wide() {
+            let api_check = check_api_version(state.api_version, command.context());
+            let (verdict, outcome) = if let Err(message) = api_check {
+                (Self::key_error_verdict::<C>(message).0, Outcome::Invalid)
+            } else if command.store_wide() {
                 let now = Instant::now();
                 let store_id = self.store_id;
                 let mut regions: Vec<&mut SimRegion> = state
@@ -646,6 +707,12 @@ impl Tikv for StoreService {
         &self,
         r: Request<kvrpcpb::RawCasRequest>,
     ) -> Result<Response<kvrpcpb::RawCasResponse>, Status> {
+        self.serve(r).await
+    }
+    async fn raw_checksum(
+        &self,
+        r: Request<kvrpcpb::RawChecksumRequest>,
+    ) -> Result<Response<kvrpcpb::RawChecksumResponse>, Status> {
         self.serve(r).await
     }
     async fn kv_get(

@@ -9,7 +9,9 @@ use async_trait::async_trait;
 use tonic::transport::Channel;
 
 use super::{KvClient, KvConnect, Request};
-use crate::config::{DEFAULT_CONNECT_TIMEOUT, DEFAULT_REQUEST_TIMEOUT};
+use crate::config::{
+    DEFAULT_CONNECT_TIMEOUT, DEFAULT_GRPC_MAX_DECODING_MESSAGE_SIZE, DEFAULT_REQUEST_TIMEOUT,
+};
 use crate::proto::tikvpb::tikv_client::TikvClient;
 use crate::security::SecurityManager;
 use crate::Result;
@@ -22,6 +24,7 @@ pub struct TikvConnect {
     security: Arc<SecurityManager>,
     timeout: Duration,
     connect_timeout: Duration,
+    max_decoding_message_size: usize,
 }
 
 impl TikvConnect {
@@ -36,7 +39,15 @@ impl TikvConnect {
             security,
             timeout,
             connect_timeout,
+            max_decoding_message_size: DEFAULT_GRPC_MAX_DECODING_MESSAGE_SIZE,
         }
+    }
+
+    /// Sets the largest response decoded from a store
+    /// (`Config::grpc_max_decoding_message_size`).
+    pub fn with_max_decoding_message_size(mut self, limit: usize) -> Self {
+        self.max_decoding_message_size = limit;
+        self
     }
 
     /// The request timeout.
@@ -70,7 +81,8 @@ impl KvConnect for TikvConnect {
             .connect(address, self.connect_timeout, self.timeout)
             .await?;
         Ok(KvRpcClient {
-            rpc_client: TikvClient::new(channel),
+            rpc_client: TikvClient::new(channel)
+                .max_decoding_message_size(self.max_decoding_message_size),
             timeout: self.timeout,
         })
     }
@@ -87,7 +99,8 @@ impl KvRpcClient {
     /// Wraps an open channel; each RPC is bounded by `timeout`.
     pub fn new(channel: Channel, timeout: Duration) -> Self {
         KvRpcClient {
-            rpc_client: TikvClient::new(channel),
+            rpc_client: TikvClient::new(channel)
+                .max_decoding_message_size(DEFAULT_GRPC_MAX_DECODING_MESSAGE_SIZE),
             timeout,
         }
     }

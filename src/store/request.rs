@@ -213,3 +213,9 @@ impl_request!(
     unsafe_destroy_range,
     "unsafe_destroy_range"
 );
+impl_request!(
+    kvrpcpb::RawChecksumRequest,
+    kvrpcpb::RawChecksumResponse,
+    raw_checksum,
+    "raw_checksum"
+);

@@ -105,6 +105,7 @@ impl<PdC: PdClient> TransactionClient<PdC> {
         TransactionClient {
             shared: Arc::new(TxnShared {
                 pd,
+                keyspace: crate::request::Keyspace::Disable,
                 routing,
                 resolver,
                 request_deadline: config.request_deadline,
@@ -160,7 +161,7 @@ impl<PdC: PdClient> TransactionClient<PdC> {
         range: impl Into<BoundRange>,
         batch_size: u32,
     ) -> Result<Vec<kvrpcpb::LockInfo>> {
-        let (start, end) = range.into().into_keys()?;
+        let (start, end) = range.into().into_key_range()?;
         self.shared
             .resolver
             .scan_locks(start.into(), end.into(), safepoint.version(), batch_size)
@@ -229,7 +230,7 @@ impl<PdC: PdClient> TransactionClient<PdC> {
     /// Deletes every key in `range` on every store, bypassing MVCC and
     /// Raft (TiKV's `UnsafeDestroyRange`; for dropping whole tables).
     pub async fn unsafe_destroy_range(&self, range: impl Into<BoundRange>) -> Result<()> {
-        let (start, end) = range.into().into_keys()?;
+        let (start, end) = range.into().into_key_range()?;
         // Raw keys: TiKV encodes them itself for this request.
         let request = kvrpcpb::UnsafeDestroyRangeRequest {
             start_key: start.into(),
@@ -250,12 +251,11 @@ impl<PdC: PdClient> TransactionClient<PdC> {
             });
             match answer {
                 Ok(r) if r.error.is_empty() => {}
-                Ok(r) => errors.push(Error::KeyError {
+                Ok(r) => errors.push(Error::KvError {
                     message: format!(
                         "store {} could not destroy the range: {}",
                         store.meta.id, r.error
                     ),
-                    key_error: None,
                 }),
                 Err(e) => errors.push(e),
             }

@@ -25,6 +25,7 @@ use crate::backoff::Backoff;
 use crate::pd::PdClient;
 use crate::proto::kvrpcpb;
 use crate::region::RegionVerId;
+use crate::request::Keyspace;
 use crate::request::{
     CollectError, CollectSingle, Plan, PlanBuilder, ResponseWithShard, RoutingState,
 };
@@ -165,6 +166,7 @@ type SharedResolve = Shared<BoxFuture<'static, Result<()>>>;
 /// leader-first with voter fallback).
 pub struct LockResolver<PdC: PdClient> {
     pd: Arc<PdC>,
+    keyspace: Keyspace,
     routing: Arc<RoutingState>,
     backoff: Backoff,
     in_flight: Mutex<HashMap<(u64, RegionVerId), SharedResolve>>,
@@ -185,6 +187,7 @@ impl<PdC: PdClient> LockResolver<PdC> {
     pub fn new(pd: Arc<PdC>, routing: Arc<RoutingState>, backoff: Backoff) -> Self {
         LockResolver {
             pd,
+            keyspace: Keyspace::Disable,
             routing,
             backoff,
             in_flight: Mutex::new(HashMap::new()),
@@ -207,7 +210,8 @@ impl<PdC: PdClient> LockResolver<PdC> {
         &self,
         request: Req,
     ) -> PlanBuilder<PdC, crate::request::Dispatch<Req>> {
-        PlanBuilder::new(Arc::clone(&self.pd), request).routing(Arc::clone(&self.routing))
+        PlanBuilder::new(Arc::clone(&self.pd), self.keyspace, request)
+            .routing(Arc::clone(&self.routing))
     }
 
     /// One pass over `locks` met by a request of a transaction at

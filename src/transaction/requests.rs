@@ -31,67 +31,17 @@ use crate::{Error, Key, Result};
 /// (client-rust's `TXN_COMMIT_BATCH_SIZE`).
 pub const TXN_COMMIT_BATCH_SIZE: u64 = 16 * 1024;
 
-/// Turns a TiKV `KeyError` into an [`Error`] whose message says what
-/// happened (locked, write conflict, already exists, ...), keeping the
-/// structured error.
+/// Turns a TiKV `KeyError` into an [`Error`]; its message says what
+/// happened (locked, write conflict, already exists, ...; see
+/// [`describe_key_error`](crate::describe_key_error)).
 pub fn key_error(e: kvrpcpb::KeyError) -> Error {
-    let message = if let Some(lock) = &e.locked {
-        format!(
-            "key {:?} is locked by transaction {} (primary {:?}, TTL {} ms)",
-            Key::from(lock.key.clone()),
-            lock.lock_version,
-            Key::from(lock.primary_lock.clone()),
-            lock.lock_ttl
-        )
-    } else if let Some(c) = &e.conflict {
-        format!(
-            "write conflict on key {:?}: transaction {} conflicts with a write committed at {} by transaction {}; retry the transaction",
-            Key::from(c.key.clone()),
-            c.start_ts,
-            c.conflict_commit_ts,
-            c.conflict_ts
-        )
-    } else if let Some(a) = &e.already_exist {
-        format!(
-            "key {:?} already exists, so it cannot be inserted",
-            Key::from(a.key.clone())
-        )
-    } else if let Some(d) = &e.deadlock {
-        format!(
-            "deadlock: waiting for the lock on {:?} held by transaction {}; retry the transaction",
-            Key::from(d.lock_key.clone()),
-            d.lock_ts
-        )
-    } else if let Some(t) = &e.txn_not_found {
-        format!(
-            "transaction {} was not found at its primary {:?}: it was rolled back",
-            t.start_ts,
-            Key::from(t.primary_key.clone())
-        )
-    } else if let Some(x) = &e.commit_ts_expired {
-        format!(
-            "commit ts {} of transaction {} is below the lock's min_commit_ts {}",
-            x.attempted_commit_ts, x.start_ts, x.min_commit_ts
-        )
-    } else if !e.retryable.is_empty() {
-        format!("retryable key error: {}", e.retryable)
-    } else if !e.abort.is_empty() {
-        format!("aborted: {}", e.abort)
-    } else {
-        "key error".to_owned()
-    };
-    Error::KeyError {
-        message,
-        key_error: Some(Box::new(e)),
-    }
+    Error::KeyError(Box::new(e))
 }
 
 /// The `KeyError` inside an error, if it is one.
 pub fn as_key_error(e: &Error) -> Option<&kvrpcpb::KeyError> {
     match e {
-        Error::KeyError {
-            key_error: Some(k), ..
-        } => Some(k),
+        Error::KeyError(k) => Some(k),
         _ => None,
     }
 }

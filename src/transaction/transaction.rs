@@ -22,6 +22,7 @@ use super::{CodecPdClient, TimestampExt};
 use crate::backoff::Backoff;
 use crate::pd::{PdClient, PdRpcClient, Timestamp};
 use crate::proto::kvrpcpb;
+use crate::request::Keyspace;
 use crate::request::{
     CollectError, CollectSingle, CollectWithShard, Dispatch, HasKeyErrors, KvRequest, Plan,
     PlanBuilder, ResponseWithShard, RoutingState,
@@ -88,6 +89,8 @@ fn bump(c: &AtomicU64) {
 /// routing state, the lock resolver and the counters.
 pub(crate) struct TxnShared<PdC: PdClient> {
     pub(crate) pd: Arc<CodecPdClient<PdC>>,
+    /// API v1 ([`Keyspace::Disable`]) until transactional keyspaces land.
+    pub(crate) keyspace: Keyspace,
     pub(crate) routing: Arc<RoutingState>,
     pub(crate) resolver: Arc<LockResolver<CodecPdClient<PdC>>>,
     pub(crate) request_deadline: Duration,
@@ -99,7 +102,8 @@ impl<PdC: PdClient> TxnShared<PdC> {
         &self,
         request: Req,
     ) -> PlanBuilder<CodecPdClient<PdC>, Dispatch<Req>> {
-        PlanBuilder::new(Arc::clone(&self.pd), request).routing(Arc::clone(&self.routing))
+        PlanBuilder::new(Arc::clone(&self.pd), self.keyspace, request)
+            .routing(Arc::clone(&self.routing))
     }
 
     pub(crate) async fn timestamp(&self) -> Result<Timestamp> {
@@ -589,7 +593,7 @@ impl<PdC: PdClient> Transaction<PdC> {
                 "scan limit {limit} exceeds the maximum {MAX_TXN_SCAN_LIMIT}; scan in pages"
             )));
         }
-        let (start, end) = range.into_keys()?;
+        let (start, end) = range.into_key_range()?;
         if limit == 0 || (!end.is_empty() && start == end) {
             return Ok(Vec::new());
         }

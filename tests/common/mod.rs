@@ -100,7 +100,11 @@ pub async fn get_with(
     backoff: Backoff,
     key: &[u8],
 ) -> Result<Option<Vec<u8>>> {
-    let mut builder = PlanBuilder::new(pd.clone(), new_raw_get_request(key.to_vec(), None));
+    let mut builder = PlanBuilder::new(
+        pd.clone(),
+        tikv_plan::request::Keyspace::Disable,
+        new_raw_get_request(key.to_vec(), None),
+    );
     if let Some(r) = routing {
         builder = builder.routing(r.clone());
     }
@@ -122,6 +126,7 @@ pub async fn get(pd: &Arc<MockPdClient>, routing: &Arc<RoutingState>) -> Result<
 pub async fn put(pd: &Arc<MockPdClient>, routing: &Arc<RoutingState>) -> Result<()> {
     PlanBuilder::new(
         pd.clone(),
+        tikv_plan::request::Keyspace::Disable,
         new_raw_put_request(b"k".to_vec(), b"v".to_vec(), None, 0, false),
     )
     .routing(routing.clone())

@@ -198,6 +198,26 @@ impl Pd for MemberService {
         }))
     }
 
+    /// Like an older PD: Region scans are not served, so a client must fall
+    /// back to one `GetRegion` per Region.
+    async fn scan_regions(
+        &self,
+        _request: Request<pdpb::ScanRegionsRequest>,
+    ) -> Result<Response<pdpb::ScanRegionsResponse>, Status> {
+        Err(Status::unimplemented(
+            "ScanRegions is not served by this PD",
+        ))
+    }
+
+    async fn get_prev_region(
+        &self,
+        _request: Request<pdpb::GetRegionRequest>,
+    ) -> Result<Response<pdpb::GetRegionResponse>, Status> {
+        Err(Status::unimplemented(
+            "GetPrevRegion is not served by this PD",
+        ))
+    }
+
     async fn get_region(
         &self,
         request: Request<pdpb::GetRegionRequest>,

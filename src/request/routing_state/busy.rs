@@ -119,6 +119,9 @@ pub(crate) struct BusySuspicions {
     map: Mutex<HashMap<RegionId, BusySuspicion>>,
 }
 
+/// How many suspicions the map holds before expired ones are swept.
+const SWEEP_AT: usize = 64;
+
 impl BusySuspicions {
     /// An empty suspicion map with this window.
     pub(crate) fn new(window: Duration) -> Self {
@@ -126,6 +129,23 @@ impl BusySuspicions {
             window,
             map: Mutex::new(HashMap::new()),
         }
+    }
+
+    /// Drops suspicions whose window has passed (and that no probe holds),
+    /// once the map has grown to twice what it held after the last sweep:
+    /// bounded by the Regions busy within one window, at amortised O(1).
+    fn forget_expired(&self, busy: &mut HashMap<RegionId, BusySuspicion>, now: Instant) {
+        if busy.len() < SWEEP_AT.max(busy.capacity() / 2) {
+            return;
+        }
+        busy.retain(|_, s| s.probe.is_some() || now.duration_since(s.since) <= self.window);
+        busy.shrink_to(SWEEP_AT.max(busy.len() * 2));
+    }
+
+    /// How many Regions are under suspicion (for tests).
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
+        lock(&self.map).len()
     }
 
     /// Records a `ServerIsBusy(0)` from `leader_peer_id`, the cached leader
@@ -139,6 +159,9 @@ impl BusySuspicions {
     ) -> BusyVerdict {
         let now = Instant::now();
         let mut busy = lock(&self.map);
+        if !busy.contains_key(&region_id) {
+            self.forget_expired(&mut busy, now);
+        }
         let suspicion = busy.entry(region_id).or_insert(BusySuspicion {
             leader_peer_id,
             zero_wait_answers: 0,

@@ -133,10 +133,10 @@ impl RoutingState {
         }
     }
 
-    /// The store answered.
-    pub fn store_answered(&self, store_id: StoreId) {
+    /// The store answered an RPC sent at `sent_at`.
+    pub fn store_answered(&self, store_id: StoreId, sent_at: Instant) {
         if let Some(h) = &self.store_health {
-            h.mark_reachable(store_id);
+            h.mark_reachable(store_id, sent_at);
         }
     }
 
@@ -174,7 +174,7 @@ mod tests {
         tokio::time::advance(Duration::from_millis(5_200)).await;
         assert!(!h.is_unreachable(1), "and at most 12.5 s");
         h.mark_unreachable(2);
-        h.mark_reachable(2);
+        h.mark_reachable(2, Instant::now());
         assert!(!h.is_unreachable(2));
     }
 
@@ -182,13 +182,63 @@ mod tests {
     async fn timeout_strikes_mark_unreachable_only_when_consecutive() {
         let h = StoreHealth::new(Duration::from_secs(10), 2);
         assert!(!h.record_timeout(1, Instant::now()));
-        h.mark_reachable(1);
+        h.mark_reachable(1, Instant::now());
         assert!(
             !h.record_timeout(1, Instant::now()),
             "a success in between resets"
         );
         assert!(h.record_timeout(1, Instant::now()));
         assert!(h.is_unreachable(1));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn busy_suspicions_expire_with_their_window() {
+        // Issue 8: the map holds the Regions busy within one window, not
+        // every Region that was ever busy.
+        let s = state();
+        for region in 0..10_000 {
+            s.busy_zero_wait(region, 11, true);
+        }
+        assert!(s.busy.len() <= 10_000);
+        tokio::time::advance(Config::default().busy_probe_window * 2).await;
+        for region in 10_000..10_100 {
+            s.busy_zero_wait(region, 11, true);
+        }
+        assert!(s.busy.len() <= 200, "{} suspicions kept", s.busy.len());
+        // A suspicion within its window still counts toward a probe.
+        assert!(matches!(
+            s.busy_zero_wait(10_050, 11, true),
+            BusyVerdict::Probe(_)
+        ));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_late_answer_cannot_erase_a_newer_unreachable_mark() {
+        // Issue 8: an RPC sent before the store was marked unreachable
+        // answers afterwards; that proves nothing about the store now.
+        let h = StoreHealth::new(Duration::from_secs(10), 2);
+        let sent = Instant::now();
+        tokio::time::advance(Duration::from_millis(5)).await;
+        h.mark_unreachable(1);
+        h.mark_reachable(1, sent);
+        assert!(h.is_unreachable(1), "the older answer is ignored");
+        tokio::time::advance(Duration::from_millis(5)).await;
+        h.mark_reachable(1, Instant::now());
+        assert!(
+            !h.is_unreachable(1),
+            "an answer sent after the mark clears it"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_huge_cooldown_saturates_instead_of_panicking() {
+        for cooldown in [Duration::MAX, Duration::from_secs(u64::MAX / 2)] {
+            let h = StoreHealth::new(cooldown, 2);
+            assert!(h.mark_unreachable(1));
+            assert!(h.is_unreachable(1));
+            tokio::time::advance(Duration::from_secs(3600 * 24 * 365)).await;
+            assert!(h.is_unreachable(1), "still cooling down a year later");
+        }
     }
 
     #[tokio::test(start_paused = true)]

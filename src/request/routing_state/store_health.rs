@@ -18,6 +18,9 @@ struct StoreHealthEntry {
     /// When the last strike was recorded: a timeout of an RPC sent before
     /// it is the same slow moment, not a further strike.
     last_strike: Option<Instant>,
+    /// When the store was last marked unreachable: an answer to an RPC sent
+    /// before then proves nothing about the store now.
+    marked_at: Option<Instant>,
 }
 
 /// Client-wide store health: which stores are cooling down after a failure.
@@ -42,8 +45,11 @@ impl StoreHealth {
         }
     }
 
+    /// The cool-down jittered by a quarter either way; a huge configured
+    /// cool-down saturates instead of overflowing.
     fn jittered_cooldown(&self) -> Duration {
-        self.cooldown.mul_f64(0.75 + fastrand::f64() * 0.5)
+        let factor = 0.75 + fastrand::f64() * 0.5;
+        Duration::try_from_secs_f64(self.cooldown.as_secs_f64() * factor).unwrap_or(Duration::MAX)
     }
 
     /// True while the store cools down after a failure.
@@ -59,23 +65,30 @@ impl StoreHealth {
     /// was not already.
     pub fn mark_unreachable(&self, store_id: StoreId) -> bool {
         let now = Instant::now();
-        let until = now + self.jittered_cooldown();
+        let until = saturating_add(now, self.jittered_cooldown());
         let mut stores = write(&self.stores);
         let entry = stores.entry(store_id).or_default();
         let was_unreachable = entry.unreachable_until.is_some_and(|u| now < u);
         entry.unreachable_until = Some(until);
+        entry.marked_at = Some(now);
         entry.timeout_strikes = 0;
         entry.last_strike = None;
         !was_unreachable
     }
 
-    /// The store answered: it is reachable and its timeout strikes reset.
-    pub fn mark_reachable(&self, store_id: StoreId) {
+    /// The store answered an RPC sent at `sent_at`: it is reachable and its
+    /// timeout strikes reset, unless it was marked unreachable after that
+    /// RPC was sent (a late answer cannot erase a newer failure).
+    pub fn mark_reachable(&self, store_id: StoreId, sent_at: Instant) {
+        let clears = |entry: &StoreHealthEntry| entry.marked_at.is_none_or(|m| sent_at >= m);
         // A healthy store has no entry: the usual answer only reads.
-        if !read(&self.stores).contains_key(&store_id) {
+        if !read(&self.stores).get(&store_id).is_some_and(clears) {
             return;
         }
-        write(&self.stores).remove(&store_id);
+        let mut stores = write(&self.stores);
+        if stores.get(&store_id).is_some_and(clears) {
+            stores.remove(&store_id);
+        }
     }
 
     /// The store timed out an RPC sent at `sent_at`. Consecutive timeouts
@@ -101,4 +114,14 @@ impl StoreHealth {
             false
         }
     }
+}
+
+/// `at + by`, or the farthest instant the clock can represent when that
+/// overflows (a cool-down of "forever").
+fn saturating_add(at: Instant, by: Duration) -> Instant {
+    const YEAR: Duration = Duration::from_secs(365 * 24 * 3600);
+    [by, YEAR * 100, YEAR, Duration::from_secs(24 * 3600)]
+        .into_iter()
+        .find_map(|d| at.checked_add(d))
+        .unwrap_or(at)
 }

@@ -1,0 +1,76 @@
+//! Each program of this crate, run against the embedded simulated cluster.
+
+use tikv_client::proto::kvrpcpb::ApiVersion;
+use tikv_client::sim::SimCluster;
+use tikv_client::{Config, Key, RawClient};
+use tikv_plan_compat::{application, custom_request, raw_example};
+
+#[tokio::test]
+async fn client_rust_raw_example_runs_in_the_default_keyspace() {
+    let cluster = SimCluster::builder()
+        .stores(3)
+        .api_version(ApiVersion::V2)
+        .split_keys(vec![b"r\0\0\0k2".to_vec()])
+        .start()
+        .await
+        .unwrap();
+    raw_example::run(raw_example::CommandArgs {
+        pd: cluster.pd_endpoints(),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    cluster.shutdown().await;
+}
+
+#[tokio::test]
+async fn client_rust_style_application_runs() {
+    let cluster = SimCluster::builder()
+        .stores(3)
+        .split_keys(vec![b"m".to_vec(), b"t2".to_vec()])
+        .start()
+        .await
+        .unwrap();
+    application::run(cluster.pd_endpoints()).await.unwrap();
+    cluster.shutdown().await;
+}
+
+#[tokio::test]
+async fn custom_request_runs_through_plan_builder_in_a_keyspace() {
+    let cluster = SimCluster::builder()
+        .stores(3)
+        .api_version(ApiVersion::V2)
+        .keyspace("app", 42)
+        .keyspace("other", 43)
+        .split_keys(vec![b"r\0\0\x2am".to_vec()])
+        .start()
+        .await
+        .unwrap();
+    let pd = cluster.pd_endpoints();
+    let app = RawClient::new_with_config(pd.clone(), Config::default().with_keyspace("app"))
+        .await
+        .unwrap();
+    app.batch_put(vec![
+        ("a".to_owned(), "1".to_owned()),
+        ("z".to_owned(), "2".to_owned()),
+    ])
+    .await
+    .unwrap();
+    let other = RawClient::new_with_config(pd.clone(), Config::default().with_keyspace("other"))
+        .await
+        .unwrap();
+    other.put("b".to_owned(), "3".to_owned()).await.unwrap();
+    let asked = ["a", "b", "q", "z"].map(str::to_owned).to_vec();
+    let found = custom_request::existing_keys(pd.clone(), "app", asked.clone())
+        .await
+        .unwrap();
+    assert_eq!(
+        found,
+        vec![Key::from("a".to_owned()), Key::from("z".to_owned())]
+    );
+    let found = custom_request::existing_keys(pd, "other", asked)
+        .await
+        .unwrap();
+    assert_eq!(found, vec![Key::from("b".to_owned())]);
+    cluster.shutdown().await;
+}
