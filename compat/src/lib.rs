@@ -8,7 +8,8 @@
 //!   including the `Config` fields, conversions and the error variants a
 //!   program matches on;
 //! - [`custom_request`]: a request of its own, with its own `KvRequest` and
-//!   `Shardable` impls, run through `PlanBuilder` in a keyspace.
+//!   `Shardable` impls, run through `PlanBuilder` in a keyspace;
+//! - [`transactional`]: `TransactionClient` as applications use it.
 //!
 //! `tests/programs.rs` runs each against the embedded simulated cluster;
 //! `cargo run -p tikv-plan-compat --bin raw -- --pd HOST:PORT` runs the
@@ -17,3 +18,4 @@
 pub mod application;
 pub mod custom_request;
 pub mod raw_example;
+pub mod transactional;

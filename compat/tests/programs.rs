@@ -3,7 +3,7 @@
 use tikv_client::proto::kvrpcpb::ApiVersion;
 use tikv_client::sim::SimCluster;
 use tikv_client::{Config, Key, RawClient};
-use tikv_plan_compat::{application, custom_request, raw_example};
+use tikv_plan_compat::{application, custom_request, raw_example, transactional};
 
 #[tokio::test]
 async fn client_rust_raw_example_runs_in_the_default_keyspace() {
@@ -72,5 +72,18 @@ async fn custom_request_runs_through_plan_builder_in_a_keyspace() {
         .await
         .unwrap();
     assert_eq!(found, vec![Key::from("b".to_owned())]);
+    cluster.shutdown().await;
+}
+
+#[tokio::test]
+async fn client_rust_style_transactional_application_runs() {
+    let cluster = SimCluster::builder()
+        .stores(3)
+        .replicas(3)
+        .split_keys(vec![tikv_client::codec::encode_bytes(b"k2")])
+        .start()
+        .await
+        .unwrap();
+    transactional::run(cluster.pd_endpoints()).await.unwrap();
     cluster.shutdown().await;
 }
