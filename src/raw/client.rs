@@ -743,7 +743,7 @@ fn next_page_range(range: BoundRange, last: &Key, reverse: bool) -> Option<Bound
 
 /// Resolves a keyspace name through PD; a keyspace that exists but is not
 /// enabled cannot be used either.
-async fn load_keyspace<PdC: PdClient>(pd: &PdC, name: &str) -> Result<Keyspace> {
+pub(crate) async fn load_keyspace<PdC: PdClient>(pd: &PdC, name: &str) -> Result<Keyspace> {
     let meta = pd.load_keyspace(name).await?;
     if meta.state != crate::proto::keyspacepb::KeyspaceState::Enabled as i32 {
         return Err(Error::KeyspaceNotFound(name.to_owned()));

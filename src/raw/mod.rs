@@ -6,9 +6,9 @@ mod requests;
 
 pub use crate::kv::ColumnFamily;
 pub use checksum::{crc64, new_raw_checksum_request, pair_checksum, MergeChecksum, RawChecksum};
-pub(crate) use client::validate_pd_endpoints;
 /// client-rust's name for the raw client (`tikv_client::raw::Client`).
 pub use client::RawClient as Client;
+pub(crate) use client::{load_keyspace, validate_pd_endpoints};
 pub use client::{RawClient, MAX_RAW_KV_SCAN_LIMIT};
 
 pub use requests::*;

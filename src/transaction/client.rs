@@ -9,7 +9,7 @@ use super::{CodecPdClient, Snapshot, TimestampExt, Transaction, TransactionOptio
 use crate::backoff::Backoff;
 use crate::pd::{PdClient, PdRpcClient, Timestamp};
 use crate::proto::kvrpcpb;
-use crate::request::{RoutingState, RoutingStats};
+use crate::request::{EncodeKeyspace, KeyMode, Keyspace, RoutingState, RoutingStats};
 use crate::{BoundRange, Config, Error, Result};
 
 /// How many locks one `ScanLock` request returns at most during GC.
@@ -86,26 +86,43 @@ impl TransactionClient<PdRpcClient> {
     ) -> Result<Self> {
         let endpoints: Vec<String> = pd_endpoints.into_iter().map(Into::into).collect();
         crate::raw::validate_pd_endpoints(&endpoints)?;
-        let rpc = PdRpcClient::connect(&endpoints, &config).await?;
-        Ok(Self::new_with_pd_client(Arc::new(rpc), &config))
+        let rpc = Arc::new(PdRpcClient::connect(&endpoints, &config).await?);
+        let keyspace = match &config.keyspace {
+            None => Keyspace::Disable,
+            Some(name) => crate::raw::load_keyspace(&*rpc, name).await?,
+        };
+        Ok(Self::build(rpc, &config, keyspace))
     }
 }
 
 impl<PdC: PdClient> TransactionClient<PdC> {
     /// A client over any [`PdClient`] (its Regions must be split at
     /// memcomparable-encoded keys, as a transactional cluster's are).
+    /// API v1 (no keyspace); see [`new_with_keyspace`](Self::new_with_keyspace).
     pub fn new_with_pd_client(pd_client: Arc<PdC>, config: &Config) -> Self {
+        Self::build(pd_client, config, Keyspace::Disable)
+    }
+
+    /// A client over any [`PdClient`] whose keys live in `keyspace` (API v2:
+    /// keys carry its transactional prefix on the wire; results come back
+    /// without it).
+    pub fn new_with_keyspace(pd_client: Arc<PdC>, config: &Config, keyspace: Keyspace) -> Self {
+        Self::build(pd_client, config, keyspace)
+    }
+
+    fn build(pd_client: Arc<PdC>, config: &Config, keyspace: Keyspace) -> Self {
         let pd = Arc::new(CodecPdClient::new(pd_client));
         let routing = Arc::new(RoutingState::new(config));
         let resolver = Arc::new(LockResolver::new(
             Arc::clone(&pd),
             Arc::clone(&routing),
             config.region_backoff.clone(),
+            keyspace,
         ));
         TransactionClient {
             shared: Arc::new(TxnShared {
                 pd,
-                keyspace: crate::request::Keyspace::Disable,
+                keyspace,
                 routing,
                 resolver,
                 request_deadline: config.request_deadline,
@@ -161,7 +178,10 @@ impl<PdC: PdClient> TransactionClient<PdC> {
         range: impl Into<BoundRange>,
         batch_size: u32,
     ) -> Result<Vec<kvrpcpb::LockInfo>> {
-        let (start, end) = range.into().into_key_range()?;
+        let range = range
+            .into()
+            .encode_keyspace(self.shared.keyspace, KeyMode::Txn);
+        let (start, end) = range.into_key_range()?;
         self.shared
             .resolver
             .scan_locks(start.into(), end.into(), safepoint.version(), batch_size)
@@ -230,7 +250,10 @@ impl<PdC: PdClient> TransactionClient<PdC> {
     /// Deletes every key in `range` on every store, bypassing MVCC and
     /// Raft (TiKV's `UnsafeDestroyRange`; for dropping whole tables).
     pub async fn unsafe_destroy_range(&self, range: impl Into<BoundRange>) -> Result<()> {
-        let (start, end) = range.into().into_key_range()?;
+        let range = range
+            .into()
+            .encode_keyspace(self.shared.keyspace, KeyMode::Txn);
+        let (start, end) = range.into_key_range()?;
         // Raw keys: TiKV encodes them itself for this request.
         let request = kvrpcpb::UnsafeDestroyRangeRequest {
             start_key: start.into(),
@@ -271,6 +294,11 @@ impl<PdC: PdClient> TransactionClient<PdC> {
     /// heartbeats, lock resolution).
     pub fn stats(&self) -> TransactionStats {
         self.shared.stats()
+    }
+
+    /// The keyspace keys live in ([`Keyspace::Disable`]: API v1).
+    pub fn keyspace(&self) -> Keyspace {
+        self.shared.keyspace
     }
 
     /// What routing has done for this client.

@@ -184,10 +184,17 @@ pub enum ResolvePass {
 
 impl<PdC: PdClient> LockResolver<PdC> {
     /// A resolver over `pd` (a transactional [`CodecPdClient`](super::CodecPdClient)).
-    pub fn new(pd: Arc<PdC>, routing: Arc<RoutingState>, backoff: Backoff) -> Self {
+    /// Its requests carry `keyspace` in their context; lock keys are used
+    /// as TiKV reports them (with the keyspace prefix).
+    pub fn new(
+        pd: Arc<PdC>,
+        routing: Arc<RoutingState>,
+        backoff: Backoff,
+        keyspace: Keyspace,
+    ) -> Self {
         LockResolver {
             pd,
-            keyspace: Keyspace::Disable,
+            keyspace,
             routing,
             backoff,
             in_flight: Mutex::new(HashMap::new()),

@@ -22,11 +22,11 @@ use super::{CodecPdClient, TimestampExt};
 use crate::backoff::Backoff;
 use crate::pd::{PdClient, PdRpcClient, Timestamp};
 use crate::proto::kvrpcpb;
-use crate::request::Keyspace;
 use crate::request::{
     CollectError, CollectSingle, CollectWithShard, Dispatch, HasKeyErrors, KvRequest, Plan,
     PlanBuilder, ResponseWithShard, RoutingState,
 };
+use crate::request::{EncodeKeyspace, KeyMode, Keyspace, TruncateKeyspace};
 use crate::{BoundRange, Error, Key, KvPair, Result, Value};
 
 /// The largest `limit` a transactional scan accepts.
@@ -224,10 +224,22 @@ impl<PdC: PdClient> Transaction<PdC> {
         self.options.is_pessimistic()
     }
 
+    /// The caller's key as it goes on the wire (with the keyspace prefix in
+    /// API v2). The buffer holds wire keys.
+    fn wire_key(&self, key: impl Into<Key>) -> Key {
+        key.into()
+            .encode_keyspace(self.shared.keyspace, KeyMode::Txn)
+    }
+
+    /// A pair as the caller sees it (without the keyspace prefix).
+    fn caller_pair(&self, pair: KvPair) -> KvPair {
+        pair.truncate_keyspace(self.shared.keyspace)
+    }
+
     /// The value of `key`, or `None` when it does not exist.
     pub async fn get(&mut self, key: impl Into<Key>) -> Result<Option<Value>> {
         self.check_allow_operation()?;
-        let key = key.into();
+        let key = self.wire_key(key);
         if let BufferedRead::Known(v) = self.buffer.get(&key) {
             return Ok(v);
         }
@@ -247,7 +259,7 @@ impl<PdC: PdClient> Transaction<PdC> {
         keys: impl IntoIterator<Item = impl Into<Key>>,
     ) -> Result<impl Iterator<Item = KvPair>> {
         self.check_allow_operation()?;
-        let mut keys: Vec<Key> = keys.into_iter().map(Into::into).collect();
+        let mut keys: Vec<Key> = keys.into_iter().map(|k| self.wire_key(k)).collect();
         keys.sort();
         keys.dedup();
         let mut out = Vec::new();
@@ -274,6 +286,7 @@ impl<PdC: PdClient> Transaction<PdC> {
             }
         }
         out.sort_by(|a, b| a.0.cmp(&b.0));
+        let out: Vec<KvPair> = out.into_iter().map(|p| self.caller_pair(p)).collect();
         Ok(out.into_iter())
     }
 
@@ -333,10 +346,15 @@ impl<PdC: PdClient> Transaction<PdC> {
     /// it at commit and read at the start ts.
     pub async fn get_for_update(&mut self, key: impl Into<Key>) -> Result<Option<Value>> {
         self.check_writable()?;
-        let key = key.into();
+        let key = self.wire_key(key);
         if !self.is_pessimistic() {
             self.buffer.lock(key.clone());
-            return self.get(key).await;
+            if let BufferedRead::Known(v) = self.buffer.get(&key) {
+                return Ok(v);
+            }
+            let value = self.fetch_get(key.clone()).await?;
+            self.buffer.cache(key, value.clone());
+            return Ok(value);
         }
         let mut values = self.pessimistic_lock(vec![key.clone()], true).await?;
         let value = values.pop().and_then(|p| p.1);
@@ -356,10 +374,12 @@ impl<PdC: PdClient> Transaction<PdC> {
         let keys: Vec<Key> = keys.into_iter().map(Into::into).collect();
         if !self.is_pessimistic() {
             for key in &keys {
-                self.buffer.lock(key.clone());
+                let wire = self.wire_key(key.clone());
+                self.buffer.lock(wire);
             }
             return Ok(self.batch_get(keys).await?.collect());
         }
+        let keys: Vec<Key> = keys.into_iter().map(|k| self.wire_key(k)).collect();
         let locked = self.pessimistic_lock(keys, true).await?;
         Ok(locked
             .into_iter()
@@ -370,13 +390,14 @@ impl<PdC: PdClient> Transaction<PdC> {
                 };
                 value.map(|v| KvPair(key, v))
             })
+            .map(|p| self.caller_pair(p))
             .collect())
     }
 
     /// Sets `key` to `value`.
     pub async fn put(&mut self, key: impl Into<Key>, value: impl Into<Value>) -> Result<()> {
         self.check_writable()?;
-        let key = key.into();
+        let key = self.wire_key(key);
         if self.is_pessimistic() {
             self.pessimistic_lock(vec![key.clone()], false).await?;
         }
@@ -388,7 +409,7 @@ impl<PdC: PdClient> Transaction<PdC> {
     /// ([`Error::DuplicateKeyInsertion`] when this transaction wrote it).
     pub async fn insert(&mut self, key: impl Into<Key>, value: impl Into<Value>) -> Result<()> {
         self.check_writable()?;
-        let key = key.into();
+        let key = self.wire_key(key);
         if self.is_pessimistic() {
             let mut locked = self.pessimistic_lock(vec![key.clone()], true).await?;
             if self.buffer.written(&key) == BufferedRead::Unknown
@@ -403,7 +424,7 @@ impl<PdC: PdClient> Transaction<PdC> {
     /// Deletes `key`.
     pub async fn delete(&mut self, key: impl Into<Key>) -> Result<()> {
         self.check_writable()?;
-        let key = key.into();
+        let key = self.wire_key(key);
         if self.is_pessimistic() {
             self.pessimistic_lock(vec![key.clone()], false).await?;
         }
@@ -418,7 +439,13 @@ impl<PdC: PdClient> Transaction<PdC> {
         mutations: impl IntoIterator<Item = Mutation>,
     ) -> Result<()> {
         self.check_writable()?;
-        let mutations: Vec<Mutation> = mutations.into_iter().collect();
+        let mutations: Vec<Mutation> = mutations
+            .into_iter()
+            .map(|m| match m {
+                Mutation::Put(k, v) => Mutation::Put(self.wire_key(k), v),
+                Mutation::Delete(k) => Mutation::Delete(self.wire_key(k)),
+            })
+            .collect();
         if self.is_pessimistic() {
             let keys = mutations.iter().map(|m| m.key().clone()).collect();
             self.pessimistic_lock(keys, false).await?;
@@ -439,7 +466,7 @@ impl<PdC: PdClient> Transaction<PdC> {
         keys: impl IntoIterator<Item = impl Into<Key>>,
     ) -> Result<()> {
         self.check_writable()?;
-        let keys: Vec<Key> = keys.into_iter().map(Into::into).collect();
+        let keys: Vec<Key> = keys.into_iter().map(|k| self.wire_key(k)).collect();
         if self.is_pessimistic() {
             self.pessimistic_lock(keys, false).await?;
         } else {
@@ -593,6 +620,7 @@ impl<PdC: PdClient> Transaction<PdC> {
                 "scan limit {limit} exceeds the maximum {MAX_TXN_SCAN_LIMIT}; scan in pages"
             )));
         }
+        let range = range.encode_keyspace(self.shared.keyspace, KeyMode::Txn);
         let (start, end) = range.into_key_range()?;
         if limit == 0 || (!end.is_empty() && start == end) {
             return Ok(Vec::new());
@@ -602,9 +630,10 @@ impl<PdC: PdClient> Transaction<PdC> {
         let fetched = self
             .fetch_scan(start.as_bytes(), end.as_bytes(), fetch_limit, reverse)
             .await?;
-        Ok(self
+        let merged = self
             .buffer
-            .merge_scan(fetched, &start, &end, limit, reverse))
+            .merge_scan(fetched, &start, &end, limit, reverse);
+        Ok(merged.into_iter().map(|p| self.caller_pair(p)).collect())
     }
 
     async fn fetch_scan(
