@@ -1,7 +1,7 @@
 //! # tikv-plan
 //!
-//! A TiKV raw-KV client whose request plan routes **leader-first with voter
-//! fallback**: each request goes to the Region's cached leader first and,
+//! A TiKV client (raw KV and transactions) whose request plan routes
+//! **leader-first with voter fallback**: each request goes to the Region's cached leader first and,
 //! when that leader is unreachable or stuck, to the Region's other voters one
 //! at a time, always as a leader request (never a follower read). Successful
 //! fallbacks heal the shared leader cache for every later request.
