@@ -78,27 +78,33 @@ where
     async fn execute(&self) -> Result<Self::Result> {
         let started = Instant::now();
         let mut poll = FIRST_LOCK_POLL;
+        let mut resolved_before = false;
         loop {
             let mut result = self.inner.execute().await?;
             let locks = result.take_locks();
             if locks.is_empty() {
                 return Ok(result);
             }
-            match self
+            let (sleep, alive) = match self
                 .resolver
-                .resolve_locks(locks, self.caller_start_ts)
+                .resolve_locks(locks.clone(), self.caller_start_ts)
                 .await?
             {
-                ResolvePass::Done => poll = FIRST_LOCK_POLL,
-                ResolvePass::Wait(expires_in, alive) => {
-                    let sleep = expires_in.min(poll);
-                    if started.elapsed() + sleep > self.deadline {
-                        return Err(Error::ResolveLockError(alive));
-                    }
-                    tokio::time::sleep(sleep).await;
-                    poll = (poll * 2).min(MAX_LOCK_POLL);
+                // Resolved: re-run at once, unless locks came back right
+                // after a resolution (a store that still reports them);
+                // then poll like a live lock instead of spinning.
+                ResolvePass::Done if !resolved_before => {
+                    resolved_before = true;
+                    continue;
                 }
+                ResolvePass::Done => (poll, locks),
+                ResolvePass::Wait(expires_in, alive) => (expires_in.min(poll), alive),
+            };
+            if started.elapsed() + sleep > self.deadline {
+                return Err(Error::ResolveLockError(alive));
             }
+            tokio::time::sleep(sleep).await;
+            poll = (poll * 2).min(MAX_LOCK_POLL);
         }
     }
 }
