@@ -183,6 +183,7 @@
 //! commands documented in [`control`]. `SIM.md` shows a shell session.
 
 mod cluster;
+pub mod chaos;
 pub mod codec;
 pub mod control;
 mod counters;
