@@ -102,6 +102,8 @@ pub struct CheckReport {
     pub keys: usize,
     /// Per-key operations the search had to place, over all keys.
     pub placed_ops: usize,
+    /// Search states visited, over all keys.
+    pub search_states: usize,
     /// Keys whose history is not linearizable.
     pub non_linearizable: Vec<KeyViolation>,
     /// Keys whose search ran out of states (neither proved nor refuted).
@@ -399,7 +401,9 @@ pub fn check_history(
         }
         let search = Search::new(events);
         report.placed_ops += search.fin.len();
-        match search.run(options.max_states_per_key) {
+        let (verdict, states) = search.run(options.max_states_per_key);
+        report.search_states += states;
+        match verdict {
             Verdict::Linearizable => {}
             Verdict::Undecided => report.undecided.push(key.clone()),
             Verdict::NotLinearizable {
@@ -561,6 +565,7 @@ struct Undo {
     target: Target,
     value: u32,
     first_open: usize,
+    first_free: usize,
 }
 
 struct Frame {
@@ -684,10 +689,11 @@ impl Search {
         }
     }
 
-    fn run(&self, budget: usize) -> Verdict {
+    /// The verdict and the number of states visited.
+    fn run(&self, budget: usize) -> (Verdict, usize) {
         let n = self.fin.len();
         if n == 0 {
-            return Verdict::Linearizable;
+            return (Verdict::Linearizable, 0);
         }
         let mut state = State {
             done_fin: vec![false; n],
@@ -695,6 +701,7 @@ impl Search {
             used_deletes: 0,
             value: ABSENT,
             first_open: 0,
+            first_free: 0,
             hash: 0,
             placed: 0,
         };
@@ -717,14 +724,14 @@ impl Search {
             top.next += 1;
             let undo = self.apply(&mut state, step);
             if state.first_open >= n {
-                return Verdict::Linearizable;
+                return (Verdict::Linearizable, visited.len());
             }
             if !visited.insert(state.key()) {
                 self.revert(&mut state, undo);
                 continue;
             }
             if visited.len() > budget {
-                return Verdict::Undecided;
+                return (Verdict::Undecided, visited.len());
             }
             if state.placed > deepest.0 {
                 deepest = (state.placed, self.open_ops(&state), state.value);
@@ -735,11 +742,12 @@ impl Search {
                 undo: Some(undo),
             });
         }
-        Verdict::NotLinearizable {
+        let verdict = Verdict::NotLinearizable {
             placed: deepest.0,
             stuck_at: deepest.1,
             value_then: deepest.2,
-        }
+        };
+        (verdict, visited.len())
     }
 
     /// The bounded operations that may be placed next, and the earliest
@@ -772,17 +780,36 @@ impl Search {
 
     fn steps(&self, state: &State) -> Vec<Step> {
         let (open, horizon) = self.window(state);
+        // A pending read that fits the current value goes first, alone:
+        // it changes nothing, and any order that places it later stays
+        // valid with it moved here (it is already minimal).
+        for i in &open {
+            let e = &self.fin[*i];
+            let fits = match e.action {
+                Action::Read(v) => v == state.value,
+                Action::CasFail { expected, seen } => {
+                    seen == state.value && expected != state.value
+                }
+                _ => false,
+            };
+            if fits && !e.optional {
+                return vec![Step {
+                    target: Target::Bounded(*i),
+                    value_after: state.value,
+                }];
+            }
+        }
         let mut steps = Vec::new();
         let mut values = Vec::new();
-        for i in open {
+        for i in &open {
             values.clear();
-            Search::bounded_steps(&self.fin[i], state.value, &mut values);
+            Search::bounded_steps(&self.fin[*i], state.value, &mut values);
             steps.extend(values.iter().map(|v| Step {
-                target: Target::Bounded(i),
+                target: Target::Bounded(*i),
                 value_after: *v,
             }));
         }
-        for (j, e) in self.free.iter().enumerate() {
+        for (j, e) in self.free.iter().enumerate().skip(state.first_free) {
             if e.invoke > horizon {
                 break;
             }
@@ -815,6 +842,7 @@ impl Search {
             target: step.target,
             value: state.value,
             first_open: state.first_open,
+            first_free: state.first_free,
         };
         match step.target {
             Target::Bounded(i) => {
@@ -828,6 +856,9 @@ impl Search {
             Target::Free(j) => {
                 state.done_free[j] = true;
                 state.hash ^= self.free_keys[j];
+                while state.first_free < self.free.len() && state.done_free[state.first_free] {
+                    state.first_free += 1;
+                }
             }
             Target::Delete => state.used_deletes += 1,
         }
@@ -850,6 +881,7 @@ impl Search {
         }
         state.value = undo.value;
         state.first_open = undo.first_open;
+        state.first_free = undo.first_free;
     }
 }
 
@@ -859,7 +891,10 @@ struct State {
     done_free: Vec<bool>,
     used_deletes: usize,
     value: u32,
+    /// No bounded operation before this index is pending.
     first_open: usize,
+    /// No free operation before this index is pending.
+    first_free: usize,
     /// Zobrist hash of the placed operations.
     hash: u128,
     placed: usize,

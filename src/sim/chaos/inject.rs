@@ -194,6 +194,9 @@ pub struct Injector {
     counts: BTreeMap<FaultKind, u64>,
     active: Vec<(Instant, Heal)>,
     splits: usize,
+    /// Kinds not applied yet: tried first, in turn, so a short run still
+    /// applies every kind.
+    untried: std::collections::VecDeque<FaultKind>,
 }
 
 impl Injector {
@@ -201,6 +204,12 @@ impl Injector {
     pub fn new(config: InjectorConfig) -> Self {
         Injector {
             rng: fastrand::Rng::with_seed(config.seed),
+            untried: config
+                .kinds
+                .iter()
+                .filter(|(_, w)| *w > 0)
+                .map(|(k, _)| *k)
+                .collect(),
             config,
             counts: BTreeMap::new(),
             active: Vec::new(),
@@ -292,6 +301,11 @@ impl Injector {
     }
 
     fn pick_kind(&mut self) -> Option<FaultKind> {
+        if let Some(kind) = self.untried.pop_front() {
+            // Back of the queue until it is applied once.
+            self.untried.push_back(kind);
+            return Some(kind);
+        }
         let total: u64 = self.config.kinds.iter().map(|(_, w)| u64::from(*w)).sum();
         if total == 0 {
             return None;
@@ -486,6 +500,7 @@ impl Injector {
         };
         if applied {
             *self.counts.entry(kind).or_insert(0) += 1;
+            self.untried.retain(|k| *k != kind);
         }
     }
 }
