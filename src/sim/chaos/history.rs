@@ -180,6 +180,99 @@ pub struct OpRecord {
     pub result: OpResult,
 }
 
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+fn pairs_text(pairs: &[(Vec<u8>, Vec<u8>)]) -> String {
+    let parts: Vec<String> = pairs
+        .iter()
+        .map(|(k, v)| format!("{}={}", text(k), text(v)))
+        .collect();
+    format!("[{}]", parts.join(" "))
+}
+
+fn keys_text(keys: &[Vec<u8>]) -> String {
+    let parts: Vec<String> = keys.iter().map(|k| text(k)).collect();
+    format!("[{}]", parts.join(" "))
+}
+
+impl std::fmt::Display for OpKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            OpKind::Get { key } => write!(f, "get {}", text(key)),
+            OpKind::BatchGet { keys } => write!(f, "batch_get {}", keys_text(keys)),
+            OpKind::Scan { start, end, limit } => {
+                write!(f, "scan {}..{} limit {limit}", text(start), text(end))
+            }
+            OpKind::Put { key, value } => write!(f, "put {}={}", text(key), text(value)),
+            OpKind::BatchPut { pairs } => write!(f, "batch_put {}", pairs_text(pairs)),
+            OpKind::Delete { key } => write!(f, "delete {}", text(key)),
+            OpKind::BatchDelete { keys } => write!(f, "batch_delete {}", keys_text(keys)),
+            OpKind::DeleteRange { start, end } => {
+                write!(f, "delete_range {}..{}", text(start), text(end))
+            }
+            OpKind::Cas { key, expected, new } => write!(
+                f,
+                "cas {} {}->{}",
+                text(key),
+                expected.as_deref().map_or_else(|| "(absent)".to_owned(), text),
+                text(new)
+            ),
+        }
+    }
+}
+
+impl std::fmt::Display for OpResult {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            OpResult::Done => f.write_str("ok"),
+            OpResult::Value(v) => match v {
+                Some(v) => f.write_str(&text(v)),
+                None => f.write_str("(absent)"),
+            },
+            OpResult::Pairs(pairs) => f.write_str(&pairs_text(pairs)),
+            OpResult::Cas { previous, swapped } => write!(
+                f,
+                "{} (was {})",
+                if *swapped { "swapped" } else { "not swapped" },
+                previous.as_deref().map_or_else(|| "(absent)".to_owned(), text)
+            ),
+            OpResult::Failed {
+                undetermined,
+                message,
+            } => write!(
+                f,
+                "{}: {message}",
+                if *undetermined {
+                    "UNDETERMINED"
+                } else {
+                    "failed"
+                }
+            ),
+            OpResult::Abandoned => f.write_str("abandoned (no answer)"),
+        }
+    }
+}
+
+impl std::fmt::Display for OpRecord {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let task = if self.task == FINAL_READER {
+            "final".to_owned()
+        } else {
+            format!("t{}", self.task)
+        };
+        let complete = self
+            .complete
+            .map_or_else(|| "never".to_owned(), |c| c.to_string());
+        write!(
+            f,
+            "#{} {task} [{}..{}µs] {} -> {}",
+            self.id, self.invoke, complete, self.kind, self.result
+        )
+    }
+}
+
 /// The task number of the reads made after every fault is healed.
 pub const FINAL_READER: usize = usize::MAX;
 

@@ -190,7 +190,7 @@ impl ChaosReport {
         let record = |id: usize| -> String {
             self.history
                 .get(id)
-                .map(|r| format!("{r:?}"))
+                .map(|r| r.to_string())
                 .unwrap_or_else(|| format!("#{id}?"))
         };
         for v in &self.check.non_linearizable {
