@@ -43,7 +43,9 @@ async fn main() {
             "--hot-keys" => config.hot_keys = parse(&arg, args.next()),
             "--at-least-once" => config.at_least_once_writes = true,
             other => {
-                eprintln!("unknown option {other}; see the comment at the top of examples/chaos.rs");
+                eprintln!(
+                    "unknown option {other}; see the comment at the top of examples/chaos.rs"
+                );
                 std::process::exit(2);
             }
         }

@@ -70,7 +70,14 @@ impl H {
         self.op(FINAL_READER, t.0, t.1, kind, OpResult::Value(seen.map(b)));
     }
 
-    fn cas(&mut self, t: (u64, u64), key: &str, expected: Option<&str>, new: &str, result: OpResult) {
+    fn cas(
+        &mut self,
+        t: (u64, u64),
+        key: &str,
+        expected: Option<&str>,
+        new: &str,
+        result: OpResult,
+    ) {
         let kind = OpKind::Cas {
             key: b(key),
             expected: expected.map(b),
@@ -136,7 +143,10 @@ fn checker_rejects_a_value_from_the_dead() {
     let report = assert_not_linearizable(&h, WriteMode::AtMostOnce);
     assert_eq!(report.non_linearizable[0].key, b("k0"));
     // The read that returned the old value is what cannot be placed.
-    assert!(report.non_linearizable[0].stuck_at.contains(&2), "{report:#?}");
+    assert!(
+        report.non_linearizable[0].stuck_at.contains(&2),
+        "{report:#?}"
+    );
 }
 
 #[test]
@@ -366,7 +376,13 @@ fn checker_handles_long_concurrent_histories_quickly() {
             _ => {
                 let v = format!("v{i}");
                 let previous = value.clone();
-                h.cas((inv, ret), "k0", previous.as_deref(), &v, swapped(previous.as_deref()));
+                h.cas(
+                    (inv, ret),
+                    "k0",
+                    previous.as_deref(),
+                    &v,
+                    swapped(previous.as_deref()),
+                );
                 value = Some(v);
             }
         }
@@ -378,7 +394,10 @@ fn checker_handles_long_concurrent_histories_quickly() {
         max_states_per_key: 50 * h.records.len(),
     };
     let report = check_history(&h.records, &keys, &options);
-    println!("{} states for {} operations", report.search_states, report.placed_ops);
+    println!(
+        "{} states for {} operations",
+        report.search_states, report.placed_ops
+    );
     assert!(report.is_clean(), "{report:#?}");
 }
 
@@ -397,9 +416,18 @@ async fn a_short_seeded_chaos_run_is_linearizable() {
     .await
     .unwrap();
     println!("{}", report.summary());
-    assert!(report.is_clean(), "{}\n{}", report.describe_violations(), report.summary());
+    assert!(
+        report.is_clean(),
+        "{}\n{}",
+        report.describe_violations(),
+        report.summary()
+    );
     for kind in FaultKind::ALL {
-        assert!(report.faults.get(&kind).copied().unwrap_or(0) > 0, "{kind} never applied: {}", report.summary());
+        assert!(
+            report.faults.get(&kind).copied().unwrap_or(0) > 0,
+            "{kind} never applied: {}",
+            report.summary()
+        );
     }
     assert!(report.drops_fired > 0, "{}", report.summary());
     assert!(report.ops > 200, "{}", report.summary());

@@ -182,8 +182,8 @@
 //! `127.0.0.1:0`, announced on stderr as `control=ADDR`) takes the text
 //! commands documented in [`control`]. `SIM.md` shows a shell session.
 
-mod cluster;
 pub mod chaos;
+mod cluster;
 pub mod codec;
 pub mod control;
 mod counters;

@@ -433,7 +433,11 @@ fn lost_write(
 ) -> Option<LostWrite> {
     let final_read = events
         .iter()
-        .filter(|e| records.get(e.record).is_some_and(|r| r.task == FINAL_READER))
+        .filter(|e| {
+            records
+                .get(e.record)
+                .is_some_and(|r| r.task == FINAL_READER)
+        })
         .filter_map(|e| match e.action {
             Action::Read(v) => Some((e, v)),
             _ => None,
@@ -444,9 +448,9 @@ fn lost_write(
         .iter()
         .filter(|e| !e.optional && e.action.written().is_some() && e.ret < read.invoke);
     let lost = if value != ABSENT {
-        let writer = events
-            .iter()
-            .find(|e| e.action.written() == Some(value) && !matches!(e.action, Action::CasFail { .. }));
+        let writer = events.iter().find(|e| {
+            e.action.written() == Some(value) && !matches!(e.action, Action::CasFail { .. })
+        });
         match writer {
             // A value nobody wrote: every acknowledged write is lost.
             None => acknowledged.max_by_key(|e| e.ret),

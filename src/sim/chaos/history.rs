@@ -216,7 +216,9 @@ impl std::fmt::Display for OpKind {
                 f,
                 "cas {} {}->{}",
                 text(key),
-                expected.as_deref().map_or_else(|| "(absent)".to_owned(), text),
+                expected
+                    .as_deref()
+                    .map_or_else(|| "(absent)".to_owned(), text),
                 text(new)
             ),
         }
@@ -236,7 +238,9 @@ impl std::fmt::Display for OpResult {
                 f,
                 "{} (was {})",
                 if *swapped { "swapped" } else { "not swapped" },
-                previous.as_deref().map_or_else(|| "(absent)".to_owned(), text)
+                previous
+                    .as_deref()
+                    .map_or_else(|| "(absent)".to_owned(), text)
             ),
             OpResult::Failed {
                 undetermined,

@@ -464,10 +464,7 @@ impl Injector {
             }
             FaultKind::PdMemberDown => {
                 let members = cluster.pd_endpoints().len();
-                let any_down = self
-                    .active
-                    .iter()
-                    .any(|(_, h)| matches!(h, Heal::PdUp(_)));
+                let any_down = self.active.iter().any(|(_, h)| matches!(h, Heal::PdUp(_)));
                 if members < 2 || any_down {
                     false
                 } else {
