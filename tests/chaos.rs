@@ -431,6 +431,24 @@ async fn a_short_seeded_chaos_run_is_linearizable() {
     }
     assert!(report.drops_fired > 0, "{}", report.summary());
     assert!(report.ops > 200, "{}", report.summary());
+    // Every operation kind succeeded at least once.
+    for name in [
+        "get",
+        "batch_get",
+        "scan",
+        "put",
+        "batch_put",
+        "delete",
+        "batch_delete",
+        "delete_range",
+        "cas",
+    ] {
+        assert!(
+            report.ops_by_kind.get(&(name, true)).copied().unwrap_or(0) > 0,
+            "no {name} succeeded: {:?}",
+            report.ops_by_kind
+        );
+    }
 }
 
 /// With at-least-once writes, a write whose response was dropped is sent

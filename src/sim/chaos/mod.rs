@@ -239,7 +239,11 @@ pub fn key_set(keys: usize) -> Vec<Vec<u8>> {
 /// One workload client and the bound of its operations.
 #[derive(Clone)]
 struct TaskClient {
+    /// In atomic mode, for everything but range deletes.
     client: RawClient,
+    /// The same client (shared connections and caches) without atomic
+    /// mode: TiKV cannot delete a range atomically.
+    plain: RawClient,
     /// The request deadline plus one RPC timeout plus a second.
     bound: Duration,
 }
@@ -276,10 +280,13 @@ pub async fn run(config: ChaosConfig) -> Result<ChaosReport> {
         let cluster = Arc::clone(&cluster);
         async move {
             let bound = config.request_deadline + config.timeout + Duration::from_secs(1);
-            let client = RawClient::new_with_config(cluster.pd_endpoints(), config)
-                .await?
-                .with_atomic_for_cas();
-            Ok::<_, crate::Error>(TaskClient { client, bound })
+            let plain = RawClient::new_with_config(cluster.pd_endpoints(), config).await?;
+            let client = plain.with_atomic_for_cas();
+            Ok::<_, crate::Error>(TaskClient {
+                client,
+                plain,
+                bound,
+            })
         }
     };
     let shared_default = connect(base.clone()).await?;
@@ -472,7 +479,11 @@ impl Worker {
             // Generous: an operation past `bound` is already a failure;
             // this only keeps a stuck one from stalling the run.
             let give_up = bound * 2 + Duration::from_secs(5);
-            let call = perform(self.client.client.clone(), kind.clone());
+            let client = match kind {
+                OpKind::DeleteRange { .. } => self.client.plain.clone(),
+                _ => self.client.client.clone(),
+            };
+            let call = perform(client, kind.clone());
             let result = match tokio::time::timeout(give_up, call).await {
                 Ok(result) => result,
                 Err(_) => OpResult::Abandoned,
