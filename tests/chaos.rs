@@ -268,6 +268,28 @@ fn an_undetermined_write_may_land_late_or_never() {
 }
 
 #[test]
+fn unknown_outcomes_chain_through_an_unknown_compare_and_swap() {
+    // a may have landed, then the swap from a to c: c is explained.
+    let mut h = H::default();
+    h.put_failed((0, 10), "k0", "a", true);
+    h.cas((20, 30), "k0", Some("a"), "c", undetermined());
+    h.get((40, 50), "k0", Some("c"));
+    assert_clean(&h, WriteMode::AtMostOnce);
+    // Without a there is nothing for the swap to swap.
+    let mut h = H::default();
+    h.cas((20, 30), "k0", Some("a"), "c", undetermined());
+    h.get((40, 50), "k0", Some("c"));
+    assert_not_linearizable(&h, WriteMode::AtMostOnce);
+    // A late write is late once: b cannot come back after a replaced it.
+    let mut h = H::default();
+    h.put_failed((0, 10), "k0", "a", true);
+    h.put((20, 30), "k0", "b");
+    h.get((40, 50), "k0", Some("a"));
+    h.get((60, 70), "k0", Some("b"));
+    assert_not_linearizable(&h, WriteMode::AtMostOnce);
+}
+
+#[test]
 fn a_definitely_failed_write_must_not_appear_unless_writes_are_at_least_once() {
     let mut h = H::default();
     h.put_failed((0, 10), "k0", "a", false);

@@ -134,6 +134,8 @@ impl CheckReport {
 
 /// The absent value.
 const ABSENT: u32 = 0;
+/// Every value no operation observes (in the search only).
+const UNSEEN: u32 = u32::MAX;
 /// A return time that never comes.
 const NEVER: u64 = u64::MAX;
 
@@ -208,6 +210,9 @@ impl Values {
     fn bytes(&self, id: u32) -> Option<Vec<u8>> {
         if id == ABSENT {
             return None;
+        }
+        if id == UNSEEN {
+            return Some(b"(a value nobody read)".to_vec());
         }
         self.bytes.get(id as usize - 1).cloned()
     }
@@ -606,11 +611,26 @@ fn mix128(tag: u64, i: u64) -> u128 {
 
 impl Search {
     fn new(events: &[Event]) -> Self {
-        let observed: HashSet<u32> = events
+        let mut observed: HashSet<u32> = events
             .iter()
             .filter(|e| !e.optional)
             .filter_map(|e| e.action.observed())
             .collect();
+        // An unknown swap whose new value is observed may need its expected
+        // value in place first: that value counts as observed too.
+        loop {
+            let before = observed.len();
+            for e in events.iter().filter(|e| e.optional) {
+                if let Action::CasMaybe { expected, new } = e.action {
+                    if observed.contains(&new) {
+                        observed.insert(expected);
+                    }
+                }
+            }
+            if observed.len() == before {
+                break;
+            }
+        }
         let mut fin = Vec::new();
         let mut free = Vec::new();
         let mut deletes = Vec::new();
@@ -623,16 +643,34 @@ impl Search {
                     }
                 }
             }
+            let mut e = *e;
+            // Values nobody observes are all alike to the rest of the
+            // history: one id for them all lets the memo merge states that
+            // differ only in which unseen value the register holds.
+            let unseen = |v: u32| v != ABSENT && !observed.contains(&v);
+            e.action = match e.action {
+                Action::Write(v) if unseen(v) => Action::Write(UNSEEN),
+                Action::CasSwap {
+                    expected,
+                    seen,
+                    new,
+                } if unseen(new) => Action::CasSwap {
+                    expected,
+                    seen,
+                    new: UNSEEN,
+                },
+                other => other,
+            };
             if e.ret != NEVER {
-                fin.push(*e);
+                fin.push(e);
             } else if !e.optional {
                 // Required but never returned: cannot happen for a recorded
                 // success; place it like any other.
-                fin.push(*e);
+                fin.push(e);
             } else if e.action == Action::Write(ABSENT) {
                 deletes.push(e.invoke);
             } else {
-                free.push(*e);
+                free.push(e);
             }
         }
         fin.sort_by_key(|e| (e.invoke, e.record));
@@ -803,6 +841,23 @@ impl Search {
                 }];
             }
         }
+        // An unknown-outcome write is only worth placing right before an
+        // operation that observes its value: in any valid order, what
+        // follows it is such an observer (its value is unique; anything else
+        // would overwrite it unseen), so it can be moved there. Likewise an
+        // unknown delete, before an observer of absence.
+        let mut wanted: Vec<u32> = open
+            .iter()
+            .filter_map(|i| self.fin[*i].action.observed())
+            .collect();
+        for (j, e) in self.free.iter().enumerate().skip(state.first_free) {
+            if e.invoke > horizon {
+                break;
+            }
+            if let (false, Action::CasMaybe { expected, .. }) = (state.done_free[j], e.action) {
+                wanted.push(expected);
+            }
+        }
         let mut steps = Vec::new();
         let mut values = Vec::new();
         for i in &open {
@@ -820,7 +875,7 @@ impl Search {
             if state.done_free[j] {
                 continue;
             }
-            if let Some(v) = Search::free_step(e, state.value) {
+            if let Some(v) = Search::free_step(e, state.value).filter(|v| wanted.contains(v)) {
                 steps.push(Step {
                     target: Target::Free(j),
                     value_after: v,
@@ -828,6 +883,7 @@ impl Search {
             }
         }
         if state.value != ABSENT
+            && wanted.contains(&ABSENT)
             && self
                 .deletes
                 .get(state.used_deletes)
