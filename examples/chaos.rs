@@ -8,7 +8,9 @@
 //!
 //! Options: `--seed N`, `--seconds N`, `--tasks N`, `--keys N`,
 //! `--hot-keys N`, `--at-least-once` (clients re-send writes; expect
-//! violations). The last line of output is the counts; the exit status is
+//! violations), `--max-states N` (the checker's search budget per key; a
+//! key that needs more is reported undecided), `--dump FILE` (the history
+//! of every key that is not clean, one operation a line). The last line of output is the counts; the exit status is
 //! 1 when anything is wrong.
 
 use std::time::{Duration, Instant};
@@ -33,6 +35,7 @@ async fn main() {
         duration: Duration::from_secs(60),
         ..ChaosConfig::default()
     };
+    let mut dump: Option<String> = None;
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
         match arg.as_str() {
@@ -42,6 +45,8 @@ async fn main() {
             "--keys" => config.keys = parse(&arg, args.next()),
             "--hot-keys" => config.hot_keys = parse(&arg, args.next()),
             "--at-least-once" => config.at_least_once_writes = true,
+            "--max-states" => config.check.max_states_per_key = parse(&arg, args.next()),
+            "--dump" => dump = args.next(),
             other => {
                 eprintln!(
                     "unknown option {other}; see the comment at the top of examples/chaos.rs"
@@ -74,12 +79,28 @@ async fn main() {
         println!("  {name:>12} {:<6} {n}", if *ok { "ok" } else { "failed" });
     }
     println!(
-        "  checked {} keys, {} per-key operations placed; took {:?} in all",
+        "  checked {} keys, {} per-key operations placed, {} search states; took {:?} in all",
         report.check.keys,
         report.check.placed_ops,
+        report.check.search_states,
         started.elapsed()
     );
     print!("{}", report.describe_violations());
+    if let Some(path) = dump {
+        // The history of every key that is not clean, one record a line.
+        let mut bad: Vec<&Vec<u8>> = report.check.undecided.iter().collect();
+        bad.extend(report.check.non_linearizable.iter().map(|v| &v.key));
+        let mut text = String::new();
+        for key in bad {
+            text.push_str(&format!("== key {}\n", String::from_utf8_lossy(key)));
+            for record in report.history.iter().filter(|r| r.kind.touches(key)) {
+                text.push_str(&format!("{record}\n"));
+            }
+        }
+        if let Err(e) = std::fs::write(&path, text) {
+            eprintln!("could not write {path}: {e}");
+        }
+    }
     println!("{}", report.summary());
     if !report.is_clean() {
         std::process::exit(1);

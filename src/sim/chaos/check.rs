@@ -688,7 +688,8 @@ impl Search {
     }
 
     /// The values a bounded operation may leave when placed now.
-    fn bounded_steps(e: &Event, value: u32, out: &mut Vec<u32>) {
+    /// `may_skip`: an optional one may be dropped now.
+    fn bounded_steps(e: &Event, value: u32, may_skip: bool, out: &mut Vec<u32>) {
         match e.action {
             Action::Write(v) => out.push(v),
             Action::Read(v) => {
@@ -716,7 +717,7 @@ impl Search {
                 }
             }
         }
-        if e.optional && !out.contains(&value) {
+        if may_skip && e.optional && !out.contains(&value) {
             out.push(value); // Skipped: no effect.
         }
     }
@@ -862,7 +863,11 @@ impl Search {
         let mut values = Vec::new();
         for i in &open {
             values.clear();
-            Search::bounded_steps(&self.fin[*i], state.value, &mut values);
+            // Dropping an optional operation changes nothing, so it is
+            // dropped as late as possible: when its return is what holds the
+            // others back.
+            let e = &self.fin[*i];
+            Search::bounded_steps(e, state.value, e.ret == horizon, &mut values);
             steps.extend(values.iter().map(|v| Step {
                 target: Target::Bounded(*i),
                 value_after: *v,

@@ -87,6 +87,25 @@ impl OpKind {
         )
     }
 
+    /// True when the operation reads or writes `key` (a scan or a range
+    /// delete: when `key` is in its range).
+    pub fn touches(&self, key: &[u8]) -> bool {
+        let in_range = |start: &[u8], end: &[u8]| key >= start && (end.is_empty() || key < end);
+        match self {
+            OpKind::Get { key: k }
+            | OpKind::Put { key: k, .. }
+            | OpKind::Delete { key: k }
+            | OpKind::Cas { key: k, .. } => k.as_slice() == key,
+            OpKind::BatchGet { keys } | OpKind::BatchDelete { keys } => {
+                keys.iter().any(|k| k.as_slice() == key)
+            }
+            OpKind::BatchPut { pairs } => pairs.iter().any(|(k, _)| k.as_slice() == key),
+            OpKind::Scan { start, end, .. } | OpKind::DeleteRange { start, end } => {
+                in_range(start, end)
+            }
+        }
+    }
+
     /// A short name: `get`, `batch_get`, `scan`, `put`, `batch_put`,
     /// `delete`, `batch_delete`, `delete_range`, `cas`.
     pub fn name(&self) -> &'static str {
