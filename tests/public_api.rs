@@ -1,0 +1,653 @@
+//! The public API, item by item, checked against `tests/public-api.txt`, so a
+//! change to what users can name is always deliberate.
+//!
+//! The lister parses the crate's sources with `syn` and walks the module tree
+//! from `src/lib.rs`: an item is public when it is `pub` and every module on
+//! its path is `pub`, or when a public module re-exports it with `pub use`.
+//! For each public type it lists the public fields, enum variants, inherent
+//! methods and the traits implemented for it; for each trait its items.
+//! Generated protobuf modules (`proto::*`) are listed by name only: their
+//! shape is the `.proto` files', checked by `tests/wire.rs`.
+//!
+//! When the API changes on purpose, regenerate the list and commit it:
+//!
+//! ```text
+//! UPDATE_PUBLIC_API=1 cargo test --all-features --test public_api
+//! ```
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+use quote::ToTokens;
+use syn::{Attribute, Item, UseTree, Visibility};
+
+/// One parsed module of the crate.
+struct Module {
+    /// `crate::a::b` as segments (empty for the crate root).
+    path: Vec<String>,
+    /// Declared `pub` and every parent public.
+    reachable: bool,
+    /// Features this module is gated on (`#[cfg(feature = "..")]`).
+    features: Vec<String>,
+    items: Vec<Item>,
+    /// Opaque (generated code included from `OUT_DIR`).
+    generated: bool,
+}
+
+fn is_pub(vis: &Visibility) -> bool {
+    matches!(vis, Visibility::Public(_))
+}
+
+fn features_of(attrs: &[Attribute]) -> Vec<String> {
+    let mut features = Vec::new();
+    for attr in attrs.iter().filter(|a| a.path().is_ident("cfg")) {
+        let text = attr.meta.to_token_stream().to_string();
+        let mut rest = text.as_str();
+        while let Some(at) = rest.find("feature = \"") {
+            rest = &rest[at + "feature = \"".len()..];
+            if let Some(end) = rest.find('"') {
+                features.push(rest[..end].to_owned());
+                rest = &rest[end..];
+            }
+        }
+    }
+    features
+}
+
+fn is_test_cfg(attrs: &[Attribute]) -> bool {
+    attrs.iter().any(|a| {
+        a.path().is_ident("cfg") && {
+            let text = a.meta.to_token_stream().to_string();
+            text == "cfg (test)" || text.contains("cfg (test")
+        }
+    })
+}
+
+fn has_attr(attrs: &[Attribute], name: &str) -> bool {
+    attrs.iter().any(|a| a.path().is_ident(name))
+}
+
+/// The file holding `mod name;` declared in a module whose own file is
+/// `file` (a `mod.rs`/`lib.rs` owns its directory, `x.rs` owns `x/`).
+fn module_file(file: &Path, name: &str, path_attr: Option<String>) -> PathBuf {
+    let parent = file.parent().unwrap_or(Path::new("."));
+    let stem = file.file_stem().and_then(|s| s.to_str()).unwrap_or("");
+    let dir = if stem == "mod" || stem == "lib" {
+        parent.to_path_buf()
+    } else {
+        parent.join(stem)
+    };
+    if let Some(explicit) = path_attr {
+        return parent.join(explicit);
+    }
+    let flat = dir.join(format!("{name}.rs"));
+    if flat.exists() {
+        flat
+    } else {
+        dir.join(name).join("mod.rs")
+    }
+}
+
+fn path_attr(attrs: &[Attribute]) -> Option<String> {
+    attrs
+        .iter()
+        .find(|a| a.path().is_ident("path"))
+        .and_then(|a| {
+            if let syn::Meta::NameValue(nv) = &a.meta {
+                if let syn::Expr::Lit(syn::ExprLit {
+                    lit: syn::Lit::Str(s),
+                    ..
+                }) = &nv.value
+                {
+                    return Some(s.value());
+                }
+            }
+            None
+        })
+}
+
+fn load(
+    file: &Path,
+    items: Vec<Item>,
+    path: Vec<String>,
+    reachable: bool,
+    features: Vec<String>,
+    out: &mut Vec<Module>,
+) {
+    let mut own = Vec::new();
+    for item in items {
+        if let Item::Mod(m) = &item {
+            if is_test_cfg(&m.attrs) {
+                continue;
+            }
+            let mut child_path = path.clone();
+            child_path.push(m.ident.to_string());
+            let mut child_features = features.clone();
+            child_features.extend(features_of(&m.attrs));
+            let child_reachable = reachable && is_pub(&m.vis);
+            match &m.content {
+                Some((_, inline)) => {
+                    let generated = inline
+                        .iter()
+                        .any(|i| matches!(i, Item::Macro(mac) if mac.mac.path.is_ident("include")));
+                    if generated {
+                        out.push(Module {
+                            path: child_path,
+                            reachable: child_reachable,
+                            features: child_features,
+                            items: Vec::new(),
+                            generated: true,
+                        });
+                    } else {
+                        // An inline module's children live beside the file.
+                        load(
+                            file,
+                            inline.clone(),
+                            child_path,
+                            child_reachable,
+                            child_features,
+                            out,
+                        );
+                    }
+                }
+                None => {
+                    let child_file = module_file(file, &m.ident.to_string(), path_attr(&m.attrs));
+                    let text = std::fs::read_to_string(&child_file)
+                        .unwrap_or_else(|e| panic!("reading {}: {e}", child_file.display()));
+                    let parsed = syn::parse_file(&text)
+                        .unwrap_or_else(|e| panic!("parsing {}: {e}", child_file.display()));
+                    load(
+                        &child_file,
+                        parsed.items,
+                        child_path,
+                        child_reachable,
+                        child_features,
+                        out,
+                    );
+                }
+            }
+        }
+        own.push(item);
+    }
+    out.push(Module {
+        path,
+        reachable,
+        features,
+        items: own,
+        generated: false,
+    });
+}
+
+fn join(path: &[String]) -> String {
+    if path.is_empty() {
+        "crate".to_owned()
+    } else {
+        format!("crate::{}", path.join("::"))
+    }
+}
+
+/// Token text without the spacing quirks that differ between syn versions.
+fn tokens(t: &impl ToTokens) -> String {
+    t.to_token_stream()
+        .to_string()
+        .replace(" :: ", "::")
+        .replace(" < ", "<")
+        .replace("< ", "<")
+        .replace(" >", ">")
+        .replace(" ,", ",")
+        .replace(" : ", ": ")
+        .replace("& ", "&")
+        .replace(" (", "(")
+        .replace("( ", "(")
+        .replace(" )", ")")
+}
+
+/// The `pub use` leaves of a tree: (exported name, target path).
+fn use_leaves(tree: &UseTree, prefix: &mut Vec<String>, out: &mut Vec<(String, Vec<String>)>) {
+    match tree {
+        UseTree::Path(p) => {
+            prefix.push(p.ident.to_string());
+            use_leaves(&p.tree, prefix, out);
+            prefix.pop();
+        }
+        UseTree::Name(n) => {
+            let mut target = prefix.clone();
+            target.push(n.ident.to_string());
+            out.push((n.ident.to_string(), target));
+        }
+        UseTree::Rename(r) => {
+            let mut target = prefix.clone();
+            target.push(r.ident.to_string());
+            out.push((r.rename.to_string(), target));
+        }
+        UseTree::Glob(_) => {
+            let mut target = prefix.clone();
+            target.push("*".to_owned());
+            out.push(("*".to_owned(), target));
+        }
+        UseTree::Group(g) => {
+            for t in &g.items {
+                use_leaves(t, prefix, out);
+            }
+        }
+    }
+}
+
+/// Resolves a `use` path written in module `from` to a crate path.
+fn resolve(from: &[String], target: &[String]) -> Vec<String> {
+    let mut resolved: Vec<String> = Vec::new();
+    let mut rest = target;
+    match target.first().map(String::as_str) {
+        Some("crate") => rest = &target[1..],
+        Some("self") => {
+            resolved = from.to_vec();
+            rest = &target[1..];
+        }
+        Some("super") => {
+            resolved = from.to_vec();
+            while rest.first().map(String::as_str) == Some("super") {
+                resolved.pop();
+                rest = &rest[1..];
+            }
+        }
+        _ => resolved = from.to_vec(),
+    }
+    resolved.extend(rest.iter().cloned());
+    resolved
+}
+
+fn describe_fields(fields: &syn::Fields, public_only: bool) -> Vec<String> {
+    match fields {
+        syn::Fields::Named(named) => named
+            .named
+            .iter()
+            .filter(|f| !public_only || is_pub(&f.vis))
+            .map(|f| {
+                format!(
+                    "{}: {}",
+                    f.ident.as_ref().map(|i| i.to_string()).unwrap_or_default(),
+                    tokens(&f.ty)
+                )
+            })
+            .collect(),
+        syn::Fields::Unnamed(unnamed) => unnamed
+            .unnamed
+            .iter()
+            .enumerate()
+            .filter(|(_, f)| !public_only || is_pub(&f.vis))
+            .map(|(i, f)| format!("{i}: {}", tokens(&f.ty)))
+            .collect(),
+        syn::Fields::Unit => Vec::new(),
+    }
+}
+
+/// Lines describing a public item defined at `def` and visible as `shown`.
+fn describe_item(item: &Item, shown: &str, lines: &mut BTreeSet<String>) {
+    let ne = |attrs: &[Attribute]| {
+        if has_attr(attrs, "non_exhaustive") {
+            " #[non_exhaustive]"
+        } else {
+            ""
+        }
+    };
+    let derives = |attrs: &[Attribute], lines: &mut BTreeSet<String>| {
+        for attr in attrs.iter().filter(|a| a.path().is_ident("derive")) {
+            let _ = attr.parse_nested_meta(|meta| {
+                if let Some(last) = meta.path.segments.last() {
+                    lines.insert(format!("impl {} for {shown} (derived)", last.ident));
+                }
+                Ok(())
+            });
+        }
+    };
+    match item {
+        Item::Struct(s) => {
+            derives(&s.attrs, lines);
+            lines.insert(format!(
+                "struct {shown}{}{}",
+                tokens(&s.generics),
+                ne(&s.attrs)
+            ));
+            for field in describe_fields(&s.fields, true) {
+                lines.insert(format!("field {shown}.{field}"));
+            }
+        }
+        Item::Enum(e) => {
+            derives(&e.attrs, lines);
+            lines.insert(format!(
+                "enum {shown}{}{}",
+                tokens(&e.generics),
+                ne(&e.attrs)
+            ));
+            for v in &e.variants {
+                let fields = describe_fields(&v.fields, false).join(", ");
+                lines.insert(format!(
+                    "variant {shown}::{}({fields}){}",
+                    v.ident,
+                    ne(&v.attrs)
+                ));
+            }
+        }
+        Item::Trait(t) => {
+            lines.insert(format!(
+                "trait {shown}{}: {}",
+                tokens(&t.generics),
+                tokens(&t.supertraits)
+            ));
+            for ti in &t.items {
+                let text = match ti {
+                    syn::TraitItem::Fn(f) => format!("fn {}", tokens(&f.sig)),
+                    syn::TraitItem::Type(ty) => format!("type {}", ty.ident),
+                    syn::TraitItem::Const(c) => format!("const {}: {}", c.ident, tokens(&c.ty)),
+                    _ => continue,
+                };
+                lines.insert(format!("trait-item {shown}::{text}"));
+            }
+        }
+        Item::Fn(f) => {
+            lines.insert(format!("fn {shown}: {}", tokens(&f.sig)));
+        }
+        Item::Const(c) => {
+            lines.insert(format!("const {shown}: {}", tokens(&c.ty)));
+        }
+        Item::Static(s) => {
+            lines.insert(format!("static {shown}: {}", tokens(&s.ty)));
+        }
+        Item::Type(t) => {
+            lines.insert(format!("type {shown} = {}", tokens(&t.ty)));
+        }
+        _ => {}
+    }
+}
+
+fn item_name_and_vis(item: &Item) -> Option<(String, bool)> {
+    let (ident, vis) = match item {
+        Item::Struct(s) => (&s.ident, &s.vis),
+        Item::Enum(e) => (&e.ident, &e.vis),
+        Item::Trait(t) => (&t.ident, &t.vis),
+        Item::Fn(f) => (&f.sig.ident, &f.vis),
+        Item::Const(c) => (&c.ident, &c.vis),
+        Item::Static(s) => (&s.ident, &s.vis),
+        Item::Type(t) => (&t.ident, &t.vis),
+        Item::Mod(m) => (&m.ident, &m.vis),
+        _ => return None,
+    };
+    Some((ident.to_string(), is_pub(vis)))
+}
+
+fn self_type_name(ty: &syn::Type) -> Option<String> {
+    match ty {
+        syn::Type::Path(p) => p.path.segments.last().map(|s| s.ident.to_string()),
+        _ => None,
+    }
+}
+
+/// The public API as sorted lines.
+fn public_api() -> Vec<String> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/lib.rs");
+    let text = std::fs::read_to_string(&root).expect("src/lib.rs");
+    let file = syn::parse_file(&text).expect("src/lib.rs parses");
+    let mut modules = Vec::new();
+    load(
+        &root,
+        file.items,
+        Vec::new(),
+        true,
+        Vec::new(),
+        &mut modules,
+    );
+    let by_path: BTreeMap<Vec<String>, &Module> =
+        modules.iter().map(|m| (m.path.clone(), m)).collect();
+
+    // Where each public type is shown: definition (module path, name) ->
+    // the public names it is reachable under.
+    let mut shown: BTreeMap<(Vec<String>, String), BTreeSet<String>> = BTreeMap::new();
+    let mut lines = BTreeSet::new();
+    let gate = |features: &[String]| {
+        if features.is_empty() {
+            String::new()
+        } else {
+            format!("[{}] ", features.join(","))
+        }
+    };
+
+    for module in modules.iter().filter(|m| m.reachable) {
+        let here = join(&module.path);
+        if module.generated {
+            lines.insert(format!("{}mod {here} (generated)", gate(&module.features)));
+            continue;
+        }
+        if !module.path.is_empty() {
+            lines.insert(format!("{}mod {here}", gate(&module.features)));
+        }
+        for item in &module.items {
+            if let Some((name, public)) = item_name_and_vis(item) {
+                if public && !matches!(item, Item::Mod(_)) {
+                    shown
+                        .entry((module.path.clone(), name.clone()))
+                        .or_default()
+                        .insert(format!("{here}::{name}"));
+                }
+            }
+            if let Item::Macro(mac) = item {
+                if has_attr(&mac.attrs, "macro_export") {
+                    if let Some(ident) = &mac.ident {
+                        lines.insert(format!("macro crate::{ident}!"));
+                    }
+                }
+            }
+            if let Item::Use(u) = item {
+                if !is_pub(&u.vis) {
+                    continue;
+                }
+                let mut leaves = Vec::new();
+                use_leaves(&u.tree, &mut Vec::new(), &mut leaves);
+                for (exported, target) in leaves {
+                    let resolved = resolve(&module.path, &target);
+                    let (def_module, def_name) = resolved.split_at(resolved.len() - 1);
+                    let feature = gate(&features_of(&u.attrs));
+                    lines.insert(format!(
+                        "{feature}use {here}::{exported} = {}",
+                        join(&resolved)
+                    ));
+                    if exported != "*" {
+                        shown
+                            .entry((def_module.to_vec(), def_name[0].clone()))
+                            .or_default()
+                            .insert(format!("{here}::{exported}"));
+                    }
+                }
+            }
+        }
+    }
+
+    // `pub use` in any module (public or not), to follow re-export chains
+    // to the definition.
+    let mut aliases: BTreeMap<(Vec<String>, String), Vec<String>> = BTreeMap::new();
+    for module in &modules {
+        for item in &module.items {
+            if let Item::Use(u) = item {
+                if !is_pub(&u.vis) {
+                    continue;
+                }
+                let mut leaves = Vec::new();
+                use_leaves(&u.tree, &mut Vec::new(), &mut leaves);
+                for (exported, target) in leaves {
+                    if exported != "*" {
+                        aliases.insert(
+                            (module.path.clone(), exported),
+                            resolve(&module.path, &target),
+                        );
+                    }
+                }
+            }
+        }
+    }
+
+    // Every definition with all the public names it has.
+    let mut definitions: BTreeMap<(Vec<String>, String), BTreeSet<String>> = BTreeMap::new();
+    for ((start_module, start_name), names) in &shown {
+        let (mut def_module, mut name) = (start_module.clone(), start_name.clone());
+        for _ in 0..8 {
+            let defined_here = by_path.get(&def_module).is_some_and(|m| {
+                m.items
+                    .iter()
+                    .any(|i| item_name_and_vis(i).map(|(n, _)| n).as_ref() == Some(&name))
+            });
+            if defined_here {
+                break;
+            }
+            match aliases.get(&(def_module.clone(), name.clone())) {
+                Some(target) => {
+                    let (m, n) = target.split_at(target.len() - 1);
+                    def_module = m.to_vec();
+                    name = n[0].clone();
+                }
+                None => break,
+            }
+        }
+        definitions
+            .entry((def_module, name))
+            .or_default()
+            .extend(names.iter().cloned());
+    }
+
+    // Details of every definition, at its shortest public name.
+    let mut shown_types: BTreeMap<String, String> = BTreeMap::new();
+    for ((def_module, name), names) in &definitions {
+        let Some(module) = by_path.get(def_module) else {
+            continue; // re-export of an external item (tonic, prost, ...)
+        };
+        let Some(first) = names
+            .iter()
+            .min_by_key(|n| (n.matches("::").count(), n.to_string()))
+        else {
+            continue;
+        };
+        for item in &module.items {
+            if item_name_and_vis(item).map(|(n, _)| n) == Some(name.clone()) {
+                let feature =
+                    gate(&[module.features.clone(), features_of(item_attrs(item))].concat());
+                let mut item_lines = BTreeSet::new();
+                describe_item(item, first, &mut item_lines);
+                lines.extend(item_lines.into_iter().map(|l| format!("{feature}{l}")));
+                shown_types.insert(name.clone(), first.clone());
+            }
+        }
+    }
+
+    // Inherent methods and trait impls of shown types, wherever the impl is.
+    for module in &modules {
+        for item in &module.items {
+            let Item::Impl(imp) = item else { continue };
+            if is_test_cfg(&imp.attrs) {
+                continue;
+            }
+            let Some(ty) = self_type_name(&imp.self_ty) else {
+                continue;
+            };
+            let Some(public_name) = shown_types.get(&ty) else {
+                continue;
+            };
+            let feature = gate(&[module.features.clone(), features_of(&imp.attrs)].concat());
+            match &imp.trait_ {
+                Some((_, trait_path, _)) => {
+                    let trait_name = trait_path
+                        .segments
+                        .last()
+                        .map(|s| tokens(s))
+                        .unwrap_or_default();
+                    lines.insert(format!("{feature}impl {trait_name} for {public_name}"));
+                }
+                None => {
+                    for ii in &imp.items {
+                        if let syn::ImplItem::Fn(f) = ii {
+                            if is_pub(&f.vis) {
+                                lines.insert(format!(
+                                    "{feature}method {public_name}::{}",
+                                    tokens(&f.sig)
+                                ));
+                            }
+                        }
+                        if let syn::ImplItem::Const(c) = ii {
+                            if is_pub(&c.vis) {
+                                lines.insert(format!(
+                                    "{feature}const {public_name}::{}: {}",
+                                    c.ident,
+                                    tokens(&c.ty)
+                                ));
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+    lines.into_iter().collect()
+}
+
+fn item_attrs(item: &Item) -> &[Attribute] {
+    match item {
+        Item::Struct(s) => &s.attrs,
+        Item::Enum(e) => &e.attrs,
+        Item::Trait(t) => &t.attrs,
+        Item::Fn(f) => &f.attrs,
+        Item::Const(c) => &c.attrs,
+        Item::Static(s) => &s.attrs,
+        Item::Type(t) => &t.attrs,
+        _ => &[],
+    }
+}
+
+const SNAPSHOT: &str = "tests/public-api.txt";
+
+#[test]
+fn public_api_matches_the_checked_in_list() {
+    let current = public_api();
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join(SNAPSHOT);
+    let rendered = format!("{}\n", current.join("\n"));
+    if std::env::var_os("UPDATE_PUBLIC_API").is_some() {
+        std::fs::write(&path, &rendered).expect("writing the public API list");
+        return;
+    }
+    let recorded = std::fs::read_to_string(&path).unwrap_or_default();
+    let recorded: BTreeSet<&str> = recorded.lines().filter(|l| !l.is_empty()).collect();
+    let current: BTreeSet<&str> = current.iter().map(String::as_str).collect();
+    let added: Vec<&&str> = current.difference(&recorded).collect();
+    let removed: Vec<&&str> = recorded.difference(&current).collect();
+    assert!(
+        added.is_empty() && removed.is_empty(),
+        "the public API changed.\n\nadded:\n  {}\n\nremoved:\n  {}\n\n\
+         If this is deliberate, regenerate {SNAPSHOT} with\n  \
+         UPDATE_PUBLIC_API=1 cargo test --all-features --test public_api\n\
+         and commit it (say why in CHANGELOG.md).",
+        added
+            .iter()
+            .map(|s| s.to_string())
+            .collect::<Vec<_>>()
+            .join("\n  "),
+        removed
+            .iter()
+            .map(|s| s.to_string())
+            .collect::<Vec<_>>()
+            .join("\n  "),
+    );
+}
+
+#[test]
+fn the_lister_sees_public_items_and_skips_private_ones() {
+    let api = public_api();
+    let has = |needle: &str| api.iter().any(|l| l.contains(needle));
+    // A re-exported type, one of its methods and a trait it implements.
+    assert!(has("use crate::RawClient = crate::raw::RawClient"));
+    assert!(has("RawClient::async fn get(&self"));
+    assert!(api
+        .iter()
+        .any(|l| l.starts_with("impl Clone for crate::") && l.ends_with("RawClient")));
+    // An enum's variants, a feature-gated module.
+    assert!(has("variant crate::Error::Undetermined"));
+    assert!(has("[sim] mod crate::sim"));
+    // Crate-private helpers never show up.
+    assert!(!has("strongest_shard_error"));
+    assert!(!has("classify_status_source"));
+}
