@@ -552,11 +552,7 @@ fn public_api() -> Vec<String> {
             let feature = gate(&[module.features.clone(), features_of(&imp.attrs)].concat());
             match &imp.trait_ {
                 Some((_, trait_path, _)) => {
-                    let trait_name = trait_path
-                        .segments
-                        .last()
-                        .map(|s| tokens(s))
-                        .unwrap_or_default();
+                    let trait_name = trait_path.segments.last().map(tokens).unwrap_or_default();
                     lines.insert(format!("{feature}impl {trait_name} for {public_name}"));
                 }
                 None => {
