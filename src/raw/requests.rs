@@ -458,10 +458,18 @@ fn sorted_unique(mut keys: Vec<Vec<u8>>) -> Vec<Vec<u8>> {
 }
 
 macro_rules! keys_shardable {
-    ($($req:ty),*) => {$(
+    ($($req:ident { $($field:ident),* }),*) => {$(
         #[async_trait]
-        impl Shardable for $req {
+        impl Shardable for kvrpcpb::$req {
             type Shard = Vec<Vec<u8>>;
+
+            fn template(&self) -> Self {
+                kvrpcpb::$req {
+                    context: self.context.clone(),
+                    keys: Vec::new(),
+                    $($field: self.$field.clone(),)*
+                }
+            }
 
             async fn shards<PdC: PdClient>(
                 &self,
@@ -484,7 +492,7 @@ macro_rules! keys_shardable {
     )*};
 }
 
-keys_shardable!(kvrpcpb::RawBatchGetRequest, kvrpcpb::RawBatchDeleteRequest);
+keys_shardable!(RawBatchGetRequest { cf }, RawBatchDeleteRequest { cf, for_cas });
 
 /// A pair to put and its time-to-live (0: none).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -512,6 +520,24 @@ impl Batchable for kvrpcpb::RawBatchPutRequest {
 #[async_trait]
 impl Shardable for kvrpcpb::RawBatchPutRequest {
     type Shard = Vec<PairWithTtl>;
+
+    /// Without the pairs; `ttls` keeps one entry when the pairs carry TTLs,
+    /// as the mark [`apply_shard`](Shardable::apply_shard) reads.
+    fn template(&self) -> Self {
+        kvrpcpb::RawBatchPutRequest {
+            context: self.context.clone(),
+            pairs: Vec::new(),
+            cf: self.cf.clone(),
+            #[allow(deprecated)]
+            ttl: self.ttl,
+            for_cas: self.for_cas,
+            ttls: if self.ttls.is_empty() {
+                Vec::new()
+            } else {
+                vec![0]
+            },
+        }
+    }
 
     async fn shards<PdC: PdClient>(
         &self,
@@ -619,10 +645,18 @@ impl Shardable for kvrpcpb::RawScanRequest {
 /// Requests over a list of key ranges (`ranges` of `KeyRange`), sharded by
 /// cutting each range at Region boundaries.
 macro_rules! key_ranges_shardable {
-    ($($req:ty),*) => {$(
+    ($($req:ident { $($field:ident),* }),*) => {$(
         #[async_trait]
-        impl Shardable for $req {
+        impl Shardable for kvrpcpb::$req {
             type Shard = Vec<kvrpcpb::KeyRange>;
+
+            fn template(&self) -> Self {
+                kvrpcpb::$req {
+                    context: self.context.clone(),
+                    ranges: Vec::new(),
+                    $($field: self.$field.clone(),)*
+                }
+            }
 
             async fn shards<PdC: PdClient>(
                 &self,
@@ -658,7 +692,15 @@ macro_rules! key_ranges_shardable {
     )*};
 }
 
-key_ranges_shardable!(kvrpcpb::RawBatchScanRequest, kvrpcpb::RawChecksumRequest);
+key_ranges_shardable!(
+    RawBatchScanRequest {
+        each_limit,
+        key_only,
+        cf,
+        reverse
+    },
+    RawChecksumRequest { algorithm }
+);
 
 #[async_trait]
 impl Shardable for kvrpcpb::RawDeleteRangeRequest {

@@ -29,6 +29,16 @@ pub trait Plan: Sized + Clone + Sync + Send + 'static {
     fn describe(&self) -> String {
         "the request".to_owned()
     }
+
+    /// Bounds the plan's next RPC by `bound` (the request timeout cut short
+    /// by the deadline). Returns true when the plan hands the bound to its
+    /// store client, which then keeps the RPC's only timer; false (the
+    /// default) when the caller must bound [`execute`](Self::execute)
+    /// itself.
+    fn set_rpc_bound(&mut self, bound: Option<std::time::Duration>) -> bool {
+        let _ = bound;
+        false
+    }
 }
 
 /// Sends a request to the store client set by `apply_store`, and downcasts
@@ -39,6 +49,9 @@ pub struct Dispatch<Req: KvRequest> {
     pub request: Req,
     /// The client of the target store; set by [`Shardable::apply_store`].
     pub kv_client: Option<Arc<dyn KvClient + Send + Sync>>,
+    /// The bound of the next RPC (see [`Plan::set_rpc_bound`]); `None`
+    /// leaves it to the store client's own timeout.
+    pub rpc_bound: Option<std::time::Duration>,
 }
 
 impl<Req: KvRequest> Dispatch<Req> {
@@ -47,6 +60,7 @@ impl<Req: KvRequest> Dispatch<Req> {
         Dispatch {
             request,
             kv_client: None,
+            rpc_bound: None,
         }
     }
 }
@@ -68,6 +82,11 @@ impl<Req: KvRequest> Plan for Dispatch<Req> {
         self.request.describe()
     }
 
+    fn set_rpc_bound(&mut self, bound: Option<std::time::Duration>) -> bool {
+        self.rpc_bound = bound;
+        true
+    }
+
     async fn execute(&self) -> Result<Self::Result> {
         let client = self.kv_client.as_ref().ok_or_else(|| {
             Error::Internal(format!(
@@ -75,7 +94,7 @@ impl<Req: KvRequest> Plan for Dispatch<Req> {
                 self.request.label()
             ))
         })?;
-        let response = client.dispatch(&self.request).await?;
+        let response = client.dispatch_within(&self.request, self.rpc_bound).await?;
         response
             .downcast::<Req::Response>()
             .map(|b| *b)
@@ -101,6 +120,22 @@ impl<Req: KvRequest + Shardable> Shardable for Dispatch<Req> {
 
     fn apply_shard(&mut self, shard: Self::Shard) {
         self.request.apply_shard(shard);
+    }
+
+    fn template(&self) -> Self {
+        Dispatch {
+            request: self.request.template(),
+            kv_client: None,
+            rpc_bound: self.rpc_bound,
+        }
+    }
+
+    fn for_shard(&self, shard: Self::Shard, whole: bool) -> Self {
+        Dispatch {
+            request: self.request.for_shard(shard, whole),
+            kv_client: None,
+            rpc_bound: self.rpc_bound,
+        }
     }
 
     fn apply_store(&mut self, store: &RegionStore) -> Result<()> {
@@ -152,6 +187,10 @@ impl<P: Plan + Shardable> Plan for PreserveShard<P> {
     fn describe(&self) -> String {
         self.inner.describe()
     }
+
+    fn set_rpc_bound(&mut self, bound: Option<std::time::Duration>) -> bool {
+        self.inner.set_rpc_bound(bound)
+    }
 }
 
 #[async_trait]
@@ -168,6 +207,20 @@ impl<P: Plan + Shardable + Send + Sync> Shardable for PreserveShard<P> {
     fn apply_shard(&mut self, shard: Self::Shard) {
         self.shard = Some(shard.clone());
         self.inner.apply_shard(shard);
+    }
+
+    fn template(&self) -> Self {
+        PreserveShard {
+            inner: self.inner.template(),
+            shard: None,
+        }
+    }
+
+    fn for_shard(&self, shard: Self::Shard, whole: bool) -> Self {
+        PreserveShard {
+            shard: Some(shard.clone()),
+            inner: self.inner.for_shard(shard, whole),
+        }
     }
 
     fn apply_store(&mut self, store: &RegionStore) -> Result<()> {

@@ -45,6 +45,37 @@ pub trait Shardable {
     /// Narrows the request to one shard.
     fn apply_shard(&mut self, shard: Self::Shard);
 
+    /// The request without its payload (keys, pairs, mutations, ranges):
+    /// what every shard shares (context, options). The plan builds each
+    /// shard's request from it with [`for_shard`](Self::for_shard), so the
+    /// whole request is copied neither per shard nor per attempt.
+    ///
+    /// The default is a plain copy, right for a request whose payload is
+    /// small (a single key); batch requests leave the payload out.
+    fn template(&self) -> Self
+    where
+        Self: Clone + Sized,
+    {
+        self.clone()
+    }
+
+    /// The request for one shard, built from a [`template`](Self::template)
+    /// (`self`) and the shard's own payload, which is moved in. `whole` is
+    /// true when the shard is the whole request: the request had one shard
+    /// and no reload split it (a prewrite may then commit in one phase).
+    ///
+    /// The default copies the template and applies the shard with
+    /// [`apply_shard`](Self::apply_shard).
+    fn for_shard(&self, shard: Self::Shard, whole: bool) -> Self
+    where
+        Self: Clone + Sized,
+    {
+        let _ = whole;
+        let mut request = self.clone();
+        request.apply_shard(shard);
+        request
+    }
+
     /// Targets the request at a Region's candidate peer: sets the context's
     /// region id, epoch and peer, keeping every other context field.
     fn apply_store(&mut self, store: &RegionStore) -> Result<()>;

@@ -14,7 +14,7 @@ use crate::config::{
 };
 use crate::proto::tikvpb::tikv_client::TikvClient;
 use crate::security::SecurityManager;
-use crate::Result;
+use crate::{Error, Result};
 
 /// Opens [`KvRpcClient`]s. Connection setup is bounded by the connect
 /// timeout, so an address that drops packets cannot stall a candidate round
@@ -110,5 +110,35 @@ impl KvRpcClient {
 impl KvClient for KvRpcClient {
     async fn dispatch(&self, req: &dyn Request) -> Result<Box<dyn Any + Send>> {
         req.dispatch(&self.rpc_client, self.timeout).await
+    }
+
+    /// One timer: tonic's own, set to the smaller of the client's timeout
+    /// and `bound`. When `bound` is the smaller, tonic's timeout is reported
+    /// as [`Error::Timeout`] (what a timer around the RPC reported), so the
+    /// classification and the error the caller sees stay the same.
+    async fn dispatch_within(
+        &self,
+        req: &dyn Request,
+        bound: Option<Duration>,
+    ) -> Result<Box<dyn Any + Send>> {
+        let Some(bound) = bound else {
+            return req.dispatch(&self.rpc_client, self.timeout).await;
+        };
+        let timeout = self.timeout.min(bound);
+        match req.dispatch(&self.rpc_client, timeout).await {
+            // `bound` ended the RPC (the client's own timeout, when it is
+            // the smaller, stays tonic's error as before).
+            Err(error)
+                if bound <= self.timeout
+                    && crate::request::classify_dispatch_error(&error)
+                        == crate::request::DispatchFailure::ClientTimeout =>
+            {
+                Err(Error::Timeout {
+                    what: format!("the {} request", req.label()),
+                    after: timeout,
+                })
+            }
+            result => result,
+        }
     }
 }

@@ -10,6 +10,7 @@ pub use request::Request;
 
 use std::any::Any;
 use std::sync::Arc;
+use std::time::Duration;
 
 use async_trait::async_trait;
 
@@ -23,6 +24,28 @@ use crate::Result;
 pub trait KvClient {
     /// Sends `req` and waits for its response.
     async fn dispatch(&self, req: &dyn Request) -> Result<Box<dyn Any + Send>>;
+
+    /// Sends `req`, bounded by `bound` as well as by the client's own
+    /// timeout, with one timer for the RPC. The default bounds
+    /// [`dispatch`](Self::dispatch) with a timer, failing with
+    /// [`Error::Timeout`](crate::Error::Timeout); a client with a timeout of
+    /// its own (the gRPC client) overrides it to use the smaller of the two.
+    async fn dispatch_within(
+        &self,
+        req: &dyn Request,
+        bound: Option<Duration>,
+    ) -> Result<Box<dyn Any + Send>> {
+        match bound {
+            None => self.dispatch(req).await,
+            Some(bound) => match tokio::time::timeout(bound, self.dispatch(req)).await {
+                Ok(result) => result,
+                Err(_) => Err(crate::Error::Timeout {
+                    what: format!("the {} request", req.label()),
+                    after: bound,
+                }),
+            },
+        }
+    }
 }
 
 /// Opens a [`KvClient`] to a store address.
