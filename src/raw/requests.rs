@@ -494,18 +494,22 @@ macro_rules! keys_shardable {
 
 keys_shardable!(RawBatchGetRequest { cf }, RawBatchDeleteRequest { cf, for_cas });
 
-/// A pair to put and its time-to-live (0: none).
+/// A pair to put and its time-to-live (0: none). Key and value are held
+/// directly, not as a `KvPair` (whose unused error field makes it ten times
+/// larger): a shard is moved through sorting, grouping and batching.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PairWithTtl {
-    /// The pair.
-    pub pair: kvrpcpb::KvPair,
+    /// The key.
+    pub key: Vec<u8>,
+    /// The value.
+    pub value: Vec<u8>,
     /// Its time-to-live in seconds.
     pub ttl: u64,
 }
 
 impl AsRef<[u8]> for PairWithTtl {
     fn as_ref(&self) -> &[u8] {
-        &self.pair.key
+        &self.key
     }
 }
 
@@ -513,7 +517,7 @@ impl Batchable for kvrpcpb::RawBatchPutRequest {
     type Item = PairWithTtl;
 
     fn item_size(item: &PairWithTtl) -> u64 {
-        (item.pair.key.len() + item.pair.value.len()) as u64
+        (item.key.len() + item.value.len()) as u64
     }
 }
 
@@ -555,14 +559,15 @@ impl Shardable for kvrpcpb::RawBatchPutRequest {
             .iter()
             .enumerate()
             .map(|(i, pair)| PairWithTtl {
-                pair: pair.clone(),
+                key: pair.key.clone(),
+                value: pair.value.clone(),
                 ttl: self.ttls.get(i).copied().unwrap_or(0),
             })
             .collect();
         // Sorted by key; a later pair for the same key wins.
         items.reverse();
-        items.sort_by(|a, b| a.pair.key.cmp(&b.pair.key));
-        items.dedup_by(|a, b| a.pair.key == b.pair.key);
+        items.sort_by(|a, b| a.key.cmp(&b.key));
+        items.dedup_by(|a, b| a.key == b.key);
         let groups = pd_client.group_keys_by_region(items).await?;
         let mut shards = Vec::new();
         for (region, items) in groups {
@@ -580,7 +585,14 @@ impl Shardable for kvrpcpb::RawBatchPutRequest {
         } else {
             Vec::new()
         };
-        self.pairs = shard.into_iter().map(|p| p.pair).collect();
+        self.pairs = shard
+            .into_iter()
+            .map(|p| kvrpcpb::KvPair {
+                key: p.key,
+                value: p.value,
+                ..Default::default()
+            })
+            .collect();
     }
 
     fn apply_store(&mut self, store: &RegionStore) -> Result<()> {
@@ -843,11 +855,8 @@ mod tests {
 
     fn pair(key: &[u8], size: usize) -> PairWithTtl {
         PairWithTtl {
-            pair: kvrpcpb::KvPair {
-                key: key.to_vec(),
-                value: vec![0; size],
-                ..Default::default()
-            },
+            key: key.to_vec(),
+            value: vec![0; size],
             ttl: 0,
         }
     }
@@ -863,7 +872,7 @@ mod tests {
         let batches = kvrpcpb::RawBatchPutRequest::batches(items, 25);
         let keys: Vec<Vec<&[u8]>> = batches
             .iter()
-            .map(|b| b.iter().map(|p| p.pair.key.as_slice()).collect())
+            .map(|b| b.iter().map(|p| p.key.as_slice()).collect())
             .collect();
         assert_eq!(keys, vec![vec![&b"a"[..], b"b"], vec![b"c"], vec![b"d"]]);
     }
