@@ -557,7 +557,10 @@ mod tests {
         assert!(ColumnFamily::try_from("nope").is_err());
         // The default column family costs no string on a request.
         assert_eq!(ColumnFamily::request_field(None), None);
-        assert_eq!(ColumnFamily::request_field(Some(ColumnFamily::Default)), None);
+        assert_eq!(
+            ColumnFamily::request_field(Some(ColumnFamily::Default)),
+            None
+        );
         assert_eq!(
             ColumnFamily::request_field(Some(ColumnFamily::Lock)).as_deref(),
             Some("lock")

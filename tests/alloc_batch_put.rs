@@ -75,11 +75,7 @@ fn cluster(pairs: u64) -> Arc<MockPdClient> {
     let step = pairs.div_ceil(REGIONS);
     let regions = (0..REGIONS)
         .map(|i| {
-            let start = if i == 0 {
-                Vec::new()
-            } else {
-                key(i * step)
-            };
+            let start = if i == 0 { Vec::new() } else { key(i * step) };
             let end = if i == REGIONS - 1 {
                 Vec::new()
             } else {

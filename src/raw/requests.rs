@@ -339,6 +339,14 @@ macro_rules! kv_request {
     ($req:ty, $resp:ty) => {
         impl KvRequest for $req {
             type Response = $resp;
+
+            fn dispatch_typed<'a>(
+                &'a mut self,
+                grpc: &'a crate::store::GrpcChannel,
+                timeout: std::time::Duration,
+            ) -> impl std::future::Future<Output = Option<Result<Self::Response>>> + Send + 'a {
+                async move { Some(crate::store::send_shared(self, grpc, timeout).await) }
+            }
         }
     };
 }
@@ -360,6 +368,14 @@ macro_rules! write_request {
 
             fn terminal_on_dispatch_error(&self) -> bool {
                 true
+            }
+
+            fn dispatch_typed<'a>(
+                &'a mut self,
+                grpc: &'a crate::store::GrpcChannel,
+                timeout: std::time::Duration,
+            ) -> impl std::future::Future<Output = Option<Result<Self::Response>>> + Send + 'a {
+                async move { Some(crate::store::send_shared(self, grpc, timeout).await) }
             }
 
             fn describe(&self) -> String {
@@ -492,7 +508,10 @@ macro_rules! keys_shardable {
     )*};
 }
 
-keys_shardable!(RawBatchGetRequest { cf }, RawBatchDeleteRequest { cf, for_cas });
+keys_shardable!(
+    RawBatchGetRequest { cf },
+    RawBatchDeleteRequest { cf, for_cas }
+);
 
 /// A pair to put and its time-to-live (0: none). Key and value are held
 /// directly, not as a `KvPair` (whose unused error field makes it ten times

@@ -30,6 +30,14 @@ pub trait Plan: Sized + Clone + Sync + Send + 'static {
         "the request".to_owned()
     }
 
+    /// Runs the plan once, as the retry loop does per attempt: like
+    /// [`execute`](Self::execute), but the plan may lend its request to the
+    /// RPC (the typed path moves it to tonic and takes it back). The
+    /// default runs `execute`.
+    fn execute_mut(&mut self) -> impl std::future::Future<Output = Result<Self::Result>> + Send {
+        self.execute()
+    }
+
     /// Bounds the plan's next RPC by `bound` (the request timeout cut short
     /// by the deadline). Returns true when the plan hands the bound to its
     /// store client, which then keeps the RPC's only timer; false (the
@@ -87,6 +95,27 @@ impl<Req: KvRequest> Plan for Dispatch<Req> {
         true
     }
 
+    /// The typed path when the store client offers one (the gRPC client):
+    /// the response comes back with its own type, and the request goes to
+    /// tonic without a copy. Otherwise [`execute`](Plan::execute).
+    fn execute_mut(&mut self) -> impl std::future::Future<Output = Result<Self::Result>> + Send {
+        async move {
+            if let Some((grpc, own_timeout)) = self.kv_client.as_ref().and_then(|c| c.grpc()) {
+                // One timer: the smaller of the client's timeout and the
+                // plan's bound.
+                let (timeout, bounded) = match self.rpc_bound {
+                    Some(bound) if bound <= own_timeout => (bound, true),
+                    _ => (own_timeout, false),
+                };
+                let label = self.request.label();
+                if let Some(result) = self.request.dispatch_typed(grpc, timeout).await {
+                    return crate::store::timeout_as_error(result, bounded, label, timeout);
+                }
+            }
+            self.execute().await
+        }
+    }
+
     async fn execute(&self) -> Result<Self::Result> {
         let client = self.kv_client.as_ref().ok_or_else(|| {
             Error::Internal(format!(
@@ -94,7 +123,9 @@ impl<Req: KvRequest> Plan for Dispatch<Req> {
                 self.request.label()
             ))
         })?;
-        let response = client.dispatch_within(&self.request, self.rpc_bound).await?;
+        let response = client
+            .dispatch_within(&self.request, self.rpc_bound)
+            .await?;
         response
             .downcast::<Req::Response>()
             .map(|b| *b)
@@ -190,6 +221,19 @@ impl<P: Plan + Shardable> Plan for PreserveShard<P> {
 
     fn set_rpc_bound(&mut self, bound: Option<std::time::Duration>) -> bool {
         self.inner.set_rpc_bound(bound)
+    }
+
+    fn execute_mut(&mut self) -> impl std::future::Future<Output = Result<Self::Result>> + Send {
+        async move {
+            let shard = self.shard.clone().ok_or_else(|| {
+                Error::Internal(
+                    "PreserveShard ran without a shard; use it under RetryableMultiRegion"
+                        .to_owned(),
+                )
+            })?;
+            let response = self.inner.execute_mut().await?;
+            Ok(ResponseWithShard(response, shard))
+        }
     }
 }
 

@@ -184,21 +184,22 @@ where
         store: &RegionStore,
         permits: Option<&Semaphore>,
         deadline_left: Option<std::time::Duration>,
+        now: &mut Instant,
     ) -> (Instant, Result<P::Result>) {
         if let Err(error) = plan.apply_store(store) {
-            return (Instant::now(), Err(error));
+            return (*now, Err(error));
         }
         fail::fail_point!("tikv_plan::before_dispatch", |arg| (
-            Instant::now(),
+            *now,
             Err(fail_point_error("dispatch", store.store_id(), arg))
         ));
         let permit = match permits {
             None => None,
-            Some(permits) => match permits.acquire().await {
+            Some(permits) => match timed(now, permits.acquire()).await {
                 Ok(permit) => Some(permit),
                 Err(_) => {
                     return (
-                        Instant::now(),
+                        *now,
                         Err(Error::Internal(
                             "the request's permit pool was closed".to_owned(),
                         )),
@@ -214,9 +215,10 @@ where
             _permit: permit,
             routing,
         };
-        // Sent now, not when the shard started waiting for a permit: a
-        // timeout strike counts RPCs sent one after another.
-        let sent_at = Instant::now();
+        // Sent now, not when the shard started waiting for a permit (the
+        // clock was read again if it waited): a timeout strike counts RPCs
+        // sent one after another.
+        let sent_at = *now;
         // The RPC timeout, cut short by the request's deadline: one bound,
         // kept by the store client's own timer when the plan passes it on.
         let bound = match (self.request_timeout, deadline_left) {
@@ -224,15 +226,17 @@ where
             (timeout, left) => timeout.or(left),
         };
         let result = match bound {
-            None => plan.execute().await,
-            Some(_) if plan.set_rpc_bound(bound) => plan.execute().await,
-            Some(bound) => match tokio::time::timeout(bound, plan.execute()).await {
-                Ok(result) => result,
-                Err(_) => Err(Error::Timeout {
-                    what: format!("the request to store {}", store.store_id()),
-                    after: bound,
-                }),
-            },
+            None => timed(now, plan.execute_mut()).await,
+            Some(_) if plan.set_rpc_bound(bound) => timed(now, plan.execute_mut()).await,
+            Some(bound) => {
+                match timed(now, tokio::time::timeout(bound, plan.execute_mut())).await {
+                    Ok(result) => result,
+                    Err(_) => Err(Error::Timeout {
+                        what: format!("the request to store {}", store.store_id()),
+                        after: bound,
+                    }),
+                }
+            }
         };
         (sent_at, result)
     }
@@ -259,12 +263,19 @@ where
             whole,
         ));
         let mut pieces = VecDeque::new();
-        while let Some((shard, machine, whole)) = first
-            .take()
-            .or_else(|| pieces.pop_front().map(|(shard, machine)| (shard, machine, false)))
-        {
+        while let Some((shard, machine, whole)) = first.take().or_else(|| {
+            pieces
+                .pop_front()
+                .map(|(shard, machine)| (shard, machine, false))
+        }) {
             match self
-                .run_piece(template.for_shard(shard, whole), template, whole, machine, permits)
+                .run_piece(
+                    template.for_shard(shard, whole),
+                    template,
+                    whole,
+                    machine,
+                    permits,
+                )
                 .await
             {
                 PieceEnd::Done(result) => {
@@ -299,10 +310,13 @@ where
         let mut event = Event::Start;
         let mut store: Option<RegionStore> = None;
         let mut response: Option<P::Result> = None;
+        // The clock, read again only after a step that had to wait (see
+        // `timed`): once per attempt on the fast path, after the RPC.
+        let mut now = Instant::now();
         loop {
-            let next = machine.handle(event, Instant::now());
+            let next = machine.handle(event, now);
             for effect in machine.take_effects() {
-                self.perform(effect).await;
+                timed(&mut now, self.perform(effect)).await;
             }
             event = match next {
                 Next::CheckLeaderStore(store_id) => Event::LeaderStore {
@@ -311,21 +325,23 @@ where
                         .as_ref()
                         .is_some_and(|r| r.is_store_unreachable(store_id)),
                 },
-                Next::Map(peer) => match self.map_candidate(machine.region(), peer).await {
-                    Ok(mapped) => {
-                        store = Some(mapped);
-                        Event::Mapped
+                Next::Map(peer) => {
+                    match timed(&mut now, self.map_candidate(machine.region(), peer)).await {
+                        Ok(mapped) => {
+                            store = Some(mapped);
+                            Event::Mapped
+                        }
+                        Err(error) => Event::MappingFailed(error),
                     }
-                    Err(error) => Event::MappingFailed(error),
-                },
+                }
                 Next::Dispatch { bound } => {
                     let (sent_at, result) = match store.take() {
                         Some(store) => {
-                            self.dispatch_candidate(&mut plan, &store, permits, bound)
+                            self.dispatch_candidate(&mut plan, &store, permits, bound, &mut now)
                                 .await
                         }
                         None => (
-                            Instant::now(),
+                            now,
                             Err(Error::Internal(
                                 "the retry engine dispatched before mapping a store".to_owned(),
                             )),
@@ -344,12 +360,12 @@ where
                     }
                 }
                 Next::Sleep(delay) => {
-                    tokio::time::sleep(delay).await;
+                    timed(&mut now, tokio::time::sleep(delay)).await;
                     Event::Slept
                 }
                 // Split again by Region from the piece's own request (the
                 // only copy of its payload is the new pieces').
-                Next::Reshard => match plan.shards(&self.pd_client).await {
+                Next::Reshard => match timed(&mut now, plan.shards(&self.pd_client)).await {
                     Err(error) => Event::ReshardFailed(error),
                     Ok(mut new) if new.len() == 1 => match new.pop() {
                         Some((reloaded_shard, region)) => {
@@ -385,8 +401,8 @@ where
                     None => Event::BusyVerdict(super::routing_state::BusyVerdict::Ordinary),
                 },
                 Next::WaitForProbe(waiter, bound) => Event::ProbeWaited(match bound {
-                    None => waiter.outcome().await,
-                    Some(bound) => tokio::time::timeout(bound, waiter.outcome())
+                    None => timed(&mut now, waiter.outcome()).await,
+                    Some(bound) => timed(&mut now, tokio::time::timeout(bound, waiter.outcome()))
                         .await
                         .unwrap_or(ProbeOutcome::Inconclusive),
                 }),
@@ -508,6 +524,26 @@ where
         let errors: Vec<Error> = results.into_iter().filter_map(Result::err).collect();
         Err(strongest_shard_error(errors))
     }
+}
+
+/// Awaits `fut`, and reads the clock into `now` again only if `fut` had to
+/// wait (was pending at least once): a step that finished at once took no
+/// time worth a clock read (under tokio's paused clock, none at all). The
+/// retry loop so reads the clock once per attempt on the fast path (after
+/// the RPC), instead of once per step.
+async fn timed<F: std::future::Future>(now: &mut Instant, fut: F) -> F::Output {
+    let mut fut = std::pin::pin!(fut);
+    let mut waited = false;
+    let output = std::future::poll_fn(|cx| {
+        let poll = fut.as_mut().poll(cx);
+        waited |= poll.is_pending();
+        poll
+    })
+    .await;
+    if waited {
+        *now = Instant::now();
+    }
+    output
 }
 
 /// The error a fail point injects (see the module docs for the arguments).

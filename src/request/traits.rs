@@ -1,13 +1,15 @@
 //! The traits a request implements to travel through a plan.
 
+use std::future::Future;
 use std::sync::Arc;
+use std::time::Duration;
 
 use async_trait::async_trait;
 
 use crate::pd::PdClient;
 use crate::proto::{errorpb, kvrpcpb};
 use crate::region::RegionWithLeader;
-use crate::store::{RegionStore, Request};
+use crate::store::{GrpcChannel, RegionStore, Request};
 use crate::{Error, Result};
 
 /// A TiKV request with a typed response, ready for a plan.
@@ -27,6 +29,21 @@ pub trait KvRequest: Request + Sized + Clone + Sync + Send + 'static {
     /// them (default: the label).
     fn describe(&self) -> String {
         self.label().to_owned()
+    }
+
+    /// Sends the request on the typed gRPC path (see
+    /// [`KvClient::grpc`](crate::store::KvClient::grpc)): with its own
+    /// response type, handed to tonic without a copy and kept for a retry.
+    /// `None` (the default) when the request type has no typed call; the
+    /// plan then sends it through `KvClient::dispatch`. Every request of
+    /// the wire protocol has one.
+    fn dispatch_typed<'a>(
+        &'a mut self,
+        grpc: &'a GrpcChannel,
+        timeout: Duration,
+    ) -> impl Future<Output = Option<Result<Self::Response>>> + Send + 'a {
+        let _ = (grpc, timeout);
+        std::future::ready(None)
     }
 }
 

@@ -4,9 +4,13 @@
 
 mod client;
 mod request;
+mod typed;
 
+pub(crate) use client::timeout_as_error;
 pub use client::{KvRpcClient, TikvConnect};
 pub use request::Request;
+pub(crate) use typed::send_shared;
+pub use typed::{GrpcChannel, GrpcRequest};
 
 use std::any::Any;
 use std::sync::Arc;
@@ -24,6 +28,14 @@ use crate::Result;
 pub trait KvClient {
     /// Sends `req` and waits for its response.
     async fn dispatch(&self, req: &dyn Request) -> Result<Box<dyn Any + Send>>;
+
+    /// The gRPC channel behind this client and its request timeout, for the
+    /// typed path (a request sent with its own response type, no
+    /// `Box<dyn Any>`); `None` (the default) sends every request through
+    /// [`dispatch`](Self::dispatch).
+    fn grpc(&self) -> Option<(&GrpcChannel, Duration)> {
+        None
+    }
 
     /// Sends `req`, bounded by `bound` as well as by the client's own
     /// timeout, with one timer for the RPC. The default bounds

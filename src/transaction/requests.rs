@@ -214,6 +214,14 @@ macro_rules! txn_request {
         impl KvRequest for $req {
             type Response = $resp;
 
+            fn dispatch_typed<'a>(
+                &'a mut self,
+                grpc: &'a crate::store::GrpcChannel,
+                timeout: std::time::Duration,
+            ) -> impl std::future::Future<Output = Option<Result<Self::Response>>> + Send + 'a {
+                async move { Some(crate::store::send_shared(self, grpc, timeout).await) }
+            }
+
             fn describe(&self) -> String {
                 let $r = self;
                 format!("{} of {}", self.label(), $describe)
@@ -730,6 +738,14 @@ impl crate::store::Request for ResolveLockInRegion {
 
 impl KvRequest for ResolveLockInRegion {
     type Response = kvrpcpb::ResolveLockResponse;
+
+    fn dispatch_typed<'a>(
+        &'a mut self,
+        grpc: &'a crate::store::GrpcChannel,
+        timeout: std::time::Duration,
+    ) -> impl std::future::Future<Output = Option<Result<Self::Response>>> + Send + 'a {
+        async move { Some(crate::store::send_shared(&mut self.request, grpc, timeout).await) }
+    }
 
     fn describe(&self) -> String {
         format!(
