@@ -98,6 +98,8 @@ impl<Req: KvRequest> Plan for Dispatch<Req> {
     /// The typed path when the store client offers one (the gRPC client):
     /// the response comes back with its own type, and the request goes to
     /// tonic without a copy. Otherwise [`execute`](Plan::execute).
+    // Not `async fn`: `#[async_trait]` on this impl would box it.
+    #[allow(clippy::manual_async_fn)]
     fn execute_mut(&mut self) -> impl std::future::Future<Output = Result<Self::Result>> + Send {
         async move {
             if let Some((grpc, own_timeout)) = self.kv_client.as_ref().and_then(|c| c.grpc()) {
@@ -223,6 +225,8 @@ impl<P: Plan + Shardable> Plan for PreserveShard<P> {
         self.inner.set_rpc_bound(bound)
     }
 
+    // Not `async fn`: `#[async_trait]` on this impl would box it.
+    #[allow(clippy::manual_async_fn)]
     fn execute_mut(&mut self) -> impl std::future::Future<Output = Result<Self::Result>> + Send {
         async move {
             let shard = self.shard.clone().ok_or_else(|| {

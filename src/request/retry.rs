@@ -243,6 +243,7 @@ where
 
     /// Runs one shard to completion. A reload can split the shard; its
     /// pieces are answered in key order.
+    #[allow(clippy::too_many_arguments)]
     async fn run_shard(
         &self,
         template: &P,

@@ -739,6 +739,8 @@ impl crate::store::Request for ResolveLockInRegion {
 impl KvRequest for ResolveLockInRegion {
     type Response = kvrpcpb::ResolveLockResponse;
 
+    // The trait's signature, spelt out.
+    #[allow(clippy::manual_async_fn)]
     fn dispatch_typed<'a>(
         &'a mut self,
         grpc: &'a crate::store::GrpcChannel,
