@@ -354,6 +354,16 @@ impl ColumnFamily {
             ColumnFamily::Write => "write",
         }
     }
+
+    /// The request field for this column family, without allocating for
+    /// the default one: TiKV reads an empty `cf` as `default`, so the
+    /// default is sent as `None` (an empty string, which needs no buffer).
+    pub fn request_field(cf: Option<ColumnFamily>) -> Option<String> {
+        match cf {
+            None | Some(ColumnFamily::Default) => None,
+            Some(cf) => Some(cf.as_str().to_owned()),
+        }
+    }
 }
 
 impl fmt::Display for ColumnFamily {
@@ -545,6 +555,16 @@ mod tests {
             assert_eq!(ColumnFamily::try_from(cf.as_str()).unwrap(), cf);
         }
         assert!(ColumnFamily::try_from("nope").is_err());
+        // The default column family costs no string on a request.
+        assert_eq!(ColumnFamily::request_field(None), None);
+        assert_eq!(
+            ColumnFamily::request_field(Some(ColumnFamily::Default)),
+            None
+        );
+        assert_eq!(
+            ColumnFamily::request_field(Some(ColumnFamily::Lock)).as_deref(),
+            Some("lock")
+        );
     }
 
     #[test]

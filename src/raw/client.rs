@@ -220,7 +220,7 @@ impl<PdC: PdClient> RawClient<PdC> {
     }
 
     fn cf_name(&self) -> Option<String> {
-        self.cf.map(|cf| cf.as_str().to_owned())
+        ColumnFamily::request_field(self.cf)
     }
 
     fn builder<Req: crate::request::KvRequest>(

@@ -29,6 +29,24 @@ pub trait Plan: Sized + Clone + Sync + Send + 'static {
     fn describe(&self) -> String {
         "the request".to_owned()
     }
+
+    /// Runs the plan once, as the retry loop does per attempt: like
+    /// [`execute`](Self::execute), but the plan may lend its request to the
+    /// RPC (the typed path moves it to tonic and takes it back). The
+    /// default runs `execute`.
+    fn execute_mut(&mut self) -> impl std::future::Future<Output = Result<Self::Result>> + Send {
+        self.execute()
+    }
+
+    /// Bounds the plan's next RPC by `bound` (the request timeout cut short
+    /// by the deadline). Returns true when the plan hands the bound to its
+    /// store client, which then keeps the RPC's only timer; false (the
+    /// default) when the caller must bound [`execute`](Self::execute)
+    /// itself.
+    fn set_rpc_bound(&mut self, bound: Option<std::time::Duration>) -> bool {
+        let _ = bound;
+        false
+    }
 }
 
 /// Sends a request to the store client set by `apply_store`, and downcasts
@@ -39,6 +57,9 @@ pub struct Dispatch<Req: KvRequest> {
     pub request: Req,
     /// The client of the target store; set by [`Shardable::apply_store`].
     pub kv_client: Option<Arc<dyn KvClient + Send + Sync>>,
+    /// The bound of the next RPC (see [`Plan::set_rpc_bound`]); `None`
+    /// leaves it to the store client's own timeout.
+    pub rpc_bound: Option<std::time::Duration>,
 }
 
 impl<Req: KvRequest> Dispatch<Req> {
@@ -47,6 +68,7 @@ impl<Req: KvRequest> Dispatch<Req> {
         Dispatch {
             request,
             kv_client: None,
+            rpc_bound: None,
         }
     }
 }
@@ -68,6 +90,34 @@ impl<Req: KvRequest> Plan for Dispatch<Req> {
         self.request.describe()
     }
 
+    fn set_rpc_bound(&mut self, bound: Option<std::time::Duration>) -> bool {
+        self.rpc_bound = bound;
+        true
+    }
+
+    /// The typed path when the store client offers one (the gRPC client):
+    /// the response comes back with its own type, and the request goes to
+    /// tonic without a copy. Otherwise [`execute`](Plan::execute).
+    // Not `async fn`: `#[async_trait]` on this impl would box it.
+    #[allow(clippy::manual_async_fn)]
+    fn execute_mut(&mut self) -> impl std::future::Future<Output = Result<Self::Result>> + Send {
+        async move {
+            if let Some((grpc, own_timeout)) = self.kv_client.as_ref().and_then(|c| c.grpc()) {
+                // One timer: the smaller of the client's timeout and the
+                // plan's bound.
+                let (timeout, bounded) = match self.rpc_bound {
+                    Some(bound) if bound <= own_timeout => (bound, true),
+                    _ => (own_timeout, false),
+                };
+                let label = self.request.label();
+                if let Some(result) = self.request.dispatch_typed(grpc, timeout).await {
+                    return crate::store::timeout_as_error(result, bounded, label, timeout);
+                }
+            }
+            self.execute().await
+        }
+    }
+
     async fn execute(&self) -> Result<Self::Result> {
         let client = self.kv_client.as_ref().ok_or_else(|| {
             Error::Internal(format!(
@@ -75,7 +125,9 @@ impl<Req: KvRequest> Plan for Dispatch<Req> {
                 self.request.label()
             ))
         })?;
-        let response = client.dispatch(&self.request).await?;
+        let response = client
+            .dispatch_within(&self.request, self.rpc_bound)
+            .await?;
         response
             .downcast::<Req::Response>()
             .map(|b| *b)
@@ -101,6 +153,22 @@ impl<Req: KvRequest + Shardable> Shardable for Dispatch<Req> {
 
     fn apply_shard(&mut self, shard: Self::Shard) {
         self.request.apply_shard(shard);
+    }
+
+    fn template(&self) -> Self {
+        Dispatch {
+            request: self.request.template(),
+            kv_client: None,
+            rpc_bound: self.rpc_bound,
+        }
+    }
+
+    fn for_shard(&self, shard: Self::Shard, whole: bool) -> Self {
+        Dispatch {
+            request: self.request.for_shard(shard, whole),
+            kv_client: None,
+            rpc_bound: self.rpc_bound,
+        }
     }
 
     fn apply_store(&mut self, store: &RegionStore) -> Result<()> {
@@ -152,6 +220,25 @@ impl<P: Plan + Shardable> Plan for PreserveShard<P> {
     fn describe(&self) -> String {
         self.inner.describe()
     }
+
+    fn set_rpc_bound(&mut self, bound: Option<std::time::Duration>) -> bool {
+        self.inner.set_rpc_bound(bound)
+    }
+
+    // Not `async fn`: `#[async_trait]` on this impl would box it.
+    #[allow(clippy::manual_async_fn)]
+    fn execute_mut(&mut self) -> impl std::future::Future<Output = Result<Self::Result>> + Send {
+        async move {
+            let shard = self.shard.clone().ok_or_else(|| {
+                Error::Internal(
+                    "PreserveShard ran without a shard; use it under RetryableMultiRegion"
+                        .to_owned(),
+                )
+            })?;
+            let response = self.inner.execute_mut().await?;
+            Ok(ResponseWithShard(response, shard))
+        }
+    }
 }
 
 #[async_trait]
@@ -168,6 +255,20 @@ impl<P: Plan + Shardable + Send + Sync> Shardable for PreserveShard<P> {
     fn apply_shard(&mut self, shard: Self::Shard) {
         self.shard = Some(shard.clone());
         self.inner.apply_shard(shard);
+    }
+
+    fn template(&self) -> Self {
+        PreserveShard {
+            inner: self.inner.template(),
+            shard: None,
+        }
+    }
+
+    fn for_shard(&self, shard: Self::Shard, whole: bool) -> Self {
+        PreserveShard {
+            shard: Some(shard.clone()),
+            inner: self.inner.for_shard(shard, whole),
+        }
     }
 
     fn apply_store(&mut self, store: &RegionStore) -> Result<()> {

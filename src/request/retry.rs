@@ -77,9 +77,10 @@ impl<P: Plan + Shardable, PdC: PdClient> Clone for RetryableMultiRegion<P, PdC> 
     }
 }
 
-/// Holds a concurrency permit and the in-flight gauge for one RPC.
+/// Holds a concurrency permit (multi-shard requests) and the in-flight
+/// gauge for one RPC.
 struct InFlight<'a> {
-    _permit: tokio::sync::SemaphorePermit<'a>,
+    _permit: Option<tokio::sync::SemaphorePermit<'a>>,
     routing: Option<&'a RoutingState>,
 }
 
@@ -172,28 +173,40 @@ where
             .await
     }
 
-    /// Sends the shard to a mapped candidate, holding one permit while the
-    /// RPC is in flight, behind the `before-dispatch` fail point.
+    /// Sends the piece's request to a mapped candidate, behind the
+    /// `before-dispatch` fail point. A multi-shard request holds one permit
+    /// while the RPC is in flight; a single shard needs none. The request is
+    /// the piece's own, built once: it is aimed at the candidate, not copied.
+    /// Returns when the RPC was sent with its outcome.
     async fn dispatch_candidate(
         &self,
-        shard: &P::Shard,
+        plan: &mut P,
         store: &RegionStore,
-        permits: &Semaphore,
+        permits: Option<&Semaphore>,
         deadline_left: Option<std::time::Duration>,
-        sent_at: &mut Instant,
-    ) -> Result<P::Result> {
-        let mut plan = self.inner.clone();
-        plan.apply_shard(shard.clone());
-        plan.apply_store(store)?;
-        fail::fail_point!("tikv_plan::before_dispatch", |arg| Err(fail_point_error(
-            "dispatch",
-            store.store_id(),
-            arg
-        )));
-        let permit = permits
-            .acquire()
-            .await
-            .map_err(|_| Error::Internal("the request's permit pool was closed".to_owned()))?;
+        now: &mut Instant,
+    ) -> (Instant, Result<P::Result>) {
+        if let Err(error) = plan.apply_store(store) {
+            return (*now, Err(error));
+        }
+        fail::fail_point!("tikv_plan::before_dispatch", |arg| (
+            *now,
+            Err(fail_point_error("dispatch", store.store_id(), arg))
+        ));
+        let permit = match permits {
+            None => None,
+            Some(permits) => match timed(now, permits.acquire()).await {
+                Ok(permit) => Some(permit),
+                Err(_) => {
+                    return (
+                        *now,
+                        Err(Error::Internal(
+                            "the request's permit pool was closed".to_owned(),
+                        )),
+                    )
+                }
+            },
+        };
         let routing = self.routing.as_deref();
         if let Some(r) = routing {
             r.rpc_started();
@@ -202,54 +215,70 @@ where
             _permit: permit,
             routing,
         };
-        // Sent now, not when the shard started waiting for a permit: a
-        // timeout strike counts RPCs sent one after another.
-        *sent_at = Instant::now();
-        // The RPC timeout, cut short by the request's deadline.
+        // Sent now, not when the shard started waiting for a permit (the
+        // clock was read again if it waited): a timeout strike counts RPCs
+        // sent one after another.
+        let sent_at = *now;
+        // The RPC timeout, cut short by the request's deadline: one bound,
+        // kept by the store client's own timer when the plan passes it on.
         let bound = match (self.request_timeout, deadline_left) {
             (Some(timeout), Some(left)) => Some(timeout.min(left)),
             (timeout, left) => timeout.or(left),
         };
-        match bound {
-            None => plan.execute().await,
-            Some(bound) => match tokio::time::timeout(bound, plan.execute()).await {
-                Ok(result) => result,
-                Err(_) => Err(Error::Timeout {
-                    what: format!("the request to store {}", store.store_id()),
-                    after: bound,
-                }),
-            },
-        }
-    }
-
-    /// Splits one piece again by Region (after a reload or a split), from
-    /// the caches.
-    async fn reshard(&self, shard: P::Shard) -> Result<Vec<(P::Shard, RegionWithLeader)>> {
-        let mut plan = self.inner.clone();
-        plan.apply_shard(shard);
-        plan.shards(&self.pd_client).await
+        let result = match bound {
+            None => timed(now, plan.execute_mut()).await,
+            Some(_) if plan.set_rpc_bound(bound) => timed(now, plan.execute_mut()).await,
+            Some(bound) => {
+                match timed(now, tokio::time::timeout(bound, plan.execute_mut())).await {
+                    Ok(result) => result,
+                    Err(_) => Err(Error::Timeout {
+                        what: format!("the request to store {}", store.store_id()),
+                        after: bound,
+                    }),
+                }
+            }
+        };
+        (sent_at, result)
     }
 
     /// Runs one shard to completion. A reload can split the shard; its
     /// pieces are answered in key order.
+    #[allow(clippy::too_many_arguments)]
     async fn run_shard(
         &self,
+        template: &P,
         shard: P::Shard,
         region: RegionWithLeader,
-        permits: &Semaphore,
+        whole: bool,
+        permits: Option<&Semaphore>,
         scope: &RequestScope,
         deadline: Option<Deadline>,
     ) -> Vec<Result<P::Result>> {
         let mut results = Vec::with_capacity(1);
         // The shard itself, then the pieces a split left, in key order (the
-        // queue allocates only when a split happens).
+        // queue allocates only when a split happens); a piece of a split is
+        // never the whole request.
         let mut first = Some((
             shard,
             ShardMachine::new(region, self.backoff.clone(), self.policy(), deadline, scope),
+            whole,
         ));
         let mut pieces = VecDeque::new();
-        while let Some((shard, machine)) = first.take().or_else(|| pieces.pop_front()) {
-            match self.run_piece(shard, machine, permits).await {
+        while let Some((shard, machine, whole)) = first.take().or_else(|| {
+            pieces
+                .pop_front()
+                .map(|(shard, machine)| (shard, machine, false))
+        }) {
+            match self
+                .run_piece(
+                    template.for_shard(shard, whole),
+                    template,
+                    whole,
+                    machine,
+                    permits,
+                )
+                .await
+            {
                 PieceEnd::Done(result) => {
                     let stop = self.terminal_on_undetermined
                         && matches!(&result, Err(e) if e.is_undetermined());
@@ -269,20 +298,26 @@ where
     }
 
     /// Drives one piece's machine: performs its effects and steps until it
-    /// is done or must be split.
+    /// is done or must be split. `plan` is the piece's request, built once
+    /// from the template and re-aimed at each candidate.
     async fn run_piece<'r>(
         &self,
-        mut shard: P::Shard,
+        mut plan: P,
+        template: &P,
+        whole: bool,
         mut machine: ShardMachine<'r>,
-        permits: &Semaphore,
+        permits: Option<&Semaphore>,
     ) -> PieceEnd<'r, P> {
         let mut event = Event::Start;
         let mut store: Option<RegionStore> = None;
         let mut response: Option<P::Result> = None;
+        // The clock, read again only after a step that had to wait (see
+        // `timed`): once per attempt on the fast path, after the RPC.
+        let mut now = Instant::now();
         loop {
-            let next = machine.handle(event, Instant::now());
+            let next = machine.handle(event, now);
             for effect in machine.take_effects() {
-                self.perform(effect).await;
+                timed(&mut now, self.perform(effect)).await;
             }
             event = match next {
                 Next::CheckLeaderStore(store_id) => Event::LeaderStore {
@@ -291,23 +326,27 @@ where
                         .as_ref()
                         .is_some_and(|r| r.is_store_unreachable(store_id)),
                 },
-                Next::Map(peer) => match self.map_candidate(machine.region(), peer).await {
-                    Ok(mapped) => {
-                        store = Some(mapped);
-                        Event::Mapped
+                Next::Map(peer) => {
+                    match timed(&mut now, self.map_candidate(machine.region(), peer)).await {
+                        Ok(mapped) => {
+                            store = Some(mapped);
+                            Event::Mapped
+                        }
+                        Err(error) => Event::MappingFailed(error),
                     }
-                    Err(error) => Event::MappingFailed(error),
-                },
+                }
                 Next::Dispatch { bound } => {
-                    let mut sent_at = Instant::now();
-                    let result = match store.take() {
+                    let (sent_at, result) = match store.take() {
                         Some(store) => {
-                            self.dispatch_candidate(&shard, &store, permits, bound, &mut sent_at)
+                            self.dispatch_candidate(&mut plan, &store, permits, bound, &mut now)
                                 .await
                         }
-                        None => Err(Error::Internal(
-                            "the retry engine dispatched before mapping a store".to_owned(),
-                        )),
+                        None => (
+                            now,
+                            Err(Error::Internal(
+                                "the retry engine dispatched before mapping a store".to_owned(),
+                            )),
+                        ),
                     };
                     match result {
                         Ok(mut answer) => {
@@ -322,14 +361,16 @@ where
                     }
                 }
                 Next::Sleep(delay) => {
-                    tokio::time::sleep(delay).await;
+                    timed(&mut now, tokio::time::sleep(delay)).await;
                     Event::Slept
                 }
-                Next::Reshard => match self.reshard(shard.clone()).await {
+                // Split again by Region from the piece's own request (the
+                // only copy of its payload is the new pieces').
+                Next::Reshard => match timed(&mut now, plan.shards(&self.pd_client)).await {
                     Err(error) => Event::ReshardFailed(error),
                     Ok(mut new) if new.len() == 1 => match new.pop() {
                         Some((reloaded_shard, region)) => {
-                            shard = reloaded_shard;
+                            plan = template.for_shard(reloaded_shard, whole);
                             Event::Resharded(region)
                         }
                         None => Event::ReshardFailed(Error::Internal(
@@ -361,8 +402,8 @@ where
                     None => Event::BusyVerdict(super::routing_state::BusyVerdict::Ordinary),
                 },
                 Next::WaitForProbe(waiter, bound) => Event::ProbeWaited(match bound {
-                    None => waiter.outcome().await,
-                    Some(bound) => tokio::time::timeout(bound, waiter.outcome())
+                    None => timed(&mut now, waiter.outcome()).await,
+                    Some(bound) => timed(&mut now, tokio::time::timeout(bound, waiter.outcome()))
                         .await
                         .unwrap_or(ProbeOutcome::Inconclusive),
                 }),
@@ -378,8 +419,6 @@ where
                     cause,
                 })) => {
                     // Name the request (its keys or range) for the caller.
-                    let mut plan = self.inner.clone();
-                    plan.apply_shard(shard);
                     return PieceEnd::Done(Err(Error::Undetermined {
                         region_id,
                         store_id,
@@ -404,8 +443,11 @@ where
 
     async fn execute(&self) -> Result<Self::Result> {
         let mut shards = self.inner.shards(&self.pd_client).await?;
-        let permits = Semaphore::new(self.max_concurrency.max(1));
-        let permits = &permits;
+        // What every shard's request shares; each shard's request is built
+        // from it and the shard's own payload, never from a copy of the
+        // whole request.
+        let template = self.inner.template();
+        let template = &template;
         let scope = RequestScope::default();
         let scope = &scope;
         let deadline = self.request_deadline.map(|length| Deadline {
@@ -414,15 +456,18 @@ where
         });
         if shards.len() == 1 {
             // One shard (every single-key request): run it in place, without
-            // the per-shard task of `FuturesUnordered` and the move of the
-            // shard's future into it.
+            // the per-shard task of `FuturesUnordered`, the move of the
+            // shard's future into it, and the concurrency bound (its pieces
+            // run one after another).
             if let Some((shard, region)) = shards.pop() {
                 let results = self
-                    .run_shard(shard, region, permits, scope, deadline)
+                    .run_shard(template, shard, region, true, None, scope, deadline)
                     .await;
                 return self.finish(results);
             }
         }
+        let permits = Semaphore::new(self.max_concurrency.max(1));
+        let permits = Some(&permits);
         let mut slots: Vec<Option<Vec<Result<P::Result>>>> = Vec::with_capacity(shards.len());
         slots.resize_with(shards.len(), || None);
         let mut running: FuturesUnordered<_> = shards
@@ -431,7 +476,7 @@ where
             .map(|(index, (shard, region))| async move {
                 (
                     index,
-                    self.run_shard(shard, region, permits, scope, deadline)
+                    self.run_shard(template, shard, region, false, permits, scope, deadline)
                         .await,
                 )
             })
@@ -480,6 +525,26 @@ where
         let errors: Vec<Error> = results.into_iter().filter_map(Result::err).collect();
         Err(strongest_shard_error(errors))
     }
+}
+
+/// Awaits `fut`, and reads the clock into `now` again only if `fut` had to
+/// wait (was pending at least once): a step that finished at once took no
+/// time worth a clock read (under tokio's paused clock, none at all). The
+/// retry loop so reads the clock once per attempt on the fast path (after
+/// the RPC), instead of once per step.
+async fn timed<F: std::future::Future>(now: &mut Instant, fut: F) -> F::Output {
+    let mut fut = std::pin::pin!(fut);
+    let mut waited = false;
+    let output = std::future::poll_fn(|cx| {
+        let poll = fut.as_mut().poll(cx);
+        waited |= poll.is_pending();
+        poll
+    })
+    .await;
+    if waited {
+        *now = Instant::now();
+    }
+    output
 }
 
 /// The error a fail point injects (see the module docs for the arguments).

@@ -1,13 +1,15 @@
 //! The traits a request implements to travel through a plan.
 
+use std::future::Future;
 use std::sync::Arc;
+use std::time::Duration;
 
 use async_trait::async_trait;
 
 use crate::pd::PdClient;
 use crate::proto::{errorpb, kvrpcpb};
 use crate::region::RegionWithLeader;
-use crate::store::{RegionStore, Request};
+use crate::store::{GrpcChannel, RegionStore, Request};
 use crate::{Error, Result};
 
 /// A TiKV request with a typed response, ready for a plan.
@@ -28,6 +30,21 @@ pub trait KvRequest: Request + Sized + Clone + Sync + Send + 'static {
     fn describe(&self) -> String {
         self.label().to_owned()
     }
+
+    /// Sends the request on the typed gRPC path (see
+    /// [`KvClient::grpc`](crate::store::KvClient::grpc)): with its own
+    /// response type, handed to tonic without a copy and kept for a retry.
+    /// `None` (the default) when the request type has no typed call; the
+    /// plan then sends it through `KvClient::dispatch`. Every request of
+    /// the wire protocol has one.
+    fn dispatch_typed<'a>(
+        &'a mut self,
+        grpc: &'a GrpcChannel,
+        timeout: Duration,
+    ) -> impl Future<Output = Option<Result<Self::Response>>> + Send + 'a {
+        let _ = (grpc, timeout);
+        std::future::ready(None)
+    }
 }
 
 /// A request that can be split by Region into shards.
@@ -44,6 +61,37 @@ pub trait Shardable {
 
     /// Narrows the request to one shard.
     fn apply_shard(&mut self, shard: Self::Shard);
+
+    /// The request without its payload (keys, pairs, mutations, ranges):
+    /// what every shard shares (context, options). The plan builds each
+    /// shard's request from it with [`for_shard`](Self::for_shard), so the
+    /// whole request is copied neither per shard nor per attempt.
+    ///
+    /// The default is a plain copy, right for a request whose payload is
+    /// small (a single key); batch requests leave the payload out.
+    fn template(&self) -> Self
+    where
+        Self: Clone + Sized,
+    {
+        self.clone()
+    }
+
+    /// The request for one shard, built from a [`template`](Self::template)
+    /// (`self`) and the shard's own payload, which is moved in. `whole` is
+    /// true when the shard is the whole request: the request had one shard
+    /// and no reload split it (a prewrite may then commit in one phase).
+    ///
+    /// The default copies the template and applies the shard with
+    /// [`apply_shard`](Self::apply_shard).
+    fn for_shard(&self, shard: Self::Shard, whole: bool) -> Self
+    where
+        Self: Clone + Sized,
+    {
+        let _ = whole;
+        let mut request = self.clone();
+        request.apply_shard(shard);
+        request
+    }
 
     /// Targets the request at a Region's candidate peer: sets the context's
     /// region id, epoch and peer, keeping every other context field.

@@ -8,13 +8,14 @@ use std::time::Duration;
 use async_trait::async_trait;
 use tonic::transport::Channel;
 
-use super::{KvClient, KvConnect, Request};
+use super::{GrpcChannel, KvClient, KvConnect, Request};
 use crate::config::{
     DEFAULT_CONNECT_TIMEOUT, DEFAULT_GRPC_MAX_DECODING_MESSAGE_SIZE, DEFAULT_REQUEST_TIMEOUT,
 };
 use crate::proto::tikvpb::tikv_client::TikvClient;
 use crate::security::SecurityManager;
-use crate::Result;
+use crate::{Error, Result};
+use tonic::client::Grpc;
 
 /// Opens [`KvRpcClient`]s. Connection setup is bounded by the connect
 /// timeout, so an address that drops packets cannot stall a candidate round
@@ -81,6 +82,8 @@ impl KvConnect for TikvConnect {
             .connect(address, self.connect_timeout, self.timeout)
             .await?;
         Ok(KvRpcClient {
+            grpc: Grpc::new(channel.clone())
+                .max_decoding_message_size(self.max_decoding_message_size),
             rpc_client: TikvClient::new(channel)
                 .max_decoding_message_size(self.max_decoding_message_size),
             timeout: self.timeout,
@@ -92,6 +95,7 @@ impl KvConnect for TikvConnect {
 #[derive(Debug, Clone)]
 pub struct KvRpcClient {
     rpc_client: TikvClient<Channel>,
+    grpc: GrpcChannel,
     timeout: Duration,
 }
 
@@ -99,6 +103,8 @@ impl KvRpcClient {
     /// Wraps an open channel; each RPC is bounded by `timeout`.
     pub fn new(channel: Channel, timeout: Duration) -> Self {
         KvRpcClient {
+            grpc: Grpc::new(channel.clone())
+                .max_decoding_message_size(DEFAULT_GRPC_MAX_DECODING_MESSAGE_SIZE),
             rpc_client: TikvClient::new(channel)
                 .max_decoding_message_size(DEFAULT_GRPC_MAX_DECODING_MESSAGE_SIZE),
             timeout,
@@ -110,5 +116,51 @@ impl KvRpcClient {
 impl KvClient for KvRpcClient {
     async fn dispatch(&self, req: &dyn Request) -> Result<Box<dyn Any + Send>> {
         req.dispatch(&self.rpc_client, self.timeout).await
+    }
+
+    /// One timer: tonic's own, set to the smaller of the client's timeout
+    /// and `bound`. When `bound` is the smaller, tonic's timeout is reported
+    /// as [`Error::Timeout`] (what a timer around the RPC reported), so the
+    /// classification and the error the caller sees stay the same.
+    async fn dispatch_within(
+        &self,
+        req: &dyn Request,
+        bound: Option<Duration>,
+    ) -> Result<Box<dyn Any + Send>> {
+        let Some(bound) = bound else {
+            return req.dispatch(&self.rpc_client, self.timeout).await;
+        };
+        let timeout = self.timeout.min(bound);
+        let result = req.dispatch(&self.rpc_client, timeout).await;
+        timeout_as_error(result, bound <= self.timeout, req.label(), timeout)
+    }
+
+    fn grpc(&self) -> Option<(&GrpcChannel, Duration)> {
+        Some((&self.grpc, self.timeout))
+    }
+}
+
+/// When the plan's bound (not the client's own timeout) was the RPC's
+/// timer (`bounded`), reports tonic's timeout as [`Error::Timeout`], what a
+/// timer around the RPC reported, so the classification and the error the
+/// caller sees stay the same; any other outcome passes through.
+pub(crate) fn timeout_as_error<T>(
+    result: Result<T>,
+    bounded: bool,
+    label: &str,
+    after: Duration,
+) -> Result<T> {
+    match result {
+        Err(error)
+            if bounded
+                && crate::request::classify_dispatch_error(&error)
+                    == crate::request::DispatchFailure::ClientTimeout =>
+        {
+            Err(Error::Timeout {
+                what: format!("the {label} request"),
+                after,
+            })
+        }
+        result => result,
     }
 }

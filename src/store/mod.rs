@@ -4,12 +4,17 @@
 
 mod client;
 mod request;
+mod typed;
 
+pub(crate) use client::timeout_as_error;
 pub use client::{KvRpcClient, TikvConnect};
 pub use request::Request;
+pub(crate) use typed::send_shared;
+pub use typed::{GrpcChannel, GrpcRequest};
 
 use std::any::Any;
 use std::sync::Arc;
+use std::time::Duration;
 
 use async_trait::async_trait;
 
@@ -23,6 +28,36 @@ use crate::Result;
 pub trait KvClient {
     /// Sends `req` and waits for its response.
     async fn dispatch(&self, req: &dyn Request) -> Result<Box<dyn Any + Send>>;
+
+    /// The gRPC channel behind this client and its request timeout, for the
+    /// typed path (a request sent with its own response type, no
+    /// `Box<dyn Any>`); `None` (the default) sends every request through
+    /// [`dispatch`](Self::dispatch).
+    fn grpc(&self) -> Option<(&GrpcChannel, Duration)> {
+        None
+    }
+
+    /// Sends `req`, bounded by `bound` as well as by the client's own
+    /// timeout, with one timer for the RPC. The default bounds
+    /// [`dispatch`](Self::dispatch) with a timer, failing with
+    /// [`Error::Timeout`](crate::Error::Timeout); a client with a timeout of
+    /// its own (the gRPC client) overrides it to use the smaller of the two.
+    async fn dispatch_within(
+        &self,
+        req: &dyn Request,
+        bound: Option<Duration>,
+    ) -> Result<Box<dyn Any + Send>> {
+        match bound {
+            None => self.dispatch(req).await,
+            Some(bound) => match tokio::time::timeout(bound, self.dispatch(req)).await {
+                Ok(result) => result,
+                Err(_) => Err(crate::Error::Timeout {
+                    what: format!("the {} request", req.label()),
+                    after: bound,
+                }),
+            },
+        }
+    }
 }
 
 /// Opens a [`KvClient`] to a store address.

@@ -214,6 +214,14 @@ macro_rules! txn_request {
         impl KvRequest for $req {
             type Response = $resp;
 
+            fn dispatch_typed<'a>(
+                &'a mut self,
+                grpc: &'a crate::store::GrpcChannel,
+                timeout: std::time::Duration,
+            ) -> impl std::future::Future<Output = Option<Result<Self::Response>>> + Send + 'a {
+                async move { Some(crate::store::send_shared(self, grpc, timeout).await) }
+            }
+
             fn describe(&self) -> String {
                 let $r = self;
                 format!("{} of {}", self.label(), $describe)
@@ -359,10 +367,18 @@ impl Batchable for KeyItems {
 }
 
 macro_rules! keys_shardable {
-    ($($req:ty),*) => {$(
+    ($($req:ident { $($field:ident),* }),*) => {$(
         #[async_trait]
-        impl Shardable for $req {
+        impl Shardable for kvrpcpb::$req {
             type Shard = Vec<Vec<u8>>;
+
+            fn template(&self) -> Self {
+                kvrpcpb::$req {
+                    context: self.context.clone(),
+                    keys: Vec::new(),
+                    $($field: self.$field,)*
+                }
+            }
 
             async fn shards<PdC: PdClient>(
                 &self,
@@ -392,11 +408,17 @@ macro_rules! keys_shardable {
 }
 
 keys_shardable!(
-    kvrpcpb::BatchGetRequest,
-    kvrpcpb::CommitRequest,
-    kvrpcpb::BatchRollbackRequest,
-    kvrpcpb::PessimisticRollbackRequest,
-    kvrpcpb::CheckSecondaryLocksRequest
+    BatchGetRequest { version },
+    CommitRequest {
+        start_version,
+        commit_version
+    },
+    BatchRollbackRequest { start_version },
+    PessimisticRollbackRequest {
+        start_version,
+        for_update_ts
+    },
+    CheckSecondaryLocksRequest { start_version }
 );
 
 /// A mutation of a prewrite together with its pessimistic action.
@@ -425,6 +447,75 @@ impl Batchable for kvrpcpb::PrewriteRequest {
 #[async_trait]
 impl Shardable for kvrpcpb::PrewriteRequest {
     type Shard = Vec<PrewriteItem>;
+
+    /// Without the mutations; `pessimistic_actions` keeps one entry when
+    /// the mutations carry actions, as a mark. The secondaries stay (the
+    /// primary's shard needs them; [`for_shard`](Shardable::for_shard)
+    /// copies them into that shard only). 1PC stays requested only when no
+    /// key repeats: a deduplicated request is not the whole transaction.
+    fn template(&self) -> Self {
+        let mut try_one_pc = self.try_one_pc;
+        if try_one_pc {
+            let mut keys: Vec<&[u8]> = self.mutations.iter().map(|m| &m.key[..]).collect();
+            keys.sort_unstable();
+            if keys.windows(2).any(|w| w[0] == w[1]) {
+                try_one_pc = false;
+            }
+        }
+        kvrpcpb::PrewriteRequest {
+            context: self.context.clone(),
+            mutations: Vec::new(),
+            primary_lock: self.primary_lock.clone(),
+            start_version: self.start_version,
+            lock_ttl: self.lock_ttl,
+            skip_constraint_check: self.skip_constraint_check,
+            pessimistic_actions: if self.pessimistic_actions.is_empty() {
+                Vec::new()
+            } else {
+                vec![0]
+            },
+            txn_size: self.txn_size,
+            for_update_ts: self.for_update_ts,
+            min_commit_ts: self.min_commit_ts,
+            use_async_commit: self.use_async_commit,
+            secondaries: self.secondaries.clone(),
+            try_one_pc,
+            max_commit_ts: self.max_commit_ts,
+            assertion_level: self.assertion_level,
+        }
+    }
+
+    /// 1PC only for the whole transaction in one request; the secondaries
+    /// only on the primary's shard.
+    fn for_shard(&self, shard: Self::Shard, whole: bool) -> Self {
+        let holds_primary = shard.iter().any(|i| i.mutation.key == self.primary_lock);
+        let pessimistic_actions = if self.pessimistic_actions.is_empty() {
+            Vec::new()
+        } else {
+            shard.iter().map(|i| i.pessimistic_action).collect()
+        };
+        kvrpcpb::PrewriteRequest {
+            context: self.context.clone(),
+            mutations: shard.into_iter().map(|i| i.mutation).collect(),
+            primary_lock: self.primary_lock.clone(),
+            start_version: self.start_version,
+            lock_ttl: self.lock_ttl,
+            skip_constraint_check: self.skip_constraint_check,
+            pessimistic_actions,
+            txn_size: self.txn_size,
+            for_update_ts: self.for_update_ts,
+            min_commit_ts: self.min_commit_ts,
+            use_async_commit: self.use_async_commit,
+            secondaries: if holds_primary {
+                self.secondaries.clone()
+            } else {
+                Vec::new()
+            },
+            try_one_pc: self.try_one_pc && whole,
+            max_commit_ts: self.max_commit_ts,
+            assertion_level: self.assertion_level,
+        }
+    }
 
     async fn shards<PdC: PdClient>(
         &self,
@@ -497,6 +588,25 @@ impl Batchable for kvrpcpb::PessimisticLockRequest {
 #[async_trait]
 impl Shardable for kvrpcpb::PessimisticLockRequest {
     type Shard = Vec<LockItem>;
+
+    fn template(&self) -> Self {
+        kvrpcpb::PessimisticLockRequest {
+            context: self.context.clone(),
+            mutations: Vec::new(),
+            primary_lock: self.primary_lock.clone(),
+            start_version: self.start_version,
+            lock_ttl: self.lock_ttl,
+            for_update_ts: self.for_update_ts,
+            is_first_lock: self.is_first_lock,
+            wait_timeout: self.wait_timeout,
+            force: self.force,
+            return_values: self.return_values,
+            min_commit_ts: self.min_commit_ts,
+            check_existence: self.check_existence,
+            lock_only_if_exists: self.lock_only_if_exists,
+            wake_up_mode: self.wake_up_mode,
+        }
+    }
 
     async fn shards<PdC: PdClient>(
         &self,
@@ -628,6 +738,16 @@ impl crate::store::Request for ResolveLockInRegion {
 
 impl KvRequest for ResolveLockInRegion {
     type Response = kvrpcpb::ResolveLockResponse;
+
+    // The trait's signature, spelt out.
+    #[allow(clippy::manual_async_fn)]
+    fn dispatch_typed<'a>(
+        &'a mut self,
+        grpc: &'a crate::store::GrpcChannel,
+        timeout: std::time::Duration,
+    ) -> impl std::future::Future<Output = Option<Result<Self::Response>>> + Send + 'a {
+        async move { Some(crate::store::send_shared(&mut self.request, grpc, timeout).await) }
+    }
 
     fn describe(&self) -> String {
         format!(
