@@ -221,16 +221,32 @@ impl Borrow<RegionId> for ById {
     }
 }
 
+/// One insertion in the eviction queue: the Region's id and the stamp the
+/// insertion gave it. Packed to 12 bytes: the queue holds one per cached
+/// Region and more.
+#[derive(Debug, Clone, Copy)]
+#[repr(C, packed(4))]
+struct Inserted {
+    id: RegionId,
+    stamp: u32,
+}
+
 /// The cached Regions, each one `Arc` indexed twice (by start key and by
 /// id). Every Region is in both indexes or in neither.
 #[derive(Debug)]
 struct RegionMap {
     by_start: BTreeSet<ByStart>,
     by_id: HashSet<ById>,
-    /// Versions in the order they were inserted, oldest first: past the
-    /// capacity the oldest go. Entries whose version is gone are skipped
-    /// (and compacted away when they pile up).
-    inserted: VecDeque<RegionVerId>,
+    /// Insertions in order, oldest first: past the capacity the oldest go.
+    /// An entry is current while the cached Region with its id has its
+    /// stamp; the others (replaced, invalidated) are skipped, and compacted
+    /// away when they pile up.
+    inserted: VecDeque<Inserted>,
+    /// The stamp of the next insertion. It wraps, which is harmless: a
+    /// stale entry lives until the next compaction, at most a few times
+    /// the capacity of insertions later, far fewer than 2^32; and taking
+    /// one for current would only evict a Region early.
+    next_stamp: u32,
     /// How many Regions the cache holds at most.
     capacity: usize,
 }
@@ -241,6 +257,7 @@ impl Default for RegionMap {
             by_start: BTreeSet::new(),
             by_id: HashSet::new(),
             inserted: VecDeque::new(),
+            next_stamp: 0,
             capacity: DEFAULT_REGION_CACHE_CAPACITY,
         }
     }
@@ -355,11 +372,22 @@ impl RegionMap {
                 region.set_leader(Some(leader));
             }
         }
+        region.stamp = self.next_stamp;
+        self.next_stamp = self.next_stamp.wrapping_add(1);
+        self.inserted.push_back(Inserted {
+            id,
+            stamp: region.stamp,
+        });
         let region = Arc::new(region);
         self.put(Arc::clone(&region));
-        self.inserted.push_back(region.ver_id());
         self.evict_beyond_capacity();
         Some(region)
+    }
+
+    /// True while `entry` is the insertion of the Region cached under its id.
+    fn is_current(&self, entry: Inserted) -> bool {
+        let Inserted { id, stamp } = entry;
+        self.get_by_id(id).is_some_and(|r| r.stamp == stamp)
     }
 
     /// Drops the oldest inserted Regions while there are more than the
@@ -369,21 +397,15 @@ impl RegionMap {
             let Some(oldest) = self.inserted.pop_front() else {
                 break;
             };
-            if self
-                .get_by_id(oldest.id)
-                .is_some_and(|r| r.ver_id() == oldest)
-            {
+            if self.is_current(oldest) {
                 self.remove_id(oldest.id);
             }
         }
-        // Versions replaced or invalidated leave stale markers behind.
+        // Regions replaced or invalidated leave stale entries behind.
         if self.inserted.len() > 2 * self.len().max(64) {
-            let by_id = &self.by_id;
-            self.inserted.retain(|v| {
-                by_id
-                    .get(&v.id)
-                    .is_some_and(|ById(r)| r.ver_id() == *v)
-            });
+            let mut inserted = std::mem::take(&mut self.inserted);
+            inserted.retain(|entry| self.is_current(*entry));
+            self.inserted = inserted;
         }
     }
 }

@@ -18,10 +18,10 @@ const INLINE_KEY_BYTES: usize = 48;
 const INLINE_PEERS: usize = 3;
 
 /// `leader` when no leader is cached.
-const NO_LEADER: u32 = u32::MAX;
-/// `leader` when the leader record is not one of `peers` (kept in
-/// `other_leader`).
-const OTHER_LEADER: u32 = u32::MAX - 1;
+const NO_LEADER: u16 = u16::MAX;
+/// `leader` when the leader record is not one of the first
+/// [`OTHER_LEADER`] `peers` (kept in `other_leader`).
+const OTHER_LEADER: u16 = u16::MAX - 1;
 
 /// A Region and its cached leader in the form the Region cache stores:
 /// both keys and (up to three) peers in one allocation with the handle's
@@ -55,26 +55,48 @@ const OTHER_LEADER: u32 = u32::MAX - 1;
 /// assert_eq!(cached.leader_store_id().unwrap(), 1);
 /// assert_eq!(cached.to_region_with_leader(), region);
 /// ```
-#[derive(Debug, Clone, PartialEq, Eq)]
+// `repr(C)` puts what a key comparison reads (the start key's length and
+// the key bytes) first, right behind the `Arc`'s counts: the start-key
+// index compares through the `Arc`, and this keeps each comparison to one
+// or two cache lines.
+#[repr(C)]
+#[derive(Debug, Clone)]
 pub struct CachedRegion {
+    /// Where the start key ends in `keys`.
+    start_len: usize,
+    /// The start key followed by the end key.
+    keys: SmallVec<[u8; INLINE_KEY_BYTES]>,
     pub(super) id: RegionId,
     conf_ver: u64,
     version: u64,
-    /// The start key followed by the end key.
-    keys: SmallVec<[u8; INLINE_KEY_BYTES]>,
-    /// Where the start key ends in `keys`.
-    start_len: usize,
     peers: SmallVec<[metapb::Peer; INLINE_PEERS]>,
-    /// The leader's index in `peers`, [`NO_LEADER`] or [`OTHER_LEADER`].
-    leader: u32,
     /// A leader record that is not one of `peers` (rare: PD names a peer
     /// the Region does not list, or a carried-over record whose role has
     /// since changed).
     other_leader: Option<Box<metapb::Peer>>,
+    /// When the cache inserted this Region (its eviction queue's marker);
+    /// not part of the Region, so equality ignores it.
+    pub(super) stamp: u32,
+    /// The leader's index in `peers`, [`NO_LEADER`] or [`OTHER_LEADER`].
+    leader: u16,
     /// False when PD sent no epoch (it reads as zero, and converts back to
     /// none).
     has_epoch: bool,
 }
+
+impl PartialEq for CachedRegion {
+    fn eq(&self, other: &Self) -> bool {
+        self.id == other.id
+            && self.has_epoch == other.has_epoch
+            && self.epoch() == other.epoch()
+            && self.start_key() == other.start_key()
+            && self.end_key() == other.end_key()
+            && self.peers == other.peers
+            && self.leader() == other.leader()
+    }
+}
+
+impl Eq for CachedRegion {}
 
 impl CachedRegion {
     /// The Region id.
@@ -125,7 +147,7 @@ impl CachedRegion {
         match self.leader {
             NO_LEADER => None,
             OTHER_LEADER => self.other_leader.as_deref(),
-            index => self.peers.get(index as usize),
+            index => self.peers.get(usize::from(index)),
         }
     }
 
@@ -188,7 +210,7 @@ impl CachedRegion {
                 .peers
                 .iter()
                 .position(|p| *p == leader)
-                .and_then(|i| u32::try_from(i).ok())
+                .and_then(|i| u16::try_from(i).ok())
                 .filter(|i| *i < OTHER_LEADER)
             {
                 Some(index) => index,
@@ -218,15 +240,16 @@ impl From<RegionWithLeader> for CachedRegion {
         keys.extend_from_slice(&region.end_key);
         let epoch = region.region_epoch.unwrap_or_default();
         let mut cached = CachedRegion {
+            start_len: region.start_key.len(),
+            keys,
             id: region.id,
             conf_ver: epoch.conf_ver,
             version: epoch.version,
-            keys,
-            start_len: region.start_key.len(),
             // Copied, not adopted: a decoded list may have spare capacity.
             peers: SmallVec::from_slice(&region.peers),
-            leader: NO_LEADER,
             other_leader: None,
+            stamp: 0,
+            leader: NO_LEADER,
             has_epoch: region.region_epoch.is_some(),
         };
         cached.set_leader(leader);
