@@ -136,8 +136,14 @@ fn a_region_costs_at_most_300_bytes_at_16_and_24_byte_keys() {
             "region cache: {bytes} bytes per cached Region requested, {chunks} in malloc chunks \
              (100,000 Regions, {key_len}-byte keys, 3 voters)"
         );
-        assert!(bytes <= BUDGET, "{key_len}-byte keys: {bytes} bytes per Region");
-        assert!(chunks <= BUDGET, "{key_len}-byte keys: {chunks} bytes per Region in chunks");
+        assert!(
+            bytes <= BUDGET,
+            "{key_len}-byte keys: {bytes} bytes per Region"
+        );
+        assert!(
+            chunks <= BUDGET,
+            "{key_len}-byte keys: {chunks} bytes per Region in chunks"
+        );
     }
 }
 

@@ -285,7 +285,10 @@ impl<KvC: KvConnect> PdClient for PdRpcClient<KvC> {
     }
 
     async fn region_for_key(&self, key: &[u8]) -> Result<RegionWithLeader> {
-        Ok(self.region_for_key_shared(key).await?.to_region_with_leader())
+        Ok(self
+            .region_for_key_shared(key)
+            .await?
+            .to_region_with_leader())
     }
 
     async fn region_for_id(&self, id: RegionId) -> Result<RegionWithLeader> {

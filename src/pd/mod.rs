@@ -26,7 +26,12 @@ pub(crate) fn region_holding_key(region: RegionWithLeader, key: &[u8]) -> Result
     if region.contains(key) {
         return Ok(region);
     }
-    Err(not_holding_key(key, region.id(), region.start_key(), region.end_key()))
+    Err(not_holding_key(
+        key,
+        region.id(),
+        region.start_key(),
+        region.end_key(),
+    ))
 }
 
 /// [`region_holding_key`] for a shared handle.
@@ -34,7 +39,12 @@ fn shared_region_holding_key(region: Arc<CachedRegion>, key: &[u8]) -> Result<Ar
     if region.contains(key) {
         return Ok(region);
     }
-    Err(not_holding_key(key, region.id(), region.start_key(), region.end_key()))
+    Err(not_holding_key(
+        key,
+        region.id(),
+        region.start_key(),
+        region.end_key(),
+    ))
 }
 
 fn not_holding_key(key: &[u8], id: RegionId, start: &[u8], end: &[u8]) -> Error {
@@ -86,7 +96,9 @@ pub trait PdClient: Send + Sync + 'static {
     /// (or a wrapper that rewrites Regions) that only provides the by-value
     /// method stays correct.
     async fn region_for_key_shared(&self, key: &[u8]) -> Result<Arc<CachedRegion>> {
-        Ok(Arc::new(CachedRegion::from(self.region_for_key(key).await?)))
+        Ok(Arc::new(CachedRegion::from(
+            self.region_for_key(key).await?,
+        )))
     }
 
     /// [`region_for_id`](PdClient::region_for_id) as a shared handle; see

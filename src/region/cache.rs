@@ -332,7 +332,11 @@ impl RegionMap {
     /// Inserts `region` unless the cache holds something newer; see
     /// [`RegionCache::insert`]. Returns what is now cached, or `None` when
     /// refused.
-    fn insert(&mut self, mut region: CachedRegion, replace_equal: bool) -> Option<Arc<CachedRegion>> {
+    fn insert(
+        &mut self,
+        mut region: CachedRegion,
+        replace_equal: bool,
+    ) -> Option<Arc<CachedRegion>> {
         let epoch = region.epoch();
         let id = region.id();
         let previous_leader = match self.get_by_id(id) {
@@ -548,7 +552,11 @@ impl RegionCache {
     /// The Region with id `id`: from the cache, or from `load` (whose result
     /// is inserted). Concurrent misses on the same id share one `load`; a
     /// failed load is returned to all of them and not cached.
-    pub async fn get_or_load_by_id<L, Fut>(&self, id: RegionId, load: L) -> Result<Arc<CachedRegion>>
+    pub async fn get_or_load_by_id<L, Fut>(
+        &self,
+        id: RegionId,
+        load: L,
+    ) -> Result<Arc<CachedRegion>>
     where
         L: FnOnce(RegionId) -> Fut,
         Fut: Future<Output = Result<RegionWithLeader>> + Send + 'static,
@@ -790,12 +798,18 @@ mod tests {
         let mut same = region(1, b"a", b"m", 1, 1);
         same.leader = None;
         assert!(!cache.insert_if_newer(same));
-        assert_eq!(cache.get_by_id(1).unwrap().leader().copied(), Some(peer(12, 2)));
+        assert_eq!(
+            cache.get_by_id(1).unwrap().leader().copied(),
+            Some(peer(12, 2))
+        );
         // Newer without a leader: the old leader is still a peer, carried over.
         let mut newer = region(1, b"a", b"g", 1, 2);
         newer.leader = None;
         assert!(cache.insert_if_newer(newer));
-        assert_eq!(cache.get_by_id(1).unwrap().leader().copied(), Some(peer(12, 2)));
+        assert_eq!(
+            cache.get_by_id(1).unwrap().leader().copied(),
+            Some(peer(12, 2))
+        );
         // Newer without that peer: no leader.
         let mut moved = region(1, b"a", b"g", 2, 2);
         moved.leader = None;
@@ -812,7 +826,10 @@ mod tests {
         cache.insert(r);
         // A peer of the Region, right version: accepted.
         assert!(cache.update_leader(ver, &peer(13, 3)));
-        assert_eq!(cache.get_by_id(1).unwrap().leader().copied(), Some(peer(13, 3)));
+        assert_eq!(
+            cache.get_by_id(1).unwrap().leader().copied(),
+            Some(peer(13, 3))
+        );
         // Not a peer (unknown id, or right id on the wrong store): refused.
         assert!(!cache.update_leader(ver, &peer(99, 3)));
         assert!(!cache.update_leader(ver, &peer(12, 3)));
@@ -821,7 +838,10 @@ mod tests {
         assert!(!cache.update_leader(stale, &peer(12, 2)));
         // Not cached at all: refused.
         assert!(!cache.update_leader(RegionVerId { id: 7, ..ver }, &peer(12, 2)));
-        assert_eq!(cache.get_by_id(1).unwrap().leader().copied(), Some(peer(13, 3)));
+        assert_eq!(
+            cache.get_by_id(1).unwrap().leader().copied(),
+            Some(peer(13, 3))
+        );
     }
 
     #[test]

@@ -320,11 +320,26 @@ mod tests {
             region(b"a", b"m", peers.clone(), Some(peers[1])),
             region(b"", b"", peers.clone(), None),
             // Long keys and many peers spill to the heap.
-            region(&[1; 40], &[2; 60], (1..=7).map(|s| peer(s, s, PeerRole::Voter)).collect(), None),
+            region(
+                &[1; 40],
+                &[2; 60],
+                (1..=7).map(|s| peer(s, s, PeerRole::Voter)).collect(),
+                None,
+            ),
             // A leader that is not a peer, and one whose role differs from
             // the peer's record: both read back as given.
-            region(b"a", b"b", peers.clone(), Some(peer(99, 9, PeerRole::Voter))),
-            region(b"a", b"b", peers.clone(), Some(peer(12, 2, PeerRole::Learner))),
+            region(
+                b"a",
+                b"b",
+                peers.clone(),
+                Some(peer(99, 9, PeerRole::Voter)),
+            ),
+            region(
+                b"a",
+                b"b",
+                peers.clone(),
+                Some(peer(12, 2, PeerRole::Learner)),
+            ),
             RegionWithLeader::default(),
         ];
         for case in cases {
@@ -383,7 +398,10 @@ mod tests {
         peers[1].role = PeerRole::IncomingVoter as i32;
         let cached = CachedRegion::from(region(b"a", b"b", peers, None));
         let led = cached.led_by(&peer(12, 2, PeerRole::Voter)).unwrap();
-        assert_eq!(led.leader().map(|l| l.role), Some(PeerRole::IncomingVoter as i32));
+        assert_eq!(
+            led.leader().map(|l| l.role),
+            Some(PeerRole::IncomingVoter as i32)
+        );
         assert!(cached.led_by(&peer(12, 3, PeerRole::Voter)).is_none());
         assert!(cached.leader().is_none(), "the original is unchanged");
     }
