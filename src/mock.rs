@@ -45,7 +45,7 @@ use async_trait::async_trait;
 use crate::pd::{PdClient, Timestamp};
 use crate::proto::metapb::PeerRole;
 use crate::proto::{errorpb, kvrpcpb, metapb};
-use crate::region::{RegionCache, RegionId, RegionVerId, RegionWithLeader, StoreId};
+use crate::region::{CachedRegion, RegionCache, RegionId, RegionVerId, RegionWithLeader, StoreId};
 use crate::store::{KvClient, RegionStore, Request, Store};
 use crate::{Error, Result};
 
@@ -447,7 +447,10 @@ impl MockPdClient {
 
     /// The client's cached copy of a Region.
     pub fn cached_region(&self, region_id: RegionId) -> Option<RegionWithLeader> {
-        self.shared.cache.get_by_id(region_id)
+        self.shared
+            .cache
+            .get_by_id(region_id)
+            .map(|r| r.to_region_with_leader())
     }
 
     /// The cached leader of a Region.
@@ -598,7 +601,7 @@ impl PdClient for MockPdClient {
 
     async fn region_for_key(&self, key: &[u8]) -> Result<RegionWithLeader> {
         if let Some(r) = self.shared.cache.get_by_key(key) {
-            return Ok(r);
+            return Ok(r.to_region_with_leader());
         }
         let found = lock(&self.shared.topology)
             .pd_view
@@ -611,11 +614,25 @@ impl PdClient for MockPdClient {
 
     async fn region_for_id(&self, id: RegionId) -> Result<RegionWithLeader> {
         if let Some(r) = self.shared.cache.get_by_id(id) {
-            return Ok(r);
+            return Ok(r.to_region_with_leader());
         }
         let found = lock(&self.shared.topology).pd_view.get(&id).cloned();
         self.load_from_pd(found)
             .ok_or(Error::RegionNotFoundInPd { region_id: id })
+    }
+
+    async fn region_for_key_shared(&self, key: &[u8]) -> Result<Arc<CachedRegion>> {
+        match self.shared.cache.get_by_key(key) {
+            Some(r) => Ok(r),
+            None => Ok(Arc::new(self.region_for_key(key).await?.into())),
+        }
+    }
+
+    async fn region_for_id_shared(&self, id: RegionId) -> Result<Arc<CachedRegion>> {
+        match self.shared.cache.get_by_id(id) {
+            Some(r) => Ok(r),
+            None => Ok(Arc::new(self.region_for_id(id).await?.into())),
+        }
     }
 
     async fn all_stores(&self) -> Result<Vec<Store>> {

@@ -13,7 +13,8 @@ use super::PdClient;
 use crate::config::Config;
 use crate::proto::{metapb, pdpb};
 use crate::region::{
-    RegionCache, RegionId, RegionVerId, RegionWithLeader, SingleFlight, StoreCache, StoreId,
+    CachedRegion, RegionCache, RegionId, RegionVerId, RegionWithLeader, SingleFlight, StoreCache,
+    StoreId,
 };
 use crate::security::SecurityManager;
 use crate::store::{KvConnect, RegionStore, Store, TikvConnect};
@@ -284,6 +285,17 @@ impl<KvC: KvConnect> PdClient for PdRpcClient<KvC> {
     }
 
     async fn region_for_key(&self, key: &[u8]) -> Result<RegionWithLeader> {
+        Ok(self
+            .region_for_key_shared(key)
+            .await?
+            .to_region_with_leader())
+    }
+
+    async fn region_for_id(&self, id: RegionId) -> Result<RegionWithLeader> {
+        Ok(self.region_for_id_shared(id).await?.to_region_with_leader())
+    }
+
+    async fn region_for_key_shared(&self, key: &[u8]) -> Result<Arc<CachedRegion>> {
         let cluster = Arc::clone(&self.cluster);
         self.regions
             .get_or_load_by_key(
@@ -293,7 +305,7 @@ impl<KvC: KvConnect> PdClient for PdRpcClient<KvC> {
             .await
     }
 
-    async fn region_for_id(&self, id: RegionId) -> Result<RegionWithLeader> {
+    async fn region_for_id_shared(&self, id: RegionId) -> Result<Arc<CachedRegion>> {
         let cluster = Arc::clone(&self.cluster);
         self.regions
             .get_or_load_by_id(

@@ -15,7 +15,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 
 use crate::proto::{metapb, pdpb};
-use crate::region::{RegionId, RegionVerId, RegionWithLeader, StoreId};
+use crate::region::{CachedRegion, RegionId, RegionVerId, RegionWithLeader, StoreId};
 use crate::store::{KvClient, RegionStore, Store};
 use crate::{Error, Result};
 
@@ -26,15 +26,34 @@ pub(crate) fn region_holding_key(region: RegionWithLeader, key: &[u8]) -> Result
     if region.contains(key) {
         return Ok(region);
     }
-    Err(Error::Pd {
+    Err(not_holding_key(
+        key,
+        region.id(),
+        region.start_key(),
+        region.end_key(),
+    ))
+}
+
+/// [`region_holding_key`] for a shared handle.
+fn shared_region_holding_key(region: Arc<CachedRegion>, key: &[u8]) -> Result<Arc<CachedRegion>> {
+    if region.contains(key) {
+        return Ok(region);
+    }
+    Err(not_holding_key(
+        key,
+        region.id(),
+        region.start_key(),
+        region.end_key(),
+    ))
+}
+
+fn not_holding_key(key: &[u8], id: RegionId, start: &[u8], end: &[u8]) -> Error {
+    Error::Pd {
         error_type: pdpb::ErrorType::Unknown,
         message: format!(
-            "the lookup of key {key:?} returned region {} [{:?}, {:?}), which does not hold it; PD's Region map looks inconsistent, retry later",
-            region.id(),
-            region.start_key(),
-            region.end_key()
+            "the lookup of key {key:?} returned region {id} [{start:?}, {end:?}), which does not hold it; PD's Region map looks inconsistent, retry later",
         ),
-    })
+    }
 }
 
 /// What the request plan needs from PD and the caches in front of it.
@@ -70,6 +89,23 @@ pub trait PdClient: Send + Sync + 'static {
 
     /// The Region with this id (cache, then PD).
     async fn region_for_id(&self, id: RegionId) -> Result<RegionWithLeader>;
+
+    /// [`region_for_key`](PdClient::region_for_key) as a shared handle: a
+    /// client with a Region cache answers a hit with a reference count, no
+    /// copy. The default wraps `region_for_key`, so an implementation
+    /// (or a wrapper that rewrites Regions) that only provides the by-value
+    /// method stays correct.
+    async fn region_for_key_shared(&self, key: &[u8]) -> Result<Arc<CachedRegion>> {
+        Ok(Arc::new(CachedRegion::from(
+            self.region_for_key(key).await?,
+        )))
+    }
+
+    /// [`region_for_id`](PdClient::region_for_id) as a shared handle; see
+    /// [`region_for_key_shared`](PdClient::region_for_key_shared).
+    async fn region_for_id_shared(&self, id: RegionId) -> Result<Arc<CachedRegion>> {
+        Ok(Arc::new(CachedRegion::from(self.region_for_id(id).await?)))
+    }
 
     /// Every store PD knows, excluding tombstones, each with a client.
     async fn all_stores(&self) -> Result<Vec<Store>>;
@@ -134,9 +170,9 @@ pub trait PdClient: Send + Sync + 'static {
                     continue;
                 }
             }
-            let region =
-                region_holding_key(self.region_for_key(key.as_ref()).await?, key.as_ref())?;
-            groups.push((region, vec![key]));
+            let region = self.region_for_key_shared(key.as_ref()).await?;
+            let region = shared_region_holding_key(region, key.as_ref())?;
+            groups.push((region.to_region_with_leader(), vec![key]));
         }
         Ok(groups)
     }
@@ -152,9 +188,9 @@ pub trait PdClient: Send + Sync + 'static {
         let mut regions = Vec::new();
         let mut key = start;
         loop {
-            let region = region_holding_key(self.region_for_key(&key).await?, &key)?;
+            let region = shared_region_holding_key(self.region_for_key_shared(&key).await?, &key)?;
             let region_end = region.end_key().to_vec();
-            regions.push(region);
+            regions.push(region.to_region_with_leader());
             if region_end.is_empty() || (!end.is_empty() && region_end >= end) {
                 return Ok(regions);
             }
@@ -183,13 +219,16 @@ pub trait PdClient: Send + Sync + 'static {
             self.prefetch_regions(lowest, highest, usize::MAX).await;
         }
         let mut groups: Vec<(RegionWithLeader, Vec<(Vec<u8>, Vec<u8>)>)> = Vec::new();
+        // The Region of the last group.
+        let mut last: Option<Arc<CachedRegion>> = None;
         for (start, end) in ranges {
             let mut piece_start = start;
             loop {
-                let region = match groups.last() {
-                    Some((r, _)) if r.contains(&piece_start) => r.clone(),
+                let region = match &last {
+                    Some(r) if r.contains(&piece_start) => Arc::clone(r),
                     _ => {
-                        region_holding_key(self.region_for_key(&piece_start).await?, &piece_start)?
+                        let region = self.region_for_key_shared(&piece_start).await?;
+                        shared_region_holding_key(region, &piece_start)?
                     }
                 };
                 let region_end = region.end_key().to_vec();
@@ -202,8 +241,9 @@ pub trait PdClient: Send + Sync + 'static {
                 let piece = (piece_start.clone(), piece_end);
                 match groups.last_mut() {
                     Some((r, pieces)) if r.ver_id() == region.ver_id() => pieces.push(piece),
-                    _ => groups.push((region, vec![piece])),
+                    _ => groups.push((region.to_region_with_leader(), vec![piece])),
                 }
+                last = Some(region);
                 if ends_here {
                     break;
                 }

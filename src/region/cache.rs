@@ -6,15 +6,16 @@
 //! share one load from PD, and a failed load is never cached.
 //! [`StoreCache`] does the same for store metadata.
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::borrow::Borrow;
+use std::collections::{BTreeSet, HashMap, HashSet, VecDeque};
 use std::future::Future;
-use std::hash::Hash;
+use std::hash::{Hash, Hasher};
 use std::ops::Bound;
 use std::sync::{Arc, Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use futures::future::{BoxFuture, FutureExt, Shared};
 
-use super::{RegionId, RegionVerId, RegionWithLeader, StoreId};
+use super::{CachedRegion, RegionId, RegionVerId, RegionWithLeader, StoreId};
 use crate::proto::metapb;
 use crate::Result;
 
@@ -162,15 +163,90 @@ where
     }
 }
 
+/// A cached Region in the start-key index, ordered by its start key. The
+/// index holds the same allocation as the id index, so the key bytes are
+/// stored once, and a comparison reads them right behind the reference
+/// count.
+#[derive(Debug, Clone)]
+struct ByStart(Arc<CachedRegion>);
+
+impl PartialEq for ByStart {
+    fn eq(&self, other: &Self) -> bool {
+        self.0.start_key() == other.0.start_key()
+    }
+}
+
+impl Eq for ByStart {}
+
+impl PartialOrd for ByStart {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for ByStart {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        self.0.start_key().cmp(other.0.start_key())
+    }
+}
+
+impl Borrow<[u8]> for ByStart {
+    fn borrow(&self) -> &[u8] {
+        self.0.start_key()
+    }
+}
+
+/// A cached Region in the id index, hashed and compared by its id.
+#[derive(Debug, Clone)]
+struct ById(Arc<CachedRegion>);
+
+impl PartialEq for ById {
+    fn eq(&self, other: &Self) -> bool {
+        self.0.id() == other.0.id()
+    }
+}
+
+impl Eq for ById {}
+
+impl Hash for ById {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        // As `RegionId` hashes, so that lookups by id (`Borrow`) find it.
+        self.0.id().hash(state);
+    }
+}
+
+impl Borrow<RegionId> for ById {
+    fn borrow(&self) -> &RegionId {
+        &self.0.id
+    }
+}
+
+/// One insertion in the eviction queue: the Region's id and the stamp the
+/// insertion gave it. Packed to 12 bytes: the queue holds one per cached
+/// Region and more.
+#[derive(Debug, Clone, Copy)]
+#[repr(C, packed(4))]
+struct Inserted {
+    id: RegionId,
+    stamp: u32,
+}
+
+/// The cached Regions, each one `Arc` indexed twice (by start key and by
+/// id). Every Region is in both indexes or in neither.
 #[derive(Debug)]
 struct RegionMap {
-    /// Start key -> id of the Region that starts there.
-    by_start: BTreeMap<Vec<u8>, RegionId>,
-    by_id: HashMap<RegionId, RegionWithLeader>,
-    /// Versions in the order they were inserted, oldest first: past the
-    /// capacity the oldest go. Entries whose version is gone are skipped
-    /// (and compacted away when they pile up).
-    inserted: VecDeque<RegionVerId>,
+    by_start: BTreeSet<ByStart>,
+    by_id: HashSet<ById>,
+    /// Insertions in order, oldest first: past the capacity the oldest go.
+    /// An entry is current while the cached Region with its id has its
+    /// stamp; the others (replaced, invalidated) are skipped, and compacted
+    /// away when they pile up.
+    inserted: VecDeque<Inserted>,
+    /// The stamp of the next insertion. It wraps, which is harmless: a
+    /// stale entry lives until the next compaction, at most a few times
+    /// the capacity of insertions later, far fewer than 2^32; and taking
+    /// one for current would only evict a Region early.
+    next_stamp: u32,
     /// How many Regions the cache holds at most.
     capacity: usize,
 }
@@ -178,9 +254,10 @@ struct RegionMap {
 impl Default for RegionMap {
     fn default() -> Self {
         RegionMap {
-            by_start: BTreeMap::new(),
-            by_id: HashMap::new(),
+            by_start: BTreeSet::new(),
+            by_id: HashSet::new(),
             inserted: VecDeque::new(),
+            next_stamp: 0,
             capacity: DEFAULT_REGION_CACHE_CAPACITY,
         }
     }
@@ -190,84 +267,102 @@ impl Default for RegionMap {
 pub const DEFAULT_REGION_CACHE_CAPACITY: usize = 1_000_000;
 
 impl RegionMap {
-    fn get_by_key(&self, key: &[u8]) -> Option<&RegionWithLeader> {
-        let (_, id) = self
+    fn get_by_key(&self, key: &[u8]) -> Option<&Arc<CachedRegion>> {
+        let ByStart(region) = self
             .by_start
             .range::<[u8], _>((Bound::Unbounded, Bound::Included(key)))
             .next_back()?;
-        self.by_id.get(id).filter(|r| r.contains(key))
+        region.contains(key).then_some(region)
     }
 
-    /// Ids of the cached Regions that overlap `region`'s key range.
-    fn overlapping(&self, region: &RegionWithLeader) -> Vec<RegionId> {
-        let start = region.start_key();
-        let end = region.end_key();
+    fn get_by_id(&self, id: RegionId) -> Option<&Arc<CachedRegion>> {
+        self.by_id.get(&id).map(|ById(region)| region)
+    }
+
+    fn len(&self) -> usize {
+        self.by_id.len()
+    }
+
+    /// Ids of the cached Regions that overlap `[start, end)`, and the one
+    /// starting at `start` whatever its range.
+    fn overlapping(&self, start: &[u8], end: &[u8]) -> Vec<RegionId> {
         let mut ids = Vec::new();
         // The Region starting at or before `start` overlaps if it reaches
-        // past `start`.
-        if let Some((_, id)) = self
+        // past `start`; one starting at `start` is replaced in any case (the
+        // start-key index holds one Region per key).
+        if let Some(ByStart(r)) = self
             .by_start
             .range::<[u8], _>((Bound::Unbounded, Bound::Included(start)))
             .next_back()
         {
-            if let Some(r) = self.by_id.get(id) {
-                if r.end_key().is_empty() || r.end_key() > start {
-                    ids.push(*id);
-                }
+            if r.start_key() == start || r.end_key().is_empty() || r.end_key() > start {
+                ids.push(r.id());
             }
         }
-        let upper = if end.is_empty() {
-            Bound::Unbounded
-        } else {
-            Bound::Excluded(end)
-        };
-        for (_, id) in self
-            .by_start
-            .range::<[u8], _>((Bound::Excluded(start), upper))
-        {
-            ids.push(*id);
+        // Those starting inside. A malformed range (end at or before start)
+        // covers nothing more, and would make `range` panic.
+        if end.is_empty() || end > start {
+            let upper = if end.is_empty() {
+                Bound::Unbounded
+            } else {
+                Bound::Excluded(end)
+            };
+            ids.extend(
+                self.by_start
+                    .range::<[u8], _>((Bound::Excluded(start), upper))
+                    .map(|ByStart(r)| r.id()),
+            );
         }
         ids
     }
 
-    fn remove_id(&mut self, id: RegionId) -> Option<RegionWithLeader> {
-        let removed = self.by_id.remove(&id)?;
-        if self.by_start.get(removed.start_key()) == Some(&id) {
-            self.by_start.remove(removed.start_key());
-        }
+    fn remove_id(&mut self, id: RegionId) -> Option<Arc<CachedRegion>> {
+        let ById(removed) = self.by_id.take(&id)?;
+        self.by_start.remove(removed.start_key());
         Some(removed)
     }
 
+    /// Puts `region` in both indexes, replacing the entries with its id and
+    /// start key (the caller has checked they are the same Region).
+    fn put(&mut self, region: Arc<CachedRegion>) {
+        self.by_start.replace(ByStart(Arc::clone(&region)));
+        self.by_id.replace(ById(region));
+    }
+
     /// Inserts `region` unless the cache holds something newer; see
-    /// [`RegionCache::insert`].
-    fn insert(&mut self, mut region: RegionWithLeader, replace_equal: bool) -> bool {
+    /// [`RegionCache::insert`]. Returns what is now cached, or `None` when
+    /// refused.
+    fn insert(
+        &mut self,
+        mut region: CachedRegion,
+        replace_equal: bool,
+    ) -> Option<Arc<CachedRegion>> {
         let epoch = region.epoch();
         let id = region.id();
-        let previous_leader = match self.by_id.get(&id) {
+        let previous_leader = match self.get_by_id(id) {
             Some(cached) => {
                 let cached_epoch = cached.epoch();
                 if super::epoch_is_older(&epoch, &cached_epoch) {
-                    return false;
+                    return None;
                 }
                 if !replace_equal && epoch == cached_epoch {
-                    return false;
+                    return None;
                 }
-                cached.leader
+                cached.leader().copied()
             }
             None => None,
         };
-        let overlapping = self.overlapping(&region);
+        let overlapping = self.overlapping(region.start_key(), region.end_key());
         // Splits and merges raise `version`; a Region overlapping a cached
         // one with a higher version is the stale side.
         let newer_neighbour = overlapping.iter().any(|other| {
             *other != id
                 && self
-                    .by_id
-                    .get(other)
+                    .get_by_id(*other)
                     .is_some_and(|r| r.epoch().version > epoch.version)
         });
         if newer_neighbour {
-            return false;
+            return None;
         }
         for other in overlapping {
             self.remove_id(other);
@@ -276,48 +371,60 @@ impl RegionMap {
         // A split or membership change usually keeps the leader: carry it
         // over when the new version still has that peer and brings no leader
         // of its own (EpochNotMatch regions carry none).
-        if region.leader.is_none() {
+        if region.leader().is_none() {
             if let Some(leader) = previous_leader.filter(|l| region.has_peer(l)) {
-                region.leader = Some(leader);
+                region.set_leader(Some(leader));
             }
         }
-        self.by_start.insert(region.start_key().to_vec(), id);
-        self.inserted.push_back(region.ver_id());
-        self.by_id.insert(id, region);
+        region.stamp = self.next_stamp;
+        self.next_stamp = self.next_stamp.wrapping_add(1);
+        self.inserted.push_back(Inserted {
+            id,
+            stamp: region.stamp,
+        });
+        let region = Arc::new(region);
+        self.put(Arc::clone(&region));
         self.evict_beyond_capacity();
-        true
+        Some(region)
+    }
+
+    /// True while `entry` is the insertion of the Region cached under its id.
+    fn is_current(&self, entry: Inserted) -> bool {
+        let Inserted { id, stamp } = entry;
+        self.get_by_id(id).is_some_and(|r| r.stamp == stamp)
     }
 
     /// Drops the oldest inserted Regions while there are more than the
     /// capacity: a miss reloads them from PD.
     fn evict_beyond_capacity(&mut self) {
-        while self.by_id.len() > self.capacity {
+        while self.len() > self.capacity {
             let Some(oldest) = self.inserted.pop_front() else {
                 break;
             };
-            if self
-                .by_id
-                .get(&oldest.id)
-                .is_some_and(|r| r.ver_id() == oldest)
-            {
+            if self.is_current(oldest) {
                 self.remove_id(oldest.id);
             }
         }
-        // Versions replaced or invalidated leave stale markers behind.
-        if self.inserted.len() > 2 * self.by_id.len().max(64) {
-            let by_id = &self.by_id;
-            self.inserted
-                .retain(|v| by_id.get(&v.id).is_some_and(|r| r.ver_id() == *v));
+        // Regions replaced or invalidated leave stale entries behind.
+        if self.inserted.len() > 2 * self.len().max(64) {
+            let mut inserted = std::mem::take(&mut self.inserted);
+            inserted.retain(|entry| self.is_current(*entry));
+            self.inserted = inserted;
         }
     }
 }
 
 /// Regions ordered by start key, with single-flight loads.
+///
+/// Each Region is stored once, as an `Arc<CachedRegion>`; lookups hand out
+/// that `Arc` (a reference count, no copy). Memory per Region and lookup
+/// speed are measured by `tests/region_cache_memory.rs` and
+/// `benches/region_cache.rs`.
 #[derive(Debug, Default)]
 pub struct RegionCache {
     map: Arc<RwLock<RegionMap>>,
-    key_loads: SingleFlight<Vec<u8>, RegionWithLeader>,
-    id_loads: SingleFlight<RegionId, RegionWithLeader>,
+    key_loads: SingleFlight<Vec<u8>, Arc<CachedRegion>>,
+    id_loads: SingleFlight<RegionId, Arc<CachedRegion>>,
 }
 
 impl RegionCache {
@@ -335,19 +442,19 @@ impl RegionCache {
         cache
     }
 
-    /// The cached Region containing `key`.
-    pub fn get_by_key(&self, key: &[u8]) -> Option<RegionWithLeader> {
+    /// The cached Region containing `key`: a shared handle, no copy.
+    pub fn get_by_key(&self, key: &[u8]) -> Option<Arc<CachedRegion>> {
         read(&self.map).get_by_key(key).cloned()
     }
 
-    /// The cached Region with this id.
-    pub fn get_by_id(&self, id: RegionId) -> Option<RegionWithLeader> {
-        read(&self.map).by_id.get(&id).cloned()
+    /// The cached Region with this id: a shared handle, no copy.
+    pub fn get_by_id(&self, id: RegionId) -> Option<Arc<CachedRegion>> {
+        read(&self.map).get_by_id(id).cloned()
     }
 
     /// How many Regions are cached.
     pub fn len(&self) -> usize {
-        read(&self.map).by_id.len()
+        read(&self.map).len()
     }
 
     /// True when no Region is cached.
@@ -361,38 +468,35 @@ impl RegionCache {
     /// `version`: an older epoch never replaces a newer one. An equal epoch
     /// replaces the entry.
     pub fn insert(&self, region: RegionWithLeader) -> bool {
-        write(&self.map).insert(region, true)
+        let region = CachedRegion::from(region);
+        write(&self.map).insert(region, true).is_some()
     }
 
     /// Like [`insert`](Self::insert), but an equal epoch keeps the cached
     /// entry (and its leader): only a strictly newer version is taken. For
     /// Regions learned from `EpochNotMatch`.
     pub fn insert_if_newer(&self, region: RegionWithLeader) -> bool {
-        write(&self.map).insert(region, false)
+        let region = CachedRegion::from(region);
+        write(&self.map).insert(region, false).is_some()
     }
 
     /// Sets the leader of the cached Region `ver_id` to `leader`. Accepted
     /// (true) only when the cache holds exactly that version and `leader` is
-    /// one of its peers; the cached peer record is stored.
+    /// one of its peers; the cached peer record is stored. Handles already
+    /// given out keep the leader they had.
     pub fn update_leader(&self, ver_id: RegionVerId, leader: &metapb::Peer) -> bool {
         let mut map = write(&self.map);
-        let Some(region) = map.by_id.get_mut(&ver_id.id) else {
-            return false;
+        let led = match map.get_by_id(ver_id.id) {
+            Some(region) if region.ver_id() == ver_id => region.led_by(leader),
+            _ => None,
         };
-        if region.ver_id() != ver_id {
-            return false;
+        match led {
+            Some(led) => {
+                map.put(Arc::new(led));
+                true
+            }
+            None => false,
         }
-        let Some(peer) = region
-            .region
-            .peers
-            .iter()
-            .find(|p| p.id == leader.id && p.store_id == leader.store_id)
-            .cloned()
-        else {
-            return false;
-        };
-        region.leader = Some(peer);
-        true
     }
 
     /// Drops the cached Region if it is exactly version `ver_id` (a newer
@@ -400,8 +504,7 @@ impl RegionCache {
     pub fn invalidate(&self, ver_id: RegionVerId) -> bool {
         let mut map = write(&self.map);
         let matches = map
-            .by_id
-            .get(&ver_id.id)
+            .get_by_id(ver_id.id)
             .is_some_and(|r| r.ver_id() == ver_id);
         matches && map.remove_id(ver_id.id).is_some()
     }
@@ -409,7 +512,7 @@ impl RegionCache {
     /// The Region containing `key`: from the cache, or from `load` (whose
     /// result is inserted). Concurrent misses on the same key share one
     /// `load`; a failed load is returned to all of them and not cached.
-    pub async fn get_or_load_by_key<L, Fut>(&self, key: &[u8], load: L) -> Result<RegionWithLeader>
+    pub async fn get_or_load_by_key<L, Fut>(&self, key: &[u8], load: L) -> Result<Arc<CachedRegion>>
     where
         L: FnOnce(Vec<u8>) -> Fut,
         Fut: Future<Output = Result<RegionWithLeader>> + Send + 'static,
@@ -449,7 +552,11 @@ impl RegionCache {
     /// The Region with id `id`: from the cache, or from `load` (whose result
     /// is inserted). Concurrent misses on the same id share one `load`; a
     /// failed load is returned to all of them and not cached.
-    pub async fn get_or_load_by_id<L, Fut>(&self, id: RegionId, load: L) -> Result<RegionWithLeader>
+    pub async fn get_or_load_by_id<L, Fut>(
+        &self,
+        id: RegionId,
+        load: L,
+    ) -> Result<Arc<CachedRegion>>
     where
         L: FnOnce(RegionId) -> Fut,
         Fut: Future<Output = Result<RegionWithLeader>> + Send + 'static,
@@ -466,7 +573,7 @@ impl RegionCache {
                     let loading = load(id);
                     async move {
                         let region = loading.await?;
-                        accept_loaded(&map, region, |m| m.by_id.get(&id).cloned())
+                        accept_loaded(&map, region, |m| m.get_by_id(id).cloned())
                     }
                 },
             )
@@ -487,15 +594,15 @@ impl RegionCache {
 fn accept_loaded(
     map: &RwLock<RegionMap>,
     region: RegionWithLeader,
-    cached: impl FnOnce(&RegionMap) -> Option<RegionWithLeader>,
-) -> Result<RegionWithLeader> {
+    cached: impl FnOnce(&RegionMap) -> Option<Arc<CachedRegion>>,
+) -> Result<Arc<CachedRegion>> {
+    let region_id = region.id();
+    let region = CachedRegion::from(region);
     let mut map = write(map);
-    if map.insert(region.clone(), true) {
-        return Ok(region);
+    if let Some(inserted) = map.insert(region, true) {
+        return Ok(inserted);
     }
-    cached(&map).ok_or_else(|| crate::Error::StaleRegion {
-        region_id: region.id(),
-    })
+    cached(&map).ok_or(crate::Error::StaleRegion { region_id })
 }
 
 /// Store metadata by store id, with single-flight loads.
@@ -691,18 +798,24 @@ mod tests {
         let mut same = region(1, b"a", b"m", 1, 1);
         same.leader = None;
         assert!(!cache.insert_if_newer(same));
-        assert_eq!(cache.get_by_id(1).unwrap().leader, Some(peer(12, 2)));
+        assert_eq!(
+            cache.get_by_id(1).unwrap().leader().copied(),
+            Some(peer(12, 2))
+        );
         // Newer without a leader: the old leader is still a peer, carried over.
         let mut newer = region(1, b"a", b"g", 1, 2);
         newer.leader = None;
         assert!(cache.insert_if_newer(newer));
-        assert_eq!(cache.get_by_id(1).unwrap().leader, Some(peer(12, 2)));
+        assert_eq!(
+            cache.get_by_id(1).unwrap().leader().copied(),
+            Some(peer(12, 2))
+        );
         // Newer without that peer: no leader.
         let mut moved = region(1, b"a", b"g", 2, 2);
         moved.leader = None;
         moved.region.peers.retain(|p| p.id != 12);
         assert!(cache.insert_if_newer(moved));
-        assert_eq!(cache.get_by_id(1).unwrap().leader, None);
+        assert_eq!(cache.get_by_id(1).unwrap().leader().copied(), None);
     }
 
     #[test]
@@ -713,7 +826,10 @@ mod tests {
         cache.insert(r);
         // A peer of the Region, right version: accepted.
         assert!(cache.update_leader(ver, &peer(13, 3)));
-        assert_eq!(cache.get_by_id(1).unwrap().leader, Some(peer(13, 3)));
+        assert_eq!(
+            cache.get_by_id(1).unwrap().leader().copied(),
+            Some(peer(13, 3))
+        );
         // Not a peer (unknown id, or right id on the wrong store): refused.
         assert!(!cache.update_leader(ver, &peer(99, 3)));
         assert!(!cache.update_leader(ver, &peer(12, 3)));
@@ -722,7 +838,10 @@ mod tests {
         assert!(!cache.update_leader(stale, &peer(12, 2)));
         // Not cached at all: refused.
         assert!(!cache.update_leader(RegionVerId { id: 7, ..ver }, &peer(12, 2)));
-        assert_eq!(cache.get_by_id(1).unwrap().leader, Some(peer(13, 3)));
+        assert_eq!(
+            cache.get_by_id(1).unwrap().leader().copied(),
+            Some(peer(13, 3))
+        );
     }
 
     #[test]
@@ -733,7 +852,7 @@ mod tests {
         let ver = r.ver_id();
         cache.insert(r);
         assert!(cache.update_leader(ver, &peer(12, 2)));
-        let leader = cache.get_by_id(1).unwrap().leader.unwrap();
+        let leader = cache.get_by_id(1).unwrap().leader().copied().unwrap();
         assert_eq!(leader.role, metapb::PeerRole::IncomingVoter as i32);
     }
 

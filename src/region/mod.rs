@@ -2,9 +2,11 @@
 //! lazy leader-first candidate order of routing.md ("Candidates").
 
 mod cache;
+mod cached;
 
 pub(crate) use cache::SingleFlight;
 pub use cache::{RegionCache, StoreCache, DEFAULT_REGION_CACHE_CAPACITY};
+pub use cached::CachedRegion;
 
 use crate::proto::metapb::{self, PeerRole};
 use crate::{Error, Result};
@@ -104,7 +106,7 @@ impl RegionWithLeader {
     /// The candidates of a round in the given order (routing.md,
     /// "Candidates"). Lazy and allocation-free.
     pub fn candidates(&self, order: CandidateOrder) -> Candidates<'_> {
-        Candidates::new(self, order)
+        Candidates::new(&self.region.peers, self.leader.as_ref(), order)
     }
 }
 
@@ -125,8 +127,13 @@ pub(crate) fn epoch_is_newer(a: &metapb::RegionEpoch, b: &metapb::RegionEpoch) -
 /// key meaning the end of the key space. The client's cache and the
 /// simulated stores share this one definition.
 pub(crate) fn key_in_region(region: &metapb::Region, key: &[u8]) -> bool {
-    key >= region.start_key.as_slice()
-        && (region.end_key.is_empty() || key < region.end_key.as_slice())
+    key_in_range(&region.start_key, &region.end_key, key)
+}
+
+/// True when `key` lies in `[start, end)`, an empty `end` meaning the end of
+/// the key space.
+pub(crate) fn key_in_range(start: &[u8], end: &[u8], key: &[u8]) -> bool {
+    key >= start && (end.is_empty() || key < end)
 }
 
 /// True when a peer may be asked to act as leader: voters (including the
@@ -162,7 +169,10 @@ pub enum CandidateOrder {
 /// first item is ever taken, so nothing beyond the leader is inspected.
 #[derive(Debug, Clone)]
 pub struct Candidates<'a> {
-    region: &'a RegionWithLeader,
+    peers: &'a [metapb::Peer],
+    /// The store of the cached leader, eligible or not: its other peers are
+    /// skipped.
+    leader_store: Option<StoreId>,
     /// The cached leader, if it is eligible.
     leader: Option<&'a metapb::Peer>,
     order: CandidateOrder,
@@ -171,11 +181,15 @@ pub struct Candidates<'a> {
 }
 
 impl<'a> Candidates<'a> {
-    fn new(region: &'a RegionWithLeader, order: CandidateOrder) -> Self {
-        let leader = region.leader.as_ref().filter(|l| can_become_leader(l));
+    fn new(
+        peers: &'a [metapb::Peer],
+        leader: Option<&'a metapb::Peer>,
+        order: CandidateOrder,
+    ) -> Self {
         Candidates {
-            region,
-            leader,
+            peers,
+            leader_store: leader.map(|l| l.store_id),
+            leader: leader.filter(|l| can_become_leader(l)),
             order,
             leader_yielded: false,
             next_peer: 0,
@@ -183,13 +197,12 @@ impl<'a> Candidates<'a> {
     }
 
     fn next_follower(&mut self) -> Option<&'a metapb::Peer> {
-        let leader_store = self.region.leader.as_ref().map(|l| l.store_id);
-        while let Some(peer) = self.region.region.peers.get(self.next_peer) {
+        while let Some(peer) = self.peers.get(self.next_peer) {
             self.next_peer += 1;
             if !can_become_leader(peer) {
                 continue;
             }
-            match leader_store {
+            match self.leader_store {
                 // Skips the leader itself and any other peer on its store.
                 Some(store) if peer.store_id == store => continue,
                 _ => return Some(peer),
