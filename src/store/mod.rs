@@ -2,9 +2,11 @@
 //! the [`KvConnect`] that opens one, and [`RegionStore`], a Region paired with
 //! the client of the peer a request targets.
 
+mod batch;
 mod client;
 mod request;
 
+pub use batch::{BatchOptions, KvBatchClient};
 pub use client::{KvRpcClient, TikvConnect};
 pub use request::Request;
 
