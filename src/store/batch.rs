@@ -321,16 +321,21 @@ impl BatchStream {
 }
 
 /// The failure of a request the connection had taken: the stream's status
-/// (kept as the source, so its transport cause still classifies), which may
-/// have reached the store.
+/// (kept as the source, so a reset or timeout cause still classifies),
+/// which may have reached the store. A cause that would read as "never
+/// sent" (hyper cancels the streams of a connection that died) is dropped:
+/// this request was written, so it becomes a plain transport failure.
 fn written_error(address: &str, status: &tonic::Status) -> Error {
-    let mut wrapped = tonic::Status::new(
+    let message = format!(
+        "the BatchCommands stream to {address} failed after the request was written, so the store may have received it: {}: {}",
         status.code(),
-        format!(
-            "the BatchCommands stream to {address} failed after the request was written, so the store may have received it: {}",
-            status.message()
-        ),
+        status.message()
     );
+    let failure = crate::request::classify_grpc_error(status);
+    if !failure.may_have_been_sent() || failure == crate::request::DispatchFailure::Fatal {
+        return Error::Grpc(Box::new(tonic::Status::unavailable(message)));
+    }
+    let mut wrapped = tonic::Status::new(status.code(), message);
     wrapped.set_source(Arc::new(status.clone()));
     Error::Grpc(Box::new(wrapped))
 }
