@@ -723,3 +723,144 @@ impl KvBatchClient {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use futures::{FutureExt, StreamExt};
+
+    fn get(key: &[u8]) -> RequestCmd {
+        RequestCmd::RawGet(kvrpcpb::RawGetRequest {
+            key: key.to_vec(),
+            ..Default::default()
+        })
+    }
+
+    fn outgoing(stream: &Arc<BatchStream>, max_batch_size: usize, max_wait: Duration) -> Outgoing {
+        Outgoing {
+            stream: stream.clone(),
+            options: BatchOptions {
+                max_batch_size,
+                max_streams: 1,
+                max_wait,
+            },
+            timer: None,
+        }
+    }
+
+    /// Queues `n` requests with ids from `first`, keeping their receivers.
+    fn queue(stream: &BatchStream, first: u64, n: u64) -> Vec<oneshot::Receiver<Reply>> {
+        (first..first + n)
+            .map(|id| {
+                let (tx, rx) = oneshot::channel();
+                assert!(stream.enqueue(id, get(b"k"), tx).is_ok());
+                rx
+            })
+            .collect()
+    }
+
+    fn now_or_never(out: &mut Outgoing) -> Option<Option<BatchCommandsRequest>> {
+        out.next().now_or_never()
+    }
+
+    #[test]
+    fn a_lone_request_goes_out_at_once_and_a_crowd_in_bounded_batches() {
+        let stream = BatchStream::new("s".into());
+        let mut out = outgoing(&stream, 3, Duration::ZERO);
+        assert!(now_or_never(&mut out).is_none(), "nothing queued: pending");
+        let _one = queue(&stream, 1, 1);
+        let msg = now_or_never(&mut out).flatten().unwrap();
+        assert_eq!(msg.request_ids, vec![1]);
+        let _many = queue(&stream, 2, 7);
+        let sizes: Vec<Vec<u64>> = (0..3)
+            .map(|_| now_or_never(&mut out).flatten().unwrap().request_ids)
+            .collect();
+        assert_eq!(sizes, vec![vec![2, 3, 4], vec![5, 6, 7], vec![8]]);
+        assert!(now_or_never(&mut out).is_none());
+        assert_eq!(stream.in_flight(), 8, "written, waiting for answers");
+    }
+
+    #[test]
+    fn cancelled_requests_are_skipped_and_a_closed_stream_ends_the_body() {
+        let stream = BatchStream::new("s".into());
+        let mut out = outgoing(&stream, 8, Duration::ZERO);
+        let _rx = queue(&stream, 1, 3);
+        stream.forget(2);
+        let msg = now_or_never(&mut out).flatten().unwrap();
+        assert_eq!(msg.request_ids, vec![1, 3]);
+        stream.close();
+        assert_eq!(now_or_never(&mut out), Some(None));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn only_a_saturated_stream_waits_and_never_past_the_bound() {
+        let wait = Duration::from_millis(5);
+        let stream = BatchStream::new("s".into());
+        let mut out = outgoing(&stream, 2, wait);
+        // Not saturated: no wait even with a bound set.
+        let _a = queue(&stream, 1, 2);
+        let first = out.next().await.unwrap();
+        assert_eq!(first.request_ids, vec![1, 2]);
+        // Two written and unanswered: saturated. A lone request waits for
+        // company, up to the bound.
+        let _b = queue(&stream, 3, 1);
+        let started = tokio::time::Instant::now();
+        assert!(now_or_never(&mut out).is_none(), "holds the partial batch");
+        let msg = out.next().await.unwrap();
+        assert_eq!(msg.request_ids, vec![3]);
+        assert_eq!(started.elapsed(), wait);
+        // A full batch goes at once even when saturated.
+        let _c = queue(&stream, 4, 2);
+        let started = tokio::time::Instant::now();
+        assert_eq!(out.next().await.unwrap().request_ids, vec![4, 5]);
+        assert_eq!(started.elapsed(), Duration::ZERO);
+    }
+
+    #[test]
+    fn a_failed_stream_tells_written_from_queued_requests() {
+        let stream = BatchStream::new("s".into());
+        let mut out = outgoing(&stream, 1, Duration::ZERO);
+        let mut rx = queue(&stream, 1, 2);
+        assert_eq!(now_or_never(&mut out).flatten().unwrap().request_ids, vec![1]);
+        // A cause that alone would read as "not sent" (a connect error).
+        let mut status = tonic::Status::unavailable("gone");
+        status.set_source(Arc::new(tonic::ConnectError(Box::new(std::io::Error::from(
+            std::io::ErrorKind::ConnectionReset,
+        )))));
+        stream.fail(&status);
+        let classify = |reply: Reply| match reply {
+            Reply::Failed(e) => crate::request::classify_dispatch_error(&e),
+            _ => panic!("a failure"),
+        };
+        let queued = rx.pop().unwrap().try_recv().ok().map(classify);
+        let written = rx.pop().unwrap().try_recv().ok().map(classify);
+        assert_eq!(written, Some(crate::request::DispatchFailure::Transport));
+        assert_eq!(queued, Some(crate::request::DispatchFailure::NotSent));
+        assert!(stream.is_closed());
+        assert_eq!(stream.in_flight(), 0);
+    }
+
+    #[test]
+    fn an_unimplemented_stream_sends_everyone_to_unary() {
+        let stream = BatchStream::new("s".into());
+        let mut rx = queue(&stream, 1, 1);
+        stream.fail(&tonic::Status::unimplemented("no"));
+        assert!(matches!(
+            rx.pop().unwrap().try_recv(),
+            Ok(Reply::Unsupported)
+        ));
+    }
+
+    #[test]
+    fn every_batch_case_round_trips_its_response_type() {
+        let req = kvrpcpb::PrewriteRequest::default();
+        let (cmd, case) = to_batch_cmd(&req).unwrap();
+        assert!(matches!(cmd, RequestCmd::Prewrite(_)));
+        assert_eq!(case, "Prewrite");
+        let (got, resp) = from_batch_cmd(ResponseCmd::Prewrite(Default::default()));
+        assert_eq!(got, "Prewrite");
+        assert!(resp.downcast::<kvrpcpb::PrewriteResponse>().is_ok());
+        assert!(to_batch_cmd(&kvrpcpb::RawCasRequest::default()).is_none());
+        assert!(to_batch_cmd(&kvrpcpb::RawGetKeyTtlRequest::default()).is_none());
+    }
+}
