@@ -170,7 +170,7 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 
 /// What a waiting request receives.
 enum Reply {
-    Answer(ResponseCmd),
+    Answer(Box<ResponseCmd>),
     Failed(Error),
     /// The store refused the BatchCommands method itself: nothing was
     /// served; send the request as a unary call.
@@ -231,11 +231,11 @@ impl BatchStream {
         id: u64,
         cmd: RequestCmd,
         tx: oneshot::Sender<Reply>,
-    ) -> std::result::Result<(), (RequestCmd, oneshot::Sender<Reply>)> {
+    ) -> std::result::Result<(), Box<(RequestCmd, oneshot::Sender<Reply>)>> {
         let waker = {
             let mut core = lock(&self.core);
             if core.closed {
-                return Err((cmd, tx));
+                return Err(Box::new((cmd, tx)));
             }
             core.waiting.insert(id, Waiter { tx, written: false });
             core.queue.push_back((id, cmd));
@@ -261,7 +261,7 @@ impl BatchStream {
                 continue;
             };
             let reply = match resp.cmd {
-                Some(cmd) => Reply::Answer(cmd),
+                Some(cmd) => Reply::Answer(Box::new(cmd)),
                 None => Reply::Failed(Error::Internal(format!(
                     "the store at {} answered request {id} of a BatchCommands stream with an empty response",
                     self.address
@@ -659,7 +659,7 @@ impl KvClient for KvBatchClient {
             let stream = self.shared.pick();
             match stream.enqueue(id, cmd, tx) {
                 Ok(()) => return self.wait(req, &stream, id, case, rx).await,
-                Err(back) => (cmd, tx) = back,
+                Err(back) => (cmd, tx) = *back,
             }
         }
         Err(Error::Connect {
@@ -702,7 +702,7 @@ impl KvBatchClient {
         };
         match reply {
             Reply::Answer(cmd) => {
-                let (got, resp) = from_batch_cmd(cmd);
+                let (got, resp) = from_batch_cmd(*cmd);
                 if got != case {
                     return Err(Error::Internal(format!(
                         "the store at {} answered a {case} request with a {got} response on a BatchCommands stream",
@@ -821,12 +821,15 @@ mod tests {
         let stream = BatchStream::new("s".into());
         let mut out = outgoing(&stream, 1, Duration::ZERO);
         let mut rx = queue(&stream, 1, 2);
-        assert_eq!(now_or_never(&mut out).flatten().unwrap().request_ids, vec![1]);
+        assert_eq!(
+            now_or_never(&mut out).flatten().unwrap().request_ids,
+            vec![1]
+        );
         // A cause that alone would read as "not sent" (a connect error).
         let mut status = tonic::Status::unavailable("gone");
-        status.set_source(Arc::new(tonic::ConnectError(Box::new(std::io::Error::from(
-            std::io::ErrorKind::ConnectionReset,
-        )))));
+        status.set_source(Arc::new(tonic::ConnectError(Box::new(
+            std::io::Error::from(std::io::ErrorKind::ConnectionReset),
+        ))));
         stream.fail(&status);
         let classify = |reply: Reply| match reply {
             Reply::Failed(e) => crate::request::classify_dispatch_error(&e),
