@@ -359,28 +359,6 @@ async fn a_request_never_written_fails_as_not_sent() {
 }
 
 #[tokio::test]
-async fn a_write_whose_stream_broke_before_it_was_written_goes_to_the_next_voter() {
-    let cluster = cluster(3, &[]).await;
-    let client = RawClient::new_with_config(cluster.pd_endpoints(), batched())
-        .await
-        .unwrap();
-    client.put("k", "v1").await.unwrap();
-    let region_id = cluster.region_for_key(b"k").unwrap().id;
-    let leader = cluster.leader_of(region_id).unwrap().store_id;
-    let next = leader % 3 + 1;
-    cluster.transfer_leader(region_id, next, false).unwrap();
-    // The leader's store refuses new connections and resets the old one.
-    // Whatever the client's stream was doing, the put is either never
-    // written (NotSent: next voter) or refused at connect: both re-send it.
-    cluster.store_down(leader).await;
-    cluster.reset_counters();
-    client.put("k", "v2").await.unwrap();
-    assert_eq!(cluster.value_of(b"k"), Some(b"v2".to_vec()));
-    assert_eq!(cluster.counters(next).count("raw_put", Outcome::Ok), 1);
-    cluster.shutdown().await;
-}
-
-#[tokio::test]
 async fn a_hung_store_times_out_each_request_and_forgets_it() {
     let cluster = cluster(1, &[]).await;
     let timeout = Duration::from_millis(200);
