@@ -21,6 +21,28 @@ pub const DEFAULT_STORE_COOLDOWN: Duration = Duration::from_secs(10);
 pub const DEFAULT_BUSY_PROBE_WINDOW: Duration = Duration::from_secs(5);
 /// The default overall deadline of one request.
 pub const DEFAULT_REQUEST_DEADLINE: Duration = Duration::from_secs(20);
+/// Default largest number of requests written as one `BatchCommandsRequest`
+/// (client-go's `max-batch-size`).
+pub const DEFAULT_BATCH_MAX_SIZE: usize = 128;
+/// Default largest number of BatchCommands streams (each on its own
+/// connection) open to one store.
+pub const DEFAULT_BATCH_STREAMS_PER_STORE: usize = 4;
+/// Default bound on waiting for more requests before writing a batch on a
+/// busy stream: zero, never wait.
+pub const DEFAULT_BATCH_MAX_WAIT: Duration = Duration::ZERO;
+
+/// How requests travel to a store.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum RpcMode {
+    /// One gRPC call per request (client-rust's transport).
+    #[default]
+    Unary,
+    /// Requests share long-lived `tikvpb.Tikv/BatchCommands` streams, several
+    /// per message under load (client-go's default transport). Requests the
+    /// batch protocol has no case for (compare-and-swap, TTL reads,
+    /// checksums, destroy range) still go as unary calls.
+    Batched,
+}
 
 /// Paths of the PEM files for TLS. With only `ca_path` the client checks the
 /// server; with `cert_path` and `key_path` too it also presents its own
@@ -102,6 +124,19 @@ pub struct Config {
     /// How many Regions the client caches at most; past it, the Regions
     /// cached longest ago are dropped (and reloaded from PD when needed).
     pub region_cache_capacity: usize,
+    /// Unary calls or BatchCommands streams ([`RpcMode`]).
+    pub rpc_mode: RpcMode,
+    /// In batched mode: the most requests written as one message on a
+    /// stream (at least 1). Also the in-flight count at which a stream counts
+    /// as saturated and another one is opened.
+    pub batch_max_size: usize,
+    /// In batched mode: the most streams open to one store at once, each on
+    /// its own connection (at least 1).
+    pub batch_streams_per_store: usize,
+    /// In batched mode: how long a saturated stream may hold a partial batch
+    /// to fill it. Zero (the default) never waits; a stream that is not
+    /// saturated never waits either.
+    pub batch_max_wait: Duration,
 }
 
 impl Default for Config {
@@ -125,6 +160,10 @@ impl Default for Config {
             request_deadline: DEFAULT_REQUEST_DEADLINE,
             at_least_once_writes: false,
             region_cache_capacity: crate::region::DEFAULT_REGION_CACHE_CAPACITY,
+            rpc_mode: RpcMode::Unary,
+            batch_max_size: DEFAULT_BATCH_MAX_SIZE,
+            batch_streams_per_store: DEFAULT_BATCH_STREAMS_PER_STORE,
+            batch_max_wait: DEFAULT_BATCH_MAX_WAIT,
         }
     }
 }
@@ -209,6 +248,35 @@ impl Config {
     /// (at-least-once writes; see [`Config::at_least_once_writes`]).
     pub fn with_at_least_once_writes(mut self) -> Self {
         self.at_least_once_writes = true;
+        self
+    }
+
+    /// Sends requests as unary calls or over BatchCommands streams.
+    ///
+    /// ```
+    /// use tikv_plan::{Config, RpcMode};
+    /// let config = Config::default().with_rpc_mode(RpcMode::Batched);
+    /// assert_eq!(config.rpc_mode, RpcMode::Batched);
+    /// ```
+    #[must_use]
+    pub fn with_rpc_mode(mut self, mode: RpcMode) -> Self {
+        self.rpc_mode = mode;
+        self
+    }
+
+    /// Sets the batched-mode limits: requests per message and streams per
+    /// store (each raised to at least 1).
+    #[must_use]
+    pub fn with_batch_limits(mut self, max_size: usize, streams_per_store: usize) -> Self {
+        self.batch_max_size = max_size.max(1);
+        self.batch_streams_per_store = streams_per_store.max(1);
+        self
+    }
+
+    /// Sets how long a saturated stream may hold a partial batch.
+    #[must_use]
+    pub fn with_batch_max_wait(mut self, wait: Duration) -> Self {
+        self.batch_max_wait = wait;
         self
     }
 

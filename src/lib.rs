@@ -38,7 +38,7 @@ pub mod mock;
 pub mod sim;
 
 pub use backoff::Backoff;
-pub use config::{Config, SecurityConfig};
+pub use config::{Config, RpcMode, SecurityConfig};
 pub use error::{
     describe_key_error, describe_region_error, Error, ProtoKeyError, ProtoRegionError, Result,
 };

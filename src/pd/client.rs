@@ -96,7 +96,8 @@ impl PdRpcClient<TikvConnect> {
             config.timeout,
             config.connect_timeout,
         )
-        .with_max_decoding_message_size(config.grpc_max_decoding_message_size);
+        .with_max_decoding_message_size(config.grpc_max_decoding_message_size)
+        .with_rpc_mode(config.rpc_mode, crate::store::BatchOptions::from(config));
         Self::with_security(pd_endpoints, config, security, kv_connect).await
     }
 }

@@ -65,6 +65,9 @@ pub struct StoreCounters {
     by_method: BTreeMap<(String, Outcome), u64>,
     replica_reads: u64,
     stale_reads: u64,
+    batch_streams: u64,
+    batch_messages: u64,
+    batch_requests: u64,
 }
 
 impl StoreCounters {
@@ -128,6 +131,31 @@ impl StoreCounters {
             .by_method
             .entry((method.to_owned(), outcome))
             .or_insert(0) += 1;
+    }
+
+    /// How many BatchCommands streams clients opened to this store.
+    pub fn batch_streams(&self) -> u64 {
+        self.batch_streams
+    }
+
+    /// How many `BatchCommandsRequest` messages arrived on those streams.
+    pub fn batch_messages(&self) -> u64 {
+        self.batch_messages
+    }
+
+    /// How many sub-requests those messages carried (each also counted by
+    /// its method and outcome, like a unary request).
+    pub fn batch_requests(&self) -> u64 {
+        self.batch_requests
+    }
+
+    pub(crate) fn record_batch_stream(&mut self) {
+        self.batch_streams += 1;
+    }
+
+    pub(crate) fn record_batch_message(&mut self, requests: usize) {
+        self.batch_messages += 1;
+        self.batch_requests += requests as u64;
     }
 
     pub(crate) fn record_context_flags(&mut self, replica_read: bool, stale_read: bool) {

@@ -4,14 +4,22 @@
 
 use std::sync::Arc;
 
+use tokio::sync::mpsc;
 use tokio::time::Instant;
-use tonic::{Request, Response, Status};
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::codegen::BoxStream;
+use tonic::{Request, Response, Status, Streaming};
 
 use super::counters::Outcome;
 use super::data::column_family;
 use super::state::{HangMode, SimRegion};
 use super::Shared;
+use crate::proto::tikvpb::batch_commands_request::request::Cmd as BatchRequestCmd;
+use crate::proto::tikvpb::batch_commands_response::{
+    response::Cmd as BatchResponseCmd, Response as BatchResponse,
+};
 use crate::proto::tikvpb::tikv_server::Tikv;
+use crate::proto::tikvpb::{BatchCommandsRequest, BatchCommandsResponse};
 use crate::proto::{errorpb, kvrpcpb, metapb};
 use crate::region::key_in_region;
 
@@ -488,7 +496,14 @@ impl StoreService {
         &self,
         request: Request<C>,
     ) -> Result<Response<C::Response>, Status> {
-        let command = request.into_inner();
+        self.serve_command(request.into_inner())
+            .await
+            .map(Response::new)
+    }
+
+    /// Serves one request, unary or from a BatchCommands stream: the same
+    /// checks, faults and counters either way.
+    async fn serve_command<C: StoreCommand>(&self, command: C) -> Result<C::Response, Status> {
         let slow = {
             let state = self.shared.lock();
             state
@@ -585,7 +600,7 @@ impl StoreService {
             verdict
         };
         match verdict {
-            Verdict::Answer(resp) => Ok(Response::new(resp)),
+            Verdict::Answer(resp) => Ok(resp),
             Verdict::Status(status) => Err(status),
             Verdict::Drop => {
                 // The write is applied; now the client loses the answer with
@@ -641,8 +656,131 @@ impl StoreService {
     }
 }
 
+/// The most sub-responses the simulated store packs into one
+/// `BatchCommandsResponse`.
+const MAX_RESPONSES_PER_MESSAGE: usize = 128;
+
+impl StoreService {
+    /// Serves one BatchCommands sub-request exactly as its unary method.
+    async fn serve_batch_cmd(&self, cmd: BatchRequestCmd) -> Result<BatchResponseCmd, Status> {
+        macro_rules! route {
+            ($($case:ident),* $(,)?) => {
+                match cmd {
+                    $(BatchRequestCmd::$case(r) => {
+                        self.serve_command(r).await.map(BatchResponseCmd::$case)
+                    })*
+                }
+            };
+        }
+        route!(
+            Get,
+            Scan,
+            Prewrite,
+            Commit,
+            Cleanup,
+            BatchGet,
+            BatchRollback,
+            ScanLock,
+            ResolveLock,
+            Gc,
+            DeleteRange,
+            RawGet,
+            RawBatchGet,
+            RawPut,
+            RawBatchPut,
+            RawDelete,
+            RawBatchDelete,
+            RawScan,
+            RawDeleteRange,
+            RawBatchScan,
+            PessimisticLock,
+            PessimisticRollback,
+            CheckTxnStatus,
+            TxnHeartBeat,
+            CheckSecondaryLocks,
+        )
+    }
+
+    fn record_batch(&self, f: impl FnOnce(&mut super::counters::StoreCounters)) {
+        let mut state = self.shared.lock();
+        if let Some(store) = state.stores.get_mut(&self.store_id) {
+            f(&mut store.counters);
+        }
+    }
+
+    /// Runs one BatchCommands stream: every sub-request is served in its own
+    /// task, as its unary method would be; answers go out as they finish,
+    /// several per message when they are ready together, so their order and
+    /// grouping differ from the requests'. A sub-request that ends in a gRPC
+    /// status gets no answer at all, as in TiKV (the client times out).
+    fn run_batch_stream(
+        &self,
+        mut incoming: Streaming<BatchCommandsRequest>,
+    ) -> mpsc::Receiver<Result<BatchCommandsResponse, Status>> {
+        let (out_tx, out_rx) = mpsc::channel(64);
+        let service = self.clone();
+        tokio::spawn(async move {
+            let (done_tx, mut done_rx) = mpsc::unbounded_channel::<(u64, BatchResponseCmd)>();
+            let mut done_tx = Some(done_tx);
+            loop {
+                tokio::select! {
+                    msg = incoming.message(), if done_tx.is_some() => {
+                        let Ok(Some(msg)) = msg else {
+                            // The client finished or went away: answer what
+                            // is still being served, then end.
+                            done_tx = None;
+                            continue;
+                        };
+                        let Some(done) = &done_tx else { continue };
+                        service.record_batch(|c| c.record_batch_message(msg.requests.len()));
+                        for (id, req) in msg.request_ids.into_iter().zip(msg.requests) {
+                            let Some(cmd) = req.cmd else { continue };
+                            let service = service.clone();
+                            let done = done.clone();
+                            tokio::spawn(async move {
+                                match service.serve_batch_cmd(cmd).await {
+                                    Ok(resp) => {
+                                        let _ = done.send((id, resp));
+                                    }
+                                    Err(status) => log::debug!(
+                                        "simulated store {} leaves batch request {id} unanswered: {status}",
+                                        service.store_id
+                                    ),
+                                }
+                            });
+                        }
+                    }
+                    first = done_rx.recv() => {
+                        let Some((id, resp)) = first else { break };
+                        let mut msg = BatchCommandsResponse::default();
+                        msg.request_ids.push(id);
+                        msg.responses.push(BatchResponse { cmd: Some(resp) });
+                        while msg.responses.len() < MAX_RESPONSES_PER_MESSAGE {
+                            let Ok((id, resp)) = done_rx.try_recv() else { break };
+                            msg.request_ids.push(id);
+                            msg.responses.push(BatchResponse { cmd: Some(resp) });
+                        }
+                        if out_tx.send(Ok(msg)).await.is_err() {
+                            break;
+                        }
+                    }
+                }
+            }
+        });
+        out_rx
+    }
+}
+
 #[tonic::async_trait]
 impl Tikv for StoreService {
+    async fn batch_commands(
+        &self,
+        r: Request<Streaming<BatchCommandsRequest>>,
+    ) -> Result<Response<BoxStream<BatchCommandsResponse>>, Status> {
+        self.record_batch(|c| c.record_batch_stream());
+        let out = self.run_batch_stream(r.into_inner());
+        Ok(Response::new(Box::pin(ReceiverStream::new(out))))
+    }
     async fn raw_get(
         &self,
         r: Request<kvrpcpb::RawGetRequest>,

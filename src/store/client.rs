@@ -8,9 +8,11 @@ use std::time::Duration;
 use async_trait::async_trait;
 use tonic::transport::Channel;
 
+use super::batch::{BatchOptions, Dialer, KvBatchClient};
 use super::{GrpcChannel, KvClient, KvConnect, Request};
 use crate::config::{
-    DEFAULT_CONNECT_TIMEOUT, DEFAULT_GRPC_MAX_DECODING_MESSAGE_SIZE, DEFAULT_REQUEST_TIMEOUT,
+    RpcMode, DEFAULT_CONNECT_TIMEOUT, DEFAULT_GRPC_MAX_DECODING_MESSAGE_SIZE,
+    DEFAULT_REQUEST_TIMEOUT,
 };
 use crate::proto::tikvpb::tikv_client::TikvClient;
 use crate::security::SecurityManager;
@@ -26,6 +28,8 @@ pub struct TikvConnect {
     timeout: Duration,
     connect_timeout: Duration,
     max_decoding_message_size: usize,
+    rpc_mode: RpcMode,
+    batch: BatchOptions,
 }
 
 impl TikvConnect {
@@ -41,7 +45,22 @@ impl TikvConnect {
             timeout,
             connect_timeout,
             max_decoding_message_size: DEFAULT_GRPC_MAX_DECODING_MESSAGE_SIZE,
+            rpc_mode: RpcMode::Unary,
+            batch: BatchOptions::default(),
         }
+    }
+
+    /// Sends requests as unary calls or over BatchCommands streams
+    /// (`Config::rpc_mode`), with the batched transport's limits.
+    pub fn with_rpc_mode(mut self, mode: RpcMode, batch: BatchOptions) -> Self {
+        self.rpc_mode = mode;
+        self.batch = batch;
+        self
+    }
+
+    /// The transport in use.
+    pub fn rpc_mode(&self) -> RpcMode {
+        self.rpc_mode
     }
 
     /// Sets the largest response decoded from a store
@@ -81,22 +100,40 @@ impl KvConnect for TikvConnect {
             .security
             .connect(address, self.connect_timeout, self.timeout)
             .await?;
+        let grpc =
+            Grpc::new(channel.clone()).max_decoding_message_size(self.max_decoding_message_size);
+        let rpc_client =
+            TikvClient::new(channel).max_decoding_message_size(self.max_decoding_message_size);
+        let batch = (self.rpc_mode == RpcMode::Batched).then(|| {
+            KvBatchClient::build(
+                rpc_client.clone(),
+                address,
+                self.timeout,
+                self.batch,
+                Some(Dialer {
+                    security: self.security.clone(),
+                    connect_timeout: self.connect_timeout,
+                    max_decoding_message_size: self.max_decoding_message_size,
+                }),
+            )
+        });
         Ok(KvRpcClient {
-            grpc: Grpc::new(channel.clone())
-                .max_decoding_message_size(self.max_decoding_message_size),
-            rpc_client: TikvClient::new(channel)
-                .max_decoding_message_size(self.max_decoding_message_size),
+            grpc,
+            rpc_client,
             timeout: self.timeout,
+            batch,
         })
     }
 }
 
-/// A client of one TiKV store over a gRPC channel.
+/// A client of one TiKV store over a gRPC channel: unary calls, or a
+/// [`KvBatchClient`] when the connector is in batched mode.
 #[derive(Debug, Clone)]
 pub struct KvRpcClient {
     rpc_client: TikvClient<Channel>,
     grpc: GrpcChannel,
     timeout: Duration,
+    batch: Option<KvBatchClient>,
 }
 
 impl KvRpcClient {
@@ -108,13 +145,22 @@ impl KvRpcClient {
             rpc_client: TikvClient::new(channel)
                 .max_decoding_message_size(DEFAULT_GRPC_MAX_DECODING_MESSAGE_SIZE),
             timeout,
+            batch: None,
         }
+    }
+
+    /// The batched transport, when this client uses one.
+    pub fn batch_client(&self) -> Option<&KvBatchClient> {
+        self.batch.as_ref()
     }
 }
 
 #[async_trait]
 impl KvClient for KvRpcClient {
     async fn dispatch(&self, req: &dyn Request) -> Result<Box<dyn Any + Send>> {
+        if let Some(batch) = &self.batch {
+            return batch.dispatch(req).await;
+        }
         req.dispatch(&self.rpc_client, self.timeout).await
     }
 
@@ -127,6 +173,23 @@ impl KvClient for KvRpcClient {
         req: &dyn Request,
         bound: Option<Duration>,
     ) -> Result<Box<dyn Any + Send>> {
+        if let Some(batch) = &self.batch {
+            // The stream's requests wait at most the client's timeout; a
+            // shorter bound (the deadline's) cuts the wait, and dropping it
+            // takes the request out of the stream's table.
+            return match bound {
+                Some(bound) if bound < self.timeout => {
+                    match tokio::time::timeout(bound, batch.dispatch(req)).await {
+                        Ok(result) => result,
+                        Err(_) => Err(Error::Timeout {
+                            what: format!("the {} request", req.label()),
+                            after: bound,
+                        }),
+                    }
+                }
+                _ => batch.dispatch(req).await,
+            };
+        }
         let Some(bound) = bound else {
             return req.dispatch(&self.rpc_client, self.timeout).await;
         };
@@ -136,6 +199,10 @@ impl KvClient for KvRpcClient {
     }
 
     fn grpc(&self) -> Option<(&GrpcChannel, Duration)> {
+        // Batched clients send every request on their streams.
+        if self.batch.is_some() {
+            return None;
+        }
         Some((&self.grpc, self.timeout))
     }
 }

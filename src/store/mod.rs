@@ -2,10 +2,12 @@
 //! the [`KvConnect`] that opens one, and [`RegionStore`], a Region paired with
 //! the client of the peer a request targets.
 
+mod batch;
 mod client;
 mod request;
 mod typed;
 
+pub use batch::{BatchOptions, KvBatchClient};
 pub(crate) use client::timeout_as_error;
 pub use client::{KvRpcClient, TikvConnect};
 pub use request::Request;

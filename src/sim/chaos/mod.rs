@@ -72,6 +72,8 @@ pub struct ChaosConfig {
     pub regions: usize,
     /// Clients use `Config::at_least_once_writes`.
     pub at_least_once_writes: bool,
+    /// How the clients send requests (`Config::rpc_mode`).
+    pub rpc_mode: crate::RpcMode,
     /// RPC timeout of the short-timeout clients.
     pub short_timeout: Duration,
     /// Request deadline of the short-timeout clients.
@@ -102,6 +104,7 @@ impl Default for ChaosConfig {
             pd_members: 3,
             regions: 4,
             at_least_once_writes: false,
+            rpc_mode: crate::RpcMode::Unary,
             short_timeout: Duration::from_millis(250),
             short_deadline: Duration::from_secs(3),
             faults: InjectorConfig::all_kinds(),
@@ -270,7 +273,8 @@ pub async fn run(config: ChaosConfig) -> Result<ChaosReport> {
         Config::default().with_at_least_once_writes()
     } else {
         Config::default()
-    };
+    }
+    .with_rpc_mode(config.rpc_mode);
     let short = base
         .clone()
         .with_timeout(config.short_timeout)
