@@ -589,3 +589,120 @@ pub fn describe_region_error(e: &errorpb::Error) -> String {
         format!("{kind}: {}", e.message)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::error::Error as StdError;
+    use std::io;
+
+    fn refused() -> ErrorSource {
+        ErrorSource::new(io::Error::from(io::ErrorKind::ConnectionRefused))
+    }
+
+    #[test]
+    fn an_error_source_hands_out_the_wrapped_error_itself() {
+        let err = Error::Connect {
+            address: "127.0.0.1:1".to_owned(),
+            message: "refused".to_owned(),
+            source: Some(refused()),
+        };
+        let source = err.source().expect("a source");
+        // The io::Error itself, not a wrapper around it.
+        let io = source.downcast_ref::<io::Error>().expect("downcasts");
+        assert_eq!(io.kind(), io::ErrorKind::ConnectionRefused);
+        let no_source = Error::Connect {
+            address: "a".to_owned(),
+            message: "m".to_owned(),
+            source: None,
+        };
+        assert!(no_source.source().is_none());
+    }
+
+    #[test]
+    fn every_wrapping_variant_has_a_source() {
+        let inner = || Box::new(Error::Internal("inner".to_owned()));
+        let status = || tonic::Status::unavailable("down");
+        let with_source = [
+            Error::Grpc(Box::new(status())),
+            Error::GrpcAPI(status()),
+            Error::from(io::Error::from(io::ErrorKind::BrokenPipe)),
+            Error::ConnectTimeout {
+                address: "a".to_owned(),
+                timeout: Duration::from_secs(1),
+                source: Some(refused()),
+            },
+            Error::PdUnavailable {
+                endpoints: "pd".to_owned(),
+                message: "m".to_owned(),
+                source: Some(ErrorSource::from(Error::Internal("x".to_owned()))),
+            },
+            Error::Security {
+                path: "ca.pem".to_owned(),
+                message: "m".to_owned(),
+                source: Some(ErrorSource::new(io::Error::from(io::ErrorKind::NotFound))),
+            },
+            Error::Undetermined {
+                region_id: 1,
+                store_id: 2,
+                request: "raw_put".to_owned(),
+                cause: inner(),
+            },
+            Error::DeadlineExceeded {
+                region_id: 1,
+                deadline: Duration::from_secs(1),
+                last: inner(),
+            },
+            Error::RetriesExhausted {
+                region_id: 1,
+                attempts: 3,
+                last: inner(),
+            },
+            Error::PessimisticLockError {
+                inner: inner(),
+                success_keys: Vec::new(),
+            },
+            Error::UndeterminedError(inner()),
+        ];
+        for err in with_source {
+            assert!(err.source().is_some(), "{err:?}");
+        }
+    }
+
+    #[test]
+    fn find_source_looks_through_boxes_and_arcs() {
+        let err = Error::Undetermined {
+            region_id: 7,
+            store_id: 3,
+            request: "raw_put".to_owned(),
+            cause: Box::new(Error::RetriesExhausted {
+                region_id: 7,
+                attempts: 1,
+                last: Box::new(Error::from(io::Error::from(io::ErrorKind::ConnectionReset))),
+            }),
+        };
+        assert!(matches!(
+            err.find_source::<Error>(),
+            Some(Error::Undetermined { .. })
+        ));
+        let io = err.find_source::<io::Error>().expect("an io error");
+        assert_eq!(io.kind(), io::ErrorKind::ConnectionReset);
+        assert!(err.find_source::<tonic::Status>().is_none());
+        let text = err.to_string();
+        assert!(text.contains("region 7, store 3"), "{text}");
+    }
+
+    #[test]
+    fn a_message_over_the_decoding_limit_keeps_the_status() {
+        let status = tonic::Status::out_of_range(
+            "Error, decoded message length too large: found 20 bytes, the limit is: 16 bytes",
+        );
+        let err = Error::from(status);
+        assert!(
+            matches!(err, Error::GrpcMessageTooLarge { limit: 16, .. }),
+            "{err:?}"
+        );
+        let status = err.find_source::<tonic::Status>().expect("the status");
+        assert_eq!(status.code(), tonic::Code::OutOfRange);
+    }
+}

@@ -321,10 +321,9 @@ mod tests {
             .build()
             .unwrap();
         runtime
-            .block_on(tokio::time::timeout(
-                std::time::Duration::ZERO,
-                std::future::pending::<()>(),
-            ))
+            .block_on(async {
+                tokio::time::timeout(std::time::Duration::ZERO, std::future::pending::<()>()).await
+            })
             .unwrap_err()
     }
 
