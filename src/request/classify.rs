@@ -123,15 +123,24 @@ pub(crate) fn classify_status_source(status: &tonic::Status) -> Option<DispatchF
     }
     if chain.channel {
         // Without hyper's and h2's types, a reset of this one stream
-        // (`RST_STREAM`) cannot be told from a `GOAWAY` of the connection
-        // or from hyper handing back a request the closing connection
-        // never took: tonic gives all three the same codes and no I/O
-        // error. Each may have reached the server except the last, so the
-        // safe reading, `StreamReset` (the request may have been received;
-        // writes end undetermined), covers them all; tonic reconnects a
-        // channel whose connection went away by itself. The price is that a
-        // write hyper never sent is reported undetermined instead of being
-        // replayed.
+        // (`RST_STREAM`) cannot be told from a `GOAWAY` of the connection,
+        // from hyper's keep-alive timeout (`Unavailable`; this crate sets
+        // no keep-alive) or from hyper handing back a request the closing
+        // connection never took (`Cancelled`, "operation was canceled"):
+        // tonic gives them the same codes and no I/O error. All but the
+        // last may have reached the server, so the safe reading,
+        // `StreamReset` (the request may have been received; writes end
+        // undetermined), covers them all; tonic reconnects a channel whose
+        // connection went away by itself. The price: a write hyper never
+        // sent is reported undetermined instead of being replayed (it was
+        // `NotSent` while this read `hyper::Error::is_canceled`).
+        //
+        // A reset after the response headers (while the body is read)
+        // comes without tonic's transport error; it falls to the code
+        // table of `classify_grpc_error` (`Internal`/`Cancelled`/
+        // `Unavailable` → `Transport`; `ResourceExhausted`/
+        // `PermissionDenied` → `Fatal`, returned and never replayed): safe
+        // too.
         return Some(match status.code() {
             Code::Internal
             | Code::Cancelled
