@@ -6,9 +6,11 @@
 //! upgrade changes how one of these failures surfaces, the test of that
 //! class fails here instead of the routing silently changing.
 //!
-//! The classes: a refused connect, a connect timeout, the server closing
-//! the connection mid-request, an HTTP/2 stream reset (`RST_STREAM`, each
-//! reason tonic maps), a client timeout, and a plain gRPC status.
+//! The classes: a refused connect, a connect timeout, a request the closed
+//! connection never took, the server closing the connection mid-request
+//! (before the answer and in the middle of it),
+//! an HTTP/2 stream reset (`RST_STREAM`, each reason tonic maps), a client
+//! timeout, and a plain gRPC status.
 
 use std::io;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -84,6 +86,10 @@ enum Behaviour {
     Reset(h2::Reason),
     /// Drop the whole connection once the request arrived.
     DropConnection,
+    /// Answer with headers and part of a message, then drop the
+    /// connection once the client has read past its first flow-control
+    /// window (so the headers certainly arrived first).
+    DropMidBody,
     /// Never answer (the connection stays open).
     Silent,
     /// A trailers-only response with this gRPC status code.
@@ -119,6 +125,17 @@ async fn serve(socket: TcpStream, behaviour: Behaviour) {
         match behaviour {
             Behaviour::Reset(reason) => respond.send_reset(reason),
             Behaviour::DropConnection => return,
+            Behaviour::DropMidBody => {
+                let (past_the_window, mut read) = tokio::sync::oneshot::channel();
+                tokio::spawn(send_past_the_window(respond, past_the_window));
+                // Drive the connection until then, and drop it.
+                loop {
+                    tokio::select! {
+                        _ = &mut read => return,
+                        next = conn.accept() => if next.is_none() { return },
+                    }
+                }
+            }
             // Keep the stream open, and the connection served.
             Behaviour::Silent => std::mem::forget(respond),
             Behaviour::Status(code) => {
@@ -133,6 +150,46 @@ async fn serve(socket: TcpStream, behaviour: Behaviour) {
             }
         }
     }
+}
+
+/// The client's stream window in the mid-body test (HTTP/2's default).
+const CLIENT_STREAM_WINDOW: usize = 65_535;
+
+/// Sends response headers and then the start of a 1 MiB message, as flow
+/// control allows; reports once more than the client's first window went
+/// out, which needs a `WINDOW_UPDATE`: the client has read the headers and
+/// data.
+async fn send_past_the_window(
+    mut respond: h2::server::SendResponse<Bytes>,
+    past_the_window: tokio::sync::oneshot::Sender<()>,
+) {
+    let head = http::Response::builder()
+        .status(200)
+        .header("content-type", "application/grpc")
+        .body(())
+        .unwrap();
+    let Ok(mut body) = respond.send_response(head, false) else {
+        return;
+    };
+    let claimed = 1usize << 20;
+    body.reserve_capacity(claimed + 5);
+    let mut sent = 0;
+    while sent <= CLIENT_STREAM_WINDOW {
+        let Some(Ok(capacity)) = futures::future::poll_fn(|cx| body.poll_capacity(cx)).await else {
+            return;
+        };
+        let mut chunk = Vec::with_capacity(capacity);
+        if sent == 0 {
+            chunk.push(0u8);
+            chunk.extend((claimed as u32).to_be_bytes());
+        }
+        chunk.resize(capacity, 0);
+        if body.send_data(Bytes::from(chunk), false).is_err() {
+            return;
+        }
+        sent += capacity;
+    }
+    let _ = past_the_window.send(());
 }
 
 /// An empty `RawGetResponse` with value `v`.
@@ -265,6 +322,87 @@ async fn connect_timeout_is_not_sent() {
     assert_eq!(classify_grpc_error(&status), DispatchFailure::NotSent);
 }
 
+/// Serves one request on one connection and stops listening; closes that
+/// connection when told, and reports when it is closed.
+async fn one_shot_server(
+    close: tokio::sync::oneshot::Receiver<()>,
+    closed: tokio::sync::oneshot::Sender<()>,
+) -> String {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = listener.local_addr().unwrap().to_string();
+    tokio::spawn(async move {
+        let (socket, _) = listener.accept().await.unwrap();
+        drop(listener);
+        let mut conn = h2::server::handshake(socket).await.unwrap();
+        let (_request, respond) = conn.accept().await.unwrap().unwrap();
+        answer(respond);
+        // Drive the connection (the answer goes out) until told to close.
+        tokio::select! {
+            _ = close => {}
+            _ = conn.accept() => {}
+        }
+        drop(conn);
+        let _ = closed.send(());
+    });
+    address
+}
+
+/// A store that went down: its connection closed while the channel was
+/// idle. The next request finds the connection closed before it could take
+/// the request, and hyper hands it back: certainly not sent. (On this
+/// single-threaded runtime the request is queued before the client's
+/// connection task reads the close, every time.)
+#[tokio::test]
+async fn a_request_the_closed_connection_never_took_is_not_sent() {
+    let (close, closing) = tokio::sync::oneshot::channel();
+    let (closed, is_closed) = tokio::sync::oneshot::channel();
+    let address = one_shot_server(closing, closed).await;
+    let store = connector(Duration::from_secs(5), Duration::from_secs(3))
+        .connect(&address)
+        .await
+        .unwrap();
+    let request = kvrpcpb::RawGetRequest::default();
+    store
+        .dispatch(&request)
+        .await
+        .expect("the first request is served");
+    close.send(()).unwrap();
+    is_closed.await.unwrap();
+
+    let err = store
+        .dispatch(&request)
+        .await
+        .expect_err("the connection is gone");
+    let Error::Grpc(status) = &err else {
+        panic!("expected a status, got {err:?}");
+    };
+    assert_eq!(status.code(), Code::Cancelled, "{status:?}");
+    assert_eq!(status.message(), "operation was canceled", "{status:?}");
+    assert_eq!(
+        chain_of(status),
+        Chain {
+            transport_error: true,
+            ..Chain::default()
+        },
+        "{status:?}"
+    );
+    let class = classify_dispatch_error(&err);
+    assert_eq!(class, DispatchFailure::NotSent, "{status:?}");
+    assert!(!class.may_have_been_sent() && class.invalidates_store());
+
+    // The channel then dials again, and nothing listens: refused.
+    let err = store
+        .dispatch(&request)
+        .await
+        .expect_err("nothing listens there any more");
+    assert_eq!(classify_dispatch_error(&err), DispatchFailure::NotSent);
+    assert_eq!(
+        err.find_source::<io::Error>().map(io::Error::kind),
+        Some(io::ErrorKind::ConnectionRefused),
+        "{err:?}"
+    );
+}
+
 #[tokio::test]
 async fn connection_closed_mid_request_is_a_transport_failure() {
     let (address, _) = server(Behaviour::DropConnection).await;
@@ -284,6 +422,27 @@ async fn connection_closed_mid_request_is_a_transport_failure() {
         ),
         "an I/O error of the connection is in the chain: {status:?}"
     );
+    let class = classify_grpc_error(&status);
+    assert_eq!(class, DispatchFailure::Transport);
+    assert!(class.may_have_been_sent() && class.invalidates_store());
+}
+
+#[tokio::test]
+async fn connection_closed_mid_response_is_a_transport_failure() {
+    let (address, _) = server(Behaviour::DropMidBody).await;
+    let channel = Endpoint::from_shared(format!("http://{address}"))
+        .unwrap()
+        .initial_stream_window_size(CLIENT_STREAM_WINDOW as u32)
+        .connect()
+        .await
+        .unwrap();
+    let status = raw_get(&mut TikvClient::new(channel)).await;
+    // The body read fails: hyper's body error over h2's I/O error, neither
+    // a tonic transport error nor a visible io::Error, and a code tonic
+    // could not map. The code table decides.
+    assert_eq!(status.code(), Code::Unknown, "{status:?}");
+    assert!(std::error::Error::source(&status).is_some(), "{status:?}");
+    assert_eq!(chain_of(&status), Chain::default(), "{status:?}");
     let class = classify_grpc_error(&status);
     assert_eq!(class, DispatchFailure::Transport);
     assert!(class.may_have_been_sent() && class.invalidates_store());

@@ -12,8 +12,9 @@ use crate::Error;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum DispatchFailure {
     /// The connection could not be opened (refused, connect timeout, TLS
-    /// handshake): the request was never sent. Next candidate; invalidate the
-    /// store.
+    /// handshake), or the channel handed the request back because its
+    /// connection had closed: the request was never sent. Next candidate;
+    /// invalidate the store.
     NotSent,
     /// The transport failed after the request may have left the client (an
     /// I/O error of the connection, a transport failure tonic could not map
@@ -113,6 +114,10 @@ pub fn classify_grpc_error(status: &tonic::Status) -> DispatchFailure {
 ///   [`StreamReset`](DispatchFailure::StreamReset). `Unknown` (a failure
 ///   tonic could not map) and anything else:
 ///   [`Transport`](DispatchFailure::Transport).
+/// - The exception: a request hyper handed back unsent (`Cancelled`,
+///   "operation was canceled", the connection closed before taking it) is
+///   [`NotSent`](DispatchFailure::NotSent). tonic has no type for it; it is
+///   recognised by its words (see `handed_back_unsent`), which fails safe.
 pub(crate) fn classify_status_source(status: &tonic::Status) -> Option<DispatchFailure> {
     let chain = walk_chain(status.source())?;
     if let Some(decided) = chain.decided {
@@ -120,6 +125,9 @@ pub(crate) fn classify_status_source(status: &tonic::Status) -> Option<DispatchF
     }
     if chain.io {
         return Some(DispatchFailure::Transport);
+    }
+    if chain.channel && handed_back_unsent(status) {
+        return Some(DispatchFailure::NotSent);
     }
     if chain.channel {
         // Without hyper's and h2's types, a reset of this one stream
@@ -131,9 +139,8 @@ pub(crate) fn classify_status_source(status: &tonic::Status) -> Option<DispatchF
         // last may have reached the server, so the safe reading,
         // `StreamReset` (the request may have been received; writes end
         // undetermined), covers them all; tonic reconnects a channel whose
-        // connection went away by itself. The price: a write hyper never
-        // sent is reported undetermined instead of being replayed (it was
-        // `NotSent` while this read `hyper::Error::is_canceled`).
+        // connection went away by itself. The last one is recognised
+        // above by its words instead (`handed_back_unsent`).
         //
         // A reset after the response headers (while the body is read)
         // comes without tonic's transport error; it falls to the code
@@ -151,6 +158,37 @@ pub(crate) fn classify_status_source(status: &tonic::Status) -> Option<DispatchF
         });
     }
     chain.nested_deadline.then_some(DispatchFailure::Deadline)
+}
+
+/// hyper's description of a request it hands back without having given it
+/// to the connection (hyper's `Canceled` kind), which tonic copies into the
+/// status message.
+const HANDED_BACK: &str = "operation was canceled";
+
+/// The causes hyper (1.x, HTTP/2 client) gives for handing a request back:
+/// the connection ended with the request still queued, or was not ready to
+/// take it. Both mean it never reached the connection.
+const HANDED_BACK_CAUSES: [&str; 2] = ["connection closed", "connection was not ready"];
+
+/// True for a request hyper handed back unsent: the one channel failure
+/// that is certain not to have left the client, and the common one when a
+/// store went down (the cached channel's connection was reset, the next
+/// request finds it closed). tonic reports it as `Cancelled` with hyper's
+/// description as the message, and offers no type for it, so it is
+/// recognised by those words and the cause at the root of the chain (a
+/// plain message, no type either). Both must match: if hyper or tonic
+/// change the words, this reads false and the failure stays the safe
+/// `StreamReset` (`tests/transport_classes.rs` then fails loudly); it can
+/// never turn a sent request into `NotSent`.
+fn handed_back_unsent(status: &tonic::Status) -> bool {
+    if status.code() != Code::Cancelled || !status.message().starts_with(HANDED_BACK) {
+        return false;
+    }
+    let mut root = status.source();
+    while let Some(next) = root.and_then(StdError::source) {
+        root = Some(next);
+    }
+    root.is_some_and(|e| HANDED_BACK_CAUSES.contains(&e.to_string().as_str()))
 }
 
 /// What a walk of a source chain found.
@@ -366,6 +404,26 @@ mod tests {
             Arc::new(Wrapper(Box::new(Wrapper(Box::new(io))))),
         );
         assert_eq!(classify_grpc_error(&status), DispatchFailure::Transport);
+    }
+
+    #[test]
+    fn handed_back_needs_the_channel_the_words_and_the_cause() {
+        // hyper's words under tonic's transport error, but another cause at
+        // the root: not recognised, the safe reading stays.
+        let status = with_source(Code::Cancelled, Arc::new(transport_error()));
+        let mut words = tonic::Status::new(Code::Cancelled, "operation was canceled");
+        words.set_source(Arc::new(transport_error()));
+        assert_eq!(classify_grpc_error(&status), DispatchFailure::StreamReset);
+        assert_eq!(classify_grpc_error(&words), DispatchFailure::StreamReset);
+        // The words and the cause without the channel's error (a status
+        // some other code built, here over an I/O error): not recognised.
+        let mut no_channel = tonic::Status::new(Code::Cancelled, "operation was canceled");
+        no_channel.set_source(Arc::new(Wrapper(Box::new(std::io::Error::other(
+            "connection closed",
+        )))));
+        assert_eq!(classify_grpc_error(&no_channel), DispatchFailure::Transport);
+        // (The recognised case itself is pinned over a real socket in
+        // tests/transport_classes.rs.)
     }
 
     #[test]
