@@ -1,6 +1,8 @@
 //! The crate's error type. Every variant prints a sentence a person can act
 //! on and carries the Region, store or address it concerns.
 
+use std::fmt;
+use std::sync::Arc;
 use std::time::Duration;
 
 use crate::proto::{errorpb, kvrpcpb, pdpb};
@@ -23,8 +25,12 @@ pub enum Error {
     Connect {
         /// The address that was dialled.
         address: String,
-        /// What the transport reported.
+        /// What the transport reported (the root cause, in words).
         message: String,
+        /// The transport's own error (a `tonic::transport::Error` whose
+        /// chain ends in the `std::io::Error` of the failed dial), when the
+        /// failure came from a real connect.
+        source: Option<ErrorSource>,
     },
     /// Opening a connection did not finish within the connect timeout.
     #[error("connecting to {address} did not finish within {timeout:?}; the server may be down or dropping packets (raise `Config::connect_timeout` if the network is just slow)")]
@@ -33,11 +39,18 @@ pub enum Error {
         address: String,
         /// The connect timeout in force.
         timeout: Duration,
+        /// What ended the wait, when a real connect timed out: the
+        /// transport's error (its chain ends in an `std::io::Error` of kind
+        /// `TimedOut`) or the client's own `tokio::time::error::Elapsed`.
+        source: Option<ErrorSource>,
     },
     /// A gRPC call ended with a status. The status keeps its source chain,
     /// which the router walks to tell transport failures from server answers.
+    /// [`source`](std::error::Error::source) is the status itself (as the
+    /// `Box<tonic::Status>` of this variant), so a chain walk goes on to the
+    /// transport's error and its `std::io::Error`, if any.
     #[error("gRPC call failed with {}: {}", .0.code(), .0.message())]
-    Grpc(Box<tonic::Status>),
+    Grpc(#[source] Box<tonic::Status>),
     /// A Region answered with a Region error the client could not resolve
     /// (client-rust's variant; when retries were spent it arrives inside
     /// [`Error::RetriesExhausted`], which names the Region).
@@ -67,6 +80,9 @@ pub enum Error {
         endpoints: String,
         /// Why the last one failed.
         message: String,
+        /// The last failure itself (an [`Error`], e.g. [`Error::Grpc`] or
+        /// [`Error::Connect`], whose own chain goes on), when there was one.
+        source: Option<ErrorSource>,
     },
     /// PD endpoints disagree on the cluster id: they belong to different
     /// clusters.
@@ -121,7 +137,9 @@ pub enum Error {
         store_id: u64,
         /// The request: its kind and its keys or range.
         request: String,
-        /// What interrupted it.
+        /// What interrupted it (also the error's
+        /// [`source`](std::error::Error::source)).
+        #[source]
         cause: Box<Error>,
     },
     /// The request's overall deadline ([`Config::request_deadline`](crate::Config::request_deadline))
@@ -132,7 +150,9 @@ pub enum Error {
         region_id: u64,
         /// The deadline in force.
         deadline: Duration,
-        /// The strongest error seen before the deadline.
+        /// The strongest error seen before the deadline (also the error's
+        /// [`source`](std::error::Error::source)).
+        #[source]
         last: Box<Error>,
     },
     /// The caller passed something the client cannot use.
@@ -153,6 +173,10 @@ pub enum Error {
         path: String,
         /// What was wrong with it.
         message: String,
+        /// The underlying error (the `std::io::Error` of a file that could
+        /// not be read, tonic's error for a TLS setting it refused), when
+        /// there was one.
+        source: Option<ErrorSource>,
     },
     /// Retries were spent without an answer; `last` is the strongest error
     /// seen (routing.md, "One round, per shard").
@@ -162,7 +186,9 @@ pub enum Error {
         region_id: u64,
         /// How many attempts were made.
         attempts: u32,
-        /// The strongest error of the last round.
+        /// The strongest error of the last round (also the error's
+        /// [`source`](std::error::Error::source)).
+        #[source]
         last: Box<Error>,
     },
     /// Several errors, one per shard, in shard order.
@@ -192,7 +218,8 @@ pub enum Error {
     /// have been released again.
     #[error("pessimistic locking failed: {inner}")]
     PessimisticLockError {
-        /// Why.
+        /// Why (also the error's [`source`](std::error::Error::source)).
+        #[source]
         inner: Box<Error>,
         /// The keys whose locks were acquired before the failure.
         success_keys: Vec<Vec<u8>>,
@@ -223,6 +250,8 @@ pub enum Error {
         limit: usize,
         /// What the gRPC layer reported.
         message: String,
+        /// The status tonic returned.
+        source: Option<ErrorSource>,
     },
     /// The operation needs another mode of the client (client-rust's
     /// variant): `compare_and_swap` on a client without atomic mode, or
@@ -233,7 +262,7 @@ pub enum Error {
     /// [`Error::Grpc`] (with the status kept whole for classification) and
     /// never builds this one; it exists so that code matching on it compiles.
     #[error("gRPC api error: {0}")]
-    GrpcAPI(tonic::Status),
+    GrpcAPI(#[source] tonic::Status),
     /// client-rust's undetermined outcome, built by
     /// `TransactionClient`'s `commit` when its commit point (the primary's
     /// commit; a prewrite under async commit or 1PC) may have reached a
@@ -242,7 +271,7 @@ pub enum Error {
     /// [`Error::Undetermined`], which names the Region, store and keys. Raw
     /// requests report [`Error::Undetermined`] itself.
     #[error("whether the transaction committed is unknown: {0}; read its keys in a new transaction before retrying it")]
-    UndeterminedError(Box<Error>),
+    UndeterminedError(#[source] Box<Error>),
     /// client-rust's internal error. tikv-plan reports [`Error::Internal`]
     /// and never builds this one.
     #[error("internal error (please report): {message}")]
@@ -284,10 +313,67 @@ pub enum Error {
     EntryNotFoundInRegionCache,
     /// An I/O error (client-rust's variant; shared so the error stays `Clone`).
     #[error("I/O error: {0}")]
-    Io(std::sync::Arc<std::io::Error>),
+    Io(#[source] std::sync::Arc<std::io::Error>),
     /// A bug or a protocol mismatch inside the client; please report it.
     #[error("internal error (please report): {0}")]
     Internal(String),
+}
+
+/// The underlying error of a failure the crate wrapped (a transport error,
+/// an I/O error, a status, or another [`Error`]), shared so that [`Error`]
+/// stays `Clone`.
+///
+/// It is what [`std::error::Error::source`] returns for the variants that
+/// have a `source` field, and it hands out the wrapped error itself, so a
+/// chain walk can `downcast_ref` it to its own type (for a refused connect,
+/// the chain ends in an `std::io::Error` of kind `ConnectionRefused`).
+#[derive(Clone)]
+pub struct ErrorSource(Arc<dyn std::error::Error + Send + Sync + 'static>);
+
+impl ErrorSource {
+    /// Wraps `error`.
+    pub fn new(error: impl std::error::Error + Send + Sync + 'static) -> Self {
+        ErrorSource(Arc::new(error))
+    }
+
+    /// Wraps an already boxed error, keeping its concrete type reachable.
+    pub fn from_boxed(error: Box<dyn std::error::Error + Send + Sync + 'static>) -> Self {
+        ErrorSource(Arc::from(error))
+    }
+
+    /// The wrapped error.
+    pub fn get(&self) -> &(dyn std::error::Error + Send + Sync + 'static) {
+        &*self.0
+    }
+}
+
+// `ErrorSource` deliberately does not implement `std::error::Error`: the
+// derived `source()` of [`Error`] dereferences it, so a chain walk meets the
+// wrapped error itself (downcastable to its type), not this wrapper.
+impl std::ops::Deref for ErrorSource {
+    type Target = dyn std::error::Error + Send + Sync + 'static;
+
+    fn deref(&self) -> &Self::Target {
+        &*self.0
+    }
+}
+
+impl fmt::Debug for ErrorSource {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(&*self.0, f)
+    }
+}
+
+impl fmt::Display for ErrorSource {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(&*self.0, f)
+    }
+}
+
+impl From<Error> for ErrorSource {
+    fn from(error: Error) -> Self {
+        ErrorSource::new(error)
+    }
 }
 
 impl From<tonic::Status> for Error {
@@ -300,6 +386,7 @@ impl From<tonic::Status> for Error {
                 address: "a TiKV store or PD".to_owned(),
                 limit,
                 message: status.message().to_owned(),
+                source: Some(ErrorSource::new(status)),
             };
         }
         Error::Grpc(Box::new(status))
@@ -405,6 +492,34 @@ impl Error {
         Error::RegionError(Box::new(error))
     }
 
+    /// The first error of type `T` in this error's source chain, this error
+    /// included. It looks through the `Box` and `Arc` the variants hold
+    /// (`Box<tonic::Status>`, `Box<Error>`, `Arc<std::io::Error>`), which a
+    /// plain `downcast_ref::<T>()` on a chain element would not.
+    ///
+    /// ```
+    /// use std::io;
+    /// let error = tikv_plan::Error::from(io::Error::from(io::ErrorKind::ConnectionReset));
+    /// let io = error.find_source::<io::Error>().map(io::Error::kind);
+    /// assert_eq!(io, Some(io::ErrorKind::ConnectionReset));
+    /// ```
+    pub fn find_source<T: std::error::Error + 'static>(&self) -> Option<&T> {
+        let mut current: Option<&(dyn std::error::Error + 'static)> = Some(self);
+        while let Some(error) = current {
+            if let Some(found) = error.downcast_ref::<T>() {
+                return Some(found);
+            }
+            if let Some(found) = error.downcast_ref::<Box<T>>() {
+                return Some(found);
+            }
+            if let Some(found) = error.downcast_ref::<Arc<T>>() {
+                return Some(found);
+            }
+            current = error.source();
+        }
+        None
+    }
+
     /// True for an outcome that may or may not have been applied.
     pub fn is_undetermined(&self) -> bool {
         matches!(
@@ -472,5 +587,122 @@ pub fn describe_region_error(e: &errorpb::Error) -> String {
         kind
     } else {
         format!("{kind}: {}", e.message)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::error::Error as StdError;
+    use std::io;
+
+    fn refused() -> ErrorSource {
+        ErrorSource::new(io::Error::from(io::ErrorKind::ConnectionRefused))
+    }
+
+    #[test]
+    fn an_error_source_hands_out_the_wrapped_error_itself() {
+        let err = Error::Connect {
+            address: "127.0.0.1:1".to_owned(),
+            message: "refused".to_owned(),
+            source: Some(refused()),
+        };
+        let source = err.source().expect("a source");
+        // The io::Error itself, not a wrapper around it.
+        let io = source.downcast_ref::<io::Error>().expect("downcasts");
+        assert_eq!(io.kind(), io::ErrorKind::ConnectionRefused);
+        let no_source = Error::Connect {
+            address: "a".to_owned(),
+            message: "m".to_owned(),
+            source: None,
+        };
+        assert!(no_source.source().is_none());
+    }
+
+    #[test]
+    fn every_wrapping_variant_has_a_source() {
+        let inner = || Box::new(Error::Internal("inner".to_owned()));
+        let status = || tonic::Status::unavailable("down");
+        let with_source = [
+            Error::Grpc(Box::new(status())),
+            Error::GrpcAPI(status()),
+            Error::from(io::Error::from(io::ErrorKind::BrokenPipe)),
+            Error::ConnectTimeout {
+                address: "a".to_owned(),
+                timeout: Duration::from_secs(1),
+                source: Some(refused()),
+            },
+            Error::PdUnavailable {
+                endpoints: "pd".to_owned(),
+                message: "m".to_owned(),
+                source: Some(ErrorSource::from(Error::Internal("x".to_owned()))),
+            },
+            Error::Security {
+                path: "ca.pem".to_owned(),
+                message: "m".to_owned(),
+                source: Some(ErrorSource::new(io::Error::from(io::ErrorKind::NotFound))),
+            },
+            Error::Undetermined {
+                region_id: 1,
+                store_id: 2,
+                request: "raw_put".to_owned(),
+                cause: inner(),
+            },
+            Error::DeadlineExceeded {
+                region_id: 1,
+                deadline: Duration::from_secs(1),
+                last: inner(),
+            },
+            Error::RetriesExhausted {
+                region_id: 1,
+                attempts: 3,
+                last: inner(),
+            },
+            Error::PessimisticLockError {
+                inner: inner(),
+                success_keys: Vec::new(),
+            },
+            Error::UndeterminedError(inner()),
+        ];
+        for err in with_source {
+            assert!(err.source().is_some(), "{err:?}");
+        }
+    }
+
+    #[test]
+    fn find_source_looks_through_boxes_and_arcs() {
+        let err = Error::Undetermined {
+            region_id: 7,
+            store_id: 3,
+            request: "raw_put".to_owned(),
+            cause: Box::new(Error::RetriesExhausted {
+                region_id: 7,
+                attempts: 1,
+                last: Box::new(Error::from(io::Error::from(io::ErrorKind::ConnectionReset))),
+            }),
+        };
+        assert!(matches!(
+            err.find_source::<Error>(),
+            Some(Error::Undetermined { .. })
+        ));
+        let io = err.find_source::<io::Error>().expect("an io error");
+        assert_eq!(io.kind(), io::ErrorKind::ConnectionReset);
+        assert!(err.find_source::<tonic::Status>().is_none());
+        let text = err.to_string();
+        assert!(text.contains("region 7, store 3"), "{text}");
+    }
+
+    #[test]
+    fn a_message_over_the_decoding_limit_keeps_the_status() {
+        let status = tonic::Status::out_of_range(
+            "Error, decoded message length too large: found 20 bytes, the limit is: 16 bytes",
+        );
+        let err = Error::from(status);
+        assert!(
+            matches!(err, Error::GrpcMessageTooLarge { limit: 16, .. }),
+            "{err:?}"
+        );
+        let status = err.find_source::<tonic::Status>().expect("the status");
+        assert_eq!(status.code(), tonic::Code::OutOfRange);
     }
 }

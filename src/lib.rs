@@ -40,7 +40,8 @@ pub mod sim;
 pub use backoff::Backoff;
 pub use config::{Config, RpcMode, SecurityConfig};
 pub use error::{
-    describe_key_error, describe_region_error, Error, ProtoKeyError, ProtoRegionError, Result,
+    describe_key_error, describe_region_error, Error, ErrorSource, ProtoKeyError, ProtoRegionError,
+    Result,
 };
 pub use kv::{BoundRange, ColumnFamily, IntoOwnedRange, Key, KvPair, Value};
 pub use raw::RawClient;

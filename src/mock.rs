@@ -582,12 +582,18 @@ impl PdClient for MockPdClient {
                     return Err(Error::Connect {
                         address,
                         message: "connection refused (mock)".to_owned(),
+                        source: Some(crate::ErrorSource::new(std::io::Error::from(
+                            std::io::ErrorKind::ConnectionRefused,
+                        ))),
                     })
                 }
                 Some(MappingFailure::ConnectTimeout) => {
                     return Err(Error::ConnectTimeout {
                         address,
                         timeout: Duration::from_secs(1),
+                        source: Some(crate::ErrorSource::new(std::io::Error::from(
+                            std::io::ErrorKind::TimedOut,
+                        ))),
                     })
                 }
                 None => {}

@@ -8,7 +8,7 @@ use std::time::Duration;
 use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity};
 
 use crate::config::SecurityConfig;
-use crate::{Error, Result};
+use crate::{Error, ErrorSource, Result};
 
 /// Opens gRPC channels with the configured security and bounds.
 #[derive(Clone, Default)]
@@ -28,6 +28,7 @@ fn read_pem(path: &Path, what: &str) -> Result<Vec<u8>> {
     let bytes = std::fs::read(path).map_err(|e| Error::Security {
         path: path.display().to_string(),
         message: format!("cannot read the {what} file: {e}"),
+        source: Some(ErrorSource::new(e)),
     })?;
     let text = String::from_utf8_lossy(&bytes);
     if !text.contains("-----BEGIN ") {
@@ -36,6 +37,7 @@ fn read_pem(path: &Path, what: &str) -> Result<Vec<u8>> {
             message: format!(
                 "the {what} file is not PEM (no '-----BEGIN' line); convert it to PEM"
             ),
+            source: None,
         });
     }
     Ok(bytes)
@@ -62,6 +64,7 @@ impl SecurityManager {
                     path: "SecurityConfig".to_owned(),
                     message: "a client certificate or key was given without a CA; set ca_path too"
                         .to_owned(),
+                    source: None,
                 });
             }
             return Ok(Self::plaintext());
@@ -80,6 +83,7 @@ impl SecurityManager {
                     path: "SecurityConfig".to_owned(),
                     message: "mutual TLS needs both cert_path and key_path; set both or neither"
                         .to_owned(),
+                    source: None,
                 })
             }
         }
@@ -103,19 +107,11 @@ impl SecurityManager {
         let endpoint = self.endpoint(address, connect_timeout, request_timeout)?;
         match tokio::time::timeout(connect_timeout, endpoint.connect()).await {
             Ok(Ok(channel)) => Ok(channel),
-            // The endpoint's own connect timeout (kept for tonic's lazy
-            // reconnects) has the same deadline and may fire first.
-            Ok(Err(e)) if is_timeout(&e) => Err(Error::ConnectTimeout {
+            Ok(Err(e)) => Err(connect_failed(address, connect_timeout, e)),
+            Err(elapsed) => Err(Error::ConnectTimeout {
                 address: address.to_owned(),
                 timeout: connect_timeout,
-            }),
-            Ok(Err(e)) => Err(Error::Connect {
-                address: address.to_owned(),
-                message: error_chain(&e),
-            }),
-            Err(_) => Err(Error::ConnectTimeout {
-                address: address.to_owned(),
-                timeout: connect_timeout,
+                source: Some(ErrorSource::new(elapsed)),
             }),
         }
     }
@@ -151,10 +147,46 @@ impl SecurityManager {
                 .map_err(|e| Error::Security {
                     path: address.to_owned(),
                     message: error_chain(&e),
+                    source: Some(ErrorSource::new(e)),
                 })?;
         }
         Ok(endpoint)
     }
+}
+
+/// The error of a connect that failed before the client's own timeout: a
+/// [`Error::ConnectTimeout`] when the transport timed out (the endpoint's own
+/// connect timeout, kept for tonic's lazy reconnects, has the same deadline
+/// and may fire first), else a [`Error::Connect`]. Either keeps tonic's
+/// error, whose chain ends in the `std::io::Error` of the dial, as its
+/// source; the message names the root cause.
+pub(crate) fn connect_failed(
+    address: &str,
+    connect_timeout: Duration,
+    error: tonic::transport::Error,
+) -> Error {
+    if is_timeout(&error) {
+        return Error::ConnectTimeout {
+            address: address.to_owned(),
+            timeout: connect_timeout,
+            source: Some(ErrorSource::new(error)),
+        };
+    }
+    Error::Connect {
+        address: address.to_owned(),
+        message: root_cause(&error),
+        source: Some(ErrorSource::new(error)),
+    }
+}
+
+/// The innermost error of a chain, in words (for a refused dial,
+/// "Connection refused (os error 111)").
+fn root_cause(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut root = e;
+    while let Some(next) = root.source() {
+        root = next;
+    }
+    root.to_string()
 }
 
 /// True when `e` or one of its sources is a timeout.

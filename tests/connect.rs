@@ -55,7 +55,9 @@ async fn hanging_connect_ends_with_connect_timeout_within_the_bound() {
         .await;
     let elapsed = started.elapsed();
     match result {
-        Err(Error::ConnectTimeout { address, timeout }) => {
+        Err(Error::ConnectTimeout {
+            address, timeout, ..
+        }) => {
             assert_eq!(address, addr);
             assert_eq!(timeout, connect_timeout);
         }
@@ -182,6 +184,7 @@ mod single_flight {
                 _ => Err(Error::Connect {
                     address: address.to_owned(),
                     message: "refused by the test".to_owned(),
+                    source: None,
                 }),
             }
         }

@@ -95,6 +95,7 @@ async fn pd_failure_during_mapping_moves_on_without_cooling_the_store() {
         (peer.store_id == 1).then(|| Error::PdUnavailable {
             endpoints: "pd-1".to_owned(),
             message: "no leader".to_owned(),
+            source: None,
         })
     });
     pd.set_dispatch_hook(accept);

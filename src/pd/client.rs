@@ -205,6 +205,7 @@ impl<KvC: KvConnect> PdRpcClient<KvC> {
             return Err(Error::Connect {
                 address: String::new(),
                 message: format!("PD reports no address for store {store_id}"),
+                source: None,
             });
         }
         Ok(store)

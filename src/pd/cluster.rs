@@ -20,7 +20,7 @@ use crate::proto::pdpb::{self, pd_client::PdClient as PdGrpcClient};
 use crate::region::{RegionId, RegionWithLeader, StoreId};
 use crate::request::{classify_status_source, DispatchFailure};
 use crate::security::SecurityManager;
-use crate::{Error, Result};
+use crate::{Error, ErrorSource, Result};
 
 /// Retries of one PD call after a transport failure, an `Unavailable`
 /// answer (a PD member that is not the leader) or a timeout. Each retry asks
@@ -168,6 +168,7 @@ enum SharedFailure {
     Unavailable {
         endpoints: String,
         message: String,
+        source: Option<ErrorSource>,
     },
     Mismatch {
         endpoint: String,
@@ -188,22 +189,33 @@ impl SharedFailure {
                 expected: *expected,
                 found: *found,
             },
-            Error::PdUnavailable { endpoints, message } => SharedFailure::Unavailable {
+            Error::PdUnavailable {
+                endpoints,
+                message,
+                source,
+            } => SharedFailure::Unavailable {
                 endpoints: endpoints.clone(),
                 message: message.clone(),
+                source: source.clone(),
             },
             other => SharedFailure::Unavailable {
                 endpoints: String::new(),
                 message: other.to_string(),
+                source: Some(ErrorSource::from(other.clone())),
             },
         }
     }
 
     fn share(&self) -> Error {
         match self.clone() {
-            SharedFailure::Unavailable { endpoints, message } => Error::PdUnavailable {
+            SharedFailure::Unavailable {
+                endpoints,
+                message,
+                source,
+            } => Error::PdUnavailable {
                 endpoints,
                 message: format!("{message} (a concurrent leader discovery just failed)"),
+                source,
             },
             SharedFailure::Mismatch {
                 endpoint,
@@ -752,6 +764,7 @@ impl Cluster {
             e => Error::PdUnavailable {
                 endpoints: self.configured.join(", "),
                 message: e.to_string(),
+                source: Some(ErrorSource::from(e)),
             },
         }
     }
@@ -843,16 +856,23 @@ impl Cluster {
         let mut leader_urls: Vec<String> = Vec::new();
         let mut member_urls: Vec<String> = Vec::new();
         let mut failures: Vec<String> = Vec::new();
+        // The last failure that was an error, kept whole as the source.
+        let mut last_error: Option<Error> = None;
         for (endpoint, answer) in endpoints.iter().zip(answers) {
             let members = match answer {
                 Ok(members) => members,
                 Err(e) => {
                     failures.push(format!("{endpoint}: {e}"));
+                    last_error = Some(e);
                     continue;
                 }
             };
             if let Some((error_type, message)) = header_error(members.header.as_ref()) {
                 failures.push(format!("{endpoint}: PD error {error_type:?}: {message}"));
+                last_error = Some(Error::Pd {
+                    error_type,
+                    message,
+                });
                 continue;
             }
             let cluster_id = members.header.as_ref().map_or(0, |h| h.cluster_id);
@@ -904,12 +924,16 @@ impl Cluster {
                         generation,
                     });
                 }
-                Err(e) => failures.push(format!("leader {url}: {e}")),
+                Err(e) => {
+                    failures.push(format!("leader {url}: {e}"));
+                    last_error = Some(e);
+                }
             }
         }
         Err(Error::PdUnavailable {
             endpoints: endpoints.join(", "),
             message: failures.join("; "),
+            source: last_error.map(ErrorSource::from),
         })
     }
 

@@ -12,21 +12,25 @@ use crate::Error;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum DispatchFailure {
     /// The connection could not be opened (refused, connect timeout, TLS
-    /// handshake): the request was never sent. Next candidate; invalidate the
-    /// store.
+    /// handshake), or the channel handed the request back because its
+    /// connection had closed: the request was never sent. Next candidate;
+    /// invalidate the store.
     NotSent,
-    /// The transport failed after the request may have left the client (I/O,
-    /// hyper or h2 source, or `Unavailable`/`Cancelled`/`Internal`/`Unknown`).
-    /// Next candidate; invalidate the store, and the Region if the round ends
-    /// without success.
+    /// The transport failed after the request may have left the client (an
+    /// I/O error of the connection, a transport failure tonic could not map
+    /// to a reason, or `Unavailable`/`Cancelled`/`Internal`/`Unknown` from
+    /// the server). Next candidate; invalidate the store, and the Region if
+    /// the round ends without success.
     Transport,
     /// The client gave up waiting (tonic's `TimeoutExpired`). Next candidate;
     /// caches stay.
     ClientTimeout,
-    /// The server reset this one HTTP/2 stream (`RST_STREAM`); the
-    /// connection, shared by every request to the store, is fine. Next
-    /// candidate; caches and the channel stay. The request may have been
-    /// received.
+    /// The channel failed this one call without an I/O error of the
+    /// connection: tonic mapped an HTTP/2 reset reason to the status code
+    /// (`RST_STREAM` of this stream; see [`classify_grpc_error`] for the
+    /// cases that look the same). Next candidate; caches and the channel
+    /// stay (tonic reconnects a channel whose connection ended by itself).
+    /// The request may have been received.
     StreamReset,
     /// The server reported `DeadlineExceeded`. Next candidate; caches stay.
     Deadline,
@@ -86,60 +90,155 @@ pub fn classify_grpc_error(status: &tonic::Status) -> DispatchFailure {
     }
 }
 
-/// What a status's source chain alone says (a connect error, a client
-/// timeout, an I/O, hyper, h2 or tonic transport error), or `None` when it
-/// names nothing the transport did. The one transport classifier of the
-/// crate: the store path and the PD path both ask it.
+/// What a status's source chain says (a connect error, a client timeout,
+/// an I/O error, or a failure of tonic's channel), or `None` when it names
+/// nothing the transport did. The one transport classifier of the crate:
+/// the store path and the PD path both ask it.
+///
+/// It relies only on what tonic exposes stably, never on hyper's or h2's
+/// error types (issue 13), checked per failure class over real sockets in
+/// `tests/transport_classes.rs`:
+///
+/// - `tonic::ConnectError` (a refused or failed dial, a TLS handshake) or an
+///   `std::io::Error` of kind `ConnectionRefused` anywhere in the chain:
+///   [`NotSent`](DispatchFailure::NotSent); nothing left the client.
+/// - `tonic::TimeoutExpired` (the channel's request timeout) or tokio's
+///   `Elapsed`: [`ClientTimeout`](DispatchFailure::ClientTimeout).
+/// - Any other `std::io::Error` (the connection broke: reset, broken pipe,
+///   end of file, a TCP timeout): [`Transport`](DispatchFailure::Transport).
+/// - A `tonic::transport::Error` without an I/O error under it: the channel
+///   failed the call, and the code is tonic's mapping of the HTTP/2 reason
+///   (`INTERNAL_ERROR`, `PROTOCOL_ERROR`, `NO_ERROR` → `Internal`; `CANCEL`
+///   → `Cancelled`; `REFUSED_STREAM` → `Unavailable`; `ENHANCE_YOUR_CALM` →
+///   `ResourceExhausted`; `INADEQUATE_SECURITY` → `PermissionDenied`):
+///   [`StreamReset`](DispatchFailure::StreamReset). `Unknown` (a failure
+///   tonic could not map) and anything else:
+///   [`Transport`](DispatchFailure::Transport).
+/// - The exception: a request hyper handed back unsent (`Cancelled`,
+///   "operation was canceled", the connection closed before taking it) is
+///   [`NotSent`](DispatchFailure::NotSent). tonic has no type for it; it is
+///   recognised by its words (see `handed_back_unsent`), which fails safe.
 pub(crate) fn classify_status_source(status: &tonic::Status) -> Option<DispatchFailure> {
-    classify_source_chain(status.source())
+    let chain = walk_chain(status.source())?;
+    if let Some(decided) = chain.decided {
+        return Some(decided);
+    }
+    if chain.io {
+        return Some(DispatchFailure::Transport);
+    }
+    if chain.channel && handed_back_unsent(status) {
+        return Some(DispatchFailure::NotSent);
+    }
+    if chain.channel {
+        // Without hyper's and h2's types, a reset of this one stream
+        // (`RST_STREAM`) cannot be told from a `GOAWAY` of the connection,
+        // from hyper's keep-alive timeout (`Unavailable`; this crate sets
+        // no keep-alive) or from hyper handing back a request the closing
+        // connection never took (`Cancelled`, "operation was canceled"):
+        // tonic gives them the same codes and no I/O error. All but the
+        // last may have reached the server, so the safe reading,
+        // `StreamReset` (the request may have been received; writes end
+        // undetermined), covers them all; tonic reconnects a channel whose
+        // connection went away by itself. The last one is recognised
+        // above by its words instead (`handed_back_unsent`).
+        //
+        // A reset after the response headers (while the body is read)
+        // comes without tonic's transport error; it falls to the code
+        // table of `classify_grpc_error` (`Internal`/`Cancelled`/
+        // `Unavailable` → `Transport`; `ResourceExhausted`/
+        // `PermissionDenied` → `Fatal`, returned and never replayed): safe
+        // too.
+        return Some(match status.code() {
+            Code::Internal
+            | Code::Cancelled
+            | Code::Unavailable
+            | Code::ResourceExhausted
+            | Code::PermissionDenied => DispatchFailure::StreamReset,
+            _ => DispatchFailure::Transport,
+        });
+    }
+    chain.nested_deadline.then_some(DispatchFailure::Deadline)
 }
 
-/// Walks a source chain. The most specific finding wins: a connect error or
-/// a client timeout anywhere in the chain decides over the transport error
-/// that wraps it.
-fn classify_source_chain(first: Option<&(dyn StdError + 'static)>) -> Option<DispatchFailure> {
-    let mut transport = false;
-    let mut source = first;
+/// hyper's description of a request it hands back without having given it
+/// to the connection (hyper's `Canceled` kind), which tonic copies into the
+/// status message.
+const HANDED_BACK: &str = "operation was canceled";
+
+/// The causes hyper (1.x, HTTP/2 client) gives for handing a request back:
+/// the connection ended with the request still queued, or was not ready to
+/// take it. Both mean it never reached the connection.
+const HANDED_BACK_CAUSES: [&str; 2] = ["connection closed", "connection was not ready"];
+
+/// True for a request hyper handed back unsent: the one channel failure
+/// that is certain not to have left the client, and the common one when a
+/// store went down (the cached channel's connection was reset, the next
+/// request finds it closed). tonic reports it as `Cancelled` with hyper's
+/// description as the message, and offers no type for it, so it is
+/// recognised by those words and the cause at the root of the chain (a
+/// plain message, no type either). Both must match: if hyper or tonic
+/// change the words, this reads false and the failure stays the safe
+/// `StreamReset` (`tests/transport_classes.rs` then fails loudly); it can
+/// never turn a sent request into `NotSent`.
+fn handed_back_unsent(status: &tonic::Status) -> bool {
+    if status.code() != Code::Cancelled || !status.message().starts_with(HANDED_BACK) {
+        return false;
+    }
+    let mut root = status.source();
+    while let Some(next) = root.and_then(StdError::source) {
+        root = Some(next);
+    }
+    root.is_some_and(|e| HANDED_BACK_CAUSES.contains(&e.to_string().as_str()))
+}
+
+/// What a walk of a source chain found.
+#[derive(Debug, Default)]
+struct ChainFindings {
+    /// A finding that decides alone: a connect error or a client timeout
+    /// anywhere in the chain decides over the transport error that wraps
+    /// it.
+    decided: Option<DispatchFailure>,
+    /// An `std::io::Error` of the connection.
+    io: bool,
+    /// A `tonic::transport::Error`: the channel, not the server's answer,
+    /// failed the call.
+    channel: bool,
+    /// A nested status with `DeadlineExceeded`.
+    nested_deadline: bool,
+}
+
+/// Walks a source chain; `None` for an empty one.
+fn walk_chain(first: Option<&(dyn StdError + 'static)>) -> Option<ChainFindings> {
+    let mut findings = ChainFindings::default();
+    let mut source = Some(first?);
     while let Some(err) = source {
-        if err.downcast_ref::<tonic::ConnectError>().is_some() {
-            return Some(DispatchFailure::NotSent);
+        if err.is::<tonic::ConnectError>() {
+            findings.decided = Some(DispatchFailure::NotSent);
+            return Some(findings);
         }
-        if err.downcast_ref::<tonic::TimeoutExpired>().is_some() {
-            return Some(DispatchFailure::ClientTimeout);
+        if err.is::<tonic::TimeoutExpired>() || err.is::<tokio::time::error::Elapsed>() {
+            findings.decided = Some(DispatchFailure::ClientTimeout);
+            return Some(findings);
         }
-        // hyper hands back a request it never gave to the connection (the
-        // connection closed or was not ready first) as "canceled": it was
-        // not sent, so even a write may go to the next candidate.
-        if err
-            .downcast_ref::<hyper::Error>()
-            .is_some_and(hyper::Error::is_canceled)
-        {
-            return Some(DispatchFailure::NotSent);
+        if let Some(io) = err.downcast_ref::<std::io::Error>() {
+            // Only a dial is refused: an open connection is reset instead.
+            if io.kind() == std::io::ErrorKind::ConnectionRefused {
+                findings.decided = Some(DispatchFailure::NotSent);
+                return Some(findings);
+            }
+            findings.io = true;
         }
-        // A reset of this one stream, not a GOAWAY or an I/O failure of the
-        // connection: the shared channel is fine.
-        if err
-            .downcast_ref::<h2::Error>()
-            .is_some_and(|e| e.is_reset() && !e.is_go_away() && !e.is_io())
-        {
-            return Some(DispatchFailure::StreamReset);
+        if err.is::<tonic::transport::Error>() {
+            findings.channel = true;
         }
-        if err.downcast_ref::<tonic::transport::Error>().is_some()
-            || err.downcast_ref::<hyper::Error>().is_some()
-            || err.downcast_ref::<h2::Error>().is_some()
-            || err.downcast_ref::<std::io::Error>().is_some()
-        {
-            transport = true;
-        }
-        // A status nested as a source: classify it by its code.
         if let Some(inner) = err.downcast_ref::<tonic::Status>() {
-            if !transport && inner.code() == Code::DeadlineExceeded {
-                return Some(DispatchFailure::Deadline);
+            if inner.code() == Code::DeadlineExceeded {
+                findings.nested_deadline = true;
             }
         }
         source = err.source();
     }
-    transport.then_some(DispatchFailure::Transport)
+    Some(findings)
 }
 
 /// Classifies any error a store mapping or a dispatch returned.
@@ -213,13 +312,18 @@ mod tests {
                 DispatchFailure::Transport,
             ),
             (with_source(Code::Unknown, io()), DispatchFailure::Transport),
-            // h2 source.
+            // A refused dial, even without tonic's ConnectError around it.
             (
                 with_source(
-                    Code::Internal,
-                    Arc::new(h2::Error::from(h2::Reason::PROTOCOL_ERROR)),
+                    Code::Unavailable,
+                    Arc::new(std::io::Error::from(std::io::ErrorKind::ConnectionRefused)),
                 ),
-                DispatchFailure::Transport,
+                DispatchFailure::NotSent,
+            ),
+            // tokio's elapsed timeout.
+            (
+                with_source(Code::Cancelled, Arc::new(elapsed())),
+                DispatchFailure::ClientTimeout,
             ),
             // Client-side timeout: Cancelled with TimeoutExpired.
             (
@@ -258,6 +362,77 @@ mod tests {
         }
     }
 
+    fn elapsed() -> tokio::time::error::Elapsed {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build()
+            .unwrap();
+        runtime
+            .block_on(async {
+                tokio::time::timeout(std::time::Duration::ZERO, std::future::pending::<()>()).await
+            })
+            .unwrap_err()
+    }
+
+    /// A real `tonic::transport::Error` (tonic has no public constructor).
+    fn transport_error() -> tonic::transport::Error {
+        tonic::transport::Endpoint::from_shared("not a uri").unwrap_err()
+    }
+
+    #[test]
+    fn a_channel_failure_without_io_classifies_by_tonics_reason_code() {
+        let table = [
+            (Code::Internal, DispatchFailure::StreamReset),
+            (Code::Cancelled, DispatchFailure::StreamReset),
+            (Code::Unavailable, DispatchFailure::StreamReset),
+            (Code::ResourceExhausted, DispatchFailure::StreamReset),
+            (Code::PermissionDenied, DispatchFailure::StreamReset),
+            (Code::Unknown, DispatchFailure::Transport),
+            (Code::InvalidArgument, DispatchFailure::Transport),
+        ];
+        for (code, want) in table {
+            let status = with_source(code, Arc::new(transport_error()));
+            assert_eq!(classify_grpc_error(&status), want, "{code:?}");
+            // Wrapped once more, the same.
+            let status = with_source(code, Arc::new(Wrapper(Box::new(transport_error()))));
+            assert_eq!(classify_grpc_error(&status), want, "{code:?} wrapped");
+        }
+        // An I/O error under the channel's error: the connection broke.
+        let io = std::io::Error::from(std::io::ErrorKind::BrokenPipe);
+        let status = with_source(
+            Code::Internal,
+            Arc::new(Wrapper(Box::new(Wrapper(Box::new(io))))),
+        );
+        assert_eq!(classify_grpc_error(&status), DispatchFailure::Transport);
+    }
+
+    #[test]
+    fn handed_back_needs_the_channel_the_words_and_the_cause() {
+        // hyper's words under tonic's transport error, but another cause at
+        // the root: not recognised, the safe reading stays.
+        let status = with_source(Code::Cancelled, Arc::new(transport_error()));
+        let mut words = tonic::Status::new(Code::Cancelled, "operation was canceled");
+        words.set_source(Arc::new(transport_error()));
+        assert_eq!(classify_grpc_error(&status), DispatchFailure::StreamReset);
+        assert_eq!(classify_grpc_error(&words), DispatchFailure::StreamReset);
+        // The words and the cause without the channel's error (a status
+        // some other code built, here over an I/O error): not recognised.
+        let mut no_channel = tonic::Status::new(Code::Cancelled, "operation was canceled");
+        no_channel.set_source(Arc::new(Wrapper(Box::new(std::io::Error::other(
+            "connection closed",
+        )))));
+        assert_eq!(classify_grpc_error(&no_channel), DispatchFailure::Transport);
+        // (The recognised case itself is pinned over a real socket in
+        // tests/transport_classes.rs.)
+    }
+
+    #[test]
+    fn a_nested_deadline_status_is_a_deadline() {
+        let inner = tonic::Status::deadline_exceeded("late");
+        let status = with_source(Code::Unknown, Arc::new(inner));
+        assert_eq!(classify_grpc_error(&status), DispatchFailure::Deadline);
+    }
+
     #[test]
     fn tonic_from_error_keeps_the_timeout_recognisable() {
         let status = tonic::Status::from_error(Box::new(tonic::TimeoutExpired(())));
@@ -272,6 +447,7 @@ mod tests {
                 Error::Connect {
                     address: "a".into(),
                     message: "refused".into(),
+                    source: None,
                 },
                 DispatchFailure::NotSent,
             ),
@@ -279,6 +455,7 @@ mod tests {
                 Error::ConnectTimeout {
                     address: "a".into(),
                     timeout: std::time::Duration::from_secs(1),
+                    source: None,
                 },
                 DispatchFailure::NotSent,
             ),

@@ -82,6 +82,7 @@ fn refused() -> Error {
     Error::Connect {
         address: "127.0.0.1:1".to_owned(),
         message: "connection refused".to_owned(),
+        source: None,
     }
 }
 
@@ -1189,6 +1190,7 @@ impl World<'_> {
                         Event::MappingFailed(Error::ConnectTimeout {
                             address: "a".to_owned(),
                             timeout: Duration::from_secs(1),
+                            source: None,
                         })
                     }
                     _ => {

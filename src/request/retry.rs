@@ -561,6 +561,7 @@ fn fail_point_error(stage: &str, store_id: u64, arg: Option<String>) -> Error {
         _ if stage == "mapping" => Error::Connect {
             address: format!("store {store_id}"),
             message: "fail point before store mapping".to_owned(),
+            source: None,
         },
         _ => Error::from(tonic::Status::unavailable(format!(
             "fail point before {stage} to store {store_id}"

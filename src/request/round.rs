@@ -555,6 +555,7 @@ mod tests {
         let s = round.on_mapping_failed(Error::Connect {
             address: "a".into(),
             message: "refused".into(),
+            source: None,
         });
         assert!(is_next(&s, Some(1)));
         assert_eq!(next_id(&mut round), Some(12));
@@ -623,6 +624,7 @@ mod tests {
                     A::Map => round.on_mapping_failed(Error::Connect {
                         address: "a".into(),
                         message: "connect refused".into(),
+                        source: None,
                     }),
                     A::Transport => {
                         round.on_dispatch_failed(transport(), DispatchFailure::Transport, false)

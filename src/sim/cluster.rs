@@ -526,6 +526,7 @@ async fn connect_channel(address: &str) -> Result<Channel> {
     endpoint.connect().await.map_err(|e| Error::Connect {
         address: address.to_owned(),
         message: e.to_string(),
+        source: Some(crate::ErrorSource::new(e)),
     })
 }
 

@@ -167,6 +167,7 @@ impl Endpoint {
         let addr = listener.local_addr().map_err(|e| Error::Connect {
             address: addr.to_string(),
             message: format!("cannot read the bound address: {e}"),
+            source: Some(crate::ErrorSource::new(e)),
         })?;
         let (conn_tx, conn_rx) = mpsc::channel(64);
         let (shutdown_tx, shutdown_rx) = oneshot::channel::<()>();
@@ -391,6 +392,7 @@ pub(crate) async fn bind(addr: SocketAddr) -> Result<TcpListener> {
     let fail = |e: io::Error| Error::Connect {
         address: addr.to_string(),
         message: format!("the simulated cluster cannot listen there: {e}"),
+        source: Some(crate::ErrorSource::new(e)),
     };
     let socket = if addr.is_ipv4() {
         TcpSocket::new_v4()
