@@ -173,6 +173,8 @@ struct RegionMap {
     inserted: VecDeque<RegionVerId>,
     /// How many Regions the cache holds at most.
     capacity: usize,
+    /// This cache's share of the Region cache size metric.
+    gauge: crate::telemetry::CacheGauge,
 }
 
 impl Default for RegionMap {
@@ -182,6 +184,7 @@ impl Default for RegionMap {
             by_id: HashMap::new(),
             inserted: VecDeque::new(),
             capacity: DEFAULT_REGION_CACHE_CAPACITY,
+            gauge: Default::default(),
         }
     }
 }
@@ -232,6 +235,7 @@ impl RegionMap {
 
     fn remove_id(&mut self, id: RegionId) -> Option<RegionWithLeader> {
         let removed = self.by_id.remove(&id)?;
+        self.gauge.add(-1);
         if self.by_start.get(removed.start_key()) == Some(&id) {
             self.by_start.remove(removed.start_key());
         }
@@ -247,6 +251,9 @@ impl RegionMap {
             Some(cached) => {
                 let cached_epoch = cached.epoch();
                 if super::epoch_is_older(&epoch, &cached_epoch) {
+                    tracing::debug!(
+                        "region {id}: refused a stale epoch {epoch:?} (cached {cached_epoch:?})"
+                    );
                     return false;
                 }
                 if !replace_equal && epoch == cached_epoch {
@@ -267,6 +274,9 @@ impl RegionMap {
                     .is_some_and(|r| r.epoch().version > epoch.version)
         });
         if newer_neighbour {
+            tracing::debug!(
+                "region {id}: refused epoch {epoch:?}, an overlapping cached Region is newer"
+            );
             return false;
         }
         for other in overlapping {
@@ -284,6 +294,7 @@ impl RegionMap {
         self.by_start.insert(region.start_key().to_vec(), id);
         self.inserted.push_back(region.ver_id());
         self.by_id.insert(id, region);
+        self.gauge.add(1);
         self.evict_beyond_capacity();
         true
     }
@@ -300,6 +311,11 @@ impl RegionMap {
                 .get(&oldest.id)
                 .is_some_and(|r| r.ver_id() == oldest)
             {
+                tracing::debug!(
+                    "region {}: evicted from the cache (capacity {})",
+                    oldest.id,
+                    self.capacity
+                );
                 self.remove_id(oldest.id);
             }
         }
@@ -403,6 +419,10 @@ impl RegionCache {
             .by_id
             .get(&ver_id.id)
             .is_some_and(|r| r.ver_id() == ver_id);
+        tracing::debug!(
+            "region {}: invalidated in the cache (found: {matches})",
+            ver_id.id
+        );
         matches && map.remove_id(ver_id.id).is_some()
     }
 
@@ -416,8 +436,10 @@ impl RegionCache {
     {
         // A hit needs neither the single-flight lock nor a copy of the key.
         if let Some(region) = self.get_by_key(key) {
+            crate::telemetry::region_cache_lookup(true);
             return Ok(region);
         }
+        crate::telemetry::region_cache_lookup(false);
         // Another key's load in flight likely returns this key's Region too
         // (N requests for N keys of a Region just dropped): wait for it once
         // and look again, so they cost one PD lookup, not N. At most one
@@ -455,8 +477,10 @@ impl RegionCache {
         Fut: Future<Output = Result<RegionWithLeader>> + Send + 'static,
     {
         if let Some(region) = self.get_by_id(id) {
+            crate::telemetry::region_cache_lookup(true);
             return Ok(region);
         }
+        crate::telemetry::region_cache_lookup(false);
         let map = Arc::clone(&self.map);
         self.id_loads
             .run(
@@ -489,6 +513,11 @@ fn accept_loaded(
     region: RegionWithLeader,
     cached: impl FnOnce(&RegionMap) -> Option<RegionWithLeader>,
 ) -> Result<RegionWithLeader> {
+    tracing::debug!(
+        "region {}: loaded from PD, epoch {:?}",
+        region.id(),
+        region.epoch()
+    );
     let mut map = write(map);
     if map.insert(region.clone(), true) {
         return Ok(region);

@@ -29,6 +29,11 @@ pub trait Plan: Sized + Clone + Sync + Send + 'static {
     fn describe(&self) -> String {
         "the request".to_owned()
     }
+
+    /// The request's method name (`raw_get`, ...) for metrics and spans.
+    fn label(&self) -> &'static str {
+        "request"
+    }
 }
 
 /// Sends a request to the store client set by `apply_store`, and downcasts
@@ -66,6 +71,10 @@ impl<Req: KvRequest> Plan for Dispatch<Req> {
 
     fn describe(&self) -> String {
         self.request.describe()
+    }
+
+    fn label(&self) -> &'static str {
+        self.request.label()
     }
 
     async fn execute(&self) -> Result<Self::Result> {
@@ -151,6 +160,10 @@ impl<P: Plan + Shardable> Plan for PreserveShard<P> {
 
     fn describe(&self) -> String {
         self.inner.describe()
+    }
+
+    fn label(&self) -> &'static str {
+        self.inner.label()
     }
 }
 

@@ -11,6 +11,7 @@ use async_trait::async_trait;
 use futures::stream::{FuturesUnordered, StreamExt};
 use tokio::sync::Semaphore;
 use tokio::time::Instant;
+use tracing::Instrument;
 
 use crate::backoff::Backoff;
 use crate::pd::PdClient;
@@ -125,7 +126,7 @@ where
             Effect::InsertRegions(regions) => self.pd_client.add_regions(regions).await,
             Effect::UpdateLeader(ver_id, leader) => {
                 if let Err(e) = self.pd_client.update_leader(ver_id, leader).await {
-                    log::debug!(
+                    tracing::debug!(
                         "region {}: could not update the leader cache: {e}",
                         ver_id.id
                     );
@@ -291,7 +292,11 @@ where
                         .as_ref()
                         .is_some_and(|r| r.is_store_unreachable(store_id)),
                 },
-                Next::Map(peer) => match self.map_candidate(machine.region(), peer).await {
+                Next::Map(peer) => match self
+                    .map_candidate(machine.region(), peer)
+                    .instrument(machine.attempt_span().clone())
+                    .await
+                {
                     Ok(mapped) => {
                         store = Some(mapped);
                         Event::Mapped
@@ -303,6 +308,7 @@ where
                     let result = match store.take() {
                         Some(store) => {
                             self.dispatch_candidate(&shard, &store, permits, bound, &mut sent_at)
+                                .instrument(machine.attempt_span().clone())
                                 .await
                         }
                         None => Err(Error::Internal(
@@ -402,12 +408,14 @@ where
 {
     type Result = Vec<Result<P::Result>>;
 
+    #[tracing::instrument(name = "request", level = "debug", skip_all, fields(method = self.inner.label(), regions, outcome))]
     async fn execute(&self) -> Result<Self::Result> {
-        let mut shards = self.inner.shards(&self.pd_client).await?;
+        let scope = &RequestScope::new(self.inner.label());
+        let mut shards = scope
+            .observer
+            .sharded(self.inner.shards(&self.pd_client).await)?;
         let permits = Semaphore::new(self.max_concurrency.max(1));
         let permits = &permits;
-        let scope = RequestScope::default();
-        let scope = &scope;
         let deadline = self.request_deadline.map(|length| Deadline {
             at: Instant::now() + length,
             length,

@@ -178,7 +178,7 @@ impl Endpoint {
                 })
                 .await;
             if let Err(e) = served {
-                log::warn!("simulated server on {addr} stopped: {e}");
+                tracing::warn!("simulated server on {addr} stopped: {e}");
             }
         });
         let (net, net_rx) = watch::channel(NetState::Open);
@@ -237,7 +237,7 @@ impl Endpoint {
                         Ok((stream, _)) => stream,
                         Err(e) => {
                             // E.g. out of file descriptors: do not spin.
-                            log::warn!("simulated accept failed: {e}");
+                            tracing::warn!("simulated accept failed: {e}");
                             tokio::time::sleep(Duration::from_millis(10)).await;
                             continue;
                         }
@@ -336,7 +336,7 @@ impl Endpoint {
             let _ = stream.set_nodelay(true);
             let conn = SimConn::new(stream, self.net.subscribe());
             if self.conn_tx.try_send(Ok(conn)).is_err() {
-                log::debug!(
+                tracing::debug!(
                     "simulated server {}: dropped a queued connection",
                     self.addr
                 );
@@ -353,7 +353,7 @@ impl Endpoint {
                 Err(_) => return,
             }
         }
-        log::warn!(
+        tracing::warn!(
             "simulated server {}: the listen backlog did not fill; new connections may still complete",
             self.addr
         );

@@ -575,7 +575,7 @@ impl StoreService {
                 }
                 store.counters.record(C::METHOD, outcome);
             }
-            log::debug!(
+            tracing::debug!(
                 "simulated store {} answered {} for region {} with {}",
                 self.store_id,
                 C::METHOD,
