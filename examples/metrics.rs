@@ -23,7 +23,7 @@ const KEYS: usize = 20;
 
 fn key(i: usize) -> String {
     // Half the keys below the split key "M", half above.
-    let first = if i % 2 == 0 { 'A' } else { 'T' };
+    let first = if i.is_multiple_of(2) { 'A' } else { 'T' };
     format!("{first}key{i:02}")
 }
 

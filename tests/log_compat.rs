@@ -36,7 +36,12 @@ async fn events_reach_a_log_logger_when_no_subscriber_is_installed() {
     log::set_logger(&CAPTURE).unwrap();
     log::set_max_level(log::LevelFilter::Debug);
 
-    let cluster = SimCluster::builder().stores(3).replicas(3).start().await.unwrap();
+    let cluster = SimCluster::builder()
+        .stores(3)
+        .replicas(3)
+        .start()
+        .await
+        .unwrap();
     let config = Config::default()
         .with_timeout(Duration::from_millis(500))
         .with_connect_timeout(Duration::from_millis(300));
@@ -57,15 +62,17 @@ async fn events_reach_a_log_logger_when_no_subscriber_is_installed() {
         .collect();
     // The fallback success, at info, from the retry engine.
     assert!(
-        ours.iter().any(|(level, target, message)| *level == log::Level::Info
-            && target == "tikv_plan::request::engine"
-            && message.contains("it is now the cached leader")),
+        ours.iter()
+            .any(|(level, target, message)| *level == log::Level::Info
+                && target == "tikv_plan::request::engine"
+                && message.contains("it is now the cached leader")),
         "{ours:#?}"
     );
     // Per-request detail at debug: the candidates tried.
     assert!(
-        ours.iter().any(|(level, _, message)| *level == log::Level::Debug
-            && message.contains("trying peer")),
+        ours.iter()
+            .any(|(level, _, message)| *level == log::Level::Debug
+                && message.contains("trying peer")),
         "{ours:#?}"
     );
     // The connection events.

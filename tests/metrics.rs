@@ -15,7 +15,7 @@ const KEYS: usize = 10;
 
 fn key(i: usize) -> String {
     // Both sides of the split key "M".
-    let first = if i % 2 == 0 { 'A' } else { 'T' };
+    let first = if i.is_multiple_of(2) { 'A' } else { 'T' };
     format!("{first}key{i:02}")
 }
 
@@ -42,7 +42,10 @@ type Sample = (String, BTreeMap<String, String>, f64);
 
 fn parse(text: &str) -> Vec<Sample> {
     let mut samples = Vec::new();
-    for line in text.lines().filter(|l| !l.starts_with('#') && !l.is_empty()) {
+    for line in text
+        .lines()
+        .filter(|l| !l.starts_with('#') && !l.is_empty())
+    {
         let (series, value) = line.rsplit_once(' ').unwrap();
         let value: f64 = value.parse().unwrap();
         let (name, labels) = match series.split_once('{') {
@@ -90,7 +93,10 @@ async fn metrics_scraped_after_leader_loss_count_the_real_traffic() {
     let (status, body) = http(addr, "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n").await;
     assert_eq!(status, "HTTP/1.1 200 OK");
     let before = parse(&body);
-    assert_eq!(value(&before, "tikv_plan_fallback_attempts_total", &[]), 0.0);
+    assert_eq!(
+        value(&before, "tikv_plan_fallback_attempts_total", &[]),
+        0.0
+    );
     assert!(body.contains("# TYPE tikv_plan_fallback_successes_total counter"));
 
     let cluster = SimCluster::builder()
@@ -138,7 +144,10 @@ async fn metrics_scraped_after_leader_loss_count_the_real_traffic() {
     // Per method, per outcome: every call is one request.
     let gets = [("method", "raw_get"), ("outcome", "ok")];
     let puts = [("method", "raw_put"), ("outcome", "ok")];
-    assert_eq!(value(&m, "tikv_plan_requests_total", &gets), 2.0 * KEYS as f64);
+    assert_eq!(
+        value(&m, "tikv_plan_requests_total", &gets),
+        2.0 * KEYS as f64
+    );
     assert_eq!(value(&m, "tikv_plan_requests_total", &puts), KEYS as f64);
     assert_eq!(
         value(&m, "tikv_plan_request_duration_seconds_count", &gets),
@@ -161,21 +170,33 @@ async fn metrics_scraped_after_leader_loss_count_the_real_traffic() {
     // Per store: the dead store refused an attempt; the others answered.
     let victim_label = victim.to_string();
     assert!(
-        value(&m, "tikv_plan_store_rpcs_total", &[("store", &victim_label)])
-            > value(
-                &m,
-                "tikv_plan_store_rpcs_total",
-                &[("store", &victim_label), ("outcome", "ok")]
-            ),
+        value(
+            &m,
+            "tikv_plan_store_rpcs_total",
+            &[("store", &victim_label)]
+        ) > value(
+            &m,
+            "tikv_plan_store_rpcs_total",
+            &[("store", &victim_label), ("outcome", "ok")]
+        ),
         "an attempt at store {victim} failed:\n{body}"
     );
     assert!(value(&m, "tikv_plan_store_rpcs_total", &[("outcome", "ok")]) >= 3.0 * KEYS as f64);
 
     // The Region cache: each Region missed once, then hit.
-    assert!(value(&m, "tikv_plan_region_cache_lookups_total", &[("result", "miss")]) >= 2.0);
     assert!(
-        value(&m, "tikv_plan_region_cache_lookups_total", &[("result", "hit")])
-            >= 3.0 * KEYS as f64 - 2.0
+        value(
+            &m,
+            "tikv_plan_region_cache_lookups_total",
+            &[("result", "miss")]
+        ) >= 2.0
+    );
+    assert!(
+        value(
+            &m,
+            "tikv_plan_region_cache_lookups_total",
+            &[("result", "hit")]
+        ) >= 3.0 * KEYS as f64 - 2.0
     );
     assert!(value(&m, "tikv_plan_region_cache_regions", &[]) >= 1.0);
 
