@@ -229,7 +229,6 @@ impl<KvC: KvConnect> PdRpcClient<KvC> {
         let owned_address = address.to_owned();
         let open = async move {
             count(&counts, &owned_address, |c| c.attempts += 1);
-            debug!("connecting to store at {owned_address}");
             let client = Arc::new(
                 crate::telemetry::connect(
                     "store",

@@ -510,6 +510,7 @@ impl<'r> ShardMachine<'r> {
             is_leader,
         );
         tracing::debug!(
+            parent: &self.attempt_span,
             "region {}: trying peer {} on store {} ({})",
             self.region.id(),
             peer.id,
