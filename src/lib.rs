@@ -30,8 +30,11 @@ pub mod region;
 pub mod request;
 pub mod security;
 pub mod store;
+mod telemetry;
 pub mod transaction;
 
+#[cfg(feature = "prometheus")]
+pub mod metrics;
 #[cfg(feature = "mock")]
 pub mod mock;
 #[cfg(feature = "sim")]

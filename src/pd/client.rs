@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, RwLock};
 
 use async_trait::async_trait;
-use log::debug;
+use tracing::debug;
 
 use super::cluster::{Cluster, PdStats, Timestamp};
 use super::tso::{TimestampOracle, TsoStats};
@@ -232,8 +232,14 @@ impl<KvC: KvConnect> PdRpcClient<KvC> {
         let owned_address = address.to_owned();
         let open = async move {
             count(&counts, &owned_address, |c| c.attempts += 1);
-            debug!("connecting to store at {owned_address}");
-            let client = Arc::new(kv_connect.connect(&owned_address).await?);
+            let client = Arc::new(
+                crate::telemetry::connect(
+                    "store",
+                    &owned_address,
+                    kv_connect.connect(&owned_address),
+                )
+                .await?,
+            );
             connections
                 .write()
                 .unwrap_or_else(|e| e.into_inner())

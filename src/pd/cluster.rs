@@ -7,9 +7,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
-use log::{debug, info, warn};
 use tonic::transport::Channel;
 use tonic::{Code, Status};
+use tracing::{debug, info, warn};
 
 pub use crate::proto::pdpb::Timestamp;
 
@@ -699,7 +699,8 @@ impl Cluster {
                 Err(e) => e,
                 Ok(leader) => {
                     bump(counter);
-                    let attempt = rpc(&leader, self.request_header());
+                    let attempt =
+                        crate::telemetry::pd_call(what, rpc(&leader, self.request_header()));
                     match tokio::time::timeout(self.timeout, attempt).await {
                         Ok(Ok(response)) => return self.check_header(response, &leader.url),
                         Ok(Err(status)) if !calls_for_new_leader(&status) => {
@@ -779,6 +780,7 @@ impl Cluster {
     fn drop_leader(&self, generation: u64) {
         let mut leader = self.leader.write().unwrap_or_else(|e| e.into_inner());
         if leader.as_ref().is_some_and(|c| c.generation == generation) {
+            info!("dropping the PD leader connection (generation {generation}); the next call rediscovers the leader");
             *leader = None;
         }
     }
@@ -809,6 +811,7 @@ impl Cluster {
         let leader = match discovered {
             Ok(leader) => Arc::new(leader),
             Err(e) => {
+                warn!("PD leader discovery failed: {e}");
                 outcome.failure = Some(SharedFailure::of(&e));
                 return Err(e);
             }
@@ -820,10 +823,13 @@ impl Cluster {
 
     async fn fetch_members(&self, endpoint: &str) -> Result<pdpb::GetMembersResponse> {
         bump(&self.counters.get_members);
-        let channel = self
-            .security
-            .connect(endpoint, self.connect_timeout, self.timeout)
-            .await?;
+        let channel = crate::telemetry::connect(
+            "pd",
+            endpoint,
+            self.security
+                .connect(endpoint, self.connect_timeout, self.timeout),
+        )
+        .await?;
         let mut client =
             PdGrpcClient::new(channel).max_decoding_message_size(self.max_decoding_message_size);
         let request = bounded(
@@ -832,7 +838,12 @@ impl Cluster {
             },
             self.timeout,
         );
-        match tokio::time::timeout(self.timeout, client.get_members(request)).await {
+        match tokio::time::timeout(
+            self.timeout,
+            crate::telemetry::pd_call("GetMembers", client.get_members(request)),
+        )
+        .await
+        {
             Ok(Ok(response)) => Ok(response.into_inner()),
             Ok(Err(status)) => Err(status.into()),
             Err(_) => Err(Error::Timeout {
@@ -905,10 +916,13 @@ impl Cluster {
             member_urls.extend(members.members.iter().flat_map(|m| m.client_urls.clone()));
         }
         for url in leader_urls {
-            match self
-                .security
-                .connect(&url, self.connect_timeout, self.timeout)
-                .await
+            match crate::telemetry::connect(
+                "pd",
+                &url,
+                self.security
+                    .connect(&url, self.connect_timeout, self.timeout),
+            )
+            .await
             {
                 Ok(channel) => {
                     self.cluster_id.store(expected, Ordering::Release);

@@ -161,7 +161,7 @@ impl TsoStream {
             };
             match backoff.next_delay_duration() {
                 Some(delay) => {
-                    log::debug!(
+                    tracing::warn!(
                         "TSO request failed ({failure}); reopening the stream in {delay:?}"
                     );
                     tokio::time::sleep(delay).await;
@@ -174,7 +174,7 @@ impl TsoStream {
     /// Asks for `count` timestamps; returns the last. A failure closes the
     /// stream.
     async fn round(&mut self, count: u32) -> Result<Timestamp> {
-        let result = self.try_round(count).await;
+        let result = crate::telemetry::pd_call("Tso", self.try_round(count)).await;
         if result.is_err() {
             if let Some(open) = self.open.take() {
                 self.cluster.tso_stream_failed(open.generation);

@@ -249,6 +249,8 @@ struct RegionMap {
     next_stamp: u32,
     /// How many Regions the cache holds at most.
     capacity: usize,
+    /// This cache's share of the Region cache size metric.
+    gauge: crate::telemetry::CacheGauge,
 }
 
 impl Default for RegionMap {
@@ -259,6 +261,7 @@ impl Default for RegionMap {
             inserted: VecDeque::new(),
             next_stamp: 0,
             capacity: DEFAULT_REGION_CACHE_CAPACITY,
+            gauge: Default::default(),
         }
     }
 }
@@ -318,6 +321,7 @@ impl RegionMap {
 
     fn remove_id(&mut self, id: RegionId) -> Option<Arc<CachedRegion>> {
         let ById(removed) = self.by_id.take(&id)?;
+        self.gauge.add(-1);
         self.by_start.remove(removed.start_key());
         Some(removed)
     }
@@ -326,7 +330,9 @@ impl RegionMap {
     /// start key (the caller has checked they are the same Region).
     fn put(&mut self, region: Arc<CachedRegion>) {
         self.by_start.replace(ByStart(Arc::clone(&region)));
-        self.by_id.replace(ById(region));
+        if self.by_id.replace(ById(region)).is_none() {
+            self.gauge.add(1);
+        }
     }
 
     /// Inserts `region` unless the cache holds something newer; see
@@ -343,6 +349,9 @@ impl RegionMap {
             Some(cached) => {
                 let cached_epoch = cached.epoch();
                 if super::epoch_is_older(&epoch, &cached_epoch) {
+                    tracing::debug!(
+                        "region {id}: refused a stale epoch {epoch:?} (cached {cached_epoch:?})"
+                    );
                     return None;
                 }
                 if !replace_equal && epoch == cached_epoch {
@@ -362,6 +371,9 @@ impl RegionMap {
                     .is_some_and(|r| r.epoch().version > epoch.version)
         });
         if newer_neighbour {
+            tracing::debug!(
+                "region {id}: refused epoch {epoch:?}, an overlapping cached Region is newer"
+            );
             return None;
         }
         for other in overlapping {
@@ -402,6 +414,11 @@ impl RegionMap {
                 break;
             };
             if self.is_current(oldest) {
+                let id = oldest.id;
+                tracing::debug!(
+                    "region {id}: evicted from the cache (capacity {})",
+                    self.capacity
+                );
                 self.remove_id(oldest.id);
             }
         }
@@ -506,6 +523,10 @@ impl RegionCache {
         let matches = map
             .get_by_id(ver_id.id)
             .is_some_and(|r| r.ver_id() == ver_id);
+        tracing::debug!(
+            "region {}: invalidated in the cache (found: {matches})",
+            ver_id.id
+        );
         matches && map.remove_id(ver_id.id).is_some()
     }
 
@@ -519,8 +540,10 @@ impl RegionCache {
     {
         // A hit needs neither the single-flight lock nor a copy of the key.
         if let Some(region) = self.get_by_key(key) {
+            crate::telemetry::region_cache_lookup(true);
             return Ok(region);
         }
+        crate::telemetry::region_cache_lookup(false);
         // Another key's load in flight likely returns this key's Region too
         // (N requests for N keys of a Region just dropped): wait for it once
         // and look again, so they cost one PD lookup, not N. At most one
@@ -562,8 +585,10 @@ impl RegionCache {
         Fut: Future<Output = Result<RegionWithLeader>> + Send + 'static,
     {
         if let Some(region) = self.get_by_id(id) {
+            crate::telemetry::region_cache_lookup(true);
             return Ok(region);
         }
+        crate::telemetry::region_cache_lookup(false);
         let map = Arc::clone(&self.map);
         self.id_loads
             .run(
@@ -597,6 +622,10 @@ fn accept_loaded(
     cached: impl FnOnce(&RegionMap) -> Option<Arc<CachedRegion>>,
 ) -> Result<Arc<CachedRegion>> {
     let region_id = region.id();
+    tracing::debug!(
+        "region {region_id}: loaded from PD, epoch {:?}",
+        region.epoch()
+    );
     let region = CachedRegion::from(region);
     let mut map = write(map);
     if let Some(inserted) = map.insert(region, true) {

@@ -52,9 +52,19 @@ use super::routing_state::{BusyVerdict, Counter, ProbeOutcome, ProbeTicket, Prob
 #[derive(Debug, Default)]
 pub(crate) struct RequestScope {
     probed: AtomicBool,
+    /// The request's method, latency and outcome.
+    pub(crate) observer: crate::telemetry::RequestObserver,
 }
 
 impl RequestScope {
+    /// The scope of a request of `method` (`raw_get`, ...).
+    pub(crate) fn new(method: &'static str) -> Self {
+        RequestScope {
+            probed: AtomicBool::new(false),
+            observer: crate::telemetry::RequestObserver::new(method),
+        }
+    }
+
     fn probed(&self) -> bool {
         self.probed.load(Ordering::Relaxed)
     }
@@ -274,6 +284,8 @@ pub(crate) struct ShardMachine<'r> {
     pending_backoff: Option<(Option<Duration>, Box<errorpb::Error>)>,
     phase: Phase,
     effects: Effects,
+    /// The span of the attempt in flight (mapping and RPC).
+    attempt_span: tracing::Span,
 }
 
 impl<'r> ShardMachine<'r> {
@@ -302,6 +314,7 @@ impl<'r> ShardMachine<'r> {
             pending_backoff: None,
             phase: Phase::Idle,
             effects: Effects::new(),
+            attempt_span: tracing::Span::none(),
         }
     }
 
@@ -325,7 +338,14 @@ impl<'r> ShardMachine<'r> {
             pending_backoff: None,
             phase: Phase::Idle,
             effects: Effects::new(),
+            attempt_span: tracing::Span::none(),
         }
+    }
+
+    /// The span of the attempt in flight, for the shell to run its store
+    /// mapping and RPC in.
+    pub(crate) fn attempt_span(&self) -> &tracing::Span {
+        &self.attempt_span
     }
 
     /// The Region the current round routes to.
@@ -357,6 +377,7 @@ impl<'r> ShardMachine<'r> {
             (Phase::Mapping, Event::Mapped) => {
                 if self.time_left() == Some(Duration::ZERO) {
                     // Mapping took the rest of the time: nothing is sent.
+                    self.end_attempt("deadline_exceeded");
                     self.current = None;
                     return self.end_at_deadline();
                 }
@@ -414,6 +435,9 @@ impl<'r> ShardMachine<'r> {
             }
             (result, _) => result,
         };
+        self.request
+            .observer
+            .shard_done(result.as_ref().map(|_| ()));
         if matches!(&result, Err(e) if e.is_undetermined()) {
             self.effects.push(Effect::Count(Counter::Undetermined));
         }
@@ -478,7 +502,15 @@ impl<'r> ShardMachine<'r> {
             return self.round_exhausted();
         };
         let is_leader = self.round.current_is_cached_leader(&self.region);
-        log::debug!(
+        self.attempt_span = crate::telemetry::attempt_span(
+            self.request.observer.method(),
+            &self.region,
+            &peer,
+            self.attempts,
+            is_leader,
+        );
+        tracing::debug!(
+            parent: &self.attempt_span,
             "region {}: trying peer {} on store {} ({})",
             self.region.id(),
             peer.id,
@@ -497,16 +529,23 @@ impl<'r> ShardMachine<'r> {
         Next::Map(peer)
     }
 
+    /// The attempt in flight ended with `outcome` (its span closes).
+    fn end_attempt(&mut self, outcome: &'static str) {
+        let store_id = self.current_store();
+        crate::telemetry::attempt_end(&mut self.attempt_span, store_id, outcome);
+    }
+
     fn current_store(&self) -> StoreId {
         self.current.map(|p| p.store_id).unwrap_or_default()
     }
 
     fn on_mapping_failed(&mut self, error: Error) -> Next {
         let store_id = self.current_store();
+        self.end_attempt(crate::telemetry::mapping_failure(&error));
         if matches!(error, Error::ConnectTimeout { .. }) {
             self.effects.push(Effect::Count(Counter::ConnectTimeout));
         }
-        log::debug!(
+        tracing::debug!(
             "region {}: mapping store {store_id} failed: {error}",
             self.region.id()
         );
@@ -523,7 +562,8 @@ impl<'r> ShardMachine<'r> {
     fn on_dispatch_failed(&mut self, error: Error, sent_at: Instant) -> Next {
         let store_id = self.current_store();
         let failure = classify_dispatch_error(&error);
-        log::debug!(
+        self.end_attempt(crate::telemetry::dispatch_failure(failure));
+        tracing::debug!(
             "region {}: peer {} on store {store_id} failed ({failure:?}): {error}",
             self.region.id(),
             self.current.map(|p| p.id).unwrap_or_default(),
@@ -565,7 +605,8 @@ impl<'r> ShardMachine<'r> {
         let Some(region_error) = region_error else {
             return self.on_accepted();
         };
-        log::debug!(
+        self.end_attempt(crate::telemetry::region_error(&region_error));
+        tracing::debug!(
             "region {}: peer {} answered {}",
             self.region.id(),
             self.current.map(|p| p.id).unwrap_or_default(),
@@ -582,12 +623,13 @@ impl<'r> ShardMachine<'r> {
     }
 
     fn on_accepted(&mut self) -> Next {
+        self.end_attempt("ok");
         let accepted = self.round.on_accepted(&self.region);
         self.current = None;
         if accepted.update_leader {
             // A key error proves acceptance too: the cache is set before
             // anything is returned.
-            log::info!(
+            tracing::info!(
                 "region {}: peer {} on store {} accepted the request; it is now the cached leader",
                 self.region.id(),
                 accepted.peer.id,
@@ -690,7 +732,7 @@ impl<'r> ShardMachine<'r> {
             CandidateRound::new(CandidateOrder::LeaderFirst),
         );
         let exhausted = round.finish(&self.region);
-        log::warn!(
+        tracing::warn!(
             "region {}: no candidate answered ({} tried): {}",
             self.region.id(),
             exhausted.tried,
@@ -701,7 +743,7 @@ impl<'r> ShardMachine<'r> {
         if probing {
             // Inconclusive: the cached leader stays and the ordinary busy
             // backoff resumes (routing.md, "ServerIsBusy(0) follower probe").
-            log::debug!("region {}: busy probe was inconclusive", self.region.id());
+            tracing::debug!("region {}: busy probe was inconclusive", self.region.id());
         } else if exhausted.reload_region {
             self.invalidate_region();
         }
@@ -787,7 +829,7 @@ impl<'r> ShardMachine<'r> {
 
     fn start_probe(&mut self, probe: Probe) -> Next {
         self.effects.push(Effect::Count(Counter::BusyProbe));
-        log::debug!(
+        tracing::debug!(
             "region {}: ServerIsBusy(0) from the cached leader again; probing its followers",
             self.region.id()
         );

@@ -89,7 +89,7 @@ mod request_shape;
 mod resolve_lock;
 mod retry;
 mod round;
-mod routing_state;
+pub(crate) mod routing_state;
 mod traits;
 
 pub use all_stores::{RetryableAllStores, StoreRequest};

@@ -47,6 +47,11 @@ pub trait Plan: Sized + Clone + Sync + Send + 'static {
         let _ = bound;
         false
     }
+
+    /// The request's method name (`raw_get`, ...) for metrics and spans.
+    fn label(&self) -> &'static str {
+        "request"
+    }
 }
 
 /// Sends a request to the store client set by `apply_store`, and downcasts
@@ -116,6 +121,10 @@ impl<Req: KvRequest> Plan for Dispatch<Req> {
             }
             self.execute().await
         }
+    }
+
+    fn label(&self) -> &'static str {
+        self.request.label()
     }
 
     async fn execute(&self) -> Result<Self::Result> {
@@ -238,6 +247,10 @@ impl<P: Plan + Shardable> Plan for PreserveShard<P> {
             let response = self.inner.execute_mut().await?;
             Ok(ResponseWithShard(response, shard))
         }
+    }
+
+    fn label(&self) -> &'static str {
+        self.inner.label()
     }
 }
 

@@ -75,6 +75,10 @@ where
         self.inner.describe()
     }
 
+    fn label(&self) -> &'static str {
+        self.inner.label()
+    }
+
     async fn execute(&self) -> Result<Self::Result> {
         let started = Instant::now();
         let mut poll = FIRST_LOCK_POLL;

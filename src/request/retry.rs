@@ -11,6 +11,7 @@ use async_trait::async_trait;
 use futures::stream::{FuturesUnordered, StreamExt};
 use tokio::sync::Semaphore;
 use tokio::time::Instant;
+use tracing::Instrument;
 
 use crate::backoff::Backoff;
 use crate::pd::PdClient;
@@ -126,7 +127,7 @@ where
             Effect::InsertRegions(regions) => self.pd_client.add_regions(regions).await,
             Effect::UpdateLeader(ver_id, leader) => {
                 if let Err(e) = self.pd_client.update_leader(ver_id, leader).await {
-                    log::debug!(
+                    tracing::debug!(
                         "region {}: could not update the leader cache: {e}",
                         ver_id.id
                     );
@@ -327,7 +328,10 @@ where
                         .is_some_and(|r| r.is_store_unreachable(store_id)),
                 },
                 Next::Map(peer) => {
-                    match timed(&mut now, self.map_candidate(machine.region(), peer)).await {
+                    let mapping = self
+                        .map_candidate(machine.region(), peer)
+                        .instrument(machine.attempt_span().clone());
+                    match timed(&mut now, mapping).await {
                         Ok(mapped) => {
                             store = Some(mapped);
                             Event::Mapped
@@ -339,6 +343,7 @@ where
                     let (sent_at, result) = match store.take() {
                         Some(store) => {
                             self.dispatch_candidate(&mut plan, &store, permits, bound, &mut now)
+                                .instrument(machine.attempt_span().clone())
                                 .await
                         }
                         None => (
@@ -441,15 +446,17 @@ where
 {
     type Result = Vec<Result<P::Result>>;
 
+    #[tracing::instrument(name = "request", level = "debug", skip_all, fields(method = self.inner.label(), regions, outcome))]
     async fn execute(&self) -> Result<Self::Result> {
-        let mut shards = self.inner.shards(&self.pd_client).await?;
+        let scope = &RequestScope::new(self.inner.label());
+        let mut shards = scope
+            .observer
+            .sharded(self.inner.shards(&self.pd_client).await)?;
         // What every shard's request shares; each shard's request is built
         // from it and the shard's own payload, never from a copy of the
         // whole request.
         let template = self.inner.template();
         let template = &template;
-        let scope = RequestScope::default();
-        let scope = &scope;
         let deadline = self.request_deadline.map(|length| Deadline {
             at: Instant::now() + length,
             length,

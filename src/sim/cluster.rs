@@ -728,7 +728,7 @@ impl SimCluster {
     /// and every open connection is reset. Requests waiting in a hang end.
     /// When this returns, the port is closed.
     pub async fn store_down(&self, store_id: u64) {
-        log::info!("simulated store {store_id} goes down");
+        tracing::info!("simulated store {store_id} goes down");
         if let Some(s) = self.state().stores.get_mut(&store_id) {
             s.up = false;
         }
@@ -852,7 +852,7 @@ impl SimCluster {
     /// answers `NotLeader` without a hint), PD keeps naming the old leader,
     /// and a leader request to another voter makes it campaign in `mode`.
     pub fn make_cold(&self, region_id: u64, mode: ColdMode) -> Result<()> {
-        log::info!("simulated region {region_id} loses its leader ({mode:?})");
+        tracing::info!("simulated region {region_id} loses its leader ({mode:?})");
         let mut state = self.state();
         let region = state.region_mut(region_id)?;
         let old_leader = region.leader.or(region.cold.and_then(|c| c.old_leader));

@@ -401,7 +401,7 @@ pub async fn serve(cluster: Arc<SimCluster>, listener: TcpListener) {
             Ok((stream, _)) => stream,
             Err(e) => {
                 // E.g. out of file descriptors: do not spin.
-                log::warn!("tikv-sim control port: accept failed: {e}");
+                tracing::warn!("tikv-sim control port: accept failed: {e}");
                 tokio::time::sleep(Duration::from_millis(50)).await;
                 continue;
             }

@@ -179,7 +179,7 @@ impl Endpoint {
                 })
                 .await;
             if let Err(e) = served {
-                log::warn!("simulated server on {addr} stopped: {e}");
+                tracing::warn!("simulated server on {addr} stopped: {e}");
             }
         });
         let (net, net_rx) = watch::channel(NetState::Open);
@@ -238,7 +238,7 @@ impl Endpoint {
                         Ok((stream, _)) => stream,
                         Err(e) => {
                             // E.g. out of file descriptors: do not spin.
-                            log::warn!("simulated accept failed: {e}");
+                            tracing::warn!("simulated accept failed: {e}");
                             tokio::time::sleep(Duration::from_millis(10)).await;
                             continue;
                         }
@@ -337,7 +337,7 @@ impl Endpoint {
             let _ = stream.set_nodelay(true);
             let conn = SimConn::new(stream, self.net.subscribe());
             if self.conn_tx.try_send(Ok(conn)).is_err() {
-                log::debug!(
+                tracing::debug!(
                     "simulated server {}: dropped a queued connection",
                     self.addr
                 );
@@ -354,7 +354,7 @@ impl Endpoint {
                 Err(_) => return,
             }
         }
-        log::warn!(
+        tracing::warn!(
             "simulated server {}: the listen backlog did not fill; new connections may still complete",
             self.addr
         );

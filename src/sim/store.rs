@@ -590,7 +590,7 @@ impl StoreService {
                 }
                 store.counters.record(C::METHOD, outcome);
             }
-            log::debug!(
+            tracing::debug!(
                 "simulated store {} answered {} for region {} with {}",
                 self.store_id,
                 C::METHOD,
@@ -742,7 +742,7 @@ impl StoreService {
                                     Ok(resp) => {
                                         let _ = done.send((id, resp));
                                     }
-                                    Err(status) => log::debug!(
+                                    Err(status) => tracing::debug!(
                                         "simulated store {} leaves batch request {id} unanswered: {status}",
                                         service.store_id
                                     ),

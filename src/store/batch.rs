@@ -285,7 +285,7 @@ impl BatchStream {
             w.wake();
         }
         if !waiting.is_empty() {
-            log::debug!(
+            tracing::debug!(
                 "BatchCommands stream to {} failed with {} requests in flight: {status}",
                 self.address,
                 waiting.len()
@@ -349,6 +349,7 @@ fn not_sent_error(address: &str, status: &tonic::Status) -> Error {
             status.code(),
             status.message()
         ),
+        source: Some(crate::error::ErrorSource::new(status.clone())),
     }
 }
 
@@ -519,7 +520,7 @@ impl Shared {
                         stream.close();
                     }
                 }
-                Err(e) => log::debug!("could not open another BatchCommands connection: {e}"),
+                Err(e) => tracing::debug!("could not open another BatchCommands connection: {e}"),
             }
             shared.opening.store(false, Ordering::Release);
         });
@@ -666,6 +667,7 @@ impl KvClient for KvBatchClient {
             address: self.shared.address.clone(),
             message: "every BatchCommands stream closed before the request was queued, so it was not sent"
                 .to_owned(),
+            source: None,
         })
     }
 }
@@ -713,7 +715,7 @@ impl KvBatchClient {
             }
             Reply::Failed(e) => Err(e),
             Reply::Unsupported => {
-                log::info!(
+                tracing::info!(
                     "the store at {} does not serve BatchCommands; using unary calls",
                     self.shared.address
                 );

@@ -17,7 +17,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures::future::{BoxFuture, FutureExt, Shared};
-use log::debug;
+use tracing::debug;
 
 use super::requests::{new_scan_lock_request, ResolveLockInRegion};
 use super::TimestampExt;

@@ -5,9 +5,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use log::{debug, warn};
 use tokio::sync::watch;
 use tokio::time::Instant;
+use tracing::{debug, warn};
 
 use super::buffer::{Buffer, BufferedRead};
 use super::lock::LockResolver;

@@ -82,16 +82,19 @@ impl Counters {
             Counter::Undetermined => &self.undetermined_writes,
         };
         atomic.fetch_add(1, Ordering::Relaxed);
+        crate::telemetry::routing_event(counter);
     }
 
     /// A store was marked unreachable.
     pub(super) fn store_marked_unreachable(&self) {
         self.stores_marked_unreachable
             .fetch_add(1, Ordering::Relaxed);
+        crate::telemetry::store_marked_unreachable();
     }
 
     /// An RPC started (`1`) or ended (`-1`).
     pub(super) fn rpc_in_flight(&self, started: bool) {
+        crate::telemetry::rpc_in_flight(started);
         if started {
             self.rpcs_in_flight.fetch_add(1, Ordering::Relaxed);
         } else {

@@ -117,7 +117,7 @@ impl RoutingState {
         if let Some(h) = &self.store_health {
             if h.mark_unreachable(store_id) {
                 self.counters.store_marked_unreachable();
-                log::debug!("store {store_id} marked unreachable");
+                tracing::debug!("store {store_id} marked unreachable");
             }
         }
     }
@@ -128,7 +128,7 @@ impl RoutingState {
         if let Some(h) = &self.store_health {
             if h.record_timeout(store_id, sent_at) {
                 self.counters.store_marked_unreachable();
-                log::debug!("store {store_id} marked unreachable after consecutive timeouts");
+                tracing::debug!("store {store_id} marked unreachable after consecutive timeouts");
             }
         }
     }

@@ -252,7 +252,7 @@ impl Injector {
             match heal {
                 Heal::StoreUp(s) => {
                     if let Err(e) = cluster.store_up(s).await {
-                        log::warn!("chaos: store {s} did not come back up: {e}");
+                        tracing::warn!("chaos: store {s} did not come back up: {e}");
                     }
                 }
                 Heal::Unhang(s) => cluster.store_unhang(s),
@@ -260,7 +260,7 @@ impl Injector {
                 Heal::Unbusy(s) => cluster.store_busy(s, None),
                 Heal::PdUp(m) => {
                     if let Err(e) = cluster.pd_member_up(m).await {
-                        log::warn!("chaos: PD member {m} did not come back up: {e}");
+                        tracing::warn!("chaos: PD member {m} did not come back up: {e}");
                     }
                 }
                 Heal::Warm(region) => {
@@ -280,7 +280,7 @@ impl Injector {
         self.heal_due(cluster, true).await;
         for store in cluster.store_ids() {
             if let Err(e) = cluster.store_up(store).await {
-                log::warn!("chaos: store {store} did not come back up: {e}");
+                tracing::warn!("chaos: store {store} did not come back up: {e}");
             }
             cluster.store_unhang(store);
             cluster.store_slow(store, Duration::ZERO);
@@ -288,7 +288,7 @@ impl Injector {
         }
         for member in 0..cluster.pd_endpoints().len() {
             if let Err(e) = cluster.pd_member_up(member).await {
-                log::warn!("chaos: PD member {member} did not come back up: {e}");
+                tracing::warn!("chaos: PD member {member} did not come back up: {e}");
             }
         }
         for region in cluster.regions() {

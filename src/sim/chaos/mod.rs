@@ -500,7 +500,7 @@ impl Worker {
             let abandoned = matches!(result, OpResult::Abandoned);
             if took > bound || abandoned {
                 hangs.fetch_add(1, Ordering::SeqCst);
-                log::warn!(
+                tracing::warn!(
                     "chaos: task {} {} took {took:?}, over its bound of {bound:?}",
                     self.task,
                     kind.name()
