@@ -809,6 +809,24 @@ mod tests {
     }
 
     #[test]
+    fn a_malformed_range_from_pd_is_cached_without_panicking() {
+        // Before issue 14, an end key at or before the start key made the
+        // overlap search call `range` with inverted bounds, which panics.
+        let cache = RegionCache::new();
+        assert!(cache.insert(region(1, b"a", b"c", 1, 1)));
+        assert!(cache.insert(region(2, b"m", b"c", 1, 1)));
+        assert!(cache.insert(region(3, b"e", b"e", 1, 1)));
+        // Same start key as the empty-range Region: it replaces it.
+        assert!(cache.insert(region(4, b"e", b"g", 1, 1)));
+        assert!(cache.get_by_id(3).is_none());
+        assert_eq!(
+            ids(&cache, &[b"b", b"f", b"n"]),
+            vec![Some(1), Some(4), None]
+        );
+        assert_eq!(cache.len(), 3);
+    }
+
+    #[test]
     fn split_child_with_higher_version_evicts_the_parent() {
         let cache = RegionCache::new();
         cache.insert(region(1, b"", b"", 1, 1));
