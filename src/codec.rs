@@ -1,10 +1,10 @@
 //! The memcomparable "bytes" encoding of transactional keys (API v1), as
-//! TiKV stores them and as PD reports Region boundaries (txn.md, "Key
-//! encoding"): the key is cut into groups of 8 bytes, the last group padded
-//! with zero bytes, and each group is followed by a marker byte
-//! `0xFF - padding`. A key whose length is a multiple of 8 ends with a group
-//! of 8 zero bytes and marker `0xF7`. The encoding keeps the byte order of
-//! keys, so encoded keys compare as the keys do.
+//! TiKV stores them and as PD reports Region boundaries ([txn.md, "Key
+//! encoding"](crate::spec::txn#key-encoding-api-v1)): the key is cut into
+//! groups of 8 bytes, the last group padded with zero bytes, and each group is
+//! followed by a marker byte `0xFF - padding`. A key whose length is a multiple
+//! of 8 ends with a group of 8 zero bytes and marker `0xF7`. The encoding keeps
+//! the byte order of keys, so encoded keys compare as the keys do.
 //!
 //! ```
 //! use tikv_plan::codec::{decode_bytes, encode_bytes};

@@ -92,7 +92,8 @@ pub struct Config {
     /// How many RPCs one request may have in flight at once, over all its
     /// shards.
     pub max_concurrency: usize,
-    /// Client-wide store health (routing.md, "Store health"). Off restores the
+    /// Client-wide store health ([routing.md, "Store
+    /// health"](crate::spec::routing#store-health-beyond)). Off restores the
     /// upstream behaviour: every request pays for a dead store again.
     pub store_health: bool,
     /// How long a store marked unreachable is tried last. Jittered by up to a
@@ -101,8 +102,10 @@ pub struct Config {
     /// Consecutive timeouts from one store, with no success between, that
     /// mark it unreachable.
     pub store_timeout_strikes: u32,
-    /// Share the ServerIsBusy(0) suspicion across requests (routing.md,
-    /// "ServerIsBusy(0) follower probe"). Off restores per-request counting.
+    /// Share the ServerIsBusy(0) suspicion across requests ([routing.md,
+    /// "ServerIsBusy(0) follower
+    /// probe"](crate::spec::routing#serverisbusy0-follower-probe)). Off
+    /// restores per-request counting.
     pub shared_busy_probe: bool,
     /// How long busy answers from one leader keep counting toward the probe.
     pub busy_probe_window: Duration,

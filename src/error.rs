@@ -127,8 +127,8 @@ pub enum Error {
         region: crate::region::RegionVerId,
     },
     /// The request may or may not have been applied: it may have reached the
-    /// server before the failure. It was not replayed (routing.md, "Replay
-    /// safety").
+    /// server before the failure. It was not replayed ([routing.md, "Replay
+    /// safety"](crate::spec::routing#replay-safety)).
     #[error("the outcome of {request} (region {region_id}, store {store_id}) is unknown: it may or may not have been applied, now or later; {cause}; read the keys back before deciding whether to retry")]
     Undetermined {
         /// The Region the request went to.
@@ -179,7 +179,8 @@ pub enum Error {
         source: Option<ErrorSource>,
     },
     /// Retries were spent without an answer; `last` is the strongest error
-    /// seen (routing.md, "One round, per shard").
+    /// seen ([routing.md, "One round, per
+    /// shard"](crate::spec::routing#one-round-per-shard)).
     #[error("gave up on region {region_id} after {attempts} attempts: {last}")]
     RetriesExhausted {
         /// The Region.
@@ -267,7 +268,8 @@ pub enum Error {
     /// `TransactionClient`'s `commit` when its commit point (the primary's
     /// commit; a prewrite under async commit or 1PC) may have reached a
     /// store without an answer and no later attempt got a definite one
-    /// (txn.md, "Undetermined, done right"); it wraps the plan's
+    /// ([txn.md, "Undetermined, done
+    /// right"](crate::spec::txn#behaviour-we-require)); it wraps the plan's
     /// [`Error::Undetermined`], which names the Region, store and keys. Raw
     /// requests report [`Error::Undetermined`] itself.
     #[error("whether the transaction committed is unknown: {0}; read its keys in a new transaction before retrying it")]

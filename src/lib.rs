@@ -14,9 +14,27 @@
 //! caches), [`pd`] (PD client), [`store`] (store connections), [`request`]
 //! (the plan and routing), [`raw`] (the raw-KV client), [`transaction`]
 //! (the transactional client), [`codec`] (the transactional key encoding),
-//! `mock`, `sim`.
+//! `mock`, `sim`. The specifications the code implements are in [`spec`]
+//! ([routing](spec::routing), [transactions](spec::txn),
+//! [wire protocol](spec::wire), and the [behaviour table](spec::behaviours)
+//! that names a test for each behaviour).
+//!
+//! ## Features
+//!
+//! - `mock`: public test doubles (`tikv_plan::mock`) for unit tests of code
+//!   that uses the client, without a cluster.
+//! - `sim`: the simulated TiKV/PD cluster (`tikv_plan::sim`), the `tikv-sim`
+//!   binary, and the gRPC server stubs in [`proto`] (client stubs are always
+//!   built).
+//! - `failpoints`: fail points (the `fail` crate) before dispatch and
+//!   before store mapping.
+//!
+//! No feature is on by default. Without features the crate needs tokio's
+//! `rt`, `sync` and `time` only, and runs on whichever runtime the caller
+//! starts.
 
 #![deny(missing_docs)]
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 pub mod backoff;
 pub mod codec;
@@ -29,6 +47,7 @@ pub mod raw;
 pub mod region;
 pub mod request;
 pub mod security;
+pub mod spec;
 pub mod store;
 mod telemetry;
 pub mod transaction;

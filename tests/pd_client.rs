@@ -2,6 +2,10 @@
 //! (tests/pd_support): bootstrap, cluster id checks, leader following,
 //! bounded failures, lookups, TSO and single-flight Region loads.
 
+// The test PD (tests/pd_support) implements the PD server stubs, generated
+// with `sim` only.
+#![cfg(feature = "sim")]
+
 mod pd_support;
 
 use std::sync::Arc;

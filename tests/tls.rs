@@ -2,6 +2,9 @@
 //! on the fly with rcgen, the server is a tonic server requiring a client
 //! certificate signed by the same CA.
 
+// A tonic server (the server stubs are generated with `sim` only).
+#![cfg(feature = "sim")]
+
 use std::io::Write;
 use std::time::Duration;
 

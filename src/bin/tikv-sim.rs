@@ -9,7 +9,8 @@
 //!
 //! When ready it prints exactly one line on stdout, `pd=ADDR` (the PD
 //! leader's real address), and the control address on stderr,
-//! `control=ADDR`. See `SIM.md` and `tikv_plan::sim::control`.
+//! `control=ADDR`. See the README's "The simulated cluster: `tikv-sim`" and
+//! `tikv_plan::sim::control`.
 
 use std::io::Write as _;
 use std::net::SocketAddr;

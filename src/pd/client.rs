@@ -369,7 +369,7 @@ impl<KvC: KvConnect> PdClient for PdRpcClient<KvC> {
     }
 
     /// Walks the cache over the range; from the first Region it lacks, asks
-    /// PD for the rest with `ScanRegions` (up to [`SCAN_REGIONS_BATCH`] per
+    /// PD for the rest with `ScanRegions` (up to `SCAN_REGIONS_BATCH` per
     /// call) and caches what comes back.
     async fn prefetch_regions(&self, start: &[u8], end: &[u8], max_regions: usize) {
         let mut key = start.to_vec();

@@ -1,6 +1,6 @@
 //! The connection to the PD leader: bootstrap with `GetMembers` on every
-//! configured endpoint (wire.md, "pdpb"), cluster id check, leader
-//! following, and bounded calls with retries.
+//! configured endpoint ([wire.md, "pdpb"](crate::spec::wire#pdpb)), cluster id
+//! check, leader following, and bounded calls with retries.
 
 use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -605,7 +605,7 @@ impl Cluster {
     /// for [`Cluster::tso_stream_failed`]. Counts one `Tso` call.
     pub(crate) async fn open_tso_stream(
         &self,
-        requests: tokio_stream::wrappers::ReceiverStream<pdpb::TsoRequest>,
+        requests: impl futures::Stream<Item = pdpb::TsoRequest> + Send + 'static,
     ) -> Result<(tonic::Streaming<pdpb::TsoResponse>, u64)> {
         let leader = self.current_leader().await?;
         let mut client = leader.client.clone();

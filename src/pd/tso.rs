@@ -1,17 +1,17 @@
 //! [`TimestampOracle`]: timestamps for many tasks from one `Tso` stream
-//! (txn.md, "The model": one bidirectional stream per client, requests
-//! batched). Callers queue on a channel; one task takes every caller
-//! waiting, asks PD for that many timestamps in one request, and hands each
-//! caller its own (PD answers with the last of the `count`; the others are
-//! the logical values just below it). A broken stream fails the callers of
-//! its batch once, is reopened (following a PD leader change) and the batch
-//! is retried on the new stream.
+//! ([txn.md, "The
+//! model"](crate::spec::txn#the-model-percolator-as-tikv-runs-it): one
+//! bidirectional stream per client, requests batched). Callers queue on a
+//! channel; one task takes every caller waiting, asks PD for that many
+//! timestamps in one request, and hands each caller its own (PD answers with
+//! the last of the `count`; the others are the logical values just below it). A
+//! broken stream fails the callers of its batch once, is reopened (following a
+//! PD leader change) and the batch is retried on the new stream.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use tokio::sync::{mpsc, oneshot, OnceCell};
-use tokio_stream::wrappers::ReceiverStream;
 
 use super::cluster::{Cluster, Timestamp};
 use crate::proto::pdpb;
@@ -197,12 +197,10 @@ impl TsoStream {
             None => {
                 // Queue the first request before opening: PD may answer the
                 // call only once it has a request.
-                let (tx, rx) = mpsc::channel(16);
+                let (tx, mut rx) = mpsc::channel(16);
                 tx.send(request).await.map_err(|_| closed())?;
-                let (responses, generation) = self
-                    .cluster
-                    .open_tso_stream(ReceiverStream::new(rx))
-                    .await?;
+                let requests = futures::stream::poll_fn(move |cx| rx.poll_recv(cx));
+                let (responses, generation) = self.cluster.open_tso_stream(requests).await?;
                 self.counters.streams_opened.fetch_add(1, Ordering::Relaxed);
                 self.open = Some(OpenStream {
                     requests: tx,

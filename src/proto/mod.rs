@@ -1,9 +1,10 @@
 //! The TiKV and PD wire protocol: generated from the `.proto` files beside
 //! this module, which follow kvproto's package names, message names and field
-//! numbers for the raw-KV subset (see `../shared/docs/wire.md`).
+//! numbers for the raw-KV subset (see [wire.md](crate::spec::wire)).
 //!
-//! Both client and server stubs are generated: the client talks to real TiKV
-//! and PD, and the simulated cluster (`sim` feature) serves the same services.
+//! Client stubs are always generated: the client talks to real TiKV and PD.
+//! Server stubs (`tikvpb::tikv_server`, `pdpb::pd_server`, ...) are generated
+//! only with the `sim` feature, for the simulated cluster and test servers.
 
 #![allow(missing_docs)]
 #![allow(clippy::all)]

@@ -1,6 +1,6 @@
 //! [`RawClient`]: the raw key-value API. Every method, scans included, runs
 //! through the request plan, so every RPC routes leader-first with voter
-//! fallback (routing.md).
+//! fallback ([routing.md](crate::spec::routing)).
 
 use std::collections::BTreeMap;
 use std::ops::Bound;

@@ -357,8 +357,9 @@ kv_request!(kvrpcpb::RawScanRequest, kvrpcpb::RawScanResponse);
 kv_request!(kvrpcpb::RawBatchScanRequest, kvrpcpb::RawBatchScanResponse);
 kv_request!(kvrpcpb::RawGetKeyTtlRequest, kvrpcpb::RawGetKeyTtlResponse);
 
-/// Raw writes: never re-sent once they may have reached a store (routing.md,
-/// "Replay safety"; a plan can opt into at-least-once with
+/// Raw writes: never re-sent once they may have reached a store ([routing.md,
+/// "Replay safety"](crate::spec::routing#replay-safety); a plan can opt into
+/// at-least-once with
 /// [`PlanBuilder::at_least_once`](crate::request::PlanBuilder::at_least_once)).
 /// `$keys` names the keys or range for an undetermined outcome.
 macro_rules! write_request {

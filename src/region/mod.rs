@@ -1,5 +1,6 @@
 //! Regions as the client sees them: ids, versions, the cached leader, and the
-//! lazy leader-first candidate order of routing.md ("Candidates").
+//! lazy leader-first candidate order of [routing.md
+//! ("Candidates")](crate::spec::routing#candidates).
 
 mod cache;
 mod cached;
@@ -103,8 +104,9 @@ impl RegionWithLeader {
             .any(|p| p.id == peer.id && p.store_id == peer.store_id)
     }
 
-    /// The candidates of a round in the given order (routing.md,
-    /// "Candidates"). Lazy and allocation-free.
+    /// The candidates of a round in the given order ([routing.md,
+    /// "Candidates"](crate::spec::routing#candidates)). Lazy and
+    /// allocation-free.
     pub fn candidates(&self, order: CandidateOrder) -> Candidates<'_> {
         Candidates::new(&self.region.peers, self.leader.as_ref(), order)
     }
@@ -159,7 +161,8 @@ pub enum CandidateOrder {
     /// The cached leader, then the other voters (the normal round).
     LeaderFirst,
     /// The other voters, then the cached leader (its store is marked
-    /// unreachable; routing.md, "Store health").
+    /// unreachable; [routing.md, "Store
+    /// health"](crate::spec::routing#store-health-beyond)).
     LeaderLast,
     /// Only the other voters (the ServerIsBusy(0) probe).
     FollowersOnly,

@@ -195,8 +195,9 @@ impl<PdC: PdClient, P: Plan> PlanBuilder<PdC, P> {
     /// TiKV answers it idempotently, but once an attempt may have reached a
     /// store without an answer, a final failure is
     /// [`Error::Undetermined`](crate::Error::Undetermined) instead of a plain
-    /// error that would invite a blind retry (txn.md, "Undetermined, done
-    /// right"). A definite answer (success or a key error) clears it.
+    /// error that would invite a blind retry ([txn.md, "Undetermined, done
+    /// right"](crate::spec::txn#behaviour-we-require)). A definite answer
+    /// (success or a key error) clears it.
     pub fn commit_point(mut self) -> Self {
         self.commit_point = true;
         self

@@ -1,5 +1,6 @@
-//! What a failed dispatch means for the candidate round (routing.md, "gRPC
-//! error classification"). Pure functions over errors: no I/O.
+//! What a failed dispatch means for the candidate round ([routing.md, "gRPC
+//! error classification"](crate::spec::routing#grpc-error-classification)).
+//! Pure functions over errors: no I/O.
 
 use std::error::Error as StdError;
 

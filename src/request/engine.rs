@@ -1,5 +1,5 @@
 //! The retry engine of one shard, as a pure state machine (sans-IO, in the
-//! spirit of quinn-proto; `../shared/docs/style.md`).
+//! spirit of quinn-proto).
 //!
 //! [`ShardMachine`] owns the whole retry state of a shard: the Region it
 //! routes to, the backoff budget and attempt count, the current candidate
@@ -28,8 +28,8 @@
 //! | sleeping | [`Event::Slept`] | [`Next::Reshard`] |
 //! | resharding | [`Event::Resharded`] | new round on the reloaded Region |
 //!
-//! The decisions this crate makes where routing.md leaves room are listed in
-//! the [`request`](super) module docs, "Decisions".
+//! The decisions this crate makes where [routing.md](crate::spec::routing)
+//! leaves room are listed in the [`request`](super) module docs, "Decisions".
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -48,7 +48,8 @@ use super::round::{BusyProbeCount, CandidateRound, CandidateStep};
 use super::routing_state::{BusyVerdict, Counter, ProbeOutcome, ProbeTicket, ProbeWaiter};
 
 /// What the whole request (all its shards) shares: the one busy probe it may
-/// run (routing.md: "At most one probe per request").
+/// run ([routing.md](crate::spec::routing#serverisbusy0-follower-probe): "At
+/// most one probe per request").
 #[derive(Debug, Default)]
 pub(crate) struct RequestScope {
     probed: AtomicBool,
@@ -84,10 +85,11 @@ pub(crate) struct EnginePolicy {
     /// The `ServerIsBusy(0)` suspicion lives in the client-wide routing
     /// state ([`Next::ReportBusy`]) instead of the shard.
     pub(crate) shared_busy_probe: bool,
-    /// A commit point (txn.md, "Undetermined, done right"): the request may
-    /// be re-sent (it is idempotent at the store), but once an attempt may
-    /// have been delivered without an answer, a final failure is
-    /// undetermined, never a plain error.
+    /// A commit point ([txn.md, "Undetermined, done
+    /// right"](crate::spec::txn#behaviour-we-require)): the request may be
+    /// re-sent (it is idempotent at the store), but once an attempt may have
+    /// been delivered without an answer, a final failure is undetermined, never
+    /// a plain error.
     pub(crate) commit_point: bool,
 }
 

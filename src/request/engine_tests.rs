@@ -981,9 +981,9 @@ fn class_of(error: &Error) -> Option<Seen> {
 }
 
 /// The strongest error of a round that ran out of candidates, by
-/// routing.md's precedence: routing failure > every voter `NotLeader` (a
-/// cached leader that could not answer counts with them) > busy > other
-/// `NotLeader` > timeout.
+/// [routing.md](crate::spec::routing#one-round-per-shard)'s precedence: routing
+/// failure > every voter `NotLeader` (a cached leader that could not answer
+/// counts with them) > busy > other `NotLeader` > timeout.
 fn expected_strongest(round: &[(bool, Seen)]) -> Option<Seen> {
     let any = |k: Seen| round.iter().any(|(_, s)| *s == k);
     if round.is_empty() {

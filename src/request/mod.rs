@@ -1,5 +1,5 @@
 //! The request plan and its routing: leader-first candidate rounds with
-//! voter fallback (`../shared/docs/routing.md`).
+//! voter fallback ([routing.md](crate::spec::routing)).
 //!
 //! A plan is built with [`PlanBuilder`] from composable stages, in
 //! client-rust's vocabulary: [`Dispatch`] → [`RetryableMultiRegion`] →
@@ -16,11 +16,11 @@
 //! retry state and turns each event (a store mapped, a candidate answered, a
 //! sleep over) into the next step and its cache effects, as data (the
 //! `engine` module; its docs list every transition; the decisions it makes
-//! where routing.md leaves room are below). [`RetryableMultiRegion`] is the
-//! thin async shell that performs those steps and effects; it has no routing
-//! `if` of its own. [`RoutingState`] is the client-wide part: store health,
-//! the shared `ServerIsBusy(0)` suspicion, and the [`RoutingStats`]
-//! counters.
+//! where [routing.md](crate::spec::routing) leaves room are below).
+//! [`RetryableMultiRegion`] is the thin async shell that performs those steps
+//! and effects; it has no routing `if` of its own. [`RoutingState`] is the
+//! client-wide part: store health, the shared `ServerIsBusy(0)` suspicion, and
+//! the [`RoutingStats`] counters.
 //!
 //! Fail points (feature `failpoints`): `tikv_plan::before_map_store` and
 //! `tikv_plan::before_dispatch`. With `return` they fail that step as a
@@ -30,8 +30,9 @@
 //!
 //! # Decisions
 //!
-//! Where routing.md leaves room, the retry engine decides as follows (each
-//! has a test, listed in `docs/behaviours.md`):
+//! Where [routing.md](crate::spec::routing) leaves room, the retry engine
+//! decides as follows (each has a test, listed in
+//! [`docs/behaviours.md`](crate::spec::behaviours)):
 //!
 //! - *A cached leader that could not answer counts with voters that all said
 //!   `NotLeader`*: the Region is reloaded after the round. Nobody claimed the
@@ -73,10 +74,10 @@
 //!
 //! # Behaviours and their tests
 //!
-//! Every behaviour of routing.md, every decision the engine makes where the
-//! spec leaves room, and the test that shows each, are listed in
-//! `docs/behaviours.md`; `tests/plan_docs.rs` checks that each named test
-//! exists.
+//! Every behaviour of [routing.md](crate::spec::routing), every decision the
+//! engine makes where the spec leaves room, and the test that shows each, are
+//! listed in [`docs/behaviours.md`](crate::spec::behaviours);
+//! `tests/plan_docs.rs` checks that each named test exists.
 
 mod all_stores;
 mod builder;

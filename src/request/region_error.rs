@@ -1,5 +1,6 @@
-//! What to do with a Region error (routing.md, "Region errors from the cached
-//! leader"). A pure function from the error and its context to an action.
+//! What to do with a Region error ([routing.md, "Region errors from the cached
+//! leader"](crate::spec::routing#one-round-per-shard)). A pure function from
+//! the error and its context to an action.
 
 use std::time::Duration;
 

@@ -1,7 +1,8 @@
 //! [`ResolveLock`]: the plan stage that meets other transactions' locks,
 //! resolves them and re-runs the request, waiting out live locks by their
-//! TTL within the request deadline (txn.md, "Behaviour we require").
-//! [`CollectWithShard`] keeps each shard's piece with its response.
+//! TTL within the request deadline ([txn.md, "Behaviour we
+//! require"](crate::spec::txn#behaviour-we-require)). [`CollectWithShard`]
+//! keeps each shard's piece with its response.
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -25,8 +25,9 @@ use super::routing_state::{ProbeOutcome, RoutingState};
 use super::traits::{strongest_shard_error, HasRegionError, Shardable};
 
 /// Shards a plan by Region and runs leader-first candidate rounds with voter
-/// fallback for each shard (routing.md, "One round, per shard"). Results come
-/// back in shard order.
+/// fallback for each shard ([routing.md, "One round, per
+/// shard"](crate::spec::routing#one-round-per-shard)). Results come back in
+/// shard order.
 pub struct RetryableMultiRegion<P: Plan + Shardable, PdC: PdClient> {
     /// The per-shard plan.
     pub inner: P,
@@ -56,7 +57,8 @@ pub struct RetryableMultiRegion<P: Plan + Shardable, PdC: PdClient> {
     pub request_deadline: Option<std::time::Duration>,
     /// A commit point: re-sent like an idempotent request, but a final
     /// failure after an attempt that may have been delivered is
-    /// undetermined (txn.md, "Undetermined, done right").
+    /// undetermined ([txn.md, "Undetermined, done
+    /// right"](crate::spec::txn#behaviour-we-require)).
     pub commit_point: bool,
 }
 

@@ -1,9 +1,10 @@
-//! The state of one candidate round (routing.md, "One round, per shard"):
-//! who was tried, what each answered, the hint-driven reordering, what to
-//! invalidate when the round ends, and which error is strongest. Every
-//! transition is a named method over plain values; the shard's retry engine
-//! ([`ShardMachine`](super::engine::ShardMachine)) owns the round together
-//! with the Region it walks, and passes that Region in.
+//! The state of one candidate round ([routing.md, "One round, per
+//! shard"](crate::spec::routing#one-round-per-shard)): who was tried, what each
+//! answered, the hint-driven reordering, what to invalidate when the round
+//! ends, and which error is strongest. Every transition is a named method over
+//! plain values; the shard's retry engine
+//! ([`ShardMachine`](super::engine::ShardMachine)) owns the round together with
+//! the Region it walks, and passes that Region in.
 
 use crate::proto::{errorpb, metapb};
 use crate::region::{CandidateOrder, RegionWithLeader, StoreId};
@@ -144,7 +145,8 @@ impl CandidateRound {
 
     /// True once a candidate of this round failed to be reached (mapping or
     /// transport): a round that then ends without success drops the Region
-    /// route too (routing.md, "One round").
+    /// route too ([routing.md, "One
+    /// round"](crate::spec::routing#one-round-per-shard)).
     pub(crate) fn saw_routing_failure(&self) -> bool {
         self.routing_error.is_some()
     }
@@ -304,9 +306,9 @@ impl CandidateRound {
 
     /// The round ends on a Region error. It ends without success, so a
     /// routing failure seen earlier in it drops the Region route as well
-    /// (routing.md, "One round": a transport failure invalidates "the Region
-    /// too if the round ends without success"), unless the answer named the
-    /// leader to retry at once.
+    /// ([routing.md, "One round"](crate::spec::routing#one-round-per-shard): a
+    /// transport failure invalidates "the Region too if the round ends without
+    /// success"), unless the answer named the leader to retry at once.
     fn end_round(&mut self, mut action: RegionErrorAction, error: errorpb::Error) -> CandidateStep {
         if self.routing_error.is_some() && action.update_leader.is_none() {
             action.invalidate_region = true;
@@ -407,9 +409,10 @@ impl CandidateRound {
     }
 }
 
-/// Per-shard `ServerIsBusy(0)` counting (routing.md, "ServerIsBusy(0)
-/// follower probe"), used when the shared suspicion is off or absent. The
-/// one-probe-per-request budget is the request's, not the shard's.
+/// Per-shard `ServerIsBusy(0)` counting ([routing.md, "ServerIsBusy(0)
+/// follower probe"](crate::spec::routing#serverisbusy0-follower-probe)), used
+/// when the shared suspicion is off or absent. The one-probe-per-request budget
+/// is the request's, not the shard's.
 #[derive(Debug, Default, Clone)]
 pub(crate) struct BusyProbeCount {
     leader_peer_id: Option<u64>,

@@ -59,8 +59,9 @@ const PRINTABLE: (u8, u8) = (0x21, 0x7e);
 /// two characters deep) into `regions` Regions of even width, each the
 /// memcomparable encoding ([`codec::encode_bytes`](super::codec::encode_bytes))
 /// of its key. Transactional clients decode every Region boundary PD
-/// returns (txn.md, "Key encoding"), so these are valid encodings; to a raw
-/// client they are plain bytes. At most 94 × 94 Regions.
+/// returns ([txn.md, "Key encoding"](crate::spec::txn#key-encoding-api-v1)), so
+/// these are valid encodings; to a raw client they are plain bytes. At most 94
+/// × 94 Regions.
 pub fn even_split_keys(regions: usize) -> Vec<Vec<u8>> {
     even_plain_split_keys(regions)
         .iter()

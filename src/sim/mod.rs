@@ -3,7 +3,7 @@
 //!
 //! [`SimCluster`] runs one PD (or several PD members) and N stores, each a
 //! tonic server on its own loopback port, speaking the wire protocol of
-//! `shared/docs/wire.md`. Any TiKV client can bootstrap from
+//! [wire.md](crate::spec::wire). Any TiKV client can bootstrap from
 //! [`SimCluster::pd_addr`] and run raw KV or transactions against it. It is strict: a request
 //! with a wrong context gets the Region error real TiKV would give.
 //!
@@ -118,24 +118,25 @@
 //! labels of [`TXN_METHODS`]); keys are compared with the Region on their
 //! memcomparable encoding ([`codec`]), since Region boundaries are encoded
 //! keys for transactional clients. Each Region keeps Percolator's lock,
-//! write and data column families (`txn.md`), shared by its peers and apart
-//! from the raw data, and answers as TiKV does: snapshot reads blocked by
-//! Put/Delete locks at or below their ts (`Context.resolved_locks` and read
-//! committed bypass them), write conflicts (a later rollback record
-//! conflicts too), `AlreadyExist` for Insert/CheckNotExists, idempotent
-//! resends of prewrite and commit, `TxnLockNotFound` after a rollback,
-//! `CommitTsExpired`, async commit whose `min_commit_ts` exceeds every read
-//! ts the Region has seen (`max_ts`), 1PC (falling back to 2PC, both ts 0,
-//! above `max_commit_ts`), `CheckTxnStatus` with every action (TTL measured
-//! on the physical part of `current_ts`), `CheckSecondaryLocks` (a missing
-//! secondary is rolled back and reported rolled back), `ResolveLock`
-//! (Region-wide, by `txn_infos`, or by keys), pessimistic locks that never
-//! wait (a lock is answered at once), heart beats, paged `ScanLock`,
-//! `DeleteRange`, store-wide `UnsafeDestroyRange` (no Region context) and
-//! `GC` at a safe point. Assertions (`Mutation.assertion` with an
-//! assertion level) are not checked, and a rollback at a ts another
-//! transaction committed at is not marked on that record (TiKV's
-//! "overlapped rollback"): timestamps from the TSO never collide.
+//! write and data column families
+//! ([txn.md](crate::spec::txn#the-simulated-clusters-side)), shared by its
+//! peers and apart from the raw data, and answers as TiKV does: snapshot reads
+//! blocked by Put/Delete locks at or below their ts (`Context.resolved_locks`
+//! and read committed bypass them), write conflicts (a later rollback record
+//! conflicts too), `AlreadyExist` for Insert/CheckNotExists, idempotent resends
+//! of prewrite and commit, `TxnLockNotFound` after a rollback,
+//! `CommitTsExpired`, async commit whose `min_commit_ts` exceeds every read ts
+//! the Region has seen (`max_ts`), 1PC (falling back to 2PC, both ts 0, above
+//! `max_commit_ts`), `CheckTxnStatus` with every action (TTL measured on the
+//! physical part of `current_ts`), `CheckSecondaryLocks` (a missing secondary
+//! is rolled back and reported rolled back), `ResolveLock` (Region-wide, by
+//! `txn_infos`, or by keys), pessimistic locks that never wait (a lock is
+//! answered at once), heart beats, paged `ScanLock`, `DeleteRange`, store-wide
+//! `UnsafeDestroyRange` (no Region context) and `GC` at a safe point.
+//! Assertions (`Mutation.assertion` with an assertion level) are not checked,
+//! and a rollback at a ts another transaction committed at is not marked on
+//! that record (TiKV's "overlapped rollback"): timestamps from the TSO never
+//! collide.
 //!
 //! Data is one map per Region shared by all its peers (a replicated state
 //! machine) behind the cluster lock, so it is linearizable and
@@ -192,7 +193,8 @@
 //! `pd=127.0.0.1:2379` (the real address) on stdout when ready, and runs
 //! until killed. Its control port (`--control ADDR`, default
 //! `127.0.0.1:0`, announced on stderr as `control=ADDR`) takes the text
-//! commands documented in [`control`]. `SIM.md` shows a shell session.
+//! commands documented in [`control`]; the README's "Driving faults from a
+//! shell" shows a session.
 
 pub mod chaos;
 mod cluster;

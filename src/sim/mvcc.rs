@@ -1,9 +1,11 @@
 //! The transactional data of one Region: Percolator's three column families
-//! (txn.md, "The model") over memcomparable-encoded keys, and every
-//! transactional command as a plain function over them. No I/O, no clock:
-//! lock TTLs are measured against the `current_ts` a request carries, whose
-//! physical part comes from the TSO, as TiKV does. All peers of a Region
-//! share one `Mvcc`, so it is linearizable under the cluster lock.
+//! ([txn.md, "The
+//! model"](crate::spec::txn#the-model-percolator-as-tikv-runs-it)) over
+//! memcomparable-encoded keys, and every transactional command as a plain
+//! function over them. No I/O, no clock: lock TTLs are measured against the
+//! `current_ts` a request carries, whose physical part comes from the TSO, as
+//! TiKV does. All peers of a Region share one `Mvcc`, so it is linearizable
+//! under the cluster lock.
 //!
 //! A command that fails on one key writes nothing (TiKV discards the
 //! command's write batch), except resolve-lock, which TiKV also applies

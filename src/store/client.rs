@@ -21,7 +21,8 @@ use tonic::client::Grpc;
 
 /// Opens [`KvRpcClient`]s. Connection setup is bounded by the connect
 /// timeout, so an address that drops packets cannot stall a candidate round
-/// (routing.md, "Connections"); each RPC is bounded by the request timeout.
+/// ([routing.md, "Connections"](crate::spec::routing#connections)); each RPC is
+/// bounded by the request timeout.
 #[derive(Debug, Clone)]
 pub struct TikvConnect {
     security: Arc<SecurityManager>,

@@ -92,7 +92,8 @@ impl std::fmt::Debug for Store {
 /// A Region, the peer a request targets in it, and a client connected to
 /// that peer's store. The target is the cached leader on the fast path and
 /// another voter during fallback; the Region (id, epoch) is always the cached
-/// one (routing.md, "Invariants").
+/// one ([routing.md,
+/// "Invariants"](crate::spec::routing#invariants-never-broken)).
 #[derive(Clone)]
 pub struct RegionStore {
     /// The cached Region, with the cached leader.

@@ -1,7 +1,8 @@
 //! [`CodecPdClient`]: the PD view of a transactional client. Transactional
 //! keys live in TiKV in the memcomparable encoding and PD reports Region
-//! boundaries encoded (txn.md, "Key encoding"); this wrapper looks keys up
-//! by their encoding and hands the plan Regions with decoded boundaries, so
+//! boundaries encoded ([txn.md, "Key
+//! encoding"](crate::spec::txn#key-encoding-api-v1)); this wrapper looks keys
+//! up by their encoding and hands the plan Regions with decoded boundaries, so
 //! requests carry the caller's keys and sharding compares like with like.
 
 use std::sync::Arc;

@@ -1,12 +1,13 @@
-//! Lock resolution (txn.md, "The model", lock resolution): a reader or
-//! writer that meets another transaction's lock asks the lock's primary for
-//! the transaction's status (`CheckTxnStatus`), and for an async-commit
-//! primary asks the secondaries (`CheckSecondaryLocks`, with the
-//! missing-lock rule); a finished transaction's locks are then resolved per
-//! Region (`ResolveLock`), once per (transaction, Region) however many
-//! readers meet them at the same time. A live lock is waited out by its TTL
-//! (the [`ResolveLock`](crate::request::ResolveLock) stage sleeps, bounded
-//! by the request deadline).
+//! Lock resolution ([txn.md, "The
+//! model"](crate::spec::txn#the-model-percolator-as-tikv-runs-it), lock
+//! resolution): a reader or writer that meets another transaction's lock asks
+//! the lock's primary for the transaction's status (`CheckTxnStatus`), and for
+//! an async-commit primary asks the secondaries (`CheckSecondaryLocks`, with
+//! the missing-lock rule); a finished transaction's locks are then resolved per
+//! Region (`ResolveLock`), once per (transaction, Region) however many readers
+//! meet them at the same time. A live lock is waited out by its TTL (the
+//! [`ResolveLock`](crate::request::ResolveLock) stage sleeps, bounded by the
+//! request deadline).
 //!
 //! The decisions are pure functions over the answers: [`txn_status`] and
 //! [`secondaries_outcome`]; [`LockResolver`] only carries them out.
@@ -106,8 +107,9 @@ pub enum SecondariesOutcome {
 }
 
 /// The missing-lock rule: compares, per Region, the keys sent with the
-/// locks found (txn.md, "Known upstream defects": client-rust never does),
-/// and folds in the primary's own `min_commit_ts`.
+/// locks found ([txn.md, "Known upstream
+/// defects"](crate::spec::txn#known-upstream-defects-not-to-copy-client-rust-040):
+/// client-rust never does), and folds in the primary's own `min_commit_ts`.
 pub fn secondaries_outcome(
     answers: &[(Vec<Vec<u8>>, kvrpcpb::CheckSecondaryLocksResponse)],
     primary_min_commit_ts: u64,

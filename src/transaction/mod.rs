@@ -1,10 +1,12 @@
 //! The transactional client, with client-rust 0.4.0's API:
 //! [`TransactionClient`], [`Transaction`], [`Snapshot`],
-//! [`TransactionOptions`] (txn.md has the model and the behaviour).
+//! [`TransactionOptions`] ([txn.md](crate::spec::txn) has the model and the
+//! behaviour).
 //!
 //! Every transactional RPC runs through the request plan, so it routes
 //! leader-first with voter fallback, store health and the busy probe like
-//! raw KV. Where client-rust is wrong (txn.md, "Known upstream defects"),
+//! raw KV. Where client-rust is wrong ([txn.md, "Known upstream
+//! defects"](crate::spec::txn#known-upstream-defects-not-to-copy-client-rust-040)),
 //! this client differs:
 //!
 //! - a commit point (the primary's commit; a prewrite under async commit or

@@ -35,7 +35,8 @@ pub struct RetryOptions {
     pub region_backoff: Backoff,
     /// Kept for client-rust compatibility. Locks are waited out by their
     /// TTL within [`Config::request_deadline`](crate::Config::request_deadline)
-    /// instead of by this schedule (txn.md, "Behaviour we require").
+    /// instead of by this schedule ([txn.md, "Behaviour we
+    /// require"](crate::spec::txn#behaviour-we-require)).
     pub lock_backoff: Backoff,
 }
 

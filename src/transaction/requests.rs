@@ -1,7 +1,8 @@
 //! Transactional requests for the plan: constructors, and the `KvRequest`,
 //! `Shardable`, `Batchable`, `HasRegionError`, `HasKeyErrors` and
 //! [`HasLocks`] implementations of every transactional request the client
-//! sends (wire.md has their fields, txn.md their meaning).
+//! sends ([wire.md](crate::spec::wire#transactional-kvrpcpb-for-txnmd) has
+//! their fields, [txn.md](crate::spec::txn) their meaning).
 //!
 //! Keys on the wire are the caller's keys; the Regions the plan shards by
 //! come from [`CodecPdClient`](super::CodecPdClient), which looks keys up by
@@ -9,8 +10,9 @@
 //! keys always lie in its Region.
 //!
 //! Replay: every request here is idempotent at TiKV for the same start and
-//! commit timestamps (txn.md, "Behaviour we require"), so fallback may
-//! re-send each of them; the commit point is marked per plan with
+//! commit timestamps ([txn.md, "Behaviour we
+//! require"](crate::spec::txn#behaviour-we-require)), so fallback may re-send
+//! each of them; the commit point is marked per plan with
 //! [`PlanBuilder::commit_point`](crate::request::PlanBuilder::commit_point).
 
 use std::sync::Arc;

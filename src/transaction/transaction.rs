@@ -987,7 +987,8 @@ impl<PdC: PdClient> Transaction<PdC> {
     }
 
     /// Best effort: a failed prewrite's locks are rolled back instead of
-    /// being left for readers to wait out (txn.md).
+    /// being left for readers to wait out
+    /// ([txn.md](crate::spec::txn#behaviour-we-require)).
     async fn rollback_after_failed_prewrite(&self, keys: Vec<Vec<u8>>) {
         bump(&self.shared.counters.prewrite_rollbacks);
         if let Err(e) = self.batch_rollback(keys).await {
@@ -1111,10 +1112,12 @@ impl<PdC: PdClient> Transaction<PdC> {
         let mut ended = self.ended.subscribe();
         tokio::spawn(async move {
             loop {
-                tokio::select! {
-                    _ = tokio::time::sleep(interval) => {}
-                    // Ended, or the transaction was dropped.
-                    _ = ended.changed() => return,
+                // Ended, or the transaction was dropped, before the interval.
+                if tokio::time::timeout(interval, ended.changed())
+                    .await
+                    .is_ok()
+                {
+                    return;
                 }
                 if *ended.borrow() {
                     return;

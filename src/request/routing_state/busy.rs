@@ -110,9 +110,11 @@ impl ProbeWaiter {
     }
 }
 
-/// The shared `ServerIsBusy(0)` suspicion of every Region (routing.md,
-/// "ServerIsBusy(0) follower probe", **beyond**): counts per (Region,
-/// leader) within a window, and at most one probe per Region in flight.
+/// The shared `ServerIsBusy(0)` suspicion of every Region ([routing.md,
+/// "ServerIsBusy(0) follower
+/// probe"](crate::spec::routing#serverisbusy0-follower-probe), **beyond**):
+/// counts per (Region, leader) within a window, and at most one probe per
+/// Region in flight.
 #[derive(Debug)]
 pub(crate) struct BusySuspicions {
     window: Duration,

@@ -1,4 +1,5 @@
-//! The routing counters of routing.md, "Observability", and the snapshot a
+//! The routing counters of [routing.md,
+//! "Observability"](crate::spec::routing#observability), and the snapshot a
 //! user reads ([`RoutingStats`]).
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -24,7 +25,8 @@ pub struct RoutingStats {
     /// RPCs in flight right now (each holds one concurrency permit).
     pub rpcs_in_flight: u64,
     /// Writes that ended undetermined: they may have reached a store, so
-    /// they were not re-sent (routing.md, "Replay safety").
+    /// they were not re-sent ([routing.md, "Replay
+    /// safety"](crate::spec::routing#replay-safety)).
     pub undetermined_writes: u64,
 }
 

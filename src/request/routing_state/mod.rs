@@ -1,8 +1,9 @@
 //! Client-wide routing knowledge shared by every request of one client
-//! (routing.md, "Store health" and the shared `ServerIsBusy(0)` suspicion),
-//! and the counters of "Observability". All methods are synchronous and
-//! hold a lock only for a map lookup. One concept a file: `store_health`,
-//! `busy` (the suspicion and its probe), `counters`.
+//! ([routing.md, "Store health"](crate::spec::routing#store-health-beyond) and
+//! the shared `ServerIsBusy(0)` suspicion), and the counters of
+//! ["Observability"](crate::spec::routing#observability). All methods are
+//! synchronous and hold a lock only for a map lookup. One concept a file:
+//! `store_health`, `busy` (the suspicion and its probe), `counters`.
 
 mod busy;
 mod counters;
@@ -143,7 +144,7 @@ impl RoutingState {
     /// Records a `ServerIsBusy(0)` from `leader_peer_id`, the cached leader of
     /// `region_id`, shared across requests within the probe window. With
     /// `may_probe` false (the request already probed) the verdict is never
-    /// [`BusyVerdict::Probe`].
+    /// `BusyVerdict::Probe`.
     pub fn busy_zero_wait(
         &self,
         region_id: RegionId,

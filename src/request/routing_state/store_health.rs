@@ -1,5 +1,6 @@
-//! Client-wide store health (routing.md, "Store health"): which stores cool
-//! down after a transport failure or consecutive timeouts.
+//! Client-wide store health ([routing.md, "Store
+//! health"](crate::spec::routing#store-health-beyond)): which stores cool down
+//! after a transport failure or consecutive timeouts.
 
 use std::collections::HashMap;
 use std::sync::RwLock;
