@@ -194,7 +194,9 @@ fn check_count(what: &str, got: usize, want: usize) -> Result<(), String> {
 
 async fn plan_run(c: &tikv_plan::RawClient, request: &Request<'_>) -> Result<(), String> {
     match request {
-        Request::Get { key, .. } => check_value(c.get(key.to_vec()).await.map_err(|e| e.to_string())?),
+        Request::Get { key, .. } => {
+            check_value(c.get(key.to_vec()).await.map_err(|e| e.to_string())?)
+        }
         Request::Put { key, value, .. } => c
             .put(key.to_vec(), value.to_vec())
             .await
@@ -220,7 +222,9 @@ async fn plan_run(c: &tikv_plan::RawClient, request: &Request<'_>) -> Result<(),
 
 async fn upstream_run(c: &tikv_client::RawClient, request: &Request<'_>) -> Result<(), String> {
     match request {
-        Request::Get { key, .. } => check_value(c.get(key.to_vec()).await.map_err(|e| e.to_string())?),
+        Request::Get { key, .. } => {
+            check_value(c.get(key.to_vec()).await.map_err(|e| e.to_string())?)
+        }
         Request::Put { key, value, .. } => c
             .put(key.to_vec(), value.to_vec())
             .await
@@ -353,7 +357,11 @@ pub async fn loader(pd: &str) -> Result<Client, String> {
 }
 
 /// Loads `pairs` in chunks, `chunk` pairs per `batch_put`.
-pub async fn load(client: &Client, pairs: Vec<(Vec<u8>, Vec<u8>)>, chunk: usize) -> Result<(), String> {
+pub async fn load(
+    client: &Client,
+    pairs: Vec<(Vec<u8>, Vec<u8>)>,
+    chunk: usize,
+) -> Result<(), String> {
     for part in pairs.chunks(chunk.max(1)) {
         client.batch_put(part.to_vec()).await?;
     }

@@ -19,15 +19,20 @@ use crate::workload::{key, value};
 #[derive(Debug, Clone)]
 pub enum Outcome {
     /// Done after this long.
-    Finished(Duration),
+    Finished {
+        /// Time taken.
+        took: Duration,
+        /// How it went, for a note under the table (may be empty).
+        detail: String,
+    },
     /// Not done by the cap.
     NotFinished {
         /// The cap.
         cap: Duration,
         /// Keys read by then (dead store) or attempts made (failover).
         progress: String,
-        /// The last error a client call returned.
-        last_error: Option<String>,
+        /// The first and the last error client calls returned.
+        errors: String,
     },
 }
 
@@ -71,7 +76,9 @@ pub async fn failover(sim_binary: &Path, kind: Kind, cap: Duration) -> Result<Ou
     let the_key = key(&target.key_prefix()?, 0);
     let the_value = value();
     let loader = clients::loader(&sim.pd).await?;
-    loader.batch_put(vec![(the_key.clone(), the_value.clone())]).await?;
+    loader
+        .batch_put(vec![(the_key.clone(), the_value.clone())])
+        .await?;
     drop(loader);
 
     let client = Client::connect(kind, &sim.pd, &mut control, &regions).await?;
@@ -84,21 +91,30 @@ pub async fn failover(sim_binary: &Path, kind: Kind, cap: Duration) -> Result<Ou
     control.command(&format!("down {FAILING_STORE}")).await?;
     let started = Instant::now();
     let mut attempts = 0u64;
-    let mut last_error = None;
+    let mut first_error: Option<String> = None;
+    let mut last_error: Option<String> = None;
     loop {
         let left = cap.saturating_sub(started.elapsed());
         if left.is_zero() {
             return Ok(Outcome::NotFinished {
                 cap,
-                progress: format!("{attempts} reads tried"),
-                last_error,
+                progress: format!("{attempts} read(s) tried"),
+                errors: error_text(&first_error, &last_error),
             });
         }
         attempts += 1;
         match client.get_within(&the_key, left).await {
-            Ok(Some(v)) if v == the_value => return Ok(Outcome::Finished(started.elapsed())),
+            Ok(Some(v)) if v == the_value => {
+                return Ok(Outcome::Finished {
+                    took: started.elapsed(),
+                    detail: format!("{attempts} read(s)"),
+                })
+            }
             Ok(other) => last_error = Some(format!("wrong answer {other:?}")),
             Err(e) => last_error = Some(e),
+        }
+        if first_error.is_none() {
+            first_error = last_error.clone();
         }
     }
 }
@@ -136,7 +152,10 @@ pub async fn dead_store(
     }
     let the_value = value();
     let loader = clients::loader(&sim.pd).await?;
-    let pairs: Vec<_> = keys.iter().map(|k| (k.clone(), the_value.clone())).collect();
+    let pairs: Vec<_> = keys
+        .iter()
+        .map(|k| (k.clone(), the_value.clone()))
+        .collect();
     clients::load(&loader, pairs, 256).await?;
     drop(loader);
 
@@ -159,38 +178,85 @@ pub async fn dead_store(
     let started = Instant::now();
     let run = read_all(&client, &keys, tasks, cap).await;
     let took = started.elapsed();
+    let at = |fraction: f64| -> String {
+        let mut done = run.done_at.clone();
+        done.sort();
+        let index = ((fraction * keys.len() as f64).ceil() as usize).max(1) - 1;
+        done.get(index)
+            .map(|d| format!("{:.2} s", d.as_secs_f64()))
+            .unwrap_or_else(|| "never".to_owned())
+    };
+    let timeline = if run.done_at.is_empty() {
+        "none read".to_owned()
+    } else {
+        format!(
+            "first key read after {}, half after {}, 99 % after {}",
+            at(0.0),
+            at(0.5),
+            at(0.99)
+        )
+    };
     if run.read == keys.len() {
-        Ok(Outcome::Finished(took))
+        Ok(Outcome::Finished {
+            took,
+            detail: timeline,
+        })
     } else {
         Ok(Outcome::NotFinished {
             cap,
-            progress: format!("{} of {} keys read", run.read, keys.len()),
-            last_error: run.last_error,
+            progress: format!("{} of {} keys read ({timeline})", run.read, keys.len()),
+            errors: error_text(&run.first_error, &run.last_error),
         })
+    }
+}
+
+fn error_text(first: &Option<String>, last: &Option<String>) -> String {
+    match (first, last) {
+        (None, _) => "no client error".to_owned(),
+        (Some(f), Some(l)) if f != l => format!("first error: {f}; last error: {l}"),
+        (Some(f), _) => format!("error: {f}"),
     }
 }
 
 struct ReadAll {
     read: usize,
+    /// When each key was read, from the start.
+    done_at: Vec<Duration>,
+    first_error: Option<String>,
     last_error: Option<String>,
 }
 
 /// `tasks` tasks take keys in turn and read each until it answers with a
 /// value, all within `cap`.
-async fn read_all(client: &Client, keys: &Arc<Vec<Vec<u8>>>, tasks: usize, cap: Duration) -> ReadAll {
-    let deadline = Instant::now() + cap;
+async fn read_all(
+    client: &Client,
+    keys: &Arc<Vec<Vec<u8>>>,
+    tasks: usize,
+    cap: Duration,
+) -> ReadAll {
+    let started = Instant::now();
+    let deadline = started + cap;
     let next = Arc::new(AtomicUsize::new(0));
-    let read = Arc::new(AtomicUsize::new(0));
-    let last_error = Arc::new(std::sync::Mutex::new(None));
+    let done_at = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let errors: Arc<std::sync::Mutex<(Option<String>, Option<String>)>> =
+        Arc::new(std::sync::Mutex::new((None, None)));
     let mut set = tokio::task::JoinSet::new();
     for _ in 0..tasks {
-        let (client, keys, next, read, last_error) = (
+        let (client, keys, next, done_at, errors) = (
             client.clone(),
             keys.clone(),
             next.clone(),
-            read.clone(),
-            last_error.clone(),
+            done_at.clone(),
+            errors.clone(),
         );
+        let note = move |error: String| {
+            if let Ok(mut e) = errors.lock() {
+                if e.0.is_none() {
+                    e.0 = Some(error.clone());
+                }
+                e.1 = Some(error);
+            }
+        };
         set.spawn(async move {
             loop {
                 let i = next.fetch_add(1, Ordering::Relaxed);
@@ -202,19 +268,13 @@ async fn read_all(client: &Client, keys: &Arc<Vec<Vec<u8>>>, tasks: usize, cap: 
                     }
                     match client.get_within(k, left).await {
                         Ok(Some(_)) => {
-                            read.fetch_add(1, Ordering::Relaxed);
+                            if let Ok(mut d) = done_at.lock() {
+                                d.push(started.elapsed());
+                            }
                             break;
                         }
-                        Ok(None) => {
-                            if let Ok(mut e) = last_error.lock() {
-                                *e = Some("key not found".to_owned());
-                            }
-                        }
-                        Err(error) => {
-                            if let Ok(mut e) = last_error.lock() {
-                                *e = Some(error);
-                            }
-                        }
+                        Ok(None) => note("key not found".to_owned()),
+                        Err(error) => note(error),
                     }
                 }
             }
@@ -226,9 +286,12 @@ async fn read_all(client: &Client, keys: &Arc<Vec<Vec<u8>>>, tasks: usize, cap: 
     })
     .await;
     set.abort_all();
-    let last_error = last_error.lock().ok().and_then(|e| e.clone());
+    let done_at = done_at.lock().map(|d| d.clone()).unwrap_or_default();
+    let (first_error, last_error) = errors.lock().map(|e| e.clone()).unwrap_or_default();
     ReadAll {
-        read: read.load(Ordering::Relaxed),
+        read: done_at.len(),
+        done_at,
+        first_error,
         last_error,
     }
 }

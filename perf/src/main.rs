@@ -78,7 +78,11 @@ fn parse_args(args: impl Iterator<Item = String>) -> Result<Plan, String> {
             "--rounds" => rounds = Some(number()?.max(1) as usize),
             "--window-ms" => window = Some(Duration::from_millis(number()?.max(10))),
             "--only" if value == "throughput" || value == "faults" => only = Some(value),
-            "--only" => return Err(format!("--only must be throughput or faults, not {value:?}")),
+            "--only" => {
+                return Err(format!(
+                    "--only must be throughput or faults, not {value:?}"
+                ))
+            }
             "--label" => label = value,
             other => return Err(format!("unknown option {other}")),
         }
@@ -137,7 +141,10 @@ async fn throughput(plan: &Plan, kinds: &[Kind]) -> Result<BTreeMap<Cell, Vec<Sa
 
     let mut connected = Vec::new();
     for &kind in kinds {
-        connected.push((kind, Client::connect(kind, &sim.pd, &mut control, &regions).await?));
+        connected.push((
+            kind,
+            Client::connect(kind, &sim.pd, &mut control, &regions).await?,
+        ));
     }
     // Warm-up: caches filled, connections open, allocators grown.
     let warm = plan.window.min(Duration::from_millis(500));
@@ -164,7 +171,11 @@ async fn throughput(plan: &Plan, kinds: &[Kind]) -> Result<BTreeMap<Cell, Vec<Sa
             "round {}/{}: {}",
             round + 1,
             plan.rounds,
-            order.iter().map(|(k, _)| k.label()).collect::<Vec<_>>().join(", ")
+            order
+                .iter()
+                .map(|(k, _)| k.label())
+                .collect::<Vec<_>>()
+                .join(", ")
         );
         for op in Op::ALL {
             for tasks in TASKS {
@@ -174,7 +185,11 @@ async fn throughput(plan: &Plan, kinds: &[Kind]) -> Result<BTreeMap<Cell, Vec<Sa
                         workload::closed_loop(client, &layout, op, tasks, plan.window, &sim, seed)
                             .await;
                     results
-                        .entry(Cell { op, tasks, kind: *kind })
+                        .entry(Cell {
+                            op,
+                            tasks,
+                            kind: *kind,
+                        })
                         .or_default()
                         .push(sample);
                 }
@@ -184,7 +199,10 @@ async fn throughput(plan: &Plan, kinds: &[Kind]) -> Result<BTreeMap<Cell, Vec<Sa
     Ok(results)
 }
 
-async fn faults(plan: &Plan, kinds: &[Kind]) -> Result<(Vec<(Kind, Vec<Outcome>)>, Vec<(Kind, Vec<Outcome>)>), String> {
+async fn faults(
+    plan: &Plan,
+    kinds: &[Kind],
+) -> Result<(Vec<(Kind, Vec<Outcome>)>, Vec<(Kind, Vec<Outcome>)>), String> {
     // The bare call does no routing: it has nothing to fail over to.
     let routed: Vec<Kind> = kinds.iter().copied().filter(|k| *k != Kind::Bare).collect();
     let mut failover = Vec::new();
@@ -221,7 +239,13 @@ async fn run(plan: Plan) -> Result<(), String> {
     let kinds = Kind::all();
     println!(
         "{}",
-        report::header(&plan.label, &machine(), plan.quick, plan.rounds, plan.window)
+        report::header(
+            &plan.label,
+            &machine(),
+            plan.quick,
+            plan.rounds,
+            plan.window
+        )
     );
     if plan.throughput {
         let results = throughput(&plan, &kinds).await?;
@@ -229,10 +253,7 @@ async fn run(plan: Plan) -> Result<(), String> {
     }
     if plan.faults {
         let (failover, dead) = faults(&plan, &kinds).await?;
-        println!(
-            "{}",
-            report::failover_table(&failover, plan.failover_cap)
-        );
+        println!("{}", report::failover_table(&failover, plan.failover_cap));
         println!(
             "{}",
             report::dead_store_table(&dead, plan.dead_store_regions, plan.dead_store_cap)
@@ -252,7 +273,10 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
         Ok(r) => r,
         Err(e) => {
             eprintln!("tikv-plan-perf: cannot start the runtime: {e}");

@@ -58,7 +58,13 @@ fn ratios(this: &[Sample], reference: &[Sample]) -> [f64; 4] {
 
 fn ratio_text(r: [f64; 4]) -> String {
     r.iter()
-        .map(|x| if x.is_finite() { format!("{x:.2}") } else { "?".to_owned() })
+        .map(|x| {
+            if x.is_finite() {
+                format!("{x:.2}")
+            } else {
+                "?".to_owned()
+            }
+        })
         .collect::<Vec<_>>()
         .join(" · ")
 }
@@ -66,7 +72,15 @@ fn ratio_text(r: [f64; 4]) -> String {
 /// The lines above the tables: when, where, what.
 pub fn header(label: &str, machine: &str, quick: bool, rounds: usize, window: Duration) -> String {
     let mut out = String::new();
-    let _ = writeln!(out, "### Side by side{}", if quick { " (quick smoke run: numbers are not meaningful)" } else { "" });
+    let _ = writeln!(
+        out,
+        "### Side by side{}",
+        if quick {
+            " (quick smoke run: numbers are not meaningful)"
+        } else {
+            ""
+        }
+    );
     let _ = writeln!(out);
     if !label.is_empty() {
         let _ = writeln!(out, "Run: {label}. ");
@@ -74,7 +88,7 @@ pub fn header(label: &str, machine: &str, quick: bool, rounds: usize, window: Du
     let _ = writeln!(
         out,
         "Machine: {machine}. One `tikv-sim` child process (3 stores, 8 Regions), {KEY_LEN} B keys, \
-         {VALUE_LEN} B values, closed loop; {rounds} rounds of {} ms per client and cell, the \
+         {VALUE_LEN} B values, closed loop; {rounds} round(s) of {} ms per client and cell, the \
          client order rotated each round.",
         window.as_millis()
     );
@@ -83,7 +97,7 @@ pub fn header(label: &str, machine: &str, quick: bool, rounds: usize, window: Du
 
 fn fmt_outcome(o: &Outcome) -> String {
     match o {
-        Outcome::Finished(d) => fmt_duration(*d),
+        Outcome::Finished { took, .. } => fmt_duration(*took),
         Outcome::NotFinished { cap, .. } => format!("not finished in {} s", cap.as_secs()),
     }
 }
@@ -102,7 +116,7 @@ fn fmt_duration(d: Duration) -> String {
 fn median_outcome(outcomes: &[Outcome]) -> Option<&Outcome> {
     let mut sorted: Vec<&Outcome> = outcomes.iter().collect();
     sorted.sort_by_key(|o| match o {
-        Outcome::Finished(d) => *d,
+        Outcome::Finished { took, .. } => *took,
         Outcome::NotFinished { .. } => Duration::MAX,
     });
     sorted.get(sorted.len() / 2).copied()
@@ -123,7 +137,8 @@ pub fn throughput_table(results: &BTreeMap<Cell, Vec<Sample>>, kinds: &[Kind]) -
             let get = |kind: Kind| results.get(&Cell { op, tasks, kind });
             for &kind in kinds {
                 let Some(samples) = get(kind) else { continue };
-                let med = |f: fn(&Sample) -> f64| median(&samples.iter().map(f).collect::<Vec<_>>());
+                let med =
+                    |f: fn(&Sample) -> f64| median(&samples.iter().map(f).collect::<Vec<_>>());
                 let versus = |reference: Kind| match get(reference) {
                     Some(r) if reference != kind => ratio_text(ratios(samples, r)),
                     _ => "—".to_owned(),
@@ -143,7 +158,10 @@ pub fn throughput_table(results: &BTreeMap<Cell, Vec<Sample>>, kinds: &[Kind]) -
                 );
                 let errors: u64 = samples.iter().map(|s| s.errors).sum();
                 if errors > 0 {
-                    let first = samples.iter().find_map(|s| s.first_error.clone()).unwrap_or_default();
+                    let first = samples
+                        .iter()
+                        .find_map(|s| s.first_error.clone())
+                        .unwrap_or_default();
                     notes.push(format!(
                         "- {} {} ({tasks} tasks): {errors} failed operations over all rounds; first: {first}",
                         kind.label(),
@@ -179,22 +197,24 @@ fn outcomes_table(title: &str, column: &str, rows: &[(Kind, Vec<Outcome>)]) -> S
     let _ = writeln!(out, "|---|---|---|");
     let mut notes = Vec::new();
     for (kind, outcomes) in rows {
-        let median = median_outcome(outcomes).map(fmt_outcome).unwrap_or_default();
-        let each = outcomes.iter().map(fmt_outcome).collect::<Vec<_>>().join(" / ");
+        let median = median_outcome(outcomes)
+            .map(fmt_outcome)
+            .unwrap_or_default();
+        let each = outcomes
+            .iter()
+            .map(fmt_outcome)
+            .collect::<Vec<_>>()
+            .join(" / ");
         let _ = writeln!(out, "| {} | {median} | {each} |", kind.label());
-        for o in outcomes {
-            if let Outcome::NotFinished {
-                progress,
-                last_error,
-                ..
-            } = o
-            {
-                notes.push(format!(
-                    "- {}: {progress}; last error: {}",
-                    kind.label(),
-                    last_error.as_deref().unwrap_or("none")
-                ));
-            }
+        for (trial, o) in outcomes.iter().enumerate() {
+            let text = match o {
+                Outcome::Finished { detail, .. } if detail.is_empty() => continue,
+                Outcome::Finished { detail, .. } => detail.clone(),
+                Outcome::NotFinished {
+                    progress, errors, ..
+                } => format!("{progress}; {errors}"),
+            };
+            notes.push(format!("- {} trial {}: {text}", kind.label(), trial + 1));
         }
     }
     if !notes.is_empty() {
@@ -270,11 +290,30 @@ mod tests {
         let not = Outcome::NotFinished {
             cap,
             progress: String::new(),
-            last_error: None,
+            errors: String::new(),
         };
-        let two = [Outcome::Finished(Duration::from_secs(1)), not.clone()];
-        assert_eq!(fmt_outcome(median_outcome(&two).unwrap()), "not finished in 60 s");
-        let three = [Outcome::Finished(Duration::from_millis(3)), not, Outcome::Finished(Duration::from_millis(2))];
+        let two = [
+            Outcome::Finished {
+                took: Duration::from_secs(1),
+                detail: String::new(),
+            },
+            not.clone(),
+        ];
+        assert_eq!(
+            fmt_outcome(median_outcome(&two).unwrap()),
+            "not finished in 60 s"
+        );
+        let three = [
+            Outcome::Finished {
+                took: Duration::from_millis(3),
+                detail: String::new(),
+            },
+            not,
+            Outcome::Finished {
+                took: Duration::from_millis(2),
+                detail: String::new(),
+            },
+        ];
         assert_eq!(fmt_outcome(median_outcome(&three).unwrap()), "3.0 ms");
         assert_eq!(median(&[3.0, 1.0, 2.0, 10.0]), 2.5);
     }

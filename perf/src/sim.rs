@@ -66,9 +66,9 @@ impl Sim {
             pd: String::new(),
             control: String::new(),
         };
-        let line = pd_rx.recv_timeout(STARTUP_TIMEOUT).map_err(|_| {
-            format!("tikv-sim printed no pd= line within {STARTUP_TIMEOUT:?}")
-        })?;
+        let line = pd_rx
+            .recv_timeout(STARTUP_TIMEOUT)
+            .map_err(|_| format!("tikv-sim printed no pd= line within {STARTUP_TIMEOUT:?}"))?;
         sim.pd = line
             .strip_prefix("pd=")
             .ok_or_else(|| format!("unexpected first line from tikv-sim: {line}"))?
@@ -371,7 +371,13 @@ mod tests {
         assert_eq!(r.id, 1004);
         assert_eq!(r.start, b"8P\0\0\0\0\0\0\xf9".to_vec());
         assert!(r.end.is_empty());
-        assert_eq!(r.leader, Some(PeerRef { id: 1005, store_id: 2 }));
+        assert_eq!(
+            r.leader,
+            Some(PeerRef {
+                id: 1005,
+                store_id: 2
+            })
+        );
         assert_eq!(r.peers.len(), 3);
         assert_eq!(r.key_prefix().unwrap(), b"8P".to_vec());
         assert!(r.contains(b"8P0000000000001"));

@@ -128,8 +128,7 @@ impl Layout {
         let mut keys = Vec::new();
         for region in &regions {
             let prefix = region.key_prefix()?;
-            let region_keys: Vec<Vec<u8>> =
-                (0..KEYS_PER_REGION).map(|i| key(&prefix, i)).collect();
+            let region_keys: Vec<Vec<u8>> = (0..KEYS_PER_REGION).map(|i| key(&prefix, i)).collect();
             if let Some(outside) = region_keys.iter().find(|k| !region.contains(k)) {
                 return Err(format!(
                     "key {:?} falls outside Region {}",
@@ -283,7 +282,8 @@ pub async fn closed_loop(
             let client = client.clone();
             let layout = layout.clone();
             tokio::spawn(async move {
-                let mut rng = fastrand::Rng::with_seed(seed.wrapping_mul(1000).wrapping_add(t as u64));
+                let mut rng =
+                    fastrand::Rng::with_seed(seed.wrapping_mul(1000).wrapping_add(t as u64));
                 let mut latencies: Vec<u32> = Vec::with_capacity(4096);
                 let mut errors = 0u64;
                 let mut first_error = None;
@@ -302,7 +302,8 @@ pub async fn closed_loop(
                         }
                         Err(_) => {
                             errors += 1;
-                            first_error.get_or_insert(format!("no answer within {REQUEST_BOUND:?}"));
+                            first_error
+                                .get_or_insert(format!("no answer within {REQUEST_BOUND:?}"));
                         }
                     }
                 }
@@ -323,7 +324,9 @@ pub async fn closed_loop(
             }
             Err(e) => {
                 sample.errors += 1;
-                sample.first_error.get_or_insert(format!("task failed: {e}"));
+                sample
+                    .first_error
+                    .get_or_insert(format!("task failed: {e}"));
             }
         }
     }
