@@ -199,13 +199,12 @@ async fn throughput(plan: &Plan, kinds: &[Kind]) -> Result<BTreeMap<Cell, Vec<Sa
     Ok(results)
 }
 
-async fn faults(
-    plan: &Plan,
-    kinds: &[Kind],
-) -> Result<(Vec<(Kind, Vec<Outcome>)>, Vec<(Kind, Vec<Outcome>)>), String> {
+/// The failover and dead-store comparisons; each table is printed as soon
+/// as it is complete.
+async fn faults(plan: &Plan, kinds: &[Kind]) -> Result<(), String> {
     // The bare call does no routing: it has nothing to fail over to.
     let routed: Vec<Kind> = kinds.iter().copied().filter(|k| *k != Kind::Bare).collect();
-    let mut failover = Vec::new();
+    let mut failover: Vec<(Kind, Vec<Outcome>)> = Vec::new();
     for &kind in &routed {
         let mut outcomes = Vec::new();
         for trial in 0..plan.failover_trials {
@@ -214,7 +213,8 @@ async fn faults(
         }
         failover.push((kind, outcomes));
     }
-    let mut dead = Vec::new();
+    println!("{}", report::failover_table(&failover, plan.failover_cap));
+    let mut dead: Vec<(Kind, Vec<Outcome>)> = Vec::new();
     for &kind in &routed {
         let mut outcomes = Vec::new();
         for trial in 0..plan.dead_store_trials {
@@ -232,7 +232,11 @@ async fn faults(
         }
         dead.push((kind, outcomes));
     }
-    Ok((failover, dead))
+    println!(
+        "{}",
+        report::dead_store_table(&dead, plan.dead_store_regions, plan.dead_store_cap)
+    );
+    Ok(())
 }
 
 async fn run(plan: Plan) -> Result<(), String> {
@@ -252,12 +256,7 @@ async fn run(plan: Plan) -> Result<(), String> {
         println!("{}", report::throughput_table(&results, &kinds));
     }
     if plan.faults {
-        let (failover, dead) = faults(&plan, &kinds).await?;
-        println!("{}", report::failover_table(&failover, plan.failover_cap));
-        println!(
-            "{}",
-            report::dead_store_table(&dead, plan.dead_store_regions, plan.dead_store_cap)
-        );
+        faults(&plan, &kinds).await?;
     }
     Ok(())
 }

@@ -308,10 +308,11 @@ impl RegionLine {
 
     /// The printable prefix every key of this Region may start with: the
     /// decoded start key (the sim splits at memcomparable encodings of one-
-    /// or two-character keys), or `!` for the first Region.
+    /// or two-character keys), or `!!`, the lowest two printable
+    /// characters, for the first Region (every split key is above it).
     pub fn key_prefix(&self) -> Result<Vec<u8>, String> {
         if self.start.is_empty() {
-            return Ok(b"!".to_vec());
+            return Ok(b"!!".to_vec());
         }
         // One 8-byte group then a marker byte 0xff - padding.
         let marker = *self.start.last().unwrap_or(&0);
