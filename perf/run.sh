@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# Side-by-side benchmark: builds tikv-sim and this crate in release, then
+# runs tikv-plan-perf, which starts its own tikv-sim child processes and
+# prints markdown tables on stdout (progress on stderr).
+#
+#   perf/run.sh [--quick] [--batched] [other tikv-plan-perf options]
+#
+# --quick    a smoke run (seconds, not minutes; the numbers mean nothing)
+# --batched  build with the `batched` feature (tikv-plan's RpcMode::Batched;
+#            needs a tikv-plan that has it)
+# Other options go to the program: --rounds N, --window-ms MS,
+# --only throughput|faults.
+#
+# Target dirs can be overridden: SIM_TARGET_DIR (tikv-plan) and
+# PERF_TARGET_DIR (this crate).
+set -euo pipefail
+
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+root="$(cd "$here/.." && pwd)"
+sim_target="${SIM_TARGET_DIR:-${CARGO_TARGET_DIR:-$root/target}}"
+perf_target="${PERF_TARGET_DIR:-$here/target}"
+
+features=()
+args=()
+for arg in "$@"; do
+    if [[ "$arg" == "--batched" ]]; then
+        features=(--features batched)
+    else
+        args+=("$arg")
+    fi
+done
+
+echo "building tikv-sim (release) ..." >&2
+(cd "$root" && CARGO_TARGET_DIR="$sim_target" cargo build --quiet --release --features sim --bin tikv-sim)
+echo "building tikv-plan-perf (release) ..." >&2
+(cd "$here" && CARGO_TARGET_DIR="$perf_target" cargo build --quiet --release "${features[@]}")
+
+commit="$(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo unknown)"
+label="$(date -u '+%Y-%m-%d %H:%M UTC'), commit $commit${features:+ (feature batched)}"
+exec "$perf_target/release/tikv-plan-perf" --sim "$sim_target/release/tikv-sim" \
+    --label "$label" "${args[@]}"

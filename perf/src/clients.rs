@@ -1,0 +1,369 @@
+//! The clients compared, behind one enum, and the operations they run.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tikv_plan::proto::kvrpcpb;
+use tikv_plan::proto::metapb;
+use tikv_plan::proto::tikvpb::tikv_client::TikvClient;
+use tonic::transport::Channel;
+
+use crate::sim::{Control, RegionLine};
+use crate::workload::{Request, VALUE_LEN};
+
+/// Which client.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Kind {
+    /// `tikv_plan::RawClient` with the default (unary) RPCs.
+    PlanUnary,
+    /// `tikv_plan::RawClient` with `RpcMode::Batched` (feature `batched`).
+    PlanBatched,
+    /// A tonic `TikvClient` straight at the Region leader, context by hand.
+    Bare,
+    /// `tikv_client::RawClient` 0.4.0 from crates.io.
+    Upstream,
+}
+
+impl Kind {
+    /// The clients this build can run, in table order.
+    pub fn all() -> Vec<Kind> {
+        let mut kinds = vec![Kind::PlanUnary];
+        if cfg!(feature = "batched") {
+            kinds.push(Kind::PlanBatched);
+        }
+        kinds.push(Kind::Bare);
+        kinds.push(Kind::Upstream);
+        kinds
+    }
+
+    /// The name shown in tables.
+    pub fn label(self) -> &'static str {
+        match self {
+            Kind::PlanUnary => "tikv-plan",
+            Kind::PlanBatched => "tikv-plan batched",
+            Kind::Bare => "bare tonic",
+            Kind::Upstream => "tikv-client 0.4.0",
+        }
+    }
+}
+
+/// A connected client.
+#[derive(Clone)]
+pub enum Client {
+    /// tikv-plan, either RPC mode.
+    Plan(tikv_plan::RawClient),
+    /// The bare call: no PD, no cache, no retries.
+    Bare(Arc<Bare>),
+    /// tikv-client 0.4.0.
+    Upstream(tikv_client::RawClient),
+}
+
+/// One leader route per Region of the benchmark's layout, filled by hand
+/// from the sim's control port.
+pub struct Bare {
+    routes: Vec<(TikvClient<Channel>, kvrpcpb::Context)>,
+}
+
+impl Client {
+    /// Connects a client of `kind` to the sim. The bare call needs the
+    /// layout's Regions (by index) and the control port for the leaders.
+    pub async fn connect(
+        kind: Kind,
+        pd: &str,
+        control: &mut Control,
+        layout_regions: &[RegionLine],
+    ) -> Result<Client, String> {
+        match kind {
+            Kind::PlanUnary => tikv_plan::RawClient::new(vec![pd.to_owned()])
+                .await
+                .map(Client::Plan)
+                .map_err(|e| format!("tikv-plan cannot connect: {e}")),
+            Kind::PlanBatched => plan_batched(pd).await,
+            Kind::Upstream => tikv_client::RawClient::new(vec![pd.to_owned()])
+                .await
+                .map(Client::Upstream)
+                .map_err(|e| format!("tikv-client cannot connect: {e}")),
+            Kind::Bare => {
+                let stores: HashMap<u64, String> = control.stores().await?.into_iter().collect();
+                let mut channels: HashMap<u64, TikvClient<Channel>> = HashMap::new();
+                let mut routes = Vec::new();
+                for region in layout_regions {
+                    let leader = region
+                        .leader
+                        .ok_or_else(|| format!("Region {} has no leader", region.id))?;
+                    let client = match channels.get(&leader.store_id) {
+                        Some(c) => c.clone(),
+                        None => {
+                            let addr = stores.get(&leader.store_id).ok_or_else(|| {
+                                format!("store {} not in the sim's store list", leader.store_id)
+                            })?;
+                            let channel = Channel::from_shared(format!("http://{addr}"))
+                                .map_err(|e| format!("bad store address {addr}: {e}"))?
+                                .connect()
+                                .await
+                                .map_err(|e| format!("cannot connect to store {addr}: {e}"))?;
+                            let c = TikvClient::new(channel);
+                            channels.insert(leader.store_id, c.clone());
+                            c
+                        }
+                    };
+                    let context = kvrpcpb::Context {
+                        region_id: region.id,
+                        region_epoch: Some(metapb::RegionEpoch {
+                            conf_ver: region.conf_ver,
+                            version: region.version,
+                        }),
+                        peer: Some(metapb::Peer {
+                            id: leader.id,
+                            store_id: leader.store_id,
+                            ..Default::default()
+                        }),
+                        ..Default::default()
+                    };
+                    routes.push((client, context));
+                }
+                Ok(Client::Bare(Arc::new(Bare { routes })))
+            }
+        }
+    }
+
+    /// Runs one request and checks its answer.
+    pub async fn run(&self, request: &Request<'_>) -> Result<(), String> {
+        match self {
+            Client::Plan(c) => plan_run(c, request).await,
+            Client::Upstream(c) => upstream_run(c, request).await,
+            Client::Bare(b) => b.run(request).await,
+        }
+    }
+
+    /// Reads one key (the failover and dead-store scenarios), with a bound.
+    pub async fn get_within(&self, key: &[u8], bound: Duration) -> Result<Option<Vec<u8>>, String> {
+        let get = async {
+            match self {
+                Client::Plan(c) => c.get(key.to_vec()).await.map_err(|e| e.to_string()),
+                Client::Upstream(c) => c.get(key.to_vec()).await.map_err(|e| e.to_string()),
+                Client::Bare(_) => Err("the bare call has no routing".to_owned()),
+            }
+        };
+        match tokio::time::timeout(bound, get).await {
+            Ok(result) => result,
+            Err(_) => Err(format!("no answer within {bound:?}")),
+        }
+    }
+
+    /// Writes many pairs (loading the data set).
+    pub async fn batch_put(&self, pairs: Vec<(Vec<u8>, Vec<u8>)>) -> Result<(), String> {
+        match self {
+            Client::Plan(c) => c.batch_put(pairs).await.map_err(|e| e.to_string()),
+            Client::Upstream(c) => c.batch_put(pairs).await.map_err(|e| e.to_string()),
+            Client::Bare(_) => Err("the loader uses tikv-plan".to_owned()),
+        }
+    }
+}
+
+#[cfg(feature = "batched")]
+async fn plan_batched(pd: &str) -> Result<Client, String> {
+    let config = tikv_plan::Config::default().with_rpc_mode(tikv_plan::RpcMode::Batched);
+    tikv_plan::RawClient::new_with_config(vec![pd.to_owned()], config)
+        .await
+        .map(Client::Plan)
+        .map_err(|e| format!("tikv-plan (batched) cannot connect: {e}"))
+}
+
+#[cfg(not(feature = "batched"))]
+async fn plan_batched(_pd: &str) -> Result<Client, String> {
+    Err("tikv-plan batched needs the perf crate's `batched` feature".to_owned())
+}
+
+fn check_value(value: Option<Vec<u8>>) -> Result<(), String> {
+    match value {
+        Some(v) if v.len() == VALUE_LEN => Ok(()),
+        Some(v) => Err(format!("value of {} bytes, want {VALUE_LEN}", v.len())),
+        None => Err("key not found".to_owned()),
+    }
+}
+
+fn check_count(what: &str, got: usize, want: usize) -> Result<(), String> {
+    if got == want {
+        Ok(())
+    } else {
+        Err(format!("{what} returned {got} pairs, want {want}"))
+    }
+}
+
+async fn plan_run(c: &tikv_plan::RawClient, request: &Request<'_>) -> Result<(), String> {
+    match request {
+        Request::Get { key, .. } => {
+            check_value(c.get(key.to_vec()).await.map_err(|e| e.to_string())?)
+        }
+        Request::Put { key, value, .. } => c
+            .put(key.to_vec(), value.to_vec())
+            .await
+            .map_err(|e| e.to_string()),
+        Request::BatchGet { batch } => {
+            let pairs = c
+                .batch_get(batch.keys.iter().cloned())
+                .await
+                .map_err(|e| e.to_string())?;
+            check_count("batch_get", pairs.len(), batch.keys.len())
+        }
+        Request::Scan {
+            start, end, limit, ..
+        } => {
+            let pairs = c
+                .scan(start.to_vec()..end.to_vec(), *limit)
+                .await
+                .map_err(|e| e.to_string())?;
+            check_count("scan", pairs.len(), *limit as usize)
+        }
+    }
+}
+
+async fn upstream_run(c: &tikv_client::RawClient, request: &Request<'_>) -> Result<(), String> {
+    match request {
+        Request::Get { key, .. } => {
+            check_value(c.get(key.to_vec()).await.map_err(|e| e.to_string())?)
+        }
+        Request::Put { key, value, .. } => c
+            .put(key.to_vec(), value.to_vec())
+            .await
+            .map_err(|e| e.to_string()),
+        Request::BatchGet { batch } => {
+            let pairs = c
+                .batch_get(batch.keys.iter().cloned())
+                .await
+                .map_err(|e| e.to_string())?;
+            check_count("batch_get", pairs.len(), batch.keys.len())
+        }
+        Request::Scan {
+            start, end, limit, ..
+        } => {
+            let pairs = c
+                .scan(start.to_vec()..end.to_vec(), *limit)
+                .await
+                .map_err(|e| e.to_string())?;
+            check_count("scan", pairs.len(), *limit as usize)
+        }
+    }
+}
+
+impl Bare {
+    fn route(&self, region: usize) -> Result<(TikvClient<Channel>, kvrpcpb::Context), String> {
+        self.routes
+            .get(region)
+            .cloned()
+            .ok_or_else(|| format!("no route for Region index {region}"))
+    }
+
+    async fn run(&self, request: &Request<'_>) -> Result<(), String> {
+        let status = |e: tonic::Status| e.to_string();
+        match request {
+            Request::Get { region, key } => {
+                let (mut client, context) = self.route(*region)?;
+                let resp = client
+                    .raw_get(kvrpcpb::RawGetRequest {
+                        context: Some(context),
+                        key: key.to_vec(),
+                        ..Default::default()
+                    })
+                    .await
+                    .map_err(status)?
+                    .into_inner();
+                if let Some(e) = resp.region_error {
+                    return Err(format!("region error: {e:?}"));
+                }
+                if resp.not_found {
+                    return check_value(None);
+                }
+                check_value(Some(resp.value))
+            }
+            Request::Put { region, key, value } => {
+                let (mut client, context) = self.route(*region)?;
+                let resp = client
+                    .raw_put(kvrpcpb::RawPutRequest {
+                        context: Some(context),
+                        key: key.to_vec(),
+                        value: value.to_vec(),
+                        ..Default::default()
+                    })
+                    .await
+                    .map_err(status)?
+                    .into_inner();
+                match resp.region_error {
+                    Some(e) => Err(format!("region error: {e:?}")),
+                    None if !resp.error.is_empty() => Err(resp.error),
+                    None => Ok(()),
+                }
+            }
+            Request::BatchGet { batch } => {
+                // The keys were grouped by Region when the batch was made:
+                // one RPC per Region, all at once.
+                let calls = batch.by_region.iter().map(|(region, keys)| async move {
+                    let (mut client, context) = self.route(*region)?;
+                    let resp = client
+                        .raw_batch_get(kvrpcpb::RawBatchGetRequest {
+                            context: Some(context),
+                            keys: keys.clone(),
+                            ..Default::default()
+                        })
+                        .await
+                        .map_err(status)?
+                        .into_inner();
+                    match resp.region_error {
+                        Some(e) => Err(format!("region error: {e:?}")),
+                        None => Ok(resp.pairs.len()),
+                    }
+                });
+                let mut found = 0;
+                for count in futures::future::join_all(calls).await {
+                    found += count?;
+                }
+                check_count("batch_get", found, batch.keys.len())
+            }
+            Request::Scan {
+                region,
+                start,
+                end,
+                limit,
+            } => {
+                let (mut client, context) = self.route(*region)?;
+                let resp = client
+                    .raw_scan(kvrpcpb::RawScanRequest {
+                        context: Some(context),
+                        start_key: start.to_vec(),
+                        end_key: end.to_vec(),
+                        limit: *limit,
+                        ..Default::default()
+                    })
+                    .await
+                    .map_err(status)?
+                    .into_inner();
+                if let Some(e) = resp.region_error {
+                    return Err(format!("region error: {e:?}"));
+                }
+                check_count("scan", resp.kvs.len(), *limit as usize)
+            }
+        }
+    }
+}
+
+/// Builds the client used to load data (tikv-plan, unary).
+pub async fn loader(pd: &str) -> Result<Client, String> {
+    tikv_plan::RawClient::new(vec![pd.to_owned()])
+        .await
+        .map(Client::Plan)
+        .map_err(|e| format!("tikv-plan cannot connect: {e}"))
+}
+
+/// Loads `pairs` in chunks, `chunk` pairs per `batch_put`.
+pub async fn load(
+    client: &Client,
+    pairs: Vec<(Vec<u8>, Vec<u8>)>,
+    chunk: usize,
+) -> Result<(), String> {
+    for part in pairs.chunks(chunk.max(1)) {
+        client.batch_put(part.to_vec()).await?;
+    }
+    Ok(())
+}

@@ -1,0 +1,317 @@
+//! Side-by-side benchmark: tikv-plan (unary, and batched with the
+//! `batched` feature), a bare tonic call and tikv-client 0.4.0, against one
+//! `tikv-sim` child process (3 stores, 8 Regions, 16 B keys, 100 B values).
+//!
+//! ```text
+//! tikv-plan-perf --sim PATH/TO/tikv-sim [--quick] [--rounds N] [--window-ms MS]
+//!                [--only throughput|faults] [--label TEXT]
+//! ```
+//!
+//! Prints markdown tables on stdout (progress on stderr). `perf/run.sh`
+//! builds everything in release and runs it; see `perf/README.md`.
+
+mod clients;
+mod faults;
+mod report;
+mod sim;
+mod workload;
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use clients::{Client, Kind};
+use faults::Outcome;
+use report::Cell;
+use sim::{Control, Sim};
+use workload::{Layout, Op, Sample};
+
+/// Concurrent tasks of the closed loop.
+const TASKS: [usize; 2] = [1, 64];
+
+/// What to run and for how long.
+#[derive(Debug, Clone)]
+struct Plan {
+    sim: PathBuf,
+    quick: bool,
+    rounds: usize,
+    window: Duration,
+    throughput: bool,
+    faults: bool,
+    failover_trials: usize,
+    failover_cap: Duration,
+    dead_store_trials: usize,
+    dead_store_regions: usize,
+    dead_store_cap: Duration,
+    label: String,
+}
+
+const USAGE: &str = "usage: tikv-plan-perf --sim PATH [--quick] [--rounds N] [--window-ms MS] \
+[--only throughput|faults] [--label TEXT]";
+
+fn parse_args(args: impl Iterator<Item = String>) -> Result<Plan, String> {
+    let mut sim = None;
+    let mut quick = false;
+    let mut rounds = None;
+    let mut window = None;
+    let mut only = None;
+    let mut label = String::new();
+    let mut args = args.peekable();
+    while let Some(flag) = args.next() {
+        if flag == "--quick" {
+            quick = true;
+            continue;
+        }
+        if flag == "--help" || flag == "-h" {
+            return Err(String::new());
+        }
+        let value = args.next().ok_or_else(|| format!("{flag} needs a value"))?;
+        let number = || -> Result<u64, String> {
+            value
+                .parse()
+                .map_err(|_| format!("{flag} must be a number, not {value:?}"))
+        };
+        match flag.as_str() {
+            "--sim" => sim = Some(PathBuf::from(&value)),
+            "--rounds" => rounds = Some(number()?.max(1) as usize),
+            "--window-ms" => window = Some(Duration::from_millis(number()?.max(10))),
+            "--only" if value == "throughput" || value == "faults" => only = Some(value),
+            "--only" => {
+                return Err(format!(
+                    "--only must be throughput or faults, not {value:?}"
+                ))
+            }
+            "--label" => label = value,
+            other => return Err(format!("unknown option {other}")),
+        }
+    }
+    let sim = sim.ok_or("--sim PATH (the tikv-sim binary) is required")?;
+    Ok(Plan {
+        sim,
+        quick,
+        rounds: rounds.unwrap_or(if quick { 2 } else { 5 }),
+        window: window.unwrap_or(if quick {
+            Duration::from_millis(300)
+        } else {
+            Duration::from_secs(2)
+        }),
+        throughput: only.as_deref() != Some("faults"),
+        faults: only.as_deref() != Some("throughput"),
+        failover_trials: if quick { 1 } else { 3 },
+        failover_cap: Duration::from_secs(if quick { 5 } else { 30 }),
+        dead_store_trials: if quick { 1 } else { 2 },
+        dead_store_regions: if quick { 100 } else { 1000 },
+        dead_store_cap: Duration::from_secs(if quick { 10 } else { 60 }),
+        label,
+    })
+}
+
+fn machine() -> String {
+    let model = std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|text| {
+            text.lines()
+                .find(|l| l.starts_with("model name"))
+                .and_then(|l| l.split_once(':'))
+                .map(|(_, m)| m.trim().to_owned())
+        })
+        .unwrap_or_else(|| "unknown CPU".to_owned());
+    let cores = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(0);
+    format!("{cores} cores, {model}")
+}
+
+/// The closed-loop comparison: every client on one sim, rounds alternated.
+async fn throughput(plan: &Plan, kinds: &[Kind]) -> Result<BTreeMap<Cell, Vec<Sample>>, String> {
+    let sim = Sim::start(&plan.sim, 8)?;
+    let mut control = Control::connect(&sim.control).await?;
+    let regions = control.regions().await?;
+    let layout = Arc::new(Layout::new(regions.clone())?);
+    eprintln!(
+        "loading {} keys over {} Regions ...",
+        layout.keys.iter().map(Vec::len).sum::<usize>(),
+        regions.len()
+    );
+    let loader = clients::loader(&sim.pd).await?;
+    clients::load(&loader, layout.pairs(), 512).await?;
+    drop(loader);
+
+    let mut connected = Vec::new();
+    for &kind in kinds {
+        connected.push((
+            kind,
+            Client::connect(kind, &sim.pd, &mut control, &regions).await?,
+        ));
+    }
+    // Warm-up: caches filled, connections open, allocators grown.
+    let warm = plan.window.min(Duration::from_millis(500));
+    for (kind, client) in &connected {
+        for op in Op::ALL {
+            let s = workload::closed_loop(client, &layout, op, 64, warm, &sim, 0).await;
+            if s.ops == 0 {
+                return Err(format!(
+                    "{} cannot run {}: {}",
+                    kind.label(),
+                    op.label(),
+                    s.first_error.unwrap_or_default()
+                ));
+            }
+        }
+    }
+
+    let mut results: BTreeMap<Cell, Vec<Sample>> = BTreeMap::new();
+    for round in 0..plan.rounds {
+        let mut order = connected.clone();
+        let len = order.len();
+        order.rotate_left(round % len);
+        eprintln!(
+            "round {}/{}: {}",
+            round + 1,
+            plan.rounds,
+            order
+                .iter()
+                .map(|(k, _)| k.label())
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+        for op in Op::ALL {
+            for tasks in TASKS {
+                for (kind, client) in &order {
+                    let seed = (round * 100 + tasks) as u64;
+                    let sample =
+                        workload::closed_loop(client, &layout, op, tasks, plan.window, &sim, seed)
+                            .await;
+                    results
+                        .entry(Cell {
+                            op,
+                            tasks,
+                            kind: *kind,
+                        })
+                        .or_default()
+                        .push(sample);
+                }
+            }
+        }
+    }
+    Ok(results)
+}
+
+/// The failover and dead-store comparisons; each table is printed as soon
+/// as it is complete.
+async fn faults(plan: &Plan, kinds: &[Kind]) -> Result<(), String> {
+    // The bare call does no routing: it has nothing to fail over to.
+    let routed: Vec<Kind> = kinds.iter().copied().filter(|k| *k != Kind::Bare).collect();
+    let mut failover: Vec<(Kind, Vec<Outcome>)> = Vec::new();
+    for &kind in &routed {
+        let mut outcomes = Vec::new();
+        for trial in 0..plan.failover_trials {
+            eprintln!("failover: {} trial {}", kind.label(), trial + 1);
+            outcomes.push(faults::failover(&plan.sim, kind, plan.failover_cap).await?);
+        }
+        failover.push((kind, outcomes));
+    }
+    println!("{}", report::failover_table(&failover, plan.failover_cap));
+    let mut dead: Vec<(Kind, Vec<Outcome>)> = Vec::new();
+    for &kind in &routed {
+        let mut outcomes = Vec::new();
+        for trial in 0..plan.dead_store_trials {
+            eprintln!("dead store: {} trial {}", kind.label(), trial + 1);
+            outcomes.push(
+                faults::dead_store(
+                    &plan.sim,
+                    kind,
+                    plan.dead_store_regions,
+                    64,
+                    plan.dead_store_cap,
+                )
+                .await?,
+            );
+        }
+        dead.push((kind, outcomes));
+    }
+    println!(
+        "{}",
+        report::dead_store_table(&dead, plan.dead_store_regions, plan.dead_store_cap)
+    );
+    Ok(())
+}
+
+async fn run(plan: Plan) -> Result<(), String> {
+    let kinds = Kind::all();
+    println!(
+        "{}",
+        report::header(
+            &plan.label,
+            &machine(),
+            plan.quick,
+            plan.rounds,
+            plan.window
+        )
+    );
+    if plan.throughput {
+        let results = throughput(&plan, &kinds).await?;
+        println!("{}", report::throughput_table(&results, &kinds));
+    }
+    if plan.faults {
+        faults(&plan, &kinds).await?;
+    }
+    Ok(())
+}
+
+fn main() -> ExitCode {
+    let plan = match parse_args(std::env::args().skip(1)) {
+        Ok(p) => p,
+        Err(message) => {
+            if !message.is_empty() {
+                eprintln!("tikv-plan-perf: {message}");
+            }
+            eprintln!("{USAGE}");
+            return ExitCode::from(2);
+        }
+    };
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("tikv-plan-perf: cannot start the runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let result = runtime.block_on(run(plan));
+    // Clients of a trial that hit its cap may still hold tasks; do not wait.
+    runtime.shutdown_background();
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("tikv-plan-perf: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(s: &str) -> impl Iterator<Item = String> + '_ {
+        s.split_whitespace().map(str::to_owned)
+    }
+
+    #[test]
+    fn quick_mode_shrinks_everything() {
+        let full = parse_args(args("--sim x")).unwrap();
+        let quick = parse_args(args("--sim x --quick")).unwrap();
+        assert!(quick.rounds < full.rounds && quick.window < full.window);
+        assert_eq!(full.dead_store_regions, 1000);
+        assert_eq!(full.dead_store_cap, Duration::from_secs(60));
+        assert!(parse_args(args("--quick")).is_err(), "--sim is required");
+        assert!(parse_args(args("--sim x --only bogus")).is_err());
+        let only = parse_args(args("--sim x --only faults --rounds 3")).unwrap();
+        assert!(!only.throughput && only.faults && only.rounds == 3);
+    }
+}
