@@ -9,7 +9,7 @@
 # --batched  build with the `batched` feature (tikv-plan's RpcMode::Batched;
 #            needs a tikv-plan that has it)
 # Other options go to the program: --rounds N, --window-ms MS,
-# --only throughput|faults.
+# --only throughput|faults|failover|dead-store.
 #
 # Target dirs can be overridden: SIM_TARGET_DIR (tikv-plan) and
 # PERF_TARGET_DIR (this crate).

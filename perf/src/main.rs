@@ -4,7 +4,7 @@
 //!
 //! ```text
 //! tikv-plan-perf --sim PATH/TO/tikv-sim [--quick] [--rounds N] [--window-ms MS]
-//!                [--only throughput|faults] [--label TEXT]
+//!                [--only throughput|faults|failover|dead-store] [--label TEXT]
 //! ```
 //!
 //! Prints markdown tables on stdout (progress on stderr). `perf/run.sh`
@@ -39,7 +39,8 @@ struct Plan {
     rounds: usize,
     window: Duration,
     throughput: bool,
-    faults: bool,
+    failover: bool,
+    dead_store: bool,
     failover_trials: usize,
     failover_cap: Duration,
     dead_store_trials: usize,
@@ -49,7 +50,10 @@ struct Plan {
 }
 
 const USAGE: &str = "usage: tikv-plan-perf --sim PATH [--quick] [--rounds N] [--window-ms MS] \
-[--only throughput|faults] [--label TEXT]";
+[--only throughput|faults|failover|dead-store] [--label TEXT]";
+
+/// The values `--only` takes.
+const ONLY: [&str; 4] = ["throughput", "faults", "failover", "dead-store"];
 
 fn parse_args(args: impl Iterator<Item = String>) -> Result<Plan, String> {
     let mut sim = None;
@@ -77,12 +81,8 @@ fn parse_args(args: impl Iterator<Item = String>) -> Result<Plan, String> {
             "--sim" => sim = Some(PathBuf::from(&value)),
             "--rounds" => rounds = Some(number()?.max(1) as usize),
             "--window-ms" => window = Some(Duration::from_millis(number()?.max(10))),
-            "--only" if value == "throughput" || value == "faults" => only = Some(value),
-            "--only" => {
-                return Err(format!(
-                    "--only must be throughput or faults, not {value:?}"
-                ))
-            }
+            "--only" if ONLY.contains(&value.as_str()) => only = Some(value),
+            "--only" => return Err(format!("--only must be one of {ONLY:?}, not {value:?}")),
             "--label" => label = value,
             other => return Err(format!("unknown option {other}")),
         }
@@ -97,8 +97,9 @@ fn parse_args(args: impl Iterator<Item = String>) -> Result<Plan, String> {
         } else {
             Duration::from_secs(2)
         }),
-        throughput: only.as_deref() != Some("faults"),
-        faults: only.as_deref() != Some("throughput"),
+        throughput: only.is_none() || only.as_deref() == Some("throughput"),
+        failover: matches!(only.as_deref(), None | Some("faults") | Some("failover")),
+        dead_store: matches!(only.as_deref(), None | Some("faults") | Some("dead-store")),
         failover_trials: if quick { 1 } else { 3 },
         failover_cap: Duration::from_secs(if quick { 5 } else { 30 }),
         dead_store_trials: if quick { 1 } else { 2 },
@@ -205,7 +206,7 @@ async fn faults(plan: &Plan, kinds: &[Kind]) -> Result<(), String> {
     // The bare call does no routing: it has nothing to fail over to.
     let routed: Vec<Kind> = kinds.iter().copied().filter(|k| *k != Kind::Bare).collect();
     let mut failover: Vec<(Kind, Vec<Outcome>)> = Vec::new();
-    for &kind in &routed {
+    for &kind in routed.iter().filter(|_| plan.failover) {
         let mut outcomes = Vec::new();
         for trial in 0..plan.failover_trials {
             eprintln!("failover: {} trial {}", kind.label(), trial + 1);
@@ -213,7 +214,12 @@ async fn faults(plan: &Plan, kinds: &[Kind]) -> Result<(), String> {
         }
         failover.push((kind, outcomes));
     }
-    println!("{}", report::failover_table(&failover, plan.failover_cap));
+    if plan.failover {
+        println!("{}", report::failover_table(&failover, plan.failover_cap));
+    }
+    if !plan.dead_store {
+        return Ok(());
+    }
     let mut dead: Vec<(Kind, Vec<Outcome>)> = Vec::new();
     for &kind in &routed {
         let mut outcomes = Vec::new();
@@ -255,7 +261,7 @@ async fn run(plan: Plan) -> Result<(), String> {
         let results = throughput(&plan, &kinds).await?;
         println!("{}", report::throughput_table(&results, &kinds));
     }
-    if plan.faults {
+    if plan.failover || plan.dead_store {
         faults(&plan, &kinds).await?;
     }
     Ok(())
@@ -312,6 +318,8 @@ mod tests {
         assert!(parse_args(args("--quick")).is_err(), "--sim is required");
         assert!(parse_args(args("--sim x --only bogus")).is_err());
         let only = parse_args(args("--sim x --only faults --rounds 3")).unwrap();
-        assert!(!only.throughput && only.faults && only.rounds == 3);
+        assert!(!only.throughput && only.failover && only.dead_store && only.rounds == 3);
+        let dead = parse_args(args("--sim x --only dead-store")).unwrap();
+        assert!(!dead.throughput && !dead.failover && dead.dead_store);
     }
 }
