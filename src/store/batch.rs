@@ -250,7 +250,14 @@ impl BatchStream {
     /// Forgets a request (timed out or cancelled). A queued copy is skipped
     /// when the connection takes it.
     fn forget(&self, id: u64) {
-        lock(&self.core).waiting.remove(&id);
+        let mut core = lock(&self.core);
+        core.waiting.remove(&id);
+        // A stalled connection (a frozen store) never takes its queue: drop
+        // the copies nobody waits for before they pile up.
+        if core.queue.len() > 2 * core.waiting.len() + 64 {
+            let Core { queue, waiting, .. } = &mut *core;
+            queue.retain(|(id, _)| waiting.contains_key(id));
+        }
     }
 
     fn deliver(&self, msg: BatchCommandsResponse) {
@@ -792,6 +799,18 @@ mod tests {
         assert_eq!(msg.request_ids, vec![1, 3]);
         stream.close();
         assert_eq!(now_or_never(&mut out), Some(None));
+    }
+
+    #[test]
+    fn requests_forgotten_on_a_stalled_stream_do_not_pile_up() {
+        let stream = BatchStream::new("s".into());
+        let _rx = queue(&stream, 1, 200);
+        for id in 1..=200 {
+            stream.forget(id);
+        }
+        let core = lock(&stream.core);
+        assert!(core.queue.len() <= 64, "{}", core.queue.len());
+        assert!(core.waiting.is_empty());
     }
 
     #[tokio::test(start_paused = true)]
