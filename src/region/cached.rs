@@ -170,8 +170,8 @@ impl CachedRegion {
         self.peer_index(peer).is_some()
     }
 
-    /// The candidates of a round in the given order (routing.md,
-    /// "Candidates"), exactly as [`RegionWithLeader::candidates`] walks
+    /// The candidates of a round in the given order ([routing.md,
+    /// "Candidates"](crate::spec::routing#candidates)), exactly as [`RegionWithLeader::candidates`] walks
     /// them. Lazy and allocation-free.
     pub fn candidates(&self, order: CandidateOrder) -> Candidates<'_> {
         Candidates::new(&self.peers, self.leader(), order)

@@ -111,7 +111,7 @@ impl<Req: KvRequest> Plan for Dispatch<Req> {
                 // One timer: the smaller of the client's timeout and the
                 // plan's bound.
                 let (timeout, bounded) = match self.rpc_bound {
-                    Some(bound) if bound <= own_timeout => (bound, true),
+                    Some(bound) if bound < own_timeout => (bound, true),
                     _ => (own_timeout, false),
                 };
                 let label = self.request.label();

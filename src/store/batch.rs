@@ -28,7 +28,7 @@
 //!   stream reset, so a write ends undetermined. A request still queued was
 //!   never sent: it fails with [`Error::Connect`], which classifies as
 //!   `NotSent`, so even a write may go to the next candidate
-//!   (routing.md, "Replay safety").
+//!   ([routing.md, "Replay safety"](crate::spec::routing#replay-safety)).
 //! * A broken stream is dropped; the next request opens a new one on the
 //!   store's channel, which reconnects within the connect timeout.
 //! * When a stream is saturated and fewer than [`BatchOptions::max_streams`]

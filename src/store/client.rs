@@ -196,7 +196,7 @@ impl KvClient for KvRpcClient {
         };
         let timeout = self.timeout.min(bound);
         let result = req.dispatch(&self.rpc_client, timeout).await;
-        timeout_as_error(result, bound <= self.timeout, req.label(), timeout)
+        timeout_as_error(result, bound < self.timeout, req.label(), timeout)
     }
 
     fn grpc(&self) -> Option<(&GrpcChannel, Duration)> {
