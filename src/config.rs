@@ -67,6 +67,18 @@ pub struct SecurityConfig {
 ///     .with_connect_timeout(Duration::from_millis(200));
 /// assert_eq!(config.timeout, Duration::from_millis(500));
 /// ```
+///
+/// # Why `Config` is not `#[non_exhaustive]`
+///
+/// client-rust's `Config` has public fields, and programs written against it
+/// build one with a struct literal (`Config { timeout, ..Default::default() }`),
+/// which `#[non_exhaustive]` forbids outside this crate. Moving those
+/// programs over unchanged comes first, so `Config` stays open: every field
+/// has a default, new settings arrive with a `with_*` builder, and the
+/// struct-literal form with `..Default::default()` keeps compiling when one
+/// is added. The crate's own growing output structs (`RoutingStats`,
+/// `PdStats`, `TsoStats`, `ConnectCounts`, `LockStats`, `TransactionStats`)
+/// are `#[non_exhaustive]`.
 #[derive(Debug, Clone)]
 pub struct Config {
     /// Bound on each RPC to a store or to PD.

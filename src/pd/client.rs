@@ -22,6 +22,7 @@ use crate::{Error, Result};
 
 /// Connection counters for one store address.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct ConnectCounts {
     /// Lookups that found no open connection for the address.
     pub misses: u64,

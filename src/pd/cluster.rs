@@ -34,6 +34,7 @@ pub const PD_RETRY_BACKOFF: Backoff = Backoff::no_jitter_backoff(50, 400, 3);
 /// How many PD RPCs a [`Cluster`] has sent, by kind, and how often it looked
 /// for the leader. Counters only grow.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct PdStats {
     /// `GetMembers` calls (one per endpoint asked).
     pub get_members: u64,

@@ -22,6 +22,7 @@ pub const MAX_TSO_BATCH: usize = 10_000;
 
 /// What the oracle did. Counters only grow.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct TsoStats {
     /// TSO requests sent (one per batch).
     pub requests: u64,

@@ -64,7 +64,7 @@ pub struct Dispatch<Req: KvRequest> {
     pub kv_client: Option<Arc<dyn KvClient + Send + Sync>>,
     /// The bound of the next RPC (see [`Plan::set_rpc_bound`]); `None`
     /// leaves it to the store client's own timeout.
-    pub rpc_bound: Option<std::time::Duration>,
+    pub(crate) rpc_bound: Option<std::time::Duration>,
 }
 
 impl<Req: KvRequest> Dispatch<Req> {

@@ -30,36 +30,36 @@ use super::traits::{strongest_shard_error, HasRegionError, Shardable};
 /// shard order.
 pub struct RetryableMultiRegion<P: Plan + Shardable, PdC: PdClient> {
     /// The per-shard plan.
-    pub inner: P,
+    pub(crate) inner: P,
     /// PD and the caches.
     pub pd_client: Arc<PdC>,
     /// The retry schedule of each shard.
     pub backoff: Backoff,
     /// Client-wide routing state; `None` behaves per request like upstream.
-    pub routing: Option<Arc<RoutingState>>,
+    pub(crate) routing: Option<Arc<RoutingState>>,
     /// Once the request may have been sent, a dispatch error is returned as
     /// undetermined, never replayed.
-    pub terminal_on_dispatch_error: bool,
+    pub(crate) terminal_on_dispatch_error: bool,
     /// An undetermined outcome ends the whole request at once and wins over
     /// determinate errors of other shards.
-    pub terminal_on_undetermined: bool,
+    pub(crate) terminal_on_undetermined: bool,
     /// Keep every shard's result, errors included, instead of failing the
     /// request on the first error.
     pub preserve_region_results: bool,
     /// How many RPCs the request may have in flight at once.
-    pub max_concurrency: usize,
+    pub(crate) max_concurrency: usize,
     /// A bound on each RPC on top of the store client's own (which
     /// [`TikvConnect`](crate::store::TikvConnect) sets); `None` leaves it to
     /// the store client.
-    pub request_timeout: Option<std::time::Duration>,
+    pub(crate) request_timeout: Option<std::time::Duration>,
     /// The overall deadline of the request (rounds, sleeps and waits
     /// together); `None` for none.
-    pub request_deadline: Option<std::time::Duration>,
+    pub(crate) request_deadline: Option<std::time::Duration>,
     /// A commit point: re-sent like an idempotent request, but a final
     /// failure after an attempt that may have been delivered is
     /// undetermined ([txn.md, "Undetermined, done
     /// right"](crate::spec::txn#behaviour-we-require)).
-    pub commit_point: bool,
+    pub(crate) commit_point: bool,
 }
 
 impl<P: Plan + Shardable, PdC: PdClient> Clone for RetryableMultiRegion<P, PdC> {

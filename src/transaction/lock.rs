@@ -141,6 +141,7 @@ pub fn secondaries_outcome(
 /// What lock resolution has done, for tests and monitoring. Counters only
 /// grow.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct LockStats {
     /// `CheckTxnStatus` calls.
     pub check_txn_status: u64,

@@ -53,6 +53,7 @@ type ScanPiece = ResponseWithShard<kvrpcpb::ScanResponse, (Vec<u8>, Vec<u8>)>;
 /// What the transactional side has done, for tests and monitoring. Counters
 /// only grow.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct TransactionStats {
     /// Background secondary commits that succeeded (one per transaction).
     pub secondary_commits: u64,

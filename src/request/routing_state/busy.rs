@@ -14,7 +14,7 @@ use super::lock;
 
 /// The outcome of a busy probe, as its waiters see it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ProbeOutcome {
+pub(crate) enum ProbeOutcome {
     /// A follower accepted and is now the cached leader.
     FoundLeader,
     /// No follower accepted; the cached leader stays.
@@ -31,7 +31,7 @@ struct BusySuspicion {
 
 /// What a request does after a `ServerIsBusy(0)` from the cached leader.
 #[derive(Debug)]
-pub enum BusyVerdict {
+pub(crate) enum BusyVerdict {
     /// The ordinary busy path: back off and retry the leader.
     Ordinary,
     /// Run the followers-only probe now; the ticket reports its outcome.
@@ -46,7 +46,7 @@ pub enum BusyVerdict {
 /// frees the Region for the next probe; the shared count stays, since an
 /// abandoned probe proves nothing.
 #[derive(Debug)]
-pub struct ProbeTicket {
+pub(crate) struct ProbeTicket {
     state: Arc<BusySuspicions>,
     region_id: RegionId,
     sender: watch::Sender<Option<ProbeOutcome>>,
@@ -92,7 +92,7 @@ impl Drop for ProbeTicket {
 
 /// Waits for another request's probe of the same Region.
 #[derive(Debug)]
-pub struct ProbeWaiter {
+pub(crate) struct ProbeWaiter {
     receiver: watch::Receiver<Option<ProbeOutcome>>,
 }
 

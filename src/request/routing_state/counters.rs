@@ -6,6 +6,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 /// A snapshot of the routing counters.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct RoutingStats {
     /// Attempts sent (or mapped) to a candidate other than the cached leader.
     pub fallback_attempts: u64,

@@ -18,11 +18,11 @@ use crate::region::{RegionId, StoreId};
 use crate::Config;
 
 use busy::BusySuspicions;
-pub use busy::{BusyVerdict, ProbeOutcome, ProbeTicket, ProbeWaiter};
+pub(crate) use busy::{BusyVerdict, ProbeOutcome, ProbeTicket, ProbeWaiter};
 pub(crate) use counters::Counter;
 use counters::Counters;
 pub use counters::RoutingStats;
-pub use store_health::StoreHealth;
+pub(crate) use store_health::StoreHealth;
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     // A panic while holding these locks cannot leave the maps inconsistent
@@ -75,7 +75,7 @@ impl RoutingState {
     }
 
     /// True when the ServerIsBusy(0) suspicion is shared across requests.
-    pub fn shares_busy_probe(&self) -> bool {
+    pub(crate) fn shares_busy_probe(&self) -> bool {
         self.shared_busy_probe
     }
 
@@ -114,7 +114,7 @@ impl RoutingState {
     }
 
     /// A transport or mapping failure: the store cools down.
-    pub fn store_failed(&self, store_id: StoreId) {
+    pub(crate) fn store_failed(&self, store_id: StoreId) {
         if let Some(h) = &self.store_health {
             if h.mark_unreachable(store_id) {
                 self.counters.store_marked_unreachable();
@@ -125,7 +125,7 @@ impl RoutingState {
 
     /// A timeout from the store of an RPC sent at `sent_at`; enough in a row
     /// mark it unreachable.
-    pub fn store_timed_out(&self, store_id: StoreId, sent_at: Instant) {
+    pub(crate) fn store_timed_out(&self, store_id: StoreId, sent_at: Instant) {
         if let Some(h) = &self.store_health {
             if h.record_timeout(store_id, sent_at) {
                 self.counters.store_marked_unreachable();
@@ -135,7 +135,7 @@ impl RoutingState {
     }
 
     /// The store answered an RPC sent at `sent_at`.
-    pub fn store_answered(&self, store_id: StoreId, sent_at: Instant) {
+    pub(crate) fn store_answered(&self, store_id: StoreId, sent_at: Instant) {
         if let Some(h) = &self.store_health {
             h.mark_reachable(store_id, sent_at);
         }
@@ -145,7 +145,7 @@ impl RoutingState {
     /// `region_id`, shared across requests within the probe window. With
     /// `may_probe` false (the request already probed) the verdict is never
     /// `BusyVerdict::Probe`.
-    pub fn busy_zero_wait(
+    pub(crate) fn busy_zero_wait(
         &self,
         region_id: RegionId,
         leader_peer_id: u64,

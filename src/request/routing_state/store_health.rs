@@ -26,7 +26,7 @@ struct StoreHealthEntry {
 
 /// Client-wide store health: which stores are cooling down after a failure.
 #[derive(Debug)]
-pub struct StoreHealth {
+pub(crate) struct StoreHealth {
     cooldown: Duration,
     timeout_strikes: u32,
     // Read-locked on every request (the fast path asks whether the leader's
