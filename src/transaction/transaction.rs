@@ -1127,6 +1127,15 @@ impl<PdC: PdClient> Transaction<PdC> {
                     .await
                 {
                     Ok(_) => bump(&shared.counters.heartbeats),
+                    // The commit (or a rollback) took the primary's lock
+                    // while this heartbeat was on its way: nothing is left
+                    // to keep alive, and the commit reports the outcome.
+                    Err(e) if lock_is_gone(&e) => {
+                        tracing::debug!(
+                            "heartbeat of transaction {start_ts}: the primary lock is gone ({e}); stopping"
+                        );
+                        return;
+                    }
                     Err(e) => {
                         bump(&shared.counters.heartbeat_failures);
                         warn!("heartbeat of transaction {start_ts} failed: {e}");
@@ -1134,6 +1143,16 @@ impl<PdC: PdClient> Transaction<PdC> {
                 }
             }
         });
+    }
+}
+
+/// True when a heartbeat found no lock of its transaction on the primary:
+/// TiKV answers `TxnNotFound`, or a retryable `TxnLockNotFound`.
+fn lock_is_gone(e: &Error) -> bool {
+    match e {
+        Error::KeyError(k) => k.txn_not_found.is_some() || k.retryable.contains("TxnLockNotFound"),
+        Error::Multiple(errors) => !errors.is_empty() && errors.iter().all(lock_is_gone),
+        _ => false,
     }
 }
 
@@ -1237,6 +1256,35 @@ impl<PdC: PdClient> std::fmt::Debug for Transaction<PdC> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_heartbeat_stops_quietly_only_when_the_lock_is_gone() {
+        let not_found = Error::KeyError(Box::new(kvrpcpb::KeyError {
+            txn_not_found: Some(kvrpcpb::TxnNotFound::default()),
+            ..Default::default()
+        }));
+        let lock_not_found = Error::KeyError(Box::new(kvrpcpb::KeyError {
+            retryable: "TxnLockNotFound: txn 7 on key k".to_owned(),
+            ..Default::default()
+        }));
+        let other = Error::KeyError(Box::new(kvrpcpb::KeyError {
+            retryable: "WriteConflict".to_owned(),
+            ..Default::default()
+        }));
+        assert!(lock_is_gone(&not_found));
+        assert!(lock_is_gone(&lock_not_found));
+        assert!(!lock_is_gone(&other));
+        assert!(!lock_is_gone(&Error::Internal("x".to_owned())));
+        assert!(!lock_is_gone(&Error::Multiple(vec![
+            not_found.clone(),
+            other.clone()
+        ])));
+        assert!(lock_is_gone(&Error::Multiple(vec![
+            not_found,
+            lock_not_found
+        ])));
+        assert!(!lock_is_gone(&Error::Multiple(vec![])));
+    }
 
     fn answer(
         min_commit_ts: u64,
