@@ -13,33 +13,15 @@ use tikv_plan::proto::kvrpcpb;
 use tikv_plan::security::SecurityManager;
 use tikv_plan::store::{KvClient, KvConnect, TikvConnect};
 use tikv_plan::Error;
-use tokio::net::{TcpListener, TcpSocket, TcpStream};
+use tokio::net::TcpListener;
+
+mod net_support;
+use net_support::hanging_listener;
 
 mod pd_support;
 
 /// Slack on top of a timeout for scheduling and the loopback round trips.
 const SLACK: Duration = Duration::from_millis(1500);
-
-/// A listener with backlog 0 that never accepts, with its accept queue
-/// filled, so a further connect gets no SYN-ACK and hangs. Returns the
-/// listener, the connections that filled the queue (keep them open), and
-/// the address.
-async fn hanging_listener() -> (TcpListener, Vec<TcpStream>, String) {
-    let socket = TcpSocket::new_v4().unwrap();
-    socket.bind("127.0.0.1:0".parse().unwrap()).unwrap();
-    let listener = socket.listen(0).unwrap();
-    let addr = listener.local_addr().unwrap();
-    let mut held = Vec::new();
-    for _ in 0..8 {
-        match tokio::time::timeout(Duration::from_millis(200), TcpStream::connect(addr)).await {
-            Ok(Ok(stream)) => held.push(stream),
-            Ok(Err(e)) => panic!("filling the accept queue failed: {e}"),
-            // This connect hung: the queue is full.
-            Err(_) => return (listener, held, addr.to_string()),
-        }
-    }
-    panic!("the accept queue of a backlog-0 listener never filled");
-}
 
 fn connector(timeout: Duration, connect_timeout: Duration) -> TikvConnect {
     TikvConnect::new(

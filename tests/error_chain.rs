@@ -13,7 +13,10 @@ use tikv_plan::security::SecurityManager;
 use tikv_plan::sim::{HangMode, SimCluster};
 use tikv_plan::store::{KvConnect, TikvConnect};
 use tikv_plan::{Backoff, Config, Error, RawClient};
-use tokio::net::{TcpListener, TcpSocket, TcpStream};
+use tokio::net::TcpListener;
+
+mod net_support;
+use net_support::hanging_listener;
 
 /// Every error of the chain, the outer one first.
 fn chain<'a>(error: &'a (dyn StdError + 'static)) -> Vec<&'a (dyn StdError + 'static)> {
@@ -147,24 +150,6 @@ async fn refused_stores_are_reachable_from_the_regions_error() {
         "{:?}",
         texts(&err)
     );
-}
-
-/// A listener with backlog 0 whose accept queue is full, so a further
-/// connect hangs. Keep the returned values alive.
-async fn hanging_listener() -> (TcpListener, Vec<TcpStream>, String) {
-    let socket = TcpSocket::new_v4().unwrap();
-    socket.bind("127.0.0.1:0".parse().unwrap()).unwrap();
-    let listener = socket.listen(0).unwrap();
-    let address = listener.local_addr().unwrap();
-    let mut held = Vec::new();
-    for _ in 0..8 {
-        match tokio::time::timeout(Duration::from_millis(200), TcpStream::connect(address)).await {
-            Ok(Ok(stream)) => held.push(stream),
-            Ok(Err(e)) => panic!("filling the accept queue failed: {e}"),
-            Err(_) => return (listener, held, address.to_string()),
-        }
-    }
-    panic!("the accept queue of a backlog-0 listener never filled");
 }
 
 #[tokio::test]

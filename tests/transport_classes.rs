@@ -24,10 +24,13 @@ use tikv_plan::request::{classify_dispatch_error, classify_grpc_error, DispatchF
 use tikv_plan::security::SecurityManager;
 use tikv_plan::store::{KvClient, KvConnect, TikvConnect};
 use tikv_plan::Error;
-use tokio::net::{TcpListener, TcpSocket, TcpStream};
+use tokio::net::{TcpListener, TcpStream};
 use tonic::codegen::{http, Bytes};
 use tonic::transport::Endpoint;
 use tonic::Code;
+
+mod net_support;
+use net_support::hanging_listener;
 
 /// What a status's source chain holds, in the terms the classifier uses.
 #[derive(Debug, Default, PartialEq)]
@@ -59,24 +62,6 @@ async fn dead_address() -> String {
     let address = listener.local_addr().unwrap().to_string();
     drop(listener);
     address
-}
-
-/// A listener with backlog 0 whose accept queue is full, so a further
-/// connect gets no SYN-ACK and hangs. Keep the returned values alive.
-async fn hanging_listener() -> (TcpListener, Vec<TcpStream>, String) {
-    let socket = TcpSocket::new_v4().unwrap();
-    socket.bind("127.0.0.1:0".parse().unwrap()).unwrap();
-    let listener = socket.listen(0).unwrap();
-    let address = listener.local_addr().unwrap();
-    let mut held = Vec::new();
-    for _ in 0..8 {
-        match tokio::time::timeout(Duration::from_millis(200), TcpStream::connect(address)).await {
-            Ok(Ok(stream)) => held.push(stream),
-            Ok(Err(e)) => panic!("filling the accept queue failed: {e}"),
-            Err(_) => return (listener, held, address.to_string()),
-        }
-    }
-    panic!("the accept queue of a backlog-0 listener never filled");
 }
 
 /// How the test HTTP/2 server treats the first request of a connection.
