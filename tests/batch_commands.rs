@@ -475,3 +475,37 @@ async fn a_short_seeded_chaos_run_in_batched_mode_is_linearizable() {
     );
     assert!(report.ops >= 12 * 9, "{}", report.summary());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_answer_over_the_decoding_limit_fails_only_its_own_request() {
+    let cluster = cluster(1, &[]).await;
+    let writer = RawClient::new_with_config(cluster.pd_endpoints(), batched())
+        .await
+        .unwrap();
+    writer.put("big", vec![7u8; 64 * 1024]).await.unwrap();
+    let small = RawClient::new_with_config(
+        cluster.pd_endpoints(),
+        batched().with_grpc_max_decoding_message_size(16 * 1024),
+    )
+    .await
+    .unwrap();
+    small.put("k", "v").await.unwrap();
+    let before = sum(&cluster, |c| c.batch_streams());
+    // The big answer is a typed error naming the knob, at once (no retry).
+    match small.get("big").await.unwrap_err() {
+        Error::GrpcMessageTooLarge { limit, .. } => assert_eq!(limit, 16 * 1024),
+        other => panic!("expected GrpcMessageTooLarge, got {other:?}"),
+    }
+    // Many answers in one message, each within the limit, still decode; and
+    // the stream that carried the big answer is still the one in use.
+    let values: Vec<String> = (0..64).map(|i| format!("{i:0>8}").repeat(128)).collect();
+    for (i, v) in values.iter().enumerate() {
+        small.put(format!("k{i}"), v.clone()).await.unwrap();
+    }
+    let reads = join_all((0..64).map(|i| small.get(format!("k{i}")))).await;
+    for (i, read) in reads.into_iter().enumerate() {
+        assert_eq!(read.unwrap(), Some(values[i].clone().into_bytes()));
+    }
+    assert_eq!(sum(&cluster, |c| c.batch_streams()), before);
+    cluster.shutdown().await;
+}

@@ -198,14 +198,24 @@ struct Core {
 /// One open BatchCommands stream.
 struct BatchStream {
     address: String,
+    /// The largest answer one request may get (`Config::
+    /// grpc_max_decoding_message_size`); the stream's own messages may be
+    /// larger, as they carry many answers.
+    response_limit: usize,
     core: Mutex<Core>,
     reader: Mutex<Option<AbortHandle>>,
 }
 
 impl BatchStream {
+    #[cfg(test)]
     fn new(address: String) -> Arc<Self> {
+        Self::with_limit(address, usize::MAX)
+    }
+
+    fn with_limit(address: String, response_limit: usize) -> Arc<Self> {
         Arc::new(BatchStream {
             address,
+            response_limit,
             core: Mutex::new(Core {
                 queue: VecDeque::new(),
                 waiting: HashMap::new(),
@@ -267,7 +277,18 @@ impl BatchStream {
                 // Timed out or cancelled meanwhile.
                 continue;
             };
+            let size = prost::Message::encoded_len(&resp);
             let reply = match resp.cmd {
+                // One answer over the limit fails its own request, not the
+                // stream.
+                Some(_) if size > self.response_limit => Reply::Failed(Error::GrpcMessageTooLarge {
+                    address: self.address.clone(),
+                    limit: self.response_limit,
+                    message: format!(
+                        "the answer to request {id} of a BatchCommands stream is {size} bytes"
+                    ),
+                    source: None,
+                }),
                 Some(cmd) => Reply::Answer(Box::new(cmd)),
                 None => Reply::Failed(Error::Internal(format!(
                     "the store at {} answered request {id} of a BatchCommands stream with an empty response",
@@ -435,6 +456,8 @@ struct Shared {
     options: BatchOptions,
     /// The store's channel: unary fallbacks and the first stream.
     base: TikvClient<Channel>,
+    /// The largest answer one request may get.
+    response_limit: usize,
     dialer: Option<Dialer>,
     streams: Mutex<Vec<Arc<BatchStream>>>,
     /// An extra stream is being opened.
@@ -455,7 +478,13 @@ impl Drop for Shared {
 impl Shared {
     /// Opens a stream over `client`; its reader runs in the background.
     fn open(&self, client: TikvClient<Channel>) -> Arc<BatchStream> {
-        let stream = BatchStream::new(self.address.clone());
+        // A message carries up to a batch of answers, each within the
+        // per-answer limit checked in `deliver`.
+        let stream_limit = self
+            .response_limit
+            .saturating_mul(self.options.max_batch_size.max(1));
+        let client = client.max_decoding_message_size(stream_limit);
+        let stream = BatchStream::with_limit(self.address.clone(), self.response_limit);
         let outgoing = Outgoing {
             stream: stream.clone(),
             options: self.options,
@@ -599,7 +628,15 @@ impl KvBatchClient {
     /// channel (a client from [`TikvConnect`](super::TikvConnect) opens a
     /// connection for each instead).
     pub fn new(channel: Channel, address: &str, timeout: Duration, options: BatchOptions) -> Self {
-        Self::build(TikvClient::new(channel), address, timeout, options, None)
+        Self::build(
+            TikvClient::new(channel)
+                .max_decoding_message_size(crate::config::DEFAULT_GRPC_MAX_DECODING_MESSAGE_SIZE),
+            address,
+            timeout,
+            options,
+            None,
+            crate::config::DEFAULT_GRPC_MAX_DECODING_MESSAGE_SIZE,
+        )
     }
 
     pub(crate) fn build(
@@ -608,6 +645,7 @@ impl KvBatchClient {
         timeout: Duration,
         options: BatchOptions,
         dialer: Option<Dialer>,
+        response_limit: usize,
     ) -> Self {
         KvBatchClient {
             shared: Arc::new(Shared {
@@ -615,6 +653,7 @@ impl KvBatchClient {
                 timeout,
                 options: options.normalized(),
                 base,
+                response_limit,
                 dialer,
                 streams: Mutex::new(Vec::new()),
                 opening: AtomicBool::new(false),

@@ -116,6 +116,7 @@ impl KvConnect for TikvConnect {
                     connect_timeout: self.connect_timeout,
                     max_decoding_message_size: self.max_decoding_message_size,
                 }),
+                self.max_decoding_message_size,
             )
         });
         Ok(KvRpcClient {
