@@ -760,27 +760,7 @@ impl KvRequest for ResolveLockInRegion {
     }
 }
 
-#[async_trait]
-impl Shardable for ResolveLockInRegion {
-    type Shard = Vec<u8>;
-
-    async fn shards<PdC: PdClient>(
-        &self,
-        pd_client: &Arc<PdC>,
-    ) -> Result<Vec<(Self::Shard, RegionWithLeader)>> {
-        let region = pd_client.region_for_key(&self.key).await?;
-        Ok(vec![(self.key.clone(), region)])
-    }
-
-    fn apply_shard(&mut self, shard: Self::Shard) {
-        self.key = shard;
-    }
-
-    fn apply_store(&mut self, store: &RegionStore) -> Result<()> {
-        set_context_for_store(self, store);
-        Ok(())
-    }
-}
+single_key_shardable!(ResolveLockInRegion => key);
 
 /// A transactional read at `version`.
 pub fn new_get_request(key: Vec<u8>, version: u64) -> kvrpcpb::GetRequest {
