@@ -37,6 +37,17 @@ impl Kind {
         kinds
     }
 
+    /// The client `--clients` names `name`.
+    pub fn parse(name: &str) -> Option<Kind> {
+        match name {
+            "plan" => Some(Kind::PlanUnary),
+            "batched" => Some(Kind::PlanBatched),
+            "bare" => Some(Kind::Bare),
+            "upstream" => Some(Kind::Upstream),
+            _ => None,
+        }
+    }
+
     /// The name shown in tables.
     pub fn label(self) -> &'static str {
         match self {

@@ -47,10 +47,17 @@ struct Plan {
     dead_store_regions: usize,
     dead_store_cap: Duration,
     label: String,
+    /// Only these clients (`--clients`), else all this build has.
+    clients: Option<Vec<Kind>>,
+    /// Only these operations (`--ops`), else all.
+    ops: Vec<Op>,
+    /// Only these task counts (`--tasks`), else 1 and 64.
+    tasks: Vec<usize>,
 }
 
 const USAGE: &str = "usage: tikv-plan-perf --sim PATH [--quick] [--rounds N] [--window-ms MS] \
-[--only throughput|faults|failover|dead-store] [--label TEXT]";
+[--only throughput|faults|failover|dead-store] [--label TEXT] \
+[--clients plan,batched,bare,upstream] [--ops get,put,batch_get,scan] [--tasks 1,64]";
 
 /// The values `--only` takes.
 const ONLY: [&str; 4] = ["throughput", "faults", "failover", "dead-store"];
@@ -62,6 +69,9 @@ fn parse_args(args: impl Iterator<Item = String>) -> Result<Plan, String> {
     let mut window = None;
     let mut only = None;
     let mut label = String::new();
+    let mut clients = None;
+    let mut ops = Op::ALL.to_vec();
+    let mut tasks = TASKS.to_vec();
     let mut args = args.peekable();
     while let Some(flag) = args.next() {
         if flag == "--quick" {
@@ -84,6 +94,11 @@ fn parse_args(args: impl Iterator<Item = String>) -> Result<Plan, String> {
             "--only" if ONLY.contains(&value.as_str()) => only = Some(value),
             "--only" => return Err(format!("--only must be one of {ONLY:?}, not {value:?}")),
             "--label" => label = value,
+            "--clients" => clients = Some(list(&value, Kind::parse)?),
+            "--ops" => ops = list(&value, Op::parse)?,
+            "--tasks" => {
+                tasks = list(&value, |t| t.parse::<usize>().ok().filter(|n| *n > 0))?;
+            }
             other => return Err(format!("unknown option {other}")),
         }
     }
@@ -106,7 +121,18 @@ fn parse_args(args: impl Iterator<Item = String>) -> Result<Plan, String> {
         dead_store_regions: if quick { 100 } else { 1000 },
         dead_store_cap: Duration::from_secs(if quick { 10 } else { 60 }),
         label,
+        clients,
+        ops,
+        tasks,
     })
+}
+
+/// A comma-separated list, each item parsed by `item`.
+fn list<T>(value: &str, item: impl Fn(&str) -> Option<T>) -> Result<Vec<T>, String> {
+    value
+        .split(',')
+        .map(|v| item(v.trim()).ok_or_else(|| format!("{v:?} is not a known value")))
+        .collect()
 }
 
 fn machine() -> String {
@@ -150,7 +176,7 @@ async fn throughput(plan: &Plan, kinds: &[Kind]) -> Result<BTreeMap<Cell, Vec<Sa
     // Warm-up: caches filled, connections open, allocators grown.
     let warm = plan.window.min(Duration::from_millis(500));
     for (kind, client) in &connected {
-        for op in Op::ALL {
+        for &op in &plan.ops {
             let s = workload::closed_loop(client, &layout, op, 64, warm, &sim, 0).await;
             if s.ops == 0 {
                 return Err(format!(
@@ -178,8 +204,8 @@ async fn throughput(plan: &Plan, kinds: &[Kind]) -> Result<BTreeMap<Cell, Vec<Sa
                 .collect::<Vec<_>>()
                 .join(", ")
         );
-        for op in Op::ALL {
-            for tasks in TASKS {
+        for &op in &plan.ops {
+            for &tasks in &plan.tasks {
                 for (kind, client) in &order {
                     let seed = (round * 100 + tasks) as u64;
                     let sample =
@@ -246,7 +272,18 @@ async fn faults(plan: &Plan, kinds: &[Kind]) -> Result<(), String> {
 }
 
 async fn run(plan: Plan) -> Result<(), String> {
-    let kinds = Kind::all();
+    let kinds = match &plan.clients {
+        Some(kinds) => {
+            if let Some(missing) = kinds.iter().find(|k| !Kind::all().contains(k)) {
+                return Err(format!(
+                    "{} is not in this build (perf/run.sh --batched adds it)",
+                    missing.label()
+                ));
+            }
+            kinds.clone()
+        }
+        None => Kind::all(),
+    };
     println!(
         "{}",
         report::header(

@@ -39,6 +39,17 @@ impl Op {
     /// Every operation, in table order.
     pub const ALL: [Op; 4] = [Op::Get, Op::Put, Op::BatchGet, Op::Scan];
 
+    /// The operation `--ops` names `name`.
+    pub fn parse(name: &str) -> Option<Op> {
+        match name {
+            "get" => Some(Op::Get),
+            "put" => Some(Op::Put),
+            "batch_get" => Some(Op::BatchGet),
+            "scan" => Some(Op::Scan),
+            _ => None,
+        }
+    }
+
     /// The name shown in tables.
     pub fn label(self) -> &'static str {
         match self {
