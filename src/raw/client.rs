@@ -249,13 +249,19 @@ impl<PdC: PdClient> RawClient<PdC> {
         M: Merge<Req::Response>,
         DefaultProcessor: Process<M::Out>,
     {
-        self.builder(request)
+        // The plan `.merge(merge).post_process_default()` would build, run
+        // without the boxed `Plan::execute` of each stage: the retrying
+        // stage is awaited in place and its results merged and processed
+        // here, as those stages do.
+        let plan = self
+            .builder(request)
             .retry_multi_region(self.backoff.clone())
-            .merge(merge)
-            .post_process_default()
-            .plan()
-            .execute()
-            .await
+            .plan();
+        let merged = match plan.run().await {
+            Ok(results) => merge.merge(results),
+            Err(error) => Err(error),
+        };
+        DefaultProcessor.process(merged)
     }
 
     /// The value of `key`, or `None` when it does not exist.

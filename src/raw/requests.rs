@@ -343,7 +343,7 @@ macro_rules! kv_request {
             fn dispatch_typed<'a>(
                 &'a mut self,
                 grpc: &'a crate::store::GrpcChannel,
-                timeout: std::time::Duration,
+                timeout: Option<std::time::Duration>,
             ) -> impl std::future::Future<Output = Option<Result<Self::Response>>> + Send + 'a {
                 async move { Some(crate::store::send_shared(self, grpc, timeout).await) }
             }
@@ -374,7 +374,7 @@ macro_rules! write_request {
             fn dispatch_typed<'a>(
                 &'a mut self,
                 grpc: &'a crate::store::GrpcChannel,
-                timeout: std::time::Duration,
+                timeout: Option<std::time::Duration>,
             ) -> impl std::future::Future<Output = Option<Result<Self::Response>>> + Send + 'a {
                 async move { Some(crate::store::send_shared(self, grpc, timeout).await) }
             }
@@ -435,9 +435,9 @@ fn describe_keys<'a>(keys: impl IntoIterator<Item = &'a Vec<u8>>) -> String {
 }
 
 macro_rules! single_key_shardable {
-    ($($req:ty),*) => {$(
+    ($($req:ident { $($field:ident),* }),*) => {$(
         #[async_trait]
-        impl Shardable for $req {
+        impl Shardable for kvrpcpb::$req {
             type Shard = Vec<u8>;
 
             async fn shards<PdC: PdClient>(
@@ -452,6 +452,16 @@ macro_rules! single_key_shardable {
                 self.key = shard;
             }
 
+            /// Everything but the key, which the shard carries: the request
+            /// is then built with one copy of the key, not three.
+            fn template(&self) -> Self {
+                kvrpcpb::$req {
+                    context: self.context.clone(),
+                    key: Vec::new(),
+                    $($field: self.$field.clone(),)*
+                }
+            }
+
             fn apply_store(&mut self, store: &RegionStore) -> Result<()> {
                 set_context_for_store(self, store);
                 Ok(())
@@ -461,11 +471,22 @@ macro_rules! single_key_shardable {
 }
 
 single_key_shardable!(
-    kvrpcpb::RawGetRequest,
-    kvrpcpb::RawPutRequest,
-    kvrpcpb::RawDeleteRequest,
-    kvrpcpb::RawCasRequest,
-    kvrpcpb::RawGetKeyTtlRequest
+    RawGetRequest { cf },
+    RawPutRequest {
+        value,
+        cf,
+        ttl,
+        for_cas
+    },
+    RawDeleteRequest { cf, for_cas },
+    RawCasRequest {
+        value,
+        previous_not_exist,
+        previous_value,
+        cf,
+        ttl
+    },
+    RawGetKeyTtlRequest { cf }
 );
 
 fn sorted_unique(mut keys: Vec<Vec<u8>>) -> Vec<Vec<u8>> {

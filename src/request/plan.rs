@@ -107,15 +107,21 @@ impl<Req: KvRequest> Plan for Dispatch<Req> {
     #[allow(clippy::manual_async_fn)]
     fn execute_mut(&mut self) -> impl std::future::Future<Output = Result<Self::Result>> + Send {
         async move {
-            if let Some((grpc, own_timeout)) = self.kv_client.as_ref().and_then(|c| c.grpc()) {
+            let client = self.kv_client.as_ref();
+            if let Some((grpc, own_timeout)) = client.and_then(|c| c.grpc()) {
                 // One timer: the smaller of the client's timeout and the
-                // plan's bound.
+                // plan's bound; sent as `grpc-timeout` unless it is the
+                // client's own and the channel keeps that one already.
                 let (timeout, bounded) = match self.rpc_bound {
                     Some(bound) if bound < own_timeout => (bound, true),
                     _ => (own_timeout, false),
                 };
+                let header = match client {
+                    Some(c) if !bounded && c.grpc_enforces_timeout() => None,
+                    _ => Some(timeout),
+                };
                 let label = self.request.label();
-                if let Some(result) = self.request.dispatch_typed(grpc, timeout).await {
+                if let Some(result) = self.request.dispatch_typed(grpc, header).await {
                     return crate::store::timeout_as_error(result, bounded, label, timeout);
                 }
             }

@@ -181,260 +181,280 @@ where
     /// while the RPC is in flight; a single shard needs none. The request is
     /// the piece's own, built once: it is aimed at the candidate, not copied.
     /// Returns when the RPC was sent with its outcome.
-    async fn dispatch_candidate(
-        &self,
-        plan: &mut P,
-        store: &RegionStore,
-        permits: Option<&Semaphore>,
+    ///
+    /// Written as an `async` block rather than an `async fn`, as are
+    /// [`run_piece`](Self::run_piece) and [`run_shard`](Self::run_shard): an
+    /// `async fn` keeps a second copy of its arguments in its future, and
+    /// these futures nest (each holds the next), so the copies would add up
+    /// on every request.
+    #[allow(clippy::manual_async_fn)]
+    fn dispatch_candidate<'a>(
+        &'a self,
+        plan: &'a mut P,
+        store: &'a RegionStore,
+        permits: Option<&'a Semaphore>,
         deadline_left: Option<std::time::Duration>,
-        now: &mut Instant,
-    ) -> (Instant, Result<P::Result>) {
-        if let Err(error) = plan.apply_store(store) {
-            return (*now, Err(error));
-        }
-        fail::fail_point!("tikv_plan::before_dispatch", |arg| (
-            *now,
-            Err(fail_point_error("dispatch", store.store_id(), arg))
-        ));
-        let permit = match permits {
-            None => None,
-            Some(permits) => match timed(now, permits.acquire()).await {
-                Ok(permit) => Some(permit),
-                Err(_) => {
-                    return (
-                        *now,
-                        Err(Error::Internal(
-                            "the request's permit pool was closed".to_owned(),
-                        )),
-                    )
-                }
-            },
-        };
-        let routing = self.routing.as_deref();
-        if let Some(r) = routing {
-            r.rpc_started();
-        }
-        let _in_flight = InFlight {
-            _permit: permit,
-            routing,
-        };
-        // Sent now, not when the shard started waiting for a permit (the
-        // clock was read again if it waited): a timeout strike counts RPCs
-        // sent one after another.
-        let sent_at = *now;
-        // The RPC timeout, cut short by the request's deadline: one bound,
-        // kept by the store client's own timer when the plan passes it on.
-        let bound = match (self.request_timeout, deadline_left) {
-            (Some(timeout), Some(left)) => Some(timeout.min(left)),
-            (timeout, left) => timeout.or(left),
-        };
-        let result = match bound {
-            None => timed(now, plan.execute_mut()).await,
-            Some(_) if plan.set_rpc_bound(bound) => timed(now, plan.execute_mut()).await,
-            Some(bound) => {
-                match timed(now, tokio::time::timeout(bound, plan.execute_mut())).await {
+        now: &'a mut Instant,
+    ) -> impl std::future::Future<Output = (Instant, Result<P::Result>)> + 'a {
+        async move {
+            if let Err(error) = plan.apply_store(store) {
+                return (*now, Err(error));
+            }
+            fail::fail_point!("tikv_plan::before_dispatch", |arg| (
+                *now,
+                Err(fail_point_error("dispatch", store.store_id(), arg))
+            ));
+            let permit = match permits {
+                None => None,
+                Some(permits) => match timed(now, permits.acquire()).await {
+                    Ok(permit) => Some(permit),
+                    Err(_) => {
+                        return (
+                            *now,
+                            Err(Error::Internal(
+                                "the request's permit pool was closed".to_owned(),
+                            )),
+                        )
+                    }
+                },
+            };
+            let routing = self.routing.as_deref();
+            if let Some(r) = routing {
+                r.rpc_started();
+            }
+            let _in_flight = InFlight {
+                _permit: permit,
+                routing,
+            };
+            // Sent now, not when the shard started waiting for a permit (the
+            // clock was read again if it waited): a timeout strike counts
+            // RPCs sent one after another.
+            let sent_at = *now;
+            // The RPC timeout, cut short by the request's deadline: one
+            // bound, kept by the store client's own timer when the plan
+            // passes it on, else by a timer here.
+            let bound = match (self.request_timeout, deadline_left) {
+                (Some(timeout), Some(left)) => Some(timeout.min(left)),
+                (timeout, left) => timeout.or(left),
+            };
+            let own_timer = match bound {
+                Some(bound) if !plan.set_rpc_bound(Some(bound)) => Some(bound),
+                _ => None,
+            };
+            let rpc = plan.execute_mut();
+            let result = match own_timer {
+                None => timed(now, rpc).await,
+                Some(bound) => match timed(now, tokio::time::timeout(bound, rpc)).await {
                     Ok(result) => result,
                     Err(_) => Err(Error::Timeout {
                         what: format!("the request to store {}", store.store_id()),
                         after: bound,
                     }),
-                }
-            }
-        };
-        (sent_at, result)
+                },
+            };
+            (sent_at, result)
+        }
     }
 
     /// Runs one shard to completion. A reload can split the shard; its
     /// pieces are answered in key order.
-    #[allow(clippy::too_many_arguments)]
-    async fn run_shard(
-        &self,
-        template: &P,
+    // Not `async fn`: see `dispatch_candidate`.
+    #[allow(clippy::too_many_arguments, clippy::manual_async_fn)]
+    fn run_shard<'a>(
+        &'a self,
+        template: &'a P,
         shard: P::Shard,
         region: RegionWithLeader,
         whole: bool,
-        permits: Option<&Semaphore>,
-        scope: &RequestScope,
+        permits: Option<&'a Semaphore>,
+        scope: &'a RequestScope,
         deadline: Option<Deadline>,
-    ) -> Vec<Result<P::Result>> {
-        let mut results = Vec::with_capacity(1);
-        // The shard itself, then the pieces a split left, in key order (the
-        // queue allocates only when a split happens); a piece of a split is
-        // never the whole request.
-        let mut first = Some((
-            shard,
-            ShardMachine::new(region, self.backoff.clone(), self.policy(), deadline, scope),
-            whole,
-        ));
-        let mut pieces = VecDeque::new();
-        while let Some((shard, machine, whole)) = first.take().or_else(|| {
-            pieces
-                .pop_front()
-                .map(|(shard, machine)| (shard, machine, false))
-        }) {
-            match self
-                .run_piece(
-                    template.for_shard(shard, whole),
-                    template,
-                    whole,
-                    machine,
-                    permits,
-                )
-                .await
-            {
-                PieceEnd::Done(result) => {
-                    let stop = self.terminal_on_undetermined
-                        && matches!(&result, Err(e) if e.is_undetermined());
-                    results.push(result);
-                    if stop {
-                        return results;
+    ) -> impl std::future::Future<Output = Vec<Result<P::Result>>> + 'a {
+        async move {
+            let mut results = Vec::with_capacity(1);
+            // The shard itself, then the pieces a split left, in key order
+            // (the queue allocates only when a split happens); a piece of a
+            // split is never the whole request.
+            let machine =
+                ShardMachine::new(region, self.backoff.clone(), self.policy(), deadline, scope);
+            let mut piece = Some((shard, machine, whole));
+            let mut pieces = VecDeque::new();
+            while let Some((shard, machine, whole)) = piece.take() {
+                let end = self
+                    .run_piece(
+                        template.for_shard(shard, whole),
+                        template,
+                        whole,
+                        machine,
+                        permits,
+                    )
+                    .await;
+                match end {
+                    PieceEnd::Done(result) => {
+                        let stop = self.terminal_on_undetermined
+                            && matches!(&result, Err(e) if e.is_undetermined());
+                        results.push(result);
+                        if stop {
+                            return results;
+                        }
+                    }
+                    PieceEnd::Split(new_pieces) => {
+                        for piece in new_pieces.into_iter().rev() {
+                            pieces.push_front(piece);
+                        }
                     }
                 }
-                PieceEnd::Split(new_pieces) => {
-                    for piece in new_pieces.into_iter().rev() {
-                        pieces.push_front(piece);
-                    }
-                }
+                piece = pieces
+                    .pop_front()
+                    .map(|(shard, machine)| (shard, machine, false));
             }
+            results
         }
-        results
     }
 
     /// Drives one piece's machine: performs its effects and steps until it
     /// is done or must be split. `plan` is the piece's request, built once
     /// from the template and re-aimed at each candidate.
-    async fn run_piece<'r>(
-        &self,
+    // Not `async fn`: see `dispatch_candidate`.
+    #[allow(clippy::manual_async_fn)]
+    fn run_piece<'a>(
+        &'a self,
         mut plan: P,
-        template: &P,
+        template: &'a P,
         whole: bool,
-        mut machine: ShardMachine<'r>,
-        permits: Option<&Semaphore>,
-    ) -> PieceEnd<'r, P> {
-        let mut event = Event::Start;
-        let mut store: Option<RegionStore> = None;
-        let mut response: Option<P::Result> = None;
-        // The clock, read again only after a step that had to wait (see
-        // `timed`): once per attempt on the fast path, after the RPC.
-        let mut now = Instant::now();
-        loop {
-            let next = machine.handle(event, now);
-            for effect in machine.take_effects() {
-                timed(&mut now, self.perform(effect)).await;
-            }
-            event = match next {
-                Next::CheckLeaderStore(store_id) => Event::LeaderStore {
-                    unreachable: self
-                        .routing
-                        .as_ref()
-                        .is_some_and(|r| r.is_store_unreachable(store_id)),
-                },
-                Next::Map(peer) => {
-                    let mapping = self
-                        .map_candidate(machine.region(), peer)
-                        .instrument(machine.attempt_span().clone());
-                    match timed(&mut now, mapping).await {
-                        Ok(mapped) => {
-                            store = Some(mapped);
-                            Event::Mapped
-                        }
-                        Err(error) => Event::MappingFailed(error),
-                    }
+        mut machine: ShardMachine<'a>,
+        permits: Option<&'a Semaphore>,
+    ) -> impl std::future::Future<Output = PieceEnd<'a, P>> + 'a {
+        async move {
+            let mut event = Event::Start;
+            let mut store: Option<RegionStore> = None;
+            let mut response: Option<P::Result> = None;
+            // The clock, read again only after a step that had to wait (see
+            // `timed`): once per attempt on the fast path, after the RPC.
+            let mut now = Instant::now();
+            loop {
+                let next = machine.handle(event, now);
+                for effect in machine.take_effects() {
+                    timed(&mut now, self.perform(effect)).await;
                 }
-                Next::Dispatch { bound } => {
-                    let (sent_at, result) = match store.take() {
-                        Some(store) => {
-                            self.dispatch_candidate(&mut plan, &store, permits, bound, &mut now)
-                                .instrument(machine.attempt_span().clone())
-                                .await
-                        }
-                        None => (
-                            now,
-                            Err(Error::Internal(
-                                "the retry engine dispatched before mapping a store".to_owned(),
-                            )),
-                        ),
-                    };
-                    match result {
-                        Ok(mut answer) => {
-                            let region_error = answer.region_error().map(Box::new);
-                            response = Some(answer);
-                            Event::Answered {
-                                region_error,
-                                sent_at,
-                            }
-                        }
-                        Err(error) => Event::DispatchFailed { error, sent_at },
-                    }
-                }
-                Next::Sleep(delay) => {
-                    timed(&mut now, tokio::time::sleep(delay)).await;
-                    Event::Slept
-                }
-                // Split again by Region from the piece's own request (the
-                // only copy of its payload is the new pieces').
-                Next::Reshard => match timed(&mut now, plan.shards(&self.pd_client)).await {
-                    Err(error) => Event::ReshardFailed(error),
-                    Ok(mut new) if new.len() == 1 => match new.pop() {
-                        Some((reloaded_shard, region)) => {
-                            plan = template.for_shard(reloaded_shard, whole);
-                            Event::Resharded(region)
-                        }
-                        None => Event::ReshardFailed(Error::Internal(
-                            "a reshard lost its only piece".to_owned(),
-                        )),
+                event = match next {
+                    Next::CheckLeaderStore(store_id) => Event::LeaderStore {
+                        unreachable: self
+                            .routing
+                            .as_ref()
+                            .is_some_and(|r| r.is_store_unreachable(store_id)),
                     },
-                    Ok(new) if new.is_empty() => Event::ReshardFailed(Error::Internal(format!(
-                        "reloading region {} left no Region for its keys",
-                        machine.region().id()
-                    ))),
-                    Ok(new) => {
-                        return PieceEnd::Split(
-                            new.into_iter()
-                                .map(|(shard, region)| (shard, machine.fork(region)))
-                                .collect(),
-                        )
+                    Next::Map(peer) => {
+                        let mapping = self
+                            .map_candidate(machine.region(), peer)
+                            .instrument(machine.attempt_span().clone());
+                        match timed(&mut now, mapping).await {
+                            Ok(mapped) => {
+                                store = Some(mapped);
+                                Event::Mapped
+                            }
+                            Err(error) => Event::MappingFailed(error),
+                        }
                     }
-                },
-                Next::ReportBusy {
-                    region_id,
-                    leader_peer_id,
-                    may_probe,
-                } => match &self.routing {
-                    Some(routing) => Event::BusyVerdict(routing.busy_zero_wait(
+                    Next::Dispatch { bound } => {
+                        let (sent_at, result) = match store.take() {
+                            Some(store) => {
+                                self.dispatch_candidate(&mut plan, &store, permits, bound, &mut now)
+                                    .instrument(machine.attempt_span().clone())
+                                    .await
+                            }
+                            None => (
+                                now,
+                                Err(Error::Internal(
+                                    "the retry engine dispatched before mapping a store".to_owned(),
+                                )),
+                            ),
+                        };
+                        match result {
+                            Ok(mut answer) => {
+                                let region_error = answer.region_error().map(Box::new);
+                                response = Some(answer);
+                                Event::Answered {
+                                    region_error,
+                                    sent_at,
+                                }
+                            }
+                            Err(error) => Event::DispatchFailed { error, sent_at },
+                        }
+                    }
+                    Next::Sleep(delay) => {
+                        timed(&mut now, tokio::time::sleep(delay)).await;
+                        Event::Slept
+                    }
+                    // Split again by Region from the piece's own request (the
+                    // only copy of its payload is the new pieces').
+                    Next::Reshard => match timed(&mut now, plan.shards(&self.pd_client)).await {
+                        Err(error) => Event::ReshardFailed(error),
+                        Ok(mut new) if new.len() == 1 => match new.pop() {
+                            Some((reloaded_shard, region)) => {
+                                plan = template.for_shard(reloaded_shard, whole);
+                                Event::Resharded(region)
+                            }
+                            None => Event::ReshardFailed(Error::Internal(
+                                "a reshard lost its only piece".to_owned(),
+                            )),
+                        },
+                        Ok(new) if new.is_empty() => {
+                            Event::ReshardFailed(Error::Internal(format!(
+                                "reloading region {} left no Region for its keys",
+                                machine.region().id()
+                            )))
+                        }
+                        Ok(new) => {
+                            return PieceEnd::Split(
+                                new.into_iter()
+                                    .map(|(shard, region)| (shard, machine.fork(region)))
+                                    .collect(),
+                            )
+                        }
+                    },
+                    Next::ReportBusy {
                         region_id,
                         leader_peer_id,
                         may_probe,
-                    )),
-                    None => Event::BusyVerdict(super::routing_state::BusyVerdict::Ordinary),
-                },
-                Next::WaitForProbe(waiter, bound) => Event::ProbeWaited(match bound {
-                    None => timed(&mut now, waiter.outcome()).await,
-                    Some(bound) => timed(&mut now, tokio::time::timeout(bound, waiter.outcome()))
-                        .await
-                        .unwrap_or(ProbeOutcome::Inconclusive),
-                }),
-                Next::Done(Ok(())) => {
-                    return PieceEnd::Done(response.take().ok_or_else(|| {
-                        Error::Internal("the retry engine accepted no response".to_owned())
-                    }))
-                }
-                Next::Done(Err(Error::Undetermined {
-                    region_id,
-                    store_id,
-                    request: _,
-                    cause,
-                })) => {
-                    // Name the request (its keys or range) for the caller.
-                    return PieceEnd::Done(Err(Error::Undetermined {
+                    } => match &self.routing {
+                        Some(routing) => Event::BusyVerdict(routing.busy_zero_wait(
+                            region_id,
+                            leader_peer_id,
+                            may_probe,
+                        )),
+                        None => Event::BusyVerdict(super::routing_state::BusyVerdict::Ordinary),
+                    },
+                    Next::WaitForProbe(waiter, bound) => Event::ProbeWaited(match bound {
+                        None => timed(&mut now, waiter.outcome()).await,
+                        Some(bound) => {
+                            timed(&mut now, tokio::time::timeout(bound, waiter.outcome()))
+                                .await
+                                .unwrap_or(ProbeOutcome::Inconclusive)
+                        }
+                    }),
+                    Next::Done(Ok(())) => {
+                        return PieceEnd::Done(response.take().ok_or_else(|| {
+                            Error::Internal("the retry engine accepted no response".to_owned())
+                        }))
+                    }
+                    Next::Done(Err(Error::Undetermined {
                         region_id,
                         store_id,
-                        request: plan.describe(),
+                        request: _,
                         cause,
-                    }));
-                }
-                Next::Done(Err(error)) => return PieceEnd::Done(Err(error)),
-            };
+                    })) => {
+                        // Name the request (its keys or range) for the caller.
+                        return PieceEnd::Done(Err(Error::Undetermined {
+                            region_id,
+                            store_id,
+                            request: plan.describe(),
+                            cause,
+                        }));
+                    }
+                    Next::Done(Err(error)) => return PieceEnd::Done(Err(error)),
+                };
+            }
         }
     }
 }
@@ -448,58 +468,83 @@ where
 {
     type Result = Vec<Result<P::Result>>;
 
-    #[tracing::instrument(name = "request", level = "debug", skip_all, fields(method = self.inner.label(), regions, outcome))]
     async fn execute(&self) -> Result<Self::Result> {
-        let scope = &RequestScope::new(self.inner.label());
-        let mut shards = scope
-            .observer
-            .sharded(self.inner.shards(&self.pd_client).await)?;
-        // What every shard's request shares; each shard's request is built
-        // from it and the shard's own payload, never from a copy of the
-        // whole request.
-        let template = self.inner.template();
-        let template = &template;
-        let deadline = self.request_deadline.map(|length| Deadline {
-            at: Instant::now() + length,
-            length,
-        });
-        if shards.len() == 1 {
-            // One shard (every single-key request): run it in place, without
-            // the per-shard task of `FuturesUnordered`, the move of the
-            // shard's future into it, and the concurrency bound (its pieces
-            // run one after another).
-            if let Some((shard, region)) = shards.pop() {
-                let results = self
-                    .run_shard(template, shard, region, true, None, scope, deadline)
-                    .await;
-                return self.finish(results);
+        self.run().await
+    }
+}
+
+impl<P, PdC> RetryableMultiRegion<P, PdC>
+where
+    P: Plan + Shardable,
+    P::Result: HasRegionError,
+    PdC: PdClient,
+{
+    /// What [`execute`](Plan::execute) does, as a future of its own type:
+    /// the clients' single calls await it in place, so their requests skip
+    /// the box (and the copy of this future into it) that the trait method
+    /// costs. It runs in the request's `request` span.
+    pub(crate) fn run(
+        &self,
+    ) -> impl std::future::Future<Output = Result<Vec<Result<P::Result>>>> + '_ {
+        let span = tracing::debug_span!(
+            "request",
+            method = self.inner.label(),
+            regions = tracing::field::Empty,
+            outcome = tracing::field::Empty
+        );
+        async move {
+            let scope = &RequestScope::new(self.inner.label());
+            let mut shards = scope
+                .observer
+                .sharded(self.inner.shards(&self.pd_client).await)?;
+            // What every shard's request shares; each shard's request is built
+            // from it and the shard's own payload, never from a copy of the
+            // whole request.
+            let template = self.inner.template();
+            let template = &template;
+            let deadline = self.request_deadline.map(|length| Deadline {
+                at: Instant::now() + length,
+                length,
+            });
+            if shards.len() == 1 {
+                // One shard (every single-key request): run it in place, without
+                // the per-shard task of `FuturesUnordered`, the move of the
+                // shard's future into it, and the concurrency bound (its pieces
+                // run one after another).
+                if let Some((shard, region)) = shards.pop() {
+                    let results = self
+                        .run_shard(template, shard, region, true, None, scope, deadline)
+                        .await;
+                    return self.finish(results);
+                }
             }
-        }
-        let permits = Semaphore::new(self.max_concurrency.max(1));
-        let permits = Some(&permits);
-        let mut slots: Vec<Option<Vec<Result<P::Result>>>> = Vec::with_capacity(shards.len());
-        slots.resize_with(shards.len(), || None);
-        let mut running: FuturesUnordered<_> = shards
-            .into_iter()
-            .enumerate()
-            .map(|(index, (shard, region))| async move {
-                (
-                    index,
-                    self.run_shard(template, shard, region, false, permits, scope, deadline)
-                        .await,
-                )
-            })
-            .collect();
-        while let Some((index, mut results)) = running.next().await {
-            // Returned at once; the other shards are dropped here, which
-            // stops their rounds.
-            self.return_undetermined(&mut results)?;
-            if let Some(slot) = slots.get_mut(index) {
-                *slot = Some(results);
+            let permits = Semaphore::new(self.max_concurrency.max(1));
+            let permits = Some(&permits);
+            let mut slots: Vec<Option<Vec<Result<P::Result>>>> = Vec::with_capacity(shards.len());
+            slots.resize_with(shards.len(), || None);
+            let mut running: FuturesUnordered<_> = shards
+                .into_iter()
+                .enumerate()
+                .map(|(index, (shard, region))| async move {
+                    (
+                        index,
+                        self.run_shard(template, shard, region, false, permits, scope, deadline)
+                            .await,
+                    )
+                })
+                .collect();
+            while let Some((index, mut results)) = running.next().await {
+                // Returned at once; the other shards are dropped here, which
+                // stops their rounds.
+                self.return_undetermined(&mut results)?;
+                if let Some(slot) = slots.get_mut(index) {
+                    *slot = Some(results);
+                }
             }
+            let results: Vec<Result<P::Result>> = slots.into_iter().flatten().flatten().collect();
+            self.finish(results)
         }
-        let results: Vec<Result<P::Result>> = slots.into_iter().flatten().flatten().collect();
-        self.finish(results)
+        .instrument(span)
     }
 }
 
@@ -540,20 +585,47 @@ where
 /// wait (was pending at least once): a step that finished at once took no
 /// time worth a clock read (under tokio's paused clock, none at all). The
 /// retry loop so reads the clock once per attempt on the fast path (after
-/// the RPC), instead of once per step.
-async fn timed<F: std::future::Future>(now: &mut Instant, fut: F) -> F::Output {
-    let mut fut = std::pin::pin!(fut);
-    let mut waited = false;
-    let output = std::future::poll_fn(|cx| {
-        let poll = fut.as_mut().poll(cx);
-        waited |= poll.is_pending();
-        poll
-    })
-    .await;
-    if waited {
-        *now = Instant::now();
+/// the RPC), instead of once per step. A future of its own rather than an
+/// `async fn`, which would hold `fut` twice (argument and pinned local).
+fn timed<F: std::future::Future>(now: &mut Instant, fut: F) -> Timed<'_, F> {
+    Timed {
+        fut,
+        now,
+        waited: false,
     }
-    output
+}
+
+pin_project_lite::pin_project! {
+    /// The future of [`timed`].
+    struct Timed<'n, F> {
+        #[pin]
+        fut: F,
+        now: &'n mut Instant,
+        waited: bool,
+    }
+}
+
+impl<F: std::future::Future> std::future::Future for Timed<'_, F> {
+    type Output = F::Output;
+
+    fn poll(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<F::Output> {
+        let this = self.project();
+        match this.fut.poll(cx) {
+            std::task::Poll::Pending => {
+                *this.waited = true;
+                std::task::Poll::Pending
+            }
+            std::task::Poll::Ready(output) => {
+                if *this.waited {
+                    **this.now = Instant::now();
+                }
+                std::task::Poll::Ready(output)
+            }
+        }
+    }
 }
 
 /// The error a fail point injects (see the module docs for the arguments).

@@ -37,11 +37,14 @@ pub trait KvRequest: Request + Sized + Clone + Sync + Send + 'static {
     /// response type, handed to tonic without a copy and kept for a retry.
     /// `None` (the default) when the request type has no typed call; the
     /// plan then sends it through `KvClient::dispatch`. Every request of
-    /// the wire protocol has one.
+    /// the wire protocol has one. `timeout` is sent as the call's
+    /// `grpc-timeout` (and enforced by tonic); `None` when the channel
+    /// enforces the client's timeout itself
+    /// ([`KvClient::grpc_enforces_timeout`](crate::store::KvClient::grpc_enforces_timeout)).
     fn dispatch_typed<'a>(
         &'a mut self,
         grpc: &'a GrpcChannel,
-        timeout: Duration,
+        timeout: Option<Duration>,
     ) -> impl Future<Output = Option<Result<Self::Response>>> + Send + 'a {
         let _ = (grpc, timeout);
         std::future::ready(None)

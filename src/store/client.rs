@@ -123,6 +123,8 @@ impl KvConnect for TikvConnect {
             grpc,
             rpc_client,
             timeout: self.timeout,
+            // The endpoint was built with `.timeout(self.timeout)`.
+            channel_timeout: true,
             batch,
         })
     }
@@ -135,6 +137,9 @@ pub struct KvRpcClient {
     rpc_client: TikvClient<Channel>,
     grpc: GrpcChannel,
     timeout: Duration,
+    /// The channel bounds every call by `timeout` itself (it was built by
+    /// [`TikvConnect`]); see [`KvClient::grpc_enforces_timeout`].
+    channel_timeout: bool,
     batch: Option<KvBatchClient>,
 }
 
@@ -147,6 +152,7 @@ impl KvRpcClient {
             rpc_client: TikvClient::new(channel)
                 .max_decoding_message_size(DEFAULT_GRPC_MAX_DECODING_MESSAGE_SIZE),
             timeout,
+            channel_timeout: false,
             batch: None,
         }
     }
@@ -206,6 +212,10 @@ impl KvClient for KvRpcClient {
             return None;
         }
         Some((&self.grpc, self.timeout))
+    }
+
+    fn grpc_enforces_timeout(&self) -> bool {
+        self.channel_timeout
     }
 }
 

@@ -39,6 +39,15 @@ pub trait KvClient {
         None
     }
 
+    /// True when the channel of [`grpc`](Self::grpc) bounds every call by
+    /// the timeout `grpc` returns on its own (tonic's endpoint timeout), so
+    /// a call carries a `grpc-timeout` header only when a shorter bound
+    /// applies. False (the default): every call carries the header, which
+    /// tonic enforces on the client side too.
+    fn grpc_enforces_timeout(&self) -> bool {
+        false
+    }
+
     /// Sends `req`, bounded by `bound` as well as by the client's own
     /// timeout, with one timer for the RPC. The default bounds
     /// [`dispatch`](Self::dispatch) with a timer, failing with

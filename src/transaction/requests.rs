@@ -219,7 +219,7 @@ macro_rules! txn_request {
             fn dispatch_typed<'a>(
                 &'a mut self,
                 grpc: &'a crate::store::GrpcChannel,
-                timeout: std::time::Duration,
+                timeout: Option<std::time::Duration>,
             ) -> impl std::future::Future<Output = Option<Result<Self::Response>>> + Send + 'a {
                 async move { Some(crate::store::send_shared(self, grpc, timeout).await) }
             }
@@ -746,7 +746,7 @@ impl KvRequest for ResolveLockInRegion {
     fn dispatch_typed<'a>(
         &'a mut self,
         grpc: &'a crate::store::GrpcChannel,
-        timeout: std::time::Duration,
+        timeout: Option<std::time::Duration>,
     ) -> impl std::future::Future<Output = Option<Result<Self::Response>>> + Send + 'a {
         async move { Some(crate::store::send_shared(&mut self.request, grpc, timeout).await) }
     }
