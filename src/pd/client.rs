@@ -304,6 +304,12 @@ impl<KvC: KvConnect> PdClient for PdRpcClient<KvC> {
         Ok(self.region_for_id_shared(id).await?.to_region_with_leader())
     }
 
+    fn cached_region_for_key(&self, key: &[u8]) -> Option<Arc<CachedRegion>> {
+        let region = self.regions.get_by_key(key)?;
+        crate::telemetry::region_cache_lookup(true);
+        Some(region)
+    }
+
     async fn region_for_key_shared(&self, key: &[u8]) -> Result<Arc<CachedRegion>> {
         let cluster = Arc::clone(&self.cluster);
         self.regions

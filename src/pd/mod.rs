@@ -101,6 +101,17 @@ pub trait PdClient: Send + Sync + 'static {
         )))
     }
 
+    /// The Region that contains `key` if the client's Region cache holds
+    /// it, without waiting: the hit of
+    /// [`region_for_key_shared`](PdClient::region_for_key_shared), which a
+    /// request's first step takes before any `await`. `None` (the default,
+    /// and on a miss) sends the caller to the async lookup; a client that
+    /// rewrites Regions (a keyspace codec) keeps the default.
+    fn cached_region_for_key(&self, key: &[u8]) -> Option<Arc<CachedRegion>> {
+        let _ = key;
+        None
+    }
+
     /// [`region_for_id`](PdClient::region_for_id) as a shared handle; see
     /// [`region_for_key_shared`](PdClient::region_for_key_shared).
     async fn region_for_id_shared(&self, id: RegionId) -> Result<Arc<CachedRegion>> {

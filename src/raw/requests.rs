@@ -452,6 +452,14 @@ macro_rules! single_key_shardable {
                 self.key = shard;
             }
 
+            fn cached_shards<PdC: PdClient>(
+                &self,
+                pd_client: &PdC,
+            ) -> Option<Vec<(Self::Shard, RegionWithLeader)>> {
+                let region = pd_client.cached_region_for_key(&self.key)?;
+                Some(vec![(self.key.clone(), region.to_region_with_leader())])
+            }
+
             /// Everything but the key, which the shard carries: the request
             /// is then built with one copy of the key, not three.
             fn template(&self) -> Self {

@@ -170,6 +170,13 @@ impl<Req: KvRequest + Shardable> Shardable for Dispatch<Req> {
         self.request.apply_shard(shard);
     }
 
+    fn cached_shards<PdC: PdClient>(
+        &self,
+        pd_client: &PdC,
+    ) -> Option<Vec<(Self::Shard, RegionWithLeader)>> {
+        self.request.cached_shards(pd_client)
+    }
+
     fn template(&self) -> Self {
         Dispatch {
             request: self.request.template(),
@@ -274,6 +281,13 @@ impl<P: Plan + Shardable + Send + Sync> Shardable for PreserveShard<P> {
     fn apply_shard(&mut self, shard: Self::Shard) {
         self.shard = Some(shard.clone());
         self.inner.apply_shard(shard);
+    }
+
+    fn cached_shards<PdC: PdClient>(
+        &self,
+        pd_client: &PdC,
+    ) -> Option<Vec<(Self::Shard, RegionWithLeader)>> {
+        self.inner.cached_shards(pd_client)
     }
 
     fn template(&self) -> Self {

@@ -99,7 +99,7 @@ impl Drop for InFlight<'_> {
 /// into pieces that run next, in key order.
 enum PieceEnd<'r, P: Plan + Shardable> {
     Done(Result<P::Result>),
-    Split(Vec<(P::Shard, ShardMachine<'r>)>),
+    Split(Vec<(P::Shard, Box<ShardMachine<'r>>)>),
 }
 
 impl<P, PdC> RetryableMultiRegion<P, PdC>
@@ -275,8 +275,15 @@ where
             // The shard itself, then the pieces a split left, in key order
             // (the queue allocates only when a split happens); a piece of a
             // split is never the whole request.
-            let machine =
-                ShardMachine::new(region, self.backoff.clone(), self.policy(), deadline, scope);
+            // Boxed: the machine is large, and moves with each piece into
+            // its future.
+            let machine = Box::new(ShardMachine::new(
+                region,
+                self.backoff.clone(),
+                self.policy(),
+                deadline,
+                scope,
+            ));
             let mut piece = Some((shard, machine, whole));
             let mut pieces = VecDeque::new();
             while let Some((shard, machine, whole)) = piece.take() {
@@ -322,7 +329,7 @@ where
         mut plan: P,
         template: &'a P,
         whole: bool,
-        mut machine: ShardMachine<'a>,
+        mut machine: Box<ShardMachine<'a>>,
         permits: Option<&'a Semaphore>,
     ) -> impl std::future::Future<Output = PieceEnd<'a, P>> + 'a {
         async move {
@@ -408,7 +415,7 @@ where
                         Ok(new) => {
                             return PieceEnd::Split(
                                 new.into_iter()
-                                    .map(|(shard, region)| (shard, machine.fork(region)))
+                                    .map(|(shard, region)| (shard, Box::new(machine.fork(region))))
                                     .collect(),
                             )
                         }
@@ -494,9 +501,11 @@ where
         );
         async move {
             let scope = &RequestScope::new(self.inner.label());
-            let mut shards = scope
-                .observer
-                .sharded(self.inner.shards(&self.pd_client).await)?;
+            let shards = match self.inner.cached_shards(&*self.pd_client) {
+                Some(shards) => Ok(shards),
+                None => self.inner.shards(&self.pd_client).await,
+            };
+            let mut shards = scope.observer.sharded(shards)?;
             // What every shard's request shares; each shard's request is built
             // from it and the shard's own payload, never from a copy of the
             // whole request.

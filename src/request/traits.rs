@@ -66,6 +66,19 @@ pub trait Shardable {
     /// Narrows the request to one shard.
     fn apply_shard(&mut self, shard: Self::Shard);
 
+    /// The shards [`shards`](Self::shards) would return, when the Region
+    /// cache answers them all without waiting
+    /// ([`PdClient::cached_region_for_key`]); `None` (the default) sends
+    /// the plan to `shards`. A single-key request answers from the cache,
+    /// so its common case skips the boxed futures of the async lookup.
+    fn cached_shards<PdC: PdClient>(
+        &self,
+        pd_client: &PdC,
+    ) -> Option<Vec<(Self::Shard, RegionWithLeader)>> {
+        let _ = pd_client;
+        None
+    }
+
     /// The request without its payload (keys, pairs, mutations, ranges):
     /// what every shard shares (context, options). The plan builds each
     /// shard's request from it with [`for_shard`](Self::for_shard), so the

@@ -1,13 +1,15 @@
 //! The typed gRPC path: a request is sent with its own response type (no
-//! `Box<dyn Any>`), and tonic gets it by value as an `Arc` that it encodes
-//! straight from, so the request is never copied for the wire and is handed
-//! back for a retry once the RPC is over.
+//! `Box<dyn Any>`), and kept by the plan for a retry. A request of ordinary
+//! size is encoded once into a buffer of its own length that tonic copies
+//! to the wire; a large one (a big batch) is lent to tonic as an `Arc` that
+//! it encodes straight from, so its payload is never copied for the wire,
+//! and taken back once the RPC is over.
 
-use std::future::Future;
 use std::marker::PhantomData;
 use std::sync::Arc;
 use std::time::Duration;
 
+use prost::bytes::{BufMut, Bytes};
 use tonic::client::Grpc;
 use tonic::codec::{Codec, DecodeBuf, Decoder, EncodeBuf, Encoder};
 use tonic::codegen::http::uri::PathAndQuery;
@@ -27,73 +29,99 @@ pub trait GrpcRequest: prost::Message + Default + Clone + Sized + 'static {
     /// The response the store sends back.
     type Reply: prost::Message + Default + Send + 'static;
 
-    /// Sends the shared request over `grpc`, with `timeout` as its
-    /// `grpc-timeout` (none: the channel's own timeout bounds it). tonic
-    /// encodes from the `Arc` and drops its handle once encoded.
-    fn call(
-        grpc: &GrpcChannel,
-        request: Arc<Self>,
-        timeout: Option<Duration>,
-    ) -> impl Future<Output = Result<Self::Reply>> + Send;
+    /// The method's name in `tikvpb.Tikv` (`RawGet`).
+    const METHOD: &'static str;
+
+    /// The method's path (`/tikvpb.Tikv/RawGet`).
+    const PATH: &'static str;
 }
 
-/// Sends `request` on the typed path and puts it back for a retry: it is
-/// moved into an `Arc` for tonic, and taken back out once the RPC is over
-/// (copied only if tonic still held its handle then). If the future is
-/// dropped mid-RPC the request is left empty; the plan drops it as well.
+/// Requests whose encoding is at most this long are encoded into a buffer
+/// of their own; longer ones are lent to tonic (see the module docs). Up to
+/// here the copy into tonic's buffer costs less than the allocation of the
+/// whole request that lending needs (a request with its context is about a
+/// kilobyte in memory, whatever its encoded length).
+const ENCODE_AHEAD_LIMIT: usize = 16 * 1024;
+
+/// Sends `request` on the typed path, with `timeout` as its `grpc-timeout`
+/// (none: the channel's own timeout bounds it). The request is the plan's
+/// again when this returns. A large request is moved into an `Arc` for
+/// tonic and taken back out once the RPC is over (copied only if tonic
+/// still held its handle then); if the future is dropped mid-RPC it is
+/// left empty, and the plan drops it as well.
 pub(crate) async fn send_shared<R: GrpcRequest + Send + Sync>(
     request: &mut R,
     grpc: &GrpcChannel,
     timeout: Option<Duration>,
 ) -> Result<R::Reply> {
+    let length = request.encoded_len();
+    if length <= ENCODE_AHEAD_LIMIT {
+        let mut encoded = Vec::with_capacity(length);
+        request.encode_raw(&mut encoded);
+        return unary::<R>(grpc, Body::Encoded(Bytes::from(encoded)), timeout).await;
+    }
     let shared = Arc::new(std::mem::take(request));
-    let result = R::call(grpc, Arc::clone(&shared), timeout).await;
+    let result = unary::<R>(grpc, Body::Shared(Arc::clone(&shared)), timeout).await;
     *request = Arc::try_unwrap(shared).unwrap_or_else(|still_shared| (*still_shared).clone());
     result
 }
 
-/// Encodes a shared request, decodes a prost response.
-struct SharedCodec<Req, Resp>(PhantomData<fn(Req) -> Resp>);
+/// What tonic is given to encode: the request's encoding, or the request.
+enum Body<Req> {
+    Encoded(Bytes),
+    Shared(Arc<Req>),
+}
 
-struct SharedEncoder<Req>(PhantomData<fn(Req)>);
+/// Encodes a [`Body`], decodes a prost response.
+struct TypedCodec<Req, Resp>(PhantomData<fn(Req) -> Resp>);
 
-impl<Req: prost::Message> Encoder for SharedEncoder<Req> {
-    type Item = Arc<Req>;
+struct BodyEncoder<Req>(PhantomData<fn(Req)>);
+
+impl<Req: prost::Message> Encoder for BodyEncoder<Req> {
+    type Item = Body<Req>;
     type Error = Status;
 
     fn encode(
         &mut self,
-        item: Arc<Req>,
+        item: Body<Req>,
         buf: &mut EncodeBuf<'_>,
     ) -> std::result::Result<(), Status> {
-        // The buffer grows as needed, so encoding cannot run out of space.
-        item.encode(buf)
-            .map_err(|e| Status::internal(format!("encoding the request failed: {e}")))
+        match item {
+            Body::Encoded(bytes) => {
+                buf.put(bytes);
+                Ok(())
+            }
+            // The buffer grows as needed, so encoding cannot run out of
+            // space.
+            Body::Shared(request) => request
+                .encode(buf)
+                .map_err(|e| Status::internal(format!("encoding the request failed: {e}"))),
+        }
     }
 }
 
-impl<Req, Resp> Codec for SharedCodec<Req, Resp>
+impl<Req, Resp> Codec for TypedCodec<Req, Resp>
 where
     Req: prost::Message + Send + Sync + 'static,
     Resp: prost::Message + Default + Send + 'static,
 {
-    type Encode = Arc<Req>;
+    type Encode = Body<Req>;
     type Decode = Resp;
-    type Encoder = SharedEncoder<Req>;
-    type Decoder = SharedDecoder<Resp>;
+    type Encoder = BodyEncoder<Req>;
+    type Decoder = ReplyDecoder<Resp>;
 
     fn encoder(&mut self) -> Self::Encoder {
-        SharedEncoder(PhantomData)
+        BodyEncoder(PhantomData)
     }
 
     fn decoder(&mut self) -> Self::Decoder {
-        SharedDecoder(tonic_prost::ProstDecoder::default())
+        ReplyDecoder(tonic_prost::ProstDecoder::default())
     }
 }
 
-struct SharedDecoder<Resp>(tonic_prost::ProstDecoder<Resp>);
+struct ReplyDecoder<Resp>(tonic_prost::ProstDecoder<Resp>);
 
-impl<Resp: prost::Message + Default> Decoder for SharedDecoder<Resp> {
+impl<Resp: prost::Message + Default> Decoder for ReplyDecoder<Resp> {
     type Item = Resp;
     type Error = Status;
 
@@ -102,24 +130,18 @@ impl<Resp: prost::Message + Default> Decoder for SharedDecoder<Resp> {
     }
 }
 
-/// One unary call, as tonic's generated client makes it (same readiness
-/// error, same method extension), with the shared request.
-async fn unary<Req, Resp>(
+/// One unary call of `R`'s method, as tonic's generated client makes it
+/// (same readiness error, same method extension).
+async fn unary<R: GrpcRequest + Send + Sync>(
     grpc: &GrpcChannel,
-    request: Arc<Req>,
+    body: Body<R>,
     timeout: Option<Duration>,
-    path: &'static str,
-    method: &'static str,
-) -> Result<Resp>
-where
-    Req: prost::Message + Send + Sync + 'static,
-    Resp: prost::Message + Default + Send + 'static,
-{
+) -> Result<R::Reply> {
     let mut grpc = grpc.clone();
     grpc.ready()
         .await
         .map_err(|e| Status::unknown(format!("Service was not ready: {e}")))?;
-    let mut req = tonic::Request::new(request);
+    let mut req = tonic::Request::new(body);
     // tonic enforces the grpc-timeout header on the client side too (as it
     // does the channel's own timeout), so an unanswered RPC ends with
     // `TimeoutExpired`.
@@ -127,10 +149,10 @@ where
         set_timeout(&mut req, timeout);
     }
     req.extensions_mut()
-        .insert(GrpcMethod::new("tikvpb.Tikv", method));
-    let codec = SharedCodec::<Req, Resp>(PhantomData);
+        .insert(GrpcMethod::new("tikvpb.Tikv", R::METHOD));
+    let codec = TypedCodec::<R, R::Reply>(PhantomData);
     let response = grpc
-        .unary(req, PathAndQuery::from_static(path), codec)
+        .unary(req, PathAndQuery::from_static(R::PATH), codec)
         .await?;
     Ok(response.into_inner())
 }
@@ -170,14 +192,8 @@ macro_rules! grpc_request {
     ($($req:ident => $resp:ident, $method:literal;)*) => {$(
         impl GrpcRequest for kvrpcpb::$req {
             type Reply = kvrpcpb::$resp;
-
-            fn call(
-                grpc: &GrpcChannel,
-                request: Arc<Self>,
-                timeout: Option<Duration>,
-            ) -> impl Future<Output = Result<Self::Reply>> + Send {
-                unary(grpc, request, timeout, concat!("/tikvpb.Tikv/", $method), $method)
-            }
+            const METHOD: &'static str = $method;
+            const PATH: &'static str = concat!("/tikvpb.Tikv/", $method);
         }
     )*
         /// Every method the typed path calls.

@@ -1,0 +1,99 @@
+//! A fixed number of operations, one at a time, through `RawClient` or a
+//! bare tonic client, against an in-process simulated cluster: a workload
+//! for instruction-level profilers, whose counts (unlike wall time) repeat
+//! from run to run. The per-operation cost is the difference between two
+//! runs of different lengths, which cancels the setup:
+//!
+//! ```text
+//! cargo build --release --features sim --example profile_ops
+//! valgrind --tool=callgrind target/release/examples/profile_ops get 1000
+//! valgrind --tool=callgrind target/release/examples/profile_ops get 3000
+//! ```
+//!
+//! (instructions of the second run minus the first, over 2000). Modes:
+//! `get` and `put` through `RawClient`, `bare-get` through `TikvClient`
+//! aimed at the Region's leader by hand. Both the client and the simulated
+//! stores run in this process, so the counts include the server's work,
+//! which is the same for every mode.
+
+use std::process::ExitCode;
+
+use tikv_plan::proto::kvrpcpb;
+use tikv_plan::proto::tikvpb::tikv_client::TikvClient;
+use tikv_plan::sim::SimCluster;
+use tikv_plan::RawClient;
+
+const USAGE: &str = "usage: profile_ops get|put|bare-get COUNT";
+
+fn main() -> ExitCode {
+    let mut args = std::env::args().skip(1);
+    let (Some(mode), Some(count)) = (args.next(), args.next()) else {
+        eprintln!("{USAGE}");
+        return ExitCode::from(2);
+    };
+    let Ok(count) = count.parse::<usize>() else {
+        eprintln!("COUNT must be a number\n{USAGE}");
+        return ExitCode::from(2);
+    };
+    if !["get", "put", "bare-get"].contains(&mode.as_str()) {
+        eprintln!("unknown mode {mode:?}\n{USAGE}");
+        return ExitCode::from(2);
+    }
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("a tokio runtime");
+    match runtime.block_on(run(&mode, count)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("profile_ops: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run(mode: &str, count: usize) -> Result<(), Box<dyn std::error::Error>> {
+    let cluster = SimCluster::builder().stores(3).replicas(3).start().await?;
+    let key = b"profile-key".to_vec();
+    let client = RawClient::new(cluster.pd_endpoints()).await?;
+    client.put(key.clone(), b"value".to_vec()).await?;
+    let region = cluster
+        .region_for_key(&key)
+        .ok_or("no Region for the key")?;
+    let leader = cluster
+        .leader_of(region.id)
+        .ok_or("the Region has no leader")?;
+    let address = cluster
+        .store_addr(leader.store_id)
+        .ok_or("the leader's store has no address")?;
+    let bare = TikvClient::connect(format!("http://{address}")).await?;
+    let context = kvrpcpb::Context {
+        region_id: region.id,
+        region_epoch: region.region_epoch,
+        peer: Some(leader),
+        ..Default::default()
+    };
+    for _ in 0..count {
+        match mode {
+            "get" => {
+                client.get(key.clone()).await?.ok_or("the key is gone")?;
+            }
+            "put" => client.put(key.clone(), b"value".to_vec()).await?,
+            _ => {
+                let response = bare
+                    .clone()
+                    .raw_get(kvrpcpb::RawGetRequest {
+                        context: Some(context.clone()),
+                        key: key.clone(),
+                        ..Default::default()
+                    })
+                    .await?
+                    .into_inner();
+                if let Some(error) = response.region_error {
+                    return Err(format!("region error: {error:?}").into());
+                }
+            }
+        }
+    }
+    Ok(())
+}
