@@ -352,9 +352,11 @@ where
                             .is_some_and(|r| r.is_store_unreachable(store_id)),
                     },
                     Next::Map(peer) => {
-                        let mapping = self
-                            .map_candidate(machine.region(), peer)
-                            .instrument(machine.attempt_span().clone());
+                        let mapping = std::pin::pin!(self.map_candidate(machine.region(), peer));
+                        let mapping = InSpan {
+                            fut: mapping,
+                            span: machine.attempt_span(),
+                        };
                         match timed(&mut now, mapping).await {
                             Ok(mapped) => {
                                 store = Some(mapped);
@@ -366,9 +368,17 @@ where
                     Next::Dispatch { bound } => {
                         let (sent_at, result) = match store.take() {
                             Some(store) => {
-                                self.dispatch_candidate(&mut plan, &store, permits, bound, &mut now)
-                                    .instrument(machine.attempt_span().clone())
-                                    .await
+                                // Pinned in place and polled in the attempt's
+                                // span through a reference: the RPC's future
+                                // is not moved again into a wrapper.
+                                let rpc = std::pin::pin!(self.dispatch_candidate(
+                                    &mut plan, &store, permits, bound, &mut now
+                                ));
+                                InSpan {
+                                    fut: rpc,
+                                    span: machine.attempt_span(),
+                                }
+                                .await
                             }
                             None => (
                                 now,
@@ -634,6 +644,27 @@ impl<F: std::future::Future> std::future::Future for Timed<'_, F> {
                 std::task::Poll::Ready(output)
             }
         }
+    }
+}
+
+/// Polls a pinned future inside `span` (entered for each poll), as
+/// `Instrumented` does, but holding the future by reference: wrapping it
+/// does not move it.
+struct InSpan<'a, F> {
+    fut: std::pin::Pin<&'a mut F>,
+    span: &'a tracing::Span,
+}
+
+impl<F: std::future::Future> std::future::Future for InSpan<'_, F> {
+    type Output = F::Output;
+
+    fn poll(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<F::Output> {
+        let this = self.get_mut();
+        let _entered = this.span.enter();
+        this.fut.as_mut().poll(cx)
     }
 }
 

@@ -3,6 +3,7 @@
 //! after a transport failure or consecutive timeouts.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::RwLock;
 use std::time::Duration;
 
@@ -33,6 +34,10 @@ pub(crate) struct StoreHealth {
     // store cools down and reports that it answered); written only when a
     // store's health changes.
     stores: RwLock<HashMap<StoreId, StoreHealthEntry>>,
+    /// How many entries `stores` holds, kept under its write lock: with none
+    /// (every store healthy, the usual case) a request's checks read this
+    /// and take no lock.
+    entries: AtomicUsize,
 }
 
 impl StoreHealth {
@@ -43,6 +48,7 @@ impl StoreHealth {
             cooldown,
             timeout_strikes: timeout_strikes.max(1),
             stores: RwLock::new(HashMap::new()),
+            entries: AtomicUsize::new(0),
         }
     }
 
@@ -55,11 +61,13 @@ impl StoreHealth {
 
     /// True while the store cools down after a failure.
     pub fn is_unreachable(&self, store_id: StoreId) -> bool {
-        let now = Instant::now();
-        read(&self.stores)
+        if self.entries.load(Ordering::Acquire) == 0 {
+            return false;
+        }
+        let until = read(&self.stores)
             .get(&store_id)
-            .and_then(|e| e.unreachable_until)
-            .is_some_and(|until| now < until)
+            .and_then(|e| e.unreachable_until);
+        until.is_some_and(|until| Instant::now() < until)
     }
 
     /// Marks the store unreachable for the cool-down. Returns true when it
@@ -74,6 +82,7 @@ impl StoreHealth {
         entry.marked_at = Some(now);
         entry.timeout_strikes = 0;
         entry.last_strike = None;
+        self.entries.store(stores.len(), Ordering::Release);
         !was_unreachable
     }
 
@@ -82,13 +91,16 @@ impl StoreHealth {
     /// RPC was sent (a late answer cannot erase a newer failure).
     pub fn mark_reachable(&self, store_id: StoreId, sent_at: Instant) {
         let clears = |entry: &StoreHealthEntry| entry.marked_at.is_none_or(|m| sent_at >= m);
-        // A healthy store has no entry: the usual answer only reads.
-        if !read(&self.stores).get(&store_id).is_some_and(clears) {
+        // A healthy store has no entry: the usual answer reads a counter.
+        if self.entries.load(Ordering::Acquire) == 0
+            || !read(&self.stores).get(&store_id).is_some_and(clears)
+        {
             return;
         }
         let mut stores = write(&self.stores);
         if stores.get(&store_id).is_some_and(clears) {
             stores.remove(&store_id);
+            self.entries.store(stores.len(), Ordering::Release);
         }
     }
 
@@ -102,12 +114,18 @@ impl StoreHealth {
         let strikes = {
             let mut stores = write(&self.stores);
             let entry = stores.entry(store_id).or_default();
-            if entry.last_strike.is_some_and(|last| sent_at < last) {
-                return false;
+            let strikes = if entry.last_strike.is_some_and(|last| sent_at < last) {
+                None
+            } else {
+                entry.timeout_strikes += 1;
+                entry.last_strike = Some(Instant::now());
+                Some(entry.timeout_strikes)
+            };
+            self.entries.store(stores.len(), Ordering::Release);
+            match strikes {
+                Some(strikes) => strikes,
+                None => return false,
             }
-            entry.timeout_strikes += 1;
-            entry.last_strike = Some(Instant::now());
-            entry.timeout_strikes
         };
         if strikes >= self.timeout_strikes {
             self.mark_unreachable(store_id)
