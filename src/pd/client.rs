@@ -212,6 +212,18 @@ impl<KvC: KvConnect> PdRpcClient<KvC> {
         Ok(store)
     }
 
+    /// The client of a cached, usable store whose connection is open.
+    fn cached_kv_client(&self, store_id: StoreId) -> Option<Arc<KvC::KvClient>> {
+        self.stores
+            .with_cached(store_id, |store| {
+                let usable = store.state != metapb::StoreState::Tombstone as i32
+                    && !store.address.is_empty();
+                usable.then(|| self.cached_connection(&store.address))
+            })
+            .flatten()
+            .flatten()
+    }
+
     fn cached_connection(&self, address: &str) -> Option<Arc<KvC::KvClient>> {
         self.connections
             .read()
@@ -274,15 +286,7 @@ impl<KvC: KvConnect> PdClient for PdRpcClient<KvC> {
         // Nothing is copied or allocated but the client's reference count;
         // anything else (a miss, a tombstone, no address) takes the full path
         // below, which reports it.
-        let cached = self
-            .stores
-            .with_cached(peer.store_id, |store| {
-                let usable = store.state != metapb::StoreState::Tombstone as i32
-                    && !store.address.is_empty();
-                usable.then(|| self.cached_connection(&store.address))
-            })
-            .flatten()
-            .flatten();
+        let cached = self.cached_kv_client(peer.store_id);
         let client = match cached {
             Some(client) => client,
             None => {
@@ -302,6 +306,15 @@ impl<KvC: KvConnect> PdClient for PdRpcClient<KvC> {
 
     async fn region_for_id(&self, id: RegionId) -> Result<RegionWithLeader> {
         Ok(self.region_for_id_shared(id).await?.to_region_with_leader())
+    }
+
+    fn cached_store_client(
+        &self,
+        store_id: StoreId,
+    ) -> Option<Arc<dyn crate::store::KvClient + Send + Sync>> {
+        let client: Arc<dyn crate::store::KvClient + Send + Sync> =
+            self.cached_kv_client(store_id)?;
+        Some(client)
     }
 
     fn cached_region_for_key(&self, key: &[u8]) -> Option<Arc<CachedRegion>> {

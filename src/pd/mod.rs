@@ -84,6 +84,16 @@ pub trait PdClient: Send + Sync + 'static {
         peer: metapb::Peer,
     ) -> Result<RegionStore>;
 
+    /// The client of the store `store_id` when both the store and its
+    /// connection are cached and the store is usable, without waiting: the
+    /// fast path of [`map_peer_to_store`](PdClient::map_peer_to_store),
+    /// which the plan takes before any `await`. `None` (the default, and on
+    /// any miss) sends the caller to `map_peer_to_store`.
+    fn cached_store_client(&self, store_id: StoreId) -> Option<Arc<dyn KvClient + Send + Sync>> {
+        let _ = store_id;
+        None
+    }
+
     /// The Region that contains `key` (cache, then PD).
     async fn region_for_key(&self, key: &[u8]) -> Result<RegionWithLeader>;
 

@@ -171,6 +171,9 @@ where
             peer.store_id,
             arg
         )));
+        if let Some(client) = self.pd_client.cached_store_client(peer.store_id) {
+            return Ok(RegionStore::new(region.clone(), peer, client));
+        }
         Arc::clone(&self.pd_client)
             .map_peer_to_store(region.clone(), peer)
             .await

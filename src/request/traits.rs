@@ -172,11 +172,20 @@ impl<T: HasKeyErrors> HasKeyErrors for Vec<T> {
 /// peer change; every other field (including `replica_read` and
 /// `stale_read`, which fallback never sets) stays as the caller left it.
 pub fn set_context_for_store<R: Request>(request: &mut R, store: &RegionStore) {
+    let aim = |context: &mut kvrpcpb::Context| {
+        let region = &store.region_with_leader;
+        context.region_id = region.id();
+        context.region_epoch = Some(region.epoch());
+        context.peer = Some(store.target_peer);
+    };
+    // In place when the request lends its context (every request of the
+    // wire protocol does): no copy of the context per attempt.
+    if let Some(context) = request.context_mut() {
+        aim(context);
+        return;
+    }
     let mut context: kvrpcpb::Context = request.context().cloned().unwrap_or_default();
-    let region = &store.region_with_leader;
-    context.region_id = region.id();
-    context.region_epoch = Some(region.epoch());
-    context.peer = Some(store.target_peer);
+    aim(&mut context);
     request.set_context(context);
 }
 

@@ -28,6 +28,12 @@ pub trait Request: Any + Sync + Send + 'static {
     fn context(&self) -> Option<&kvrpcpb::Context>;
     /// Replaces the request's context.
     fn set_context(&mut self, context: kvrpcpb::Context);
+    /// The request's context to change in place, if set; `None` (the
+    /// default) has callers replace it with
+    /// [`set_context`](Self::set_context).
+    fn context_mut(&mut self) -> Option<&mut kvrpcpb::Context> {
+        None
+    }
 }
 
 macro_rules! impl_request {
@@ -61,6 +67,10 @@ macro_rules! impl_request {
 
             fn set_context(&mut self, context: kvrpcpb::Context) {
                 self.context = Some(context);
+            }
+
+            fn context_mut(&mut self) -> Option<&mut kvrpcpb::Context> {
+                self.context.as_mut()
             }
         }
     };

@@ -44,26 +44,53 @@ pub trait GrpcRequest: prost::Message + Default + Clone + Sized + 'static {
 const ENCODE_AHEAD_LIMIT: usize = 16 * 1024;
 
 /// Sends `request` on the typed path, with `timeout` as its `grpc-timeout`
-/// (none: the channel's own timeout bounds it). The request is the plan's
-/// again when this returns. A large request is moved into an `Arc` for
-/// tonic and taken back out once the RPC is over (copied only if tonic
-/// still held its handle then); if the future is dropped mid-RPC it is
-/// left empty, and the plan drops it as well.
+/// (none: the channel's own timeout bounds it); `Some` always (the shape
+/// [`KvRequest::dispatch_typed`](crate::request::KvRequest::dispatch_typed)
+/// returns, so that method is this future, not a wrapper around it). The
+/// request is the plan's again when this returns. A large request is moved
+/// into an `Arc` for tonic and taken back out once the RPC is over (copied
+/// only if tonic still held its handle then); if the future is dropped
+/// mid-RPC it is left empty, and the plan drops it as well. One `async fn`
+/// for the whole call: each nested future would be one more copy of the
+/// RPC's state when it starts.
 pub(crate) async fn send_shared<R: GrpcRequest + Send + Sync>(
     request: &mut R,
     grpc: &GrpcChannel,
     timeout: Option<Duration>,
-) -> Result<R::Reply> {
+) -> Option<Result<R::Reply>> {
     let length = request.encoded_len();
-    if length <= ENCODE_AHEAD_LIMIT {
+    let (body, shared) = if length <= ENCODE_AHEAD_LIMIT {
         let mut encoded = Vec::with_capacity(length);
         request.encode_raw(&mut encoded);
-        return unary::<R>(grpc, Body::Encoded(Bytes::from(encoded)), timeout).await;
+        (Body::Encoded(Bytes::from(encoded)), None)
+    } else {
+        let shared = Arc::new(std::mem::take(request));
+        (Body::Shared(Arc::clone(&shared)), Some(shared))
+    };
+    let mut grpc = grpc.clone();
+    let result = match grpc.ready().await {
+        Err(e) => Err(Status::unknown(format!("Service was not ready: {e}")).into()),
+        Ok(()) => {
+            let mut req = tonic::Request::new(body);
+            // tonic enforces the grpc-timeout header on the client side too
+            // (as it does the channel's own timeout), so an unanswered RPC
+            // ends with `TimeoutExpired`.
+            if let Some(timeout) = timeout {
+                set_timeout(&mut req, timeout);
+            }
+            req.extensions_mut()
+                .insert(GrpcMethod::new("tikvpb.Tikv", R::METHOD));
+            let codec = TypedCodec::<R, R::Reply>(PhantomData);
+            grpc.unary(req, PathAndQuery::from_static(R::PATH), codec)
+                .await
+                .map(tonic::Response::into_inner)
+                .map_err(Into::into)
+        }
+    };
+    if let Some(shared) = shared {
+        *request = Arc::try_unwrap(shared).unwrap_or_else(|still_shared| (*still_shared).clone());
     }
-    let shared = Arc::new(std::mem::take(request));
-    let result = unary::<R>(grpc, Body::Shared(Arc::clone(&shared)), timeout).await;
-    *request = Arc::try_unwrap(shared).unwrap_or_else(|still_shared| (*still_shared).clone());
-    result
+    Some(result)
 }
 
 /// What tonic is given to encode: the request's encoding, or the request.
@@ -128,33 +155,6 @@ impl<Resp: prost::Message + Default> Decoder for ReplyDecoder<Resp> {
     fn decode(&mut self, buf: &mut DecodeBuf<'_>) -> std::result::Result<Option<Resp>, Status> {
         self.0.decode(buf)
     }
-}
-
-/// One unary call of `R`'s method, as tonic's generated client makes it
-/// (same readiness error, same method extension).
-async fn unary<R: GrpcRequest + Send + Sync>(
-    grpc: &GrpcChannel,
-    body: Body<R>,
-    timeout: Option<Duration>,
-) -> Result<R::Reply> {
-    let mut grpc = grpc.clone();
-    grpc.ready()
-        .await
-        .map_err(|e| Status::unknown(format!("Service was not ready: {e}")))?;
-    let mut req = tonic::Request::new(body);
-    // tonic enforces the grpc-timeout header on the client side too (as it
-    // does the channel's own timeout), so an unanswered RPC ends with
-    // `TimeoutExpired`.
-    if let Some(timeout) = timeout {
-        set_timeout(&mut req, timeout);
-    }
-    req.extensions_mut()
-        .insert(GrpcMethod::new("tikvpb.Tikv", R::METHOD));
-    let codec = TypedCodec::<R, R::Reply>(PhantomData);
-    let response = grpc
-        .unary(req, PathAndQuery::from_static(R::PATH), codec)
-        .await?;
-    Ok(response.into_inner())
 }
 
 /// Sets the `grpc-timeout` header of `req` to `timeout`, as

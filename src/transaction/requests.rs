@@ -221,7 +221,7 @@ macro_rules! txn_request {
                 grpc: &'a crate::store::GrpcChannel,
                 timeout: Option<std::time::Duration>,
             ) -> impl std::future::Future<Output = Option<Result<Self::Response>>> + Send + 'a {
-                async move { Some(crate::store::send_shared(self, grpc, timeout).await) }
+                crate::store::send_shared(self, grpc, timeout)
             }
 
             fn describe(&self) -> String {
@@ -736,6 +736,10 @@ impl crate::store::Request for ResolveLockInRegion {
     fn set_context(&mut self, context: kvrpcpb::Context) {
         self.request.context = Some(context);
     }
+
+    fn context_mut(&mut self) -> Option<&mut kvrpcpb::Context> {
+        self.request.context.as_mut()
+    }
 }
 
 impl KvRequest for ResolveLockInRegion {
@@ -748,7 +752,7 @@ impl KvRequest for ResolveLockInRegion {
         grpc: &'a crate::store::GrpcChannel,
         timeout: Option<std::time::Duration>,
     ) -> impl std::future::Future<Output = Option<Result<Self::Response>>> + Send + 'a {
-        async move { Some(crate::store::send_shared(&mut self.request, grpc, timeout).await) }
+        crate::store::send_shared(&mut self.request, grpc, timeout)
     }
 
     fn describe(&self) -> String {
