@@ -102,7 +102,8 @@ impl<Req: KvRequest> Plan for Dispatch<Req> {
 
     /// The typed path when the store client offers one (the gRPC client):
     /// the response comes back with its own type, and the request goes to
-    /// tonic without a copy. Otherwise [`execute`](Plan::execute).
+    /// tonic as its encoding (a large one is lent, its payload not copied).
+    /// Otherwise [`execute`](Plan::execute).
     // Not `async fn`: `#[async_trait]` on this impl would box it.
     #[allow(clippy::manual_async_fn)]
     fn execute_mut(&mut self) -> impl std::future::Future<Output = Result<Self::Result>> + Send {

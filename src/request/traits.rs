@@ -34,7 +34,8 @@ pub trait KvRequest: Request + Sized + Clone + Sync + Send + 'static {
 
     /// Sends the request on the typed gRPC path (see
     /// [`KvClient::grpc`](crate::store::KvClient::grpc)): with its own
-    /// response type, handed to tonic without a copy and kept for a retry.
+    /// response type, handed to tonic as its encoding (a large request
+    /// without a copy of its payload) and kept for a retry.
     /// `None` (the default) when the request type has no typed call; the
     /// plan then sends it through `KvClient::dispatch`. Every request of
     /// the wire protocol has one. `timeout` is sent as the call's
