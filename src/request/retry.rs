@@ -240,9 +240,10 @@ where
                 (Some(timeout), Some(left)) => Some(timeout.min(left)),
                 (timeout, left) => timeout.or(left),
             };
-            let own_timer = match bound {
-                Some(bound) if !plan.set_rpc_bound(Some(bound)) => Some(bound),
-                _ => None,
+            let own_timer = if plan.set_rpc_bound(bound) {
+                None
+            } else {
+                bound
             };
             let rpc = plan.execute_mut();
             let result = match own_timer {
