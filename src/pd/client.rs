@@ -317,8 +317,8 @@ impl<KvC: KvConnect> PdClient for PdRpcClient<KvC> {
         Some(client)
     }
 
-    fn cached_region_for_key(&self, key: &[u8]) -> Option<Arc<CachedRegion>> {
-        let region = self.regions.get_by_key(key)?;
+    fn cached_region_for_key(&self, key: &[u8]) -> Option<RegionWithLeader> {
+        let region = self.regions.region_with_leader_by_key(key)?;
         crate::telemetry::region_cache_lookup(true);
         Some(region)
     }

@@ -113,11 +113,11 @@ pub trait PdClient: Send + Sync + 'static {
 
     /// The Region that contains `key` if the client's Region cache holds
     /// it, without waiting: the hit of
-    /// [`region_for_key_shared`](PdClient::region_for_key_shared), which a
-    /// request's first step takes before any `await`. `None` (the default,
-    /// and on a miss) sends the caller to the async lookup; a client that
-    /// rewrites Regions (a keyspace codec) keeps the default.
-    fn cached_region_for_key(&self, key: &[u8]) -> Option<Arc<CachedRegion>> {
+    /// [`region_for_key`](PdClient::region_for_key), which a request's
+    /// first step takes before any `await`. `None` (the default, and on a
+    /// miss) sends the caller to the async lookup; a client that rewrites
+    /// Regions (a keyspace codec) keeps the default.
+    fn cached_region_for_key(&self, key: &[u8]) -> Option<RegionWithLeader> {
         let _ = key;
         None
     }

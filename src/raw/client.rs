@@ -251,13 +251,15 @@ impl<PdC: PdClient> RawClient<PdC> {
     {
         // The plan `.merge(merge).post_process_default()` would build, run
         // without the boxed `Plan::execute` of each stage: the retrying
-        // stage is awaited in place and its results merged and processed
-        // here, as those stages do.
+        // stage is awaited here and its results merged and processed as
+        // those stages do. Its future is boxed once, so the caller's future
+        // stays small (a caller moves it at least twice before polling it;
+        // callgrind counts fewer instructions per get this way).
         let plan = self
             .builder(request)
             .retry_multi_region(self.backoff.clone())
             .plan();
-        let merged = match plan.run().await {
+        let merged = match Box::pin(plan.run()).await {
             Ok(results) => merge.merge(results),
             Err(error) => Err(error),
         };

@@ -457,7 +457,7 @@ macro_rules! single_key_shardable {
                 pd_client: &PdC,
             ) -> Option<Vec<(Self::Shard, RegionWithLeader)>> {
                 let region = pd_client.cached_region_for_key(&self.key)?;
-                Some(vec![(self.key.clone(), region.to_region_with_leader())])
+                Some(vec![(self.key.clone(), region)])
             }
 
             /// Everything but the key, which the shard carries: the request

@@ -459,6 +459,15 @@ impl RegionCache {
         cache
     }
 
+    /// The cached Region containing `key` as a [`RegionWithLeader`], read
+    /// under the lock without touching the shared handle's reference count
+    /// (a count every task reading the Region would otherwise bump).
+    pub fn region_with_leader_by_key(&self, key: &[u8]) -> Option<RegionWithLeader> {
+        read(&self.map)
+            .get_by_key(key)
+            .map(|region| region.to_region_with_leader())
+    }
+
     /// The cached Region containing `key`: a shared handle, no copy.
     pub fn get_by_key(&self, key: &[u8]) -> Option<Arc<CachedRegion>> {
         read(&self.map).get_by_key(key).cloned()
