@@ -345,7 +345,7 @@ macro_rules! kv_request {
                 grpc: &'a crate::store::GrpcChannel,
                 timeout: Option<std::time::Duration>,
             ) -> impl std::future::Future<Output = Option<Result<Self::Response>>> + Send + 'a {
-                crate::store::send_shared(self, grpc, timeout)
+                crate::store::send_typed(self, grpc, timeout)
             }
         }
     };
@@ -376,7 +376,7 @@ macro_rules! write_request {
                 grpc: &'a crate::store::GrpcChannel,
                 timeout: Option<std::time::Duration>,
             ) -> impl std::future::Future<Output = Option<Result<Self::Response>>> + Send + 'a {
-                crate::store::send_shared(self, grpc, timeout)
+                crate::store::send_typed(self, grpc, timeout)
             }
 
             fn describe(&self) -> String {

@@ -11,7 +11,7 @@ pub use batch::{BatchOptions, KvBatchClient};
 pub(crate) use client::timeout_as_error;
 pub use client::{KvRpcClient, TikvConnect};
 pub use request::Request;
-pub(crate) use typed::send_shared;
+pub(crate) use typed::send_typed;
 pub use typed::{GrpcChannel, GrpcRequest};
 
 use std::any::Any;

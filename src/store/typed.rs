@@ -53,7 +53,7 @@ const ENCODE_AHEAD_LIMIT: usize = 16 * 1024;
 /// mid-RPC it is left empty, and the plan drops it as well. One `async fn`
 /// for the whole call: each nested future would be one more copy of the
 /// RPC's state when it starts.
-pub(crate) async fn send_shared<R: GrpcRequest + Send + Sync>(
+pub(crate) async fn send_typed<R: GrpcRequest + Send + Sync>(
     request: &mut R,
     grpc: &GrpcChannel,
     timeout: Option<Duration>,
