@@ -101,8 +101,8 @@ impl<Req: KvRequest> Plan for Dispatch<Req> {
     }
 
     /// The typed path when the store client offers one (the gRPC client):
-    /// the response comes back with its own type, and the request goes to
-    /// tonic as its encoding (a large one is lent, its payload not copied).
+    /// the response comes back with its own type, and the request is
+    /// encoded once, straight into the HTTP body of the call.
     /// Otherwise [`execute`](Plan::execute).
     // Not `async fn`: `#[async_trait]` on this impl would box it.
     #[allow(clippy::manual_async_fn)]

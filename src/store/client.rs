@@ -17,7 +17,6 @@ use crate::config::{
 use crate::proto::tikvpb::tikv_client::TikvClient;
 use crate::security::SecurityManager;
 use crate::{Error, Result};
-use tonic::client::Grpc;
 
 /// Opens [`KvRpcClient`]s. Connection setup is bounded by the connect
 /// timeout, so an address that drops packets cannot stall a candidate round
@@ -101,8 +100,8 @@ impl KvConnect for TikvConnect {
             .security
             .connect(address, self.connect_timeout, self.timeout)
             .await?;
-        let grpc =
-            Grpc::new(channel.clone()).max_decoding_message_size(self.max_decoding_message_size);
+        let grpc = GrpcChannel::new(channel.clone())
+            .max_decoding_message_size(self.max_decoding_message_size);
         let rpc_client =
             TikvClient::new(channel).max_decoding_message_size(self.max_decoding_message_size);
         let batch = (self.rpc_mode == RpcMode::Batched).then(|| {
@@ -147,8 +146,7 @@ impl KvRpcClient {
     /// Wraps an open channel; each RPC is bounded by `timeout`.
     pub fn new(channel: Channel, timeout: Duration) -> Self {
         KvRpcClient {
-            grpc: Grpc::new(channel.clone())
-                .max_decoding_message_size(DEFAULT_GRPC_MAX_DECODING_MESSAGE_SIZE),
+            grpc: GrpcChannel::new(channel.clone()),
             rpc_client: TikvClient::new(channel)
                 .max_decoding_message_size(DEFAULT_GRPC_MAX_DECODING_MESSAGE_SIZE),
             timeout,

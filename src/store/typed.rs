@@ -1,28 +1,60 @@
 //! The typed gRPC path: a request is sent with its own response type (no
-//! `Box<dyn Any>`), and kept by the plan for a retry. A request of ordinary
-//! size is encoded once into a buffer of its own length that tonic copies
-//! to the wire; a large one (a big batch) is lent to tonic as an `Arc` that
-//! it encodes straight from, so its payload is never copied for the wire,
-//! and taken back once the RPC is over.
+//! `Box<dyn Any>`) as one unary gRPC call over tonic's HTTP/2 channel.
+//!
+//! The call is made at the HTTP level rather than through tonic's generic
+//! `Grpc::unary`: the request is encoded once, with its 5-byte gRPC
+//! message prefix, into a buffer of its exact length that becomes the HTTP
+//! body as it is (tonic would copy it into an 8 KiB buffer of its own), and
+//! a response that arrives in one HTTP/2 DATA frame, as nearly all do, is
+//! decoded straight from that frame (tonic would copy it into another 8
+//! KiB buffer). Errors keep tonic's meaning: transport failures become a
+//! [`Status`] through [`Status::from_error`], as tonic makes them, and the
+//! gRPC status comes from the headers or trailers as tonic reads it, so the
+//! classification of a failed call (sent or not, timed out or not) is the
+//! same on both paths.
 
-use std::marker::PhantomData;
-use std::sync::Arc;
+use std::future::poll_fn;
+use std::pin::Pin;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
-use prost::bytes::{BufMut, Bytes};
-use tonic::client::Grpc;
-use tonic::codec::{Codec, DecodeBuf, Decoder, EncodeBuf, Encoder};
-use tonic::codegen::http::uri::PathAndQuery;
-use tonic::codegen::GrpcMethod;
-use tonic::metadata::{Ascii, MetadataValue};
+use http_body::Frame;
+use prost::bytes::{Buf, Bytes, BytesMut};
+use tonic::codegen::http::{self, HeaderMap, HeaderValue, Method, Uri, Version};
+use tonic::codegen::{Body as HttpBody, Service};
+use tonic::metadata::GRPC_CONTENT_TYPE;
 use tonic::transport::Channel;
-use tonic::Status;
+use tonic::{Code, Status};
 
+use crate::config::DEFAULT_GRPC_MAX_DECODING_MESSAGE_SIZE;
 use crate::proto::kvrpcpb;
 use crate::Result;
 
-/// A gRPC channel to one store, as the typed path uses it.
-pub type GrpcChannel = Grpc<Channel>;
+/// A gRPC channel to one store, as the typed path uses it: tonic's channel
+/// and the largest response the path decodes from it.
+#[derive(Debug, Clone)]
+pub struct GrpcChannel {
+    channel: Channel,
+    max_decoding_message_size: usize,
+}
+
+impl GrpcChannel {
+    /// The typed path over `channel`, decoding responses of up to
+    /// `Config::grpc_max_decoding_message_size`'s default.
+    pub fn new(channel: Channel) -> Self {
+        GrpcChannel {
+            channel,
+            max_decoding_message_size: DEFAULT_GRPC_MAX_DECODING_MESSAGE_SIZE,
+        }
+    }
+
+    /// Sets the largest response (in bytes, as encoded) the path decodes; a
+    /// larger one fails with [`Error::GrpcMessageTooLarge`](crate::Error::GrpcMessageTooLarge).
+    pub fn max_decoding_message_size(mut self, limit: usize) -> Self {
+        self.max_decoding_message_size = limit;
+        self
+    }
+}
 
 /// A request of the wire protocol with a typed unary call of its own.
 pub trait GrpcRequest: prost::Message + Default + Clone + Sized + 'static {
@@ -36,157 +68,301 @@ pub trait GrpcRequest: prost::Message + Default + Clone + Sized + 'static {
     const PATH: &'static str;
 }
 
-/// Requests whose encoding is at most this long are encoded into a buffer
-/// of their own; longer ones are lent to tonic (see the module docs). Up to
-/// here the copy into tonic's buffer costs less than the allocation of the
-/// whole request that lending needs (a request with its context is about a
-/// kilobyte in memory, whatever its encoded length).
-const ENCODE_AHEAD_LIMIT: usize = 16 * 1024;
+/// The length of the prefix of a gRPC message: a compression flag and a
+/// big-endian `u32` length.
+const PREFIX_LEN: usize = 5;
 
 /// Sends `request` on the typed path, with `timeout` as its `grpc-timeout`
 /// (none: the channel's own timeout bounds it); `Some` always (the shape
 /// [`KvRequest::dispatch_typed`](crate::request::KvRequest::dispatch_typed)
 /// returns, so that method is this future, not a wrapper around it). The
-/// request is the plan's again when this returns. A large request is moved
-/// into an `Arc` for tonic and taken back out once the RPC is over (copied
-/// only if tonic still held its handle then); if the future is dropped
-/// mid-RPC it is left empty, and the plan drops it as well. One `async fn`
+/// request is only read: it stays the plan's for a retry. One `async fn`
 /// for the whole call: each nested future would be one more copy of the
 /// RPC's state when it starts.
 pub(crate) async fn send_typed<R: GrpcRequest + Send + Sync>(
-    request: &mut R,
+    request: &R,
     grpc: &GrpcChannel,
     timeout: Option<Duration>,
 ) -> Option<Result<R::Reply>> {
-    let length = request.encoded_len();
-    let (body, shared) = if length <= ENCODE_AHEAD_LIMIT {
-        let mut encoded = Vec::with_capacity(length);
-        request.encode_raw(&mut encoded);
-        (Body::Encoded(Bytes::from(encoded)), None)
-    } else {
-        let shared = Arc::new(std::mem::take(request));
-        (Body::Shared(Arc::clone(&shared)), Some(shared))
+    let http_request = match encode_request(request, R::PATH, timeout) {
+        Ok(http_request) => http_request,
+        Err(status) => return Some(Err(status.into())),
     };
-    let mut grpc = grpc.clone();
-    let result = match grpc.ready().await {
-        Err(e) => Err(Status::unknown(format!("Service was not ready: {e}")).into()),
-        Ok(()) => {
-            let mut req = tonic::Request::new(body);
-            // tonic enforces the grpc-timeout header on the client side too
-            // (as it does the channel's own timeout), so an unanswered RPC
-            // ends with `TimeoutExpired`.
-            if let Some(timeout) = timeout {
-                set_timeout(&mut req, timeout);
-            }
-            req.extensions_mut()
-                .insert(GrpcMethod::new("tikvpb.Tikv", R::METHOD));
-            let codec = TypedCodec::<R, R::Reply>(PhantomData);
-            grpc.unary(req, PathAndQuery::from_static(R::PATH), codec)
-                .await
-                .map(tonic::Response::into_inner)
-                .map_err(Into::into)
-        }
+    let mut channel = grpc.channel.clone();
+    let result = match poll_fn(|cx| channel.poll_ready(cx)).await {
+        // tonic's own words for a channel that cannot take a call.
+        Err(e) => Err(Status::unknown(format!("Service was not ready: {e}"))),
+        Ok(()) => match channel.call(http_request).await {
+            Err(e) => Err(Status::from_error(e.into())),
+            Ok(response) => read_reply(response, grpc.max_decoding_message_size).await,
+        },
     };
-    if let Some(shared) = shared {
-        *request = Arc::try_unwrap(shared).unwrap_or_else(|still_shared| (*still_shared).clone());
+    Some(result.map_err(Into::into))
+}
+
+/// The HTTP request of one unary call: `POST path` with the gRPC headers
+/// and the message, prefixed, as its whole body.
+fn encode_request<M: prost::Message>(
+    message: &M,
+    path: &'static str,
+    timeout: Option<Duration>,
+) -> std::result::Result<http::Request<tonic::body::Body>, Status> {
+    let length = message.encoded_len();
+    let prefix_length = u32::try_from(length).map_err(|_| {
+        Status::out_of_range(format!(
+            "the request encodes to {length} bytes, more than a gRPC message can carry (4 GiB); send it in smaller batches"
+        ))
+    })?;
+    let mut frame = Vec::with_capacity(PREFIX_LEN + length);
+    frame.push(0);
+    frame.extend_from_slice(&prefix_length.to_be_bytes());
+    message.encode_raw(&mut frame);
+    let mut request =
+        http::Request::new(tonic::body::Body::new(OneChunk(Some(Bytes::from(frame)))));
+    *request.method_mut() = Method::POST;
+    *request.version_mut() = Version::HTTP_2;
+    *request.uri_mut() = Uri::from_static(path);
+    let headers = request.headers_mut();
+    headers.insert(http::header::TE, HeaderValue::from_static("trailers"));
+    headers.insert(http::header::CONTENT_TYPE, GRPC_CONTENT_TYPE);
+    if let Some(timeout) = timeout {
+        headers.insert(GRPC_TIMEOUT, timeout_header(timeout));
     }
-    Some(result)
+    Ok(request)
 }
 
-/// What tonic is given to encode: the request's encoding, or the request.
-enum Body<Req> {
-    Encoded(Bytes),
-    Shared(Arc<Req>),
+/// A request body of one chunk.
+struct OneChunk(Option<Bytes>);
+
+impl HttpBody for OneChunk {
+    type Data = Bytes;
+    type Error = std::convert::Infallible;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        _cx: &mut Context<'_>,
+    ) -> Poll<Option<std::result::Result<Frame<Bytes>, Self::Error>>> {
+        Poll::Ready(self.0.take().map(|chunk| Ok(Frame::data(chunk))))
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.0.is_none()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        http_body::SizeHint::with_exact(self.0.as_ref().map_or(0, |chunk| chunk.len() as u64))
+    }
 }
 
-/// Encodes a [`Body`], decodes a prost response.
-struct TypedCodec<Req, Resp>(PhantomData<fn(Req) -> Resp>);
-
-struct BodyEncoder<Req>(PhantomData<fn(Req)>);
-
-impl<Req: prost::Message> Encoder for BodyEncoder<Req> {
-    type Item = Body<Req>;
-    type Error = Status;
-
-    fn encode(
-        &mut self,
-        item: Body<Req>,
-        buf: &mut EncodeBuf<'_>,
-    ) -> std::result::Result<(), Status> {
-        match item {
-            Body::Encoded(bytes) => {
-                buf.put(bytes);
-                Ok(())
-            }
-            // The buffer grows as needed, so encoding cannot run out of
-            // space.
-            Body::Shared(request) => request
-                .encode(buf)
-                .map_err(|e| Status::internal(format!("encoding the request failed: {e}"))),
+/// Reads a unary call's response: its one message, then its status.
+async fn read_reply<M: prost::Message + Default>(
+    response: http::Response<tonic::body::Body>,
+    limit: usize,
+) -> std::result::Result<M, Status> {
+    let (parts, mut body) = response.into_parts();
+    // A trailers-only response: the status is in the headers, no body.
+    let headers_status = Status::from_header_map(&parts.headers);
+    if let Some(status) = &headers_status {
+        if status.code() != Code::Ok {
+            return Err(status.clone());
         }
     }
+    if let Some(encoding) = parts.headers.get(GRPC_ENCODING) {
+        if encoding.as_bytes() != b"identity" {
+            return Err(Status::unimplemented(format!(
+                "the store compressed its response ({encoding:?}) although this client asks for none"
+            )));
+        }
+    }
+    let mut message = Message::default();
+    let mut trailers = None;
+    while let Some(frame) = poll_fn(|cx| Pin::new(&mut body).poll_frame(cx)).await {
+        let frame = frame?;
+        match frame.into_data() {
+            Ok(chunk) => message.push(chunk, limit)?,
+            Err(frame) => {
+                if let Ok(more) = frame.into_trailers() {
+                    match &mut trailers {
+                        None => trailers = Some(more),
+                        Some(all) => all.extend(more),
+                    }
+                }
+            }
+        }
+    }
+    if headers_status.is_none() {
+        final_status(trailers.as_ref(), parts.status)?;
+    }
+    message.decode()
 }
 
-impl<Req, Resp> Codec for TypedCodec<Req, Resp>
-where
-    Req: prost::Message + Send + Sync + 'static,
-    Resp: prost::Message + Default + Send + 'static,
-{
-    type Encode = Body<Req>;
-    type Decode = Resp;
-    type Encoder = BodyEncoder<Req>;
-    type Decoder = ReplyDecoder<Resp>;
+/// The bytes of a response's first message as they arrive: the first DATA
+/// frame kept as it is, later ones appended to a copy only if the message
+/// spans frames.
+#[derive(Default)]
+struct Message {
+    first: Bytes,
+    joined: Option<BytesMut>,
+    /// The message's length, once its prefix has arrived.
+    length: Option<usize>,
+}
 
-    fn encoder(&mut self) -> Self::Encoder {
-        BodyEncoder(PhantomData)
+impl Message {
+    fn push(&mut self, chunk: Bytes, limit: usize) -> std::result::Result<(), Status> {
+        if let Some(length) = self.length {
+            if self.received() >= PREFIX_LEN + length {
+                // A second message in a unary response: tonic ignores it too.
+                return Ok(());
+            }
+        }
+        if self.first.is_empty() && self.joined.is_none() {
+            self.first = chunk;
+        } else {
+            let first = &self.first;
+            let joined = self.joined.get_or_insert_with(|| {
+                let mut joined = BytesMut::with_capacity(first.len() + chunk.len());
+                joined.extend_from_slice(first);
+                joined
+            });
+            joined.extend_from_slice(&chunk);
+        }
+        if self.length.is_none() && self.received() >= PREFIX_LEN {
+            let bytes = self.bytes();
+            if bytes[0] != 0 {
+                return Err(Status::internal(format!(
+                    "protocol error: the store sent a message with compression flag {} although this client asks for no compression",
+                    bytes[0]
+                )));
+            }
+            let length = u32::from_be_bytes([bytes[1], bytes[2], bytes[3], bytes[4]]) as usize;
+            if length > limit {
+                // tonic's wording, which `Error::GrpcMessageTooLarge` reads.
+                return Err(Status::out_of_range(format!(
+                    "Error, decoded message length too large: found {length} bytes, the limit is: {limit} bytes"
+                )));
+            }
+            if let Some(joined) = &mut self.joined {
+                joined.reserve((PREFIX_LEN + length).saturating_sub(joined.len()));
+            }
+            self.length = Some(length);
+        }
+        Ok(())
     }
 
-    fn decoder(&mut self) -> Self::Decoder {
-        ReplyDecoder(tonic_prost::ProstDecoder::default())
+    fn received(&self) -> usize {
+        self.joined.as_ref().map_or(self.first.len(), BytesMut::len)
+    }
+
+    fn bytes(&self) -> &[u8] {
+        match &self.joined {
+            Some(joined) => joined,
+            None => &self.first,
+        }
+    }
+
+    fn decode<M: prost::Message + Default>(self) -> std::result::Result<M, Status> {
+        let Some(length) = self.length else {
+            return Err(if self.received() == 0 {
+                Status::internal("Missing response message.")
+            } else {
+                Status::internal("Unexpected EOF decoding stream.")
+            });
+        };
+        let end = PREFIX_LEN + length;
+        if self.received() < end {
+            return Err(Status::internal("Unexpected EOF decoding stream."));
+        }
+        let mut bytes = self.bytes().get(PREFIX_LEN..end).unwrap_or_default();
+        let reply = M::decode(&mut bytes).map_err(|e| Status::internal(e.to_string()))?;
+        debug_assert_eq!(bytes.remaining(), 0);
+        Ok(reply)
     }
 }
 
-struct ReplyDecoder<Resp>(tonic_prost::ProstDecoder<Resp>);
-
-impl<Resp: prost::Message + Default> Decoder for ReplyDecoder<Resp> {
-    type Item = Resp;
-    type Error = Status;
-
-    fn decode(&mut self, buf: &mut DecodeBuf<'_>) -> std::result::Result<Option<Resp>, Status> {
-        self.0.decode(buf)
+/// The status of a response that did not carry it in its headers: the
+/// trailers' `grpc-status`, or, without one, what the HTTP status means
+/// (the mapping of gRPC's "HTTP to gRPC Status Code Mapping").
+fn final_status(
+    trailers: Option<&HeaderMap>,
+    http_status: http::StatusCode,
+) -> std::result::Result<(), Status> {
+    if let Some(status) = trailers.and_then(Status::from_header_map) {
+        return if status.code() == Code::Ok {
+            Ok(())
+        } else {
+            Err(status)
+        };
     }
+    let code =
+        match http_status {
+            http::StatusCode::BAD_REQUEST => Code::Internal,
+            http::StatusCode::UNAUTHORIZED => Code::Unauthenticated,
+            http::StatusCode::FORBIDDEN => Code::PermissionDenied,
+            http::StatusCode::NOT_FOUND => Code::Unimplemented,
+            http::StatusCode::TOO_MANY_REQUESTS
+            | http::StatusCode::BAD_GATEWAY
+            | http::StatusCode::SERVICE_UNAVAILABLE
+            | http::StatusCode::GATEWAY_TIMEOUT => Code::Unavailable,
+            http::StatusCode::OK => return Err(Status::unknown(
+                "protocol error: the response ended without a grpc-status (cut short on the way?)",
+            )),
+            _ => Code::Unknown,
+        };
+    Err(Status::new(
+        code,
+        format!(
+            "the response had no grpc-status; HTTP status {} maps to {code:?}",
+            http_status.as_u16()
+        ),
+    ))
 }
 
-/// Sets the `grpc-timeout` header of `req` to `timeout`, as
-/// [`tonic::Request::set_timeout`] does, but formats each distinct timeout
-/// once per thread: nearly every RPC carries the client's own timeout, and
-/// formatting it (a `u128` to text, then a copy into a header value) cost
-/// more than the rest of the header work.
-fn set_timeout<T>(req: &mut tonic::Request<T>, timeout: Duration) {
+/// The `grpc-timeout` header of `timeout`, formatted once per thread for
+/// each distinct timeout: nearly every RPC carries the client's own
+/// timeout, and formatting it cost more than the rest of the header work.
+fn timeout_header(timeout: Duration) -> HeaderValue {
     thread_local! {
-        static LAST: std::cell::RefCell<Option<(Duration, MetadataValue<Ascii>)>> =
+        static LAST: std::cell::RefCell<Option<(Duration, HeaderValue)>> =
             const { std::cell::RefCell::new(None) };
     }
-    let cached = LAST.with(|last| match &*last.borrow() {
+    if let Some(value) = LAST.with(|last| match &*last.borrow() {
         Some((of, value)) if *of == timeout => Some(value.clone()),
         _ => None,
-    });
-    let value = match cached {
-        Some(value) => value,
-        None => {
-            req.set_timeout(timeout);
-            if let Some(value) = req.metadata().get(GRPC_TIMEOUT) {
-                let value = value.clone();
-                LAST.with(|last| *last.borrow_mut() = Some((timeout, value)));
-            }
-            return;
-        }
+    }) {
+        return value;
+    }
+    let value = format_timeout(timeout);
+    LAST.with(|last| *last.borrow_mut() = Some((timeout, value.clone())));
+    value
+}
+
+/// `timeout` as gRPC's `grpc-timeout` value: at most 8 digits and a unit,
+/// the finest unit that fits, rounded down (as tonic sends it).
+fn format_timeout(timeout: Duration) -> HeaderValue {
+    const MAX_DIGITS: u128 = 99_999_999;
+    let nanos = timeout.as_nanos();
+    let (value, unit) = if nanos <= MAX_DIGITS {
+        (nanos, "n")
+    } else if nanos / 1_000 <= MAX_DIGITS {
+        (nanos / 1_000, "u")
+    } else if nanos / 1_000_000 <= MAX_DIGITS {
+        (nanos / 1_000_000, "m")
+    } else if nanos / 1_000_000_000 <= MAX_DIGITS {
+        (nanos / 1_000_000_000, "S")
+    } else if nanos / 60_000_000_000 <= MAX_DIGITS {
+        (nanos / 60_000_000_000, "M")
+    } else {
+        ((nanos / 3_600_000_000_000).min(MAX_DIGITS), "H")
     };
-    req.metadata_mut().insert(GRPC_TIMEOUT, value);
+    // Digits and one ASCII letter: always a valid header value.
+    HeaderValue::try_from(format!("{value}{unit}")).unwrap_or(HeaderValue::from_static("99999999H"))
 }
 
 /// The header that carries a call's timeout.
 const GRPC_TIMEOUT: &str = "grpc-timeout";
+
+/// The header naming a message's compression.
+const GRPC_ENCODING: &str = "grpc-encoding";
 
 macro_rules! grpc_request {
     ($($req:ident => $resp:ident, $method:literal;)*) => {$(
@@ -235,21 +411,28 @@ grpc_request! {
 mod tests {
     use super::*;
 
-    /// The cached `grpc-timeout` header is the one tonic writes, for the
-    /// timeout it was cached for and not for another.
+    /// The `grpc-timeout` header is the one tonic writes, for the timeout
+    /// it was cached for and not for another, at every unit.
     #[test]
-    fn the_cached_timeout_header_matches_tonics() {
-        for millis in [2000, 2000, 150, 2000, 1, 1] {
-            let timeout = Duration::from_millis(millis);
-            let mut ours = tonic::Request::new(());
-            set_timeout(&mut ours, timeout);
+    fn the_timeout_header_matches_tonics() {
+        let timeouts = [
+            Duration::from_millis(2000),
+            Duration::from_millis(2000),
+            Duration::from_millis(150),
+            Duration::from_nanos(1),
+            Duration::from_nanos(99_999_999),
+            Duration::from_nanos(100_000_001),
+            Duration::from_secs(99_999),
+            Duration::from_secs(100_000_000),
+            Duration::from_secs(7_000_000_000),
+            Duration::from_millis(1),
+        ];
+        for timeout in timeouts {
             let mut theirs = tonic::Request::new(());
             theirs.set_timeout(timeout);
-            assert_eq!(
-                ours.metadata().get(GRPC_TIMEOUT),
-                theirs.metadata().get(GRPC_TIMEOUT),
-                "{millis} ms"
-            );
+            let theirs = theirs.metadata().get(GRPC_TIMEOUT).map(|v| v.to_str().ok());
+            let ours = timeout_header(timeout);
+            assert_eq!(Some(ours.to_str().ok()), theirs, "{timeout:?}");
         }
     }
 
@@ -261,5 +444,130 @@ mod tests {
             let path = format!("\"/tikvpb.Tikv/{method}\"");
             assert!(generated.contains(&path), "{path} is not a Tikv method");
         }
+    }
+
+    fn framed(message: &kvrpcpb::RawGetResponse) -> Vec<u8> {
+        let mut bytes = vec![0];
+        bytes.extend_from_slice(&(prost::Message::encoded_len(message) as u32).to_be_bytes());
+        prost::Message::encode_raw(message, &mut bytes);
+        bytes
+    }
+
+    /// A message is decoded whether it arrives in one DATA frame or cut
+    /// anywhere across several, and bytes after it are ignored.
+    #[test]
+    fn a_message_is_decoded_however_it_is_cut() {
+        let reply = kvrpcpb::RawGetResponse {
+            value: vec![7; 300],
+            not_found: false,
+            ..Default::default()
+        };
+        let bytes = framed(&reply);
+        for cut in 0..=bytes.len() {
+            for second_cut in cut..=bytes.len() {
+                let mut message = Message::default();
+                for chunk in [&bytes[..cut], &bytes[cut..second_cut], &bytes[second_cut..]] {
+                    if !chunk.is_empty() {
+                        message.push(Bytes::copy_from_slice(chunk), 1024).unwrap();
+                    }
+                }
+                message
+                    .push(Bytes::from_static(b"\0\0\0\0\x01x"), 1024)
+                    .unwrap();
+                let decoded: kvrpcpb::RawGetResponse = message.decode().unwrap();
+                assert_eq!(decoded, reply, "cut at {cut} and {second_cut}");
+            }
+        }
+    }
+
+    /// A message over the limit, a compressed one, a truncated one and a
+    /// missing one are refused, the first with tonic's wording (which the
+    /// crate's `GrpcMessageTooLarge` reads back).
+    #[test]
+    fn bad_messages_are_refused() {
+        let reply = kvrpcpb::RawGetResponse {
+            value: vec![1; 100],
+            ..Default::default()
+        };
+        let bytes = framed(&reply);
+
+        let mut message = Message::default();
+        let status = message.push(Bytes::from(bytes.clone()), 50).unwrap_err();
+        assert_eq!(status.code(), Code::OutOfRange);
+        let error = crate::Error::from(status);
+        assert!(
+            matches!(error, crate::Error::GrpcMessageTooLarge { limit: 50, .. }),
+            "{error:?}"
+        );
+
+        let mut compressed = bytes.clone();
+        compressed[0] = 1;
+        let status = Message::default()
+            .push(Bytes::from(compressed), 1024)
+            .unwrap_err();
+        assert_eq!(status.code(), Code::Internal);
+
+        let mut message = Message::default();
+        message
+            .push(Bytes::copy_from_slice(&bytes[..bytes.len() - 1]), 1024)
+            .unwrap();
+        let status = message.decode::<kvrpcpb::RawGetResponse>().unwrap_err();
+        assert_eq!(status.message(), "Unexpected EOF decoding stream.");
+
+        let status = Message::default()
+            .decode::<kvrpcpb::RawGetResponse>()
+            .unwrap_err();
+        assert_eq!(status.message(), "Missing response message.");
+    }
+
+    /// Without a `grpc-status` trailer the HTTP status decides, as gRPC's
+    /// mapping says; with one, the trailer does.
+    #[test]
+    fn the_final_status_follows_trailers_then_http() {
+        let mut trailers = HeaderMap::new();
+        trailers.insert("grpc-status", HeaderValue::from_static("14"));
+        trailers.insert("grpc-message", HeaderValue::from_static("store%20down"));
+        let status = final_status(Some(&trailers), http::StatusCode::OK).unwrap_err();
+        assert_eq!(status.code(), Code::Unavailable);
+        assert_eq!(status.message(), "store down");
+        trailers.insert("grpc-status", HeaderValue::from_static("0"));
+        assert!(final_status(Some(&trailers), http::StatusCode::OK).is_ok());
+        for (http_status, code) in [
+            (http::StatusCode::OK, Code::Unknown),
+            (http::StatusCode::BAD_REQUEST, Code::Internal),
+            (http::StatusCode::NOT_FOUND, Code::Unimplemented),
+            (http::StatusCode::SERVICE_UNAVAILABLE, Code::Unavailable),
+            (http::StatusCode::IM_A_TEAPOT, Code::Unknown),
+        ] {
+            let status = final_status(None, http_status).unwrap_err();
+            assert_eq!(status.code(), code, "{http_status}");
+        }
+    }
+
+    /// The request is the message, prefixed, as the whole body, with the
+    /// gRPC headers.
+    #[test]
+    fn the_request_is_framed_with_grpc_headers() {
+        let request = kvrpcpb::RawGetRequest {
+            key: b"k".to_vec(),
+            ..Default::default()
+        };
+        let http_request = encode_request(
+            &request,
+            kvrpcpb::RawGetRequest::PATH,
+            Some(Duration::from_secs(2)),
+        )
+        .unwrap();
+        assert_eq!(http_request.uri().path(), "/tikvpb.Tikv/RawGet");
+        assert_eq!(http_request.method(), Method::POST);
+        let headers = http_request.headers();
+        assert_eq!(headers.get("te").unwrap(), "trailers");
+        assert_eq!(headers.get("content-type").unwrap(), "application/grpc");
+        assert_eq!(headers.get(GRPC_TIMEOUT).unwrap(), "2000000u");
+        let hint = HttpBody::size_hint(http_request.body());
+        assert_eq!(
+            hint.exact(),
+            Some((PREFIX_LEN + prost::Message::encoded_len(&request)) as u64)
+        );
     }
 }

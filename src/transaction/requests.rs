@@ -752,7 +752,7 @@ impl KvRequest for ResolveLockInRegion {
         grpc: &'a crate::store::GrpcChannel,
         timeout: Option<std::time::Duration>,
     ) -> impl std::future::Future<Output = Option<Result<Self::Response>>> + Send + 'a {
-        crate::store::send_typed(&mut self.request, grpc, timeout)
+        crate::store::send_typed(&self.request, grpc, timeout)
     }
 
     fn describe(&self) -> String {
