@@ -174,12 +174,16 @@ async fn read_reply<M: prost::Message + Default>(
             )));
         }
     }
+    // A response that is not HTTP 200 without a gRPC status (a proxy's
+    // error page, say) has no gRPC message: its status decides below.
+    let http_ok = parts.status == http::StatusCode::OK;
     let mut message = Message::default();
     let mut trailers = None;
     while let Some(frame) = poll_fn(|cx| Pin::new(&mut body).poll_frame(cx)).await {
         let frame = frame?;
         match frame.into_data() {
-            Ok(chunk) => message.push(chunk, limit)?,
+            Ok(chunk) if http_ok => message.push(chunk, limit)?,
+            Ok(_) => {}
             Err(frame) => {
                 if let Ok(more) = frame.into_trailers() {
                     match &mut trailers {
