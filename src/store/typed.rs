@@ -22,7 +22,7 @@ use http_body::Frame;
 use prost::bytes::{Buf, Bytes, BytesMut};
 use tonic::codegen::http::{self, HeaderMap, HeaderValue, Method, Uri, Version};
 use tonic::codegen::{Body as HttpBody, Service};
-use tonic::metadata::GRPC_CONTENT_TYPE;
+use tonic::metadata::{MetadataMap, GRPC_CONTENT_TYPE};
 use tonic::transport::Channel;
 use tonic::{Code, Status};
 
@@ -73,7 +73,9 @@ pub trait GrpcRequest: prost::Message + Default + Clone + Sized + 'static {
 const PREFIX_LEN: usize = 5;
 
 /// Sends `request` on the typed path, with `timeout` as its `grpc-timeout`
-/// (none: the channel's own timeout bounds it); `Some` always (the shape
+/// (none: the channel's own timeout bounds it). Either bounds the wait for
+/// the response's headers, as tonic's timeouts do; a unary response's body
+/// and trailers follow its headers at once; `Some` always (the shape
 /// [`KvRequest::dispatch_typed`](crate::request::KvRequest::dispatch_typed)
 /// returns, so that method is this future, not a wrapper around it). The
 /// request is only read: it stays the plan's for a retry. One `async fn`
@@ -159,13 +161,11 @@ async fn read_reply<M: prost::Message + Default>(
     response: http::Response<tonic::body::Body>,
     limit: usize,
 ) -> std::result::Result<M, Status> {
-    let (parts, mut body) = response.into_parts();
+    let (mut parts, mut body) = response.into_parts();
     // A trailers-only response: the status is in the headers, no body.
-    let headers_status = Status::from_header_map(&parts.headers);
-    if let Some(status) = &headers_status {
-        if status.code() != Code::Ok {
-            return Err(status.clone());
-        }
+    let headers_status = grpc_status(&mut parts.headers);
+    if let Some(Err(status)) = headers_status {
+        return Err(status);
     }
     if let Some(encoding) = parts.headers.get(GRPC_ENCODING) {
         if encoding.as_bytes() != b"identity" {
@@ -195,7 +195,7 @@ async fn read_reply<M: prost::Message + Default>(
         }
     }
     if headers_status.is_none() {
-        final_status(trailers.as_ref(), parts.status)?;
+        final_status(trailers.as_mut(), parts.status)?;
     }
     message.decode()
 }
@@ -223,8 +223,9 @@ impl Message {
             self.first = chunk;
         } else {
             let first = &self.first;
+            let whole = self.length.map_or(0, |length| PREFIX_LEN + length);
             let joined = self.joined.get_or_insert_with(|| {
-                let mut joined = BytesMut::with_capacity(first.len() + chunk.len());
+                let mut joined = BytesMut::with_capacity(whole.max(first.len() + chunk.len()));
                 joined.extend_from_slice(first);
                 joined
             });
@@ -283,19 +284,39 @@ impl Message {
     }
 }
 
+/// The gRPC status `headers` carry, if any: `Ok(())` for OK (read without
+/// building a [`Status`], as on every successful call), the error
+/// otherwise. A `grpc-status-details-bin` that is not valid base64 is
+/// dropped first: [`Status::from_header_map`] would panic on it.
+fn grpc_status(headers: &mut HeaderMap) -> Option<std::result::Result<(), Status>> {
+    if headers.get(GRPC_STATUS)?.as_bytes() == b"0" {
+        return Some(Ok(()));
+    }
+    if let Some(details) = headers.remove(GRPC_STATUS_DETAILS) {
+        let mut alone = HeaderMap::new();
+        alone.insert(GRPC_STATUS_DETAILS, details.clone());
+        let valid = MetadataMap::from_headers(alone)
+            .get_bin(GRPC_STATUS_DETAILS)
+            .is_some_and(|value| value.to_bytes().is_ok());
+        if valid {
+            headers.insert(GRPC_STATUS_DETAILS, details);
+        }
+    }
+    match Status::from_header_map(headers)? {
+        status if status.code() == Code::Ok => Some(Ok(())),
+        status => Some(Err(status)),
+    }
+}
+
 /// The status of a response that did not carry it in its headers: the
 /// trailers' `grpc-status`, or, without one, what the HTTP status means
 /// (the mapping of gRPC's "HTTP to gRPC Status Code Mapping").
 fn final_status(
-    trailers: Option<&HeaderMap>,
+    trailers: Option<&mut HeaderMap>,
     http_status: http::StatusCode,
 ) -> std::result::Result<(), Status> {
-    if let Some(status) = trailers.and_then(Status::from_header_map) {
-        return if status.code() == Code::Ok {
-            Ok(())
-        } else {
-            Err(status)
-        };
+    if let Some(status) = trailers.and_then(grpc_status) {
+        return status;
     }
     let code =
         match http_status {
@@ -364,6 +385,12 @@ fn format_timeout(timeout: Duration) -> HeaderValue {
 
 /// The header that carries a call's timeout.
 const GRPC_TIMEOUT: &str = "grpc-timeout";
+
+/// The header of a call's status code.
+const GRPC_STATUS: &str = "grpc-status";
+
+/// The header of a status's details (base64).
+const GRPC_STATUS_DETAILS: &str = "grpc-status-details-bin";
 
 /// The header naming a message's compression.
 const GRPC_ENCODING: &str = "grpc-encoding";
@@ -531,11 +558,11 @@ mod tests {
         let mut trailers = HeaderMap::new();
         trailers.insert("grpc-status", HeaderValue::from_static("14"));
         trailers.insert("grpc-message", HeaderValue::from_static("store%20down"));
-        let status = final_status(Some(&trailers), http::StatusCode::OK).unwrap_err();
+        let status = final_status(Some(&mut trailers), http::StatusCode::OK).unwrap_err();
         assert_eq!(status.code(), Code::Unavailable);
         assert_eq!(status.message(), "store down");
         trailers.insert("grpc-status", HeaderValue::from_static("0"));
-        assert!(final_status(Some(&trailers), http::StatusCode::OK).is_ok());
+        assert!(final_status(Some(&mut trailers), http::StatusCode::OK).is_ok());
         for (http_status, code) in [
             (http::StatusCode::OK, Code::Unknown),
             (http::StatusCode::BAD_REQUEST, Code::Internal),
@@ -546,6 +573,30 @@ mod tests {
             let status = final_status(None, http_status).unwrap_err();
             assert_eq!(status.code(), code, "{http_status}");
         }
+    }
+
+    /// A status whose details are not base64 keeps its code and message
+    /// (tonic's `Status::from_header_map` would panic on it); valid details
+    /// are kept.
+    #[test]
+    fn bad_status_details_do_not_panic() {
+        let mut trailers = HeaderMap::new();
+        trailers.insert("grpc-status", HeaderValue::from_static("13"));
+        trailers.insert("grpc-message", HeaderValue::from_static("broken"));
+        trailers.insert(
+            GRPC_STATUS_DETAILS,
+            HeaderValue::from_static("%%%not base64"),
+        );
+        let status = final_status(Some(&mut trailers), http::StatusCode::OK).unwrap_err();
+        assert_eq!(status.code(), Code::Internal);
+        assert_eq!(status.message(), "broken");
+        assert!(status.details().is_empty());
+
+        let mut trailers = HeaderMap::new();
+        trailers.insert("grpc-status", HeaderValue::from_static("13"));
+        trailers.insert(GRPC_STATUS_DETAILS, HeaderValue::from_static("AQID"));
+        let status = final_status(Some(&mut trailers), http::StatusCode::OK).unwrap_err();
+        assert_eq!(status.details(), &[1, 2, 3]);
     }
 
     /// The request is the message, prefixed, as the whole body, with the
