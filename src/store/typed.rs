@@ -20,7 +20,7 @@ use std::time::Duration;
 
 use http_body::Frame;
 use prost::bytes::{Buf, Bytes, BytesMut};
-use tonic::codegen::http::{self, HeaderMap, HeaderValue, Method, Uri, Version};
+use tonic::codegen::http::{self, HeaderMap, HeaderName, HeaderValue, Method, Uri, Version};
 use tonic::codegen::{Body as HttpBody, Service};
 use tonic::metadata::{MetadataMap, GRPC_CONTENT_TYPE};
 use tonic::transport::Channel;
@@ -123,7 +123,7 @@ fn encode_request<M: prost::Message>(
         http::Request::new(tonic::body::Body::new(OneChunk(Some(Bytes::from(frame)))));
     *request.method_mut() = Method::POST;
     *request.version_mut() = Version::HTTP_2;
-    *request.uri_mut() = Uri::from_static(path);
+    *request.uri_mut() = method_uri(path);
     let headers = request.headers_mut();
     headers.insert(http::header::TE, HeaderValue::from_static("trailers"));
     headers.insert(http::header::CONTENT_TYPE, GRPC_CONTENT_TYPE);
@@ -131,6 +131,23 @@ fn encode_request<M: prost::Message>(
         headers.insert(GRPC_TIMEOUT, timeout_header(timeout));
     }
     Ok(request)
+}
+
+/// The URI of a method's path, parsed once per thread and path.
+fn method_uri(path: &'static str) -> Uri {
+    thread_local! {
+        static URIS: std::cell::RefCell<Vec<(&'static str, Uri)>> =
+            const { std::cell::RefCell::new(Vec::new()) };
+    }
+    URIS.with(|uris| {
+        let mut uris = uris.borrow_mut();
+        if let Some((_, uri)) = uris.iter().find(|(of, _)| std::ptr::eq(*of, path)) {
+            return uri.clone();
+        }
+        let uri = Uri::from_static(path);
+        uris.push((path, uri.clone()));
+        uri
+    })
 }
 
 /// A request body of one chunk.
@@ -167,7 +184,7 @@ async fn read_reply<M: prost::Message + Default>(
     if let Some(Err(status)) = headers_status {
         return Err(status);
     }
-    if let Some(encoding) = parts.headers.get(GRPC_ENCODING) {
+    if let Some(encoding) = parts.headers.get(&GRPC_ENCODING) {
         if encoding.as_bytes() != b"identity" {
             return Err(Status::unimplemented(format!(
                 "the store compressed its response ({encoding:?}) although this client asks for none"
@@ -289,14 +306,14 @@ impl Message {
 /// otherwise. A `grpc-status-details-bin` that is not valid base64 is
 /// dropped first: [`Status::from_header_map`] would panic on it.
 fn grpc_status(headers: &mut HeaderMap) -> Option<std::result::Result<(), Status>> {
-    if headers.get(GRPC_STATUS)?.as_bytes() == b"0" {
+    if headers.get(&GRPC_STATUS)?.as_bytes() == b"0" {
         return Some(Ok(()));
     }
     if let Some(details) = headers.remove(GRPC_STATUS_DETAILS) {
         let mut alone = HeaderMap::new();
         alone.insert(GRPC_STATUS_DETAILS, details.clone());
         let valid = MetadataMap::from_headers(alone)
-            .get_bin(GRPC_STATUS_DETAILS)
+            .get_bin(GRPC_STATUS_DETAILS.as_str())
             .is_some_and(|value| value.to_bytes().is_ok());
         if valid {
             headers.insert(GRPC_STATUS_DETAILS, details);
@@ -384,16 +401,16 @@ fn format_timeout(timeout: Duration) -> HeaderValue {
 }
 
 /// The header that carries a call's timeout.
-const GRPC_TIMEOUT: &str = "grpc-timeout";
+const GRPC_TIMEOUT: HeaderName = HeaderName::from_static("grpc-timeout");
 
 /// The header of a call's status code.
-const GRPC_STATUS: &str = "grpc-status";
+const GRPC_STATUS: HeaderName = HeaderName::from_static("grpc-status");
 
 /// The header of a status's details (base64).
-const GRPC_STATUS_DETAILS: &str = "grpc-status-details-bin";
+const GRPC_STATUS_DETAILS: HeaderName = HeaderName::from_static("grpc-status-details-bin");
 
 /// The header naming a message's compression.
-const GRPC_ENCODING: &str = "grpc-encoding";
+const GRPC_ENCODING: HeaderName = HeaderName::from_static("grpc-encoding");
 
 macro_rules! grpc_request {
     ($($req:ident => $resp:ident, $method:literal;)*) => {$(
@@ -461,7 +478,10 @@ mod tests {
         for timeout in timeouts {
             let mut theirs = tonic::Request::new(());
             theirs.set_timeout(timeout);
-            let theirs = theirs.metadata().get(GRPC_TIMEOUT).map(|v| v.to_str().ok());
+            let theirs = theirs
+                .metadata()
+                .get(GRPC_TIMEOUT.as_str())
+                .map(|v| v.to_str().ok());
             let ours = timeout_header(timeout);
             assert_eq!(Some(ours.to_str().ok()), theirs, "{timeout:?}");
         }
@@ -618,7 +638,7 @@ mod tests {
         let headers = http_request.headers();
         assert_eq!(headers.get("te").unwrap(), "trailers");
         assert_eq!(headers.get("content-type").unwrap(), "application/grpc");
-        assert_eq!(headers.get(GRPC_TIMEOUT).unwrap(), "2000000u");
+        assert_eq!(headers.get(&GRPC_TIMEOUT).unwrap(), "2000000u");
         let hint = HttpBody::size_hint(http_request.body());
         assert_eq!(
             hint.exact(),
