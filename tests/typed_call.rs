@@ -10,7 +10,7 @@ use std::time::Duration;
 use prost::Message;
 use tikv_plan::proto::kvrpcpb;
 use tikv_plan::proto::tikvpb::tikv_client::TikvClient;
-use tikv_plan::request::{classify_grpc_error, KvRequest};
+use tikv_plan::request::{classify_grpc_error, DispatchFailure, KvRequest};
 use tikv_plan::store::GrpcChannel;
 use tikv_plan::Error;
 use tokio::net::TcpListener;
@@ -128,6 +128,15 @@ async fn answer(
             let _ = stream.send_trailers(trailers("0", ""));
         }
         b"reset" => respond.send_reset(h2::Reason::INTERNAL_ERROR),
+        b"stall-body" => {
+            let Ok(mut stream) = respond.send_response(head(200), false) else {
+                return;
+            };
+            // Half the message, then nothing: the stream stays open.
+            let _ = stream.send_data(Bytes::copy_from_slice(&framed[..framed.len() / 2]), false);
+            std::future::pending::<()>().await;
+            drop(stream);
+        }
         b"http-503" => {
             let Ok(mut stream) = respond.send_response(head(503), false) else {
                 return;
@@ -142,6 +151,36 @@ async fn answer(
             let _ = stream.send_trailers(trailers("0", ""));
         }
     }
+}
+
+/// A response whose body stalls after its headers (which tonic's timeouts
+/// do not cover) fails once it has stalled for the request timeout, as a
+/// client timeout: the call does not hang.
+#[tokio::test]
+async fn a_stalled_body_ends_as_a_client_timeout() {
+    let address = scripted_server().await;
+    let grpc = GrpcChannel::new(connect(&address).await).timeout(Duration::from_millis(200));
+    let mut request = request("stall-body");
+    // No `grpc-timeout` header: the channel's timeout (5 s) covers the
+    // headers, the path's own (200 ms) the body.
+    let call = request.dispatch_typed(&grpc, None);
+    let outcome = tokio::time::timeout(Duration::from_secs(30), call)
+        .await
+        .expect("the stalled body must end the call, not hang it")
+        .expect("the gRPC request types have a typed path");
+    let status = match outcome {
+        Err(Error::Grpc(status)) => *status,
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(status.code(), Code::Cancelled, "{status:?}");
+    assert_eq!(
+        classify_grpc_error(&status),
+        DispatchFailure::ClientTimeout,
+        "{status:?}"
+    );
+    assert!(DispatchFailure::ClientTimeout.may_have_been_sent());
+    // The channel still serves.
+    assert_eq!(typed(&grpc, "plain").await.unwrap().value, VALUE);
 }
 
 async fn connect(address: &str) -> tonic::transport::Channel {

@@ -101,7 +101,8 @@ impl KvConnect for TikvConnect {
             .connect(address, self.connect_timeout, self.timeout)
             .await?;
         let grpc = GrpcChannel::new(channel.clone())
-            .max_decoding_message_size(self.max_decoding_message_size);
+            .max_decoding_message_size(self.max_decoding_message_size)
+            .timeout(self.timeout);
         let rpc_client =
             TikvClient::new(channel).max_decoding_message_size(self.max_decoding_message_size);
         let batch = (self.rpc_mode == RpcMode::Batched).then(|| {
@@ -146,7 +147,7 @@ impl KvRpcClient {
     /// Wraps an open channel; each RPC is bounded by `timeout`.
     pub fn new(channel: Channel, timeout: Duration) -> Self {
         KvRpcClient {
-            grpc: GrpcChannel::new(channel.clone()),
+            grpc: GrpcChannel::new(channel.clone()).timeout(timeout),
             rpc_client: TikvClient::new(channel)
                 .max_decoding_message_size(DEFAULT_GRPC_MAX_DECODING_MESSAGE_SIZE),
             timeout,

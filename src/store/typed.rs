@@ -13,7 +13,7 @@
 //! classification of a failed call (sent or not, timed out or not) is the
 //! same on both paths.
 
-use std::future::poll_fn;
+use std::future::{poll_fn, Future};
 use std::pin::Pin;
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -26,16 +26,18 @@ use tonic::metadata::{MetadataMap, GRPC_CONTENT_TYPE};
 use tonic::transport::Channel;
 use tonic::{Code, Status};
 
-use crate::config::DEFAULT_GRPC_MAX_DECODING_MESSAGE_SIZE;
+use crate::config::{DEFAULT_GRPC_MAX_DECODING_MESSAGE_SIZE, DEFAULT_REQUEST_TIMEOUT};
 use crate::proto::kvrpcpb;
 use crate::Result;
 
-/// A gRPC channel to one store, as the typed path uses it: tonic's channel
-/// and the largest response the path decodes from it.
+/// A gRPC channel to one store, as the typed path uses it: tonic's channel,
+/// the largest response the path decodes from it, and the request timeout
+/// that also bounds a response's body.
 #[derive(Debug, Clone)]
 pub struct GrpcChannel {
     channel: Channel,
     max_decoding_message_size: usize,
+    timeout: Duration,
 }
 
 impl GrpcChannel {
@@ -45,7 +47,17 @@ impl GrpcChannel {
         GrpcChannel {
             channel,
             max_decoding_message_size: DEFAULT_GRPC_MAX_DECODING_MESSAGE_SIZE,
+            timeout: DEFAULT_REQUEST_TIMEOUT,
         }
+    }
+
+    /// Sets the request timeout (`Config::timeout`'s default until set).
+    /// tonic's timeouts, the channel's and `grpc-timeout`, end when the
+    /// response's headers arrive; a body that stalls after them fails the
+    /// call once it has stalled this long, as a client timeout.
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = timeout;
+        self
     }
 
     /// Sets the largest response (in bytes, as encoded) the path decodes; a
@@ -74,8 +86,10 @@ const PREFIX_LEN: usize = 5;
 
 /// Sends `request` on the typed path, with `timeout` as its `grpc-timeout`
 /// (none: the channel's own timeout bounds it). Either bounds the wait for
-/// the response's headers, as tonic's timeouts do; a unary response's body
-/// and trailers follow its headers at once; `Some` always (the shape
+/// the response's headers, as tonic's timeouts do; a body that stalls after
+/// them is bounded by the same timeout again, from the stall (a response's
+/// body and trailers normally follow its headers at once, so the fast path
+/// sets no timer for it); `Some` always (the shape
 /// [`KvRequest::dispatch_typed`](crate::request::KvRequest::dispatch_typed)
 /// returns, so that method is this future, not a wrapper around it). The
 /// request is only read: it stays the plan's for a retry. One `async fn`
@@ -96,7 +110,10 @@ pub(crate) async fn send_typed<R: GrpcRequest + Send + Sync>(
         Err(e) => Err(Status::unknown(format!("Service was not ready: {e}"))),
         Ok(()) => match channel.call(http_request).await {
             Err(e) => Err(Status::from_error(e.into())),
-            Ok(response) => read_reply(response, grpc.max_decoding_message_size).await,
+            Ok(response) => {
+                let stall_bound = timeout.unwrap_or(grpc.timeout);
+                read_reply(response, grpc.max_decoding_message_size, stall_bound).await
+            }
         },
     };
     Some(result.map_err(Into::into))
@@ -177,6 +194,7 @@ impl HttpBody for OneChunk {
 async fn read_reply<M: prost::Message + Default>(
     response: http::Response<tonic::body::Body>,
     limit: usize,
+    stall_bound: Duration,
 ) -> std::result::Result<M, Status> {
     let (mut parts, mut body) = response.into_parts();
     // A trailers-only response: the status is in the headers, no body.
@@ -196,7 +214,27 @@ async fn read_reply<M: prost::Message + Default>(
     let http_ok = parts.status == http::StatusCode::OK;
     let mut message = Message::default();
     let mut trailers = None;
-    while let Some(frame) = poll_fn(|cx| Pin::new(&mut body).poll_frame(cx)).await {
+    // Armed only when the body is not all there at once.
+    let mut stalled: Option<Pin<Box<tokio::time::Sleep>>> = None;
+    let next_frame = |body: &mut tonic::body::Body,
+                      stalled: &mut Option<Pin<Box<tokio::time::Sleep>>>,
+                      cx: &mut Context<'_>| {
+        match Pin::new(body).poll_frame(cx) {
+            Poll::Ready(frame) => Poll::Ready(Ok(frame)),
+            Poll::Pending => {
+                let timer =
+                    stalled.get_or_insert_with(|| Box::pin(tokio::time::sleep(stall_bound)));
+                match timer.as_mut().poll(cx) {
+                    // What tonic's own timeout reports: a client timeout.
+                    Poll::Ready(()) => {
+                        Poll::Ready(Err(Status::from_error(Box::new(tonic::TimeoutExpired(())))))
+                    }
+                    Poll::Pending => Poll::Pending,
+                }
+            }
+        }
+    };
+    while let Some(frame) = poll_fn(|cx| next_frame(&mut body, &mut stalled, cx)).await? {
         let frame = frame?;
         match frame.into_data() {
             Ok(chunk) if http_ok => message.push(chunk, limit)?,
