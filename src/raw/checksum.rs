@@ -51,6 +51,14 @@ pub fn new_raw_checksum_request(ranges: Vec<(Vec<u8>, Vec<u8>)>) -> kvrpcpb::Raw
 
 impl KvRequest for kvrpcpb::RawChecksumRequest {
     type Response = kvrpcpb::RawChecksumResponse;
+
+    fn dispatch_typed<'a>(
+        &'a mut self,
+        grpc: &'a crate::store::GrpcChannel,
+        timeout: Option<std::time::Duration>,
+    ) -> impl std::future::Future<Output = Option<crate::Result<Self::Response>>> + Send + 'a {
+        crate::store::send_typed(self, grpc, timeout)
+    }
 }
 
 impl HasRegionError for kvrpcpb::RawChecksumResponse {
