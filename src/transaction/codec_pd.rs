@@ -71,8 +71,24 @@ impl<PdC: PdClient> PdClient for CodecPdClient<PdC> {
             .await
     }
 
+    // Stores are not keyed: the inner client's cached handle is the answer.
+    fn cached_store_client(
+        &self,
+        store_id: StoreId,
+    ) -> Option<Arc<dyn crate::store::KvClient + Send + Sync>> {
+        self.inner.cached_store_client(store_id)
+    }
+
     async fn region_for_key(&self, key: &[u8]) -> Result<RegionWithLeader> {
         decode_region(self.inner.region_for_key(&encode_bytes(key)).await?)
+    }
+
+    /// The inner cache's hit for the key's encoding, its boundaries decoded.
+    /// A Region whose boundaries do not decode is left to
+    /// [`region_for_key`](PdClient::region_for_key), which reports why.
+    fn cached_region_for_key(&self, key: &[u8]) -> Option<RegionWithLeader> {
+        let region = self.inner.cached_region_for_key(&encode_bytes(key))?;
+        decode_region(region).ok()
     }
 
     async fn region_for_id(&self, id: RegionId) -> Result<RegionWithLeader> {
@@ -106,6 +122,18 @@ impl<PdC: PdClient> PdClient for CodecPdClient<PdC> {
     async fn add_regions(&self, regions: Vec<metapb::Region>) {
         // TiKV reports them encoded, as the inner cache keeps them.
         self.inner.add_regions(regions).await
+    }
+
+    async fn prefetch_regions(&self, start: &[u8], end: &[u8], max_regions: usize) {
+        // An empty end is the end of the key space, encoded or not.
+        let end = if end.is_empty() {
+            Vec::new()
+        } else {
+            encode_bytes(end)
+        };
+        self.inner
+            .prefetch_regions(&encode_bytes(start), &end, max_regions)
+            .await
     }
 }
 
