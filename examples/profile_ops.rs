@@ -12,7 +12,8 @@
 //!
 //! (instructions of the second run minus the first, over 2000). Modes:
 //! `get` and `put` through `RawClient`, `bare-get` through `TikvClient`
-//! aimed at the Region's leader by hand. Both the client and the simulated
+//! aimed at the Region's leader by hand, `batch-get` of 100 keys over 8
+//! Regions through `RawClient`. Both the client and the simulated
 //! stores run in this process, so the counts include the server's work,
 //! which is the same for every mode.
 
@@ -23,7 +24,7 @@ use tikv_plan::proto::tikvpb::tikv_client::TikvClient;
 use tikv_plan::sim::SimCluster;
 use tikv_plan::RawClient;
 
-const USAGE: &str = "usage: profile_ops get|put|bare-get COUNT";
+const USAGE: &str = "usage: profile_ops get|put|bare-get|batch-get COUNT";
 
 fn main() -> ExitCode {
     let mut args = std::env::args().skip(1);
@@ -35,7 +36,7 @@ fn main() -> ExitCode {
         eprintln!("COUNT must be a number\n{USAGE}");
         return ExitCode::from(2);
     };
-    if !["get", "put", "bare-get"].contains(&mode.as_str()) {
+    if !["get", "put", "bare-get", "batch-get"].contains(&mode.as_str()) {
         eprintln!("unknown mode {mode:?}\n{USAGE}");
         return ExitCode::from(2);
     }
@@ -53,10 +54,30 @@ fn main() -> ExitCode {
 }
 
 async fn run(mode: &str, count: usize) -> Result<(), Box<dyn std::error::Error>> {
-    let cluster = SimCluster::builder().stores(3).replicas(3).start().await?;
+    // For `batch-get`, eight Regions split at "k1".."k7", the batch's keys
+    // spread over all; one Region otherwise.
+    let splits = if mode == "batch-get" {
+        (1..8).map(|i| format!("k{i}").into_bytes()).collect()
+    } else {
+        Vec::new()
+    };
+    let cluster = SimCluster::builder()
+        .stores(3)
+        .replicas(3)
+        .split_keys(splits)
+        .start()
+        .await?;
     let key = b"profile-key".to_vec();
     let client = RawClient::new(cluster.pd_endpoints()).await?;
     client.put(key.clone(), b"value".to_vec()).await?;
+    let batch: Vec<Vec<u8>> = (0..100)
+        .map(|i| format!("k{}-{i:03}", i % 8).into_bytes())
+        .collect();
+    if mode == "batch-get" {
+        let pairs: Vec<(Vec<u8>, Vec<u8>)> =
+            batch.iter().map(|k| (k.clone(), vec![7; 100])).collect();
+        client.batch_put(pairs).await?;
+    }
     let region = cluster
         .region_for_key(&key)
         .ok_or("no Region for the key")?;
@@ -79,6 +100,12 @@ async fn run(mode: &str, count: usize) -> Result<(), Box<dyn std::error::Error>>
                 client.get(key.clone()).await?.ok_or("the key is gone")?;
             }
             "put" => client.put(key.clone(), b"value".to_vec()).await?,
+            "batch-get" => {
+                let pairs = client.batch_get(batch.clone()).await?;
+                if pairs.len() != batch.len() {
+                    return Err(format!("{} of {} keys read", pairs.len(), batch.len()).into());
+                }
+            }
             _ => {
                 let response = bare
                     .clone()

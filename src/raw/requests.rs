@@ -798,7 +798,17 @@ fn collect_pairs<R>(
     pairs: impl Fn(R) -> Vec<kvrpcpb::KvPair>,
 ) -> Result<Vec<kvrpcpb::KvPair>> {
     let responses = crate::request::collect_in_order(input)?;
-    Ok(responses.into_iter().flat_map(pairs).collect())
+    let mut parts: Vec<Vec<kvrpcpb::KvPair>> = responses.into_iter().map(pairs).collect();
+    if parts.len() <= 1 {
+        return Ok(parts.pop().unwrap_or_default());
+    }
+    // One allocation of the final length: pairs are large, and growing the
+    // vector as they come copied them several times.
+    let mut all = Vec::with_capacity(parts.iter().map(Vec::len).sum());
+    for part in parts {
+        all.extend(part);
+    }
+    Ok(all)
 }
 
 impl Merge<kvrpcpb::RawBatchGetResponse> for Collect {

@@ -19,7 +19,7 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use http_body::Frame;
-use prost::bytes::{Buf, Bytes, BytesMut};
+use prost::bytes::{Bytes, BytesMut};
 use tonic::codegen::http::{self, HeaderMap, HeaderName, HeaderValue, Method, Uri, Version};
 use tonic::codegen::{Body as HttpBody, Service};
 use tonic::metadata::{MetadataMap, GRPC_CONTENT_TYPE};
@@ -83,6 +83,16 @@ pub trait GrpcRequest: prost::Message + Default + Clone + Sized + 'static {
 /// The length of the prefix of a gRPC message: a compression flag and a
 /// big-endian `u32` length.
 const PREFIX_LEN: usize = 5;
+
+/// Responses longer than this are decoded from the received `Bytes`, shorter
+/// ones from a slice of them. prost takes each bytes field (a key, a value)
+/// through `copy_to_bytes` before copying it into the field's `Vec`: on a
+/// slice that is one more allocation and copy per field, on `Bytes` a
+/// shared reference, after making the buffer shareable once (itself an
+/// allocation when hyper's buffer is not shared yet). A short response has
+/// a field or two (a get's value); a long one has many (a batch's pairs) or
+/// a large one, whose extra copy would cost more than the sharing.
+const DECODE_SHARED_ABOVE: usize = 512;
 
 /// Sends `request` on the typed path, with `timeout` as its `grpc-timeout`
 /// (none: the channel's own timeout bounds it). Either bounds the wait for
@@ -332,10 +342,16 @@ impl Message {
         if self.received() < end {
             return Err(Status::internal("Unexpected EOF decoding stream."));
         }
-        let mut bytes = self.bytes().get(PREFIX_LEN..end).unwrap_or_default();
-        let reply = M::decode(&mut bytes).map_err(|e| Status::internal(e.to_string()))?;
-        debug_assert_eq!(bytes.remaining(), 0);
-        Ok(reply)
+        let decoded = if length > DECODE_SHARED_ABOVE {
+            let whole = match self.joined {
+                Some(joined) => joined.freeze(),
+                None => self.first,
+            };
+            M::decode(whole.slice(PREFIX_LEN..end))
+        } else {
+            M::decode(self.bytes().get(PREFIX_LEN..end).unwrap_or_default())
+        };
+        decoded.map_err(|e| Status::internal(e.to_string()))
     }
 }
 
