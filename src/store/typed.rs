@@ -224,28 +224,23 @@ async fn read_reply<M: prost::Message + Default>(
     let http_ok = parts.status == http::StatusCode::OK;
     let mut message = Message::default();
     let mut trailers = None;
-    // Armed only when the body is not all there at once.
+    // Armed only when the body is not all there at once (boxed: the fast
+    // path's future stays small).
     let mut stalled: Option<Pin<Box<tokio::time::Sleep>>> = None;
-    let next_frame = |body: &mut tonic::body::Body,
-                      stalled: &mut Option<Pin<Box<tokio::time::Sleep>>>,
-                      cx: &mut Context<'_>| {
-        match Pin::new(body).poll_frame(cx) {
-            Poll::Ready(frame) => Poll::Ready(Ok(frame)),
+    loop {
+        let next = poll_fn(|cx| match Pin::new(&mut body).poll_frame(cx) {
+            Poll::Ready(frame) => Poll::Ready(frame.transpose()),
             Poll::Pending => {
                 let timer =
                     stalled.get_or_insert_with(|| Box::pin(tokio::time::sleep(stall_bound)));
-                match timer.as_mut().poll(cx) {
-                    // What tonic's own timeout reports: a client timeout.
-                    Poll::Ready(()) => {
-                        Poll::Ready(Err(Status::from_error(Box::new(tonic::TimeoutExpired(())))))
-                    }
-                    Poll::Pending => Poll::Pending,
-                }
+                // What tonic's own timeout reports: a client timeout.
+                timer
+                    .as_mut()
+                    .poll(cx)
+                    .map(|()| Err(Status::from_error(Box::new(tonic::TimeoutExpired(())))))
             }
-        }
-    };
-    while let Some(frame) = poll_fn(|cx| next_frame(&mut body, &mut stalled, cx)).await? {
-        let frame = frame?;
+        });
+        let Some(frame) = next.await? else { break };
         match frame.into_data() {
             Ok(chunk) if http_ok => message.push(chunk, limit)?,
             Ok(_) => {}
