@@ -32,6 +32,9 @@
 pub mod check;
 pub mod history;
 pub mod inject;
+pub mod txn;
+pub mod txn_check;
+pub mod txn_history;
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};

@@ -1,0 +1,1 @@
+//! The transactional chaos suite: workloads, faults and the run (in progress).
