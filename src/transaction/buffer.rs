@@ -42,12 +42,16 @@ pub enum BufferedRead {
 }
 
 impl Buffer {
-    /// The primary key: the first key locked or written (set once).
+    /// The primary key fixed so far: in a pessimistic transaction, the
+    /// first key whose pessimistic lock succeeded. Optimistic transactions
+    /// choose theirs at commit ([`choose_primary`]).
     pub fn primary_key(&self) -> Option<&Key> {
         self.primary.as_ref()
     }
 
-    /// Makes `key` the primary unless one is set.
+    /// Makes `key` the primary unless one is set. Called only once `key`
+    /// holds a lock ([txn.md](crate::spec::txn#behaviour-we-require): the
+    /// primary is a key that takes a lock).
     pub fn set_primary_if_unset(&mut self, key: &Key) {
         if self.primary.is_none() {
             self.primary = Some(key.clone());
@@ -78,7 +82,6 @@ impl Buffer {
     /// Marks `key` locked with its latest value (a pessimistic locking
     /// read), replacing an older cached read; a write stays.
     pub fn lock_with_value(&mut self, key: Key, value: Option<Value>) {
-        self.set_primary_if_unset(&key);
         match self.entries.get(&key) {
             None | Some(Entry::Cached(_)) | Some(Entry::Locked(_)) => {
                 self.entries.insert(key, Entry::Locked(Some(value)));
@@ -100,7 +103,6 @@ impl Buffer {
 
     /// Buffers a put.
     pub fn put(&mut self, key: Key, value: Value) {
-        self.set_primary_if_unset(&key);
         self.entries.insert(key, Entry::Put(value));
     }
 
@@ -117,7 +119,6 @@ impl Buffer {
             Some(Entry::Del) => Entry::Put(value),
             _ => Entry::Insert(value),
         };
-        self.set_primary_if_unset(&key);
         self.entries.insert(key, entry);
         Ok(())
     }
@@ -128,13 +129,11 @@ impl Buffer {
             Some(Entry::Insert(_)) | Some(Entry::CheckNotExist) => Entry::CheckNotExist,
             _ => Entry::Del,
         };
-        self.set_primary_if_unset(&key);
         self.entries.insert(key, entry);
     }
 
     /// Marks `key` locked (it is prewritten as a lock unless written).
     pub fn lock(&mut self, key: Key) {
-        self.set_primary_if_unset(&key);
         match self.entries.get(&key) {
             None => {
                 self.entries.insert(key, Entry::Locked(None));
@@ -154,8 +153,17 @@ impl Buffer {
             .any(|e| !matches!(e, Entry::Cached(_)))
     }
 
-    /// The mutations to prewrite, in key order.
-    pub fn mutations(&self) -> Vec<kvrpcpb::Mutation> {
+    /// The mutations to prewrite, in key order. `pessimistically_locked`
+    /// tells which keys hold this transaction's pessimistic lock: a key
+    /// inserted and then deleted is prewritten as `CheckNotExists` (no
+    /// lock), unless it is pessimistically locked, where it becomes a
+    /// `Lock` (the pessimistic lock must turn into a prewrite lock, or the
+    /// prewrite's pessimistic check and the primary would have nothing to
+    /// stand on).
+    pub fn mutations(
+        &self,
+        pessimistically_locked: impl Fn(&Key) -> bool,
+    ) -> Vec<kvrpcpb::Mutation> {
         self.entries
             .iter()
             .filter_map(|(key, entry)| {
@@ -164,6 +172,9 @@ impl Buffer {
                     Entry::Put(v) => (kvrpcpb::Op::Put, v.clone()),
                     Entry::Insert(v) => (kvrpcpb::Op::Insert, v.clone()),
                     Entry::Del => (kvrpcpb::Op::Del, Vec::new()),
+                    Entry::CheckNotExist if pessimistically_locked(key) => {
+                        (kvrpcpb::Op::Lock, Vec::new())
+                    }
                     Entry::CheckNotExist => (kvrpcpb::Op::CheckNotExists, Vec::new()),
                     Entry::Locked(_) => (kvrpcpb::Op::Lock, Vec::new()),
                 };
@@ -223,6 +234,26 @@ impl Buffer {
     }
 }
 
+/// True for a mutation that leaves a lock at prewrite (everything but
+/// `CheckNotExists`, which only checks).
+pub fn takes_lock(mutation: &kvrpcpb::Mutation) -> bool {
+    mutation.op != kvrpcpb::Op::CheckNotExists as i32
+}
+
+/// The commit's primary: `fixed` (a pessimistic transaction's first locked
+/// key) when it is among the mutations that take a lock, otherwise the
+/// first mutation that takes a lock, in key order. `None` when no mutation
+/// takes a lock (the transaction only checks that keys do not exist).
+pub fn choose_primary(fixed: Option<&Key>, mutations: &[kvrpcpb::Mutation]) -> Option<Key> {
+    let locking = || mutations.iter().filter(|m| takes_lock(m));
+    if let Some(fixed) = fixed {
+        if locking().any(|m| m.key.as_slice() == fixed.as_bytes()) {
+            return Some(fixed.clone());
+        }
+    }
+    locking().next().map(|m| Key::from(m.key.clone()))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -237,8 +268,8 @@ mod tests {
         b.cache("b".into(), None);
         assert_eq!(b.get(&"b".into()), BufferedRead::Known(Some(b"2".to_vec())));
         assert_eq!(b.get(&"d".into()), BufferedRead::Unknown);
-        assert_eq!(b.primary_key(), Some(&Key::from("b")));
-        let ops: Vec<i32> = b.mutations().iter().map(|m| m.op).collect();
+        assert_eq!(b.primary_key(), None);
+        let ops: Vec<i32> = b.mutations(|_| false).iter().map(|m| m.op).collect();
         assert_eq!(
             ops,
             vec![
@@ -259,10 +290,48 @@ mod tests {
         ));
         b.insert("n".into(), vec![1]).unwrap();
         b.delete("n".into());
-        assert_eq!(b.mutations()[1].op, kvrpcpb::Op::CheckNotExists as i32);
+        assert_eq!(
+            b.mutations(|_| false)[1].op,
+            kvrpcpb::Op::CheckNotExists as i32
+        );
         b.delete("x".into());
         b.insert("x".into(), vec![3]).unwrap();
-        assert_eq!(b.mutations()[2].op, kvrpcpb::Op::Put as i32);
+        assert_eq!(b.mutations(|_| false)[2].op, kvrpcpb::Op::Put as i32);
+    }
+
+    #[test]
+    fn the_primary_is_a_key_that_takes_a_lock() {
+        let mut b = Buffer::default();
+        b.insert("a".into(), vec![1]).unwrap();
+        b.delete("a".into());
+        b.put("b".into(), vec![2]);
+        let mutations = b.mutations(|_| false);
+        assert_eq!(mutations[0].op, kvrpcpb::Op::CheckNotExists as i32);
+        assert_eq!(choose_primary(None, &mutations), Some(Key::from("b")));
+        // A fixed primary that takes a lock stays.
+        assert_eq!(
+            choose_primary(Some(&Key::from("b")), &mutations),
+            Some(Key::from("b"))
+        );
+        // One that does not is replaced.
+        assert_eq!(
+            choose_primary(Some(&Key::from("a")), &mutations),
+            Some(Key::from("b"))
+        );
+        // Pessimistically locked, an inserted-then-deleted key is a Lock.
+        let locked = b.mutations(|k| k == &Key::from("a"));
+        assert_eq!(locked[0].op, kvrpcpb::Op::Lock as i32);
+        assert_eq!(
+            choose_primary(Some(&Key::from("a")), &locked),
+            Some(Key::from("a"))
+        );
+        // Only checks: no primary.
+        let mut only = Buffer::default();
+        only.insert("n".into(), vec![1]).unwrap();
+        only.delete("n".into());
+        assert_eq!(choose_primary(None, &only.mutations(|_| false)), None);
+        // Writes never fix the primary by themselves.
+        assert_eq!(b.primary_key(), None);
     }
 
     #[test]

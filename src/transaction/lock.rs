@@ -41,7 +41,34 @@ pub fn physical_ms(version: u64) -> u64 {
 /// of `current_version` (0 when it has expired), on the TSO's physical
 /// clock, as TiKV measures it.
 pub fn lock_until_expired_ms(lock_version: u64, ttl_ms: u64, current_version: u64) -> u64 {
-    (physical_ms(lock_version) + ttl_ms).saturating_sub(physical_ms(current_version))
+    // A wire TTL can be anything (u64::MAX included): it must not wrap
+    // into "expired".
+    physical_ms(lock_version)
+        .saturating_add(ttl_ms)
+        .saturating_sub(physical_ms(current_version))
+}
+
+/// How long a resolver waits before asking again about a transaction whose
+/// primary has neither lock nor record yet (its prewrite may be in flight),
+/// at most: the wait is also bounded by the remaining TTL of the lock met.
+pub const PRIMARY_NOT_FOUND_RECHECK: Duration = Duration::from_millis(100);
+
+/// What a resolver does when the primary of the lock it met has no lock
+/// and no record (`TxnNotFound` from `CheckTxnStatus` without rollback):
+/// wait while the lock met is alive — for a pessimistic lock its whole TTL,
+/// for a prewrite lock at most [`PRIMARY_NOT_FOUND_RECHECK`] — and roll
+/// back only once it expired (`None`: ask again with
+/// `rollback_if_not_exist`).
+pub fn primary_not_found_wait(lock: &kvrpcpb::LockInfo, current_version: u64) -> Option<u64> {
+    let left = lock_until_expired_ms(lock.lock_version, lock.lock_ttl, current_version);
+    if left == 0 {
+        return None;
+    }
+    if lock.lock_type == kvrpcpb::Op::PessimisticLock as i32 {
+        Some(left)
+    } else {
+        Some(left.min(PRIMARY_NOT_FOUND_RECHECK.as_millis() as u64))
+    }
 }
 
 /// What the primary says about a transaction.
@@ -340,12 +367,16 @@ impl<PdC: PdClient> LockResolver<PdC> {
             .check_txn_status
             .fetch_add(1, Ordering::Relaxed);
         let current = Arc::clone(&self.pd).get_timestamp().await?.version();
+        // A missing primary is rolled back (and protected) only once the
+        // lock that led here expired; before, its prewrite may still be in
+        // flight ([txn.md](crate::spec::txn#behaviour-we-require)).
+        let expired = primary_not_found_wait(lock, current).is_none();
         let request = kvrpcpb::CheckTxnStatusRequest {
             primary_key: lock.primary_lock.clone(),
             lock_ts: lock.lock_version,
             caller_start_ts,
             current_ts: current,
-            rollback_if_not_exist: true,
+            rollback_if_not_exist: expired,
             force_sync_commit,
             resolving_pessimistic_lock: lock.lock_type == kvrpcpb::Op::PessimisticLock as i32,
             ..Default::default()
@@ -357,8 +388,31 @@ impl<PdC: PdClient> LockResolver<PdC> {
             .extract_error()
             .plan()
             .execute()
-            .await?;
-        Ok(txn_status(&response, lock.lock_version, current))
+            .await;
+        match response {
+            Ok(response) => Ok(txn_status(&response, lock.lock_version, current)),
+            Err(e) if is_txn_not_found(&e) => match primary_not_found_wait(lock, current) {
+                Some(wait) => {
+                    debug!(
+                        "transaction {}: primary not found yet, the lock met is alive for {wait} ms more; checking again",
+                        lock.lock_version
+                    );
+                    Ok(TxnStatus::Alive {
+                        expires_in_ms: wait,
+                        pushed: false,
+                        async_commit: None,
+                    })
+                }
+                // Expired between our timestamp and the answer: next time
+                // with rollback.
+                None => Ok(TxnStatus::Alive {
+                    expires_in_ms: 1,
+                    pushed: false,
+                    async_commit: None,
+                }),
+            },
+            Err(e) => Err(e),
+        }
     }
 
     /// Resolves the locks of `lock`'s transaction in the Region holding
@@ -419,7 +473,19 @@ impl<PdC: PdClient> LockResolver<PdC> {
                         result
                     }
                     .boxed();
-                    let shared = f.shared();
+                    // Run on its own task: it finishes (and removes its
+                    // entry) even when every caller waiting on it is
+                    // dropped, so no entry is left behind.
+                    let task = tokio::spawn(f);
+                    let shared = async move {
+                        task.await.unwrap_or_else(|e| {
+                            Err(crate::Error::Internal(format!(
+                                "resolving locks stopped: {e}"
+                            )))
+                        })
+                    }
+                    .boxed()
+                    .shared();
                     in_flight.insert(slot, shared.clone());
                     (shared, false)
                 }
@@ -475,6 +541,16 @@ impl<PdC: PdClient> LockResolver<PdC> {
                 _ => return Ok(out),
             }
         }
+    }
+}
+
+/// True for TiKV's answer that a transaction has neither lock nor record
+/// on its primary.
+fn is_txn_not_found(e: &crate::Error) -> bool {
+    match e {
+        crate::Error::TxnNotFound(_) => true,
+        crate::Error::KeyError(k) => k.txn_not_found.is_some(),
+        _ => false,
     }
 }
 
@@ -584,5 +660,44 @@ mod tests {
             }
         );
         assert_eq!(lock_until_expired_ms(ts(1000), 3000, ts(9000)), 0);
+    }
+
+    #[test]
+    fn a_huge_wire_ttl_never_wraps_into_expired() {
+        let ts = |ms: u64| ms << 18;
+        assert_eq!(
+            lock_until_expired_ms(ts(1000), u64::MAX, ts(9000)),
+            u64::MAX - 9000
+        );
+        let lock = kvrpcpb::LockInfo {
+            lock_version: ts(1000),
+            lock_ttl: u64::MAX,
+            ..Default::default()
+        };
+        assert!(primary_not_found_wait(&lock, ts(u64::MAX >> 18)).is_some());
+    }
+
+    #[test]
+    fn a_missing_primary_is_waited_for_until_the_lock_met_expires() {
+        let ts = |ms: u64| ms << 18;
+        let prewrite = kvrpcpb::LockInfo {
+            lock_version: ts(1000),
+            lock_ttl: 3000,
+            lock_type: kvrpcpb::Op::Put as i32,
+            ..Default::default()
+        };
+        // Alive: check again soon (its prewrite may land any moment).
+        assert_eq!(primary_not_found_wait(&prewrite, ts(1500)), Some(100));
+        assert_eq!(primary_not_found_wait(&prewrite, ts(3950)), Some(50));
+        // Expired: roll back.
+        assert_eq!(primary_not_found_wait(&prewrite, ts(4000)), None);
+        // A pessimistic lock is waited out for its whole TTL.
+        let pessimistic = kvrpcpb::LockInfo {
+            lock_type: kvrpcpb::Op::PessimisticLock as i32,
+            lock_ttl: 20_000,
+            ..prewrite
+        };
+        assert_eq!(primary_not_found_wait(&pessimistic, ts(1500)), Some(19_500));
+        assert_eq!(primary_not_found_wait(&pessimistic, ts(21_000)), None);
     }
 }

@@ -9,7 +9,7 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 use tracing::{debug, warn};
 
-use super::buffer::{Buffer, BufferedRead};
+use super::buffer::{choose_primary, takes_lock, Buffer, BufferedRead};
 use super::lock::LockResolver;
 use super::options::{
     CheckLevel, HeartbeatOption, Mutation, TransactionOptions, DEFAULT_LOCK_TTL, MAX_TTL,
@@ -162,6 +162,11 @@ pub struct Transaction<PdC: PdClient = PdRpcClient> {
     start_instant: Instant,
     /// Keys locked pessimistically (prewritten with `DoPessimisticCheck`).
     pessimistic_locked: std::collections::BTreeSet<Key>,
+    /// The primary the commit chose (a key that takes a lock).
+    primary: Option<Key>,
+    /// Set when a commit ended undetermined: the error, printed. The
+    /// transaction then refuses `commit` and `rollback`.
+    undetermined: Option<String>,
 }
 
 impl<PdC: PdClient> Transaction<PdC> {
@@ -185,6 +190,8 @@ impl<PdC: PdClient> Transaction<PdC> {
             heartbeat_started: false,
             start_instant: Instant::now(),
             pessimistic_locked: Default::default(),
+            primary: None,
+            undetermined: None,
         }
     }
 
@@ -482,8 +489,9 @@ impl<PdC: PdClient> Transaction<PdC> {
     pub async fn send_heart_beat(&mut self) -> Result<u64> {
         self.check_allow_operation()?;
         let primary = self
-            .buffer
-            .primary_key()
+            .primary
+            .as_ref()
+            .or(self.buffer.primary_key())
             .cloned()
             .ok_or(Error::NoPrimaryKey)?;
         send_heart_beat(
@@ -506,6 +514,7 @@ impl<PdC: PdClient> Transaction<PdC> {
     /// before retrying); any other error means the transaction did not
     /// commit, and its locks were rolled back.
     pub async fn commit(&mut self) -> Result<Option<Timestamp>> {
+        self.refuse_if_undetermined("commit")?;
         match self.status {
             TransactionStatus::Active | TransactionStatus::StartedCommit => {}
             // Nothing to write: done.
@@ -520,13 +529,18 @@ impl<PdC: PdClient> Transaction<PdC> {
             self.finish(TransactionStatus::Committed);
             return Ok(None);
         }
-        self.start_auto_heartbeat();
         let result = self.two_phase_commit().await;
         match &result {
             Ok(_) => self.finish(TransactionStatus::Committed),
-            // Failed (its locks rolled back) or undetermined (a later read
-            // finds out): either way the heartbeat stops. A retried commit
-            // starts a new one.
+            // Undetermined is terminal: no second commit (it could commit
+            // the keys at a second timestamp), no rollback (it could undo
+            // part of a committed transaction), no heartbeat.
+            Err(e) if undetermined_anywhere(e) => {
+                self.undetermined = Some(e.to_string());
+                let _ = self.ended.send(true);
+            }
+            // Failed, its locks rolled back: the heartbeat stops, and a
+            // retried commit starts a new one.
             Err(_) => {
                 let _ = self.ended.send(true);
                 self.ended = watch::channel(false).0;
@@ -539,6 +553,7 @@ impl<PdC: PdClient> Transaction<PdC> {
     /// Rolls back: releases this transaction's locks. After a commit that
     /// ended undetermined, a rollback fails if the transaction committed.
     pub async fn rollback(&mut self) -> Result<()> {
+        self.refuse_if_undetermined("rollback")?;
         match self.status {
             TransactionStatus::Active
             | TransactionStatus::StartedCommit
@@ -557,14 +572,38 @@ impl<PdC: PdClient> Transaction<PdC> {
                 .iter()
                 .map(|k| k.as_bytes().to_vec())
                 .collect();
-            self.pessimistic_rollback(keys).await?;
+            self.pessimistic_rollback(keys, self.options.for_update_ts())
+                .await?;
         }
         if prewritten {
-            let keys: Vec<Vec<u8>> = self.buffer.mutations().into_iter().map(|m| m.key).collect();
+            let locked = &self.pessimistic_locked;
+            let keys: Vec<Vec<u8>> = self
+                .buffer
+                .mutations(|k| locked.contains(k))
+                .into_iter()
+                .filter(takes_lock)
+                .map(|m| m.key)
+                .collect();
             self.batch_rollback(keys).await?;
         }
         self.finish(TransactionStatus::Rolledback);
         Ok(())
+    }
+
+    /// After an undetermined commit, `commit` and `rollback` are refused
+    /// with an undetermined error that says why.
+    fn refuse_if_undetermined(&self, what: &str) -> Result<()> {
+        match &self.undetermined {
+            None => Ok(()),
+            Some(cause) => Err(Error::UndeterminedError(Box::new(Error::StringError(
+                format!(
+                    "transaction {} cannot {what}: its commit ended undetermined ({cause}); \
+                 it may be committed, so neither another commit nor a rollback is safe. \
+                 Read its keys in a new transaction to learn the outcome",
+                    self.start_ts()
+                ),
+            )))),
+        }
     }
 
     fn finish(&mut self, status: TransactionStatus) {
@@ -575,7 +614,12 @@ impl<PdC: PdClient> Transaction<PdC> {
     // ---- reads ----
 
     async fn fetch_get(&self, key: Key) -> Result<Option<Value>> {
-        let ts = self.start_ts();
+        self.fetch_get_at(key, self.start_ts()).await
+    }
+
+    /// Reads `key` at `ts` (the start ts, or a `for_update_ts` for a key
+    /// this transaction holds locked).
+    async fn fetch_get_at(&self, key: Key, ts: u64) -> Result<Option<Value>> {
         let response = self
             .shared
             .builder(new_get_request(key.into(), ts))
@@ -699,25 +743,76 @@ impl<PdC: PdClient> Transaction<PdC> {
 
     // ---- pessimistic locking ----
 
-    /// Locks `keys` pessimistically at a fresh `for_update_ts`; with
-    /// `need_value`, returns each key's latest value.
+    /// Locks `keys` pessimistically; with `need_value`, returns each key's
+    /// latest value, in the order of `keys` (repeats removed).
+    ///
+    /// A key this transaction already holds is never locked again
+    /// ([txn.md](crate::spec::txn#behaviour-we-require)): a fresh lock at a
+    /// newer `for_update_ts` would succeed past a write committed after the
+    /// first lock was lost, and the commit would overwrite it. The prewrite's
+    /// pessimistic check finds a lost lock instead. Its value, when asked
+    /// for, is read at the transaction's latest `for_update_ts`: while the
+    /// lock holds, nothing newer can have been committed.
     async fn pessimistic_lock(
         &mut self,
         keys: Vec<Key>,
         need_value: bool,
     ) -> Result<Vec<(Key, Option<Value>)>> {
-        if keys.is_empty() {
-            return Ok(Vec::new());
-        }
-        let first_lock = self.buffer.primary_key().is_none();
-        if let Some(first) = keys.first() {
-            self.buffer.set_primary_if_unset(first);
-        }
-        let primary = self
-            .buffer
-            .primary_key()
+        let mut seen = std::collections::BTreeSet::new();
+        let keys: Vec<Key> = keys
+            .into_iter()
+            .filter(|k| seen.insert(k.clone()))
+            .collect();
+        let fresh: Vec<Key> = keys
+            .iter()
+            .filter(|k| !self.pessimistic_locked.contains(*k))
             .cloned()
-            .ok_or(Error::NoPrimaryKey)?;
+            .collect();
+        let mut values: std::collections::BTreeMap<Key, Option<Value>> =
+            self.lock_fresh_keys(fresh, need_value).await?;
+        if need_value {
+            for key in &keys {
+                if values.contains_key(key) {
+                    continue;
+                }
+                let value = match self.buffer.written(key) {
+                    BufferedRead::Known(v) => v,
+                    BufferedRead::Unknown => {
+                        let v = self
+                            .fetch_get_at(key.clone(), self.options.for_update_ts())
+                            .await?;
+                        self.buffer.lock_with_value(key.clone(), v.clone());
+                        v
+                    }
+                };
+                values.insert(key.clone(), value);
+            }
+        }
+        Ok(keys
+            .into_iter()
+            .map(|k| {
+                let v = values.remove(&k).flatten();
+                (k, v)
+            })
+            .collect())
+    }
+
+    /// Sends `PessimisticLock` for keys this transaction does not hold yet,
+    /// at a fresh `for_update_ts` (again after write conflicts). The first
+    /// successful lock fixes the primary; a failed one leaves it unset and
+    /// is rolled back with the `for_update_ts` it was sent with.
+    async fn lock_fresh_keys(
+        &mut self,
+        keys: Vec<Key>,
+        need_value: bool,
+    ) -> Result<std::collections::BTreeMap<Key, Option<Value>>> {
+        let mut out = std::collections::BTreeMap::new();
+        let Some(first) = keys.first() else {
+            return Ok(out);
+        };
+        let fixed = self.buffer.primary_key().cloned();
+        let first_lock = fixed.is_none();
+        let primary = fixed.unwrap_or_else(|| first.clone());
         let mutations: Vec<kvrpcpb::Mutation> = keys
             .iter()
             .map(|k| kvrpcpb::Mutation {
@@ -729,6 +824,7 @@ impl<PdC: PdClient> Transaction<PdC> {
         // A write committed after our for_update_ts (typically while we
         // waited for its lock) is a conflict TiKV reports; a pessimistic
         // transaction retries at a fresh for_update_ts instead of failing.
+        // These keys were never held, so no read of ours is made stale.
         let mut attempts = 0;
         let (result, for_update_ts) = loop {
             attempts += 1;
@@ -741,6 +837,7 @@ impl<PdC: PdClient> Transaction<PdC> {
                 for_update_ts,
                 is_first_lock: first_lock,
                 return_values: need_value,
+                min_commit_ts: for_update_ts + 1,
                 ..Default::default()
             };
             let result = self
@@ -768,14 +865,12 @@ impl<PdC: PdClient> Transaction<PdC> {
             match result {
                 Ok(pieces) => pieces,
                 Err(e) => {
-                    // Release whatever was locked: the locks of this request
-                    // only, the ones taken before stay.
-                    let fresh: Vec<Vec<u8>> = keys
-                        .iter()
-                        .filter(|k| !self.pessimistic_locked.contains(*k))
-                        .map(|k| k.as_bytes().to_vec())
-                        .collect();
-                    if let Err(re) = self.pessimistic_rollback(fresh).await {
+                    // Release whatever this request locked, with the
+                    // for_update_ts it was sent with (TiKV removes only
+                    // pessimistic locks at or below it); the locks taken
+                    // before stay.
+                    let fresh: Vec<Vec<u8>> = keys.iter().map(|k| k.as_bytes().to_vec()).collect();
+                    if let Err(re) = self.pessimistic_rollback(fresh, for_update_ts).await {
                         warn!("releasing pessimistic locks after a failed lock: {re}");
                     }
                     return Err(Error::PessimisticLockError {
@@ -785,7 +880,9 @@ impl<PdC: PdClient> Transaction<PdC> {
                 }
             };
         self.options.push_for_update_ts(for_update_ts);
-        let mut out = Vec::new();
+        if first_lock {
+            self.buffer.set_primary_if_unset(&primary);
+        }
         for ResponseWithShard(response, items) in pieces {
             for (i, item) in items.into_iter().enumerate() {
                 let key = Key::from(item.0.key);
@@ -804,21 +901,25 @@ impl<PdC: PdClient> Transaction<PdC> {
                 } else {
                     self.buffer.lock(key.clone());
                 }
-                out.push((key, value));
+                out.insert(key, value);
             }
         }
-        self.start_auto_heartbeat();
+        if let Some(primary) = self.buffer.primary_key().cloned() {
+            self.start_auto_heartbeat(primary, MAX_TTL);
+        }
         Ok(out)
     }
 
-    async fn pessimistic_rollback(&self, keys: Vec<Vec<u8>>) -> Result<()> {
+    /// Removes this transaction's pessimistic locks on `keys` taken at or
+    /// below `for_update_ts`.
+    async fn pessimistic_rollback(&self, keys: Vec<Vec<u8>>, for_update_ts: u64) -> Result<()> {
         if keys.is_empty() {
             return Ok(());
         }
         let request = kvrpcpb::PessimisticRollbackRequest {
             keys,
             start_version: self.start_ts(),
-            for_update_ts: self.options.for_update_ts(),
+            for_update_ts,
             ..Default::default()
         };
         self.shared
@@ -850,17 +951,26 @@ impl<PdC: PdClient> Transaction<PdC> {
     // ---- commit ----
 
     async fn two_phase_commit(&mut self) -> Result<Option<Timestamp>> {
-        let mutations = self.buffer.mutations();
-        let primary = self
-            .buffer
-            .primary_key()
-            .cloned()
-            .or_else(|| mutations.first().map(|m| Key::from(m.key.clone())))
-            .ok_or(Error::NoPrimaryKey)?;
+        let locked = &self.pessimistic_locked;
+        let mutations = self.buffer.mutations(|k| locked.contains(k));
+        let Some(primary) = choose_primary(self.buffer.primary_key(), &mutations) else {
+            // Only existence checks (keys inserted and deleted again): no
+            // lock, nothing to commit; a prewrite still checks them.
+            return self.check_not_exists(mutations).await;
+        };
+        self.primary = Some(primary.clone());
         let start_ts = self.start_ts();
         let async_commit = self.options.async_commit;
         let one_pc = self.options.try_one_pc;
-        let keys: Vec<Vec<u8>> = mutations.iter().map(|m| m.key.clone()).collect();
+        // The keys that hold a lock once prewritten: the commit batches,
+        // the async-commit secondaries and the rollback use only these
+        // (a `CheckNotExists` key listed as a secondary has no lock, and a
+        // resolver would take it for a rolled-back transaction).
+        let keys: Vec<Vec<u8>> = mutations
+            .iter()
+            .filter(|m| takes_lock(m))
+            .map(|m| m.key.clone())
+            .collect();
         let pessimistic_actions = if self.is_pessimistic() {
             mutations
                 .iter()
@@ -883,24 +993,27 @@ impl<PdC: PdClient> Transaction<PdC> {
         } else {
             Vec::new()
         };
+        let elapsed = self.start_instant.elapsed().as_millis() as u64;
         let lock_ttl = if self.is_pessimistic() || async_commit {
             MAX_TTL
         } else {
-            DEFAULT_LOCK_TTL.max(self.start_instant.elapsed().as_millis() as u64 + DEFAULT_LOCK_TTL)
-        };
+            DEFAULT_LOCK_TTL
+        }
+        .saturating_add(elapsed);
+        // The heartbeat must come before the prewrite locks expire.
+        self.start_auto_heartbeat(primary.clone(), lock_ttl.saturating_sub(elapsed));
         let request = kvrpcpb::PrewriteRequest {
+            txn_size: mutations.len() as u64,
             mutations,
             primary_lock: primary.as_bytes().to_vec(),
             start_version: start_ts,
             lock_ttl,
             pessimistic_actions,
-            txn_size: keys.len() as u64,
             for_update_ts: self.options.for_update_ts(),
-            min_commit_ts: if async_commit || one_pc {
-                start_ts + 1
-            } else {
-                0
-            },
+            // Readers may push the commit ts above their own start ts
+            // instead of waiting for the lock (TiKV's rule for every
+            // prewrite, not only async commit).
+            min_commit_ts: start_ts + 1,
             use_async_commit: async_commit,
             secondaries,
             try_one_pc: one_pc,
@@ -925,7 +1038,11 @@ impl<PdC: PdClient> Transaction<PdC> {
             .await;
         let responses = match prewritten {
             Ok(r) => r,
-            Err(e) if e.is_undetermined() => return Err(undetermined(e)),
+            // Every failed piece may have been applied: unknown. (A piece
+            // that failed for certain means an async-commit or 1PC
+            // transaction can never commit: a resolver finds that key
+            // without a lock and rolls the transaction back.)
+            Err(e) if all_undetermined(&e) => return Err(undetermined(e)),
             Err(e) => {
                 self.rollback_after_failed_prewrite(keys).await;
                 return Err(e);
@@ -941,7 +1058,16 @@ impl<PdC: PdClient> Transaction<PdC> {
                 Ok(Some(Timestamp::from_version(commit_ts)))
             }
             PrewriteOutcome::TwoPhase => {
-                let commit_ts = self.commit_primary(&primary).await?;
+                let mut commit_ts = self.commit_primary(&primary).await?;
+                if async_commit || one_pc {
+                    // Asked for async commit or 1PC and answered as 2PC: a
+                    // re-sent prewrite of a transaction already committed
+                    // (by an earlier attempt whose answer was lost, or by a
+                    // reader resolving it) answers so too, and the primary's
+                    // commit then succeeds without writing. The primary's
+                    // record holds the real commit ts.
+                    commit_ts = self.committed_ts(&primary, commit_ts).await?;
+                }
                 let secondaries: Vec<Vec<u8>> = keys
                     .into_iter()
                     .filter(|k| k.as_slice() != primary.as_bytes())
@@ -950,6 +1076,81 @@ impl<PdC: PdClient> Transaction<PdC> {
                 Ok(Some(Timestamp::from_version(commit_ts)))
             }
         }
+    }
+
+    /// A transaction whose only mutations are `CheckNotExists` (keys it
+    /// inserted and deleted again) writes nothing; one prewrite checks the
+    /// keys (`AlreadyExist` fails the commit) and leaves no lock.
+    async fn check_not_exists(
+        &mut self,
+        mutations: Vec<kvrpcpb::Mutation>,
+    ) -> Result<Option<Timestamp>> {
+        let Some(first) = mutations.first().map(|m| m.key.clone()) else {
+            return Ok(None);
+        };
+        let request = kvrpcpb::PrewriteRequest {
+            txn_size: mutations.len() as u64,
+            mutations,
+            primary_lock: first,
+            start_version: self.start_ts(),
+            lock_ttl: DEFAULT_LOCK_TTL,
+            for_update_ts: self.options.for_update_ts(),
+            min_commit_ts: self.start_ts() + 1,
+            ..Default::default()
+        };
+        self.shared
+            .builder(request)
+            .retry_multi_region(self.region_backoff())
+            .resolve_lock(Arc::clone(&self.shared.resolver), 0)
+            .merge(CollectError)
+            .extract_error()
+            .plan()
+            .execute()
+            .await?;
+        Ok(None)
+    }
+
+    /// The commit ts the primary's commit record holds (`CheckTxnStatus`,
+    /// which neither rolls back nor pushes anything here). `assumed` is
+    /// kept when TiKV does not name one.
+    async fn committed_ts(&self, primary: &Key, assumed: u64) -> Result<u64> {
+        let current = self.shared.timestamp().await?.version();
+        let request = kvrpcpb::CheckTxnStatusRequest {
+            primary_key: primary.as_bytes().to_vec(),
+            lock_ts: self.start_ts(),
+            caller_start_ts: 0,
+            current_ts: current,
+            rollback_if_not_exist: false,
+            ..Default::default()
+        };
+        let response = self
+            .shared
+            .builder(request)
+            .retry_multi_region(self.region_backoff())
+            .merge(CollectSingle)
+            .extract_error()
+            .plan()
+            .execute()
+            .await
+            .map_err(|e| {
+                // The primary is committed, at a timestamp we cannot name:
+                // reported as undetermined (read the keys to learn the
+                // state), and no secondary is committed at a guess —
+                // readers resolve them from the primary's record.
+                Error::UndeterminedError(Box::new(Error::StringError(format!(
+                    "transaction {} is committed, but reading back its commit timestamp failed: {e}",
+                    self.start_ts()
+                ))))
+            })?;
+        if response.commit_version > 0 && response.commit_version != assumed {
+            debug!(
+                "transaction {}: committed at {} by an earlier attempt, not {assumed}",
+                self.start_ts(),
+                response.commit_version
+            );
+            return Ok(response.commit_version);
+        }
+        Ok(assumed)
     }
 
     /// Commits the primary at a fresh timestamp: the commit point.
@@ -1004,7 +1205,10 @@ impl<PdC: PdClient> Transaction<PdC> {
                 .iter()
                 .map(|k| k.as_bytes().to_vec())
                 .collect();
-            if let Err(e) = self.pessimistic_rollback(keys).await {
+            if let Err(e) = self
+                .pessimistic_rollback(keys, self.options.for_update_ts())
+                .await
+            {
                 warn!("releasing pessimistic locks after a failed prewrite failed: {e}");
             }
         }
@@ -1095,16 +1299,17 @@ impl<PdC: PdClient> Transaction<PdC> {
         });
     }
 
-    fn start_auto_heartbeat(&mut self) {
+    /// Keeps `primary`'s lock alive: the first heartbeat comes within half
+    /// of `first_ttl_ms` (the TTL the lock was just given), then one every
+    /// configured interval.
+    fn start_auto_heartbeat(&mut self, primary: Key, first_ttl_ms: u64) {
         if self.heartbeat_started || !self.options.heartbeat_option.is_auto_heartbeat() {
             return;
         }
         let HeartbeatOption::FixedTime(interval) = self.options.heartbeat_option else {
             return;
         };
-        let Some(primary) = self.buffer.primary_key().cloned() else {
-            return;
-        };
+        let first_wait = interval.min(Duration::from_millis(first_ttl_ms / 2));
         self.heartbeat_started = true;
         let shared = Arc::clone(&self.shared);
         let options = self.options.clone();
@@ -1112,12 +1317,12 @@ impl<PdC: PdClient> Transaction<PdC> {
         let start_instant = self.start_instant;
         let mut ended = self.ended.subscribe();
         tokio::spawn(async move {
+            let mut wait = first_wait;
             loop {
                 // Ended, or the transaction was dropped, before the interval.
-                if tokio::time::timeout(interval, ended.changed())
-                    .await
-                    .is_ok()
-                {
+                let waited = tokio::time::timeout(wait, ended.changed()).await;
+                wait = interval;
+                if waited.is_ok() {
                     return;
                 }
                 if *ended.borrow() {
@@ -1152,6 +1357,36 @@ fn lock_is_gone(e: &Error) -> bool {
     match e {
         Error::KeyError(k) => k.txn_not_found.is_some() || k.retryable.contains("TxnLockNotFound"),
         Error::Multiple(errors) => !errors.is_empty() && errors.iter().all(lock_is_gone),
+        _ => false,
+    }
+}
+
+/// True when `e`, or an error it carries, says the outcome is unknown.
+pub(crate) fn undetermined_anywhere(e: &Error) -> bool {
+    match e {
+        e if e.is_undetermined() => true,
+        Error::Multiple(errors)
+        | Error::MultipleKeyErrors(errors)
+        | Error::ExtractedErrors(errors) => errors.iter().any(undetermined_anywhere),
+        Error::RetriesExhausted { last, .. } | Error::DeadlineExceeded { last, .. } => {
+            undetermined_anywhere(last)
+        }
+        _ => false,
+    }
+}
+
+/// True when every failure in `e` is undetermined: each failed piece may
+/// have been applied. One certain failure among them (a piece that was
+/// never applied) is enough to know an async-commit or 1PC transaction did
+/// not commit.
+fn all_undetermined(e: &Error) -> bool {
+    match e {
+        e if e.is_undetermined() => true,
+        Error::Multiple(errors)
+        | Error::MultipleKeyErrors(errors)
+        | Error::ExtractedErrors(errors) => {
+            !errors.is_empty() && errors.iter().all(all_undetermined)
+        }
         _ => false,
     }
 }
