@@ -12,7 +12,9 @@ use std::time::Duration;
 use common::{accept, client_timeout, region_error, three_voters};
 use tikv_plan::mock;
 use tikv_plan::proto::{errorpb, kvrpcpb};
-use tikv_plan::{Backoff, CheckLevel, Config, Error, TransactionClient, TransactionOptions};
+use tikv_plan::{
+    Backoff, CheckLevel, Config, Error, RetryOptions, TransactionClient, TransactionOptions,
+};
 
 fn config() -> Config {
     Config::default()
@@ -83,4 +85,98 @@ async fn a_definite_answer_after_a_lost_one_clears_the_flag() {
     assert!(txn.commit().await.unwrap().is_some());
     assert_eq!(leader_commits.load(Ordering::SeqCst), 1);
     assert_eq!(pd.cached_leader(1).map(|p| p.id), Some(12));
+}
+
+/// Every prewrite carries `min_commit_ts = start_ts + 1`, so a reader can
+/// push the commit ts above its own start ts instead of waiting for the
+/// lock; an optimistic primary's TTL covers the wait for its first
+/// heartbeat.
+#[tokio::test]
+async fn prewrites_let_readers_push_and_ttls_outlast_the_first_heartbeat() {
+    let pd = three_voters();
+    let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let log = seen.clone();
+    pd.set_dispatch_hook(move |peer, request| {
+        if let Some(p) = request.as_any().downcast_ref::<kvrpcpb::PrewriteRequest>() {
+            log.lock()
+                .unwrap()
+                .push((p.start_version, p.min_commit_ts, p.lock_ttl));
+        }
+        accept(peer, request)
+    });
+    let client = TransactionClient::new_with_pd_client(pd.clone(), &config());
+    for options in [
+        TransactionOptions::new_optimistic(),
+        TransactionOptions::new_pessimistic(),
+    ] {
+        let mut txn = client
+            .begin_with_options(options.drop_check(CheckLevel::None))
+            .await
+            .unwrap();
+        txn.put("k".to_owned(), "v".to_owned()).await.unwrap();
+        txn.commit().await.unwrap();
+    }
+    let seen = seen.lock().unwrap().clone();
+    assert_eq!(seen.len(), 2, "{seen:?}");
+    for (start, min_commit_ts, ttl) in seen {
+        assert_eq!(min_commit_ts, start + 1);
+        assert!(ttl >= tikv_plan::transaction::DEFAULT_LOCK_TTL, "{ttl}");
+    }
+}
+
+/// A commit that takes longer than half the optimistic lock TTL (3 s) sends
+/// a heartbeat before the primary's lock can expire, not only after the
+/// configured 10 s interval.
+#[tokio::test(start_paused = true)]
+async fn a_slow_optimistic_commit_heartbeats_before_its_lock_expires() {
+    let pd = three_voters();
+    let commits = Arc::new(AtomicUsize::new(0));
+    let beats = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let prewritten = Arc::new(std::sync::Mutex::new(None));
+    let (c, b, p) = (commits.clone(), beats.clone(), prewritten.clone());
+    pd.set_dispatch_hook(move |peer, request| {
+        let now = tokio::time::Instant::now();
+        let any = request.as_any();
+        if let Some(pw) = any.downcast_ref::<kvrpcpb::PrewriteRequest>() {
+            *p.lock().unwrap() = Some((now, pw.lock_ttl));
+        }
+        if any.is::<kvrpcpb::TxnHeartBeatRequest>() {
+            b.lock().unwrap().push(now);
+        }
+        // The first commits meet a stale command: retried after a backoff.
+        if any.is::<kvrpcpb::CommitRequest>() && c.fetch_add(1, Ordering::SeqCst) < 3 {
+            return region_error(
+                request,
+                errorpb::Error {
+                    stale_command: Some(errorpb::StaleCommand::default()),
+                    ..Default::default()
+                },
+            );
+        }
+        accept(peer, request)
+    });
+    let config = Config::default().with_request_deadline(Duration::from_secs(30));
+    let client = TransactionClient::new_with_pd_client(pd.clone(), &config);
+    let slow = Backoff::no_jitter_backoff(1000, 1000, 10);
+    let mut txn = client
+        .begin_with_options(
+            TransactionOptions::new_optimistic()
+                .drop_check(CheckLevel::None)
+                .retry_options(RetryOptions::new(slow.clone(), slow)),
+        )
+        .await
+        .unwrap();
+    txn.put("k".to_owned(), "v".to_owned()).await.unwrap();
+    txn.commit().await.unwrap();
+    let (at, ttl) = prewritten.lock().unwrap().expect("a prewrite");
+    let beats = beats.lock().unwrap().clone();
+    let first = beats
+        .first()
+        .copied()
+        .expect("a heartbeat during the slow commit");
+    assert!(
+        first < at + Duration::from_millis(ttl),
+        "first heartbeat {:?} after the prewrite, TTL {ttl} ms",
+        first - at
+    );
 }

@@ -662,6 +662,77 @@ mod tests {
         assert_eq!(lock_until_expired_ms(ts(1000), 3000, ts(9000)), 0);
     }
 
+    /// A resolution whose every caller gave up still finishes and leaves
+    /// no entry behind in the per-(transaction, Region) map.
+    #[cfg(feature = "mock")]
+    #[tokio::test(start_paused = true)]
+    async fn a_dropped_resolution_leaves_no_entry_behind() {
+        use crate::mock::{self, MockPdClient};
+        use crate::proto::errorpb;
+        use std::sync::atomic::AtomicUsize;
+
+        let pd = Arc::new(MockPdClient::new(vec![mock::region(
+            1,
+            b"",
+            b"",
+            &[mock::voter(11, 1), mock::voter(12, 2), mock::voter(13, 3)],
+            Some(11),
+        )]));
+        let resolves = Arc::new(AtomicUsize::new(0));
+        let seen = Arc::clone(&resolves);
+        pd.set_dispatch_hook(move |_peer, request| {
+            let any = request.as_any();
+            if any.is::<kvrpcpb::CheckTxnStatusRequest>() {
+                return Ok(Box::new(kvrpcpb::CheckTxnStatusResponse {
+                    commit_version: 5,
+                    ..Default::default()
+                }));
+            }
+            if any.is::<kvrpcpb::ResolveLockRequest>() && seen.fetch_add(1, Ordering::SeqCst) == 0 {
+                // The first attempt meets a stale command: backed off.
+                return mock::response_with_region_error(
+                    request,
+                    Some(errorpb::Error {
+                        stale_command: Some(errorpb::StaleCommand::default()),
+                        ..Default::default()
+                    }),
+                );
+            }
+            mock::response_with_region_error(request, None)
+        });
+        let resolver = Arc::new(LockResolver::new(
+            pd,
+            Arc::new(RoutingState::new(&crate::Config::default())),
+            Backoff::no_jitter_backoff(1000, 1000, 5),
+            Keyspace::Disable,
+        ));
+        let lock = kvrpcpb::LockInfo {
+            key: b"k".to_vec(),
+            primary_lock: b"k".to_vec(),
+            lock_version: 3,
+            lock_ttl: 3000,
+            ..Default::default()
+        };
+        // The caller gives up during the backoff.
+        let gave_up = tokio::time::timeout(
+            Duration::from_millis(10),
+            resolver.resolve_locks(vec![lock], 0),
+        )
+        .await;
+        assert!(gave_up.is_err());
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        assert_eq!(
+            resolves.load(Ordering::SeqCst),
+            2,
+            "the resolution finished"
+        );
+        assert!(resolver
+            .in_flight
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .is_empty());
+    }
+
     #[test]
     fn a_huge_wire_ttl_never_wraps_into_expired() {
         let ts = |ms: u64| ms << 18;
