@@ -25,6 +25,7 @@ use crate::proto::kvrpcpb::{self, KeyError, LockInfo, Op};
 const REASON_OPTIMISTIC: i32 = 1;
 const REASON_PESSIMISTIC_RETRY: i32 = 2;
 const REASON_SELF_ROLLED_BACK: i32 = 3;
+const REASON_LAZY_UNIQUENESS_CHECK: i32 = 5;
 
 /// `Context.isolation_level` of read committed: reads ignore locks.
 const ISOLATION_READ_COMMITTED: i32 = 1;
@@ -100,6 +101,27 @@ impl WriteKind {
 pub(crate) struct Write {
     pub(crate) start_ts: u64,
     pub(crate) kind: WriteKind,
+    /// A rollback of the transaction whose start ts is this record's
+    /// commit ts was written on top of this commit record (TiKV's
+    /// `has_overlapped_rollback`): that transaction is rolled back here,
+    /// though its rollback record has no place of its own.
+    pub(crate) overlapped_rollback: bool,
+}
+
+impl Write {
+    fn new(start_ts: u64, kind: WriteKind) -> Write {
+        Write {
+            start_ts,
+            kind,
+            overlapped_rollback: false,
+        }
+    }
+
+    /// Whether this record, found at `start_ts`, says the transaction of
+    /// `start_ts` was rolled back on the key.
+    fn rolls_back(&self, commit_ts: u64, start_ts: u64) -> bool {
+        commit_ts == start_ts && (self.kind == WriteKind::Rollback || self.overlapped_rollback)
+    }
 }
 
 /// One write record of a key, as [`SimCluster::versions`](super::SimCluster::versions)
@@ -335,33 +357,54 @@ impl Mvcc {
                 Write {
                     start_ts,
                     kind: WriteKind::Put,
+                    ..
                 },
             ) => self.value_at(key, start_ts),
             _ => None,
         }
     }
 
-    /// The newest write record of another transaction, of any kind: like
-    /// TiKV, a later transaction's rollback record conflicts too. (This
-    /// transaction's own records are looked at by `txn_record`.)
-    fn newest_conflicting_write(&self, key: &[u8], start_ts: u64) -> Option<(u64, Write)> {
+    /// The newest write record of the key, of any transaction and kind
+    /// (TiKV's `seek_write` from the maximum ts).
+    fn newest_write(&self, key: &[u8]) -> Option<(u64, Write)> {
+        self.newest_write_at_or_below(key, u64::MAX)
+    }
+
+    /// The newest write record with commit ts <= `ts`.
+    fn newest_write_at_or_below(&self, key: &[u8], ts: u64) -> Option<(u64, Write)> {
         self.writes
             .get(key)?
-            .iter()
-            .rev()
-            .find(|(_, w)| w.start_ts != start_ts)
+            .range(..=ts)
+            .next_back()
             .map(|(c, w)| (*c, *w))
     }
 
+    /// What the transaction of `start_ts` left on `key` (TiKV's
+    /// `MvccReader::get_txn_commit_record`): the records are scanned from the
+    /// newest down to `start_ts`; a record of this transaction is its
+    /// commit or rollback; another transaction's commit record at exactly
+    /// `start_ts` carrying the overlapped-rollback flag is its rollback.
     fn txn_record(&self, key: &[u8], start_ts: u64) -> TxnRecord {
         let Some(writes) = self.writes.get(key) else {
             return TxnRecord::None;
         };
-        match writes.iter().find(|(_, w)| w.start_ts == start_ts) {
-            Some((_, w)) if w.kind == WriteKind::Rollback => TxnRecord::RolledBack,
-            Some((commit_ts, _)) => TxnRecord::Committed(*commit_ts),
-            None => TxnRecord::None,
+        for (&commit_ts, w) in writes.range(start_ts..).rev() {
+            if w.start_ts == start_ts {
+                return if w.kind == WriteKind::Rollback {
+                    TxnRecord::RolledBack
+                } else {
+                    TxnRecord::Committed(commit_ts)
+                };
+            }
+            if commit_ts == start_ts {
+                return if w.overlapped_rollback {
+                    TxnRecord::RolledBack
+                } else {
+                    TxnRecord::None
+                };
+            }
         }
+        TxnRecord::None
     }
 
     /// Whether a read at `ts` must stop at this lock (TiKV's
@@ -404,13 +447,6 @@ impl Mvcc {
 
     // ---- Writing the families ----
 
-    fn put_write(&mut self, key: &[u8], commit_ts: u64, write: Write) {
-        self.writes
-            .entry(key.to_vec())
-            .or_default()
-            .insert(commit_ts, write);
-    }
-
     fn remove_data(&mut self, key: &[u8], start_ts: u64) {
         if let Some(versions) = self.data.get_mut(key) {
             versions.remove(&start_ts);
@@ -420,27 +456,42 @@ impl Mvcc {
         }
     }
 
-    /// Commits the lock of `start_ts` on `key` at `commit_ts`.
+    /// Commits the lock of `start_ts` on `key` at `commit_ts`. A
+    /// pessimistic lock that was never prewritten is only removed: TiKV's
+    /// `actions/commit.rs` (`commit`) unlocks it and writes no record.
     fn commit_lock(&mut self, key: &[u8], lock: &Lock, commit_ts: u64) {
         let kind = match lock.kind {
             LockKind::Put => WriteKind::Put,
             LockKind::Delete => WriteKind::Delete,
-            LockKind::Lock | LockKind::Pessimistic => WriteKind::Lock,
+            LockKind::Lock => WriteKind::Lock,
+            LockKind::Pessimistic => {
+                self.locks.remove(key);
+                return;
+            }
         };
-        self.put_write(
-            key,
-            commit_ts,
-            Write {
-                start_ts: lock.start_ts,
-                kind,
-            },
-        );
+        let mut write = Write::new(lock.start_ts, kind);
+        // Another transaction's rollback recorded at this very ts (its start
+        // ts) must survive the commit record that replaces it: TiKV keeps
+        // the rollback ts in the lock (`MvccTxn::mark_rollback_on_mismatching_lock`)
+        // and sets `has_overlapped_rollback` on the commit record.
+        let writes = self.writes.entry(key.to_vec()).or_default();
+        if let Some(old) = writes.get(&commit_ts) {
+            write.overlapped_rollback = old.rolls_back(commit_ts, commit_ts);
+        }
+        writes.insert(commit_ts, write);
         self.locks.remove(key);
     }
 
     /// Rolls back `start_ts` on `key`: removes its lock and value and
     /// leaves a rollback record, so a late prewrite cannot succeed. Err
     /// when the transaction already committed on this key.
+    ///
+    /// When another transaction's commit record already sits at `start_ts`,
+    /// the rollback is kept as the `overlapped_rollback` flag of that
+    /// record. TiKV (`actions/check_txn_status.rs`, `make_rollback`) does
+    /// so for protected rollbacks (the primary's, CheckTxnStatus',
+    /// CheckSecondaryLocks') and drops unprotected ones; the sim never
+    /// collapses rollbacks, so it treats every rollback as protected.
     fn rollback_key(&mut self, key: &[u8], start_ts: u64) -> Result<(), KeyError> {
         if self.locks.get(key).is_some_and(|l| l.start_ts == start_ts) {
             self.locks.remove(key);
@@ -457,12 +508,11 @@ impl Mvcc {
                 TxnRecord::None => {}
             }
         }
-        // A commit record of another transaction at this ts stays.
         let writes = self.writes.entry(key.to_vec()).or_default();
-        writes.entry(start_ts).or_insert(Write {
-            start_ts,
-            kind: WriteKind::Rollback,
-        });
+        writes
+            .entry(start_ts)
+            .and_modify(|w| w.overlapped_rollback = true)
+            .or_insert(Write::new(start_ts, WriteKind::Rollback));
         Ok(())
     }
 
@@ -573,27 +623,67 @@ impl Mvcc {
     }
 
     /// `KvPrewrite`, including async commit and 1PC.
+    ///
+    /// A resent prewrite is answered as TiKV answers it:
+    /// - a key already locked by this transaction is left as it is, and
+    ///   its lock's min_commit_ts (0 for a two-phase lock, which makes the
+    ///   whole request fall back to two-phase commit) is what the key
+    ///   contributes (`actions/prewrite.rs`, `PrewriteMutation::check_lock`:
+    ///   `LockStatus::Locked`);
+    /// - a transaction already committed on a key answers success and
+    ///   writes nothing, with its real commit ts as `min_commit_ts` (async
+    ///   commit) and as `one_pc_commit_ts` (1PC) (`commands/prewrite.rs`,
+    ///   `Prewriter::prewrite` → `actions/common.rs`,
+    ///   `check_committed_record_on_err`, then `write_result` /
+    ///   `one_pc_commit` with the returned ts; a 1PC transaction is never
+    ///   committed twice);
+    /// - a transaction rolled back on a key gets a write conflict
+    ///   (`SelfRolledBack`), or `PessimisticLockNotFound` for a key
+    ///   prewritten with `DoPessimisticCheck`.
     pub(crate) fn prewrite(&mut self, req: &kvrpcpb::PrewriteRequest) -> kvrpcpb::PrewriteResponse {
         let start_ts = req.start_version;
         let fail = |errors: Vec<KeyError>| kvrpcpb::PrewriteResponse {
             errors,
             ..Default::default()
         };
+        // Insert and CheckNotExists read at the start ts: TiKV updates
+        // max_ts before anything else.
+        if req
+            .mutations
+            .iter()
+            .any(|m| m.op == Op::Insert as i32 || m.op == Op::CheckNotExists as i32)
+        {
+            self.observe_read_ts(start_ts);
+        }
+        let mut use_async_commit = req.use_async_commit;
+        let mut try_one_pc = req.try_one_pc;
         let mut locked = Vec::new();
         let mut planned: Vec<(Vec<u8>, LockKind, Option<Vec<u8>>)> = Vec::new();
-        let mut resent_min_commit_ts = 0;
-        let mut check_reads = false;
+        // The min_commit_ts the keys already done contribute.
+        let mut final_min_commit_ts = 0;
+        let mut fall_back = false;
         for (i, m) in req.mutations.iter().enumerate() {
             let key = encode_bytes(&m.key);
             let action = req.pessimistic_actions.get(i).copied().unwrap_or(0);
-            let pessimistic_check = action == kvrpcpb::PessimisticAction::DoPessimisticCheck as i32;
-            match self.check_prewrite_key(req, m, &key, pessimistic_check, action) {
+            match self.prewrite_key(req, m, &key, action) {
                 Err(e) if e.locked.is_some() => locked.push(e),
                 Err(e) => return fail(vec![e]),
-                Ok(PrewriteStep::Skip(min_commit_ts)) => {
-                    resent_min_commit_ts = resent_min_commit_ts.max(min_commit_ts)
+                Ok(PrewriteStep::Committed(commit_ts)) => {
+                    return kvrpcpb::PrewriteResponse {
+                        min_commit_ts: if req.use_async_commit { commit_ts } else { 0 },
+                        one_pc_commit_ts: if req.try_one_pc { commit_ts } else { 0 },
+                        ..Default::default()
+                    };
                 }
-                Ok(PrewriteStep::CheckedOnly) => check_reads = true,
+                Ok(PrewriteStep::Resent(0)) => fall_back = true,
+                Ok(PrewriteStep::Resent(min_commit_ts)) => {
+                    final_min_commit_ts = final_min_commit_ts.max(min_commit_ts)
+                }
+                Ok(PrewriteStep::CheckedOnly) => {
+                    final_min_commit_ts = final_min_commit_ts
+                        .max(req.min_commit_ts)
+                        .max(start_ts.saturating_add(1))
+                }
                 Ok(PrewriteStep::Lock(kind)) => {
                     let value = (kind == LockKind::Put).then(|| m.value.clone());
                     planned.push((key, kind, value));
@@ -603,25 +693,42 @@ impl Mvcc {
         if !locked.is_empty() {
             return fail(locked);
         }
-        // A CheckNotExists is a read at the start ts (TiKV updates max_ts).
-        if check_reads {
-            self.observe_read_ts(start_ts);
-        }
-        let mut use_async_commit = req.use_async_commit;
-        let mut try_one_pc = req.try_one_pc;
-        let mut min_commit_ts = req.min_commit_ts;
-        if use_async_commit || try_one_pc {
-            min_commit_ts = min_commit_ts
-                .max(start_ts.saturating_add(1))
-                .max(req.for_update_ts.saturating_add(1))
-                .max(self.max_ts.saturating_add(1));
-            if req.max_commit_ts != 0 && min_commit_ts > req.max_commit_ts {
-                // TiKV falls back to two-phase commit: min_commit_ts and
-                // one_pc_commit_ts come back 0.
-                use_async_commit = false;
-                try_one_pc = false;
-                min_commit_ts = req.min_commit_ts;
+        // Each new lock's min_commit_ts (TiKV's `async_commit_timestamps`):
+        // above max_ts, the start ts and for_update_ts, and not below the
+        // one asked for or a pessimistic lock's pushed one.
+        let lock_min_commit_ts: Vec<u64> = planned
+            .iter()
+            .map(|(key, _, _)| {
+                let pushed = self
+                    .locks
+                    .get(key)
+                    .filter(|l| l.start_ts == start_ts && l.kind == LockKind::Pessimistic)
+                    .map_or(0, |l| l.min_commit_ts);
+                req.min_commit_ts.max(pushed)
+            })
+            .collect();
+        let mut new_min_commit_ts = lock_min_commit_ts.clone();
+        if (use_async_commit || try_one_pc) && !fall_back {
+            let floor = self
+                .max_ts
+                .max(start_ts)
+                .max(req.for_update_ts)
+                .saturating_add(1);
+            for ts in &mut new_min_commit_ts {
+                *ts = (*ts).max(floor);
+                if req.max_commit_ts != 0 && *ts > req.max_commit_ts {
+                    // CommitTsTooLarge: TiKV falls back to two-phase commit.
+                    fall_back = true;
+                }
+                final_min_commit_ts = final_min_commit_ts.max(*ts);
             }
+        }
+        if fall_back {
+            // min_commit_ts and one_pc_commit_ts come back 0.
+            use_async_commit = false;
+            try_one_pc = false;
+            final_min_commit_ts = 0;
+            new_min_commit_ts = lock_min_commit_ts;
         }
         if try_one_pc {
             for (key, kind, value) in planned {
@@ -631,22 +738,28 @@ impl Mvcc {
                         .or_default()
                         .insert(start_ts, value);
                 }
-                let lock = self.new_lock(req, kind, &key, false, min_commit_ts);
-                self.commit_lock(&key, &lock, min_commit_ts);
+                let lock = self.new_lock(req, kind, &key, false, final_min_commit_ts);
+                self.commit_lock(&key, &lock, final_min_commit_ts);
             }
             return kvrpcpb::PrewriteResponse {
-                one_pc_commit_ts: min_commit_ts,
+                min_commit_ts: if use_async_commit {
+                    final_min_commit_ts
+                } else {
+                    0
+                },
+                one_pc_commit_ts: final_min_commit_ts,
                 ..Default::default()
             };
         }
-        for (key, kind, value) in planned {
+        for ((key, kind, value), min_commit_ts) in planned.into_iter().zip(new_min_commit_ts) {
             if let Some(value) = value {
                 self.data
                     .entry(key.clone())
                     .or_default()
                     .insert(start_ts, value);
             } else {
-                // A resent prewrite may turn a Put into a Delete.
+                // A prewrite over a pessimistic lock may turn a Put into a
+                // Delete.
                 self.remove_data(&key, start_ts);
             }
             let lock = self.new_lock(req, kind, &key, use_async_commit, min_commit_ts);
@@ -654,7 +767,7 @@ impl Mvcc {
         }
         kvrpcpb::PrewriteResponse {
             min_commit_ts: if use_async_commit {
-                min_commit_ts.max(resent_min_commit_ts)
+                final_min_commit_ts
             } else {
                 0
             },
@@ -673,18 +786,18 @@ impl Mvcc {
         let is_primary = encode_bytes(&req.primary_lock) == key;
         // A pessimistic lock being replaced may carry a longer TTL (from
         // heartbeats) and a pushed min_commit_ts: keep them.
-        let (old_ttl, old_min_commit_ts) = self
+        let (old_ttl, old_min_commit_ts, old_for_update_ts) = self
             .locks
             .get(key)
             .filter(|l| l.start_ts == req.start_version && l.kind == LockKind::Pessimistic)
-            .map(|l| (l.ttl, l.min_commit_ts))
-            .unwrap_or((0, 0));
+            .map(|l| (l.ttl, l.min_commit_ts, l.for_update_ts))
+            .unwrap_or((0, 0, 0));
         Lock {
             primary: req.primary_lock.clone(),
             start_ts: req.start_version,
             ttl: req.lock_ttl.max(old_ttl),
             kind,
-            for_update_ts: req.for_update_ts,
+            for_update_ts: req.for_update_ts.max(old_for_update_ts),
             min_commit_ts: min_commit_ts.max(old_min_commit_ts),
             use_async_commit,
             secondaries: if use_async_commit && is_primary {
@@ -696,16 +809,42 @@ impl Mvcc {
         }
     }
 
-    /// Decides what a prewrite does on one key, without changing anything.
+    /// What a prewrite does on one key. On an error, a commit record of
+    /// this transaction on the key turns it into success (TiKV's
+    /// `check_committed_record_on_err`, reached on WriteConflict with a
+    /// commit ts above the start ts, PessimisticLockNotFound and
+    /// KeyIsLocked; the other errors of a key cannot meet such a record:
+    /// they come after the write-conflict check, or hold this
+    /// transaction's own pessimistic lock).
+    fn prewrite_key(
+        &self,
+        req: &kvrpcpb::PrewriteRequest,
+        m: &kvrpcpb::Mutation,
+        key: &[u8],
+        action: i32,
+    ) -> Result<PrewriteStep, KeyError> {
+        let step = self.check_prewrite_key(req, m, key, action);
+        if step.is_err() {
+            if let TxnRecord::Committed(commit_ts) = self.txn_record(key, req.start_version) {
+                return Ok(PrewriteStep::Committed(commit_ts));
+            }
+        }
+        step
+    }
+
+    /// Decides what a prewrite does on one key, without changing anything
+    /// (TiKV's `actions/prewrite.rs`, `prewrite_with_generation`).
     fn check_prewrite_key(
         &self,
         req: &kvrpcpb::PrewriteRequest,
         m: &kvrpcpb::Mutation,
         key: &[u8],
-        pessimistic_check: bool,
         action: i32,
     ) -> Result<PrewriteStep, KeyError> {
         let start_ts = req.start_version;
+        // TiKV serves a prewrite with a for_update_ts as a pessimistic one.
+        let pessimistic_txn = req.for_update_ts != 0;
+        let pessimistic_check = action == kvrpcpb::PessimisticAction::DoPessimisticCheck as i32;
         let kind = match Op::try_from(m.op) {
             Ok(Op::Put) | Ok(Op::Insert) => LockKind::Put,
             Ok(Op::Del) => LockKind::Delete,
@@ -725,39 +864,59 @@ impl Mvcc {
                 if pessimistic_check {
                     return Err(pessimistic_lock_not_found(start_ts, &m.key));
                 }
-                return Err(locked_error(lock, &m.key));
-            }
-            if lock.kind == LockKind::Pessimistic && req.for_update_ts == 0 {
-                return Err(abort(format!(
-                    "LockTypeNotMatch {{ start_ts: {start_ts}, key: {:?}, pessimistic: true }}: an optimistic prewrite met this transaction's pessimistic lock",
-                    m.key
-                )));
+                // A pessimistic transaction is told not to wait: TiKV
+                // answers the lock with TTL 0 (`PrewriteMutation::lock_info`).
+                let mut error = locked_error(lock, &m.key);
+                if let (true, Some(info)) = (pessimistic_txn, error.locked.as_mut()) {
+                    info.lock_ttl = 0;
+                }
+                return Err(error);
             }
             if lock.kind != LockKind::Pessimistic {
-                // A resent prewrite: already done.
-                return Ok(PrewriteStep::Skip(if lock.use_async_commit {
+                // A resent prewrite: already done; the lock is not changed.
+                return Ok(PrewriteStep::Resent(if lock.use_async_commit {
                     lock.min_commit_ts
                 } else {
                     0
                 }));
             }
+            if !pessimistic_txn {
+                return Err(abort(format!(
+                    "LockTypeNotMatch {{ start_ts: {start_ts}, key: {:?}, pessimistic: true }}: an optimistic prewrite met this transaction's pessimistic lock",
+                    m.key
+                )));
+            }
             holds_pessimistic_lock = true;
         } else if pessimistic_check {
-            return match self.txn_record(key, start_ts) {
-                TxnRecord::Committed(_) => Ok(PrewriteStep::Skip(0)),
-                _ => Err(pessimistic_lock_not_found(start_ts, &m.key)),
-            };
+            // TiKV (`amend_pessimistic_lock`) would lock the key anyway when
+            // no record at or above the start ts exists; the sim always
+            // answers the missing lock (see the module notes in txn.md:
+            // the prewrite's pessimistic check is what finds a lost lock).
+            return Err(pessimistic_lock_not_found(start_ts, &m.key));
         }
-        if !holds_pessimistic_lock {
+        let skip_constraint_check = if !pessimistic_txn {
+            req.skip_constraint_check
+        } else if pessimistic_check {
+            true
+        } else if action == kvrpcpb::PessimisticAction::DoConstraintCheck as i32 {
+            false
+        } else {
+            // SkipPessimisticCheck: checked only on a retried request.
+            !req.context.as_ref().is_some_and(|c| c.is_retry_request)
+        };
+        if !skip_constraint_check {
+            self.check_for_newer_version(req, m, key, action)?;
+        } else if !holds_pessimistic_lock {
+            // TiKV would write a new lock here even for a transaction
+            // already finished on the key (it relies on its cache of
+            // committed transactions to turn the check on); the sim always
+            // looks, so a finished transaction never locks the key again.
             match self.txn_record(key, start_ts) {
-                TxnRecord::Committed(_) => return Ok(PrewriteStep::Skip(0)),
+                TxnRecord::Committed(commit_ts) => return Ok(PrewriteStep::Committed(commit_ts)),
                 TxnRecord::RolledBack => {
                     return Err(write_conflict(
                         start_ts,
-                        Write {
-                            start_ts,
-                            kind: WriteKind::Rollback,
-                        },
+                        Write::new(start_ts, WriteKind::Rollback),
                         start_ts,
                         &m.key,
                         &req.primary_lock,
@@ -766,36 +925,73 @@ impl Mvcc {
                 }
                 TxnRecord::None => {}
             }
-            if !req.skip_constraint_check {
-                if let Some((commit_ts, w)) = self.newest_conflicting_write(key, start_ts) {
-                    if commit_ts > start_ts {
-                        return Err(write_conflict(
-                            start_ts,
-                            w,
-                            commit_ts,
-                            &m.key,
-                            &req.primary_lock,
-                            REASON_OPTIMISTIC,
-                        ));
-                    }
-                }
-            }
-        }
-        let must_not_exist = matches!(Op::try_from(m.op), Ok(Op::Insert) | Ok(Op::CheckNotExists))
-            || action == kvrpcpb::PessimisticAction::DoConstraintCheck as i32;
-        if must_not_exist
-            && !req.skip_constraint_check
-            && self.committed_value(key, u64::MAX).is_some()
-        {
-            return Err(KeyError {
-                already_exist: Some(kvrpcpb::AlreadyExist { key: m.key.clone() }),
-                ..Default::default()
-            });
         }
         if m.op == Op::CheckNotExists as i32 {
             return Ok(PrewriteStep::CheckedOnly);
         }
         Ok(PrewriteStep::Lock(kind))
+    }
+
+    /// TiKV's `PrewriteMutation::check_for_newer_version`: the newest
+    /// record decides (a rollback of this transaction at its start ts, a
+    /// commit after the start ts, or, in a pessimistic transaction, after
+    /// for_update_ts), then the uniqueness check of Insert, CheckNotExists
+    /// and DoConstraintCheck against the newest data.
+    fn check_for_newer_version(
+        &self,
+        req: &kvrpcpb::PrewriteRequest,
+        m: &kvrpcpb::Mutation,
+        key: &[u8],
+        action: i32,
+    ) -> Result<(), KeyError> {
+        let (start_ts, for_update_ts) = (req.start_version, req.for_update_ts);
+        let conflict = |w: Write, commit_ts: u64, reason: i32| {
+            write_conflict(start_ts, w, commit_ts, &m.key, &req.primary_lock, reason)
+        };
+        let Some(writes) = self.writes.get(key) else {
+            return Ok(());
+        };
+        for (&commit_ts, &w) in writes.iter().rev() {
+            if w.rolls_back(commit_ts, start_ts) {
+                return Err(conflict(w, commit_ts, REASON_SELF_ROLLED_BACK));
+            }
+            if for_update_ts == 0 {
+                if commit_ts > start_ts {
+                    return Err(conflict(w, commit_ts, REASON_OPTIMISTIC));
+                }
+            } else {
+                if action == kvrpcpb::PessimisticAction::DoConstraintCheck as i32
+                    && commit_ts > start_ts
+                {
+                    return Err(conflict(w, commit_ts, REASON_LAZY_UNIQUENESS_CHECK));
+                }
+                if commit_ts > for_update_ts {
+                    if w.kind == WriteKind::Rollback {
+                        continue;
+                    }
+                    // The key's pessimistic lock must have been lost.
+                    return Err(pessimistic_lock_not_found(start_ts, &m.key));
+                }
+            }
+            let must_not_exist =
+                matches!(Op::try_from(m.op), Ok(Op::Insert) | Ok(Op::CheckNotExists))
+                    || action == kvrpcpb::PessimisticAction::DoConstraintCheck as i32;
+            let exists = match w.kind {
+                WriteKind::Put => true,
+                WriteKind::Delete => false,
+                WriteKind::Lock | WriteKind::Rollback => self
+                    .committed_value(key, commit_ts.saturating_sub(1))
+                    .is_some(),
+            };
+            if must_not_exist && exists {
+                return Err(KeyError {
+                    already_exist: Some(kvrpcpb::AlreadyExist { key: m.key.clone() }),
+                    ..Default::default()
+                });
+            }
+            return Ok(());
+        }
+        Ok(())
     }
 
     /// `KvCommit`: idempotent after a commit; TxnLockNotFound after a
@@ -842,8 +1038,8 @@ impl Mvcc {
         }
         match self.locks.get(key) {
             Some(lock) if lock.start_ts == start_ts => {
-                // A pessimistic lock left behind (its rollback was lost)
-                // commits as a Lock record, as in TiKV.
+                // A pessimistic lock left behind (never prewritten) is
+                // checked like any lock, then only removed (`commit_lock`).
                 if commit_ts < lock.min_commit_ts {
                     return Err(KeyError {
                         commit_ts_expired: Some(kvrpcpb::CommitTsExpired {
@@ -928,6 +1124,14 @@ impl Mvcc {
             action: action as i32,
             ..Default::default()
         };
+        // TiKV (`commands/check_txn_status.rs`) raises max_ts to the lock
+        // ts, the current ts and the caller's start ts: a rollback written
+        // here at the lock ts is never overwritten by an async-commit or
+        // 1PC commit computed later.
+        self.observe_read_ts(start_ts);
+        if req.current_ts != u64::MAX {
+            self.observe_read_ts(req.current_ts);
+        }
         if req.caller_start_ts != u64::MAX {
             self.observe_read_ts(req.caller_start_ts);
         }
@@ -1163,13 +1367,17 @@ impl Mvcc {
                 relock = true;
             }
             if !relock {
-                if let TxnRecord::RolledBack = self.txn_record(&key, start_ts) {
-                    return fail(abort(format!(
+                // TiKV's `acquire_pessimistic_lock`: the newest record of
+                // any transaction first (a commit after for_update_ts is a
+                // conflict), then this transaction's rollback at its start
+                // ts (also as an overlapped rollback).
+                let rolled_back = || {
+                    abort(format!(
                         "PessimisticLockRolledBack {{ start_ts: {start_ts}, key: {:?} }}: the transaction was rolled back",
                         m.key
-                    )));
-                }
-                if let Some((commit_ts, w)) = self.newest_conflicting_write(&key, start_ts) {
+                    ))
+                };
+                if let Some((commit_ts, w)) = self.newest_write(&key) {
                     if commit_ts > for_update_ts {
                         return fail(write_conflict(
                             start_ts,
@@ -1179,6 +1387,15 @@ impl Mvcc {
                             &req.primary_lock,
                             REASON_PESSIMISTIC_RETRY,
                         ));
+                    }
+                    if w.rolls_back(commit_ts, start_ts) {
+                        return fail(rolled_back());
+                    }
+                    if commit_ts > start_ts {
+                        let older = self.newest_write_at_or_below(&key, start_ts);
+                        if older.is_some_and(|(c, w)| w.rolls_back(c, start_ts)) {
+                            return fail(rolled_back());
+                        }
                     }
                 }
             }
@@ -1364,9 +1581,11 @@ impl Mvcc {
 
 /// What a prewrite does on one key.
 enum PrewriteStep {
-    /// Nothing (resent, or already committed); carries the min_commit_ts
-    /// of a resent async-commit lock.
-    Skip(u64),
+    /// Nothing: this transaction's lock is already there (a resent
+    /// prewrite); carries its min_commit_ts, 0 for a two-phase lock.
+    Resent(u64),
+    /// The transaction already committed on the key, at this ts.
+    Committed(u64),
     /// CheckNotExists passed: a read at the start ts, nothing written.
     CheckedOnly,
     Lock(LockKind),
