@@ -35,8 +35,8 @@
 //! (TiKV lets such a transaction write on top of a version newer than its
 //! snapshot).
 
-use std::collections::{BinaryHeap, HashMap, HashSet};
 use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap, HashSet};
 use std::fmt::Write as _;
 
 use super::txn_history::{TxnOp, TxnOutcome, TxnRecord};
@@ -139,6 +139,10 @@ pub struct TxnCheckReport {
     pub graph_nodes: usize,
     /// Distinct edges in the dependency graph.
     pub graph_edges: usize,
+    /// Strongly connected components of the graph with two transactions
+    /// or more: each holds a cycle, allowed ones (two rw edges or more,
+    /// write skew) included.
+    pub graph_cycles: usize,
 }
 
 impl TxnCheckReport {
@@ -156,7 +160,7 @@ impl TxnCheckReport {
     /// each kind found (kinds with none are left out).
     pub fn summary(&self) -> String {
         let mut line = format!(
-            "{} transactions ({} committed, {} aborted, {} uncertain of which {} seen); graph {} nodes {} edges;",
+            "{} transactions ({} committed, {} aborted, {} uncertain of which {} seen); graph {} nodes {} edges {} cyclic components;",
             self.transactions,
             self.committed,
             self.aborted,
@@ -164,6 +168,7 @@ impl TxnCheckReport {
             self.uncertain_seen,
             self.graph_nodes,
             self.graph_edges,
+            self.graph_cycles,
         );
         if self.is_clean() {
             line.push_str(" clean");
@@ -429,8 +434,7 @@ impl<'a> Checker<'a> {
         let (from, to) = self.read_range.get(i).copied().unwrap_or((0, 0));
         self.reads[from..to]
             .iter()
-            .filter(|r| r.key == k && r.op < before)
-            .next_back()
+            .rfind(|r| r.key == k && r.op < before)
     }
 
     fn id(&self, rec: usize) -> usize {
@@ -890,9 +894,10 @@ impl<'a> Checker<'a> {
     /// committed. Returns that element.
     fn base_overwritten(&self, i: usize, k: usize, e: u64) -> Option<u64> {
         let rec = &self.records[i];
-        let append_at = rec.ops.iter().position(|op| {
-            matches!(op, TxnOp::Append { element, .. } if *element == e)
-        })?;
+        let append_at = rec
+            .ops
+            .iter()
+            .position(|op| matches!(op, TxnOp::Append { element, .. } if *element == e))?;
         let base = self.base_read(i, k, append_at)?;
         if !base.compatible {
             return None;
@@ -958,7 +963,9 @@ impl<'a> Checker<'a> {
         let by_complete: Vec<Sorted> = by_complete.into_iter().map(build).collect();
         let by_commit: Vec<Sorted> = by_commit.into_iter().map(build).collect();
 
-        let mut found: Vec<(&'static str, usize, Vec<(u64, usize)>, String)> = Vec::new();
+        // (kind, reader, (element, writer) missing, detail)
+        type Found = (&'static str, usize, Vec<(u64, usize)>, String);
+        let mut found: Vec<Found> = Vec::new();
         for r in &self.reads {
             let rec = &self.records[r.rec];
             let k = r.key;
@@ -1174,9 +1181,9 @@ impl<'a> Checker<'a> {
                 let Some(&p) = self.pos.get(&first) else {
                     continue;
                 };
-                let Some(append_at) = rec.ops.iter().position(|op| {
-                    matches!(op, TxnOp::Append { element, .. } if *element == first)
-                }) else {
+                let Some(append_at) = rec.ops.iter().position(
+                    |op| matches!(op, TxnOp::Append { element, .. } if *element == first),
+                ) else {
                     continue;
                 };
                 let Some(base) = self.base_read(i, *k, append_at) else {
@@ -1239,7 +1246,8 @@ impl<'a> Checker<'a> {
             if !lists {
                 continue;
             }
-            let member = r.outcome.is_committed() || (r.outcome.is_uncertain() && self.seen_writer(i));
+            let member =
+                r.outcome.is_committed() || (r.outcome.is_uncertain() && self.seen_writer(i));
             if member {
                 node_of[i] = rec_of.len() as u32;
                 rec_of.push(i);
@@ -1292,7 +1300,11 @@ impl<'a> Checker<'a> {
             }
             // The next version's writer: the first element after the read
             // by a graph member other than the writer of what was read.
-            let last_rec = r.ext.last().and_then(|e| self.elems.get(e)).map(|x| x.writer);
+            let last_rec = r
+                .ext
+                .last()
+                .and_then(|e| self.elems.get(e))
+                .map(|x| x.writer);
             for e in &self.order[r.key][r.ext.len()..] {
                 let Some(x) = self.elems.get(e) else {
                     continue;
@@ -1320,23 +1332,29 @@ impl<'a> Checker<'a> {
         }
         report.graph_nodes = n;
         report.graph_edges = adj.iter().map(Vec::len).sum();
-        let g = Graph {
-            adj,
-            rec_of,
-        };
+        let g = Graph { adj, rec_of };
         let mut found: Vec<(&'static str, Vec<usize>, String)> = Vec::new();
         let mut scratch = Scratch::new(n);
         let full = tarjan(&g.adj, MASK_ALL);
+        report.graph_cycles = full.size.iter().filter(|&&s| s >= 2).count();
         let wwr = tarjan(&g.adj, MASK_WWR);
         let ww = tarjan(&g.adj, MASK_WW);
         // G0: a cycle inside each ww component.
         for cycle in g.one_cycle_per_component(&ww, MASK_WW, MASK_WW, &mut scratch) {
-            found.push((kinds::G0, g.cycle_records(&cycle), self.show_cycle(&g, &cycle)));
+            found.push((
+                kinds::G0,
+                g.cycle_records(&cycle),
+                self.show_cycle(&g, &cycle),
+            ));
         }
         // G1c: a ww+wr component with a wr edge inside.
         let mask_wr: u8 = 1 << WR;
         for cycle in g.one_cycle_per_component(&wwr, mask_wr, MASK_WWR, &mut scratch) {
-            found.push((kinds::G1C, g.cycle_records(&cycle), self.show_cycle(&g, &cycle)));
+            found.push((
+                kinds::G1C,
+                g.cycle_records(&cycle),
+                self.show_cycle(&g, &cycle),
+            ));
         }
         // G-single: an rw edge u → v within one full component and a ww+wr
         // path v ⇝ u. The ww+wr condensation is ordered topologically
@@ -1389,7 +1407,8 @@ impl<'a> Checker<'a> {
                 op.is_write()
                     || matches!(
                         op,
-                        TxnOp::Read { locking: true, .. } | TxnOp::ReadBalance { locking: true, .. }
+                        TxnOp::Read { locking: true, .. }
+                            | TxnOp::ReadBalance { locking: true, .. }
                     )
             })
     }
@@ -1681,7 +1700,10 @@ impl Graph {
 
     /// The records of a cycle.
     fn cycle_records(&self, cycle: &[(u32, Edge)]) -> Vec<usize> {
-        cycle.iter().map(|(v, _)| self.rec_of[*v as usize]).collect()
+        cycle
+            .iter()
+            .map(|(v, _)| self.rec_of[*v as usize])
+            .collect()
     }
 
     /// A topological position for each component of `c` (whose
@@ -1867,10 +1889,7 @@ mod tests {
 
     #[test]
     fn aborted_read() {
-        let (rs, rep) = check(vec![
-            R::new(0).a("x", 1).aborted(),
-            R::new(1).r("x", &[1]),
-        ]);
+        let (rs, rep) = check(vec![R::new(0).a("x", 1).aborted(), R::new(1).r("x", &[1])]);
         assert_kind(&rep, &rs, kinds::ABORTED_READ, &[0, 1]);
     }
 
@@ -2094,7 +2113,12 @@ mod tests {
                 .mode(TxnMode::Pessimistic)
                 .ts(3, 6)
                 .time(1, 12),
-            R::new(2).r("x", &[1, 3]).r("y", &[2]).final_read().start(7).time(20, 21),
+            R::new(2)
+                .r("x", &[1, 3])
+                .r("y", &[2])
+                .final_read()
+                .start(7)
+                .time(20, 21),
         ]);
         assert_clean(&rep, &rs);
     }
@@ -2121,7 +2145,13 @@ mod tests {
     #[test]
     fn uncertain_either_way_is_clean() {
         let (rs, rep) = check(vec![
-            R::new(0).r("x", &[]).a("x", 1).a("y", 2).undetermined().start(1).time(0, 5),
+            R::new(0)
+                .r("x", &[])
+                .a("x", 1)
+                .a("y", 2)
+                .undetermined()
+                .start(1)
+                .time(0, 5),
             R::new(1).r("z", &[]).a("z", 3).abandoned().start(2),
             R::new(2).a("z", 4).ts(10, 11).time(20, 25),
             R::new(3)
@@ -2166,6 +2196,18 @@ mod tests {
         lists: Vec<Vec<(u64, Vec<u64>)>>,
         balances: Vec<Vec<(u64, i64)>>,
         records: Vec<TxnRecord>,
+        /// A deliberate database bug.
+        bug: Bug,
+    }
+
+    /// Bugs the simulated database can have.
+    #[derive(Clone, Copy, PartialEq, Eq)]
+    enum Bug {
+        None,
+        /// Optimistic commits skip the write-conflict check.
+        NoFirstCommitterWins,
+        /// Snapshot reads use a timestamp a little before `start_ts`.
+        StaleSnapshots,
     }
 
     /// A key of either workload: (bank?, index).
@@ -2213,7 +2255,13 @@ mod tests {
                 lists: vec![Vec::new(); keys],
                 balances,
                 records: Vec::new(),
+                bug: Bug::None,
             }
+        }
+
+        fn with_bug(mut self, bug: Bug) -> Self {
+            self.bug = bug;
+            self
         }
 
         fn tick(&mut self) -> u64 {
@@ -2227,6 +2275,11 @@ mod tests {
         }
 
         fn list_at(&self, k: usize, ts: u64) -> Option<Vec<u64>> {
+            let ts = if self.bug == Bug::StaleSnapshots {
+                ts.saturating_sub(4)
+            } else {
+                ts
+            };
             self.lists[k]
                 .iter()
                 .rev()
@@ -2406,7 +2459,9 @@ mod tests {
             let conflict = live[me].dead
                 || live[me].writes.iter().any(|&key| {
                     Self::held_by_other(live, me, key)
-                        || (!pess && self.last_commit(key) > start)
+                        || (!pess
+                            && self.bug != Bug::NoFirstCommitterWins
+                            && self.last_commit(key) > start)
                 });
             let l = &mut live[me];
             if conflict {
@@ -2475,8 +2530,7 @@ mod tests {
             let mut live: Vec<Live> = Vec::new();
             let mut started = 0;
             while started < n || !live.is_empty() {
-                if started < n && live.len() < concurrency && (live.is_empty() || self.rng.bool())
-                {
+                if started < n && live.len() < concurrency && (live.is_empty() || self.rng.bool()) {
                     let bank = self.accounts >= 2 && self.rng.u8(..4) == 0;
                     let l = self.begin(bank);
                     live.push(l);
@@ -2549,6 +2603,7 @@ mod tests {
 
     #[test]
     fn generated_concurrent_si_histories_are_clean() {
+        let mut cycles = 0;
         for seed in 0..40 {
             let records = Sim::new(seed, 3, 3).run(300, 5);
             let rep = check_txn_history(&records, &bank_options(3));
@@ -2558,6 +2613,23 @@ mod tests {
                 rep.summary(),
                 rep.describe(&records)
             );
+            cycles += rep.graph_cycles;
+        }
+        // Write skew happened (and was allowed).
+        assert!(cycles > 0);
+    }
+
+    #[test]
+    fn generated_histories_of_a_buggy_database_are_not_clean() {
+        for bug in [Bug::NoFirstCommitterWins, Bug::StaleSnapshots] {
+            for seed in 0..10 {
+                let records = Sim::new(seed, 3, 0).with_bug(bug).run(300, 5);
+                let rep = check_txn_history(&records, &TxnCheckOptions::default());
+                assert!(!rep.is_clean(), "seed {seed}: {}", rep.summary());
+                if seed == 0 {
+                    println!("{}", rep.summary());
+                }
+            }
         }
     }
 
@@ -2605,11 +2677,16 @@ mod tests {
             let (i, j) = candidates[rng.usize(..candidates.len())];
             let mut bad = records.clone();
             if let TxnOp::Read { list: Some(l), .. } = &mut bad[i].ops[j] {
-                let at: Vec<usize> = (0..l.len()).filter(|&p| committed.contains(&l[p])).collect();
+                let at: Vec<usize> = (0..l.len())
+                    .filter(|&p| committed.contains(&l[p]))
+                    .collect();
                 l.remove(at[rng.usize(..at.len())]);
             }
             let rep = check_txn_history(&bad, &TxnCheckOptions::default());
-            assert!(!rep.is_clean(), "seed {seed}: dropping from record {i} op {j} went unseen");
+            assert!(
+                !rep.is_clean(),
+                "seed {seed}: dropping from record {i} op {j} went unseen"
+            );
             dropped += 1;
 
             // An aborted element, on its key, at the end of some read.
@@ -2639,7 +2716,10 @@ mod tests {
             );
             added += 1;
         }
-        assert!(dropped > 30 && added > 20, "dropped {dropped} added {added}");
+        assert!(
+            dropped > 30 && added > 20,
+            "dropped {dropped} added {added}"
+        );
     }
 
     /// 20,000 transactions over 50 keys, 8 at a time: prints how long the
