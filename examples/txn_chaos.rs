@@ -65,7 +65,11 @@ async fn main() {
         }
     };
     for ((workload, mode, outcome), n) in &report.by_mode {
-        println!("  {:>10} {:>22} {outcome:<12} {n}", format!("{workload:?}"), format!("{mode:?}"));
+        println!(
+            "  {:>10} {:>22} {outcome:<12} {n}",
+            format!("{workload:?}"),
+            format!("{mode:?}")
+        );
     }
     println!(
         "  {} records checked, {} violations; took {:?} in all",

@@ -585,8 +585,7 @@ impl Worker {
             let (workload, mode, result) = match self.role {
                 Role::List => {
                     let mode = MODES[self.n % MODES.len()];
-                    let result =
-                        tokio::time::timeout(bound, self.list_txn(mode, &mut draft)).await;
+                    let result = tokio::time::timeout(bound, self.list_txn(mode, &mut draft)).await;
                     (TxnWorkload::ListAppend, mode, result)
                 }
                 Role::Bank => {
@@ -608,12 +607,12 @@ impl Worker {
                     (TxnWorkload::Bank, mode, result)
                 }
                 Role::Long => {
-                    let mode = if self.n % 2 == 0 {
+                    let mode = if self.n.is_multiple_of(2) {
                         TxnMode::Pessimistic
                     } else {
                         TxnMode::PessimisticAsyncCommit
                     };
-                    let workload = if (self.n / 2) % 2 == 0 {
+                    let workload = if (self.n / 2).is_multiple_of(2) {
                         TxnWorkload::Bank
                     } else {
                         TxnWorkload::ListAppend
@@ -934,7 +933,10 @@ impl Worker {
             }
             (a, b)
         };
-        let (a, b) = match (a.as_deref().map(decode_balance), b.as_deref().map(decode_balance)) {
+        let (a, b) = match (
+            a.as_deref().map(decode_balance),
+            b.as_deref().map(decode_balance),
+        ) {
             (Some(a), Some(b)) if a != i64::MIN && b != i64::MIN => (a, b),
             _ => {
                 return Err(Error::Internal(
@@ -1141,7 +1143,12 @@ pub async fn run(config: TxnChaosConfig) -> Result<TxnChaosReport> {
     let accounts: Vec<Vec<u8>> = (0..config.accounts.max(2)).map(account_key).collect();
     // Caller keys in key order (accounts sort before lists); the cluster
     // splits at their encodings.
-    let mut all_keys: Vec<Vec<u8>> = accounts.iter().chain(&lists).chain(&scratch).cloned().collect();
+    let mut all_keys: Vec<Vec<u8>> = accounts
+        .iter()
+        .chain(&lists)
+        .chain(&scratch)
+        .cloned()
+        .collect();
     all_keys.sort();
     let regions = config.regions.clamp(1, all_keys.len());
     let split_keys: Vec<Vec<u8>> = (1..regions)
@@ -1163,7 +1170,8 @@ pub async fn run(config: TxnChaosConfig) -> Result<TxnChaosReport> {
         .with_timeout(config.timeout)
         .with_connect_timeout(config.timeout)
         .with_request_deadline(config.deadline);
-    let connect = || TransactionClient::new_with_config(cluster.pd_endpoints(), client_config.clone());
+    let connect =
+        || TransactionClient::new_with_config(cluster.pd_endpoints(), client_config.clone());
     let shared_client = connect().await?;
 
     let recorder = Arc::new(TxnRecorder::new());
@@ -1433,8 +1441,13 @@ async fn final_reads(
                     locking: false,
                 });
             }
-            read_balances(&mut Reader::Snap(&mut snapshot), accounts, true, &mut bank_draft)
-                .await
+            read_balances(
+                &mut Reader::Snap(&mut snapshot),
+                accounts,
+                true,
+                &mut bank_draft,
+            )
+            .await
         }
         .await;
         let complete = Some(recorder.now());

@@ -147,7 +147,10 @@ impl TxnOutcome {
 
     /// True when the writes may or may not have taken effect.
     pub fn is_uncertain(&self) -> bool {
-        matches!(self, TxnOutcome::Undetermined { .. } | TxnOutcome::Abandoned)
+        matches!(
+            self,
+            TxnOutcome::Undetermined { .. } | TxnOutcome::Abandoned
+        )
     }
 }
 
