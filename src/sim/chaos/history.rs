@@ -171,8 +171,10 @@ impl OpResult {
 /// True when `error`, or an error it wraps, says the outcome is unknown.
 pub fn undetermined_anywhere(error: &Error) -> bool {
     match error {
-        Error::Undetermined { .. } => true,
-        Error::Multiple(errors) => errors.iter().any(undetermined_anywhere),
+        Error::Undetermined { .. } | Error::UndeterminedError(_) => true,
+        Error::Multiple(errors)
+        | Error::ExtractedErrors(errors)
+        | Error::MultipleKeyErrors(errors) => errors.iter().any(undetermined_anywhere),
         Error::RetriesExhausted { last, .. } | Error::DeadlineExceeded { last, .. } => {
             undetermined_anywhere(last)
         }

@@ -51,10 +51,32 @@ pub enum FaultKind {
     PdLeaderChange,
     /// A PD member goes down, later back up.
     PdMemberDown,
+    /// The TSO's physical clock jumps 1 to 30 seconds forward, so lock TTLs
+    /// (measured on it) expire early. Transactional runs only.
+    TsoJump,
+    /// The response to the next `KvPrewrite` is dropped after applying it.
+    DropPrewrite,
+    /// The same for `KvCommit`.
+    DropCommit,
+    /// The same for `KvBatchRollback`.
+    DropBatchRollback,
+    /// The same for `KvResolveLock`.
+    DropResolveLock,
+    /// The same for `KvPessimisticLock`.
+    DropPessimisticLock,
+    /// The same for `KvPessimisticRollback`.
+    DropPessimisticRollback,
+    /// The same for `KvCheckTxnStatus`.
+    DropCheckTxnStatus,
+    /// The same for `KvCheckSecondaryLocks`.
+    DropCheckSecondaryLocks,
+    /// The same for `KvTxnHeartBeat` (a heartbeat that fails).
+    DropTxnHeartBeat,
 }
 
 impl FaultKind {
-    /// Every kind, in report order.
+    /// Every kind of the raw suite, in report order (the transactional
+    /// kinds, [`FaultKind::TXN`], are not among them).
     pub const ALL: [FaultKind; 19] = [
         FaultKind::StoreDown,
         FaultKind::HangConnect,
@@ -87,6 +109,20 @@ impl FaultKind {
         FaultKind::DropCas,
     ];
 
+    /// The kinds only transactional runs use, in report order.
+    pub const TXN: [FaultKind; 10] = [
+        FaultKind::TsoJump,
+        FaultKind::DropPrewrite,
+        FaultKind::DropCommit,
+        FaultKind::DropBatchRollback,
+        FaultKind::DropResolveLock,
+        FaultKind::DropPessimisticLock,
+        FaultKind::DropPessimisticRollback,
+        FaultKind::DropCheckTxnStatus,
+        FaultKind::DropCheckSecondaryLocks,
+        FaultKind::DropTxnHeartBeat,
+    ];
+
     /// The name the report prints.
     pub fn name(self) -> &'static str {
         match self {
@@ -109,6 +145,16 @@ impl FaultKind {
             FaultKind::DropCas => "drop_cas",
             FaultKind::PdLeaderChange => "pd_leader",
             FaultKind::PdMemberDown => "pd_down",
+            FaultKind::TsoJump => "tso_jump",
+            FaultKind::DropPrewrite => "drop_prewrite",
+            FaultKind::DropCommit => "drop_commit",
+            FaultKind::DropBatchRollback => "drop_batch_rollback",
+            FaultKind::DropResolveLock => "drop_resolve_lock",
+            FaultKind::DropPessimisticLock => "drop_pessimistic_lock",
+            FaultKind::DropPessimisticRollback => "drop_pessimistic_rollback",
+            FaultKind::DropCheckTxnStatus => "drop_check_txn_status",
+            FaultKind::DropCheckSecondaryLocks => "drop_check_secondary_locks",
+            FaultKind::DropTxnHeartBeat => "drop_heartbeat",
         }
     }
 
@@ -121,6 +167,15 @@ impl FaultKind {
             FaultKind::DropBatchDelete => Some("raw_batch_delete"),
             FaultKind::DropDeleteRange => Some("raw_delete_range"),
             FaultKind::DropCas => Some("raw_compare_and_swap"),
+            FaultKind::DropPrewrite => Some("kv_prewrite"),
+            FaultKind::DropCommit => Some("kv_commit"),
+            FaultKind::DropBatchRollback => Some("kv_batch_rollback"),
+            FaultKind::DropResolveLock => Some("kv_resolve_lock"),
+            FaultKind::DropPessimisticLock => Some("kv_pessimistic_lock"),
+            FaultKind::DropPessimisticRollback => Some("kv_pessimistic_rollback"),
+            FaultKind::DropCheckTxnStatus => Some("kv_check_txn_status"),
+            FaultKind::DropCheckSecondaryLocks => Some("kv_check_secondary_locks"),
+            FaultKind::DropTxnHeartBeat => Some("kv_txn_heart_beat"),
             _ => None,
         }
     }
@@ -146,7 +201,9 @@ pub struct InjectorConfig {
     /// The most splits it makes.
     pub max_splits: usize,
     /// Keys it may split at and aim dropped responses at (the Region
-    /// leader holding one of them gets the order).
+    /// leader holding one of them gets the order). Region boundaries are
+    /// wire keys: a transactional run passes its keys encoded
+    /// ([`encode_bytes`](crate::codec::encode_bytes)).
     pub keys: Vec<Vec<u8>>,
 }
 
@@ -166,6 +223,25 @@ impl InjectorConfig {
                 (*k, weight)
             })
             .collect()
+    }
+
+    /// The kinds of a transactional run with their default weights: every
+    /// raw kind except the raw dropped responses (no raw request is sent),
+    /// plus [`FaultKind::TXN`]. Split keys must then be encoded keys.
+    pub fn txn_kinds() -> Vec<(FaultKind, u32)> {
+        let mut kinds: Vec<(FaultKind, u32)> = Self::all_kinds()
+            .into_iter()
+            .filter(|(k, _)| !FaultKind::DROPS.contains(k))
+            .collect();
+        kinds.extend(FaultKind::TXN.iter().map(|k| {
+            let weight = match k {
+                FaultKind::TsoJump => 3,
+                FaultKind::DropCommit | FaultKind::DropPrewrite => 4,
+                _ => 2,
+            };
+            (*k, weight)
+        }));
+        kinds
     }
 }
 
@@ -475,6 +551,11 @@ impl Injector {
                     }
                     done
                 }
+            }
+            FaultKind::TsoJump => {
+                let by = Duration::from_secs(self.rng.u64(1..=30));
+                cluster.advance_tso_clock(by);
+                true
             }
             drop_kind => {
                 let method = drop_kind.dropped_method().unwrap_or("raw_put");
