@@ -237,6 +237,42 @@ impl ChaosReport {
     }
 }
 
+/// Runs `injector` until `end`, then tells the workload to `stop`. Returns
+/// the injector (for its counts), or `None` with one panic counted when it
+/// died, in which case a fresh one heals every fault so the run can end.
+pub(crate) async fn run_injector(
+    mut injector: Injector,
+    cluster: &Arc<SimCluster>,
+    end: tokio::time::Instant,
+    stop: &AtomicBool,
+) -> (Option<Injector>, usize) {
+    let task = {
+        let cluster = Arc::clone(cluster);
+        tokio::spawn(async move {
+            injector.run(&cluster, end).await;
+            injector
+        })
+    };
+    let (injector, panics) = match task.await {
+        Ok(injector) => (Some(injector), 0),
+        Err(e) => (None, usize::from(e.is_panic())),
+    };
+    stop.store(true, Ordering::SeqCst);
+    if injector.is_none() {
+        Injector::new(InjectorConfig {
+            seed: 0,
+            kinds: Vec::new(),
+            interval: (Duration::ZERO, Duration::ZERO),
+            duration: (Duration::ZERO, Duration::ZERO),
+            max_splits: 0,
+            keys: Vec::new(),
+        })
+        .heal_all(cluster)
+        .await;
+    }
+    (injector, panics)
+}
+
 /// The key set of a run: `k000`, `k001`, …
 pub fn key_set(keys: usize) -> Vec<Vec<u8>> {
     (0..keys).map(|i| format!("k{i:03}").into_bytes()).collect()
@@ -331,7 +367,7 @@ pub async fn run(config: ChaosConfig) -> Result<ChaosReport> {
         workers.push(tokio::spawn(worker.run(stop, hangs)));
     }
 
-    let mut injector = Injector::new(InjectorConfig {
+    let injector = Injector::new(InjectorConfig {
         seed: mix_seed(config.seed, 0),
         kinds: config.faults.clone(),
         interval: config.fault_interval,
@@ -340,35 +376,7 @@ pub async fn run(config: ChaosConfig) -> Result<ChaosReport> {
         keys: keys.clone(),
     });
     let end = tokio::time::Instant::now() + config.duration;
-    let injector_task = {
-        let cluster = Arc::clone(&cluster);
-        tokio::spawn(async move {
-            injector.run(&cluster, end).await;
-            injector
-        })
-    };
-    let mut panics = 0;
-    let injector = match injector_task.await {
-        Ok(injector) => Some(injector),
-        Err(e) => {
-            panics += usize::from(e.is_panic());
-            None
-        }
-    };
-    stop.store(true, Ordering::SeqCst);
-    if injector.is_none() {
-        // The injector died: heal with a fresh one so the run can end.
-        Injector::new(InjectorConfig {
-            seed: 0,
-            kinds: Vec::new(),
-            interval: (Duration::ZERO, Duration::ZERO),
-            duration: (Duration::ZERO, Duration::ZERO),
-            max_splits: 0,
-            keys: Vec::new(),
-        })
-        .heal_all(&cluster)
-        .await;
-    }
+    let (injector, mut panics) = run_injector(injector, &cluster, end, &stop).await;
     for worker in workers {
         if let Err(e) = worker.await {
             panics += usize::from(e.is_panic());

@@ -49,6 +49,7 @@ use std::time::Duration;
 
 use super::history::{undetermined_anywhere, FINAL_READER};
 use super::inject::{FaultKind, Injector, InjectorConfig};
+use super::run_injector;
 use super::txn_check::{check_txn_history, TxnCheckOptions, TxnCheckReport};
 use super::txn_history::{TxnMode, TxnOp, TxnOutcome, TxnRecord, TxnRecorder, TxnWorkload};
 use crate::codec::encode_bytes;
@@ -1221,7 +1222,7 @@ pub async fn run(config: TxnChaosConfig) -> Result<TxnChaosReport> {
         workers.push(tokio::spawn(worker.run(Arc::clone(&stop))));
     }
 
-    let mut injector = Injector::new(InjectorConfig {
+    let injector = Injector::new(InjectorConfig {
         seed: mix_seed(config.seed, 0),
         kinds: config.faults.clone(),
         interval: config.fault_interval,
@@ -1230,35 +1231,7 @@ pub async fn run(config: TxnChaosConfig) -> Result<TxnChaosReport> {
         keys: all_keys.iter().map(|k| encode_bytes(k)).collect(),
     });
     let end = tokio::time::Instant::now() + config.duration;
-    let injector_task = {
-        let cluster = Arc::clone(&cluster);
-        tokio::spawn(async move {
-            injector.run(&cluster, end).await;
-            injector
-        })
-    };
-    let mut panics = 0;
-    let injector = match injector_task.await {
-        Ok(injector) => Some(injector),
-        Err(e) => {
-            panics += usize::from(e.is_panic());
-            None
-        }
-    };
-    stop.store(true, Ordering::SeqCst);
-    if injector.is_none() {
-        // The injector died: heal with a fresh one so the run can end.
-        Injector::new(InjectorConfig {
-            seed: 0,
-            kinds: Vec::new(),
-            interval: (Duration::ZERO, Duration::ZERO),
-            duration: (Duration::ZERO, Duration::ZERO),
-            max_splits: 0,
-            keys: Vec::new(),
-        })
-        .heal_all(&cluster)
-        .await;
-    }
+    let (injector, mut panics) = run_injector(injector, &cluster, end, &stop).await;
     let mut long_records = Vec::new();
     for worker in workers {
         match worker.await {
