@@ -180,3 +180,46 @@ async fn a_slow_optimistic_commit_heartbeats_before_its_lock_expires() {
         first - at
     );
 }
+
+/// When TiKV answers a 1PC prewrite as 2PC after an earlier attempt's answer
+/// was lost (a re-sent prewrite of a transaction that attempt committed),
+/// the primary's commit succeeds without writing: `commit()` returns the
+/// commit ts on the primary's record, not the one it asked for.
+#[tokio::test]
+async fn a_fallback_after_a_lost_one_pc_answer_returns_the_stored_commit_ts() {
+    const STORED: u64 = 777;
+    let pd = three_voters();
+    let prewrites = Arc::new(AtomicUsize::new(0));
+    let seen = prewrites.clone();
+    pd.set_dispatch_hook(move |peer, request| {
+        let any = request.as_any();
+        if any.is::<kvrpcpb::PrewriteRequest>() {
+            // The first answer is lost after the store applied it (and
+            // committed at STORED); the re-sent one says "2PC".
+            if seen.fetch_add(1, Ordering::SeqCst) == 0 {
+                return client_timeout();
+            }
+            return Ok(Box::new(kvrpcpb::PrewriteResponse::default()));
+        }
+        if any.is::<kvrpcpb::CheckTxnStatusRequest>() {
+            return Ok(Box::new(kvrpcpb::CheckTxnStatusResponse {
+                commit_version: STORED,
+                ..Default::default()
+            }));
+        }
+        accept(peer, request)
+    });
+    let client = TransactionClient::new_with_pd_client(pd.clone(), &config());
+    let mut txn = client
+        .begin_with_options(
+            TransactionOptions::new_optimistic()
+                .try_one_pc()
+                .drop_check(CheckLevel::None),
+        )
+        .await
+        .unwrap();
+    txn.put("k".to_owned(), "v".to_owned()).await.unwrap();
+    let ts = txn.commit().await.unwrap().expect("a commit ts");
+    assert_eq!(prewrites.load(Ordering::SeqCst), 2);
+    assert_eq!(tikv_plan::TimestampExt::version(&ts), STORED);
+}
