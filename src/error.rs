@@ -529,6 +529,22 @@ impl Error {
             Error::Undetermined { .. } | Error::UndeterminedError(_)
         )
     }
+
+    /// True when this error, or an error it carries (the pieces of a
+    /// multi-Region failure, the last error before retries or the deadline
+    /// ran out), says the outcome is unknown.
+    pub(crate) fn undetermined_anywhere(&self) -> bool {
+        match self {
+            e if e.is_undetermined() => true,
+            Error::Multiple(errors)
+            | Error::MultipleKeyErrors(errors)
+            | Error::ExtractedErrors(errors) => errors.iter().any(Error::undetermined_anywhere),
+            Error::RetriesExhausted { last, .. } | Error::DeadlineExceeded { last, .. } => {
+                last.undetermined_anywhere()
+            }
+            _ => false,
+        }
+    }
 }
 
 /// A short human description of a Region error: its kind and message.

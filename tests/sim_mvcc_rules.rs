@@ -6,15 +6,13 @@
 //! protobuf messages.
 #![cfg(feature = "sim")]
 
+mod sim_txn_support;
+
 use std::time::Duration;
 
-use futures::StreamExt;
+use sim_txn_support::*;
 use tikv_plan::proto::kvrpcpb::{self, Action, Mutation, Op};
-use tikv_plan::proto::pdpb;
-use tikv_plan::proto::tikvpb::tikv_client::TikvClient;
-use tikv_plan::sim::codec::encode_bytes;
 use tikv_plan::sim::SimCluster;
-use tonic::transport::Channel;
 
 /// `WriteConflict.reason` of kvproto.
 const REASON_PESSIMISTIC_RETRY: i32 = 2;
@@ -33,88 +31,12 @@ async fn cluster() -> SimCluster {
         .unwrap()
 }
 
-async fn client_for(cluster: &SimCluster, key: &[u8]) -> (TikvClient<Channel>, kvrpcpb::Context) {
-    let region = cluster.region_for_key(&encode_bytes(key)).unwrap();
-    let store = cluster.leader_of(region.id).unwrap().store_id;
-    let ctx = cluster.context(region.id, store).unwrap();
-    (cluster.tikv_client(store).await.unwrap(), ctx)
-}
-
-/// One timestamp from PD's `Tso` stream.
-async fn tso(cluster: &SimCluster) -> u64 {
-    let mut pd = cluster.pd_client(0).await.unwrap();
-    let request = pdpb::TsoRequest {
-        header: Some(pdpb::RequestHeader {
-            cluster_id: cluster.cluster_id(),
-            sender_id: 0,
-        }),
-        count: 1,
-        dc_location: String::new(),
-    };
-    let mut stream = pd
-        .tso(futures::stream::iter(vec![request]))
-        .await
-        .unwrap()
-        .into_inner();
-    let ts = stream.next().await.unwrap().unwrap().timestamp.unwrap();
-    (ts.physical as u64) << 18 | ts.logical as u64
-}
-
-fn put(key: &[u8], value: &[u8]) -> Mutation {
-    Mutation {
-        op: Op::Put as i32,
-        key: key.to_vec(),
-        value: value.to_vec(),
-        assertion: 0,
-    }
-}
-
-fn prewrite_req(mutations: Vec<Mutation>, primary: &[u8], start: u64) -> kvrpcpb::PrewriteRequest {
-    kvrpcpb::PrewriteRequest {
-        mutations,
-        primary_lock: primary.to_vec(),
-        start_version: start,
-        lock_ttl: 3_000,
-        ..Default::default()
-    }
-}
-
 /// An async-commit prewrite of `keys` (the first is the primary).
 fn async_req(keys: &[&[u8]], start: u64) -> kvrpcpb::PrewriteRequest {
     let mut req = prewrite_req(keys.iter().map(|k| put(k, b"v")).collect(), keys[0], start);
     req.use_async_commit = true;
     req.secondaries = keys[1..].iter().map(|k| k.to_vec()).collect();
     req
-}
-
-async fn prewrite(
-    cluster: &SimCluster,
-    mut req: kvrpcpb::PrewriteRequest,
-) -> kvrpcpb::PrewriteResponse {
-    let (mut c, ctx) = client_for(cluster, &req.mutations[0].key).await;
-    req.context = Some(kvrpcpb::Context {
-        is_retry_request: req.context.is_some_and(|c| c.is_retry_request),
-        ..ctx
-    });
-    c.kv_prewrite(req).await.unwrap().into_inner()
-}
-
-async fn commit(
-    cluster: &SimCluster,
-    keys: &[&[u8]],
-    start: u64,
-    commit: u64,
-) -> kvrpcpb::CommitResponse {
-    let (mut c, ctx) = client_for(cluster, keys[0]).await;
-    c.kv_commit(kvrpcpb::CommitRequest {
-        context: Some(ctx),
-        start_version: start,
-        keys: keys.iter().map(|k| k.to_vec()).collect(),
-        commit_version: commit,
-    })
-    .await
-    .unwrap()
-    .into_inner()
 }
 
 async fn batch_rollback(cluster: &SimCluster, keys: &[&[u8]], start: u64) {
@@ -129,52 +51,6 @@ async fn batch_rollback(cluster: &SimCluster, keys: &[&[u8]], start: u64) {
         .unwrap()
         .into_inner();
     assert!(r.error.is_none(), "{r:?}");
-}
-
-/// Prewrites and commits `key = value` in its own transaction; returns the
-/// commit ts.
-async fn write(cluster: &SimCluster, key: &[u8], value: &[u8]) -> u64 {
-    let start = tso(cluster).await;
-    let p = prewrite(cluster, prewrite_req(vec![put(key, value)], key, start)).await;
-    assert!(p.errors.is_empty(), "{p:?}");
-    let commit_ts = tso(cluster).await;
-    assert!(commit(cluster, &[key], start, commit_ts)
-        .await
-        .error
-        .is_none());
-    commit_ts
-}
-
-async fn get(cluster: &SimCluster, key: &[u8], version: u64) -> kvrpcpb::GetResponse {
-    let (mut c, ctx) = client_for(cluster, key).await;
-    c.kv_get(kvrpcpb::GetRequest {
-        context: Some(ctx),
-        key: key.to_vec(),
-        version,
-    })
-    .await
-    .unwrap()
-    .into_inner()
-}
-
-async fn check_txn_status(
-    cluster: &SimCluster,
-    primary: &[u8],
-    lock_ts: u64,
-    edit: impl FnOnce(&mut kvrpcpb::CheckTxnStatusRequest),
-) -> kvrpcpb::CheckTxnStatusResponse {
-    let (mut c, ctx) = client_for(cluster, primary).await;
-    let now = tso(cluster).await;
-    let mut req = kvrpcpb::CheckTxnStatusRequest {
-        context: Some(ctx),
-        primary_key: primary.to_vec(),
-        lock_ts,
-        caller_start_ts: now,
-        current_ts: now,
-        ..Default::default()
-    };
-    edit(&mut req);
-    c.kv_check_txn_status(req).await.unwrap().into_inner()
 }
 
 async fn check_secondary_locks(

@@ -370,13 +370,13 @@ impl<PdC: PdClient> LockResolver<PdC> {
         // A missing primary is rolled back (and protected) only once the
         // lock that led here expired; before, its prewrite may still be in
         // flight ([txn.md](crate::spec::txn#behaviour-we-require)).
-        let expired = primary_not_found_wait(lock, current).is_none();
+        let not_found_wait = primary_not_found_wait(lock, current);
         let request = kvrpcpb::CheckTxnStatusRequest {
             primary_key: lock.primary_lock.clone(),
             lock_ts: lock.lock_version,
             caller_start_ts,
             current_ts: current,
-            rollback_if_not_exist: expired,
+            rollback_if_not_exist: not_found_wait.is_none(),
             force_sync_commit,
             resolving_pessimistic_lock: lock.lock_type == kvrpcpb::Op::PessimisticLock as i32,
             ..Default::default()
@@ -391,26 +391,20 @@ impl<PdC: PdClient> LockResolver<PdC> {
             .await;
         match response {
             Ok(response) => Ok(txn_status(&response, lock.lock_version, current)),
-            Err(e) if is_txn_not_found(&e) => match primary_not_found_wait(lock, current) {
-                Some(wait) => {
-                    debug!(
-                        "transaction {}: primary not found yet, the lock met is alive for {wait} ms more; checking again",
-                        lock.lock_version
-                    );
-                    Ok(TxnStatus::Alive {
-                        expires_in_ms: wait,
-                        pushed: false,
-                        async_commit: None,
-                    })
-                }
-                // Expired between our timestamp and the answer: next time
-                // with rollback.
-                None => Ok(TxnStatus::Alive {
-                    expires_in_ms: 1,
+            // Only asked without rollback, so the lock met is alive: wait
+            // (at least a millisecond) and check again.
+            Err(e) if is_txn_not_found(&e) => {
+                let wait = not_found_wait.unwrap_or(1);
+                debug!(
+                    "transaction {}: primary not found yet, the lock met is alive for {wait} ms more; checking again",
+                    lock.lock_version
+                );
+                Ok(TxnStatus::Alive {
+                    expires_in_ms: wait,
                     pushed: false,
                     async_commit: None,
-                }),
-            },
+                })
+            }
             Err(e) => Err(e),
         }
     }

@@ -162,8 +162,6 @@ pub struct Transaction<PdC: PdClient = PdRpcClient> {
     start_instant: Instant,
     /// Keys locked pessimistically (prewritten with `DoPessimisticCheck`).
     pessimistic_locked: std::collections::BTreeSet<Key>,
-    /// The primary the commit chose (a key that takes a lock).
-    primary: Option<Key>,
     /// Set when a commit ended undetermined: the error, printed. The
     /// transaction then refuses `commit` and `rollback`.
     undetermined: Option<String>,
@@ -190,7 +188,6 @@ impl<PdC: PdClient> Transaction<PdC> {
             heartbeat_started: false,
             start_instant: Instant::now(),
             pessimistic_locked: Default::default(),
-            primary: None,
             undetermined: None,
         }
     }
@@ -488,12 +485,12 @@ impl<PdC: PdClient> Transaction<PdC> {
     /// Extends the primary lock's TTL; returns the new TTL in ms.
     pub async fn send_heart_beat(&mut self) -> Result<u64> {
         self.check_allow_operation()?;
-        let primary = self
-            .primary
-            .as_ref()
-            .or(self.buffer.primary_key())
-            .cloned()
-            .ok_or(Error::NoPrimaryKey)?;
+        let locked = &self.pessimistic_locked;
+        let primary = choose_primary(
+            self.buffer.primary_key(),
+            &self.buffer.mutations(|k| locked.contains(k)),
+        )
+        .ok_or(Error::NoPrimaryKey)?;
         send_heart_beat(
             &self.shared,
             &self.options,
@@ -535,7 +532,7 @@ impl<PdC: PdClient> Transaction<PdC> {
             // Undetermined is terminal: no second commit (it could commit
             // the keys at a second timestamp), no rollback (it could undo
             // part of a committed transaction), no heartbeat.
-            Err(e) if undetermined_anywhere(e) => {
+            Err(e) if e.undetermined_anywhere() => {
                 self.undetermined = Some(e.to_string());
                 let _ = self.ended.send(true);
             }
@@ -958,7 +955,6 @@ impl<PdC: PdClient> Transaction<PdC> {
             // lock, nothing to commit; a prewrite still checks them.
             return self.check_not_exists(mutations).await;
         };
-        self.primary = Some(primary.clone());
         let start_ts = self.start_ts();
         let async_commit = self.options.async_commit;
         let one_pc = self.options.try_one_pc;
@@ -993,15 +989,14 @@ impl<PdC: PdClient> Transaction<PdC> {
         } else {
             Vec::new()
         };
-        let elapsed = self.start_instant.elapsed().as_millis() as u64;
-        let lock_ttl = if self.is_pessimistic() || async_commit {
+        let ttl = if self.is_pessimistic() || async_commit {
             MAX_TTL
         } else {
             DEFAULT_LOCK_TTL
-        }
-        .saturating_add(elapsed);
+        };
+        let lock_ttl = ttl.saturating_add(self.start_instant.elapsed().as_millis() as u64);
         // The heartbeat must come before the prewrite locks expire.
-        self.start_auto_heartbeat(primary.clone(), lock_ttl.saturating_sub(elapsed));
+        self.start_auto_heartbeat(primary.clone(), ttl);
         let request = kvrpcpb::PrewriteRequest {
             txn_size: mutations.len() as u64,
             mutations,
@@ -1357,20 +1352,6 @@ fn lock_is_gone(e: &Error) -> bool {
     match e {
         Error::KeyError(k) => k.txn_not_found.is_some() || k.retryable.contains("TxnLockNotFound"),
         Error::Multiple(errors) => !errors.is_empty() && errors.iter().all(lock_is_gone),
-        _ => false,
-    }
-}
-
-/// True when `e`, or an error it carries, says the outcome is unknown.
-pub(crate) fn undetermined_anywhere(e: &Error) -> bool {
-    match e {
-        e if e.is_undetermined() => true,
-        Error::Multiple(errors)
-        | Error::MultipleKeyErrors(errors)
-        | Error::ExtractedErrors(errors) => errors.iter().any(undetermined_anywhere),
-        Error::RetriesExhausted { last, .. } | Error::DeadlineExceeded { last, .. } => {
-            undetermined_anywhere(last)
-        }
         _ => false,
     }
 }

@@ -170,16 +170,7 @@ impl OpResult {
 
 /// True when `error`, or an error it wraps, says the outcome is unknown.
 pub fn undetermined_anywhere(error: &Error) -> bool {
-    match error {
-        Error::Undetermined { .. } | Error::UndeterminedError(_) => true,
-        Error::Multiple(errors)
-        | Error::ExtractedErrors(errors)
-        | Error::MultipleKeyErrors(errors) => errors.iter().any(undetermined_anywhere),
-        Error::RetriesExhausted { last, .. } | Error::DeadlineExceeded { last, .. } => {
-            undetermined_anywhere(last)
-        }
-        _ => false,
-    }
+    error.undetermined_anywhere()
 }
 
 /// One operation of the history. Times are microseconds since the run
