@@ -1,7 +1,7 @@
 //! Unary calls against BatchCommands streams (`Config::rpc_mode`): latency of
 //! `RawClient::get` and `put` at several concurrencies against the simulated
 //! cluster, to pick the default transport. Run:
-//! `cargo bench --features sim --bench batch_latency`.
+//! `cargo bench --bench batch_latency`.
 //!
 //! One iteration at concurrency N is N requests issued at once by N tasks and
 //! awaited together.
@@ -10,8 +10,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
-use tikv_plan::sim::SimCluster;
 use tikv_plan::{Config, RawClient, RpcMode};
+use tikv_sim::SimCluster;
 use tokio::runtime::Runtime;
 
 const CONCURRENCY: [usize; 3] = [1, 64, 256];

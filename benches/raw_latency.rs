@@ -1,6 +1,6 @@
 //! Latency of `RawClient::get` and `put` against the simulated cluster, beside
 //! a bare tonic call to the same store (the floor: one gRPC round trip with
-//! no routing). Run: `cargo bench --features sim --bench raw_latency`.
+//! no routing). Run: `cargo bench --bench raw_latency`.
 //!
 //! One iteration at concurrency N is N requests issued at once by N tasks and
 //! awaited together, so the reported time is the latency a request sees when
@@ -12,8 +12,8 @@ use std::time::{Duration, Instant};
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
 use tikv_plan::proto::kvrpcpb;
 use tikv_plan::proto::tikvpb::tikv_client::TikvClient;
-use tikv_plan::sim::SimCluster;
 use tikv_plan::RawClient;
+use tikv_sim::SimCluster;
 use tokio::runtime::Runtime;
 use tonic::transport::Channel;
 

@@ -1,7 +1,7 @@
 //! Latency of a small transaction (begin, get, put, commit) against the
 //! simulated cluster, beside a raw put of the same key size (one RPC, the
 //! floor). A transaction costs two TSO timestamps, a get, a prewrite and a
-//! commit. Run: `cargo bench --features sim --bench txn_latency`.
+//! commit. Run: `cargo bench --bench txn_latency`.
 //!
 //! One iteration at concurrency N is N operations started at once by N
 //! tasks on distinct keys and awaited together.
@@ -11,8 +11,8 @@ use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
 use tikv_plan::codec::encode_bytes;
-use tikv_plan::sim::SimCluster;
 use tikv_plan::{CheckLevel, RawClient, TransactionClient, TransactionOptions};
+use tikv_sim::SimCluster;
 use tokio::runtime::Runtime;
 
 const CONCURRENCY: [usize; 2] = [1, 16];

@@ -9,14 +9,14 @@
 //!    such answers one followers-only probe finds the new leader.
 //!
 //! ```text
-//! cargo run --features sim --example cold_region
+//! cargo run --example cold_region
 //! ```
 
 use std::error::Error;
 use std::time::Duration;
 
-use tikv_plan::sim::{ColdMode, Outcome, SimCluster};
 use tikv_plan::{Config, RawClient};
+use tikv_sim::{ColdMode, Outcome, SimCluster};
 
 async fn cluster() -> Result<SimCluster, Box<dyn Error>> {
     Ok(SimCluster::builder().stores(3).replicas(3).start().await?)

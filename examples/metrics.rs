@@ -8,16 +8,16 @@
 //! 127.0.0.1 until Ctrl-C (or, with `--once`, prints them and exits).
 //!
 //! ```text
-//! cargo run --features sim,prometheus --example metrics
+//! cargo run --features prometheus --example metrics
 //! curl http://127.0.0.1:9185/metrics
-//! cargo run --features sim,prometheus --example metrics -- --once
+//! cargo run --features prometheus --example metrics -- --once
 //! ```
 
 use std::error::Error;
 use std::time::Duration;
 
-use tikv_plan::sim::{ColdMode, SimCluster};
 use tikv_plan::{Config, RawClient};
+use tikv_sim::{ColdMode, SimCluster};
 
 const KEYS: usize = 20;
 

@@ -5,7 +5,7 @@
 //! runs of different lengths, which cancels the setup:
 //!
 //! ```text
-//! cargo build --release --features sim --example profile_ops
+//! cargo build --release --example profile_ops
 //! valgrind --tool=callgrind target/release/examples/profile_ops get 1000
 //! valgrind --tool=callgrind target/release/examples/profile_ops get 3000
 //! ```
@@ -21,8 +21,8 @@ use std::process::ExitCode;
 
 use tikv_plan::proto::kvrpcpb;
 use tikv_plan::proto::tikvpb::tikv_client::TikvClient;
-use tikv_plan::sim::SimCluster;
 use tikv_plan::RawClient;
+use tikv_sim::SimCluster;
 
 const USAGE: &str = "usage: profile_ops get|put|bare-get|batch-get COUNT";
 

@@ -10,15 +10,15 @@
 //! (no fault is injected there).
 //!
 //! ```text
-//! cargo run --features sim --example raw
-//! cargo run --features sim --example raw -- --pd 127.0.0.1:2379
+//! cargo run --example raw
+//! cargo run --example raw -- --pd 127.0.0.1:2379
 //! ```
 
 use std::error::Error;
 use std::time::{Duration, Instant};
 
-use tikv_plan::sim::{ColdMode, SimCluster};
 use tikv_plan::{Backoff, Config, RawClient};
+use tikv_sim::{ColdMode, SimCluster};
 
 const KEYS: usize = 40;
 

@@ -6,16 +6,16 @@
 //! but the response of its commit is dropped: the commit happened anyway.
 //!
 //! ```text
-//! cargo run --features sim --example sim_txn
+//! cargo run --example sim_txn
 //! ```
 
 use std::error::Error;
 use std::time::Duration;
 
 use tikv_plan::proto::kvrpcpb::{self, Action, Mutation, Op};
-use tikv_plan::sim::codec::encode_bytes;
-use tikv_plan::sim::control::escape_key;
-use tikv_plan::sim::SimCluster;
+use tikv_sim::codec::encode_bytes;
+use tikv_sim::control::escape_key;
+use tikv_sim::SimCluster;
 
 fn put(key: &[u8], value: &[u8]) -> Mutation {
     Mutation {

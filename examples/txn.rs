@@ -12,15 +12,15 @@
 //!    undetermined, and a later read shows the truth.
 //!
 //! ```text
-//! cargo run --features sim --example txn
+//! cargo run --example txn
 //! ```
 
 use std::error::Error;
 use std::time::Duration;
 
 use tikv_plan::codec::encode_bytes;
-use tikv_plan::sim::SimCluster;
 use tikv_plan::{CheckLevel, Config, TimestampExt, TransactionClient, TransactionOptions};
+use tikv_sim::SimCluster;
 
 async fn balance(client: &TransactionClient, key: &str) -> Result<String, Box<dyn Error>> {
     let mut snapshot = client.snapshot(

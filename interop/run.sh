@@ -15,7 +15,7 @@ sim_target="${SIM_TARGET_DIR:-${CARGO_TARGET_DIR:-$root/target}}"
 interop_target="${INTEROP_TARGET_DIR:-$here/target}"
 
 echo "building tikv-sim ..." >&2
-(cd "$root" && CARGO_TARGET_DIR="$sim_target" cargo build --quiet --features sim --bin tikv-sim)
+(cd "$root" && CARGO_TARGET_DIR="$sim_target" cargo build --quiet -p tikv-sim --bin tikv-sim)
 echo "building the interop client ..." >&2
 (cd "$here" && CARGO_TARGET_DIR="$interop_target" cargo build --quiet)
 

@@ -31,7 +31,7 @@ for arg in "$@"; do
 done
 
 echo "building tikv-sim (release) ..." >&2
-(cd "$root" && CARGO_TARGET_DIR="$sim_target" cargo build --quiet --release --features sim --bin tikv-sim)
+(cd "$root" && CARGO_TARGET_DIR="$sim_target" cargo build --quiet --release -p tikv-sim --bin tikv-sim)
 echo "building tikv-plan-perf (release) ..." >&2
 (cd "$here" && CARGO_TARGET_DIR="$perf_target" cargo build --quiet --release "${features[@]}")
 

@@ -532,8 +532,9 @@ impl Error {
 
     /// True when this error, or an error it carries (the pieces of a
     /// multi-Region failure, the last error before retries or the deadline
-    /// ran out), says the outcome is unknown.
-    pub(crate) fn undetermined_anywhere(&self) -> bool {
+    /// ran out), says the outcome is unknown: a write that failed so may
+    /// have been applied, and must not be assumed lost.
+    pub fn undetermined_anywhere(&self) -> bool {
         match self {
             e if e.is_undetermined() => true,
             Error::Multiple(errors)

@@ -6,15 +6,15 @@
 //! at a time, always as a leader request (never a follower read). Successful
 //! fallbacks heal the shared leader cache for every later request.
 //!
-//! The crate also ships a simulated TiKV cluster (feature `sim`) that speaks
-//! the real protocol over gRPC on 127.0.0.1, for testing applications against
-//! leader loss, and public test doubles (feature `mock`).
+//! Public test doubles come with the feature `mock`. A simulated TiKV
+//! cluster that speaks the real protocol over gRPC on 127.0.0.1, for testing
+//! applications against leader loss, is the crate `tikv-sim`.
 //!
 //! Layout: [`proto`] (wire protocol), [`region`] (Regions, candidates,
 //! caches), [`pd`] (PD client), [`store`] (store connections), [`request`]
 //! (the plan and routing), [`raw`] (the raw-KV client), [`transaction`]
 //! (the transactional client), [`codec`] (the transactional key encoding),
-//! `mock`, `sim`. The specifications the code implements are in [`spec`]
+//! `mock`. The specifications the code implements are in [`spec`]
 //! ([routing](spec::routing), [transactions](spec::txn),
 //! [wire protocol](spec::wire), and the [behaviour table](spec::behaviours)
 //! that names a test for each behaviour).
@@ -23,21 +23,21 @@
 //!
 //! - `mock`: public test doubles (`tikv_plan::mock`) for unit tests of code
 //!   that uses the client, without a cluster.
-//! - `sim`: the simulated TiKV/PD cluster (`tikv_plan::sim`), the `tikv-sim`
-//!   binary, and the gRPC server stubs in [`proto`] (client stubs are always
-//!   built).
 //! - `failpoints`: fail points (the `fail` crate) before dispatch and
 //!   before store mapping.
+//! - `prometheus`: Prometheus metrics (`tikv_plan::metrics`).
+//! - `log`: with no tracing subscriber installed, the crate's tracing events
+//!   become `log` records.
 //!
 //! No feature is on by default. Without features the crate needs tokio's
 //! `rt`, `sync` and `time` only, and runs on whichever runtime the caller
 //! starts.
 
 #![deny(missing_docs)]
+#![forbid(unsafe_code)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 pub mod backoff;
-pub mod codec;
 pub mod config;
 mod error;
 mod kv;
@@ -56,8 +56,8 @@ pub mod transaction;
 pub mod metrics;
 #[cfg(feature = "mock")]
 pub mod mock;
-#[cfg(feature = "sim")]
-pub mod sim;
+
+pub use tikv_plan_proto::codec;
 
 pub use backoff::Backoff;
 pub use config::{Config, RpcMode, SecurityConfig};

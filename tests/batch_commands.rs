@@ -2,7 +2,6 @@
 //! over real sockets on 127.0.0.1 against the simulated cluster: the same
 //! answers as unary calls, requests sharing streams, voter fallback, replay
 //! safety when a stream dies, timeouts, cancellation, and a chaos run.
-#![cfg(feature = "sim")]
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -10,12 +9,11 @@ use std::time::Duration;
 use futures::future::join_all;
 use tikv_plan::proto::kvrpcpb;
 use tikv_plan::request::{classify_dispatch_error, DispatchFailure};
-use tikv_plan::sim::chaos::{run, ChaosConfig};
-use tikv_plan::sim::{HangMode, Outcome, SimCluster};
 use tikv_plan::store::{
     BatchOptions, KvBatchClient, KvClient, KvConnect, KvRpcClient, TikvConnect,
 };
 use tikv_plan::{Config, Error, RawClient, RpcMode, TransactionClient};
+use tikv_sim::{HangMode, Outcome, SimCluster};
 
 /// Upper bound for anything that must happen; tests end far sooner.
 const PATIENCE: Duration = Duration::from_secs(10);
@@ -62,7 +60,7 @@ async fn eventually(what: &str, mut f: impl FnMut() -> bool) {
     .unwrap_or_else(|_| panic!("timed out waiting for {what}"));
 }
 
-fn sum(cluster: &SimCluster, f: impl Fn(&tikv_plan::sim::StoreCounters) -> u64) -> u64 {
+fn sum(cluster: &SimCluster, f: impl Fn(&tikv_sim::StoreCounters) -> u64) -> u64 {
     cluster
         .store_ids()
         .into_iter()
@@ -452,28 +450,6 @@ async fn a_store_without_batch_commands_is_served_with_unary_calls() {
     }
     assert_eq!(client.batch_client().unwrap().open_streams(), 0);
     server.abort();
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn a_short_seeded_chaos_run_in_batched_mode_is_linearizable() {
-    let report = run(ChaosConfig {
-        seed: 7,
-        duration: Duration::from_secs(8),
-        tasks: 12,
-        keys: 24,
-        rpc_mode: RpcMode::Batched,
-        ..ChaosConfig::default()
-    })
-    .await
-    .unwrap();
-    println!("{}", report.summary());
-    assert!(
-        report.is_clean(),
-        "{}\n{}",
-        report.describe_violations(),
-        report.summary()
-    );
-    assert!(report.ops >= 12 * 9, "{}", report.summary());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

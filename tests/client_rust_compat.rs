@@ -2,10 +2,8 @@
 //! `tikv_plan::RawClient` unchanged (only the import differs), and runs
 //! against the simulated cluster.
 
-#![cfg(feature = "sim")]
-
-use tikv_plan::sim::SimCluster;
 use tikv_plan::{Backoff, ColumnFamily, Config, Key, KvPair, RawClient, Result, Value};
+use tikv_sim::SimCluster;
 
 /// Application code as a client-rust user writes it.
 async fn application(pd_endpoints: Vec<String>) -> Result<()> {

@@ -2,17 +2,16 @@
 //! client-rust-style transactional program lives in the compatibility crate
 //! (`compat/src/transactional.rs`, run by `cargo test -p tikv-plan-compat`).
 
-#![cfg(feature = "sim")]
-
 use tikv_plan::{Result, TransactionClient};
 
 /// The README's transactional example, kept compiling and passing.
 #[tokio::test]
 async fn readme_transaction_example() -> Result<()> {
-    let cluster = tikv_plan::sim::SimCluster::builder()
+    let cluster = tikv_sim::SimCluster::builder()
         .stores(1)
         .start()
-        .await?;
+        .await
+        .expect("the simulated cluster starts");
     let client = TransactionClient::new(cluster.pd_endpoints()).await?;
     let mut txn = client.begin_optimistic().await?;
     let balance = txn.get("alice".to_owned()).await?;

@@ -7,9 +7,9 @@ use std::sync::Arc;
 
 use tikv_plan::codec::encode_bytes;
 use tikv_plan::pd::{PdClient, PdRpcClient};
-use tikv_plan::sim::SimCluster;
 use tikv_plan::transaction::CodecPdClient;
 use tikv_plan::Config;
+use tikv_sim::SimCluster;
 
 async fn cluster() -> SimCluster {
     SimCluster::builder()

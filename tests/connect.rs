@@ -2,9 +2,8 @@
 //! with `ConnectTimeout` within the connect timeout, a refused connect fails
 //! fast, a silent store is bounded by the request timeout.
 
-// The test PD (tests/pd_support) implements the PD server stubs, generated
-// with `sim` only.
-#![cfg(feature = "sim")]
+// The test PD (tests/pd_support) implements the PD server stubs
+// (tikv-plan-proto's `server` feature, on for the tests through tikv-sim).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};

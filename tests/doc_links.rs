@@ -60,7 +60,6 @@ fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
 fn doc_blocks(root: &Path) -> Vec<(PathBuf, String)> {
     let mut files = Vec::new();
     rust_files(&root.join("src"), &mut files);
-    files.push(root.join("build.rs"));
     let mut blocks = Vec::new();
     for file in files {
         let source = std::fs::read_to_string(&file).unwrap();

@@ -2,7 +2,6 @@
 //! from the error a caller gets, which names the Region, store or address,
 //! down to the root cause (an `io::Error` and its kind, tonic's timeout, a
 //! gRPC status), over real sockets on 127.0.0.1 and the simulated cluster.
-#![cfg(feature = "sim")]
 
 use std::error::Error as StdError;
 use std::io;
@@ -10,9 +9,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tikv_plan::security::SecurityManager;
-use tikv_plan::sim::{HangMode, SimCluster};
 use tikv_plan::store::{KvConnect, TikvConnect};
 use tikv_plan::{Backoff, Config, Error, RawClient};
+use tikv_sim::{HangMode, SimCluster};
 use tokio::net::TcpListener;
 
 mod net_support;

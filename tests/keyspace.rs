@@ -3,15 +3,14 @@
 //! and come back without it, every request says V2 and its keyspace id, two
 //! keyspaces never see each other's keys, and a client in the wrong API
 //! version is refused by the store.
-#![cfg(feature = "sim")]
 
 use std::sync::Arc;
 
 use tikv_plan::pd::PdRpcClient;
 use tikv_plan::proto::kvrpcpb::ApiVersion;
 use tikv_plan::request::{EncodeKeyspace, KeyMode, Keyspace};
-use tikv_plan::sim::SimCluster;
 use tikv_plan::{Config, Error, Key, RawClient};
+use tikv_sim::SimCluster;
 
 /// An API v2 cluster with keyspaces `a` (id 1) and `b` (id 2) and Regions
 /// split between the keyspaces' prefixes.

@@ -2,14 +2,15 @@
 //! tracing subscriber installed in the process, tracing's `log` feature
 //! turns each event into a `log` record (target `tikv_plan::...`). Its own
 //! test binary: once any tracing subscriber is set, even a scoped one, the
-//! records stop, by tracing's design.
-#![cfg(feature = "sim")]
+//! records stop, by tracing's design. Needs the `log` feature.
+
+#![cfg(feature = "log")]
 
 use std::sync::Mutex;
 use std::time::Duration;
 
-use tikv_plan::sim::{ColdMode, SimCluster};
 use tikv_plan::{Config, RawClient};
+use tikv_sim::{ColdMode, SimCluster};
 
 struct Capture(Mutex<Vec<(log::Level, String, String)>>);
 

@@ -1,13 +1,13 @@
 //! The Prometheus metrics (feature `prometheus`) after real traffic through
 //! leader loss on the simulated cluster, scraped from `/metrics` over a
 //! loopback TCP connection, the way Prometheus would.
-#![cfg(all(feature = "sim", feature = "prometheus"))]
+#![cfg(feature = "prometheus")]
 
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use tikv_plan::sim::{ColdMode, SimCluster};
 use tikv_plan::{Config, RawClient};
+use tikv_sim::{ColdMode, SimCluster};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 

@@ -2,9 +2,8 @@
 //! (tests/pd_support): bootstrap, cluster id checks, leader following,
 //! bounded failures, lookups, TSO and single-flight Region loads.
 
-// The test PD (tests/pd_support) implements the PD server stubs, generated
-// with `sim` only.
-#![cfg(feature = "sim")]
+// The test PD (tests/pd_support) implements the PD server stubs
+// (tikv-plan-proto's `server` feature, on for the tests through tikv-sim).
 
 mod pd_support;
 

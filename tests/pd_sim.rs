@@ -1,7 +1,6 @@
-//! `PdRpcClient` against the simulated cluster's PD (feature `sim`) over
+//! `PdRpcClient` against the simulated cluster's PD  over
 //! loopback: bootstrap with dead endpoints, cluster id check, PD leader
 //! transfer and member loss, PD down, lookups, stores, TSO, single-flight.
-#![cfg(feature = "sim")]
 
 mod pd_support;
 
@@ -10,8 +9,8 @@ use std::time::Instant;
 
 use pd_support::{client, config, dead_address, pd_call_bound, SLACK};
 use tikv_plan::pd::{PdClient, PdRpcClient};
-use tikv_plan::sim::SimCluster;
 use tikv_plan::Error;
+use tikv_sim::SimCluster;
 
 async fn sim(pd_members: usize) -> SimCluster {
     SimCluster::builder()

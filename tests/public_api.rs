@@ -642,7 +642,7 @@ fn the_lister_sees_public_items_and_skips_private_ones() {
         .any(|l| l.starts_with("impl Clone for crate::") && l.ends_with("RawClient")));
     // An enum's variants, a feature-gated module.
     assert!(has("variant crate::Error::Undetermined"));
-    assert!(has("[sim] mod crate::sim"));
+    assert!(has("[mock] mod crate::mock"));
     // Crate-private helpers never show up.
     assert!(!has("strongest_shard_error"));
     assert!(!has("classify_status_source"));

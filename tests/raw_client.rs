@@ -4,12 +4,10 @@
 //! answering ServerIsBusy(0), learners and witnesses, a hanging leader, a
 //! compare-and-swap whose response was dropped).
 
-#![cfg(feature = "sim")]
-
 use std::time::{Duration, Instant};
 
-use tikv_plan::sim::{ColdMode, HangMode, Outcome, RegionLayout, SimCluster, SimPeer};
 use tikv_plan::{Backoff, ColumnFamily, Config, Error, Key, KvPair, RawClient};
+use tikv_sim::{ColdMode, HangMode, Outcome, RegionLayout, SimCluster, SimPeer};
 
 fn fast_config() -> Config {
     Config::default()

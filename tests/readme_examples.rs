@@ -1,12 +1,12 @@
 //! The code shown in README, kept compiling and passing here.
 
-#![cfg(all(feature = "mock", feature = "sim"))]
+#![cfg(feature = "mock")]
 
 use std::sync::Arc;
 
 use tikv_plan::mock::{self, MappingFailure, MockPdClient};
-use tikv_plan::sim::{ColdMode, SimCluster};
 use tikv_plan::{Config, RawClient};
+use tikv_sim::{ColdMode, SimCluster};
 
 #[tokio::test]
 async fn readme_mock_unit_test() {

@@ -2,14 +2,13 @@
 //! PD round trips (`ScanRegions`), not one `GetRegion` per Region; a PD
 //! without `ScanRegions` still works, one Region at a time. Also the range
 //! checksum and the gRPC decoding limit, which walk the same Regions.
-#![cfg(feature = "sim")]
 
 use std::sync::Arc;
 
 use tikv_plan::pd::PdRpcClient;
 use tikv_plan::raw::{pair_checksum, RawChecksum};
-use tikv_plan::sim::SimCluster;
 use tikv_plan::{Config, Error, RawClient};
+use tikv_sim::SimCluster;
 
 fn key(i: usize) -> Vec<u8> {
     format!("k{i:05}").into_bytes()

@@ -1,7 +1,6 @@
 //! The plan end to end over real gRPC on 127.0.0.1: `PdRpcClient` and
 //! `TikvConnect` against the simulated cluster, in both failure modes of
 //! routing.md ("Why").
-#![cfg(feature = "sim")]
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -9,9 +8,9 @@ use std::time::Duration;
 use tikv_plan::pd::PdRpcClient;
 use tikv_plan::raw::{new_raw_get_request, new_raw_put_request};
 use tikv_plan::request::{CollectSingle, Plan, PlanBuilder, RoutingState};
-use tikv_plan::sim::{ColdMode, Outcome, SimCluster};
 use tikv_plan::store::TikvConnect;
 use tikv_plan::{Backoff, Config};
+use tikv_sim::{ColdMode, Outcome, SimCluster};
 
 fn config() -> Config {
     Config::default()

@@ -10,9 +10,9 @@ use std::time::{Duration, Instant};
 
 use tikv_plan::proto::kvrpcpb;
 use tikv_plan::request::{classify_dispatch_error, Dispatch, DispatchFailure, Plan};
-use tikv_plan::sim::{HangMode, SimCluster};
 use tikv_plan::store::{KvClient, KvConnect, KvRpcClient, TikvConnect};
 use tikv_plan::SecurityManager;
+use tikv_sim::{HangMode, SimCluster};
 use tonic::transport::Endpoint;
 
 const TIMEOUT: Duration = Duration::from_millis(300);

@@ -1,11 +1,10 @@
 //! `RawClient::scan_stream`: a range of any size, read in pages through the
 //! plan, forward and reverse, across Regions and keyspaces, lazily.
-#![cfg(feature = "sim")]
 
 use futures::{StreamExt, TryStreamExt};
 use tikv_plan::proto::kvrpcpb::ApiVersion;
-use tikv_plan::sim::{Outcome, SimCluster};
 use tikv_plan::{Config, Error, KvPair, RawClient};
+use tikv_sim::{Outcome, SimCluster};
 
 fn key(i: usize) -> String {
     format!("k{i:06}")

@@ -2,11 +2,10 @@
 //! point reads and writes: PD's `ScanRegions`, `GetPrevRegion` and keyspace
 //! metadata; the stores' `RawChecksum`, TiKV's one-TTL-for-all rule of
 //! `RawBatchPut`, and the refusal of a request in another API version.
-#![cfg(feature = "sim")]
 
 use tikv_plan::proto::{keyspacepb, kvrpcpb, pdpb};
 use tikv_plan::raw::{pair_checksum, RawChecksum};
-use tikv_plan::sim::SimCluster;
+use tikv_sim::SimCluster;
 
 fn header(cluster: &SimCluster) -> Option<pdpb::RequestHeader> {
     Some(pdpb::RequestHeader {

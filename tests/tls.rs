@@ -2,8 +2,7 @@
 //! on the fly with rcgen, the server is a tonic server requiring a client
 //! certificate signed by the same CA.
 
-// A tonic server (the server stubs are generated with `sim` only).
-#![cfg(feature = "sim")]
+// A tonic server (the server stubs of tikv-plan-proto's `server` feature).
 
 use std::io::Write;
 use std::time::Duration;

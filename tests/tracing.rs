@@ -3,7 +3,6 @@
 //! store, peer, attempt number, role, outcome), seen by a small recording
 //! subscriber while a request goes through voter fallback on the
 //! simulated cluster.
-#![cfg(feature = "sim")]
 
 use std::cell::RefCell;
 use std::collections::BTreeMap;
@@ -12,8 +11,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use tikv_plan::sim::{ColdMode, SimCluster};
 use tikv_plan::{Config, RawClient};
+use tikv_sim::{ColdMode, SimCluster};
 use tracing::field::{Field, Visit};
 use tracing::span::{Attributes, Id, Record};
 use tracing::{Event, Metadata, Subscriber};

@@ -4,15 +4,14 @@
 //! Regions' leadership moves without PD knowing), responses are dropped
 //! and stores answer busy. Every transfer is atomic, so whatever commits,
 //! fails or ends undetermined, the total is preserved. Three seeds.
-#![cfg(feature = "sim")]
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use tikv_plan::codec::encode_bytes;
-use tikv_plan::sim::SimCluster;
 use tikv_plan::{CheckLevel, Config, Error, Result, TransactionClient, TransactionOptions};
+use tikv_sim::SimCluster;
 
 const ACCOUNTS: u64 = 12;
 const INITIAL: u64 = 100;

@@ -2,17 +2,16 @@
 //! on 127.0.0.1): CRUD, read-your-writes, snapshots, scans, inserts,
 //! conflicts, batches over many Regions, the undetermined commit, voter
 //! fallback, lock resolution, pessimistic transactions, async commit, 1PC.
-#![cfg(feature = "sim")]
 
 use std::time::Duration;
 
 use tikv_plan::codec::encode_bytes;
-use tikv_plan::sim::{Outcome, SimCluster};
 use tikv_plan::transaction::{as_key_error, TransactionStatus};
 use tikv_plan::{
     CheckLevel, Config, Error, Key, KvPair, Mutation, TimestampExt, TransactionClient,
     TransactionOptions,
 };
+use tikv_sim::{Outcome, SimCluster};
 
 /// A three-store cluster whose Regions split at the encodings of `splits`.
 async fn cluster(splits: &[&str]) -> SimCluster {

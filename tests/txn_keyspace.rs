@@ -2,13 +2,12 @@
 //! travel with the transactional prefix (`x` + keyspace id), Regions split
 //! at encoded prefixed keys are followed, results come back without the
 //! prefix, and two keyspaces never see each other's keys.
-#![cfg(feature = "sim")]
 
 use tikv_plan::codec::encode_bytes;
 use tikv_plan::proto::kvrpcpb::ApiVersion;
 use tikv_plan::request::Keyspace;
-use tikv_plan::sim::SimCluster;
 use tikv_plan::{Config, Key, KvPair, TransactionClient, TransactionOptions};
+use tikv_sim::SimCluster;
 
 async fn client_in(cluster: &SimCluster, keyspace: &str) -> TransactionClient {
     TransactionClient::new_with_config(

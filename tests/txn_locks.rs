@@ -2,14 +2,13 @@
 //! commit) are resolved once their TTL expires on the simulated TSO clock;
 //! a live lock is waited for within the request deadline; concurrent
 //! readers share one resolution per (transaction, Region); GC helpers.
-#![cfg(feature = "sim")]
 
 use std::time::Duration;
 
 use tikv_plan::codec::encode_bytes;
 use tikv_plan::proto::kvrpcpb::{self, Mutation, Op};
-use tikv_plan::sim::SimCluster;
 use tikv_plan::{Backoff, Config, Error, TimestampExt, TransactionClient, TransactionOptions};
+use tikv_sim::SimCluster;
 
 async fn cluster(splits: &[&str]) -> SimCluster {
     SimCluster::builder()

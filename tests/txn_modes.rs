@@ -1,15 +1,14 @@
 //! Pessimistic transactions, heartbeats, async commit, 1PC and GC end to
 //! end against the simulated cluster.
-#![cfg(feature = "sim")]
 
 use std::time::Duration;
 
 use tikv_plan::codec::encode_bytes;
-use tikv_plan::sim::{Outcome, SimCluster};
 use tikv_plan::transaction::HeartbeatOption;
 use tikv_plan::{
     CheckLevel, Config, Error, KvPair, TimestampExt, TransactionClient, TransactionOptions,
 };
+use tikv_sim::{Outcome, SimCluster};
 
 async fn cluster(splits: &[&str]) -> SimCluster {
     SimCluster::builder()

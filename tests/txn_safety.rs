@@ -2,15 +2,14 @@
 //! txn.md's "Behaviour we require" that a lost update hid behind, end to end
 //! against the simulated cluster (real gRPC on 127.0.0.1; lock TTLs expire on
 //! the simulated TSO clock, moved with `advance_tso_clock`).
-#![cfg(feature = "sim")]
 
 use std::time::Duration;
 
 use tikv_plan::codec::encode_bytes;
 use tikv_plan::proto::kvrpcpb::{self, Mutation, Op};
-use tikv_plan::sim::SimCluster;
 use tikv_plan::transaction::{as_key_error, HeartbeatOption};
 use tikv_plan::{CheckLevel, Config, Error, TimestampExt, TransactionClient, TransactionOptions};
+use tikv_sim::SimCluster;
 
 async fn cluster(splits: &[&str]) -> SimCluster {
     SimCluster::builder()
@@ -136,7 +135,7 @@ async fn a_held_key_is_locked_once_and_read_at_its_lock() {
             .map(|s| {
                 cluster
                     .counters(s)
-                    .count("kv_pessimistic_lock", tikv_plan::sim::Outcome::Ok)
+                    .count("kv_pessimistic_lock", tikv_sim::Outcome::Ok)
             })
             .sum()
     };

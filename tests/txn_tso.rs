@@ -1,12 +1,11 @@
 //! TSO requests from many tasks share one `Tso` stream, batched; the
 //! stream follows a PD leader change.
-#![cfg(feature = "sim")]
 
 use std::sync::Arc;
 
 use tikv_plan::pd::{PdClient, PdRpcClient};
-use tikv_plan::sim::SimCluster;
 use tikv_plan::{Config, TimestampExt};
+use tikv_sim::SimCluster;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn many_tasks_share_one_batched_tso_stream() {

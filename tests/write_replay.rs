@@ -3,12 +3,11 @@
 //! second time, and a write that timed out was re-sent to a new leader while
 //! its first copy could still land. Both now end `Error::Undetermined` with
 //! the write applied at most once and never re-sent.
-#![cfg(feature = "sim")]
 
 use std::time::Duration;
 
-use tikv_plan::sim::{HangMode, Outcome, SimCluster};
 use tikv_plan::{Backoff, Config, Error, RawClient};
+use tikv_sim::{HangMode, Outcome, SimCluster};
 
 fn config() -> Config {
     Config::default()

@@ -1,9 +1,9 @@
 //! Each program of this crate, run against the embedded simulated cluster.
 
 use tikv_client::proto::kvrpcpb::ApiVersion;
-use tikv_client::sim::SimCluster;
 use tikv_client::{Config, Key, RawClient};
 use tikv_plan_compat::{application, custom_request, raw_example, transactional};
+use tikv_sim::SimCluster;
 
 #[tokio::test]
 async fn client_rust_raw_example_runs_in_the_default_keyspace() {

@@ -8,8 +8,12 @@ mod cached;
 pub(crate) use cache::SingleFlight;
 pub use cache::{RegionCache, StoreCache, DEFAULT_REGION_CACHE_CAPACITY};
 pub use cached::CachedRegion;
+pub use tikv_plan_proto::meta::can_become_leader;
+pub(crate) use tikv_plan_proto::meta::{key_in_range, key_in_region};
 
-use crate::proto::metapb::{self, PeerRole};
+use crate::proto::metapb;
+#[cfg(test)]
+use crate::proto::metapb::PeerRole;
 use crate::{Error, Result};
 
 /// A Region's id.
@@ -123,36 +127,6 @@ pub(crate) fn epoch_is_older(a: &metapb::RegionEpoch, b: &metapb::RegionEpoch) -
 /// not equal. `(version 2, conf_ver 0)` is not newer than `(1, 5)`.
 pub(crate) fn epoch_is_newer(a: &metapb::RegionEpoch, b: &metapb::RegionEpoch) -> bool {
     !epoch_is_older(a, b) && a != b
-}
-
-/// True when `key` lies in the Region's `[start_key, end_key)`, an empty end
-/// key meaning the end of the key space. The client's cache and the
-/// simulated stores share this one definition.
-pub(crate) fn key_in_region(region: &metapb::Region, key: &[u8]) -> bool {
-    key_in_range(&region.start_key, &region.end_key, key)
-}
-
-/// True when `key` lies in `[start, end)`, an empty `end` meaning the end of
-/// the key space.
-pub(crate) fn key_in_range(start: &[u8], end: &[u8], key: &[u8]) -> bool {
-    key >= start && (end.is_empty() || key < end)
-}
-
-/// True when a peer may be asked to act as leader: voters (including the
-/// joint-consensus roles) that are not witnesses. A role this crate does
-/// not know counts as unable to lead.
-pub fn can_become_leader(peer: &metapb::Peer) -> bool {
-    PeerRole::try_from(peer.role).is_ok_and(|role| role_can_lead(role, peer.is_witness))
-}
-
-/// The rule behind [`can_become_leader`] for a role already decoded (the
-/// simulated cluster's layouts hold `PeerRole`s, not wire integers).
-pub(crate) fn role_can_lead(role: PeerRole, is_witness: bool) -> bool {
-    !is_witness
-        && matches!(
-            role,
-            PeerRole::Voter | PeerRole::IncomingVoter | PeerRole::DemotingVoter
-        )
 }
 
 /// In which order a round visits the cached leader and the other voters.

@@ -166,6 +166,7 @@ where
         region: &RegionWithLeader,
         peer: crate::proto::metapb::Peer,
     ) -> Result<RegionStore> {
+        #[cfg(feature = "failpoints")]
         fail::fail_point!("tikv_plan::before_map_store", |arg| Err(fail_point_error(
             "mapping",
             peer.store_id,
@@ -203,6 +204,7 @@ where
             if let Err(error) = plan.apply_store(store) {
                 return (*now, Err(error));
             }
+            #[cfg(feature = "failpoints")]
             fail::fail_point!("tikv_plan::before_dispatch", |arg| (
                 *now,
                 Err(fail_point_error("dispatch", store.store_id(), arg))
@@ -673,7 +675,7 @@ impl<F: std::future::Future> std::future::Future for InSpan<'_, F> {
 }
 
 /// The error a fail point injects (see the module docs for the arguments).
-#[cfg_attr(not(feature = "failpoints"), allow(dead_code))]
+#[cfg(feature = "failpoints")]
 fn fail_point_error(stage: &str, store_id: u64, arg: Option<String>) -> Error {
     let what = arg.unwrap_or_default();
     match what.as_str() {

@@ -2,8 +2,8 @@
 //! (and optionally `--ca`, `--cert`, `--key`) runs it against a cluster;
 //! without `--pd` it starts an embedded simulated API v2 cluster first.
 
-use tikv_client::sim::SimCluster;
 use tikv_plan_compat::raw_example::{run, CommandArgs};
+use tikv_sim::SimCluster;
 
 fn parse_args() -> CommandArgs {
     let mut args = CommandArgs::default();
@@ -25,12 +25,12 @@ fn parse_args() -> CommandArgs {
 }
 
 #[tokio::main]
-async fn main() -> tikv_client::Result<()> {
+async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut args = parse_args();
     let _embedded = if args.pd.is_empty() {
         let cluster = SimCluster::builder()
             .stores(3)
-            .api_version(tikv_client::proto::kvrpcpb::ApiVersion::V2)
+            .api_version(tikv_sim::proto::kvrpcpb::ApiVersion::V2)
             .start()
             .await?;
         args.pd = cluster.pd_endpoints();
@@ -38,5 +38,5 @@ async fn main() -> tikv_client::Result<()> {
     } else {
         None
     };
-    run(args).await
+    Ok(run(args).await?)
 }

@@ -1,0 +1,598 @@
+//! The fault injector: a seeded loop that applies every fault the
+//! simulated cluster has, heals each after a seeded while, and counts them.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use tikv_plan::proto::metapb::PeerRole;
+use tikv_sim::{ColdMode, HangMode, SimCluster};
+
+/// Every fault the injector applies.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum FaultKind {
+    /// A store goes down (connections refused and reset), later back up.
+    StoreDown,
+    /// A store's network freezes ([`HangMode::Connect`]).
+    HangConnect,
+    /// A store receives requests and does not answer ([`HangMode::Respond`]).
+    HangRespond,
+    /// A store adds latency to every request.
+    Slow,
+    /// A store answers `ServerIsBusy` with a zero wait.
+    BusyZero,
+    /// A store answers `ServerIsBusy` with a non-zero wait.
+    BusyWait,
+    /// Leadership moves and PD learns of it.
+    TransferFresh,
+    /// Leadership moves and PD keeps naming the old leader.
+    TransferStale,
+    /// A Region loses its leader; a woken voter serves at once.
+    ColdAccept,
+    /// A Region loses its leader; a woken voter first answers `NotLeader`.
+    ColdNotLeaderFirst,
+    /// A Region splits.
+    Split,
+    /// The response to the next `raw_put` is dropped after applying it.
+    DropPut,
+    /// The same for `raw_batch_put`.
+    DropBatchPut,
+    /// The same for `raw_delete`.
+    DropDelete,
+    /// The same for `raw_batch_delete`.
+    DropBatchDelete,
+    /// The same for `raw_delete_range`.
+    DropDeleteRange,
+    /// The same for `raw_compare_and_swap`.
+    DropCas,
+    /// PD leadership moves to another member.
+    PdLeaderChange,
+    /// A PD member goes down, later back up.
+    PdMemberDown,
+    /// The TSO's physical clock jumps 1 to 30 seconds forward, so lock TTLs
+    /// (measured on it) expire early. Transactional runs only.
+    TsoJump,
+    /// The response to the next `KvPrewrite` is dropped after applying it.
+    DropPrewrite,
+    /// The same for `KvCommit`.
+    DropCommit,
+    /// The same for `KvBatchRollback`.
+    DropBatchRollback,
+    /// The same for `KvResolveLock`.
+    DropResolveLock,
+    /// The same for `KvPessimisticLock`.
+    DropPessimisticLock,
+    /// The same for `KvPessimisticRollback`.
+    DropPessimisticRollback,
+    /// The same for `KvCheckTxnStatus`.
+    DropCheckTxnStatus,
+    /// The same for `KvCheckSecondaryLocks`.
+    DropCheckSecondaryLocks,
+    /// The same for `KvTxnHeartBeat` (a heartbeat that fails).
+    DropTxnHeartBeat,
+}
+
+impl FaultKind {
+    /// Every kind of the raw suite, in report order (the transactional
+    /// kinds, [`FaultKind::TXN`], are not among them).
+    pub const ALL: [FaultKind; 19] = [
+        FaultKind::StoreDown,
+        FaultKind::HangConnect,
+        FaultKind::HangRespond,
+        FaultKind::Slow,
+        FaultKind::BusyZero,
+        FaultKind::BusyWait,
+        FaultKind::TransferFresh,
+        FaultKind::TransferStale,
+        FaultKind::ColdAccept,
+        FaultKind::ColdNotLeaderFirst,
+        FaultKind::Split,
+        FaultKind::DropPut,
+        FaultKind::DropBatchPut,
+        FaultKind::DropDelete,
+        FaultKind::DropBatchDelete,
+        FaultKind::DropDeleteRange,
+        FaultKind::DropCas,
+        FaultKind::PdLeaderChange,
+        FaultKind::PdMemberDown,
+    ];
+
+    /// The dropped-response kinds.
+    pub const DROPS: [FaultKind; 6] = [
+        FaultKind::DropPut,
+        FaultKind::DropBatchPut,
+        FaultKind::DropDelete,
+        FaultKind::DropBatchDelete,
+        FaultKind::DropDeleteRange,
+        FaultKind::DropCas,
+    ];
+
+    /// The kinds only transactional runs use, in report order.
+    pub const TXN: [FaultKind; 10] = [
+        FaultKind::TsoJump,
+        FaultKind::DropPrewrite,
+        FaultKind::DropCommit,
+        FaultKind::DropBatchRollback,
+        FaultKind::DropResolveLock,
+        FaultKind::DropPessimisticLock,
+        FaultKind::DropPessimisticRollback,
+        FaultKind::DropCheckTxnStatus,
+        FaultKind::DropCheckSecondaryLocks,
+        FaultKind::DropTxnHeartBeat,
+    ];
+
+    /// The name the report prints.
+    pub fn name(self) -> &'static str {
+        match self {
+            FaultKind::StoreDown => "down",
+            FaultKind::HangConnect => "hang_connect",
+            FaultKind::HangRespond => "hang_respond",
+            FaultKind::Slow => "slow",
+            FaultKind::BusyZero => "busy0",
+            FaultKind::BusyWait => "busy_wait",
+            FaultKind::TransferFresh => "transfer",
+            FaultKind::TransferStale => "transfer_stale",
+            FaultKind::ColdAccept => "cold_accept",
+            FaultKind::ColdNotLeaderFirst => "cold_not_leader_first",
+            FaultKind::Split => "split",
+            FaultKind::DropPut => "drop_put",
+            FaultKind::DropBatchPut => "drop_batch_put",
+            FaultKind::DropDelete => "drop_delete",
+            FaultKind::DropBatchDelete => "drop_batch_delete",
+            FaultKind::DropDeleteRange => "drop_delete_range",
+            FaultKind::DropCas => "drop_cas",
+            FaultKind::PdLeaderChange => "pd_leader",
+            FaultKind::PdMemberDown => "pd_down",
+            FaultKind::TsoJump => "tso_jump",
+            FaultKind::DropPrewrite => "drop_prewrite",
+            FaultKind::DropCommit => "drop_commit",
+            FaultKind::DropBatchRollback => "drop_batch_rollback",
+            FaultKind::DropResolveLock => "drop_resolve_lock",
+            FaultKind::DropPessimisticLock => "drop_pessimistic_lock",
+            FaultKind::DropPessimisticRollback => "drop_pessimistic_rollback",
+            FaultKind::DropCheckTxnStatus => "drop_check_txn_status",
+            FaultKind::DropCheckSecondaryLocks => "drop_check_secondary_locks",
+            FaultKind::DropTxnHeartBeat => "drop_heartbeat",
+        }
+    }
+
+    /// The store method whose response a drop kind drops.
+    pub fn dropped_method(self) -> Option<&'static str> {
+        match self {
+            FaultKind::DropPut => Some("raw_put"),
+            FaultKind::DropBatchPut => Some("raw_batch_put"),
+            FaultKind::DropDelete => Some("raw_delete"),
+            FaultKind::DropBatchDelete => Some("raw_batch_delete"),
+            FaultKind::DropDeleteRange => Some("raw_delete_range"),
+            FaultKind::DropCas => Some("raw_compare_and_swap"),
+            FaultKind::DropPrewrite => Some("kv_prewrite"),
+            FaultKind::DropCommit => Some("kv_commit"),
+            FaultKind::DropBatchRollback => Some("kv_batch_rollback"),
+            FaultKind::DropResolveLock => Some("kv_resolve_lock"),
+            FaultKind::DropPessimisticLock => Some("kv_pessimistic_lock"),
+            FaultKind::DropPessimisticRollback => Some("kv_pessimistic_rollback"),
+            FaultKind::DropCheckTxnStatus => Some("kv_check_txn_status"),
+            FaultKind::DropCheckSecondaryLocks => Some("kv_check_secondary_locks"),
+            FaultKind::DropTxnHeartBeat => Some("kv_txn_heart_beat"),
+            _ => None,
+        }
+    }
+}
+
+impl fmt::Display for FaultKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// How the injector picks and paces faults.
+#[derive(Debug, Clone)]
+pub struct InjectorConfig {
+    /// The seed of its random choices.
+    pub seed: u64,
+    /// The kinds it may apply, each with a weight.
+    pub kinds: Vec<(FaultKind, u32)>,
+    /// The pause between two injections is drawn from this range.
+    pub interval: (Duration, Duration),
+    /// How long a healable fault lasts is drawn from this range.
+    pub duration: (Duration, Duration),
+    /// The most splits it makes.
+    pub max_splits: usize,
+    /// Keys it may split at and aim dropped responses at (the Region
+    /// leader holding one of them gets the order). Region boundaries are
+    /// wire keys: a transactional run passes its keys encoded
+    /// ([`encode_bytes`](tikv_sim::codec::encode_bytes)).
+    pub keys: Vec<Vec<u8>>,
+}
+
+impl InjectorConfig {
+    /// Every kind with the default weights.
+    pub fn all_kinds() -> Vec<(FaultKind, u32)> {
+        FaultKind::ALL
+            .iter()
+            .map(|k| {
+                let weight = match k {
+                    FaultKind::Split => 1,
+                    FaultKind::PdMemberDown | FaultKind::PdLeaderChange => 2,
+                    FaultKind::StoreDown | FaultKind::HangConnect | FaultKind::HangRespond => 3,
+                    k if k.dropped_method().is_some() => 4,
+                    _ => 3,
+                };
+                (*k, weight)
+            })
+            .collect()
+    }
+
+    /// The kinds of a transactional run with their default weights: every
+    /// raw kind except the raw dropped responses (no raw request is sent),
+    /// plus [`FaultKind::TXN`]. Split keys must then be encoded keys.
+    pub fn txn_kinds() -> Vec<(FaultKind, u32)> {
+        let mut kinds: Vec<(FaultKind, u32)> = Self::all_kinds()
+            .into_iter()
+            .filter(|(k, _)| !FaultKind::DROPS.contains(k))
+            .collect();
+        kinds.extend(FaultKind::TXN.iter().map(|k| {
+            let weight = match k {
+                FaultKind::TsoJump => 3,
+                FaultKind::DropCommit | FaultKind::DropPrewrite => 4,
+                _ => 2,
+            };
+            (*k, weight)
+        }));
+        kinds
+    }
+}
+
+/// A fault that is undone later.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Heal {
+    StoreUp(u64),
+    Unhang(u64),
+    Unslow(u64),
+    Unbusy(u64),
+    PdUp(usize),
+    Warm(u64),
+}
+
+impl Heal {
+    /// Store faults that stop a store serving: at most one at a time.
+    fn stops_store(self) -> bool {
+        matches!(self, Heal::StoreUp(_) | Heal::Unhang(_))
+    }
+}
+
+/// The injector's state.
+pub struct Injector {
+    rng: fastrand::Rng,
+    config: InjectorConfig,
+    counts: BTreeMap<FaultKind, u64>,
+    active: Vec<(Instant, Heal)>,
+    splits: usize,
+    /// Kinds not applied yet: tried first, in turn, so a short run still
+    /// applies every kind.
+    untried: std::collections::VecDeque<FaultKind>,
+}
+
+impl Injector {
+    /// A new injector.
+    pub fn new(config: InjectorConfig) -> Self {
+        Injector {
+            rng: fastrand::Rng::with_seed(config.seed),
+            untried: config
+                .kinds
+                .iter()
+                .filter(|(_, w)| *w > 0)
+                .map(|(k, _)| *k)
+                .collect(),
+            config,
+            counts: BTreeMap::new(),
+            active: Vec::new(),
+            splits: 0,
+        }
+    }
+
+    /// Faults applied so far, by kind.
+    pub fn counts(&self) -> &BTreeMap<FaultKind, u64> {
+        &self.counts
+    }
+
+    fn draw(&mut self, range: (Duration, Duration)) -> Duration {
+        let (low, high) = (range.0.as_millis() as u64, range.1.as_millis() as u64);
+        Duration::from_millis(self.rng.u64(low..=high.max(low)))
+    }
+
+    /// Applies and heals faults until `stop`, then heals everything.
+    pub async fn run(&mut self, cluster: &SimCluster, stop: Instant) {
+        while Instant::now() < stop {
+            let pause = self.draw(self.config.interval);
+            tokio::time::sleep_until((Instant::now() + pause).min(stop)).await;
+            self.heal_due(cluster, false).await;
+            if Instant::now() >= stop {
+                break;
+            }
+            self.inject_one(cluster).await;
+        }
+        self.heal_all(cluster).await;
+    }
+
+    async fn heal_due(&mut self, cluster: &SimCluster, everything: bool) {
+        let now = Instant::now();
+        let (due, keep): (Vec<_>, Vec<_>) = self
+            .active
+            .drain(..)
+            .partition(|(at, _)| everything || *at <= now);
+        self.active = keep;
+        for (_, heal) in due {
+            match heal {
+                Heal::StoreUp(s) => {
+                    if let Err(e) = cluster.store_up(s).await {
+                        tracing::warn!("chaos: store {s} did not come back up: {e}");
+                    }
+                }
+                Heal::Unhang(s) => cluster.store_unhang(s),
+                Heal::Unslow(s) => cluster.store_slow(s, Duration::ZERO),
+                Heal::Unbusy(s) => cluster.store_busy(s, None),
+                Heal::PdUp(m) => {
+                    if let Err(e) = cluster.pd_member_up(m).await {
+                        tracing::warn!("chaos: PD member {m} did not come back up: {e}");
+                    }
+                }
+                Heal::Warm(region) => {
+                    if cluster.region(region).is_some() && cluster.leader_of(region).is_none() {
+                        if let Some(store) = voter_stores(cluster, region).first() {
+                            let _ = cluster.transfer_leader(region, *store, true);
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// Lifts every fault: stores up and serving at full speed, PD members
+    /// up, every Region led with PD told who leads.
+    pub async fn heal_all(&mut self, cluster: &SimCluster) {
+        self.heal_due(cluster, true).await;
+        for store in cluster.store_ids() {
+            if let Err(e) = cluster.store_up(store).await {
+                tracing::warn!("chaos: store {store} did not come back up: {e}");
+            }
+            cluster.store_unhang(store);
+            cluster.store_slow(store, Duration::ZERO);
+            cluster.store_busy(store, None);
+        }
+        for member in 0..cluster.pd_endpoints().len() {
+            if let Err(e) = cluster.pd_member_up(member).await {
+                tracing::warn!("chaos: PD member {member} did not come back up: {e}");
+            }
+        }
+        for region in cluster.regions() {
+            let leader = cluster.leader_of(region.id).map(|p| p.store_id);
+            let target = leader.or_else(|| voter_stores(cluster, region.id).first().copied());
+            if let Some(store) = target {
+                let _ = cluster.transfer_leader(region.id, store, true);
+            }
+        }
+    }
+
+    fn pick_kind(&mut self) -> Option<FaultKind> {
+        if let Some(kind) = self.untried.pop_front() {
+            // Back of the queue until it is applied once.
+            self.untried.push_back(kind);
+            return Some(kind);
+        }
+        let total: u64 = self.config.kinds.iter().map(|(_, w)| u64::from(*w)).sum();
+        if total == 0 {
+            return None;
+        }
+        let mut ticket = self.rng.u64(0..total);
+        for (kind, weight) in &self.config.kinds {
+            if ticket < u64::from(*weight) {
+                return Some(*kind);
+            }
+            ticket -= u64::from(*weight);
+        }
+        None
+    }
+
+    fn store_is_free(&self, store: u64, same: fn(Heal, u64) -> bool) -> bool {
+        !self.active.iter().any(|(_, h)| same(*h, store))
+    }
+
+    fn random_store(&mut self, cluster: &SimCluster) -> Option<u64> {
+        let stores = cluster.store_ids();
+        if stores.is_empty() {
+            return None;
+        }
+        stores.get(self.rng.usize(0..stores.len())).copied()
+    }
+
+    fn random_region(&mut self, cluster: &SimCluster) -> Option<u64> {
+        let regions = cluster.regions();
+        if regions.is_empty() {
+            return None;
+        }
+        regions.get(self.rng.usize(0..regions.len())).map(|r| r.id)
+    }
+
+    fn random_key(&mut self) -> Option<Vec<u8>> {
+        if self.config.keys.is_empty() {
+            return None;
+        }
+        self.config
+            .keys
+            .get(self.rng.usize(0..self.config.keys.len()))
+            .cloned()
+    }
+
+    async fn inject_one(&mut self, cluster: &SimCluster) {
+        let Some(kind) = self.pick_kind() else { return };
+        let heal_at = Instant::now() + self.draw(self.config.duration);
+        let applied = match kind {
+            FaultKind::StoreDown | FaultKind::HangConnect | FaultKind::HangRespond => {
+                if self.active.iter().any(|(_, h)| h.stops_store()) {
+                    false
+                } else if let Some(store) = self.random_store(cluster) {
+                    let heal = match kind {
+                        FaultKind::StoreDown => {
+                            cluster.store_down(store).await;
+                            Heal::StoreUp(store)
+                        }
+                        FaultKind::HangConnect => {
+                            cluster.store_hang(store, HangMode::Connect);
+                            Heal::Unhang(store)
+                        }
+                        _ => {
+                            cluster.store_hang(store, HangMode::Respond);
+                            Heal::Unhang(store)
+                        }
+                    };
+                    self.active.push((heal_at, heal));
+                    true
+                } else {
+                    false
+                }
+            }
+            FaultKind::Slow => match self.random_store(cluster) {
+                Some(store) if self.store_is_free(store, |h, s| h == Heal::Unslow(s)) => {
+                    let delay = Duration::from_millis(self.rng.u64(5..=80));
+                    cluster.store_slow(store, delay);
+                    self.active.push((heal_at, Heal::Unslow(store)));
+                    true
+                }
+                _ => false,
+            },
+            FaultKind::BusyZero | FaultKind::BusyWait => match self.random_store(cluster) {
+                Some(store) if self.store_is_free(store, |h, s| h == Heal::Unbusy(s)) => {
+                    let wait = if kind == FaultKind::BusyZero {
+                        0
+                    } else {
+                        self.rng.u32(10..=300)
+                    };
+                    cluster.store_busy(store, Some(wait));
+                    self.active.push((heal_at, Heal::Unbusy(store)));
+                    true
+                }
+                _ => false,
+            },
+            FaultKind::TransferFresh | FaultKind::TransferStale => {
+                let Some(region) = self.random_region(cluster) else {
+                    return;
+                };
+                let leader = cluster.leader_of(region).map(|p| p.store_id);
+                let others: Vec<u64> = voter_stores(cluster, region)
+                    .into_iter()
+                    .filter(|s| Some(*s) != leader)
+                    .collect();
+                if others.is_empty() {
+                    false
+                } else {
+                    let to = others[self.rng.usize(0..others.len())];
+                    cluster
+                        .transfer_leader(region, to, kind == FaultKind::TransferFresh)
+                        .is_ok()
+                }
+            }
+            FaultKind::ColdAccept | FaultKind::ColdNotLeaderFirst => {
+                let Some(region) = self.random_region(cluster) else {
+                    return;
+                };
+                let mode = if kind == FaultKind::ColdAccept {
+                    ColdMode::AcceptAtOnce
+                } else {
+                    ColdMode::NotLeaderFirst
+                };
+                let done = cluster.make_cold(region, mode).is_ok();
+                if done {
+                    self.active.push((heal_at, Heal::Warm(region)));
+                }
+                done
+            }
+            FaultKind::Split => {
+                if self.splits >= self.config.max_splits {
+                    false
+                } else {
+                    match self.random_key() {
+                        Some(key) => {
+                            let done = cluster.split_region(&key).is_ok();
+                            self.splits += usize::from(done);
+                            done
+                        }
+                        None => false,
+                    }
+                }
+            }
+            FaultKind::PdLeaderChange => {
+                let members = cluster.pd_endpoints().len();
+                let leader = cluster.pd_leader_index();
+                let candidates: Vec<usize> = (0..members)
+                    .filter(|m| {
+                        *m != leader && !self.active.iter().any(|(_, h)| *h == Heal::PdUp(*m))
+                    })
+                    .collect();
+                if candidates.is_empty() {
+                    false
+                } else {
+                    let to = candidates[self.rng.usize(0..candidates.len())];
+                    cluster.pd_transfer_leader(to).is_ok()
+                }
+            }
+            FaultKind::PdMemberDown => {
+                let members = cluster.pd_endpoints().len();
+                let any_down = self.active.iter().any(|(_, h)| matches!(h, Heal::PdUp(_)));
+                if members < 2 || any_down {
+                    false
+                } else {
+                    let member = self.rng.usize(0..members);
+                    let done = cluster.pd_member_down(member).await.is_ok();
+                    if done {
+                        self.active.push((heal_at, Heal::PdUp(member)));
+                    }
+                    done
+                }
+            }
+            FaultKind::TsoJump => {
+                let by = Duration::from_secs(self.rng.u64(1..=30));
+                cluster.advance_tso_clock(by);
+                true
+            }
+            drop_kind => {
+                let method = drop_kind.dropped_method().unwrap_or("raw_put");
+                let store = match self.random_key() {
+                    Some(key) => cluster
+                        .region_for_key(&key)
+                        .and_then(|r| cluster.leader_of(r.id))
+                        .map(|p| p.store_id),
+                    None => None,
+                };
+                let store = match store {
+                    Some(s) => Some(s),
+                    None => self.random_store(cluster),
+                };
+                match store {
+                    Some(s) => cluster.drop_next_response(s, method).is_ok(),
+                    None => false,
+                }
+            }
+        };
+        if applied {
+            *self.counts.entry(kind).or_insert(0) += 1;
+            self.untried.retain(|k| *k != kind);
+        }
+    }
+}
+
+/// The stores of a Region's voters that can lead, in peer order.
+fn voter_stores(cluster: &SimCluster, region: u64) -> Vec<u64> {
+    cluster
+        .region(region)
+        .map(|r| {
+            r.peers
+                .iter()
+                .filter(|p| p.role == PeerRole::Voter as i32 && !p.is_witness)
+                .map(|p| p.store_id)
+                .collect()
+        })
+        .unwrap_or_default()
+}

@@ -1,0 +1,1455 @@
+//! The transactional chaos suite: seeded transactional workloads against a
+//! [`SimCluster`] while the [`Injector`] applies every fault the raw suite
+//! uses plus the transactional ones ([`FaultKind::TXN`]: TSO jumps that
+//! expire locks, dropped responses of every transactional write RPC), then
+//! a check of the recorded history ([`check_txn_history`]).
+//!
+//! Three workloads run side by side, on disjoint keys:
+//!
+//! - **list-append**: 1 to 4 reads (`get`, `batch_get`, `scan`,
+//!   `get_for_update`) and appends (read the list, write it back with a new
+//!   element, unique in the run) over a few list keys, in every mode
+//!   ([`TxnMode`]) in turn, plus read-only snapshots; some transactions
+//!   lock what they read, write with `insert` or `batch_mutate`, or insert
+//!   and delete a scratch key that must never be seen.
+//! - **bank**: transfers between two accounts and auditors reading every
+//!   account in one snapshot or optimistic transaction.
+//! - **long pessimistic** transactions: lock an account pair or a list,
+//!   hold the locks while the TSO moves past their TTL (some jump it
+//!   themselves), then write and commit. Another transaction resolving the
+//!   expired locks and writing in between must make the long one fail; if
+//!   it commits anyway, the check finds a lost update.
+//!
+//! Every transaction is one [`TxnRecord`] holding exactly what the client
+//! returned: the reads and writes that succeeded, and `commit()`'s answer
+//! (committed with its timestamp, aborted, undetermined) or
+//! [`TxnOutcome::Abandoned`] when it outlived its bound (a hang).
+//!
+//! ```no_run
+//! # async fn demo() -> tikv_plan_chaos::Result<()> {
+//! use std::time::Duration;
+//! use tikv_plan_chaos::txn::{run, TxnChaosConfig};
+//!
+//! let report = run(TxnChaosConfig {
+//!     seed: 7,
+//!     duration: Duration::from_secs(10),
+//!     ..TxnChaosConfig::default()
+//! })
+//! .await?;
+//! println!("{}", report.summary());
+//! print!("{}", report.describe_violations());
+//! # Ok(())
+//! # }
+//! ```
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::history::{undetermined_anywhere, FINAL_READER};
+use super::inject::{FaultKind, Injector, InjectorConfig};
+use super::run_injector;
+use super::txn_check::{check_txn_history, TxnCheckOptions, TxnCheckReport};
+use super::txn_history::{TxnMode, TxnOp, TxnOutcome, TxnRecord, TxnRecorder, TxnWorkload};
+use tikv_plan::transaction::HeartbeatOption;
+use tikv_plan::{
+    CheckLevel, Config, Error, Mutation, Result, Snapshot, TimestampExt, Transaction,
+    TransactionClient, TransactionOptions,
+};
+use tikv_sim::codec::encode_bytes;
+use tikv_sim::{Outcome, SimCluster};
+
+/// The task of the transaction that gives every account its initial
+/// balance, before the workload starts.
+pub const SETUP_TASK: usize = usize::MAX - 1;
+
+/// The task of the reads after healing ([`FINAL_READER`]).
+pub const FINAL_TASK: usize = FINAL_READER;
+
+/// Everything a transactional chaos run can vary.
+#[derive(Debug, Clone)]
+pub struct TxnChaosConfig {
+    /// Seeds the workload and the injector.
+    pub seed: u64,
+    /// How long the workload runs (healing, final reads and the check come
+    /// after).
+    pub duration: Duration,
+    /// Workload tasks: even ones run list-append, odd ones the bank.
+    pub tasks: usize,
+    /// Tasks running long pessimistic transactions (besides `tasks`).
+    pub long_tasks: usize,
+    /// List keys `list/00`, `list/01`, …
+    pub list_keys: usize,
+    /// Scratch keys `list/x0`, … (inserted and deleted in one transaction,
+    /// never visible).
+    pub scratch_keys: usize,
+    /// Bank accounts `acct/00`, `acct/01`, …
+    pub accounts: usize,
+    /// Every account's balance at the start.
+    pub initial_balance: i64,
+    /// Stores.
+    pub stores: u64,
+    /// PD members.
+    pub pd_members: usize,
+    /// Regions at the start (split evenly over the keys, at encoded keys).
+    pub regions: usize,
+    /// How the clients send requests.
+    pub rpc_mode: tikv_plan::RpcMode,
+    /// RPC (and connect) timeout of the workload clients.
+    pub timeout: Duration,
+    /// Request deadline of the workload clients.
+    pub deadline: Duration,
+    /// The faults and their weights ([`InjectorConfig::txn_kinds`]).
+    pub faults: Vec<(FaultKind, u32)>,
+    /// The pause between two injections is drawn from this range.
+    pub fault_interval: (Duration, Duration),
+    /// How long a healable fault lasts is drawn from this range.
+    pub fault_duration: (Duration, Duration),
+    /// The most splits.
+    pub max_splits: usize,
+    /// A pause drawn from `0..=txn_pause` between one task's transactions.
+    pub txn_pause: Duration,
+    /// How long a long pessimistic transaction holds its locks, drawn from
+    /// this range.
+    pub long_hold: (Duration, Duration),
+    /// The percentage of long pessimistic transactions that move the TSO
+    /// past their lock's TTL themselves right after locking (the others
+    /// rely on the injector's TSO jumps).
+    pub long_expire_percent: u32,
+}
+
+impl Default for TxnChaosConfig {
+    fn default() -> Self {
+        TxnChaosConfig {
+            seed: 1,
+            duration: Duration::from_secs(10),
+            tasks: 8,
+            long_tasks: 2,
+            list_keys: 8,
+            scratch_keys: 3,
+            accounts: 8,
+            initial_balance: 100,
+            stores: 3,
+            pd_members: 3,
+            regions: 4,
+            rpc_mode: tikv_plan::RpcMode::Unary,
+            timeout: Duration::from_millis(250),
+            deadline: Duration::from_secs(3),
+            faults: InjectorConfig::txn_kinds(),
+            fault_interval: (Duration::from_millis(20), Duration::from_millis(120)),
+            fault_duration: (Duration::from_millis(100), Duration::from_millis(1200)),
+            max_splits: 6,
+            txn_pause: Duration::from_millis(3),
+            long_hold: (Duration::from_millis(300), Duration::from_millis(1500)),
+            long_expire_percent: 50,
+        }
+    }
+}
+
+/// What a transactional chaos run did and found.
+#[derive(Debug, Clone)]
+pub struct TxnChaosReport {
+    /// The seed.
+    pub seed: u64,
+    /// How long the workload ran.
+    pub duration: Duration,
+    /// Workload transactions (the setup and the final reads not included).
+    pub transactions: usize,
+    /// Workload transactions by workload, mode and outcome name
+    /// (`committed`, `aborted`, `undetermined`, `abandoned`).
+    pub by_mode: BTreeMap<(TxnWorkload, TxnMode, &'static str), usize>,
+    /// Long pessimistic transactions by outcome name.
+    pub long_by_outcome: BTreeMap<&'static str, usize>,
+    /// Long pessimistic transactions that moved the TSO past their own
+    /// lock's TTL.
+    pub forced_expiries: u64,
+    /// Workload transactions whose commit ended undetermined.
+    pub undetermined: usize,
+    /// Faults applied, by kind.
+    pub faults: BTreeMap<FaultKind, u64>,
+    /// Dropped responses that fired (requests applied whose answer was
+    /// dropped).
+    pub drops_fired: u64,
+    /// Automatic heartbeats the workload clients sent, and those that
+    /// failed.
+    pub heartbeats: (u64, u64),
+    /// `CheckTxnStatus` calls of the workload clients' lock resolution.
+    pub lock_checks: u64,
+    /// The check of the history.
+    pub check: TxnCheckReport,
+    /// Transactions abandoned past their bound.
+    pub hangs: usize,
+    /// Record ids of those transactions (the first 20).
+    pub hang_records: Vec<usize>,
+    /// Workload or injector tasks that panicked.
+    pub panics: usize,
+    /// The history: the setup, the workload, the final reads.
+    pub history: Vec<TxnRecord>,
+}
+
+/// The name of an outcome, as the report counts it.
+pub fn outcome_name(outcome: &TxnOutcome) -> &'static str {
+    match outcome {
+        TxnOutcome::Committed { .. } => "committed",
+        TxnOutcome::Aborted { .. } => "aborted",
+        TxnOutcome::Undetermined { .. } => "undetermined",
+        TxnOutcome::Abandoned => "abandoned",
+    }
+}
+
+fn mode_name(mode: TxnMode) -> &'static str {
+    match mode {
+        TxnMode::Optimistic => "optimistic",
+        TxnMode::AsyncCommit => "async_commit",
+        TxnMode::OnePc => "one_pc",
+        TxnMode::Pessimistic => "pessimistic",
+        TxnMode::PessimisticAsyncCommit => "pessimistic_async",
+        TxnMode::Snapshot => "snapshot",
+    }
+}
+
+const MODES: [TxnMode; 6] = [
+    TxnMode::Optimistic,
+    TxnMode::AsyncCommit,
+    TxnMode::OnePc,
+    TxnMode::Pessimistic,
+    TxnMode::PessimisticAsyncCommit,
+    TxnMode::Snapshot,
+];
+
+const OUTCOMES: [&str; 4] = ["committed", "aborted", "undetermined", "abandoned"];
+
+impl TxnChaosReport {
+    /// No violation, no hang, no panic.
+    pub fn is_clean(&self) -> bool {
+        self.check.is_clean() && self.hangs == 0 && self.panics == 0
+    }
+
+    /// Faults applied, all kinds.
+    pub fn total_faults(&self) -> u64 {
+        self.faults.values().sum()
+    }
+
+    /// Workload transactions of `workload` that ended with `outcome` (an
+    /// [`outcome_name`]).
+    pub fn count(&self, workload: TxnWorkload, outcome: &str) -> usize {
+        self.by_mode
+            .iter()
+            .filter(|((w, _, o), _)| *w == workload && *o == outcome)
+            .map(|(_, n)| *n)
+            .sum()
+    }
+
+    /// Long pessimistic transactions run.
+    pub fn long_transactions(&self) -> usize {
+        self.long_by_outcome.values().sum()
+    }
+
+    /// One line of counts: transactions by workload, mode and outcome
+    /// (committed/aborted/undetermined/abandoned), long ones, faults by
+    /// kind, violations, hangs, panics.
+    pub fn summary(&self) -> String {
+        let outcomes = |count: &dyn Fn(&str) -> usize| -> String {
+            OUTCOMES
+                .iter()
+                .map(|o| count(o).to_string())
+                .collect::<Vec<_>>()
+                .join("/")
+        };
+        let workloads = [
+            ("list", TxnWorkload::ListAppend),
+            ("bank", TxnWorkload::Bank),
+        ]
+        .iter()
+        .map(|(name, w)| format!("{name}={}", outcomes(&|o| self.count(*w, o))))
+        .collect::<Vec<_>>()
+        .join(" ");
+        let modes = MODES
+            .iter()
+            .map(|m| {
+                let count = |o: &str| -> usize {
+                    self.by_mode
+                        .iter()
+                        .filter(|((_, mode, out), _)| mode == m && *out == o)
+                        .map(|(_, n)| *n)
+                        .sum()
+                };
+                format!("{}={}", mode_name(*m), outcomes(&count))
+            })
+            .collect::<Vec<_>>()
+            .join(" ");
+        let long = outcomes(&|o| self.long_by_outcome.get(o).copied().unwrap_or(0));
+        let faults = FaultKind::ALL
+            .iter()
+            .chain(FaultKind::TXN.iter())
+            .filter(|k| !FaultKind::DROPS.contains(k))
+            .map(|k| format!("{k}={}", self.faults.get(k).copied().unwrap_or(0)))
+            .collect::<Vec<_>>()
+            .join(" ");
+        format!(
+            "seed={} seconds={} txns={} (committed/aborted/undetermined/abandoned) {workloads} [{modes}] long={long} forced_expiries={} undetermined={} faults={} [{faults}] drops_fired={} heartbeats={}/{} lock_checks={} violations={} hangs={} panics={}",
+            self.seed,
+            self.duration.as_secs(),
+            self.transactions,
+            self.forced_expiries,
+            self.undetermined,
+            self.total_faults(),
+            self.drops_fired,
+            self.heartbeats.0,
+            self.heartbeats.1,
+            self.lock_checks,
+            self.check.violations.len(),
+            self.hangs,
+            self.panics,
+        )
+    }
+
+    /// A readable account of every violation (its kind, what was seen and
+    /// the transactions involved) and of every hang.
+    pub fn describe_violations(&self) -> String {
+        let record = |id: usize| -> String {
+            self.history
+                .get(id)
+                .map(describe_record)
+                .unwrap_or_else(|| format!("#{id}?"))
+        };
+        let mut out = String::new();
+        for v in &self.check.violations {
+            out.push_str(&format!("{}: {}\n", v.kind, v.detail));
+            for id in &v.records {
+                out.push_str(&format!("  {}\n", record(*id)));
+            }
+        }
+        for id in &self.hang_records {
+            out.push_str(&format!("over its bound: {}\n", record(*id)));
+        }
+        out
+    }
+}
+
+/// One record on one line: id, task, workload, mode, start ts, ops
+/// (`r` read, `rl` locking read, `a` append, `rb`/`rbl` balance read, `wb`
+/// balance write), outcome.
+pub fn describe_record(r: &TxnRecord) -> String {
+    let key = |k: &[u8]| String::from_utf8_lossy(k).into_owned();
+    let ops: Vec<String> = r
+        .ops
+        .iter()
+        .map(|op| match op {
+            TxnOp::Read {
+                key: k,
+                list,
+                locking,
+            } => format!(
+                "{} {} {}",
+                if *locking { "rl" } else { "r" },
+                key(k),
+                list.as_ref()
+                    .map(|l| format!("{l:?}"))
+                    .unwrap_or_else(|| "nil".to_owned())
+            ),
+            TxnOp::Append { key: k, element } => format!("a {} {element}", key(k)),
+            TxnOp::ReadBalance {
+                key: k,
+                balance,
+                locking,
+            } => format!(
+                "{} {} {}",
+                if *locking { "rbl" } else { "rb" },
+                key(k),
+                balance
+                    .map(|b| b.to_string())
+                    .unwrap_or_else(|| "nil".to_owned())
+            ),
+            TxnOp::WriteBalance { key: k, balance } => format!("wb {} {balance}", key(k)),
+        })
+        .collect();
+    let task = match r.task {
+        FINAL_TASK => "final".to_owned(),
+        SETUP_TASK => "setup".to_owned(),
+        t => t.to_string(),
+    };
+    let outcome = match &r.outcome {
+        TxnOutcome::Committed { commit_ts } => format!("committed at {commit_ts:?}"),
+        TxnOutcome::Aborted { error } => format!("aborted: {error}"),
+        TxnOutcome::Undetermined { error } => format!("undetermined: {error}"),
+        TxnOutcome::Abandoned => "abandoned".to_owned(),
+    };
+    format!(
+        "#{} task {task} {:?} {} start_ts={:?} {}..{} [{}] {outcome}",
+        r.id,
+        r.workload,
+        mode_name(r.mode),
+        r.start_ts,
+        r.invoke,
+        r.complete
+            .map(|c| c.to_string())
+            .unwrap_or_else(|| "?".to_owned()),
+        ops.join(", ")
+    )
+}
+
+/// List key `i`: `list/00`, …
+pub fn list_key(i: usize) -> Vec<u8> {
+    format!("list/{i:02}").into_bytes()
+}
+
+/// Scratch key `i`: `list/x0`, … (inside the list range, after the lists).
+pub fn scratch_key(i: usize) -> Vec<u8> {
+    format!("list/x{i}").into_bytes()
+}
+
+/// Account key `i`: `acct/00`, …
+pub fn account_key(i: usize) -> Vec<u8> {
+    format!("acct/{i:02}").into_bytes()
+}
+
+/// The range every list and scratch key lies in: `[list/, list0)`.
+fn list_range() -> (Vec<u8>, Vec<u8>) {
+    (b"list/".to_vec(), b"list0".to_vec())
+}
+
+/// A list as stored: its elements in ASCII, comma separated (`1,5,9`).
+pub fn encode_list(list: &[u64]) -> Vec<u8> {
+    list.iter()
+        .map(|e| e.to_string())
+        .collect::<Vec<_>>()
+        .join(",")
+        .into_bytes()
+}
+
+/// A stored list; an element that does not parse reads as `u64::MAX`
+/// (never appended, so the check flags it), an empty value as `[]`.
+pub fn decode_list(value: &[u8]) -> Vec<u64> {
+    if value.is_empty() {
+        return Vec::new();
+    }
+    String::from_utf8_lossy(value)
+        .split(',')
+        .map(|e| e.parse().unwrap_or(u64::MAX))
+        .collect()
+}
+
+/// A stored balance; a value that does not parse reads as `i64::MIN`
+/// (which breaks the total, so the check flags it).
+pub fn decode_balance(value: &[u8]) -> i64 {
+    std::str::from_utf8(value)
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(i64::MIN)
+}
+
+/// The options of a transaction of `mode` (not a snapshot).
+fn options_for(mode: TxnMode) -> TransactionOptions {
+    match mode {
+        TxnMode::Optimistic | TxnMode::Snapshot => TransactionOptions::new_optimistic(),
+        TxnMode::AsyncCommit => TransactionOptions::new_optimistic().use_async_commit(),
+        TxnMode::OnePc => TransactionOptions::new_optimistic().try_one_pc(),
+        TxnMode::Pessimistic => TransactionOptions::new_pessimistic(),
+        TxnMode::PessimisticAsyncCommit => TransactionOptions::new_pessimistic().use_async_commit(),
+    }
+    .drop_check(CheckLevel::Warn)
+}
+
+/// The transaction or snapshot a read goes to.
+enum Reader<'a> {
+    Txn(&'a mut Transaction),
+    Snap(&'a mut Snapshot),
+}
+
+impl Reader<'_> {
+    async fn get(&mut self, key: Vec<u8>) -> Result<Option<Vec<u8>>> {
+        match self {
+            Reader::Txn(t) => t.get(key).await,
+            Reader::Snap(s) => s.get(key).await,
+        }
+    }
+
+    async fn batch_get(&mut self, keys: Vec<Vec<u8>>) -> Result<BTreeMap<Vec<u8>, Vec<u8>>> {
+        let pairs: Vec<tikv_plan::KvPair> = match self {
+            Reader::Txn(t) => t.batch_get(keys).await?.collect(),
+            Reader::Snap(s) => s.batch_get(keys).await?.collect(),
+        };
+        Ok(pairs_map(pairs))
+    }
+
+    async fn scan(&mut self, start: Vec<u8>, end: Vec<u8>) -> Result<BTreeMap<Vec<u8>, Vec<u8>>> {
+        // Far more than the keys in any range scanned: every absent key
+        // really is absent.
+        const LIMIT: u32 = 10_000;
+        let pairs: Vec<tikv_plan::KvPair> = match self {
+            Reader::Txn(t) => t.scan(start..end, LIMIT).await?.collect(),
+            Reader::Snap(s) => s.scan(start..end, LIMIT).await?.collect(),
+        };
+        Ok(pairs_map(pairs))
+    }
+}
+
+fn pairs_map(pairs: Vec<tikv_plan::KvPair>) -> BTreeMap<Vec<u8>, Vec<u8>> {
+    pairs
+        .into_iter()
+        .map(|p| {
+            let (k, v): (tikv_plan::Key, tikv_plan::Value) = p.into();
+            (k.into(), v)
+        })
+        .collect()
+}
+
+/// What a transaction recorded before it ended (kept outside the timed
+/// future so an abandoned transaction keeps its steps).
+#[derive(Default)]
+struct Draft {
+    start_ts: Option<u64>,
+    ops: Vec<TxnOp>,
+}
+
+/// Ends a transaction whose body returned `body`: commit on success; on
+/// failure roll back (error ignored). An undetermined commit is not rolled
+/// back: the transaction is dropped.
+async fn finish(mut txn: Transaction, body: Result<()>) -> TxnOutcome {
+    if let Err(e) = body {
+        let _ = txn.rollback().await;
+        return TxnOutcome::Aborted {
+            error: e.to_string(),
+        };
+    }
+    match txn.commit().await {
+        Ok(ts) => TxnOutcome::Committed {
+            commit_ts: ts.map(|t| t.version()),
+        },
+        Err(e) if undetermined_anywhere(&e) => {
+            drop(txn);
+            TxnOutcome::Undetermined {
+                error: e.to_string(),
+            }
+        }
+        Err(e) => {
+            let _ = txn.rollback().await;
+            TxnOutcome::Aborted {
+                error: e.to_string(),
+            }
+        }
+    }
+}
+
+fn aborted(e: &Error) -> TxnOutcome {
+    TxnOutcome::Aborted {
+        error: e.to_string(),
+    }
+}
+
+/// What a workload task runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Role {
+    List,
+    Bank,
+    Long,
+}
+
+/// Counters the tasks share.
+#[derive(Default)]
+struct Shared {
+    hangs: AtomicU64,
+    forced_expiries: AtomicU64,
+}
+
+/// One workload task.
+struct Worker {
+    task: usize,
+    role: Role,
+    client: TransactionClient,
+    cluster: Arc<SimCluster>,
+    recorder: Arc<TxnRecorder>,
+    shared: Arc<Shared>,
+    rng: fastrand::Rng,
+    lists: Vec<Vec<u8>>,
+    scratch: Vec<Vec<u8>>,
+    accounts: Vec<Vec<u8>>,
+    /// The last element id this task used.
+    seq: u64,
+    /// Transactions started (offsets the mode rotation).
+    n: usize,
+    bound: Duration,
+    pause: Duration,
+    hold: (Duration, Duration),
+    expire_percent: u32,
+}
+
+impl Worker {
+    async fn run(mut self, stop: Arc<AtomicBool>) -> Vec<usize> {
+        let mut long_records = Vec::new();
+        while !stop.load(Ordering::SeqCst) {
+            let invoke = self.recorder.now();
+            let mut draft = Draft::default();
+            let bound = self.bound;
+            let (workload, mode, result) = match self.role {
+                Role::List => {
+                    let mode = MODES[self.n % MODES.len()];
+                    let result = tokio::time::timeout(bound, self.list_txn(mode, &mut draft)).await;
+                    (TxnWorkload::ListAppend, mode, result)
+                }
+                Role::Bank => {
+                    let audit = self.n % 4 == 3;
+                    let mode = if audit {
+                        if self.rng.bool() {
+                            TxnMode::Snapshot
+                        } else {
+                            TxnMode::Optimistic
+                        }
+                    } else {
+                        MODES[self.n % 5]
+                    };
+                    let result = if audit {
+                        tokio::time::timeout(bound, self.audit_txn(mode, &mut draft)).await
+                    } else {
+                        tokio::time::timeout(bound, self.transfer_txn(mode, &mut draft)).await
+                    };
+                    (TxnWorkload::Bank, mode, result)
+                }
+                Role::Long => {
+                    let mode = if self.n.is_multiple_of(2) {
+                        TxnMode::Pessimistic
+                    } else {
+                        TxnMode::PessimisticAsyncCommit
+                    };
+                    let workload = if (self.n / 2).is_multiple_of(2) {
+                        TxnWorkload::Bank
+                    } else {
+                        TxnWorkload::ListAppend
+                    };
+                    let result =
+                        tokio::time::timeout(bound, self.long_txn(mode, workload, &mut draft))
+                            .await;
+                    (workload, mode, result)
+                }
+            };
+            self.n += 1;
+            let (outcome, complete) = match result {
+                Ok(outcome) => (outcome, Some(self.recorder.now())),
+                Err(_) => {
+                    self.shared.hangs.fetch_add(1, Ordering::SeqCst);
+                    tracing::warn!(
+                        "txn chaos: task {} abandoned a {} transaction after {bound:?}",
+                        self.task,
+                        mode_name(mode)
+                    );
+                    (TxnOutcome::Abandoned, None)
+                }
+            };
+            let id = self.recorder.record(TxnRecord {
+                id: 0,
+                task: self.task,
+                workload,
+                mode,
+                start_ts: draft.start_ts,
+                invoke,
+                complete,
+                ops: draft.ops,
+                outcome,
+            });
+            if self.role == Role::Long {
+                long_records.push(id);
+            }
+            if !self.pause.is_zero() {
+                let pause = self.rng.u64(0..=self.pause.as_millis() as u64);
+                tokio::time::sleep(Duration::from_millis(pause)).await;
+            }
+        }
+        long_records
+    }
+
+    /// A new element, unique in the run: the task in the high half.
+    fn element(&mut self) -> u64 {
+        self.seq += 1;
+        ((self.task as u64) << 32) | self.seq
+    }
+
+    fn pick<'a>(&mut self, keys: &'a [Vec<u8>]) -> &'a [u8] {
+        &keys[self.rng.usize(0..keys.len())]
+    }
+
+    /// `n` distinct list keys.
+    fn distinct_lists(&mut self, n: usize) -> Vec<Vec<u8>> {
+        let mut all = self.lists.clone();
+        self.rng.shuffle(&mut all);
+        all.truncate(n.min(all.len()));
+        all
+    }
+
+    async fn begin(&self, options: TransactionOptions, draft: &mut Draft) -> Result<Transaction> {
+        let txn = self.client.begin_with_options(options).await?;
+        draft.start_ts = Some(txn.start_timestamp().version());
+        Ok(txn)
+    }
+
+    async fn snapshot(&self, draft: &mut Draft) -> Result<Snapshot> {
+        let ts = self.client.current_timestamp().await?;
+        draft.start_ts = Some(ts.version());
+        Ok(self.client.snapshot(
+            ts,
+            TransactionOptions::new_optimistic().drop_check(CheckLevel::Warn),
+        ))
+    }
+
+    /// One list read of `key` by a random method (a `batch_get` adds a
+    /// random list or scratch key, a `scan` reads the whole list range),
+    /// recorded as what came back.
+    async fn read_lists(
+        &mut self,
+        reader: &mut Reader<'_>,
+        key: Vec<u8>,
+        draft: &mut Draft,
+    ) -> Result<()> {
+        match self.rng.u32(0..3) {
+            0 => {
+                let value = reader.get(key.clone()).await?;
+                draft.ops.push(TxnOp::Read {
+                    key,
+                    list: value.as_deref().map(decode_list),
+                    locking: false,
+                });
+            }
+            1 => {
+                let other = if self.rng.u32(0..4) == 0 && !self.scratch.is_empty() {
+                    let scratch = self.scratch.clone();
+                    self.pick(&scratch).to_vec()
+                } else {
+                    let lists = self.lists.clone();
+                    self.pick(&lists).to_vec()
+                };
+                let mut keys = vec![key];
+                if !keys.contains(&other) {
+                    keys.push(other);
+                }
+                let found = reader.batch_get(keys.clone()).await?;
+                for key in keys {
+                    let list = found.get(&key).map(|v| decode_list(v));
+                    draft.ops.push(TxnOp::Read {
+                        key,
+                        list,
+                        locking: false,
+                    });
+                }
+            }
+            _ => {
+                let (start, end) = list_range();
+                let found = reader.scan(start, end).await?;
+                for key in &self.lists {
+                    draft.ops.push(TxnOp::Read {
+                        key: key.clone(),
+                        list: found.get(key).map(|v| decode_list(v)),
+                        locking: false,
+                    });
+                }
+                // Anything else in the range (a scratch key, which must
+                // never be there) is recorded too.
+                for (key, value) in &found {
+                    if !self.lists.contains(key) {
+                        draft.ops.push(TxnOp::Read {
+                            key: key.clone(),
+                            list: Some(decode_list(value)),
+                            locking: false,
+                        });
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    async fn list_txn(&mut self, mode: TxnMode, draft: &mut Draft) -> TxnOutcome {
+        if mode == TxnMode::Snapshot {
+            let mut snapshot = match self.snapshot(draft).await {
+                Ok(s) => s,
+                Err(e) => return aborted(&e),
+            };
+            let n = self.rng.usize(2..=4);
+            for key in self.distinct_lists(n) {
+                if let Err(e) = self
+                    .read_lists(&mut Reader::Snap(&mut snapshot), key, draft)
+                    .await
+                {
+                    return aborted(&e);
+                }
+            }
+            return TxnOutcome::Committed { commit_ts: None };
+        }
+        let mut txn = match self.begin(options_for(mode), draft).await {
+            Ok(t) => t,
+            Err(e) => return aborted(&e),
+        };
+        let body = self.list_body(&mut txn, mode, draft).await;
+        finish(txn, body).await
+    }
+
+    /// Reads first, then appends, over distinct list keys.
+    async fn list_body(
+        &mut self,
+        txn: &mut Transaction,
+        mode: TxnMode,
+        draft: &mut Draft,
+    ) -> Result<()> {
+        let pessimistic = mode.is_pessimistic();
+        let n = self.rng.usize(1..=4);
+        let mut reads = Vec::new();
+        let mut appends = Vec::new();
+        for key in self.distinct_lists(n) {
+            if self.rng.bool() {
+                appends.push(key);
+            } else {
+                reads.push(key);
+            }
+        }
+        for key in &reads {
+            if self.rng.u32(0..4) == 0 {
+                // A locking read: at a fresh for_update_ts in a
+                // pessimistic transaction, at start_ts (and checked at
+                // commit) in an optimistic one.
+                let value = txn.get_for_update(key.clone()).await?;
+                draft.ops.push(TxnOp::Read {
+                    key: key.clone(),
+                    list: value.as_deref().map(decode_list),
+                    locking: pessimistic,
+                });
+            } else {
+                self.read_lists(&mut Reader::Txn(txn), key.clone(), draft)
+                    .await?;
+            }
+        }
+        if !reads.is_empty() && self.rng.u32(0..4) == 0 {
+            txn.lock_keys(reads.clone()).await?;
+        }
+        let batch = appends.len() >= 2 && self.rng.bool();
+        let mut pending = Vec::new();
+        for key in appends {
+            let locking = pessimistic || self.rng.u32(0..4) == 0;
+            let value = if locking {
+                txn.get_for_update(key.clone()).await?
+            } else {
+                txn.get(key.clone()).await?
+            };
+            let read = value.as_deref().map(decode_list);
+            draft.ops.push(TxnOp::Read {
+                key: key.clone(),
+                list: read.clone(),
+                locking: pessimistic,
+            });
+            let element = self.element();
+            let mut list = read.unwrap_or_default();
+            list.push(element);
+            let bytes = encode_list(&list);
+            if batch {
+                pending.push((key, element, bytes));
+                continue;
+            }
+            if value.is_none() && self.rng.bool() {
+                txn.insert(key.clone(), bytes).await?;
+            } else {
+                txn.put(key.clone(), bytes).await?;
+            }
+            draft.ops.push(TxnOp::Append { key, element });
+        }
+        if !pending.is_empty() {
+            let mutations: Vec<Mutation> = pending
+                .iter()
+                .map(|(key, _, bytes)| Mutation::Put(key.clone().into(), bytes.clone()))
+                .collect();
+            txn.batch_mutate(mutations).await?;
+            for (key, element, _) in pending {
+                draft.ops.push(TxnOp::Append { key, element });
+            }
+        }
+        if !self.scratch.is_empty() && self.rng.u32(0..8) == 0 {
+            // Inserted and deleted in one transaction: never visible.
+            let scratch = self.scratch.clone();
+            let key = self.pick(&scratch).to_vec();
+            let element = self.element();
+            txn.insert(key.clone(), encode_list(&[element])).await?;
+            txn.delete(key).await?;
+        }
+        Ok(())
+    }
+
+    /// Two distinct accounts.
+    fn account_pair(&mut self) -> (Vec<u8>, Vec<u8>) {
+        let n = self.accounts.len();
+        let from = self.rng.usize(0..n);
+        let to = (from + self.rng.usize(1..n.max(2))) % n;
+        (self.accounts[from].clone(), self.accounts[to].clone())
+    }
+
+    async fn transfer_txn(&mut self, mode: TxnMode, draft: &mut Draft) -> TxnOutcome {
+        let mut txn = match self.begin(options_for(mode), draft).await {
+            Ok(t) => t,
+            Err(e) => return aborted(&e),
+        };
+        let (from, to) = self.account_pair();
+        let body = self.transfer_body(&mut txn, mode, from, to, draft).await;
+        finish(txn, body).await
+    }
+
+    /// Reads two accounts (locking in pessimistic mode) and moves up to 20
+    /// from the first to the second.
+    async fn transfer_body(
+        &mut self,
+        txn: &mut Transaction,
+        mode: TxnMode,
+        from: Vec<u8>,
+        to: Vec<u8>,
+        draft: &mut Draft,
+    ) -> Result<()> {
+        let pessimistic = mode.is_pessimistic();
+        let (a, b) = if pessimistic {
+            let a = txn.get_for_update(from.clone()).await?;
+            draft.ops.push(TxnOp::ReadBalance {
+                key: from.clone(),
+                balance: a.as_deref().map(decode_balance),
+                locking: true,
+            });
+            let b = txn.get_for_update(to.clone()).await?;
+            draft.ops.push(TxnOp::ReadBalance {
+                key: to.clone(),
+                balance: b.as_deref().map(decode_balance),
+                locking: true,
+            });
+            (a, b)
+        } else {
+            let (a, b) = if self.rng.bool() {
+                let mut found = Reader::Txn(txn)
+                    .batch_get(vec![from.clone(), to.clone()])
+                    .await?;
+                (found.remove(&from), found.remove(&to))
+            } else {
+                let a = txn.get(from.clone()).await?;
+                let b = txn.get(to.clone()).await?;
+                (a, b)
+            };
+            for (key, value) in [(&from, &a), (&to, &b)] {
+                draft.ops.push(TxnOp::ReadBalance {
+                    key: key.clone(),
+                    balance: value.as_deref().map(decode_balance),
+                    locking: false,
+                });
+            }
+            (a, b)
+        };
+        let (a, b) = match (
+            a.as_deref().map(decode_balance),
+            b.as_deref().map(decode_balance),
+        ) {
+            (Some(a), Some(b)) if a != i64::MIN && b != i64::MIN => (a, b),
+            _ => {
+                return Err(Error::Internal(
+                    "an account is missing or does not hold a number".to_owned(),
+                ))
+            }
+        };
+        let amount = self.rng.i64(1..=20).min(a.max(0));
+        if amount == 0 {
+            return Ok(());
+        }
+        self.write_pair(txn, (from, a - amount), (to, b + amount), draft)
+            .await
+    }
+
+    /// Writes two balances (`put` twice or one `batch_mutate`).
+    async fn write_pair(
+        &mut self,
+        txn: &mut Transaction,
+        first: (Vec<u8>, i64),
+        second: (Vec<u8>, i64),
+        draft: &mut Draft,
+    ) -> Result<()> {
+        if self.rng.bool() {
+            txn.batch_mutate([
+                Mutation::Put(first.0.clone().into(), first.1.to_string().into_bytes()),
+                Mutation::Put(second.0.clone().into(), second.1.to_string().into_bytes()),
+            ])
+            .await?;
+            for (key, balance) in [first, second] {
+                draft.ops.push(TxnOp::WriteBalance { key, balance });
+            }
+        } else {
+            for (key, balance) in [first, second] {
+                txn.put(key.clone(), balance.to_string()).await?;
+                draft.ops.push(TxnOp::WriteBalance { key, balance });
+            }
+        }
+        Ok(())
+    }
+
+    /// Reads every account in one snapshot or optimistic transaction.
+    async fn audit_txn(&mut self, mode: TxnMode, draft: &mut Draft) -> TxnOutcome {
+        let accounts = self.accounts.clone();
+        let batch = self.rng.bool();
+        if mode == TxnMode::Snapshot {
+            let mut snapshot = match self.snapshot(draft).await {
+                Ok(s) => s,
+                Err(e) => return aborted(&e),
+            };
+            return match read_balances(&mut Reader::Snap(&mut snapshot), &accounts, batch, draft)
+                .await
+            {
+                Ok(()) => TxnOutcome::Committed { commit_ts: None },
+                Err(e) => aborted(&e),
+            };
+        }
+        let mut txn = match self.begin(options_for(mode), draft).await {
+            Ok(t) => t,
+            Err(e) => return aborted(&e),
+        };
+        let body = read_balances(&mut Reader::Txn(&mut txn), &accounts, batch, draft).await;
+        finish(txn, body).await
+    }
+
+    /// Locks an account pair or a list, holds the locks (the TSO moves
+    /// past their TTL meanwhile, sometimes by this task's own jump), then
+    /// writes and commits.
+    async fn long_txn(
+        &mut self,
+        mode: TxnMode,
+        workload: TxnWorkload,
+        draft: &mut Draft,
+    ) -> TxnOutcome {
+        let hold = {
+            let (low, high) = (
+                self.hold.0.as_millis() as u64,
+                self.hold.1.as_millis() as u64,
+            );
+            Duration::from_millis(self.rng.u64(low..=high.max(low)))
+        };
+        let mut options = options_for(mode);
+        if self.rng.bool() {
+            // Heartbeats while the locks are held (they may be dropped).
+            options = options.heartbeat_option(HeartbeatOption::FixedTime(
+                (hold / 3).max(Duration::from_millis(50)),
+            ));
+        }
+        let mut txn = match self.begin(options, draft).await {
+            Ok(t) => t,
+            Err(e) => return aborted(&e),
+        };
+        let body = self.long_body(&mut txn, workload, hold, draft).await;
+        finish(txn, body).await
+    }
+
+    async fn long_body(
+        &mut self,
+        txn: &mut Transaction,
+        workload: TxnWorkload,
+        hold: Duration,
+        draft: &mut Draft,
+    ) -> Result<()> {
+        match workload {
+            TxnWorkload::Bank => {
+                let (from, to) = self.account_pair();
+                let a = txn.get_for_update(from.clone()).await?;
+                let a = a.as_deref().map(decode_balance);
+                draft.ops.push(TxnOp::ReadBalance {
+                    key: from.clone(),
+                    balance: a,
+                    locking: true,
+                });
+                let b = txn.get_for_update(to.clone()).await?;
+                let b = b.as_deref().map(decode_balance);
+                draft.ops.push(TxnOp::ReadBalance {
+                    key: to.clone(),
+                    balance: b,
+                    locking: true,
+                });
+                self.hold(hold).await;
+                let (a, b) = match (a, b) {
+                    (Some(a), Some(b)) if a != i64::MIN && b != i64::MIN => (a, b),
+                    _ => {
+                        return Err(Error::Internal(
+                            "an account is missing or does not hold a number".to_owned(),
+                        ))
+                    }
+                };
+                let amount = self.rng.i64(1..=20);
+                self.write_pair(txn, (from, a - amount), (to, b + amount), draft)
+                    .await
+            }
+            TxnWorkload::ListAppend => {
+                let lists = self.lists.clone();
+                let key = self.pick(&lists).to_vec();
+                let value = txn.get_for_update(key.clone()).await?;
+                let read = value.as_deref().map(decode_list);
+                draft.ops.push(TxnOp::Read {
+                    key: key.clone(),
+                    list: read.clone(),
+                    locking: true,
+                });
+                self.hold(hold).await;
+                let element = self.element();
+                let mut list = read.unwrap_or_default();
+                list.push(element);
+                txn.put(key.clone(), encode_list(&list)).await?;
+                draft.ops.push(TxnOp::Append { key, element });
+                Ok(())
+            }
+        }
+    }
+
+    /// Holds the locks for `hold`; first, sometimes, moves the TSO past
+    /// the pessimistic lock TTL so that they are expired for everyone who
+    /// meets them meanwhile.
+    async fn hold(&mut self, hold: Duration) {
+        if self.rng.u32(0..100) < self.expire_percent {
+            let ttl = Duration::from_millis(tikv_plan::transaction::MAX_TTL);
+            self.cluster
+                .advance_tso_clock(ttl + Duration::from_secs(self.rng.u64(1..=10)));
+            self.shared.forced_expiries.fetch_add(1, Ordering::SeqCst);
+        }
+        tokio::time::sleep(hold).await;
+    }
+}
+
+/// Reads `accounts` (one `batch_get`, or a `get` each) and records every
+/// balance (absent ones as `None`).
+async fn read_balances(
+    reader: &mut Reader<'_>,
+    accounts: &[Vec<u8>],
+    batch: bool,
+    draft: &mut Draft,
+) -> Result<()> {
+    if batch {
+        let found = reader.batch_get(accounts.to_vec()).await?;
+        for key in accounts {
+            draft.ops.push(TxnOp::ReadBalance {
+                key: key.clone(),
+                balance: found.get(key).map(|v| decode_balance(v)),
+                locking: false,
+            });
+        }
+    } else {
+        for key in accounts {
+            let value = reader.get(key.clone()).await?;
+            draft.ops.push(TxnOp::ReadBalance {
+                key: key.clone(),
+                balance: value.as_deref().map(decode_balance),
+                locking: false,
+            });
+        }
+    }
+    Ok(())
+}
+
+/// Runs the workloads and the injector, heals, reads every key in one
+/// snapshot with a fresh client, and checks the history.
+pub async fn run(config: TxnChaosConfig) -> crate::Result<TxnChaosReport> {
+    let lists: Vec<Vec<u8>> = (0..config.list_keys.max(1)).map(list_key).collect();
+    let scratch: Vec<Vec<u8>> = (0..config.scratch_keys).map(scratch_key).collect();
+    let accounts: Vec<Vec<u8>> = (0..config.accounts.max(2)).map(account_key).collect();
+    // Caller keys in key order (accounts sort before lists); the cluster
+    // splits at their encodings.
+    let mut all_keys: Vec<Vec<u8>> = accounts
+        .iter()
+        .chain(&lists)
+        .chain(&scratch)
+        .cloned()
+        .collect();
+    all_keys.sort();
+    let regions = config.regions.clamp(1, all_keys.len());
+    let split_keys: Vec<Vec<u8>> = (1..regions)
+        .filter_map(|i| all_keys.get(i * all_keys.len() / regions))
+        .map(|k| encode_bytes(k))
+        .collect();
+    let cluster = Arc::new(
+        SimCluster::builder()
+            .stores(config.stores.max(1))
+            .pd_members(config.pd_members.max(1))
+            .split_keys(split_keys)
+            .replicas(3)
+            .start()
+            .await?,
+    );
+
+    let client_config = Config::default()
+        .with_rpc_mode(config.rpc_mode)
+        .with_timeout(config.timeout)
+        .with_connect_timeout(config.timeout)
+        .with_request_deadline(config.deadline);
+    let connect =
+        || TransactionClient::new_with_config(cluster.pd_endpoints(), client_config.clone());
+    let shared_client = connect().await?;
+
+    let recorder = Arc::new(TxnRecorder::new());
+    setup_accounts(&shared_client, &recorder, &accounts, config.initial_balance).await?;
+
+    // A transaction makes a handful of requests, each bounded by the
+    // deadline, and lock waits are bounded by it too; long ones also hold.
+    let bound = config.deadline * 10 + config.long_hold.1 + Duration::from_secs(5);
+    let stop = Arc::new(AtomicBool::new(false));
+    let shared = Arc::new(Shared::default());
+    let mut clients = vec![shared_client.clone()];
+    let mut workers = Vec::new();
+    for task in 0..config.tasks + config.long_tasks {
+        let role = if task >= config.tasks {
+            Role::Long
+        } else if task % 2 == 0 {
+            Role::List
+        } else {
+            Role::Bank
+        };
+        // Every third task has a client of its own; the rest share one.
+        let client = if task % 3 == 2 {
+            let own = connect().await?;
+            clients.push(own.clone());
+            own
+        } else {
+            shared_client.clone()
+        };
+        let worker = Worker {
+            task,
+            role,
+            client,
+            cluster: Arc::clone(&cluster),
+            recorder: Arc::clone(&recorder),
+            shared: Arc::clone(&shared),
+            rng: fastrand::Rng::with_seed(mix_seed(config.seed, task as u64 + 1)),
+            lists: lists.clone(),
+            scratch: scratch.clone(),
+            accounts: accounts.clone(),
+            seq: 0,
+            n: task,
+            bound,
+            pause: config.txn_pause,
+            hold: config.long_hold,
+            expire_percent: config.long_expire_percent,
+        };
+        workers.push(tokio::spawn(worker.run(Arc::clone(&stop))));
+    }
+
+    let injector = Injector::new(InjectorConfig {
+        seed: mix_seed(config.seed, 0),
+        kinds: config.faults.clone(),
+        interval: config.fault_interval,
+        duration: config.fault_duration,
+        max_splits: config.max_splits,
+        keys: all_keys.iter().map(|k| encode_bytes(k)).collect(),
+    });
+    let end = tokio::time::Instant::now() + config.duration;
+    let (injector, mut panics) = run_injector(injector, &cluster, end, &stop).await;
+    let mut long_records = Vec::new();
+    for worker in workers {
+        match worker.await {
+            Ok(ids) => long_records.extend(ids),
+            Err(e) => panics += usize::from(e.is_panic()),
+        }
+    }
+
+    // Every fault is healed and every transaction has ended. Locks left
+    // behind (undetermined or abandoned transactions) expire: the final
+    // reader resolves them instead of waiting.
+    cluster.advance_tso_clock(Duration::from_millis(tikv_plan::transaction::MAX_TTL) * 3);
+    let reader_config = Config::default()
+        .with_rpc_mode(config.rpc_mode)
+        .with_request_deadline(Duration::from_secs(10));
+    let reader = TransactionClient::new_with_config(cluster.pd_endpoints(), reader_config).await?;
+    final_reads(&reader, &recorder, &lists, &scratch, &accounts).await;
+
+    let drops_fired = cluster
+        .store_ids()
+        .into_iter()
+        .map(|s| cluster.counters(s).count_outcome(Outcome::Dropped))
+        .sum();
+    let mut heartbeats = (0, 0);
+    let mut lock_checks = 0;
+    for client in &clients {
+        let stats = client.stats();
+        heartbeats.0 += stats.heartbeats;
+        heartbeats.1 += stats.heartbeat_failures;
+        lock_checks += stats.locks.check_txn_status;
+    }
+    cluster.shutdown().await;
+
+    let history = recorder.records();
+    let options = TxnCheckOptions {
+        bank_accounts: accounts.clone(),
+        bank_total: config.initial_balance * accounts.len() as i64,
+    };
+    let check = {
+        let history = history.clone();
+        tokio::task::spawn_blocking(move || check_txn_history(&history, &options))
+            .await
+            .map_err(|e| Error::Internal(format!("the history check failed: {e}")))?
+    };
+
+    let mut by_mode = BTreeMap::new();
+    let mut undetermined = 0;
+    let mut transactions = 0;
+    let mut hang_records = Vec::new();
+    for r in history
+        .iter()
+        .filter(|r| r.task != FINAL_TASK && r.task != SETUP_TASK)
+    {
+        transactions += 1;
+        *by_mode
+            .entry((r.workload, r.mode, outcome_name(&r.outcome)))
+            .or_insert(0) += 1;
+        match r.outcome {
+            TxnOutcome::Undetermined { .. } => undetermined += 1,
+            TxnOutcome::Abandoned if hang_records.len() < 20 => hang_records.push(r.id),
+            _ => {}
+        }
+    }
+    let mut long_by_outcome = BTreeMap::new();
+    for id in long_records {
+        if let Some(r) = history.get(id) {
+            *long_by_outcome.entry(outcome_name(&r.outcome)).or_insert(0) += 1;
+        }
+    }
+    Ok(TxnChaosReport {
+        seed: config.seed,
+        duration: config.duration,
+        transactions,
+        by_mode,
+        long_by_outcome,
+        forced_expiries: shared.forced_expiries.load(Ordering::SeqCst),
+        undetermined,
+        faults: injector.map(|i| i.counts().clone()).unwrap_or_default(),
+        drops_fired,
+        heartbeats,
+        lock_checks,
+        check,
+        hangs: usize::try_from(shared.hangs.load(Ordering::SeqCst)).unwrap_or(usize::MAX),
+        hang_records,
+        panics,
+        history,
+    })
+}
+
+/// Gives every account `balance` in one optimistic transaction (no fault
+/// is active yet), recorded as [`SETUP_TASK`]; a few attempts.
+async fn setup_accounts(
+    client: &TransactionClient,
+    recorder: &TxnRecorder,
+    accounts: &[Vec<u8>],
+    balance: i64,
+) -> Result<()> {
+    let mut last = None;
+    for _attempt in 0..5 {
+        let invoke = recorder.now();
+        let mut draft = Draft::default();
+        let txn = async {
+            let mut txn = client
+                .begin_with_options(options_for(TxnMode::Optimistic))
+                .await?;
+            draft.start_ts = Some(txn.start_timestamp().version());
+            let mut body = Ok(());
+            for key in accounts {
+                if let Err(e) = txn.put(key.clone(), balance.to_string()).await {
+                    body = Err(e);
+                    break;
+                }
+                draft.ops.push(TxnOp::WriteBalance {
+                    key: key.clone(),
+                    balance,
+                });
+            }
+            Ok::<_, Error>(finish(txn, body).await)
+        };
+        let outcome = match txn.await {
+            Ok(outcome) => outcome,
+            Err(e) => aborted(&e),
+        };
+        let committed = outcome.is_committed();
+        let uncertain = outcome.is_uncertain();
+        last = Some(outcome.clone());
+        recorder.record(TxnRecord {
+            id: 0,
+            task: SETUP_TASK,
+            workload: TxnWorkload::Bank,
+            mode: TxnMode::Optimistic,
+            start_ts: draft.start_ts,
+            invoke,
+            complete: Some(recorder.now()),
+            ops: draft.ops,
+            outcome,
+        });
+        if committed {
+            return Ok(());
+        }
+        if uncertain {
+            break;
+        }
+    }
+    Err(Error::Internal(format!(
+        "could not give the accounts their balance: {last:?}"
+    )))
+}
+
+/// One snapshot reading every list, scratch key and account, recorded as
+/// two [`FINAL_TASK`] records (list-append and bank) with the snapshot's
+/// timestamp; a failed attempt is recorded as aborted and retried.
+async fn final_reads(
+    reader: &TransactionClient,
+    recorder: &TxnRecorder,
+    lists: &[Vec<u8>],
+    scratch: &[Vec<u8>],
+    accounts: &[Vec<u8>],
+) {
+    let list_keys: Vec<Vec<u8>> = lists.iter().chain(scratch).cloned().collect();
+    for _attempt in 0..5 {
+        let invoke = recorder.now();
+        let mut list_draft = Draft::default();
+        let mut bank_draft = Draft::default();
+        let result = async {
+            let ts = reader.current_timestamp().await?;
+            list_draft.start_ts = Some(ts.version());
+            bank_draft.start_ts = Some(ts.version());
+            let mut snapshot = reader.snapshot(
+                ts,
+                TransactionOptions::new_optimistic().drop_check(CheckLevel::Warn),
+            );
+            let found = Reader::Snap(&mut snapshot)
+                .batch_get(list_keys.clone())
+                .await?;
+            for key in &list_keys {
+                list_draft.ops.push(TxnOp::Read {
+                    key: key.clone(),
+                    list: found.get(key).map(|v| decode_list(v)),
+                    locking: false,
+                });
+            }
+            read_balances(
+                &mut Reader::Snap(&mut snapshot),
+                accounts,
+                true,
+                &mut bank_draft,
+            )
+            .await
+        }
+        .await;
+        let complete = Some(recorder.now());
+        let outcome = match &result {
+            Ok(()) => TxnOutcome::Committed { commit_ts: None },
+            Err(e) => aborted(e),
+        };
+        for (workload, draft) in [
+            (TxnWorkload::ListAppend, list_draft),
+            (TxnWorkload::Bank, bank_draft),
+        ] {
+            recorder.record(TxnRecord {
+                id: 0,
+                task: FINAL_TASK,
+                workload,
+                mode: TxnMode::Snapshot,
+                start_ts: draft.start_ts,
+                invoke,
+                complete,
+                ops: draft.ops,
+                outcome: outcome.clone(),
+            });
+        }
+        if result.is_ok() {
+            return;
+        }
+    }
+}
+
+fn mix_seed(seed: u64, stream: u64) -> u64 {
+    seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ stream.wrapping_mul(0xD1B5_4A32_D192_ED03)
+}

@@ -1,0 +1,1046 @@
+//! [`SimCluster`] and its builder.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use tokio::sync::watch;
+use tonic::service::Routes;
+
+use super::codec;
+use super::counters::StoreCounters;
+use super::mvcc::MvccVersion;
+use super::net::{bind, Endpoint};
+use super::pd::PdService;
+use super::state::{ClusterState, Cold, ColdMode, HangMode, PdMember, SimRegion, SimStore};
+use super::store::StoreService;
+use tonic::transport::Channel;
+
+use super::keyspace::KeyspaceService;
+use crate::proto::keyspacepb::{self, keyspace_server::KeyspaceServer};
+use crate::proto::kvrpcpb;
+use crate::proto::metapb::{self, PeerRole};
+use crate::proto::pdpb::pd_client::PdClient;
+use crate::proto::pdpb::pd_server::PdServer;
+use crate::proto::tikvpb::tikv_client::TikvClient;
+use crate::proto::tikvpb::tikv_server::TikvServer;
+use crate::{Error, Result};
+use tikv_plan_proto::meta::{can_become_leader, role_can_lead};
+
+/// The cluster id every PD header carries unless the builder sets another.
+pub const DEFAULT_CLUSTER_ID: u64 = 7_046_000_000_000_000_001;
+/// The first Region/peer id (store ids are `1..=n`).
+pub const FIRST_REGION_ID: u64 = 1000;
+/// The member id of PD member 0; member `i` has `PD_MEMBER_ID_BASE + i`.
+pub const PD_MEMBER_ID_BASE: u64 = 9001;
+/// Every store method label the simulated stores serve (the labels of
+/// `tikv_plan::store::Request`).
+pub const RAW_METHODS: [&str; 11] = [
+    "raw_get",
+    "raw_batch_get",
+    "raw_put",
+    "raw_batch_put",
+    "raw_delete",
+    "raw_batch_delete",
+    "raw_scan",
+    "raw_batch_scan",
+    "raw_delete_range",
+    "raw_compare_and_swap",
+    "raw_get_key_ttl",
+];
+/// Every transactional method label the simulated stores serve (the gRPC
+/// method names of `tikvpb.Tikv` in snake case).
+pub const TXN_METHODS: [&str; 17] = [
+    "kv_get",
+    "kv_batch_get",
+    "kv_scan",
+    "kv_prewrite",
+    "kv_commit",
+    "kv_batch_rollback",
+    "kv_cleanup",
+    "kv_check_txn_status",
+    "kv_check_secondary_locks",
+    "kv_resolve_lock",
+    "kv_pessimistic_lock",
+    "kv_pessimistic_rollback",
+    "kv_txn_heart_beat",
+    "kv_scan_lock",
+    "kv_delete_range",
+    "unsafe_destroy_range",
+    "kv_gc",
+];
+
+/// A range end's encoding; empty stays empty (unbounded).
+fn encoded_bound(key: &[u8]) -> Vec<u8> {
+    if key.is_empty() {
+        Vec::new()
+    } else {
+        codec::encode_bytes(key)
+    }
+}
+
+/// A timestamp from its physical (ms) and logical parts.
+pub(crate) fn compose_ts(physical: i64, logical: i64) -> u64 {
+    (physical.max(0) as u64) << 18 | (logical.max(0) as u64)
+}
+
+/// State shared by the cluster handle and every service.
+pub(crate) struct Shared {
+    state: Mutex<ClusterState>,
+    /// Bumped on every fault change; hung requests wait on it.
+    pub(crate) faults: watch::Sender<u64>,
+    stores: Mutex<BTreeMap<u64, Endpoint>>,
+    pd: Mutex<Vec<Endpoint>>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    // A panic while holding the lock cannot leave the simulation in a state
+    // worse than the panic itself; keep serving.
+    match m.lock() {
+        Ok(g) => g,
+        Err(poisoned) => poisoned.into_inner(),
+    }
+}
+
+impl Shared {
+    pub(crate) fn lock(&self) -> MutexGuard<'_, ClusterState> {
+        lock(&self.state)
+    }
+
+    fn faults_changed(&self) {
+        self.faults.send_modify(|v| *v = v.wrapping_add(1));
+    }
+
+    pub(crate) fn reset_store_connections(&self, store_id: u64) {
+        if let Some(e) = lock(&self.stores).get_mut(&store_id) {
+            e.reset_connections();
+        }
+    }
+}
+
+/// One peer of a Region in an explicit [`RegionLayout`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SimPeer {
+    /// The store holding the peer.
+    pub store_id: u64,
+    /// Voter or learner.
+    pub role: PeerRole,
+    /// A witness votes but holds no data and never leads.
+    pub is_witness: bool,
+}
+
+impl SimPeer {
+    /// A voter on `store_id`.
+    pub fn voter(store_id: u64) -> Self {
+        SimPeer {
+            store_id,
+            role: PeerRole::Voter,
+            is_witness: false,
+        }
+    }
+
+    /// A learner on `store_id`.
+    pub fn learner(store_id: u64) -> Self {
+        SimPeer {
+            store_id,
+            role: PeerRole::Learner,
+            is_witness: false,
+        }
+    }
+
+    /// A witness (a voter that never leads) on `store_id`.
+    pub fn witness(store_id: u64) -> Self {
+        SimPeer {
+            store_id,
+            role: PeerRole::Voter,
+            is_witness: true,
+        }
+    }
+
+    /// A peer with any role, e.g. `PeerRole::IncomingVoter`.
+    pub fn with_role(store_id: u64, role: PeerRole) -> Self {
+        SimPeer {
+            store_id,
+            role,
+            is_witness: false,
+        }
+    }
+}
+
+/// An explicit peer list for one Region, with its leader.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RegionLayout {
+    peers: Vec<SimPeer>,
+    leader: Option<u64>,
+    cold: Option<ColdMode>,
+}
+
+impl RegionLayout {
+    /// The peers in this order (peer order in the Region's metadata). The
+    /// leader defaults to the first voter that is not a witness.
+    pub fn new(peers: Vec<SimPeer>) -> Self {
+        RegionLayout {
+            peers,
+            leader: None,
+            cold: None,
+        }
+    }
+
+    /// The peer on `store_id` leads (true leader and PD's view).
+    pub fn leader(mut self, store_id: u64) -> Self {
+        self.leader = Some(store_id);
+        self
+    }
+
+    /// The Region starts cold: it has no leader, PD names the would-be
+    /// leader (see [`leader`](Self::leader)), and a leader request to a voter
+    /// makes it campaign in `mode`.
+    pub fn cold(mut self, mode: ColdMode) -> Self {
+        self.cold = Some(mode);
+        self
+    }
+}
+
+/// Builds a [`SimCluster`]; see [`SimCluster::builder`].
+#[derive(Debug, Clone)]
+pub struct SimClusterBuilder {
+    stores: u64,
+    split_keys: Vec<Vec<u8>>,
+    replicas: usize,
+    layouts: BTreeMap<usize, RegionLayout>,
+    pd_members: usize,
+    pd_addr: Option<SocketAddr>,
+    store_addrs: BTreeMap<u64, SocketAddr>,
+    cluster_id: u64,
+    api_version: kvrpcpb::ApiVersion,
+    keyspaces: Vec<(String, u32)>,
+}
+
+impl Default for SimClusterBuilder {
+    fn default() -> Self {
+        SimClusterBuilder {
+            stores: 3,
+            split_keys: Vec::new(),
+            replicas: 3,
+            layouts: BTreeMap::new(),
+            pd_members: 1,
+            pd_addr: None,
+            store_addrs: BTreeMap::new(),
+            cluster_id: DEFAULT_CLUSTER_ID,
+            api_version: kvrpcpb::ApiVersion::V1,
+            keyspaces: Vec::new(),
+        }
+    }
+}
+
+fn loopback_any_port() -> SocketAddr {
+    SocketAddr::from(([127, 0, 0, 1], 0))
+}
+
+impl SimClusterBuilder {
+    /// The number of stores; their ids are `1..=n`. Default 3.
+    pub fn stores(mut self, n: u64) -> Self {
+        self.stores = n;
+        self
+    }
+
+    /// The keys the key space is split at; `k` keys make `k + 1` Regions.
+    /// Default: none (one Region).
+    pub fn split_keys(mut self, keys: Vec<Vec<u8>>) -> Self {
+        self.split_keys = keys;
+        self
+    }
+
+    /// Voters per Region, placed round-robin: Region `i` (key order, from 0)
+    /// has voters on stores `(i + j) % n + 1` for `j` in `0..replicas`, and
+    /// the first leads. Default 3 (capped at the store count).
+    pub fn replicas(mut self, replicas: usize) -> Self {
+        self.replicas = replicas;
+        self
+    }
+
+    /// Gives Region `index` (key order, from 0) an explicit peer list.
+    pub fn region_layout(mut self, index: usize, layout: RegionLayout) -> Self {
+        self.layouts.insert(index, layout);
+        self
+    }
+
+    /// The number of PD members (default 1). All share the cluster state;
+    /// member 0 leads at start.
+    pub fn pd_members(mut self, n: usize) -> Self {
+        self.pd_members = n;
+        self
+    }
+
+    /// The address of PD member 0 (default `127.0.0.1:0`, a free port).
+    pub fn pd_addr(mut self, addr: SocketAddr) -> Self {
+        self.pd_addr = Some(addr);
+        self
+    }
+
+    /// The address of one store (default `127.0.0.1:0`).
+    pub fn store_addr(mut self, store_id: u64, addr: SocketAddr) -> Self {
+        self.store_addrs.insert(store_id, addr);
+        self
+    }
+
+    /// The cluster id in every PD header (default [`DEFAULT_CLUSTER_ID`]).
+    pub fn cluster_id(mut self, id: u64) -> Self {
+        self.cluster_id = id;
+        self
+    }
+
+    /// The API version every store runs (default V1, TiKV's default). A
+    /// store answers a request whose `Context.api_version` differs with an
+    /// error, as TiKV does; API v2 clients set a keyspace
+    /// (`Config::with_keyspace`).
+    pub fn api_version(mut self, version: kvrpcpb::ApiVersion) -> Self {
+        self.api_version = version;
+        self
+    }
+
+    /// Adds a keyspace PD serves to clients (`keyspacepb.Keyspace`), besides
+    /// `DEFAULT` (id 0), which always exists. Ids are below 2^24.
+    pub fn keyspace(mut self, name: &str, id: u32) -> Self {
+        self.keyspaces.push((name.to_owned(), id));
+        self
+    }
+
+    fn validate(&self) -> Result<()> {
+        let invalid = |m: String| Err(Error::InvalidArgument(m));
+        if self.stores == 0 {
+            return invalid("a simulated cluster needs at least one store".to_owned());
+        }
+        if self.pd_members == 0 {
+            return invalid("a simulated cluster needs at least one PD member".to_owned());
+        }
+        if self.cluster_id == 0 {
+            return invalid("the cluster id must not be 0: clients reject it".to_owned());
+        }
+        for (name, id) in &self.keyspaces {
+            if *id >= 1 << 24 || *id == 0 || name.is_empty() {
+                return invalid(format!(
+                    "keyspace {name:?} with id {id}: names must be non-empty and ids between 1 and 2^24 - 1 (0 is DEFAULT)"
+                ));
+            }
+        }
+        if self.layouts.is_empty() && self.replicas == 0 {
+            return invalid("replicas must be at least 1".to_owned());
+        }
+        let sorted = self.split_keys.windows(2).all(|w| w[0] < w[1]);
+        if !sorted || self.split_keys.iter().any(Vec::is_empty) {
+            return invalid("split keys must be non-empty, sorted and distinct".to_owned());
+        }
+        let regions = self.split_keys.len() + 1;
+        for (index, layout) in &self.layouts {
+            if *index >= regions {
+                return invalid(format!(
+                    "region layout {index} given, but there are only {regions} regions"
+                ));
+            }
+            let mut seen = Vec::new();
+            for p in &layout.peers {
+                if p.store_id == 0 || p.store_id > self.stores {
+                    return invalid(format!(
+                        "region {index}: store {} does not exist",
+                        p.store_id
+                    ));
+                }
+                if seen.contains(&p.store_id) {
+                    return invalid(format!("region {index}: two peers on store {}", p.store_id));
+                }
+                seen.push(p.store_id);
+            }
+            if let Some(leader) = layout.leader {
+                let ok = layout
+                    .peers
+                    .iter()
+                    .any(|p| p.store_id == leader && role_can_lead(p.role, p.is_witness));
+                if !ok {
+                    return invalid(format!(
+                        "region {index}: the leader on store {leader} must be a voter that is not a witness"
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Starts PD and the stores, each on its own port.
+    pub async fn start(self) -> Result<SimCluster> {
+        self.validate()?;
+        let mut state = ClusterState::new(self.cluster_id, FIRST_REGION_ID);
+        for id in 1..=self.stores {
+            state.stores.insert(
+                id,
+                SimStore {
+                    address: String::new(),
+                    up: true,
+                    hang: None,
+                    slow: Duration::ZERO,
+                    busy: None,
+                    drop_next: Vec::new(),
+                    counters: StoreCounters::default(),
+                },
+            );
+        }
+        self.create_regions(&mut state);
+        state.api_version = self.api_version;
+        for (name, id) in &self.keyspaces {
+            state.keyspaces.push(keyspacepb::KeyspaceMeta {
+                id: *id,
+                name: name.clone(),
+                state: keyspacepb::KeyspaceState::Enabled as i32,
+                ..Default::default()
+            });
+        }
+
+        let (faults, _) = watch::channel(0u64);
+        let shared = Arc::new(Shared {
+            state: Mutex::new(state),
+            faults,
+            stores: Mutex::new(BTreeMap::new()),
+            pd: Mutex::new(Vec::new()),
+        });
+        let cluster = SimCluster {
+            shared: shared.clone(),
+        };
+
+        for member in 0..self.pd_members {
+            let addr = match (member, self.pd_addr) {
+                (0, Some(a)) => a,
+                _ => loopback_any_port(),
+            };
+            let service = PdService {
+                shared: shared.clone(),
+                member,
+            };
+            let keyspaces = KeyspaceService {
+                shared: shared.clone(),
+                member,
+            };
+            let routes =
+                Routes::new(PdServer::new(service)).add_service(KeyspaceServer::new(keyspaces));
+            let endpoint = Endpoint::start(addr, routes).await?;
+            let address = endpoint.addr().to_string();
+            lock(&shared.pd).push(endpoint);
+            shared.lock().pd_members.push(PdMember {
+                name: format!("pd-{member}"),
+                member_id: PD_MEMBER_ID_BASE + member as u64,
+                address,
+                up: true,
+            });
+        }
+        for store_id in 1..=self.stores {
+            let addr = self
+                .store_addrs
+                .get(&store_id)
+                .copied()
+                .unwrap_or_else(loopback_any_port);
+            let service = StoreService {
+                shared: shared.clone(),
+                store_id,
+            };
+            let endpoint = Endpoint::start(addr, Routes::new(TikvServer::new(service))).await?;
+            let address = endpoint.addr().to_string();
+            lock(&shared.stores).insert(store_id, endpoint);
+            if let Some(s) = shared.lock().stores.get_mut(&store_id) {
+                s.address = address;
+            }
+        }
+        Ok(cluster)
+    }
+
+    fn create_regions(&self, state: &mut ClusterState) {
+        let n = self.stores;
+        let replicas = self.replicas.clamp(1, n as usize);
+        let mut bounds = vec![Vec::new()];
+        bounds.extend(self.split_keys.iter().cloned());
+        bounds.push(Vec::new());
+        for index in 0..bounds.len() - 1 {
+            let layout = self.layouts.get(&index).cloned().unwrap_or_else(|| {
+                RegionLayout::new(
+                    (0..replicas)
+                        .map(|j| SimPeer::voter((index as u64 + j as u64) % n + 1))
+                        .collect(),
+                )
+            });
+            let region_id = state.alloc_id();
+            let peers: Vec<metapb::Peer> = layout
+                .peers
+                .iter()
+                .map(|p| metapb::Peer {
+                    id: state.alloc_id(),
+                    store_id: p.store_id,
+                    role: p.role as i32,
+                    is_witness: p.is_witness,
+                })
+                .collect();
+            let leader_peer = match layout.leader {
+                Some(store) => peers.iter().find(|p| p.store_id == store),
+                None => peers.iter().find(|p| can_become_leader(p)),
+            }
+            .map(|p| p.id);
+            let (leader, cold) = match layout.cold {
+                Some(mode) => (
+                    None,
+                    Some(Cold {
+                        mode,
+                        old_leader: leader_peer,
+                    }),
+                ),
+                None => (leader_peer, None),
+            };
+            let meta = metapb::Region {
+                id: region_id,
+                start_key: bounds[index].clone(),
+                end_key: bounds[index + 1].clone(),
+                region_epoch: Some(metapb::RegionEpoch {
+                    conf_ver: 1,
+                    version: 1,
+                }),
+                peers,
+                ..Default::default()
+            };
+            state.regions.insert(
+                region_id,
+                SimRegion {
+                    meta,
+                    leader,
+                    pd_leader: leader_peer,
+                    cold,
+                    derived: Vec::new(),
+                    data: Default::default(),
+                    mvcc: Default::default(),
+                },
+            );
+        }
+    }
+}
+
+async fn connect_channel(address: &str) -> Result<Channel> {
+    let endpoint = Channel::from_shared(format!("http://{address}"))
+        .map_err(|e| Error::InvalidArgument(format!("bad address {address}: {e}")))?
+        .connect_timeout(Duration::from_secs(2));
+    endpoint.connect().await.map_err(|e| Error::Connect {
+        address: address.to_owned(),
+        message: e.to_string(),
+        source: Some(Box::new(e)),
+    })
+}
+
+/// A simulated TiKV cluster: one PD (or several members) and N stores, each
+/// a gRPC server on 127.0.0.1. See the [module documentation](super).
+pub struct SimCluster {
+    shared: Arc<Shared>,
+}
+
+impl std::fmt::Debug for SimCluster {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SimCluster")
+            .field("pd", &self.pd_endpoints())
+            .finish_non_exhaustive()
+    }
+}
+
+impl SimCluster {
+    /// A builder with 3 stores, one Region, 3 replicas and one PD member.
+    pub fn builder() -> SimClusterBuilder {
+        SimClusterBuilder::default()
+    }
+
+    fn state(&self) -> MutexGuard<'_, ClusterState> {
+        self.shared.lock()
+    }
+
+    /// The cluster id PD reports.
+    pub fn cluster_id(&self) -> u64 {
+        self.state().cluster_id
+    }
+
+    /// `127.0.0.1:port` of every PD member, in member order.
+    pub fn pd_endpoints(&self) -> Vec<String> {
+        self.state()
+            .pd_members
+            .iter()
+            .map(|m| m.address.clone())
+            .collect()
+    }
+
+    /// The address of the PD leader.
+    pub fn pd_addr(&self) -> String {
+        let state = self.state();
+        state
+            .pd_members
+            .get(state.pd_leader)
+            .map(|m| m.address.clone())
+            .unwrap_or_default()
+    }
+
+    /// The index of the PD leader among [`pd_endpoints`](Self::pd_endpoints).
+    pub fn pd_leader_index(&self) -> usize {
+        self.state().pd_leader
+    }
+
+    /// A one-line description of a store's faults, as the control
+    /// interface prints it: `up|down busy=MS|- slow=MSms hang=connect|respond|-`.
+    pub fn store_fault_text(&self, store_id: u64) -> String {
+        let state = self.state();
+        let Some(s) = state.stores.get(&store_id) else {
+            return "unknown".to_owned();
+        };
+        format!(
+            "{} busy={} slow={}ms hang={}",
+            if s.up { "up" } else { "down" },
+            s.busy
+                .map(|w| w.to_string())
+                .unwrap_or_else(|| "-".to_owned()),
+            s.slow.as_millis(),
+            match s.hang {
+                None => "-",
+                Some(HangMode::Connect) => "connect",
+                Some(HangMode::Respond) => "respond",
+            }
+        )
+    }
+
+    /// The store ids, ascending.
+    pub fn store_ids(&self) -> Vec<u64> {
+        self.state().stores.keys().copied().collect()
+    }
+
+    /// `127.0.0.1:port` of a store.
+    pub fn store_addr(&self, store_id: u64) -> Option<String> {
+        self.state()
+            .stores
+            .get(&store_id)
+            .map(|s| s.address.clone())
+    }
+
+    /// Every Region as it truly is now, in key order.
+    pub fn regions(&self) -> Vec<metapb::Region> {
+        self.state()
+            .regions_in_key_order()
+            .into_iter()
+            .map(|r| r.meta.clone())
+            .collect()
+    }
+
+    /// The Region holding `key`.
+    pub fn region_for_key(&self, key: &[u8]) -> Option<metapb::Region> {
+        self.state().region_for_key(key).map(|r| r.meta.clone())
+    }
+
+    /// A Region by id.
+    pub fn region(&self, region_id: u64) -> Option<metapb::Region> {
+        self.state().regions.get(&region_id).map(|r| r.meta.clone())
+    }
+
+    /// The true Raft leader of a Region; None while it is cold.
+    pub fn leader_of(&self, region_id: u64) -> Option<metapb::Peer> {
+        let state = self.state();
+        let r = state.regions.get(&region_id)?;
+        r.peer(r.leader?)
+    }
+
+    /// The leader PD reports for a Region (possibly stale).
+    pub fn pd_leader_of(&self, region_id: u64) -> Option<metapb::Peer> {
+        let state = self.state();
+        let r = state.regions.get(&region_id)?;
+        r.peer(r.pd_leader?)
+    }
+
+    /// The value stored under `key` (default column family), read straight
+    /// from the Region's data, bypassing every check and fault.
+    pub fn value_of(&self, key: &[u8]) -> Option<Vec<u8>> {
+        let state = self.state();
+        state
+            .region_for_key(key)?
+            .data
+            .get("default", key, tokio::time::Instant::now())
+    }
+
+    /// A correct request context for the peer of `region_id` on `store_id`:
+    /// Region id, current epoch and that peer. None when the Region has no
+    /// peer there.
+    pub fn context(&self, region_id: u64, store_id: u64) -> Option<kvrpcpb::Context> {
+        let state = self.state();
+        let r = state.regions.get(&region_id)?;
+        Some(kvrpcpb::Context {
+            region_id,
+            region_epoch: r.meta.region_epoch,
+            peer: Some(r.peer_on_store(store_id)?),
+            ..Default::default()
+        })
+    }
+
+    /// A raw gRPC client connected to a store (for tests).
+    pub async fn tikv_client(&self, store_id: u64) -> Result<TikvClient<Channel>> {
+        let address = self
+            .store_addr(store_id)
+            .ok_or(Error::StoreNotFound { store_id })?;
+        Ok(TikvClient::new(connect_channel(&address).await?))
+    }
+
+    /// A raw gRPC client connected to PD member `index` (for tests).
+    pub async fn pd_client(&self, index: usize) -> Result<PdClient<Channel>> {
+        let address = self
+            .pd_endpoints()
+            .get(index)
+            .cloned()
+            .ok_or_else(|| Error::InvalidArgument(format!("there is no PD member {index}")))?;
+        Ok(PdClient::new(connect_channel(&address).await?))
+    }
+
+    /// A raw gRPC client of PD member `index`'s keyspace service (for tests).
+    pub async fn keyspace_client(
+        &self,
+        index: usize,
+    ) -> Result<keyspacepb::keyspace_client::KeyspaceClient<Channel>> {
+        let address = self
+            .pd_endpoints()
+            .get(index)
+            .cloned()
+            .ok_or_else(|| Error::InvalidArgument(format!("there is no PD member {index}")))?;
+        Ok(keyspacepb::keyspace_client::KeyspaceClient::new(
+            connect_channel(&address).await?,
+        ))
+    }
+
+    /// A snapshot of a store's counters (empty for an unknown store).
+    pub fn counters(&self, store_id: u64) -> StoreCounters {
+        self.state()
+            .stores
+            .get(&store_id)
+            .map(|s| s.counters.clone())
+            .unwrap_or_default()
+    }
+
+    /// Zeroes every store's counters.
+    pub fn reset_counters(&self) {
+        for store in self.state().stores.values_mut() {
+            store.counters = StoreCounters::default();
+        }
+    }
+
+    /// Takes a store down: its listener closes (connections are refused)
+    /// and every open connection is reset. Requests waiting in a hang end.
+    /// When this returns, the port is closed.
+    pub async fn store_down(&self, store_id: u64) {
+        tracing::info!("simulated store {store_id} goes down");
+        if let Some(s) = self.state().stores.get_mut(&store_id) {
+            s.up = false;
+        }
+        self.shared.faults_changed();
+        let accept_task = lock(&self.shared.stores)
+            .get_mut(&store_id)
+            .and_then(|e| e.down());
+        if let Some(task) = accept_task {
+            let _ = task.await;
+        }
+    }
+
+    /// Brings a store back on the same address. Its other faults (busy,
+    /// slow, hang) are kept.
+    pub async fn store_up(&self, store_id: u64) -> Result<()> {
+        let addr = lock(&self.shared.stores)
+            .get(&store_id)
+            .map(|e| (e.addr(), e.is_up()))
+            .ok_or(Error::StoreNotFound { store_id })?;
+        if !addr.1 {
+            let listener = bind(addr.0).await?;
+            if let Some(e) = lock(&self.shared.stores).get_mut(&store_id) {
+                e.up(listener);
+            }
+        }
+        if let Some(s) = self.state().stores.get_mut(&store_id) {
+            s.up = true;
+        }
+        self.shared.faults_changed();
+        Ok(())
+    }
+
+    /// Makes a store hang (see [`HangMode`]).
+    pub fn store_hang(&self, store_id: u64, mode: HangMode) {
+        if let Some(s) = self.state().stores.get_mut(&store_id) {
+            s.hang = Some(mode);
+        }
+        if let Some(e) = lock(&self.shared.stores).get_mut(&store_id) {
+            e.set_frozen(mode == HangMode::Connect);
+        }
+        self.shared.faults_changed();
+    }
+
+    /// Ends a hang: frozen connections move again and waiting requests are
+    /// served.
+    pub fn store_unhang(&self, store_id: u64) {
+        if let Some(s) = self.state().stores.get_mut(&store_id) {
+            s.hang = None;
+        }
+        if let Some(e) = lock(&self.shared.stores).get_mut(&store_id) {
+            e.set_frozen(false);
+        }
+        self.shared.faults_changed();
+    }
+
+    /// Adds `delay` before a store handles each request
+    /// (`Duration::ZERO` removes it).
+    pub fn store_slow(&self, store_id: u64, delay: Duration) {
+        if let Some(s) = self.state().stores.get_mut(&store_id) {
+            s.slow = delay;
+        }
+        self.shared.faults_changed();
+    }
+
+    /// Makes a store answer every request with `ServerIsBusy` carrying
+    /// `estimated_wait_ms` (checked before anything else), or ends that with
+    /// `None`.
+    pub fn store_busy(&self, store_id: u64, estimated_wait_ms: Option<u32>) {
+        if let Some(s) = self.state().stores.get_mut(&store_id) {
+            s.busy = estimated_wait_ms;
+        }
+        self.shared.faults_changed();
+    }
+
+    /// Moves a Region's leadership to its peer on `to_store` (a voter that is
+    /// not a witness); the Region stops being cold. PD learns of it only
+    /// when `update_pd`.
+    pub fn transfer_leader(&self, region_id: u64, to_store: u64, update_pd: bool) -> Result<()> {
+        let mut state = self.state();
+        let region = state.region_mut(region_id)?;
+        let peer = region
+            .peer_on_store(to_store)
+            .filter(can_become_leader)
+            .ok_or_else(|| {
+                Error::InvalidArgument(format!(
+                    "region {region_id} has no voter (non-witness) peer on store {to_store} to lead it"
+                ))
+            })?;
+        region.leader = Some(peer.id);
+        region.cold = None;
+        if update_pd {
+            region.pd_leader = Some(peer.id);
+        }
+        drop(state);
+        self.shared.faults_changed();
+        Ok(())
+    }
+
+    /// Sets the leader PD reports for a Region: the peer on `store_id`, or
+    /// none. The true leader is unchanged.
+    pub fn set_pd_leader(&self, region_id: u64, store_id: Option<u64>) -> Result<()> {
+        let mut state = self.state();
+        let region = state.region_mut(region_id)?;
+        region.pd_leader = match store_id {
+            None => None,
+            Some(s) => Some(
+                region
+                    .peer_on_store(s)
+                    .ok_or_else(|| {
+                        Error::InvalidArgument(format!(
+                            "region {region_id} has no peer on store {s}"
+                        ))
+                    })?
+                    .id,
+            ),
+        };
+        Ok(())
+    }
+
+    /// Makes a Region cold: the leader is lost (the old leader's peer
+    /// answers `NotLeader` without a hint), PD keeps naming the old leader,
+    /// and a leader request to another voter makes it campaign in `mode`.
+    pub fn make_cold(&self, region_id: u64, mode: ColdMode) -> Result<()> {
+        tracing::info!("simulated region {region_id} loses its leader ({mode:?})");
+        let mut state = self.state();
+        let region = state.region_mut(region_id)?;
+        let old_leader = region.leader.or(region.cold.and_then(|c| c.old_leader));
+        region.leader = None;
+        region.cold = Some(Cold { mode, old_leader });
+        drop(state);
+        self.shared.faults_changed();
+        Ok(())
+    }
+
+    /// Splits the Region holding `split_key` at it and returns the new
+    /// Region's id. The existing Region keeps `[split_key, end)`, the new one
+    /// gets `[start, split_key)` with new peers on the same stores (same
+    /// roles, same leader store); both get version + 1. PD learns of it.
+    pub fn split_region(&self, split_key: &[u8]) -> Result<u64> {
+        let id = self.state().split(split_key)?;
+        self.shared.faults_changed();
+        Ok(id)
+    }
+
+    /// The next response of `method` (a label such as
+    /// `"raw_compare_and_swap"` or `"kv_commit"`, see [`RAW_METHODS`] and
+    /// [`TXN_METHODS`]) served by the store is
+    /// dropped: the request is applied, then the store resets its
+    /// connections, so the client sees a transport failure. Orders stack.
+    pub fn drop_next_response(&self, store_id: u64, method: &str) -> Result<()> {
+        if !RAW_METHODS.contains(&method) && !TXN_METHODS.contains(&method) {
+            return Err(Error::InvalidArgument(format!(
+                "unknown method {method:?}; use one of {}, {}",
+                RAW_METHODS.join(", "),
+                TXN_METHODS.join(", ")
+            )));
+        }
+        self.state()
+            .store_mut(store_id)?
+            .drop_next
+            .push(method.to_owned());
+        Ok(())
+    }
+
+    /// Makes PD member `index` the leader (it must be up).
+    pub fn pd_transfer_leader(&self, index: usize) -> Result<()> {
+        let mut state = self.state();
+        match state.pd_members.get(index) {
+            Some(m) if m.up => {
+                state.pd_leader = index;
+                Ok(())
+            }
+            Some(_) => Err(Error::InvalidArgument(format!(
+                "PD member {index} is down; bring it up first"
+            ))),
+            None => Err(Error::InvalidArgument(format!(
+                "there is no PD member {index}"
+            ))),
+        }
+    }
+
+    /// Takes PD member `index` down (listener closed, connections reset).
+    /// A downed leader hands leadership to the next member that is up.
+    pub async fn pd_member_down(&self, index: usize) -> Result<()> {
+        {
+            let mut state = self.state();
+            let count = state.pd_members.len();
+            let member = state
+                .pd_members
+                .get_mut(index)
+                .ok_or_else(|| Error::InvalidArgument(format!("there is no PD member {index}")))?;
+            member.up = false;
+            if state.pd_leader == index {
+                if let Some(next) = (1..count)
+                    .map(|d| (index + d) % count)
+                    .find(|i| state.pd_members.get(*i).is_some_and(|m| m.up))
+                {
+                    state.pd_leader = next;
+                }
+            }
+        }
+        let task = lock(&self.shared.pd).get_mut(index).and_then(|e| e.down());
+        if let Some(task) = task {
+            let _ = task.await;
+        }
+        Ok(())
+    }
+
+    /// Brings PD member `index` back on the same address (as a follower).
+    pub async fn pd_member_up(&self, index: usize) -> Result<()> {
+        let (addr, up) = lock(&self.shared.pd)
+            .get(index)
+            .map(|e| (e.addr(), e.is_up()))
+            .ok_or_else(|| Error::InvalidArgument(format!("there is no PD member {index}")))?;
+        if !up {
+            let listener = bind(addr).await?;
+            if let Some(e) = lock(&self.shared.pd).get_mut(index) {
+                e.up(listener);
+            }
+        }
+        if let Some(m) = self.state().pd_members.get_mut(index) {
+            m.up = true;
+        }
+        Ok(())
+    }
+
+    /// Moves the TSO's physical clock forward by `by` (whole milliseconds):
+    /// every later timestamp is at least that much later, so lock TTLs,
+    /// which TiKV measures on the physical part of the timestamps a request
+    /// carries, expire without real waiting.
+    pub fn advance_tso_clock(&self, by: Duration) {
+        let ms = i64::try_from(by.as_millis()).unwrap_or(i64::MAX);
+        self.state().advance_clock(ms);
+    }
+
+    /// A fresh timestamp from the TSO (`physical << 18 | logical`), as a
+    /// `Tso` request for one timestamp would get, without a network round
+    /// trip.
+    pub fn current_ts(&self) -> u64 {
+        let (physical, logical) = self.state().next_timestamp(1);
+        compose_ts(physical, logical)
+    }
+
+    /// The transactional locks (`KvScanLock`'s view, any start ts) on keys
+    /// in `[start, end)` (unencoded keys; an empty `end` is unbounded), in
+    /// key order across Regions, bypassing every check and fault.
+    pub fn locks(&self, start: &[u8], end: &[u8]) -> Vec<kvrpcpb::LockInfo> {
+        let (low, high) = (codec::encode_bytes(start), encoded_bound(end));
+        let state = self.state();
+        state
+            .regions_in_key_order()
+            .into_iter()
+            .flat_map(|r| r.mvcc.locks_in(&low, &high))
+            .map(|(key, lock)| {
+                let raw = codec::decode_bytes(&key).unwrap_or(key);
+                lock.info(&raw)
+            })
+            .collect()
+    }
+
+    /// The committed versions (write records) of a transactional key,
+    /// newest first, bypassing every check and fault.
+    pub fn versions(&self, key: &[u8]) -> Vec<MvccVersion> {
+        let encoded = codec::encode_bytes(key);
+        let state = self.state();
+        state
+            .region_for_key(&encoded)
+            .map(|r| r.mvcc.versions(&encoded))
+            .unwrap_or_default()
+    }
+
+    /// The largest read timestamp the Region holding a transactional key
+    /// has seen (async commit and 1PC commit above it).
+    pub fn max_ts(&self, key: &[u8]) -> u64 {
+        let encoded = codec::encode_bytes(key);
+        self.state()
+            .region_for_key(&encoded)
+            .map(|r| r.mvcc.max_ts())
+            .unwrap_or(0)
+    }
+
+    /// PD's GC safe point.
+    pub fn gc_safe_point(&self) -> u64 {
+        self.state().gc_safe_point
+    }
+
+    /// Stops every server and waits for their tasks to end.
+    pub async fn shutdown(&self) {
+        self.state().shutdown = true;
+        self.shared.faults_changed();
+        let mut tasks = Vec::new();
+        for e in lock(&self.shared.stores).values_mut() {
+            tasks.extend(e.stop());
+        }
+        for e in lock(&self.shared.pd).iter_mut() {
+            tasks.extend(e.stop());
+        }
+        for task in tasks {
+            let _ = task.await;
+        }
+    }
+}
+
+impl Drop for SimCluster {
+    fn drop(&mut self) {
+        self.state().shutdown = true;
+        self.shared.faults_changed();
+        for e in lock(&self.shared.stores).values_mut() {
+            e.stop();
+        }
+        for e in lock(&self.shared.pd).iter_mut() {
+            e.stop();
+        }
+    }
+}

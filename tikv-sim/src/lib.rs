@@ -1,0 +1,236 @@
+//! # tikv-sim
+//!
+//! A simulated TiKV cluster over real gRPC on 127.0.0.1, with fault
+//! injection, for testing any TiKV client (and the application above it)
+//! against leader loss, dead stores, lost answers and transactional
+//! conflicts. It depends only on the wire types
+//! ([`tikv_plan_proto`]), not on a client.
+//!
+//! [`SimCluster`] runs one PD (or several PD members) and N stores, each a
+//! tonic server on its own loopback port, speaking the wire protocol of
+//! [wire.md](https://github.com/tikv-plan/tikv-plan/blob/main/docs/wire.md). Any TiKV client can bootstrap from
+//! [`SimCluster::pd_addr`] and run raw KV or transactions against it. It is strict: a request
+//! with a wrong context gets the Region error real TiKV would give.
+//!
+//! ```no_run
+//! # async fn demo() -> tikv_sim::Result<()> {
+//! use std::time::Duration;
+//! use tikv_sim::{ColdMode, HangMode, SimCluster};
+//!
+//! let cluster = SimCluster::builder()
+//!     .stores(3)
+//!     .split_keys(vec![b"g".to_vec(), b"n".to_vec()]) // ["",g) [g,n) [n,"")
+//!     .replicas(3)
+//!     .start()
+//!     .await?;
+//! let region = cluster.region_for_key(b"a").unwrap();
+//! cluster.make_cold(region.id, ColdMode::NotLeaderFirst)?;
+//! cluster.store_busy(1, Some(0));
+//! cluster.store_hang(2, HangMode::Respond);
+//! cluster.store_slow(3, Duration::from_millis(50));
+//! cluster.shutdown().await;
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! # Layout and numbering
+//!
+//! * Store ids are `1..=n`. Every server listens on `127.0.0.1:0` (a free
+//!   port) unless the builder names an address.
+//! * Regions are created in key order from the split keys. Region ids and
+//!   peer ids come from **one counter starting at 1000**
+//!   ([`FIRST_REGION_ID`]): the first Region gets 1000 and its peers
+//!   1001, 1002, … in peer order, then the next Region takes the next id,
+//!   and so on. A split allocates the new Region's id, then its peers' ids,
+//!   from the same counter. So ids are unique and deterministic.
+//! * With [`SimClusterBuilder::replicas`]`(k)`, Region `i` (from 0) has voters
+//!   on stores `(i + j) % n + 1` for `j` in `0..k`; the first leads.
+//!   [`SimClusterBuilder::region_layout`] gives one Region explicit peers
+//!   ([`SimPeer::voter`], [`SimPeer::learner`], [`SimPeer::witness`]) and a
+//!   leader ([`RegionLayout::leader`]), or starts it cold
+//!   ([`RegionLayout::cold`]).
+//! * Every epoch starts at `conf_ver = 1, version = 1`.
+//! * PD members are named `pd-0`, `pd-1`, … with member ids 9001, 9002, …
+//!   ([`PD_MEMBER_ID_BASE`]); member 0 leads. Every PD header carries the
+//!   cluster id ([`DEFAULT_CLUSTER_ID`] unless set).
+//!
+//! # PD
+//!
+//! `GetMembers` (all members, `client_urls = ["http://127.0.0.1:port"]`, the
+//! real leader), `GetRegion` and `GetRegionByID` (the Region with PD's view
+//! of its leader, which faults can leave stale), `GetStore`, `GetAllStores`,
+//! and a bidirectional `Tso` stream of monotonic timestamps (physical
+//! milliseconds, 18 logical bits; a response carries the last timestamp of
+//! its `count`). A member that is not the leader answers every call but
+//! `GetMembers` with gRPC `Unavailable` "not leader". A request header with
+//! a non-zero cluster id other than this cluster's is refused with
+//! `FailedPrecondition`. An unknown store gets an error header; an unknown
+//! Region an empty response, like real PD. A `Tso` request for 0 timestamps,
+//! or for more than the logical part holds, is refused with
+//! `InvalidArgument`. The TSO's physical clock is the wall clock plus an
+//! offset that [`SimCluster::advance_tso_clock`] moves forward, so lock TTLs
+//! expire in tests without waiting. `GetGCSafePoint` and
+//! `UpdateGCSafePoint` keep one safe point that never moves backwards (an
+//! older one is ignored and the current one returned).
+//!
+//! # Stores
+//!
+//! A store serves every raw method. It runs its checks in this order
+//! (issue 4), answering with the first that fails:
+//!
+//! 1. **busy** ([`SimCluster::store_busy`]): `ServerIsBusy` with the
+//!    configured `estimated_wait_ms`, before any Region or leader check;
+//! 2. the Region has a peer on this store, else `RegionNotFound`;
+//! 3. `Context.peer.store_id` is this store, else `StoreNotMatch` (a missing
+//!    peer counts as store 0); `Context.peer.id` is this store's peer, else
+//!    `MismatchPeerId`;
+//! 4. `Context.region_epoch.version` is current, else `EpochNotMatch` with
+//!    the current Region and every Region split off it since (as TiKV does
+//!    for reads and writes, `conf_ver` is not compared);
+//! 5. every key lies in the Region, else `KeyNotInRegion` (scans: the start
+//!    key, or a reverse scan's upper bound, either Region edge included as
+//!    TiKV's seek check does; delete-range: both ends; results are clamped
+//!    to the Region);
+//! 6. leadership: a witness answers `IsWitness`, a learner `NotLeader` with
+//!    the leader; a voter that does not lead answers `NotLeader` with the
+//!    leader it knows. In a **cold** Region (no leader), the old leader's
+//!    peer answers `NotLeader` without a hint, and any other voter campaigns:
+//!    [`ColdMode::AcceptAtOnce`] becomes leader and serves,
+//!    [`ColdMode::NotLeaderFirst`] answers `NotLeader` without a hint, becomes
+//!    leader, and serves the next request. PD is not told (its view stays
+//!    stale until a fault changes it).
+//!
+//! `replica_read` and `stale_read` are not honoured: every request is a
+//! leader request; they are counted
+//! ([`StoreCounters::replica_reads`]) so tests can prove nobody sets them.
+//!
+//! **BatchCommands.** A store also serves the `tikvpb.Tikv/BatchCommands`
+//! stream as TiKV does: each sub-request is served in its own task exactly
+//! as its unary method (same checks, errors, faults and counters), and the
+//! answers carry their request ids and go out as they finish, several per
+//! message when ready together, so order and grouping differ from the
+//! requests'. A sub-request that ends in a gRPC status (a malformed request
+//! whose response has no error field) gets no answer, as in TiKV; the
+//! client times out. A dropped response resets the store's connections,
+//! so the whole stream fails. [`StoreCounters::batch_streams`],
+//! [`StoreCounters::batch_messages`] and [`StoreCounters::batch_requests`]
+//! count streams, messages and sub-requests.
+//!
+//! # Transactions
+//!
+//! Every transactional method of `tikvpb.Tikv` a client uses is served
+//! after the same checks and faults (one code path; counted under the
+//! labels of [`TXN_METHODS`]); keys are compared with the Region on their
+//! memcomparable encoding ([`codec`]), since Region boundaries are encoded
+//! keys for transactional clients. Each Region keeps Percolator's lock,
+//! write and data column families
+//! ([txn.md](https://github.com/tikv-plan/tikv-plan/blob/main/docs/txn.md#the-simulated-clusters-side)), shared by its
+//! peers and apart from the raw data, and answers as TiKV does: snapshot reads
+//! blocked by Put/Delete locks at or below their ts (`Context.resolved_locks`
+//! and read committed bypass them), write conflicts (a later rollback record
+//! conflicts too), `AlreadyExist` for Insert/CheckNotExists, idempotent resends
+//! of prewrite and commit, `TxnLockNotFound` after a rollback,
+//! `CommitTsExpired`, async commit whose `min_commit_ts` exceeds every read ts
+//! the Region has seen (`max_ts`), 1PC (falling back to 2PC, both ts 0, above
+//! `max_commit_ts`), `CheckTxnStatus` with every action (TTL measured on the
+//! physical part of `current_ts`), `CheckSecondaryLocks` (a missing secondary
+//! is rolled back and reported rolled back), `ResolveLock` (Region-wide, by
+//! `txn_infos`, or by keys), pessimistic locks that never wait (a lock is
+//! answered at once), heart beats, paged `ScanLock`, `DeleteRange`, store-wide
+//! `UnsafeDestroyRange` (no Region context) and `GC` at a safe point.
+//! Assertions (`Mutation.assertion` with an assertion level) are not checked,
+//! and a rollback at a ts another transaction committed at is not marked on
+//! that record (TiKV's "overlapped rollback"): timestamps from the TSO never
+//! collide.
+//!
+//! Data is one map per Region shared by all its peers (a replicated state
+//! machine) behind the cluster lock, so it is linearizable and
+//! compare-and-swap is atomic. Column families `default` (or empty),
+//! `write` and `lock`; others get a key error. TTLs (seconds) are honoured
+//! with tokio's clock, so a paused test clock controls expiry; a TTL beyond
+//! a century is held at a century (TiKV saturates it).
+//!
+//! # Faults
+//!
+//! All can be changed while running:
+//! [`store_down`](SimCluster::store_down) /
+//! [`store_up`](SimCluster::store_up) (listener closed and connections
+//! reset; back on the same port), [`store_hang`](SimCluster::store_hang)
+//! with [`HangMode::Connect`] (new TCP connects hang because the kernel
+//! drops SYNs, and open connections stop moving bytes) or [`HangMode::Respond`] (requests are received, never
+//! answered until [`store_unhang`](SimCluster::store_unhang)),
+//! [`store_slow`](SimCluster::store_slow),
+//! [`store_busy`](SimCluster::store_busy),
+//! [`transfer_leader`](SimCluster::transfer_leader) (PD updated or left
+//! stale), [`set_pd_leader`](SimCluster::set_pd_leader),
+//! [`make_cold`](SimCluster::make_cold),
+//! [`split_region`](SimCluster::split_region),
+//! [`drop_next_response`](SimCluster::drop_next_response) (the next served
+//! request of that method is applied, then the store resets all its
+//! connections, so the client sees a transport error: an undetermined
+//! outcome; a dropped `kv_commit` is committed),
+//! [`advance_tso_clock`](SimCluster::advance_tso_clock),
+//! [`pd_transfer_leader`](SimCluster::pd_transfer_leader),
+//! [`pd_member_down`](SimCluster::pd_member_down) and
+//! [`pd_member_up`](SimCluster::pd_member_up).
+//!
+//! # Counters
+//!
+//! [`SimCluster::counters`] returns a [`StoreCounters`] snapshot: requests
+//! by method label (`raw_get`, `kv_commit`, …, see [`RAW_METHODS`] and
+//! [`TXN_METHODS`]) and [`Outcome`]; a transactional response carrying a
+//! key error (also a locked pair of a batch get or scan) counts as
+//! [`Outcome::KeyError`].
+//! Every request that reaches a store's service is counted once with its
+//! outcome; one that waits in a [`HangMode::Respond`] hang is also counted
+//! as [`Outcome::Hung`] when it starts waiting (and only so, if the store
+//! goes down before it is answered). Requests stuck in a
+//! [`HangMode::Connect`] hang or sent to a downed store never reach the
+//! service and are not counted.
+//!
+//! # The `tikv-sim` binary and its control interface
+//!
+//! `tikv-sim --stores 3 --regions 8 --pd 127.0.0.1:2379` starts a cluster
+//! whose Regions split the printable key space evenly at memcomparable
+//! encodings of evenly spread keys ([`control::even_split_keys`]), so
+//! transactional clients decode every boundary and raw clients see plain
+//! bytes, prints exactly one line
+//! `pd=127.0.0.1:2379` (the real address) on stdout when ready, and runs
+//! until killed. Its control port (`--control ADDR`, default
+//! `127.0.0.1:0`, announced on stderr as `control=ADDR`) takes the text
+//! commands documented in [`control`]; the README's "Driving faults from a
+//! shell" shows a session.
+
+#![deny(missing_docs)]
+#![forbid(unsafe_code)]
+
+mod cluster;
+pub mod codec;
+pub mod control;
+mod counters;
+mod data;
+mod error;
+mod keyspace;
+mod mvcc;
+mod net;
+mod pd;
+mod state;
+mod store;
+
+pub(crate) use cluster::Shared;
+pub use cluster::{
+    RegionLayout, SimCluster, SimClusterBuilder, SimPeer, DEFAULT_CLUSTER_ID, FIRST_REGION_ID,
+    PD_MEMBER_ID_BASE, RAW_METHODS, TXN_METHODS,
+};
+pub use counters::{Outcome, StoreCounters};
+pub use error::{Error, Result};
+pub use keyspace::DEFAULT_KEYSPACE_NAME;
+/// The wire types the simulator serves (re-exported, so a test needs no
+/// second dependency to build requests).
+pub use tikv_plan_proto as proto;
+
+pub use mvcc::MvccVersion;
+pub use state::{ColdMode, HangMode};
+
+/// The version string the simulated stores report to PD clients.
+pub const SIM_TIKV_VERSION: &str = "8.5.0";

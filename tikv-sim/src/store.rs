@@ -1,0 +1,958 @@
+//! The simulated TiKV store service (`tikvpb.Tikv`): every raw method, with
+//! the checks of [`ClusterState::admit`](super::state::ClusterState::admit)
+//! before the data is touched.
+
+use std::sync::Arc;
+
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::codegen::BoxStream;
+use tonic::{Request, Response, Status, Streaming};
+
+use super::counters::Outcome;
+use super::data::column_family;
+use super::state::{HangMode, SimRegion};
+use super::Shared;
+use crate::proto::tikvpb::batch_commands_request::request::Cmd as BatchRequestCmd;
+use crate::proto::tikvpb::batch_commands_response::{
+    response::Cmd as BatchResponseCmd, Response as BatchResponse,
+};
+use crate::proto::tikvpb::tikv_server::Tikv;
+use crate::proto::tikvpb::{BatchCommandsRequest, BatchCommandsResponse};
+use crate::proto::{errorpb, kvrpcpb, metapb};
+use tikv_plan_proto::meta::key_in_region;
+
+/// The TiKV service of one store.
+#[derive(Clone)]
+pub(crate) struct StoreService {
+    pub(crate) shared: Arc<Shared>,
+    pub(crate) store_id: u64,
+}
+
+/// A request the simulated store can serve (raw in this file, transactional
+/// in `txn.rs`).
+pub(super) trait StoreCommand: Send + 'static {
+    type Response: Send + 'static;
+    /// The method label (as `tikv_plan::store::Request::label`).
+    const METHOD: &'static str;
+    fn context(&self) -> Option<&kvrpcpb::Context>;
+    /// The first key of the request that lies outside `region`, if any.
+    fn key_outside(&self, region: &metapb::Region) -> Option<Vec<u8>>;
+    /// Executes the request on the Region's data; Err is a key-level error
+    /// (or a malformed request, for responses without an error field).
+    fn apply(&self, region: &mut SimRegion, now: Instant) -> Result<Self::Response, String>;
+    /// Whether a served response carries a key-level error (transactional
+    /// responses carry them inside; raw ones fail `apply` instead).
+    fn has_key_error(_response: &Self::Response) -> bool {
+        false
+    }
+    /// Whether the command acts on the whole store rather than one Region
+    /// (`UnsafeDestroyRange`): it then skips the Region checks.
+    fn store_wide(&self) -> bool {
+        false
+    }
+    fn region_error_response(error: errorpb::Error) -> Self::Response;
+    /// The response of a store-wide command that found no Region.
+    fn empty_response() -> Self::Response;
+    /// The response carrying a key-level error, or None when the response
+    /// type has no `error` field (the error then becomes a gRPC status).
+    fn key_error_response(message: String) -> Option<Self::Response>;
+}
+
+pub(super) fn first_outside<'a>(
+    region: &metapb::Region,
+    keys: impl IntoIterator<Item = &'a [u8]>,
+) -> Option<Vec<u8>> {
+    keys.into_iter()
+        .find(|k| !key_in_region(region, k))
+        .map(|k| k.to_vec())
+}
+
+/// A scan's first bound must lie in the Region, both ends included: the
+/// start key of a forward scan, or the exclusive upper bound of a reverse
+/// scan (empty: the end of the key space, only valid in the last Region).
+/// TiKV checks the key its cursor seeks to the same way
+/// (`check_key_in_region_inclusive`), so a scan starting exactly at a
+/// Region's edge is served, empty, rather than refused.
+pub(super) fn scan_start_outside(
+    region: &metapb::Region,
+    start: &[u8],
+    reverse: bool,
+) -> Option<Vec<u8>> {
+    let ok = if reverse && start.is_empty() {
+        region.end_key.is_empty()
+    } else {
+        start >= region.start_key.as_slice()
+            && (region.end_key.is_empty() || start <= region.end_key.as_slice())
+    };
+    (!ok).then(|| start.to_vec())
+}
+
+/// The key range `[low, high)` of a scan, clamped to the Region (an empty
+/// `high` is unbounded).
+pub(super) fn scan_bounds(
+    region: &metapb::Region,
+    start: &[u8],
+    end: &[u8],
+    reverse: bool,
+) -> (Vec<u8>, Vec<u8>) {
+    let (low, high) = if reverse { (end, start) } else { (start, end) };
+    let low = low.max(region.start_key.as_slice()).to_vec();
+    let high = match (high.is_empty(), region.end_key.is_empty()) {
+        (true, _) => region.end_key.clone(),
+        (false, true) => high.to_vec(),
+        (false, false) => high.min(region.end_key.as_slice()).to_vec(),
+    };
+    (low, high)
+}
+
+fn pairs(kvs: Vec<(Vec<u8>, Vec<u8>)>, key_only: bool) -> Vec<kvrpcpb::KvPair> {
+    kvs.into_iter()
+        .map(|(key, value)| kvrpcpb::KvPair {
+            error: None,
+            key,
+            value: if key_only { Vec::new() } else { value },
+        })
+        .collect()
+}
+
+macro_rules! command_boilerplate {
+    ($resp:ty, $method:literal, has_error_field) => {
+        command_boilerplate!(@common $resp, $method);
+        fn key_error_response(message: String) -> Option<$resp> {
+            Some(<$resp>::default()).map(|mut r| {
+                r.error = message;
+                r
+            })
+        }
+    };
+    ($resp:ty, $method:literal, key_error_field) => {
+        command_boilerplate!(@common $resp, $method);
+        fn key_error_response(message: String) -> Option<$resp> {
+            let mut r = <$resp>::default();
+            r.error = Some(kvrpcpb::KeyError {
+                abort: message,
+                ..Default::default()
+            });
+            Some(r)
+        }
+        fn has_key_error(response: &$resp) -> bool {
+            response.error.is_some()
+        }
+    };
+    ($resp:ty, $method:literal, key_errors_field) => {
+        command_boilerplate!(@common $resp, $method);
+        fn key_error_response(message: String) -> Option<$resp> {
+            let mut r = <$resp>::default();
+            r.errors = vec![kvrpcpb::KeyError {
+                abort: message,
+                ..Default::default()
+            }];
+            Some(r)
+        }
+        fn has_key_error(response: &$resp) -> bool {
+            !response.errors.is_empty()
+        }
+    };
+    ($resp:ty, $method:literal, no_error_field) => {
+        command_boilerplate!(@common $resp, $method);
+        fn key_error_response(_message: String) -> Option<$resp> {
+            None
+        }
+    };
+    (@common $resp:ty, $method:literal) => {
+        type Response = $resp;
+        const METHOD: &'static str = $method;
+        fn context(&self) -> Option<&kvrpcpb::Context> {
+            self.context.as_ref()
+        }
+        fn region_error_response(error: errorpb::Error) -> $resp {
+            let mut r = <$resp>::default();
+            r.region_error = Some(error);
+            r
+        }
+        fn empty_response() -> $resp {
+            <$resp>::default()
+        }
+    };
+}
+
+mod txn;
+
+impl StoreCommand for kvrpcpb::RawGetRequest {
+    command_boilerplate!(kvrpcpb::RawGetResponse, "raw_get", has_error_field);
+    fn key_outside(&self, region: &metapb::Region) -> Option<Vec<u8>> {
+        first_outside(region, [self.key.as_slice()])
+    }
+    fn apply(&self, region: &mut SimRegion, now: Instant) -> Result<Self::Response, String> {
+        let data = &mut region.data;
+        let value = data.get(column_family(&self.cf)?, &self.key, now);
+        Ok(kvrpcpb::RawGetResponse {
+            not_found: value.is_none(),
+            value: value.unwrap_or_default(),
+            ..Default::default()
+        })
+    }
+}
+
+impl StoreCommand for kvrpcpb::RawBatchGetRequest {
+    command_boilerplate!(
+        kvrpcpb::RawBatchGetResponse,
+        "raw_batch_get",
+        no_error_field
+    );
+    fn key_outside(&self, region: &metapb::Region) -> Option<Vec<u8>> {
+        first_outside(region, self.keys.iter().map(Vec::as_slice))
+    }
+    fn apply(&self, region: &mut SimRegion, now: Instant) -> Result<Self::Response, String> {
+        let data = &mut region.data;
+        let cf = column_family(&self.cf)?;
+        let found = self
+            .keys
+            .iter()
+            .filter_map(|k| data.get(cf, k, now).map(|v| (k.clone(), v)))
+            .collect();
+        Ok(kvrpcpb::RawBatchGetResponse {
+            pairs: pairs(found, false),
+            ..Default::default()
+        })
+    }
+}
+
+impl StoreCommand for kvrpcpb::RawPutRequest {
+    command_boilerplate!(kvrpcpb::RawPutResponse, "raw_put", has_error_field);
+    fn key_outside(&self, region: &metapb::Region) -> Option<Vec<u8>> {
+        first_outside(region, [self.key.as_slice()])
+    }
+    fn apply(&self, region: &mut SimRegion, now: Instant) -> Result<Self::Response, String> {
+        let data = &mut region.data;
+        data.put(
+            column_family(&self.cf)?,
+            self.key.clone(),
+            self.value.clone(),
+            self.ttl,
+            now,
+        );
+        Ok(Default::default())
+    }
+}
+
+impl StoreCommand for kvrpcpb::RawBatchPutRequest {
+    command_boilerplate!(
+        kvrpcpb::RawBatchPutResponse,
+        "raw_batch_put",
+        has_error_field
+    );
+    fn key_outside(&self, region: &metapb::Region) -> Option<Vec<u8>> {
+        first_outside(region, self.pairs.iter().map(|p| p.key.as_slice()))
+    }
+    #[allow(deprecated)]
+    fn apply(&self, region: &mut SimRegion, now: Instant) -> Result<Self::Response, String> {
+        let data = &mut region.data;
+        let cf = column_family(&self.cf)?;
+        // kvproto: exactly one TTL applies to every pair; otherwise one per
+        // pair, or none.
+        let one_for_all = match self.ttls.as_slice() {
+            [] => Some(self.ttl),
+            [ttl] => Some(*ttl),
+            ttls if ttls.len() == self.pairs.len() => None,
+            ttls => {
+                return Err(format!(
+                    "{} ttls given for {} pairs: give one TTL per pair, one for all, or none",
+                    ttls.len(),
+                    self.pairs.len()
+                ))
+            }
+        };
+        for (i, pair) in self.pairs.iter().enumerate() {
+            let ttl = one_for_all.unwrap_or_else(|| self.ttls[i]);
+            data.put(cf, pair.key.clone(), pair.value.clone(), ttl, now);
+        }
+        Ok(Default::default())
+    }
+}
+
+impl StoreCommand for kvrpcpb::RawDeleteRequest {
+    command_boilerplate!(kvrpcpb::RawDeleteResponse, "raw_delete", has_error_field);
+    fn key_outside(&self, region: &metapb::Region) -> Option<Vec<u8>> {
+        first_outside(region, [self.key.as_slice()])
+    }
+    fn apply(&self, region: &mut SimRegion, _: Instant) -> Result<Self::Response, String> {
+        let data = &mut region.data;
+        data.delete(column_family(&self.cf)?, &self.key);
+        Ok(Default::default())
+    }
+}
+
+impl StoreCommand for kvrpcpb::RawBatchDeleteRequest {
+    command_boilerplate!(
+        kvrpcpb::RawBatchDeleteResponse,
+        "raw_batch_delete",
+        has_error_field
+    );
+    fn key_outside(&self, region: &metapb::Region) -> Option<Vec<u8>> {
+        first_outside(region, self.keys.iter().map(Vec::as_slice))
+    }
+    fn apply(&self, region: &mut SimRegion, _: Instant) -> Result<Self::Response, String> {
+        let data = &mut region.data;
+        let cf = column_family(&self.cf)?;
+        for key in &self.keys {
+            data.delete(cf, key);
+        }
+        Ok(Default::default())
+    }
+}
+
+impl StoreCommand for kvrpcpb::RawScanRequest {
+    command_boilerplate!(kvrpcpb::RawScanResponse, "raw_scan", no_error_field);
+    fn key_outside(&self, region: &metapb::Region) -> Option<Vec<u8>> {
+        scan_start_outside(region, &self.start_key, self.reverse)
+    }
+    fn apply(&self, region: &mut SimRegion, now: Instant) -> Result<Self::Response, String> {
+        let (data, region) = (&mut region.data, &region.meta);
+        let cf = column_family(&self.cf)?;
+        let (low, high) = scan_bounds(region, &self.start_key, &self.end_key, self.reverse);
+        let kvs = data.scan(cf, &low, &high, self.limit as usize, self.reverse, now);
+        Ok(kvrpcpb::RawScanResponse {
+            kvs: pairs(kvs, self.key_only),
+            ..Default::default()
+        })
+    }
+}
+
+impl StoreCommand for kvrpcpb::RawBatchScanRequest {
+    command_boilerplate!(
+        kvrpcpb::RawBatchScanResponse,
+        "raw_batch_scan",
+        no_error_field
+    );
+    fn key_outside(&self, region: &metapb::Region) -> Option<Vec<u8>> {
+        self.ranges
+            .iter()
+            .find_map(|r| scan_start_outside(region, &r.start_key, self.reverse))
+    }
+    fn apply(&self, region: &mut SimRegion, now: Instant) -> Result<Self::Response, String> {
+        let (data, region) = (&mut region.data, &region.meta);
+        let cf = column_family(&self.cf)?;
+        let mut kvs = Vec::new();
+        for range in &self.ranges {
+            let (low, high) = scan_bounds(region, &range.start_key, &range.end_key, self.reverse);
+            kvs.extend(pairs(
+                data.scan(cf, &low, &high, self.each_limit as usize, self.reverse, now),
+                self.key_only,
+            ));
+        }
+        Ok(kvrpcpb::RawBatchScanResponse {
+            kvs,
+            ..Default::default()
+        })
+    }
+}
+
+impl StoreCommand for kvrpcpb::RawDeleteRangeRequest {
+    command_boilerplate!(
+        kvrpcpb::RawDeleteRangeResponse,
+        "raw_delete_range",
+        has_error_field
+    );
+    fn key_outside(&self, region: &metapb::Region) -> Option<Vec<u8>> {
+        if !key_in_region(region, &self.start_key) {
+            return Some(self.start_key.clone());
+        }
+        // The end may equal the Region's end; an unbounded end only fits the
+        // last Region.
+        let end_fits = if region.end_key.is_empty() {
+            true
+        } else {
+            !self.end_key.is_empty() && self.end_key <= region.end_key
+        };
+        (!end_fits).then(|| self.end_key.clone())
+    }
+    fn apply(&self, region: &mut SimRegion, _: Instant) -> Result<Self::Response, String> {
+        let data = &mut region.data;
+        let cf = column_family(&self.cf)?;
+        if !self.end_key.is_empty() && self.start_key > self.end_key {
+            return Err("delete range start key is after its end key".to_owned());
+        }
+        data.delete_range(cf, &self.start_key, &self.end_key);
+        Ok(Default::default())
+    }
+}
+
+impl StoreCommand for kvrpcpb::RawCasRequest {
+    command_boilerplate!(
+        kvrpcpb::RawCasResponse,
+        "raw_compare_and_swap",
+        has_error_field
+    );
+    fn key_outside(&self, region: &metapb::Region) -> Option<Vec<u8>> {
+        first_outside(region, [self.key.as_slice()])
+    }
+    fn apply(&self, region: &mut SimRegion, now: Instant) -> Result<Self::Response, String> {
+        let data = &mut region.data;
+        let cf = column_family(&self.cf)?;
+        let expected = (!self.previous_not_exist).then_some(self.previous_value.as_slice());
+        let (succeed, previous) = data.compare_and_swap(
+            cf,
+            self.key.clone(),
+            expected,
+            self.value.clone(),
+            self.ttl,
+            now,
+        );
+        Ok(kvrpcpb::RawCasResponse {
+            succeed,
+            previous_not_exist: previous.is_none(),
+            previous_value: previous.unwrap_or_default(),
+            ..Default::default()
+        })
+    }
+}
+
+impl StoreCommand for kvrpcpb::RawGetKeyTtlRequest {
+    command_boilerplate!(
+        kvrpcpb::RawGetKeyTtlResponse,
+        "raw_get_key_ttl",
+        has_error_field
+    );
+    fn key_outside(&self, region: &metapb::Region) -> Option<Vec<u8>> {
+        first_outside(region, [self.key.as_slice()])
+    }
+    fn apply(&self, region: &mut SimRegion, now: Instant) -> Result<Self::Response, String> {
+        let data = &mut region.data;
+        let ttl = data.ttl(column_family(&self.cf)?, &self.key, now);
+        Ok(kvrpcpb::RawGetKeyTtlResponse {
+            not_found: ttl.is_none(),
+            ttl: ttl.unwrap_or(0),
+            ..Default::default()
+        })
+    }
+}
+
+/// What to do with a request after the lock is released.
+enum Verdict<R> {
+    Answer(R),
+    Status(Status),
+    Drop,
+}
+
+impl StoreCommand for kvrpcpb::RawChecksumRequest {
+    command_boilerplate!(
+        kvrpcpb::RawChecksumResponse,
+        "raw_checksum",
+        has_error_field
+    );
+    fn key_outside(&self, region: &metapb::Region) -> Option<Vec<u8>> {
+        self.ranges
+            .iter()
+            .find_map(|r| scan_start_outside(region, &r.start_key, false))
+    }
+    /// TiKV's `Crc64_Xor` over the default column family, on the user keys
+    /// and values ([`tikv_plan_proto::checksum::RawChecksum`]).
+    fn apply(&self, region: &mut SimRegion, now: Instant) -> Result<Self::Response, String> {
+        let cf = column_family("")?;
+        let mut sum = tikv_plan_proto::checksum::RawChecksum::default();
+        for range in &self.ranges {
+            let (low, high) = scan_bounds(&region.meta, &range.start_key, &range.end_key, false);
+            for (key, value) in region.data.scan(cf, &low, &high, usize::MAX, false, now) {
+                sum.add(&key, &value);
+            }
+        }
+        Ok(kvrpcpb::RawChecksumResponse {
+            checksum: sum.crc64_xor,
+            total_kvs: sum.total_kvs,
+            total_bytes: sum.total_bytes,
+            ..Default::default()
+        })
+    }
+}
+
+/// TiKV refuses a request whose `Context.api_version` is not the store's
+/// (`ApiVersionNotMatched`) before it looks at the Region or the data.
+fn check_api_version(
+    store: kvrpcpb::ApiVersion,
+    context: Option<&kvrpcpb::Context>,
+) -> Result<(), String> {
+    let asked = context.map_or(0, |c| c.api_version);
+    if asked == store as i32 {
+        return Ok(());
+    }
+    let asked = kvrpcpb::ApiVersion::try_from(asked)
+        .map(|v| format!("{v:?}"))
+        .unwrap_or_else(|_| format!("unknown ({asked})"));
+    Err(format!(
+        "ApiVersionNotMatched: the store runs API {store:?} but the request uses API {asked}; \
+         a client of an API v2 cluster sets a keyspace (Config::with_keyspace), a client of an \
+         API v1 cluster does not"
+    ))
+}
+
+impl StoreService {
+    /// Serves one raw request: added latency, a hang, then the checks and
+    /// the operation under the cluster lock, then a dropped response if one
+    /// was ordered.
+    async fn serve<C: StoreCommand>(
+        &self,
+        request: Request<C>,
+    ) -> Result<Response<C::Response>, Status> {
+        self.serve_command(request.into_inner())
+            .await
+            .map(Response::new)
+    }
+
+    /// Serves one request, unary or from a BatchCommands stream: the same
+    /// checks, faults and counters either way.
+    async fn serve_command<C: StoreCommand>(&self, command: C) -> Result<C::Response, Status> {
+        let slow = {
+            let state = self.shared.lock();
+            state
+                .stores
+                .get(&self.store_id)
+                .map(|s| s.slow)
+                .unwrap_or_default()
+        };
+        if !slow.is_zero() {
+            tokio::time::sleep(slow).await;
+        }
+        self.wait_out_hang(C::METHOD).await?;
+
+        let verdict = {
+            let mut state = self.shared.lock();
+            if let Some(ctx) = command.context() {
+                if let Some(store) = state.stores.get_mut(&self.store_id) {
+                    store
+                        .counters
+                        .record_context_flags(ctx.replica_read, ctx.stale_read);
+                }
+            }
+            let api_check = check_api_version(state.api_version, command.context());
+            let (verdict, outcome) = if let Err(message) = api_check {
+                (Self::key_error_verdict::<C>(message).0, Outcome::Invalid)
+            } else if command.store_wide() {
+                let now = Instant::now();
+                let store_id = self.store_id;
+                let mut regions: Vec<&mut SimRegion> = state
+                    .regions
+                    .values_mut()
+                    .filter(|r| r.peer_on_store(store_id).is_some())
+                    .collect();
+                let mut result = Ok(None);
+                for region in regions.iter_mut() {
+                    result = command.apply(region, now).map(Some);
+                    if result.is_err() {
+                        break;
+                    }
+                }
+                match result {
+                    Ok(resp) => (
+                        Verdict::Answer(resp.unwrap_or_else(C::empty_response)),
+                        Outcome::Ok,
+                    ),
+                    Err(message) => Self::key_error_verdict::<C>(message),
+                }
+            } else {
+                let admitted = state.admit(self.store_id, command.context(), &|r| {
+                    command.key_outside(r)
+                });
+                match admitted {
+                    Err((error, outcome)) => {
+                        (Verdict::Answer(C::region_error_response(*error)), outcome)
+                    }
+                    Ok(region_id) => {
+                        let now = Instant::now();
+                        match state.regions.get_mut(&region_id) {
+                            None => (
+                                Verdict::Status(Status::internal("region vanished")),
+                                Outcome::Invalid,
+                            ),
+                            Some(region) => match command.apply(region, now) {
+                                Ok(resp) if C::has_key_error(&resp) => {
+                                    (Verdict::Answer(resp), Outcome::KeyError)
+                                }
+                                Ok(resp) => (Verdict::Answer(resp), Outcome::Ok),
+                                Err(message) => Self::key_error_verdict::<C>(message),
+                            },
+                        }
+                    }
+                }
+            };
+            let mut verdict = verdict;
+            let mut outcome = outcome;
+            if let Some(store) = state.stores.get_mut(&self.store_id) {
+                let served = matches!(outcome, Outcome::Ok | Outcome::KeyError);
+                if served {
+                    if let Some(i) = store.drop_next.iter().position(|m| m == C::METHOD) {
+                        store.drop_next.remove(i);
+                        verdict = Verdict::Drop;
+                        outcome = Outcome::Dropped;
+                    }
+                }
+                store.counters.record(C::METHOD, outcome);
+            }
+            tracing::debug!(
+                "simulated store {} answered {} for region {} with {}",
+                self.store_id,
+                C::METHOD,
+                command.context().map(|c| c.region_id).unwrap_or(0),
+                outcome.name()
+            );
+            verdict
+        };
+        match verdict {
+            Verdict::Answer(resp) => Ok(resp),
+            Verdict::Status(status) => Err(status),
+            Verdict::Drop => {
+                // The write is applied; now the client loses the answer with
+                // its connection.
+                self.shared.reset_store_connections(self.store_id);
+                Err(Status::unavailable("simulated dropped response"))
+            }
+        }
+    }
+
+    /// The answer to a request `apply` refused: a key error in the response,
+    /// or a gRPC status when the response has no error field.
+    fn key_error_verdict<C: StoreCommand>(message: String) -> (Verdict<C::Response>, Outcome) {
+        match C::key_error_response(message.clone()) {
+            Some(resp) => (Verdict::Answer(resp), Outcome::KeyError),
+            None => (
+                Verdict::Status(Status::invalid_argument(message)),
+                Outcome::Invalid,
+            ),
+        }
+    }
+
+    /// Waits while the store hangs in `HangMode::Respond`. Returns an error
+    /// (never delivered: the connection is gone) when the store goes down or
+    /// the cluster shuts down meanwhile.
+    async fn wait_out_hang(&self, method: &'static str) -> Result<(), Status> {
+        let mut changes = self.shared.faults.subscribe();
+        let mut counted = false;
+        loop {
+            {
+                let mut state = self.shared.lock();
+                if state.shutdown {
+                    return Err(Status::unavailable("simulated cluster shut down"));
+                }
+                let Some(store) = state.stores.get_mut(&self.store_id) else {
+                    return Ok(());
+                };
+                if !store.up {
+                    return Err(Status::unavailable("simulated store is down"));
+                }
+                if store.hang != Some(HangMode::Respond) {
+                    return Ok(());
+                }
+                if !counted {
+                    store.counters.record(method, Outcome::Hung);
+                    counted = true;
+                }
+            }
+            if changes.changed().await.is_err() {
+                return Err(Status::unavailable("simulated cluster shut down"));
+            }
+        }
+    }
+}
+
+/// The most sub-responses the simulated store packs into one
+/// `BatchCommandsResponse`.
+const MAX_RESPONSES_PER_MESSAGE: usize = 128;
+
+impl StoreService {
+    /// Serves one BatchCommands sub-request exactly as its unary method.
+    async fn serve_batch_cmd(&self, cmd: BatchRequestCmd) -> Result<BatchResponseCmd, Status> {
+        macro_rules! route {
+            ($($case:ident),* $(,)?) => {
+                match cmd {
+                    $(BatchRequestCmd::$case(r) => {
+                        self.serve_command(r).await.map(BatchResponseCmd::$case)
+                    })*
+                }
+            };
+        }
+        route!(
+            Get,
+            Scan,
+            Prewrite,
+            Commit,
+            Cleanup,
+            BatchGet,
+            BatchRollback,
+            ScanLock,
+            ResolveLock,
+            Gc,
+            DeleteRange,
+            RawGet,
+            RawBatchGet,
+            RawPut,
+            RawBatchPut,
+            RawDelete,
+            RawBatchDelete,
+            RawScan,
+            RawDeleteRange,
+            RawBatchScan,
+            PessimisticLock,
+            PessimisticRollback,
+            CheckTxnStatus,
+            TxnHeartBeat,
+            CheckSecondaryLocks,
+        )
+    }
+
+    fn record_batch(&self, f: impl FnOnce(&mut super::counters::StoreCounters)) {
+        let mut state = self.shared.lock();
+        if let Some(store) = state.stores.get_mut(&self.store_id) {
+            f(&mut store.counters);
+        }
+    }
+
+    /// Runs one BatchCommands stream: every sub-request is served in its own
+    /// task, as its unary method would be; answers go out as they finish,
+    /// several per message when they are ready together, so their order and
+    /// grouping differ from the requests'. A sub-request that ends in a gRPC
+    /// status gets no answer at all, as in TiKV (the client times out).
+    fn run_batch_stream(
+        &self,
+        mut incoming: Streaming<BatchCommandsRequest>,
+    ) -> mpsc::Receiver<Result<BatchCommandsResponse, Status>> {
+        let (out_tx, out_rx) = mpsc::channel(64);
+        let service = self.clone();
+        tokio::spawn(async move {
+            let (done_tx, mut done_rx) = mpsc::unbounded_channel::<(u64, BatchResponseCmd)>();
+            let mut done_tx = Some(done_tx);
+            loop {
+                tokio::select! {
+                    msg = incoming.message(), if done_tx.is_some() => {
+                        let Ok(Some(msg)) = msg else {
+                            // The client finished or went away: answer what
+                            // is still being served, then end.
+                            done_tx = None;
+                            continue;
+                        };
+                        let Some(done) = &done_tx else { continue };
+                        service.record_batch(|c| c.record_batch_message(msg.requests.len()));
+                        for (id, req) in msg.request_ids.into_iter().zip(msg.requests) {
+                            let Some(cmd) = req.cmd else { continue };
+                            let service = service.clone();
+                            let done = done.clone();
+                            tokio::spawn(async move {
+                                match service.serve_batch_cmd(cmd).await {
+                                    Ok(resp) => {
+                                        let _ = done.send((id, resp));
+                                    }
+                                    Err(status) => tracing::debug!(
+                                        "simulated store {} leaves batch request {id} unanswered: {status}",
+                                        service.store_id
+                                    ),
+                                }
+                            });
+                        }
+                    }
+                    first = done_rx.recv() => {
+                        let Some((id, resp)) = first else { break };
+                        let mut msg = BatchCommandsResponse::default();
+                        msg.request_ids.push(id);
+                        msg.responses.push(BatchResponse { cmd: Some(resp) });
+                        while msg.responses.len() < MAX_RESPONSES_PER_MESSAGE {
+                            let Ok((id, resp)) = done_rx.try_recv() else { break };
+                            msg.request_ids.push(id);
+                            msg.responses.push(BatchResponse { cmd: Some(resp) });
+                        }
+                        if out_tx.send(Ok(msg)).await.is_err() {
+                            break;
+                        }
+                    }
+                }
+            }
+        });
+        out_rx
+    }
+}
+
+#[tonic::async_trait]
+impl Tikv for StoreService {
+    async fn batch_commands(
+        &self,
+        r: Request<Streaming<BatchCommandsRequest>>,
+    ) -> Result<Response<BoxStream<BatchCommandsResponse>>, Status> {
+        self.record_batch(|c| c.record_batch_stream());
+        let out = self.run_batch_stream(r.into_inner());
+        Ok(Response::new(Box::pin(ReceiverStream::new(out))))
+    }
+    async fn raw_get(
+        &self,
+        r: Request<kvrpcpb::RawGetRequest>,
+    ) -> Result<Response<kvrpcpb::RawGetResponse>, Status> {
+        self.serve(r).await
+    }
+    async fn raw_batch_get(
+        &self,
+        r: Request<kvrpcpb::RawBatchGetRequest>,
+    ) -> Result<Response<kvrpcpb::RawBatchGetResponse>, Status> {
+        self.serve(r).await
+    }
+    async fn raw_put(
+        &self,
+        r: Request<kvrpcpb::RawPutRequest>,
+    ) -> Result<Response<kvrpcpb::RawPutResponse>, Status> {
+        self.serve(r).await
+    }
+    async fn raw_batch_put(
+        &self,
+        r: Request<kvrpcpb::RawBatchPutRequest>,
+    ) -> Result<Response<kvrpcpb::RawBatchPutResponse>, Status> {
+        self.serve(r).await
+    }
+    async fn raw_delete(
+        &self,
+        r: Request<kvrpcpb::RawDeleteRequest>,
+    ) -> Result<Response<kvrpcpb::RawDeleteResponse>, Status> {
+        self.serve(r).await
+    }
+    async fn raw_batch_delete(
+        &self,
+        r: Request<kvrpcpb::RawBatchDeleteRequest>,
+    ) -> Result<Response<kvrpcpb::RawBatchDeleteResponse>, Status> {
+        self.serve(r).await
+    }
+    async fn raw_scan(
+        &self,
+        r: Request<kvrpcpb::RawScanRequest>,
+    ) -> Result<Response<kvrpcpb::RawScanResponse>, Status> {
+        self.serve(r).await
+    }
+    async fn raw_delete_range(
+        &self,
+        r: Request<kvrpcpb::RawDeleteRangeRequest>,
+    ) -> Result<Response<kvrpcpb::RawDeleteRangeResponse>, Status> {
+        self.serve(r).await
+    }
+    async fn raw_batch_scan(
+        &self,
+        r: Request<kvrpcpb::RawBatchScanRequest>,
+    ) -> Result<Response<kvrpcpb::RawBatchScanResponse>, Status> {
+        self.serve(r).await
+    }
+    async fn raw_get_key_ttl(
+        &self,
+        r: Request<kvrpcpb::RawGetKeyTtlRequest>,
+    ) -> Result<Response<kvrpcpb::RawGetKeyTtlResponse>, Status> {
+        self.serve(r).await
+    }
+    async fn raw_compare_and_swap(
+        &self,
+        r: Request<kvrpcpb::RawCasRequest>,
+    ) -> Result<Response<kvrpcpb::RawCasResponse>, Status> {
+        self.serve(r).await
+    }
+    async fn raw_checksum(
+        &self,
+        r: Request<kvrpcpb::RawChecksumRequest>,
+    ) -> Result<Response<kvrpcpb::RawChecksumResponse>, Status> {
+        self.serve(r).await
+    }
+    async fn kv_get(
+        &self,
+        r: Request<kvrpcpb::GetRequest>,
+    ) -> Result<Response<kvrpcpb::GetResponse>, Status> {
+        self.serve(r).await
+    }
+    async fn kv_scan(
+        &self,
+        r: Request<kvrpcpb::ScanRequest>,
+    ) -> Result<Response<kvrpcpb::ScanResponse>, Status> {
+        self.serve(r).await
+    }
+    async fn kv_prewrite(
+        &self,
+        r: Request<kvrpcpb::PrewriteRequest>,
+    ) -> Result<Response<kvrpcpb::PrewriteResponse>, Status> {
+        self.serve(r).await
+    }
+    async fn kv_pessimistic_lock(
+        &self,
+        r: Request<kvrpcpb::PessimisticLockRequest>,
+    ) -> Result<Response<kvrpcpb::PessimisticLockResponse>, Status> {
+        self.serve(r).await
+    }
+    async fn kv_pessimistic_rollback(
+        &self,
+        r: Request<kvrpcpb::PessimisticRollbackRequest>,
+    ) -> Result<Response<kvrpcpb::PessimisticRollbackResponse>, Status> {
+        self.serve(r).await
+    }
+    async fn kv_txn_heart_beat(
+        &self,
+        r: Request<kvrpcpb::TxnHeartBeatRequest>,
+    ) -> Result<Response<kvrpcpb::TxnHeartBeatResponse>, Status> {
+        self.serve(r).await
+    }
+    async fn kv_check_txn_status(
+        &self,
+        r: Request<kvrpcpb::CheckTxnStatusRequest>,
+    ) -> Result<Response<kvrpcpb::CheckTxnStatusResponse>, Status> {
+        self.serve(r).await
+    }
+    async fn kv_check_secondary_locks(
+        &self,
+        r: Request<kvrpcpb::CheckSecondaryLocksRequest>,
+    ) -> Result<Response<kvrpcpb::CheckSecondaryLocksResponse>, Status> {
+        self.serve(r).await
+    }
+    async fn kv_commit(
+        &self,
+        r: Request<kvrpcpb::CommitRequest>,
+    ) -> Result<Response<kvrpcpb::CommitResponse>, Status> {
+        self.serve(r).await
+    }
+    async fn kv_cleanup(
+        &self,
+        r: Request<kvrpcpb::CleanupRequest>,
+    ) -> Result<Response<kvrpcpb::CleanupResponse>, Status> {
+        self.serve(r).await
+    }
+    async fn kv_batch_get(
+        &self,
+        r: Request<kvrpcpb::BatchGetRequest>,
+    ) -> Result<Response<kvrpcpb::BatchGetResponse>, Status> {
+        self.serve(r).await
+    }
+    async fn kv_batch_rollback(
+        &self,
+        r: Request<kvrpcpb::BatchRollbackRequest>,
+    ) -> Result<Response<kvrpcpb::BatchRollbackResponse>, Status> {
+        self.serve(r).await
+    }
+    async fn kv_scan_lock(
+        &self,
+        r: Request<kvrpcpb::ScanLockRequest>,
+    ) -> Result<Response<kvrpcpb::ScanLockResponse>, Status> {
+        self.serve(r).await
+    }
+    async fn kv_resolve_lock(
+        &self,
+        r: Request<kvrpcpb::ResolveLockRequest>,
+    ) -> Result<Response<kvrpcpb::ResolveLockResponse>, Status> {
+        self.serve(r).await
+    }
+    async fn kv_gc(
+        &self,
+        r: Request<kvrpcpb::GcRequest>,
+    ) -> Result<Response<kvrpcpb::GcResponse>, Status> {
+        self.serve(r).await
+    }
+    async fn kv_delete_range(
+        &self,
+        r: Request<kvrpcpb::DeleteRangeRequest>,
+    ) -> Result<Response<kvrpcpb::DeleteRangeResponse>, Status> {
+        self.serve(r).await
+    }
+    async fn unsafe_destroy_range(
+        &self,
+        r: Request<kvrpcpb::UnsafeDestroyRangeRequest>,
+    ) -> Result<Response<kvrpcpb::UnsafeDestroyRangeResponse>, Status> {
+        self.serve(r).await
+    }
+}

@@ -1,0 +1,238 @@
+//! The transactional methods of the simulated store: each is a
+//! [`StoreCommand`], so it runs the same checks and faults as the raw
+//! methods, then one function of [`Mvcc`](crate::mvcc::Mvcc). Keys are
+//! checked against the Region on their memcomparable encoding, as TiKV
+//! does for transactional requests (Region boundaries are encoded keys).
+
+use tokio::time::Instant;
+
+use super::{first_outside, scan_bounds, scan_start_outside, StoreCommand};
+use crate::codec::encode_bytes;
+use crate::proto::{errorpb, kvrpcpb, metapb};
+use crate::state::SimRegion;
+
+/// The first key (as sent, unencoded) whose encoding lies outside the
+/// Region.
+fn first_encoded_outside<'a>(
+    region: &metapb::Region,
+    keys: impl IntoIterator<Item = &'a [u8]>,
+) -> Option<Vec<u8>> {
+    keys.into_iter()
+        .find(|k| first_outside(region, [encode_bytes(k).as_slice()]).is_some())
+        .map(<[u8]>::to_vec)
+}
+
+/// A range bound's encoding; empty stays empty (unbounded).
+fn encode_bound(key: &[u8]) -> Vec<u8> {
+    if key.is_empty() {
+        Vec::new()
+    } else {
+        encode_bytes(key)
+    }
+}
+
+/// A scan's or delete-range's first bound must lie in the Region (edges
+/// included), checked on its encoding; answers with the key as sent.
+fn encoded_scan_start_outside(
+    region: &metapb::Region,
+    start: &[u8],
+    reverse: bool,
+) -> Option<Vec<u8>> {
+    scan_start_outside(region, &encode_bound(start), reverse).map(|_| start.to_vec())
+}
+
+/// The encoded range `[low, high)` of a scan, clamped to the Region.
+fn encoded_scan_bounds(
+    region: &metapb::Region,
+    start: &[u8],
+    end: &[u8],
+    reverse: bool,
+) -> (Vec<u8>, Vec<u8>) {
+    scan_bounds(region, &encode_bound(start), &encode_bound(end), reverse)
+}
+
+/// Implements a transactional command whose keys are `$keys` (an
+/// expression over `self` yielding `&[u8]`s) and whose work is `$apply`.
+macro_rules! txn_command {
+    ($req:ty, $resp:ty, $method:literal, $errors:ident,
+     keys: |$s:ident| $keys:expr,
+     apply: |$s2:ident, $region:ident| $apply:expr) => {
+        impl StoreCommand for $req {
+            command_boilerplate!($resp, $method, $errors);
+            fn key_outside(&self, region: &metapb::Region) -> Option<Vec<u8>> {
+                let $s = self;
+                first_encoded_outside(region, $keys)
+            }
+            fn apply(&self, $region: &mut SimRegion, _: Instant) -> Result<$resp, String> {
+                let $s2 = self;
+                Ok($apply)
+            }
+        }
+    };
+}
+
+impl StoreCommand for kvrpcpb::GetRequest {
+    command_boilerplate!(kvrpcpb::GetResponse, "kv_get", key_error_field);
+    fn key_outside(&self, region: &metapb::Region) -> Option<Vec<u8>> {
+        first_encoded_outside(region, [self.key.as_slice()])
+    }
+    fn apply(&self, region: &mut SimRegion, _: Instant) -> Result<Self::Response, String> {
+        Ok(region.mvcc.get(self, self.context.as_ref()))
+    }
+}
+
+impl StoreCommand for kvrpcpb::BatchGetRequest {
+    command_boilerplate!(@common kvrpcpb::BatchGetResponse, "kv_batch_get");
+    fn key_error_response(message: String) -> Option<Self::Response> {
+        Some(kvrpcpb::BatchGetResponse {
+            error: Some(kvrpcpb::KeyError {
+                abort: message,
+                ..Default::default()
+            }),
+            ..Default::default()
+        })
+    }
+    fn has_key_error(r: &Self::Response) -> bool {
+        r.error.is_some() || r.pairs.iter().any(|p| p.error.is_some())
+    }
+    fn key_outside(&self, region: &metapb::Region) -> Option<Vec<u8>> {
+        first_encoded_outside(region, self.keys.iter().map(Vec::as_slice))
+    }
+    fn apply(&self, region: &mut SimRegion, _: Instant) -> Result<Self::Response, String> {
+        Ok(region.mvcc.batch_get(self, self.context.as_ref()))
+    }
+}
+
+impl StoreCommand for kvrpcpb::ScanRequest {
+    command_boilerplate!(@common kvrpcpb::ScanResponse, "kv_scan");
+    fn key_error_response(message: String) -> Option<Self::Response> {
+        Some(kvrpcpb::ScanResponse {
+            error: Some(kvrpcpb::KeyError {
+                abort: message,
+                ..Default::default()
+            }),
+            ..Default::default()
+        })
+    }
+    fn has_key_error(r: &Self::Response) -> bool {
+        r.error.is_some() || r.pairs.iter().any(|p| p.error.is_some())
+    }
+    fn key_outside(&self, region: &metapb::Region) -> Option<Vec<u8>> {
+        encoded_scan_start_outside(region, &self.start_key, self.reverse)
+    }
+    fn apply(&self, region: &mut SimRegion, _: Instant) -> Result<Self::Response, String> {
+        let (low, high) =
+            encoded_scan_bounds(&region.meta, &self.start_key, &self.end_key, self.reverse);
+        Ok(region.mvcc.scan(self, self.context.as_ref(), &low, &high))
+    }
+}
+
+txn_command!(kvrpcpb::PrewriteRequest, kvrpcpb::PrewriteResponse, "kv_prewrite", key_errors_field,
+    keys: |s| s.mutations.iter().map(|m| m.key.as_slice()),
+    apply: |s, region| region.mvcc.prewrite(s));
+
+txn_command!(kvrpcpb::CommitRequest, kvrpcpb::CommitResponse, "kv_commit", key_error_field,
+    keys: |s| s.keys.iter().map(Vec::as_slice),
+    apply: |s, region| region.mvcc.commit(s));
+
+txn_command!(kvrpcpb::BatchRollbackRequest, kvrpcpb::BatchRollbackResponse, "kv_batch_rollback", key_error_field,
+    keys: |s| s.keys.iter().map(Vec::as_slice),
+    apply: |s, region| region.mvcc.batch_rollback(s));
+
+txn_command!(kvrpcpb::CleanupRequest, kvrpcpb::CleanupResponse, "kv_cleanup", key_error_field,
+    keys: |s| [s.key.as_slice()],
+    apply: |s, region| region.mvcc.cleanup(s));
+
+txn_command!(kvrpcpb::CheckTxnStatusRequest, kvrpcpb::CheckTxnStatusResponse, "kv_check_txn_status", key_error_field,
+    keys: |s| [s.primary_key.as_slice()],
+    apply: |s, region| region.mvcc.check_txn_status(s));
+
+txn_command!(kvrpcpb::CheckSecondaryLocksRequest, kvrpcpb::CheckSecondaryLocksResponse, "kv_check_secondary_locks", key_error_field,
+    keys: |s| s.keys.iter().map(Vec::as_slice),
+    apply: |s, region| region.mvcc.check_secondary_locks(s));
+
+txn_command!(kvrpcpb::ResolveLockRequest, kvrpcpb::ResolveLockResponse, "kv_resolve_lock", key_error_field,
+    keys: |s| s.keys.iter().map(Vec::as_slice),
+    apply: |s, region| region.mvcc.resolve_lock(s));
+
+txn_command!(kvrpcpb::PessimisticLockRequest, kvrpcpb::PessimisticLockResponse, "kv_pessimistic_lock", key_errors_field,
+    keys: |s| s.mutations.iter().map(|m| m.key.as_slice()),
+    apply: |s, region| region.mvcc.pessimistic_lock(s));
+
+txn_command!(kvrpcpb::PessimisticRollbackRequest, kvrpcpb::PessimisticRollbackResponse, "kv_pessimistic_rollback", key_errors_field,
+    keys: |s| s.keys.iter().map(Vec::as_slice),
+    apply: |s, region| region.mvcc.pessimistic_rollback(s));
+
+txn_command!(kvrpcpb::TxnHeartBeatRequest, kvrpcpb::TxnHeartBeatResponse, "kv_txn_heart_beat", key_error_field,
+    keys: |s| [s.primary_lock.as_slice()],
+    apply: |s, region| region.mvcc.txn_heart_beat(s));
+
+txn_command!(kvrpcpb::GcRequest, kvrpcpb::GcResponse, "kv_gc", key_error_field,
+    keys: |s| { let _ = s; std::iter::empty::<&[u8]>() },
+    apply: |s, region| { region.mvcc.gc(s.safe_point); Default::default() });
+
+impl StoreCommand for kvrpcpb::ScanLockRequest {
+    command_boilerplate!(kvrpcpb::ScanLockResponse, "kv_scan_lock", key_error_field);
+    fn key_outside(&self, region: &metapb::Region) -> Option<Vec<u8>> {
+        encoded_scan_start_outside(region, &self.start_key, false)
+    }
+    fn apply(&self, region: &mut SimRegion, _: Instant) -> Result<Self::Response, String> {
+        let (low, high) = encoded_scan_bounds(&region.meta, &self.start_key, &self.end_key, false);
+        Ok(region.mvcc.scan_lock(self, &low, &high))
+    }
+}
+
+/// The encoded range of a delete-range request, or an error when it is
+/// reversed.
+fn delete_range_bounds(start: &[u8], end: &[u8]) -> Result<(Vec<u8>, Vec<u8>), String> {
+    if !end.is_empty() && start > end {
+        return Err("delete range start key is after its end key".to_owned());
+    }
+    Ok((encode_bound(start), encode_bound(end)))
+}
+
+impl StoreCommand for kvrpcpb::DeleteRangeRequest {
+    command_boilerplate!(
+        kvrpcpb::DeleteRangeResponse,
+        "kv_delete_range",
+        has_error_field
+    );
+    fn key_outside(&self, region: &metapb::Region) -> Option<Vec<u8>> {
+        let (start, end) = (encode_bound(&self.start_key), encode_bound(&self.end_key));
+        if first_outside(region, [start.as_slice()]).is_some() {
+            return Some(self.start_key.clone());
+        }
+        // The end may equal the Region's end; an unbounded end only fits
+        // the last Region.
+        let end_fits = region.end_key.is_empty() || (!end.is_empty() && end <= region.end_key);
+        (!end_fits).then(|| self.end_key.clone())
+    }
+    fn apply(&self, region: &mut SimRegion, _: Instant) -> Result<Self::Response, String> {
+        let (low, high) = delete_range_bounds(&self.start_key, &self.end_key)?;
+        // notify_only: TiKV only tells the engine's observers; no data goes.
+        if !self.notify_only {
+            region.mvcc.delete_range(&low, &high);
+        }
+        Ok(Default::default())
+    }
+}
+
+impl StoreCommand for kvrpcpb::UnsafeDestroyRangeRequest {
+    command_boilerplate!(
+        kvrpcpb::UnsafeDestroyRangeResponse,
+        "unsafe_destroy_range",
+        has_error_field
+    );
+    fn key_outside(&self, _: &metapb::Region) -> Option<Vec<u8>> {
+        None
+    }
+    fn store_wide(&self) -> bool {
+        true
+    }
+    fn apply(&self, region: &mut SimRegion, _: Instant) -> Result<Self::Response, String> {
+        let (low, high) = delete_range_bounds(&self.start_key, &self.end_key)?;
+        let (low, high) = scan_bounds(&region.meta, &low, &high, false);
+        region.mvcc.delete_range(&low, &high);
+        Ok(Default::default())
+    }
+}

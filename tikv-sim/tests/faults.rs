@@ -1,0 +1,331 @@
+//! Faults of the simulated cluster over real sockets: stores down and up on
+//! the same port, hangs, added latency, dropped responses, cold Regions.
+
+use std::time::Duration;
+
+use tikv_sim::proto::kvrpcpb;
+use tikv_sim::proto::tikvpb::tikv_client::TikvClient;
+use tikv_sim::{ColdMode, HangMode, Outcome, SimCluster};
+use tonic::transport::Channel;
+
+/// Upper bound for anything that must happen; tests end far sooner.
+const PATIENCE: Duration = Duration::from_secs(10);
+
+async fn one_region() -> SimCluster {
+    SimCluster::builder().stores(3).start().await.unwrap()
+}
+
+fn get_req(ctx: &kvrpcpb::Context, key: &[u8]) -> kvrpcpb::RawGetRequest {
+    kvrpcpb::RawGetRequest {
+        context: Some(ctx.clone()),
+        key: key.to_vec(),
+        cf: String::new(),
+    }
+}
+
+/// The leader's store, a client to it and a context for it.
+async fn leader_of_first(cluster: &SimCluster) -> (u64, TikvClient<Channel>, kvrpcpb::Context) {
+    let region = cluster.regions()[0].clone();
+    let store = cluster.leader_of(region.id).unwrap().store_id;
+    let client = cluster.tikv_client(store).await.unwrap();
+    (store, client, cluster.context(region.id, store).unwrap())
+}
+
+/// Waits until `f` holds, checking every few milliseconds, bounded by
+/// [`PATIENCE`].
+async fn eventually(what: &str, mut f: impl FnMut() -> bool) {
+    tokio::time::timeout(PATIENCE, async {
+        while !f() {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await
+    .unwrap_or_else(|_| panic!("timed out waiting for {what}"));
+}
+
+#[tokio::test]
+async fn a_downed_store_refuses_connections_and_comes_back_on_the_same_port() {
+    let cluster = one_region().await;
+    let (store, mut client, ctx) = leader_of_first(&cluster).await;
+    let addr = cluster.store_addr(store).unwrap();
+    client
+        .raw_put(kvrpcpb::RawPutRequest {
+            context: Some(ctx.clone()),
+            key: b"k".to_vec(),
+            value: b"v".to_vec(),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+
+    cluster.store_down(store).await;
+    let refused = tokio::net::TcpStream::connect(&addr).await.unwrap_err();
+    assert_eq!(refused.kind(), std::io::ErrorKind::ConnectionRefused);
+    let failed = client.raw_get(get_req(&ctx, b"k")).await.unwrap_err();
+    assert!(
+        std::error::Error::source(&failed).is_some(),
+        "a transport failure keeps its source: {failed:?}"
+    );
+
+    cluster.store_up(store).await.unwrap();
+    assert_eq!(cluster.store_addr(store).unwrap(), addr);
+    let mut client = cluster.tikv_client(store).await.unwrap();
+    let got = client
+        .raw_get(get_req(&ctx, b"k"))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(got.value, b"v".to_vec(), "data survives a restart");
+    // Only the requests that reached it were counted.
+    assert_eq!(cluster.counters(store).total("raw_get"), 1);
+    cluster.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_respond_hang_receives_requests_and_never_answers_until_lifted() {
+    let cluster = one_region().await;
+    let (store, client, ctx) = leader_of_first(&cluster).await;
+    cluster.store_hang(store, HangMode::Respond);
+
+    // A request with a deadline ends with that deadline.
+    let mut timed = tonic::Request::new(get_req(&ctx, b"k"));
+    timed.set_timeout(Duration::from_millis(100));
+    let err = client.clone().raw_get(timed).await.unwrap_err();
+    assert!(
+        matches!(
+            err.code(),
+            tonic::Code::Cancelled | tonic::Code::DeadlineExceeded
+        ),
+        "{err:?}"
+    );
+
+    let mut waiting_client = client.clone();
+    let req = get_req(&ctx, b"k");
+    let mut waiting = tokio::spawn(async move { waiting_client.raw_get(req).await });
+    eventually("two hung requests", || {
+        cluster.counters(store).count("raw_get", Outcome::Hung) == 2
+    })
+    .await;
+    assert!(
+        tokio::time::timeout(Duration::from_millis(50), &mut waiting)
+            .await
+            .is_err(),
+        "a hung store must not answer"
+    );
+    cluster.store_unhang(store);
+    let resp = tokio::time::timeout(PATIENCE, waiting)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap()
+        .into_inner();
+    assert!(resp.region_error.is_none() && resp.not_found);
+    cluster.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_hung_request_ends_when_its_store_goes_down() {
+    let cluster = one_region().await;
+    let (store, mut client, ctx) = leader_of_first(&cluster).await;
+    cluster.store_hang(store, HangMode::Respond);
+    let req = get_req(&ctx, b"k");
+    let waiting = tokio::spawn(async move { client.raw_get(req).await });
+    eventually("the hung request", || {
+        cluster.counters(store).count("raw_get", Outcome::Hung) == 1
+    })
+    .await;
+    cluster.store_down(store).await;
+    let result = tokio::time::timeout(PATIENCE, waiting)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(result.is_err());
+    cluster.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_connect_hang_freezes_every_connection() {
+    let cluster = one_region().await;
+    let (store, client, ctx) = leader_of_first(&cluster).await;
+    cluster.store_hang(store, HangMode::Connect);
+
+    let mut frozen_client = client.clone();
+    let req = get_req(&ctx, b"k");
+    let mut on_open_connection = tokio::spawn(async move { frozen_client.raw_get(req).await });
+    assert!(
+        tokio::time::timeout(Duration::from_millis(200), &mut on_open_connection)
+            .await
+            .is_err(),
+        "no answer while frozen"
+    );
+    // A new TCP connect hangs: the kernel drops the SYNs.
+    let addr = cluster.store_addr(store).unwrap();
+    let connect = tokio::time::timeout(
+        Duration::from_millis(200),
+        tokio::net::TcpStream::connect(&addr),
+    )
+    .await;
+    assert!(connect.is_err(), "connect must hang, got {connect:?}");
+    // So does opening a gRPC channel, bounded by its connect timeout.
+    let channel = Channel::from_shared(format!("http://{addr}"))
+        .unwrap()
+        .connect_timeout(Duration::from_millis(150))
+        .connect()
+        .await;
+    assert!(channel.is_err());
+    // The requests never reached the service.
+    assert_eq!(cluster.counters(store).total_requests(), 0);
+
+    cluster.store_unhang(store);
+    let resp = tokio::time::timeout(PATIENCE, on_open_connection)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap()
+        .into_inner();
+    assert!(resp.region_error.is_none());
+    // New connections work again.
+    let mut fresh = cluster.tikv_client(store).await.unwrap();
+    assert!(fresh.raw_get(get_req(&ctx, b"k")).await.is_ok());
+    cluster.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_connect_hang_survives_down_and_up() {
+    let cluster = one_region().await;
+    let (store, _client, _ctx) = leader_of_first(&cluster).await;
+    cluster.store_hang(store, HangMode::Connect);
+    cluster.store_down(store).await;
+    cluster.store_up(store).await.unwrap();
+    let addr = cluster.store_addr(store).unwrap();
+    let connect = tokio::time::timeout(
+        Duration::from_millis(200),
+        tokio::net::TcpStream::connect(&addr),
+    )
+    .await;
+    assert!(connect.is_err(), "still hung after a restart");
+    cluster.store_unhang(store);
+    assert!(cluster.tikv_client(store).await.is_ok());
+    cluster.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_slow_store_adds_latency() {
+    let cluster = one_region().await;
+    let (store, mut client, ctx) = leader_of_first(&cluster).await;
+    let delay = Duration::from_millis(150);
+    cluster.store_slow(store, delay);
+    let started = std::time::Instant::now();
+    client.raw_get(get_req(&ctx, b"k")).await.unwrap();
+    assert!(started.elapsed() >= delay);
+    cluster.store_slow(store, Duration::ZERO);
+    cluster.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_dropped_response_is_applied_exactly_once_and_lost() {
+    let cluster = one_region().await;
+    let (store, mut client, ctx) = leader_of_first(&cluster).await;
+    cluster
+        .drop_next_response(store, "raw_compare_and_swap")
+        .unwrap();
+    assert!(cluster.drop_next_response(store, "raw_cas").is_err());
+    let cas = kvrpcpb::RawCasRequest {
+        context: Some(ctx.clone()),
+        key: b"k".to_vec(),
+        value: b"1".to_vec(),
+        previous_not_exist: true,
+        ..Default::default()
+    };
+    let err = client.raw_compare_and_swap(cas.clone()).await.unwrap_err();
+    assert!(
+        std::error::Error::source(&err).is_some(),
+        "the client sees a transport failure, not an answer: {err:?}"
+    );
+    assert_eq!(cluster.value_of(b"k"), Some(b"1".to_vec()));
+    let counters = cluster.counters(store);
+    assert_eq!(counters.count("raw_compare_and_swap", Outcome::Dropped), 1);
+    assert_eq!(counters.count("raw_compare_and_swap", Outcome::Ok), 0);
+
+    // Only the next one is dropped: a replay is answered, and shows the
+    // first attempt was applied.
+    let mut client = cluster.tikv_client(store).await.unwrap();
+    let replay = client.raw_compare_and_swap(cas).await.unwrap().into_inner();
+    assert!(!replay.succeed && !replay.previous_not_exist);
+    assert_eq!(replay.previous_value, b"1".to_vec());
+    cluster.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_cold_region_whose_leader_store_is_down_recovers_through_a_voter() {
+    let cluster = SimCluster::builder()
+        .stores(3)
+        .split_keys(vec![b"m".to_vec()])
+        .start()
+        .await
+        .unwrap();
+    let region = cluster.region_for_key(b"a").unwrap();
+    let old = cluster.leader_of(region.id).unwrap();
+    cluster.store_down(old.store_id).await;
+    cluster
+        .make_cold(region.id, ColdMode::NotLeaderFirst)
+        .unwrap();
+    assert_eq!(cluster.pd_leader_of(region.id), Some(old));
+
+    let voter = region
+        .peers
+        .iter()
+        .find(|p| p.id != old.id)
+        .unwrap()
+        .store_id;
+    let mut client = cluster.tikv_client(voter).await.unwrap();
+    let ctx = cluster.context(region.id, voter).unwrap();
+    let first = client
+        .raw_get(get_req(&ctx, b"a"))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(first.region_error.unwrap().not_leader.unwrap().leader, None);
+    let second = client
+        .raw_get(get_req(&ctx, b"a"))
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(second.region_error.is_none());
+    assert_eq!(cluster.leader_of(region.id).unwrap().store_id, voter);
+    assert_eq!(cluster.pd_leader_of(region.id), Some(old), "PD stays stale");
+    cluster.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_busy_old_leader_of_a_cold_region_answers_busy_not_not_leader() {
+    let cluster = one_region().await;
+    let (store, mut client, ctx) = leader_of_first(&cluster).await;
+    let region_id = ctx.region_id;
+    cluster
+        .make_cold(region_id, ColdMode::AcceptAtOnce)
+        .unwrap();
+    cluster.store_busy(store, Some(0));
+    let resp = client
+        .raw_get(get_req(&ctx, b"a"))
+        .await
+        .unwrap()
+        .into_inner();
+    let busy = resp.region_error.unwrap().server_is_busy.unwrap();
+    assert_eq!(busy.estimated_wait_ms, 0);
+    assert_eq!(cluster.leader_of(region_id), None, "busy never campaigns");
+    cluster.shutdown().await;
+}
+
+#[tokio::test]
+async fn dropping_the_cluster_closes_its_ports() {
+    let cluster = one_region().await;
+    let pd = cluster.pd_addr();
+    let store = cluster.store_addr(1).unwrap();
+    drop(cluster);
+    // The listeners close as soon as their aborted tasks are dropped.
+    eventually("closed ports", || {
+        std::net::TcpStream::connect(&pd).is_err() && std::net::TcpStream::connect(&store).is_err()
+    })
+    .await;
+}
