@@ -13,6 +13,8 @@ pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(2);
 pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
 /// client-rust's default bound on a decoded gRPC message: 4 MiB.
 pub const DEFAULT_GRPC_MAX_DECODING_MESSAGE_SIZE: usize = 4 * 1024 * 1024;
+/// How many Regions a cache holds by default (`Config::region_cache_capacity`).
+pub const DEFAULT_REGION_CACHE_CAPACITY: usize = 1_000_000;
 /// The name of the keyspace PD creates by default.
 pub const DEFAULT_KEYSPACE_NAME: &str = "DEFAULT";
 /// Default time an unreachable store is avoided before it is tried first again.
@@ -174,7 +176,7 @@ impl Default for Config {
             single_flight_connect: true,
             request_deadline: DEFAULT_REQUEST_DEADLINE,
             at_least_once_writes: false,
-            region_cache_capacity: crate::region::DEFAULT_REGION_CACHE_CAPACITY,
+            region_cache_capacity: DEFAULT_REGION_CACHE_CAPACITY,
             rpc_mode: RpcMode::Unary,
             batch_max_size: DEFAULT_BATCH_MAX_SIZE,
             batch_streams_per_store: DEFAULT_BATCH_STREAMS_PER_STORE,

@@ -124,7 +124,7 @@ pub enum Error {
     #[error("region {} has no known leader and no voter accepted the request; the Region may be electing a leader, retry later", .region.id)]
     LeaderNotFound {
         /// The Region (id and epoch), as client-rust names it.
-        region: crate::region::RegionVerId,
+        region: crate::ids::RegionVerId,
     },
     /// The request may or may not have been applied: it may have reached the
     /// server before the failure. It was not replayed ([routing.md, "Replay

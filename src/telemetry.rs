@@ -14,14 +14,26 @@ use std::future::Future;
 
 use tracing::Span;
 
+use crate::classify::DispatchFailure;
+use crate::ids::{RegionId, StoreId};
 use crate::proto::{errorpb, metapb};
-use crate::region::{RegionWithLeader, StoreId};
-use crate::request::routing_state::Counter;
-use crate::request::DispatchFailure;
 use crate::Error;
 
 #[cfg(feature = "prometheus")]
 use crate::metrics::METRICS;
+
+/// Which routing counter to bump (the routing state counts it per client;
+/// [`routing_event`] counts it in the process-wide metrics).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Counter {
+    FallbackAttempt,
+    FallbackSuccess,
+    BusyProbe,
+    StoreInvalidation,
+    RegionInvalidation,
+    ConnectTimeout,
+    Undetermined,
+}
 
 /// One routing counter was bumped (routing_state/counters.rs).
 #[inline]
@@ -127,15 +139,19 @@ impl RequestObserver {
     /// The request was split into `shards` (or failed to be): records the
     /// Regions on the current (request) span, and a sharding failure as the
     /// request's outcome. Returns `shards` unchanged.
-    pub(crate) fn sharded<S>(
+    pub(crate) fn sharded<S, R>(
         &self,
-        shards: crate::Result<Vec<(S, RegionWithLeader)>>,
-    ) -> crate::Result<Vec<(S, RegionWithLeader)>> {
+        shards: crate::Result<Vec<(S, R)>>,
+        region_id: fn(&R) -> RegionId,
+    ) -> crate::Result<Vec<(S, R)>> {
         match &shards {
             Ok(list) => {
                 let span = Span::current();
                 if !span.is_disabled() {
-                    span.record("regions", tracing::field::display(RegionIds(list)));
+                    span.record(
+                        "regions",
+                        tracing::field::display(RegionIds(list, region_id)),
+                    );
                 }
             }
             Err(e) => self.shard_done(Err(e)),
@@ -178,12 +194,12 @@ impl Drop for RequestObserver {
 }
 
 /// Region ids of shards, for the request span (`[1, 2, 5]`).
-struct RegionIds<'a, S>(&'a [(S, RegionWithLeader)]);
+struct RegionIds<'a, S, R>(&'a [(S, R)], fn(&R) -> RegionId);
 
-impl<S> fmt::Display for RegionIds<'_, S> {
+impl<S, R> fmt::Display for RegionIds<'_, S, R> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_list()
-            .entries(self.0.iter().map(|(_, r)| r.id()))
+            .entries(self.0.iter().map(|(_, r)| (self.1)(r)))
             .finish()
     }
 }
@@ -193,7 +209,7 @@ impl<S> fmt::Display for RegionIds<'_, S> {
 #[inline]
 pub(crate) fn attempt_span(
     method: &'static str,
-    region: &RegionWithLeader,
+    region_id: RegionId,
     peer: &metapb::Peer,
     attempt: u32,
     is_leader: bool,
@@ -201,7 +217,7 @@ pub(crate) fn attempt_span(
     tracing::debug_span!(
         "attempt",
         method,
-        region = region.id(),
+        region = region_id,
         store = peer.store_id,
         peer = peer.id,
         attempt,

@@ -14,11 +14,11 @@ use tracing::{debug, info, warn};
 pub use crate::proto::pdpb::Timestamp;
 
 use crate::backoff::Backoff;
+use crate::classify::{classify_status_source, DispatchFailure};
 use crate::proto::keyspacepb::{self, keyspace_client::KeyspaceClient as KeyspaceGrpcClient};
 use crate::proto::metapb;
 use crate::proto::pdpb::{self, pd_client::PdClient as PdGrpcClient};
 use crate::region::{RegionId, RegionWithLeader, StoreId};
-use crate::request::{classify_status_source, DispatchFailure};
 use crate::security::SecurityManager;
 use crate::{Error, ErrorSource, Result};
 

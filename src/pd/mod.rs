@@ -275,6 +275,37 @@ pub trait PdClient: Send + Sync + 'static {
     }
 }
 
+/// Checks PD endpoints before any connection: at least one, each
+/// `host:port` (optionally with an `http://` or `https://` scheme).
+pub(crate) fn validate_pd_endpoints(endpoints: &[String]) -> crate::Result<()> {
+    if endpoints.is_empty() {
+        return Err(crate::Error::InvalidArgument(
+            "no PD endpoint given; pass at least one address such as \"127.0.0.1:2379\"".to_owned(),
+        ));
+    }
+    for endpoint in endpoints {
+        let bare = endpoint
+            .strip_prefix("http://")
+            .or_else(|| endpoint.strip_prefix("https://"))
+            .unwrap_or(endpoint);
+        let well_formed = match bare.rsplit_once(':') {
+            Some((host, port)) => {
+                !host.is_empty()
+                    && !host.contains('/')
+                    && !host.chars().any(char::is_whitespace)
+                    && port.parse::<u16>().is_ok_and(|p| p != 0)
+            }
+            None => false,
+        };
+        if !well_formed {
+            return Err(crate::Error::InvalidArgument(format!(
+                "the PD endpoint {endpoint:?} is not an address; write it as host:port, e.g. \"127.0.0.1:2379\""
+            )));
+        }
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -81,37 +81,6 @@ impl<PdC: PdClient> std::fmt::Debug for RawClient<PdC> {
     }
 }
 
-/// Checks PD endpoints before any connection: at least one, each
-/// `host:port` (optionally with an `http://` or `https://` scheme).
-pub(crate) fn validate_pd_endpoints(endpoints: &[String]) -> Result<()> {
-    if endpoints.is_empty() {
-        return Err(Error::InvalidArgument(
-            "no PD endpoint given; pass at least one address such as \"127.0.0.1:2379\"".to_owned(),
-        ));
-    }
-    for endpoint in endpoints {
-        let bare = endpoint
-            .strip_prefix("http://")
-            .or_else(|| endpoint.strip_prefix("https://"))
-            .unwrap_or(endpoint);
-        let well_formed = match bare.rsplit_once(':') {
-            Some((host, port)) => {
-                !host.is_empty()
-                    && !host.contains('/')
-                    && !host.chars().any(char::is_whitespace)
-                    && port.parse::<u16>().is_ok_and(|p| p != 0)
-            }
-            None => false,
-        };
-        if !well_formed {
-            return Err(Error::InvalidArgument(format!(
-                "the PD endpoint {endpoint:?} is not an address; write it as host:port, e.g. \"127.0.0.1:2379\""
-            )));
-        }
-    }
-    Ok(())
-}
-
 impl RawClient<PdRpcClient> {
     /// Connects to a cluster through its PD endpoints (`host:port`), with the
     /// default [`Config`].
@@ -125,11 +94,11 @@ impl RawClient<PdRpcClient> {
         config: Config,
     ) -> Result<Self> {
         let endpoints: Vec<String> = pd_endpoints.into_iter().map(Into::into).collect();
-        validate_pd_endpoints(&endpoints)?;
+        crate::pd::validate_pd_endpoints(&endpoints)?;
         let rpc = Arc::new(PdRpcClient::connect(&endpoints, &config).await?);
         let keyspace = match &config.keyspace {
             None => Keyspace::Disable,
-            Some(name) => load_keyspace(&*rpc, name).await?,
+            Some(name) => crate::request::load_keyspace(&*rpc, name).await?,
         };
         Ok(Self::new_with_pd_client(rpc, &config).with_keyspace(keyspace))
     }
@@ -749,24 +718,6 @@ fn next_page_range(range: BoundRange, last: &Key, reverse: bool) -> Option<Bound
     }
 }
 
-/// Resolves a keyspace name through PD; a keyspace that exists but is not
-/// enabled cannot be used either.
-pub(crate) async fn load_keyspace<PdC: PdClient>(pd: &PdC, name: &str) -> Result<Keyspace> {
-    let meta = pd.load_keyspace(name).await?;
-    if meta.state != crate::proto::keyspacepb::KeyspaceState::Enabled as i32 {
-        return Err(Error::KeyspaceNotFound(name.to_owned()));
-    }
-    if meta.id > crate::request::MAX_KEYSPACE_ID {
-        return Err(Error::Internal(format!(
-            "PD gave keyspace {name:?} the id {}, which does not fit 24 bits",
-            meta.id
-        )));
-    }
-    Ok(Keyspace::Enable {
-        keyspace_id: meta.id,
-    })
-}
-
 fn check_scan_limit(limit: u32) -> Result<()> {
     if limit > MAX_RAW_KV_SCAN_LIMIT {
         return Err(Error::MaxScanLimitExceeded {
@@ -788,7 +739,7 @@ mod tests {
     #[test]
     fn pd_endpoints_are_checked_before_connecting() {
         assert!(matches!(
-            validate_pd_endpoints(&[]),
+            crate::pd::validate_pd_endpoints(&[]),
             Err(Error::InvalidArgument(_))
         ));
         for bad in [
@@ -801,7 +752,7 @@ mod tests {
             "a b:1",
             "http://x/y:1",
         ] {
-            let err = validate_pd_endpoints(&[bad.to_owned()]).unwrap_err();
+            let err = crate::pd::validate_pd_endpoints(&[bad.to_owned()]).unwrap_err();
             assert!(err.to_string().contains("host:port"), "{bad}: {err}");
         }
         for good in [
@@ -810,7 +761,7 @@ mod tests {
             "http://127.0.0.1:2379",
             "[::1]:2379",
         ] {
-            validate_pd_endpoints(&[good.to_owned()]).unwrap();
+            crate::pd::validate_pd_endpoints(&[good.to_owned()]).unwrap();
         }
     }
 

@@ -8,7 +8,6 @@ pub use crate::kv::ColumnFamily;
 pub use checksum::{crc64, new_raw_checksum_request, pair_checksum, MergeChecksum, RawChecksum};
 /// client-rust's name for the raw client (`tikv_client::raw::Client`).
 pub use client::RawClient as Client;
-pub(crate) use client::{load_keyspace, validate_pd_endpoints};
 pub use client::{RawClient, MAX_RAW_KV_SCAN_LIMIT};
 
 pub use requests::*;

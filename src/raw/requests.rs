@@ -650,21 +650,6 @@ impl Shardable for kvrpcpb::RawBatchPutRequest {
     }
 }
 
-/// Clips `[start, end)` to a Region (empty ends are unbounded).
-pub(crate) fn clip_to_region(
-    start: &[u8],
-    end: &[u8],
-    region: &RegionWithLeader,
-) -> (Vec<u8>, Vec<u8>) {
-    let start = start.max(region.start_key()).to_vec();
-    let end = match (end.is_empty(), region.end_key().is_empty()) {
-        (true, _) => region.end_key().to_vec(),
-        (false, true) => end.to_vec(),
-        (false, false) => end.min(region.end_key()).to_vec(),
-    };
-    (start, end)
-}
-
 #[async_trait]
 impl Shardable for kvrpcpb::RawScanRequest {
     /// The piece as `(start_key, end_key)` in the request's own convention.
@@ -676,7 +661,7 @@ impl Shardable for kvrpcpb::RawScanRequest {
     ) -> Result<Vec<(Self::Shard, RegionWithLeader)>> {
         if !self.reverse {
             let region = pd_client.region_for_key(&self.start_key).await?;
-            let piece = clip_to_region(&self.start_key, &self.end_key, &region);
+            let piece = crate::region::clip_to_region(&self.start_key, &self.end_key, &region);
             return Ok(vec![(piece, region)]);
         }
         // Reverse: upper bound `start_key` (exclusive), lower `end_key`.
@@ -688,7 +673,7 @@ impl Shardable for kvrpcpb::RawScanRequest {
             .into_iter()
             .last()
             .ok_or_else(|| Error::Internal("PD returned no Region for a scan range".to_owned()))?;
-        let (lo, hi) = clip_to_region(&lower, &upper, &region);
+        let (lo, hi) = crate::region::clip_to_region(&lower, &upper, &region);
         Ok(vec![((hi, lo), region)])
     }
 

@@ -266,8 +266,7 @@ impl Default for RegionMap {
     }
 }
 
-/// How many Regions a cache holds by default (`Config::region_cache_capacity`).
-pub const DEFAULT_REGION_CACHE_CAPACITY: usize = 1_000_000;
+pub use crate::config::DEFAULT_REGION_CACHE_CAPACITY;
 
 impl RegionMap {
     fn get_by_key(&self, key: &[u8]) -> Option<&Arc<CachedRegion>> {

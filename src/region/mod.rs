@@ -11,28 +11,11 @@ pub use cached::CachedRegion;
 pub use tikv_plan_proto::meta::can_become_leader;
 pub(crate) use tikv_plan_proto::meta::{key_in_range, key_in_region};
 
+pub use crate::ids::{RegionId, RegionVerId, StoreId};
 use crate::proto::metapb;
 #[cfg(test)]
 use crate::proto::metapb::PeerRole;
 use crate::{Error, Result};
-
-/// A Region's id.
-pub type RegionId = u64;
-/// A store's id.
-pub type StoreId = u64;
-
-/// A Region at one version: its id and epoch. Two Regions with the same id
-/// but different epochs are different versions (after a split or a
-/// membership change).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct RegionVerId {
-    /// The Region id.
-    pub id: RegionId,
-    /// The configuration version of the epoch (membership changes).
-    pub conf_ver: u64,
-    /// The version of the epoch (splits and merges).
-    pub ver: u64,
-}
 
 /// A Region together with the peer the client believes leads it.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -127,6 +110,21 @@ pub(crate) fn epoch_is_older(a: &metapb::RegionEpoch, b: &metapb::RegionEpoch) -
 /// not equal. `(version 2, conf_ver 0)` is not newer than `(1, 5)`.
 pub(crate) fn epoch_is_newer(a: &metapb::RegionEpoch, b: &metapb::RegionEpoch) -> bool {
     !epoch_is_older(a, b) && a != b
+}
+
+/// Clips `[start, end)` to a Region (empty ends are unbounded).
+pub(crate) fn clip_to_region(
+    start: &[u8],
+    end: &[u8],
+    region: &RegionWithLeader,
+) -> (Vec<u8>, Vec<u8>) {
+    let start = start.max(region.start_key()).to_vec();
+    let end = match (end.is_empty(), region.end_key().is_empty()) {
+        (true, _) => region.end_key().to_vec(),
+        (false, true) => end.to_vec(),
+        (false, false) => end.min(region.end_key()).to_vec(),
+    };
+    (start, end)
 }
 
 /// In which order a round visits the cached leader and the other voters.

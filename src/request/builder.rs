@@ -258,13 +258,13 @@ impl<PdC: PdClient, P: Plan> PlanBuilder<PdC, P> {
     /// locks by their TTL within the request deadline (see
     /// [`ResolveLock`](super::ResolveLock)); `caller_start_ts` is the
     /// reading transaction's start ts, 0 for writers.
-    pub fn resolve_lock<R: PdClient>(
+    pub fn resolve_lock(
         self,
-        resolver: Arc<crate::transaction::LockResolver<R>>,
+        resolver: Arc<dyn super::LockResolve>,
         caller_start_ts: u64,
-    ) -> PlanBuilder<PdC, super::ResolveLock<P, R>>
+    ) -> PlanBuilder<PdC, super::ResolveLock<P, PdC>>
     where
-        P::Result: crate::transaction::HasLocks,
+        P::Result: super::HasLocks,
     {
         let deadline = self
             .request_deadline
@@ -275,6 +275,7 @@ impl<PdC: PdClient, P: Plan> PlanBuilder<PdC, P> {
             resolver,
             caller_start_ts,
             deadline,
+            pd: std::marker::PhantomData,
         })
     }
 

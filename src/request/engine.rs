@@ -42,10 +42,10 @@ use crate::proto::{errorpb, metapb};
 use crate::region::{CandidateOrder, RegionVerId, RegionWithLeader, StoreId};
 use crate::Error;
 
-use super::classify::{classify_dispatch_error, DispatchFailure};
 use super::region_error::{RegionErrorAction, RegionErrorStep};
 use super::round::{BusyProbeCount, CandidateRound, CandidateStep};
 use super::routing_state::{BusyVerdict, Counter, ProbeOutcome, ProbeTicket, ProbeWaiter};
+use crate::classify::{classify_dispatch_error, DispatchFailure};
 
 /// What the whole request (all its shards) shares: the one busy probe it may
 /// run ([routing.md](crate::spec::routing#serverisbusy0-follower-probe): "At
@@ -506,7 +506,7 @@ impl<'r> ShardMachine<'r> {
         let is_leader = self.round.current_is_cached_leader(&self.region);
         self.attempt_span = crate::telemetry::attempt_span(
             self.request.observer.method(),
-            &self.region,
+            self.region.id(),
             &peer,
             self.attempts,
             is_leader,

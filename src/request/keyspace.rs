@@ -185,6 +185,27 @@ impl<T: TruncateKeyspace> TruncateKeyspace for Vec<T> {
     }
 }
 
+/// Resolves a keyspace name through PD; a keyspace that exists but is not
+/// enabled cannot be used either.
+pub(crate) async fn load_keyspace<PdC: crate::pd::PdClient>(
+    pd: &PdC,
+    name: &str,
+) -> crate::Result<Keyspace> {
+    let meta = pd.load_keyspace(name).await?;
+    if meta.state != crate::proto::keyspacepb::KeyspaceState::Enabled as i32 {
+        return Err(crate::Error::KeyspaceNotFound(name.to_owned()));
+    }
+    if meta.id > MAX_KEYSPACE_ID {
+        return Err(crate::Error::Internal(format!(
+            "PD gave keyspace {name:?} the id {}, which does not fit 24 bits",
+            meta.id
+        )));
+    }
+    Ok(Keyspace::Enable {
+        keyspace_id: meta.id,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -81,7 +81,6 @@
 
 mod all_stores;
 mod builder;
-mod classify;
 mod engine;
 mod keyspace;
 mod plan;
@@ -93,10 +92,10 @@ mod round;
 pub(crate) mod routing_state;
 mod traits;
 
+pub use crate::classify::{classify_dispatch_error, classify_grpc_error, DispatchFailure};
 pub use all_stores::{RetryableAllStores, StoreRequest};
 pub use builder::PlanBuilder;
-pub(crate) use classify::classify_status_source;
-pub use classify::{classify_dispatch_error, classify_grpc_error, DispatchFailure};
+pub(crate) use keyspace::load_keyspace;
 pub use keyspace::{
     keyspace_prefix, EncodeKeyspace, KeyMode, Keyspace, TruncateKeyspace, KEYSPACE_PREFIX_LEN,
     MAX_KEYSPACE_ID, RAW_KEY_PREFIX, TXN_KEY_PREFIX,
@@ -108,7 +107,7 @@ pub use plan::{
 };
 pub use region_error::{decide_region_error, RegionErrorAction, RegionErrorStep, MAX_BUSY_BACKOFF};
 pub use request_shape::{HasNextBatch, NextBatch, RangeRequest, SingleKey};
-pub use resolve_lock::{CollectWithShard, ResolveLock};
+pub use resolve_lock::{CollectWithShard, HasLocks, LockResolve, ResolveLock, ResolvePass};
 pub use retry::RetryableMultiRegion;
 pub use routing_state::{RoutingState, RoutingStats};
 pub(crate) use traits::{pair_key_errors, string_key_error, strongest_shard_error};

@@ -4,17 +4,56 @@
 //! require"](crate::spec::txn#behaviour-we-require)). [`CollectWithShard`]
 //! keeps each shard's piece with its response.
 
+use std::marker::PhantomData;
 use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
+use futures::future::BoxFuture;
 use tokio::time::Instant;
 
 use crate::pd::PdClient;
-use crate::transaction::{HasLocks, LockResolver, ResolvePass};
+use crate::proto::kvrpcpb;
 use crate::{Error, Result};
 
 use super::plan::{collect_in_order, Merge, Plan, ResponseWithShard};
+
+/// A response whose key errors may carry locks of other transactions,
+/// which the [`ResolveLock`](crate::request::ResolveLock) stage resolves.
+pub trait HasLocks {
+    /// Takes the locks out of the response's key errors, leaving any other
+    /// key errors in place.
+    fn take_locks(&mut self) -> Vec<kvrpcpb::LockInfo>;
+}
+
+impl<T: HasLocks> HasLocks for Vec<T> {
+    fn take_locks(&mut self) -> Vec<kvrpcpb::LockInfo> {
+        self.iter_mut().flat_map(HasLocks::take_locks).collect()
+    }
+}
+
+/// The outcome of one resolution pass over some locks.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ResolvePass {
+    /// Every lock was resolved or can be read past: re-run the request now.
+    Done,
+    /// Some locks are alive; the first of them expires in this long.
+    Wait(Duration, Vec<kvrpcpb::LockInfo>),
+}
+
+/// Who resolves the locks a plan met: the transactional client's
+/// [`LockResolver`](crate::transaction::LockResolver) (the stage lives below
+/// the transactional client and reaches it through this trait).
+pub trait LockResolve: Send + Sync + 'static {
+    /// One pass over `locks` met by a request of a transaction at
+    /// `caller_start_ts` (0 for writers, which must not push others'
+    /// `min_commit_ts`).
+    fn resolve_pass(
+        self: Arc<Self>,
+        locks: Vec<kvrpcpb::LockInfo>,
+        caller_start_ts: u64,
+    ) -> BoxFuture<'static, Result<ResolvePass>>;
+}
 
 /// The first poll of a live lock; later polls double up to
 /// [`MAX_LOCK_POLL`], and never sleep past the lock's expiry.
@@ -31,12 +70,14 @@ pub struct ResolveLock<P: Plan, PdC: PdClient> {
     /// The plan that may meet locks (usually a `RetryableMultiRegion`).
     pub inner: P,
     /// Who resolves them.
-    pub resolver: Arc<LockResolver<PdC>>,
+    pub resolver: Arc<dyn LockResolve>,
     /// The start ts of the reading transaction (0 for writers: they never
     /// push another transaction's `min_commit_ts`).
     pub caller_start_ts: u64,
     /// The bound on the whole stage.
     pub deadline: Duration,
+    /// The PD client type of the plan this stage wraps.
+    pub(crate) pd: PhantomData<fn() -> PdC>,
 }
 
 impl<P: Plan, PdC: PdClient> Clone for ResolveLock<P, PdC> {
@@ -46,12 +87,13 @@ impl<P: Plan, PdC: PdClient> Clone for ResolveLock<P, PdC> {
             resolver: Arc::clone(&self.resolver),
             caller_start_ts: self.caller_start_ts,
             deadline: self.deadline,
+            pd: PhantomData,
         }
     }
 }
 
 impl<T: HasLocks> HasLocks for Result<T> {
-    fn take_locks(&mut self) -> Vec<crate::proto::kvrpcpb::LockInfo> {
+    fn take_locks(&mut self) -> Vec<kvrpcpb::LockInfo> {
         match self {
             Ok(t) => t.take_locks(),
             Err(_) => Vec::new(),
@@ -60,7 +102,7 @@ impl<T: HasLocks> HasLocks for Result<T> {
 }
 
 impl<R: HasLocks, S> HasLocks for ResponseWithShard<R, S> {
-    fn take_locks(&mut self) -> Vec<crate::proto::kvrpcpb::LockInfo> {
+    fn take_locks(&mut self) -> Vec<kvrpcpb::LockInfo> {
         self.0.take_locks()
     }
 }
@@ -90,9 +132,8 @@ where
             if locks.is_empty() {
                 return Ok(result);
             }
-            let (sleep, alive) = match self
-                .resolver
-                .resolve_locks(locks.clone(), self.caller_start_ts)
+            let (sleep, alive) = match Arc::clone(&self.resolver)
+                .resolve_pass(locks.clone(), self.caller_start_ts)
                 .await?
             {
                 // Resolved: re-run at once, unless locks came back right

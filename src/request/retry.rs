@@ -521,7 +521,7 @@ where
                 Some(shards) => Ok(shards),
                 None => self.inner.shards(&self.pd_client).await,
             };
-            let mut shards = scope.observer.sharded(shards)?;
+            let mut shards = scope.observer.sharded(shards, RegionWithLeader::id)?;
             // What every shard's request shares; each shard's request is built
             // from it and the shard's own payload, never from a copy of the
             // whole request.

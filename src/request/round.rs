@@ -10,8 +10,8 @@ use crate::proto::{errorpb, metapb};
 use crate::region::{CandidateOrder, RegionWithLeader, StoreId};
 use crate::Error;
 
-use super::classify::DispatchFailure;
 use super::region_error::{decide_region_error, RegionErrorAction, RegionErrorStep};
+use crate::classify::DispatchFailure;
 
 /// What a candidate that did not end the round answered.
 #[derive(Debug, Clone, PartialEq)]

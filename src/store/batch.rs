@@ -359,8 +359,8 @@ fn written_error(address: &str, status: &tonic::Status) -> Error {
         status.code(),
         status.message()
     );
-    let failure = crate::request::classify_grpc_error(status);
-    if !failure.may_have_been_sent() || failure == crate::request::DispatchFailure::Fatal {
+    let failure = crate::classify::classify_grpc_error(status);
+    if !failure.may_have_been_sent() || failure == crate::classify::DispatchFailure::Fatal {
         return Error::Grpc(Box::new(tonic::Status::unavailable(message)));
     }
     let mut wrapped = tonic::Status::new(status.code(), message);
@@ -892,13 +892,13 @@ mod tests {
         ))));
         stream.fail(&status);
         let classify = |reply: Reply| match reply {
-            Reply::Failed(e) => crate::request::classify_dispatch_error(&e),
+            Reply::Failed(e) => crate::classify::classify_dispatch_error(&e),
             _ => panic!("a failure"),
         };
         let queued = rx.pop().unwrap().try_recv().ok().map(classify);
         let written = rx.pop().unwrap().try_recv().ok().map(classify);
-        assert_eq!(written, Some(crate::request::DispatchFailure::Transport));
-        assert_eq!(queued, Some(crate::request::DispatchFailure::NotSent));
+        assert_eq!(written, Some(crate::classify::DispatchFailure::Transport));
+        assert_eq!(queued, Some(crate::classify::DispatchFailure::NotSent));
         assert!(stream.is_closed());
         assert_eq!(stream.in_flight(), 0);
     }

@@ -231,8 +231,8 @@ pub(crate) fn timeout_as_error<T>(
     match result {
         Err(error)
             if bounded
-                && crate::request::classify_dispatch_error(&error)
-                    == crate::request::DispatchFailure::ClientTimeout =>
+                && crate::classify::classify_dispatch_error(&error)
+                    == crate::classify::DispatchFailure::ClientTimeout =>
         {
             Err(Error::Timeout {
                 what: format!("the {label} request"),

@@ -85,11 +85,11 @@ impl TransactionClient<PdRpcClient> {
         config: Config,
     ) -> Result<Self> {
         let endpoints: Vec<String> = pd_endpoints.into_iter().map(Into::into).collect();
-        crate::raw::validate_pd_endpoints(&endpoints)?;
+        crate::pd::validate_pd_endpoints(&endpoints)?;
         let rpc = Arc::new(PdRpcClient::connect(&endpoints, &config).await?);
         let keyspace = match &config.keyspace {
             None => Keyspace::Disable,
-            Some(name) => crate::raw::load_keyspace(&*rpc, name).await?,
+            Some(name) => crate::request::load_keyspace(&*rpc, name).await?,
         };
         Ok(Self::build(rpc, &config, keyspace))
     }

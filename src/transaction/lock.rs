@@ -26,10 +26,11 @@ use crate::backoff::Backoff;
 use crate::pd::PdClient;
 use crate::proto::kvrpcpb;
 use crate::region::RegionVerId;
-use crate::request::Keyspace;
+pub use crate::request::ResolvePass;
 use crate::request::{
     CollectError, CollectSingle, Plan, PlanBuilder, ResponseWithShard, RoutingState,
 };
+use crate::request::{Keyspace, LockResolve};
 use crate::Result;
 
 /// The physical milliseconds of a timestamp version.
@@ -201,15 +202,6 @@ pub struct LockResolver<PdC: PdClient> {
     backoff: Backoff,
     in_flight: Mutex<HashMap<(u64, RegionVerId), SharedResolve>>,
     counters: LockCounters,
-}
-
-/// The outcome of one resolution pass over some locks.
-#[derive(Debug, Clone, PartialEq)]
-pub enum ResolvePass {
-    /// Every lock was resolved or can be read past: re-run the request now.
-    Done,
-    /// Some locks are alive; the first of them expires in this long.
-    Wait(Duration, Vec<kvrpcpb::LockInfo>),
 }
 
 impl<PdC: PdClient> LockResolver<PdC> {
@@ -545,6 +537,16 @@ fn is_txn_not_found(e: &crate::Error) -> bool {
         crate::Error::TxnNotFound(_) => true,
         crate::Error::KeyError(k) => k.txn_not_found.is_some(),
         _ => false,
+    }
+}
+
+impl<PdC: PdClient> LockResolve for LockResolver<PdC> {
+    fn resolve_pass(
+        self: Arc<Self>,
+        locks: Vec<kvrpcpb::LockInfo>,
+        caller_start_ts: u64,
+    ) -> BoxFuture<'static, Result<ResolvePass>> {
+        Box::pin(async move { self.resolve_locks(locks, caller_start_ts).await })
     }
 }
 

@@ -22,6 +22,7 @@ use async_trait::async_trait;
 use crate::pd::PdClient;
 use crate::proto::{errorpb, kvrpcpb};
 use crate::region::RegionWithLeader;
+pub use crate::request::HasLocks;
 use crate::request::{
     set_context_for_store, Batchable, HasKeyErrors, HasRegionError, KvRequest, Shardable,
 };
@@ -45,20 +46,6 @@ pub fn as_key_error(e: &Error) -> Option<&kvrpcpb::KeyError> {
     match e {
         Error::KeyError(k) => Some(k),
         _ => None,
-    }
-}
-
-/// A response whose key errors may carry locks of other transactions,
-/// which the [`ResolveLock`](crate::request::ResolveLock) stage resolves.
-pub trait HasLocks {
-    /// Takes the locks out of the response's key errors, leaving any other
-    /// key errors in place.
-    fn take_locks(&mut self) -> Vec<kvrpcpb::LockInfo>;
-}
-
-impl<T: HasLocks> HasLocks for Vec<T> {
-    fn take_locks(&mut self) -> Vec<kvrpcpb::LockInfo> {
-        self.iter_mut().flat_map(HasLocks::take_locks).collect()
     }
 }
 
@@ -650,7 +637,7 @@ impl Shardable for kvrpcpb::ScanRequest {
     ) -> Result<Vec<(Self::Shard, RegionWithLeader)>> {
         if !self.reverse {
             let region = pd_client.region_for_key(&self.start_key).await?;
-            let piece = crate::raw::clip_to_region(&self.start_key, &self.end_key, &region);
+            let piece = crate::region::clip_to_region(&self.start_key, &self.end_key, &region);
             return Ok(vec![(piece, region)]);
         }
         let (lower, upper) = (self.end_key.clone(), self.start_key.clone());
@@ -661,7 +648,7 @@ impl Shardable for kvrpcpb::ScanRequest {
             .into_iter()
             .last()
             .ok_or_else(|| Error::Internal("PD returned no Region for a scan range".to_owned()))?;
-        let (lo, hi) = crate::raw::clip_to_region(&lower, &upper, &region);
+        let (lo, hi) = crate::region::clip_to_region(&lower, &upper, &region);
         Ok(vec![((hi, lo), region)])
     }
 
@@ -685,7 +672,7 @@ impl Shardable for kvrpcpb::ScanLockRequest {
         pd_client: &Arc<PdC>,
     ) -> Result<Vec<(Self::Shard, RegionWithLeader)>> {
         let region = pd_client.region_for_key(&self.start_key).await?;
-        let piece = crate::raw::clip_to_region(&self.start_key, &self.end_key, &region);
+        let piece = crate::region::clip_to_region(&self.start_key, &self.end_key, &region);
         Ok(vec![(piece, region)])
     }
 

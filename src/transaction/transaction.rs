@@ -621,7 +621,7 @@ impl<PdC: PdClient> Transaction<PdC> {
             .shared
             .builder(new_get_request(key.into(), ts))
             .retry_multi_region(self.region_backoff())
-            .resolve_lock(Arc::clone(&self.shared.resolver), ts)
+            .resolve_lock(self.shared.resolver.clone(), ts)
             .merge(CollectSingle)
             .extract_error()
             .plan()
@@ -637,7 +637,7 @@ impl<PdC: PdClient> Transaction<PdC> {
             .shared
             .builder(new_batch_get_request(keys, ts))
             .retry_multi_region(self.region_backoff())
-            .resolve_lock(Arc::clone(&self.shared.resolver), ts)
+            .resolve_lock(self.shared.resolver.clone(), ts)
             .merge(CollectError)
             .extract_error()
             .plan()
@@ -704,7 +704,7 @@ impl<PdC: PdClient> Transaction<PdC> {
                 .builder(request)
                 .preserve_shard()
                 .retry_multi_region(self.region_backoff())
-                .resolve_lock(Arc::clone(&self.shared.resolver), ts)
+                .resolve_lock(self.shared.resolver.clone(), ts)
                 .merge(CollectWithShard)
                 .plan()
                 .execute()
@@ -842,7 +842,7 @@ impl<PdC: PdClient> Transaction<PdC> {
                 .builder(request)
                 .preserve_shard()
                 .retry_multi_region(self.region_backoff())
-                .resolve_lock(Arc::clone(&self.shared.resolver), 0)
+                .resolve_lock(self.shared.resolver.clone(), 0)
                 .merge(CollectWithShard)
                 .extract_error()
                 .plan()
@@ -1024,7 +1024,7 @@ impl<PdC: PdClient> Transaction<PdC> {
         let builder = builder
             .preserve_shard()
             .retry_multi_region(self.region_backoff())
-            .resolve_lock(Arc::clone(&self.shared.resolver), 0);
+            .resolve_lock(self.shared.resolver.clone(), 0);
         let prewritten = builder
             .merge(CollectWithShard)
             .extract_error()
@@ -1096,7 +1096,7 @@ impl<PdC: PdClient> Transaction<PdC> {
         self.shared
             .builder(request)
             .retry_multi_region(self.region_backoff())
-            .resolve_lock(Arc::clone(&self.shared.resolver), 0)
+            .resolve_lock(self.shared.resolver.clone(), 0)
             .merge(CollectError)
             .extract_error()
             .plan()

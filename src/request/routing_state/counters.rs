@@ -4,6 +4,8 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
+pub(crate) use crate::telemetry::Counter;
+
 /// A snapshot of the routing counters.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 #[non_exhaustive]
@@ -42,18 +44,6 @@ pub(super) struct Counters {
     stores_marked_unreachable: AtomicU64,
     rpcs_in_flight: AtomicU64,
     undetermined_writes: AtomicU64,
-}
-
-/// Which counter to bump.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Counter {
-    FallbackAttempt,
-    FallbackSuccess,
-    BusyProbe,
-    StoreInvalidation,
-    RegionInvalidation,
-    ConnectTimeout,
-    Undetermined,
 }
 
 impl Counters {
