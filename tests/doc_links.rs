@@ -5,7 +5,11 @@
 //! fragment names a heading of its page and that no doc comment names a
 //! markdown file the package does not ship.
 
+mod source_files;
+
 use std::path::{Path, PathBuf};
+
+use source_files::rust_files;
 
 /// The pages of `tikv_plan::spec`, by module name.
 const PAGES: [&str; 4] = ["routing", "txn", "wire", "behaviours"];
@@ -44,22 +48,10 @@ fn heading_ids(markdown: &str) -> Vec<String> {
     ids
 }
 
-fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
-    for entry in std::fs::read_dir(dir).unwrap().filter_map(|e| e.ok()) {
-        let path = entry.path();
-        if path.is_dir() {
-            rust_files(&path, out);
-        } else if path.extension().is_some_and(|e| e == "rs") {
-            out.push(path);
-        }
-    }
-}
-
 /// Each file's doc comments (`///` and `//!`), one string per run of
 /// consecutive doc-comment lines, with the comment markers removed.
 fn doc_blocks(root: &Path) -> Vec<(PathBuf, String)> {
-    let mut files = Vec::new();
-    rust_files(&root.join("src"), &mut files);
+    let files = rust_files(&root.join("src"));
     let mut blocks = Vec::new();
     for file in files {
         let source = std::fs::read_to_string(&file).unwrap();

@@ -5,7 +5,11 @@
 //! reach anywhere) and fails on one that runs against the order.
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+mod source_files;
+
+use std::path::Path;
+
+use source_files::rust_files;
 
 /// From the bottom up. Keep in step with `src/lib.rs`.
 const LAYERS: &[&[&str]] = &[
@@ -49,17 +53,6 @@ fn same_unit(a: &str, b: &str) -> bool {
 
 fn layer_of(module: &str) -> Option<usize> {
     LAYERS.iter().position(|layer| layer.contains(&module))
-}
-
-fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
-    for entry in std::fs::read_dir(dir).unwrap().filter_map(|e| e.ok()) {
-        let path = entry.path();
-        if path.is_dir() {
-            rust_files(&path, out);
-        } else if path.extension().is_some_and(|e| e == "rs") {
-            out.push(path);
-        }
-    }
 }
 
 /// The top-level module a file of `src/` belongs to (`src/request/plan.rs`
@@ -203,8 +196,7 @@ fn no_import_runs_against_the_layers() {
     let src = root.join("src");
     let lib = std::fs::read_to_string(src.join("lib.rs")).unwrap();
     let reexports = root_reexports(&lib);
-    let mut paths = Vec::new();
-    rust_files(&src, &mut paths);
+    let paths = rust_files(&src);
     let files: Vec<(String, String, String)> = paths
         .iter()
         .filter(|p| p.file_name().is_some_and(|n| n != "lib.rs"))

@@ -1,6 +1,9 @@
 //! The connection to the PD leader: bootstrap with `GetMembers` on every
 //! configured endpoint ([wire.md, "pdpb"](crate::spec::wire#pdpb)), cluster id
 //! check, leader following, and bounded calls with retries.
+//!
+//! This file is long because bootstrap, leader following and every bounded PD
+//! call share one connection state and one retry policy.
 
 use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};

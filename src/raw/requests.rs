@@ -72,6 +72,9 @@
 //! # Ok(())
 //! # }
 //! ```
+//!
+//! This file is long because it declares every raw request of the wire
+//! protocol with its sharding, merging and processing, one section a method.
 
 use std::sync::Arc;
 

@@ -30,6 +30,11 @@
 //!
 //! The decisions this crate makes where [routing.md](crate::spec::routing)
 //! leaves room are listed in the [`request`](super) module docs, "Decisions".
+//!
+//! This file is long because it is the whole retry state machine of a shard:
+//! every routing decision in one place, by design
+//! ([routing.md](crate::spec::routing)); its table tests are in
+//! `engine_tests.rs`.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;

@@ -1,5 +1,8 @@
 //! Table tests and property tests of the shard retry engine, over plain
 //! values: no runtime, no sockets, no clock.
+//!
+//! This file is long because it holds the engine's table tests and property
+//! tests, one or more per routing behaviour.
 
 use std::sync::Arc;
 

@@ -5,6 +5,9 @@
 //! plain values; the shard's retry engine
 //! ([`ShardMachine`](super::engine::ShardMachine)) owns the round together with
 //! the Region it walks, and passes that Region in.
+//!
+//! This file is over 800 lines with its unit tests, which sit beside the code
+//! as client-rust and tokio keep them; the code is under 800.
 
 use crate::proto::{errorpb, metapb};
 use crate::region::{CandidateOrder, RegionWithLeader, StoreId};

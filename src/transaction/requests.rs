@@ -14,6 +14,9 @@
 //! require"](crate::spec::txn#behaviour-we-require)), so fallback may re-send
 //! each of them; the commit point is marked per plan with
 //! [`PlanBuilder::commit_point`](crate::request::PlanBuilder::commit_point).
+//!
+//! This file is long because it declares every transactional request the
+//! client sends with its sharding and error accessors, one section a method.
 
 use std::sync::Arc;
 

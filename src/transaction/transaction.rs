@@ -1,5 +1,11 @@
 //! [`Transaction`]: reads at the start timestamp, buffered writes, and the
 //! commit protocols (two-phase, async commit, 1PC) over the request plan.
+//!
+//! This file is long because it holds one type's whole life: reads, buffered
+//! writes, pessimistic locking and the three commit protocols with their
+//! fallbacks share the transaction's state (the primary, the undetermined
+//! outcome, the heartbeat). The buffer, the requests and lock resolution are
+//! modules of their own.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;

@@ -12,6 +12,10 @@
 //! dropped (taking effect could only hide a value nobody saw), and unknown
 //! deletes are interchangeable (the earliest unused one is always the one to
 //! try). That keeps the search close to linear on a good history.
+//!
+//! This file is long because it is one search and the passes that prepare it
+//! (unique values, pruning of unobserved writes, the final-read checks),
+//! which share its per-key state.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 

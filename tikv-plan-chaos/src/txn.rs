@@ -41,6 +41,9 @@
 //! # Ok(())
 //! # }
 //! ```
+//!
+//! This file is long because the three workloads, the final reads and the
+//! report of one run share the run's recorder, clients and key layout.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};

@@ -34,6 +34,11 @@
 //! pessimistic transaction that locks or writes are left out of the graph
 //! (TiKV lets such a transaction write on top of a version newer than its
 //! snapshot).
+//!
+//! This file is long because it is one checker: the per-read checks, the
+//! dependency graph with its cycle search and the bank invariants all work
+//! from the version orders derived once at the start, and its self-tests (a
+//! known-good and a known-bad history per anomaly) sit beside it.
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap, HashSet};

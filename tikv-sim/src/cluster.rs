@@ -1,4 +1,7 @@
 //! [`SimCluster`] and its builder.
+//!
+//! This file is long because it is the simulator's public API: the builder
+//! and every fault and inspection method live on the one cluster type.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;

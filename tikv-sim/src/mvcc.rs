@@ -10,6 +10,11 @@
 //! A command that fails on one key writes nothing (TiKV discards the
 //! command's write batch), except resolve-lock, which TiKV also applies
 //! key by key.
+//!
+//! This file is long because it is one state machine: every transactional
+//! command over the same three column families and the lookups they share
+//! (the lock of a key, its commit or rollback record at a ts); split by
+//! command, the invariants each command keeps would be scattered.
 
 // Key errors are the wire message itself (`kvrpcpb::KeyError`), returned
 // straight into responses; boxing them would only add noise here.

@@ -1,6 +1,10 @@
 //! The simulated TiKV store service (`tikvpb.Tikv`): every raw method, with
 //! the checks of [`ClusterState::admit`](super::state::ClusterState::admit)
 //! before the data is touched.
+//!
+//! This file is long because it serves every raw method of `tikvpb.Tikv` (a
+//! few lines of checks and data access each) and the BatchCommands stream,
+//! over one store state.
 
 use std::sync::Arc;
 

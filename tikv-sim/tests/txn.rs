@@ -1,6 +1,9 @@
 //! The simulated stores' transactional side (Percolator MVCC), driven over
 //! real gRPC on 127.0.0.1 with a hand-written client of the raw protobuf
 //! messages: the generated tonic stubs, no transactional client library.
+//!
+//! This file is long because it walks every transactional command of the
+//! simulated store over gRPC, each with its success and failure answers.
 
 mod txn_support;
 
