@@ -119,6 +119,15 @@ pub fn classify_grpc_error(status: &tonic::Status) -> DispatchFailure {
 ///   "operation was canceled", the connection closed before taking it) is
 ///   [`NotSent`](DispatchFailure::NotSent). tonic has no type for it; it is
 ///   recognised by its words (see `handed_back_unsent`), which fails safe.
+/// - Any other error in the chain that is not itself a status (hyper's and
+///   h2's own errors, when the stream is reset or the connection fails while
+///   the response body is read, after the headers came): the HTTP/2 stack,
+///   not the server's answer, failed the call, whatever code tonic gave it
+///   (h2's `ENHANCE_YOUR_CALM` arrives as `ResourceExhausted`):
+///   [`Transport`](DispatchFailure::Transport), as [routing.md's
+///   table](crate::spec::routing#grpc-error-classification) says for a
+///   status over an I/O, hyper or h2 error. Never
+///   [`Fatal`](DispatchFailure::Fatal): another voter may well answer.
 pub(crate) fn classify_status_source(status: &tonic::Status) -> Option<DispatchFailure> {
     let chain = walk_chain(status.source())?;
     if let Some(decided) = chain.decided {
@@ -142,13 +151,6 @@ pub(crate) fn classify_status_source(status: &tonic::Status) -> Option<DispatchF
         // undetermined), covers them all; tonic reconnects a channel whose
         // connection went away by itself. The last one is recognised
         // above by its words instead (`handed_back_unsent`).
-        //
-        // A reset after the response headers (while the body is read)
-        // comes without tonic's transport error; it falls to the code
-        // table of `classify_grpc_error` (`Internal`/`Cancelled`/
-        // `Unavailable` → `Transport`; `ResourceExhausted`/
-        // `PermissionDenied` → `Fatal`, returned and never replayed): safe
-        // too.
         return Some(match status.code() {
             Code::Internal
             | Code::Cancelled
@@ -158,7 +160,13 @@ pub(crate) fn classify_status_source(status: &tonic::Status) -> Option<DispatchF
             _ => DispatchFailure::Transport,
         });
     }
-    chain.nested_deadline.then_some(DispatchFailure::Deadline)
+    if chain.nested_deadline {
+        return Some(DispatchFailure::Deadline);
+    }
+    // A reset or failure after the response headers (while the body is
+    // read) comes without tonic's transport error, as hyper's and h2's own
+    // errors: still the transport, whatever the code (routing.md).
+    chain.foreign.then_some(DispatchFailure::Transport)
 }
 
 /// hyper's description of a request it hands back without having given it
@@ -206,6 +214,9 @@ struct ChainFindings {
     channel: bool,
     /// A nested status with `DeadlineExceeded`.
     nested_deadline: bool,
+    /// An error that is none of the above and not a status (hyper's or
+    /// h2's): the HTTP/2 stack failed the call.
+    foreign: bool,
 }
 
 /// Walks a source chain; `None` for an empty one.
@@ -236,6 +247,10 @@ fn walk_chain(first: Option<&(dyn StdError + 'static)>) -> Option<ChainFindings>
             if inner.code() == Code::DeadlineExceeded {
                 findings.nested_deadline = true;
             }
+        } else {
+            // Decided above if it names a failure class; the flags say
+            // which findings take precedence.
+            findings.foreign = true;
         }
         source = err.source();
     }
@@ -349,13 +364,14 @@ mod tests {
                 ),
                 DispatchFailure::ClientTimeout,
             ),
-            // An unrecognised source falls back to the code table.
+            // Any other error under the status is the HTTP/2 stack's, not
+            // the server's answer: a transport failure whatever the code.
             (
                 with_source(
                     Code::PermissionDenied,
                     Arc::new(Wrapper(Box::new(std::fmt::Error))),
                 ),
-                DispatchFailure::Fatal,
+                DispatchFailure::Transport,
             ),
         ];
         for (status, want) in table {
@@ -425,6 +441,46 @@ mod tests {
         assert_eq!(classify_grpc_error(&no_channel), DispatchFailure::Transport);
         // (The recognised case itself is pinned over a real socket in
         // tests/transport_classes.rs.)
+    }
+
+    /// An error of the HTTP/2 stack that is neither a status, an I/O error
+    /// nor tonic's (h2's reset reason, hyper's body error).
+    #[derive(Debug)]
+    struct StackError;
+    impl std::fmt::Display for StackError {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            write!(f, "stream error received: not a result of an error")
+        }
+    }
+    impl StdError for StackError {}
+
+    #[test]
+    fn a_status_over_an_error_of_the_http2_stack_is_never_fatal() {
+        // What tonic makes of a reset while the body is read: the code of
+        // the reason, the stack's error as the source. Codes that are final
+        // from a server are a transport failure here: the next voter may
+        // answer.
+        let codes = [
+            Code::ResourceExhausted,
+            Code::PermissionDenied,
+            Code::InvalidArgument,
+            Code::Internal,
+            Code::Cancelled,
+            Code::Unknown,
+        ];
+        for code in codes {
+            let status = with_source(code, Arc::new(Wrapper(Box::new(StackError))));
+            assert_eq!(
+                classify_grpc_error(&status),
+                DispatchFailure::Transport,
+                "{code:?}"
+            );
+        }
+        // A status from the server, passed on as the source of another
+        // (the batched transport does so), is still the server's answer.
+        let server = tonic::Status::resource_exhausted("quota");
+        let passed_on = with_source(Code::ResourceExhausted, Arc::new(server));
+        assert_eq!(classify_grpc_error(&passed_on), DispatchFailure::Fatal);
     }
 
     #[test]

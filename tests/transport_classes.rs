@@ -75,6 +75,9 @@ enum Behaviour {
     /// connection once the client has read past its first flow-control
     /// window (so the headers certainly arrived first).
     DropMidBody,
+    /// Answer with headers and part of a message, then reset the stream
+    /// with this reason once the client has read past its first window.
+    ResetMidBody(h2::Reason),
     /// Never answer (the connection stays open).
     Silent,
     /// A trailers-only response with this gRPC status code.
@@ -110,9 +113,13 @@ async fn serve(socket: TcpStream, behaviour: Behaviour) {
         match behaviour {
             Behaviour::Reset(reason) => respond.send_reset(reason),
             Behaviour::DropConnection => return,
+            Behaviour::ResetMidBody(reason) => {
+                let (past_the_window, _read) = tokio::sync::oneshot::channel();
+                tokio::spawn(send_past_the_window(respond, past_the_window, Some(reason)));
+            }
             Behaviour::DropMidBody => {
                 let (past_the_window, mut read) = tokio::sync::oneshot::channel();
-                tokio::spawn(send_past_the_window(respond, past_the_window));
+                tokio::spawn(send_past_the_window(respond, past_the_window, None));
                 // Drive the connection until then, and drop it.
                 loop {
                     tokio::select! {
@@ -141,12 +148,13 @@ async fn serve(socket: TcpStream, behaviour: Behaviour) {
 const CLIENT_STREAM_WINDOW: usize = 65_535;
 
 /// Sends response headers and then the start of a 1 MiB message, as flow
-/// control allows; reports once more than the client's first window went
-/// out, which needs a `WINDOW_UPDATE`: the client has read the headers and
-/// data.
+/// control allows; once more than the client's first window went out, which
+/// needs a `WINDOW_UPDATE` (the client has read the headers and data),
+/// resets the stream with `reset` if given, and reports.
 async fn send_past_the_window(
     mut respond: h2::server::SendResponse<Bytes>,
     past_the_window: tokio::sync::oneshot::Sender<()>,
+    reset: Option<h2::Reason>,
 ) {
     let head = http::Response::builder()
         .status(200)
@@ -173,6 +181,9 @@ async fn send_past_the_window(
             return;
         }
         sent += capacity;
+    }
+    if let Some(reason) = reset {
+        body.send_reset(reason);
     }
     let _ = past_the_window.send(());
 }
@@ -431,6 +442,46 @@ async fn connection_closed_mid_response_is_a_transport_failure() {
     let class = classify_grpc_error(&status);
     assert_eq!(class, DispatchFailure::Transport);
     assert!(class.may_have_been_sent() && class.invalidates_store());
+}
+
+/// routing.md: a status whose source chain holds an HTTP/2 or I/O error is a
+/// transport failure whatever its code. A reset after the headers, while
+/// the body is read, reaches tonic as hyper's and h2's own errors (no I/O
+/// error, no tonic transport error), with the code of the reason; the codes
+/// a server would mean as final (`ResourceExhausted`: h2's
+/// `ENHANCE_YOUR_CALM`; `PermissionDenied`) must still send the request to
+/// the next voter, never back to the caller.
+#[tokio::test]
+async fn a_stream_reset_mid_response_is_never_fatal() {
+    let reasons = [
+        (h2::Reason::ENHANCE_YOUR_CALM, Code::ResourceExhausted),
+        (h2::Reason::INADEQUATE_SECURITY, Code::PermissionDenied),
+        (h2::Reason::CANCEL, Code::Cancelled),
+        (h2::Reason::INTERNAL_ERROR, Code::Internal),
+    ];
+    for (reason, code) in reasons {
+        let (address, _) = server(Behaviour::ResetMidBody(reason)).await;
+        let channel = Endpoint::from_shared(format!("http://{address}"))
+            .unwrap()
+            .initial_stream_window_size(CLIENT_STREAM_WINDOW as u32)
+            .connect()
+            .await
+            .unwrap();
+        let status = raw_get(&mut TikvClient::new(channel)).await;
+        assert_eq!(status.code(), code, "{reason:?}: {status:?}");
+        assert!(
+            std::error::Error::source(&status).is_some(),
+            "{reason:?}: {status:?}"
+        );
+        assert_eq!(
+            chain_of(&status),
+            Chain::default(),
+            "{reason:?}: {status:?}"
+        );
+        let class = classify_grpc_error(&status);
+        assert_eq!(class, DispatchFailure::Transport, "{reason:?}: {status:?}");
+        assert!(class.may_have_been_sent() && class.invalidates_store());
+    }
 }
 
 #[tokio::test]
