@@ -474,6 +474,30 @@ pub fn describe_key_error(e: &kvrpcpb::KeyError) -> String {
             "commit ts {} of transaction {} is below the lock's min_commit_ts {}",
             x.attempted_commit_ts, x.start_ts, x.min_commit_ts
         )
+    } else if let Some(x) = &e.commit_ts_too_large {
+        format!(
+            "the commit ts {} the store calculated exceeds the transaction's max_commit_ts",
+            x.commit_ts
+        )
+    } else if let Some(x) = &e.assertion_failed {
+        let wanted = kvrpcpb::Assertion::try_from(x.assertion)
+            .map(|a| a.as_str_name())
+            .unwrap_or("an unknown assertion");
+        format!(
+            "assertion {wanted} of transaction {} failed on key {:?} (a version started at {} and committed at {} is there)",
+            x.start_ts,
+            key(&x.key),
+            x.existing_start_ts,
+            x.existing_commit_ts
+        )
+    } else if let Some(x) = &e.primary_mismatch {
+        let lock = x.lock_info.clone().unwrap_or_default();
+        format!(
+            "key {:?} is not the primary of transaction {} (its primary is {:?})",
+            key(&lock.key),
+            lock.lock_version,
+            key(&lock.primary_lock)
+        )
     } else if !e.retryable.is_empty() {
         format!("retryable key error: {}", e.retryable)
     } else if !e.abort.is_empty() {
@@ -612,6 +636,44 @@ pub fn describe_region_error(e: &errorpb::Error) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_message_key_errors_are_described_by_their_fields() {
+        let too_large = kvrpcpb::KeyError {
+            commit_ts_too_large: Some(kvrpcpb::CommitTsTooLarge { commit_ts: 77 }),
+            ..Default::default()
+        };
+        assert!(describe_key_error(&too_large).contains("commit ts 77"));
+        let assertion = kvrpcpb::KeyError {
+            assertion_failed: Some(kvrpcpb::AssertionFailed {
+                start_ts: 5,
+                key: b"k".to_vec(),
+                assertion: kvrpcpb::Assertion::NotExist as i32,
+                existing_start_ts: 3,
+                existing_commit_ts: 4,
+            }),
+            ..Default::default()
+        };
+        let text = describe_key_error(&assertion);
+        assert!(
+            text.contains("NotExist") && text.contains("transaction 5"),
+            "{text}"
+        );
+        assert!(text.contains("started at 3 and committed at 4"), "{text}");
+        let mismatch = kvrpcpb::KeyError {
+            primary_mismatch: Some(kvrpcpb::PrimaryMismatch {
+                lock_info: Some(kvrpcpb::LockInfo {
+                    key: b"s".to_vec(),
+                    primary_lock: b"p".to_vec(),
+                    lock_version: 9,
+                    ..Default::default()
+                }),
+            }),
+            ..Default::default()
+        };
+        let text = describe_key_error(&mismatch);
+        assert!(text.contains("not the primary of transaction 9"), "{text}");
+    }
     use std::error::Error as StdError;
     use std::io;
 

@@ -15,8 +15,10 @@ use crate::{Error, Result};
 pub type Value = Vec<u8>;
 
 /// A key: raw bytes, ordered lexicographically. Converts from `Vec<u8>`,
-/// `String` and `&'static str`.
-#[derive(Clone, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+/// `String` and `&'static str`; a `&Vec<u8>` is viewed as a `&Key` without
+/// a copy.
+#[derive(Clone, Default, PartialEq, Eq, PartialOrd, Ord, Hash, ref_cast::RefCast)]
+#[repr(transparent)]
 pub struct Key(Vec<u8>);
 
 impl Key {
@@ -31,6 +33,19 @@ impl Key {
     /// The key's length in bytes.
     pub fn len(&self) -> usize {
         self.0.len()
+    }
+
+    /// The key in TiKV's memcomparable encoding ([`codec`](crate::codec)):
+    /// how a transactional key is stored, and how PD reports the Region
+    /// boundaries of a transactional cluster.
+    ///
+    /// ```
+    /// let key = tikv_plan::Key::from("abc");
+    /// assert_eq!(Vec::<u8>::from(key.to_encoded()), b"abc\0\0\0\0\0\xfa".to_vec());
+    /// ```
+    #[must_use]
+    pub fn to_encoded(&self) -> Key {
+        Key(crate::codec::encode_bytes(&self.0))
     }
 
     /// The key's bytes.
@@ -75,6 +90,18 @@ impl From<Key> for Vec<u8> {
 impl AsRef<Key> for Key {
     fn as_ref(&self) -> &Key {
         self
+    }
+}
+
+impl AsRef<Key> for Vec<u8> {
+    fn as_ref(&self) -> &Key {
+        <Key as ref_cast::RefCast>::ref_cast(self)
+    }
+}
+
+impl<'a> From<&'a Vec<u8>> for &'a Key {
+    fn from(bytes: &'a Vec<u8>) -> Self {
+        <Key as ref_cast::RefCast>::ref_cast(bytes)
     }
 }
 
@@ -312,6 +339,15 @@ impl<T: Into<Key>> From<(Bound<T>, Bound<T>)> for BoundRange {
             }
         }
         BoundRange::new(map(from), map(to))
+    }
+}
+
+/// Compares with a pair of bounds as [`BoundRange::from`] would convert
+/// it (client-rust's comparison, so `range == (Included("a"), Unbounded)`
+/// reads as it does there).
+impl<T: Into<Key> + Clone> PartialEq<(Bound<T>, Bound<T>)> for BoundRange {
+    fn eq(&self, other: &(Bound<T>, Bound<T>)) -> bool {
+        *self == BoundRange::from((other.0.clone(), other.1.clone()))
     }
 }
 

@@ -69,12 +69,41 @@ fn lock_info_and_key_errors() {
         min_commit_ts: 7,
         secondaries: vec![b"s".to_vec()],
         duration_to_last_update_ms: 8,
+        is_txn_file: true,
     };
     check(
         lock,
         &[
             0x0A, 1, b'p', 0x10, 3, 0x1A, 1, b'k', 0x20, 4, 0x28, 5, 0x30, 5, 0x38, 6, 0x40, 1,
-            0x48, 7, 0x52, 1, b's', 0x58, 8,
+            0x48, 7, 0x52, 1, b's', 0x58, 8, // ...
+            0xA0, 0x06, 1, // is_txn_file=100
+        ],
+    );
+    // kvproto's messages, not opaque bytes: a user reads their fields.
+    let messages = kvrpcpb::KeyError {
+        commit_ts_too_large: Some(kvrpcpb::CommitTsTooLarge { commit_ts: 9 }),
+        assertion_failed: Some(kvrpcpb::AssertionFailed {
+            start_ts: 1,
+            key: b"k".to_vec(),
+            assertion: kvrpcpb::Assertion::NotExist as i32,
+            existing_start_ts: 4,
+            existing_commit_ts: 5,
+        }),
+        primary_mismatch: Some(kvrpcpb::PrimaryMismatch {
+            lock_info: Some(kvrpcpb::LockInfo {
+                key: b"k".to_vec(),
+                ..Default::default()
+            }),
+        }),
+        ..Default::default()
+    };
+    check(
+        messages,
+        &[
+            0x4A, 2, 0x08, 9, // commit_ts_too_large=9 { commit_ts=1 }
+            0x52, 11, 0x08, 1, 0x12, 1, b'k', 0x18, 2, 0x20, 4, 0x28,
+            5, // assertion_failed=10
+            0x5A, 5, 0x0A, 3, 0x1A, 1, b'k', // primary_mismatch=11 { lock_info=1 }
         ],
     );
     let conflict = kvrpcpb::KeyError {

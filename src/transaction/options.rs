@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use crate::backoff::{Backoff, DEFAULT_REGION_BACKOFF, OPTIMISTIC_BACKOFF, PESSIMISTIC_BACKOFF};
 use crate::pd::Timestamp;
+use crate::request::{EncodeKeyspace, KeyMode, Keyspace};
 use crate::{Key, Value};
 
 use super::TimestampExt;
@@ -101,6 +102,18 @@ pub enum Mutation {
     Put(Key, Value),
     /// Delete the key.
     Delete(Key),
+}
+
+/// The mutation's key gets the prefix; a value is not a key.
+impl EncodeKeyspace for Mutation {
+    fn encode_keyspace(self, keyspace: Keyspace, key_mode: KeyMode) -> Self {
+        match self {
+            Mutation::Put(key, value) => {
+                Mutation::Put(key.encode_keyspace(keyspace, key_mode), value)
+            }
+            Mutation::Delete(key) => Mutation::Delete(key.encode_keyspace(keyspace, key_mode)),
+        }
+    }
 }
 
 impl Mutation {

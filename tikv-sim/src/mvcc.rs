@@ -268,6 +268,7 @@ impl Lock {
             min_commit_ts: self.min_commit_ts,
             secondaries: self.secondaries.clone(),
             duration_to_last_update_ms: 0,
+            is_txn_file: false,
         }
     }
 }

@@ -58,10 +58,7 @@ pub struct Context {
     #[prost(uint32, tag = "32")]
     pub keyspace_id: u32,
 }
-/// The key-level error of a transactional or raw request. The members whose
-/// layout wire.md does not give (commit_ts_too_large, assertion_failed,
-/// primary_mismatch) are carried as opaque bytes, so a real server's answer
-/// still decodes.
+/// The key-level error of a transactional or raw request.
 #[allow(clippy::all)]
 #[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
 pub struct KeyError {
@@ -81,12 +78,42 @@ pub struct KeyError {
     pub commit_ts_expired: ::core::option::Option<CommitTsExpired>,
     #[prost(message, optional, tag = "8")]
     pub txn_not_found: ::core::option::Option<TxnNotFound>,
-    #[prost(bytes = "vec", tag = "9")]
-    pub commit_ts_too_large: ::prost::alloc::vec::Vec<u8>,
-    #[prost(bytes = "vec", tag = "10")]
-    pub assertion_failed: ::prost::alloc::vec::Vec<u8>,
-    #[prost(bytes = "vec", tag = "11")]
-    pub primary_mismatch: ::prost::alloc::vec::Vec<u8>,
+    #[prost(message, optional, tag = "9")]
+    pub commit_ts_too_large: ::core::option::Option<CommitTsTooLarge>,
+    #[prost(message, optional, tag = "10")]
+    pub assertion_failed: ::core::option::Option<AssertionFailed>,
+    #[prost(message, optional, tag = "11")]
+    pub primary_mismatch: ::core::option::Option<PrimaryMismatch>,
+}
+/// The commit ts an async-commit or 1PC prewrite calculated exceeds the
+/// limit the request gave (max_commit_ts).
+#[allow(clippy::all)]
+#[derive(Clone, Copy, PartialEq, Eq, Hash, ::prost::Message)]
+pub struct CommitTsTooLarge {
+    #[prost(uint64, tag = "1")]
+    pub commit_ts: u64,
+}
+/// A mutation's assertion (Exist / NotExist) does not hold.
+#[allow(clippy::all)]
+#[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
+pub struct AssertionFailed {
+    #[prost(uint64, tag = "1")]
+    pub start_ts: u64,
+    #[prost(bytes = "vec", tag = "2")]
+    pub key: ::prost::alloc::vec::Vec<u8>,
+    #[prost(enumeration = "Assertion", tag = "3")]
+    pub assertion: i32,
+    #[prost(uint64, tag = "4")]
+    pub existing_start_ts: u64,
+    #[prost(uint64, tag = "5")]
+    pub existing_commit_ts: u64,
+}
+/// CheckTxnStatus was sent to a lock that is not its transaction's primary.
+#[allow(clippy::all)]
+#[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
+pub struct PrimaryMismatch {
+    #[prost(message, optional, tag = "1")]
+    pub lock_info: ::core::option::Option<LockInfo>,
 }
 #[allow(clippy::all)]
 #[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
@@ -113,6 +140,9 @@ pub struct LockInfo {
     pub secondaries: ::prost::alloc::vec::Vec<::prost::alloc::vec::Vec<u8>>,
     #[prost(uint64, tag = "11")]
     pub duration_to_last_update_ms: u64,
+    /// Reserved for file-based transactions.
+    #[prost(bool, tag = "100")]
+    pub is_txn_file: bool,
 }
 #[allow(clippy::all)]
 #[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
