@@ -91,6 +91,6 @@ pub use kv::{BoundRange, ColumnFamily, IntoOwnedRange, Key, KvPair, Value};
 pub use raw::RawClient;
 pub use security::SecurityManager;
 pub use transaction::{
-    CheckLevel, Mutation, RetryOptions, Snapshot, Timestamp, TimestampExt, Transaction,
-    TransactionClient, TransactionOptions,
+    CheckLevel, Mutation, ProtoLockInfo, RetryOptions, Snapshot, Timestamp, TimestampExt,
+    Transaction, TransactionClient, TransactionOptions,
 };

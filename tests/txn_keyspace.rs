@@ -86,3 +86,59 @@ async fn transactions_stay_in_their_keyspace() {
     in_b.rollback().await.unwrap();
     cluster.shutdown().await;
 }
+
+/// client-rust's api-v2-no-prefix mode: API version 2 on the wire, keys as
+/// given (the caller puts the prefix on), so one client reaches into any
+/// keyspace, and what it writes is what a keyspace client reads.
+#[tokio::test]
+async fn api_v2_no_prefix_writes_keys_exactly_as_given() {
+    let cluster = SimCluster::builder()
+        .stores(1)
+        .api_version(ApiVersion::V2)
+        .keyspace("a", 1)
+        .start()
+        .await
+        .unwrap();
+    let across = TransactionClient::new_with_config_api_v2_no_prefix(
+        cluster.pd_endpoints(),
+        Config::default(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(across.keyspace(), Keyspace::ApiV2NoPrefix);
+    let mut txn = across.begin_optimistic().await.unwrap();
+    txn.put(b"x\0\0\x01k".to_vec(), "from outside")
+        .await
+        .unwrap();
+    txn.commit().await.unwrap();
+
+    let a = client_in(&cluster, "a").await;
+    let mut reader = a.begin_optimistic().await.unwrap();
+    assert_eq!(
+        reader.get("k".to_owned()).await.unwrap(),
+        Some(b"from outside".to_vec())
+    );
+    reader.rollback().await.unwrap();
+    // Read back by the full key; scans return the full keys.
+    let mut again = across.begin_optimistic().await.unwrap();
+    let pairs: Vec<KvPair> = again
+        .scan(b"x\0\0\x01".to_vec()..b"x\0\0\x02".to_vec(), 10)
+        .await
+        .unwrap()
+        .collect();
+    assert_eq!(pairs.len(), 1);
+    assert_eq!(pairs[0].key(), &Key::from(b"x\0\0\x01k".to_vec()));
+    again.rollback().await.unwrap();
+
+    // The mode and a keyspace of its own contradict each other.
+    let err = TransactionClient::new_with_config_api_v2_no_prefix(
+        cluster.pd_endpoints(),
+        Config::default().with_keyspace("a"),
+    )
+    .await
+    .unwrap_err();
+    assert!(
+        matches!(&err, tikv_plan::Error::InvalidArgument(m) if m.contains("config.keyspace")),
+        "{err:?}"
+    );
+}

@@ -88,6 +88,7 @@ mod region_error;
 mod request_shape;
 mod resolve_lock;
 mod retry;
+mod retry_options;
 mod round;
 pub(crate) mod routing_state;
 mod traits;
@@ -109,6 +110,7 @@ pub use region_error::{decide_region_error, RegionErrorAction, RegionErrorStep, 
 pub use request_shape::{HasNextBatch, NextBatch, RangeRequest, SingleKey};
 pub use resolve_lock::{CollectWithShard, HasLocks, LockResolve, ResolveLock, ResolvePass};
 pub use retry::RetryableMultiRegion;
+pub use retry_options::RetryOptions;
 pub use routing_state::{RoutingState, RoutingStats};
 pub(crate) use traits::{pair_key_errors, string_key_error, strongest_shard_error};
 pub use traits::{

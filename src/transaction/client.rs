@@ -93,6 +93,28 @@ impl TransactionClient<PdRpcClient> {
         };
         Ok(Self::build(rpc, &config, keyspace))
     }
+
+    /// Connects for API v2 without a keyspace of its own (client-rust's
+    /// "api-v2-no-prefix" mode): requests carry API version 2, and keys go
+    /// on the wire exactly as given, so the caller writes them with the
+    /// keyspace prefix already on (for instance a tool that works across
+    /// keyspaces). `config.keyspace` must be unset.
+    pub async fn new_with_config_api_v2_no_prefix<S: Into<String>>(
+        pd_endpoints: Vec<S>,
+        config: Config,
+    ) -> Result<Self> {
+        if let Some(name) = &config.keyspace {
+            return Err(Error::InvalidArgument(format!(
+                "api-v2-no-prefix mode takes keys with their prefix already on, so \
+                 config.keyspace must be unset (it is {name:?}); use new_with_config \
+                 to work inside that keyspace"
+            )));
+        }
+        let endpoints: Vec<String> = pd_endpoints.into_iter().map(Into::into).collect();
+        crate::pd::validate_pd_endpoints(&endpoints)?;
+        let rpc = Arc::new(PdRpcClient::connect(&endpoints, &config).await?);
+        Ok(Self::build(rpc, &config, Keyspace::ApiV2NoPrefix))
+    }
 }
 
 impl<PdC: PdClient> TransactionClient<PdC> {

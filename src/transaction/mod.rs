@@ -31,6 +31,10 @@ mod snapshot;
 #[allow(clippy::module_inception)]
 mod transaction;
 
+/// client-rust's name for a lock as TiKV reports it.
+pub use crate::proto::kvrpcpb::LockInfo as ProtoLockInfo;
+/// client-rust's name for [`TransactionClient`].
+pub use client::TransactionClient as Client;
 pub use client::{
     CleanupLocksResult, ResolveLocksOptions, TransactionClient, SCAN_LOCK_BATCH_SIZE,
 };

@@ -1,0 +1,41 @@
+//! [`RetryOptions`]: the retry schedules a transaction's plans use
+//! (client-rust keeps it in `request`, and so do we, below the clients).
+
+use crate::backoff::{Backoff, DEFAULT_REGION_BACKOFF, OPTIMISTIC_BACKOFF, PESSIMISTIC_BACKOFF};
+
+/// How plans retry: Region errors, and locks.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RetryOptions {
+    /// The schedule for Region errors and exhausted candidate rounds.
+    pub region_backoff: Backoff,
+    /// Kept for client-rust compatibility. Locks are waited out by their
+    /// TTL within [`Config::request_deadline`](crate::Config::request_deadline)
+    /// instead of by this schedule ([txn.md, "Behaviour we
+    /// require"](crate::spec::txn#behaviour-we-require)).
+    pub lock_backoff: Backoff,
+}
+
+impl RetryOptions {
+    /// Pairs the two schedules.
+    pub const fn new(region_backoff: Backoff, lock_backoff: Backoff) -> RetryOptions {
+        RetryOptions {
+            region_backoff,
+            lock_backoff,
+        }
+    }
+
+    /// The defaults of an optimistic transaction.
+    pub const fn default_optimistic() -> RetryOptions {
+        RetryOptions::new(DEFAULT_REGION_BACKOFF, OPTIMISTIC_BACKOFF)
+    }
+
+    /// The defaults of a pessimistic transaction.
+    pub const fn default_pessimistic() -> RetryOptions {
+        RetryOptions::new(DEFAULT_REGION_BACKOFF, PESSIMISTIC_BACKOFF)
+    }
+
+    /// No retries.
+    pub const fn none() -> RetryOptions {
+        RetryOptions::new(Backoff::no_backoff(), Backoff::no_backoff())
+    }
+}
