@@ -423,16 +423,23 @@ async fn connection_closed_mid_request_is_a_transport_failure() {
     assert!(class.may_have_been_sent() && class.invalidates_store());
 }
 
-#[tokio::test]
-async fn connection_closed_mid_response_is_a_transport_failure() {
-    let (address, _) = server(Behaviour::DropMidBody).await;
+/// The status of one `RawGet` to a server that fails it mid-body
+/// (`behaviour`), over a channel with HTTP/2's default stream window, which
+/// the server's answer overruns.
+async fn mid_body_status(behaviour: Behaviour) -> tonic::Status {
+    let (address, _) = server(behaviour).await;
     let channel = Endpoint::from_shared(format!("http://{address}"))
         .unwrap()
         .initial_stream_window_size(CLIENT_STREAM_WINDOW as u32)
         .connect()
         .await
         .unwrap();
-    let status = raw_get(&mut TikvClient::new(channel)).await;
+    raw_get(&mut TikvClient::new(channel)).await
+}
+
+#[tokio::test]
+async fn connection_closed_mid_response_is_a_transport_failure() {
+    let status = mid_body_status(Behaviour::DropMidBody).await;
     // The body read fails: hyper's body error over h2's I/O error, neither
     // a tonic transport error nor a visible io::Error, and a code tonic
     // could not map. The code table decides.
@@ -460,14 +467,7 @@ async fn a_stream_reset_mid_response_is_never_fatal() {
         (h2::Reason::INTERNAL_ERROR, Code::Internal),
     ];
     for (reason, code) in reasons {
-        let (address, _) = server(Behaviour::ResetMidBody(reason)).await;
-        let channel = Endpoint::from_shared(format!("http://{address}"))
-            .unwrap()
-            .initial_stream_window_size(CLIENT_STREAM_WINDOW as u32)
-            .connect()
-            .await
-            .unwrap();
-        let status = raw_get(&mut TikvClient::new(channel)).await;
+        let status = mid_body_status(Behaviour::ResetMidBody(reason)).await;
         assert_eq!(status.code(), code, "{reason:?}: {status:?}");
         assert!(
             std::error::Error::source(&status).is_some(),
