@@ -2,7 +2,7 @@
 //! plain `BTreeMap<Vec<u8>, u64>` range lookup (start key -> Region id) over
 //! the same start keys, the floor an ordered Region map can reach.
 //!
-//! Run: `cargo bench --bench region_cache -- --warm-up-time 1 --measurement-time 3`
+//! Run: `cargo bench --features unstable-internals --bench region_cache -- --warm-up-time 1 --measurement-time 3`
 //!
 //! Every iteration looks up the next key of a shuffled list holding one key
 //! inside each Region, so a run touches the whole map as a client spread
@@ -17,8 +17,9 @@ use std::ops::Bound;
 use std::time::{Duration, Instant};
 
 use criterion::{BenchmarkId, Criterion};
+use tikv_plan::__internals::RegionCache;
 use tikv_plan::proto::metapb;
-use tikv_plan::region::{RegionCache, RegionWithLeader};
+use tikv_plan::region::RegionWithLeader;
 
 const SIZES: [usize; 2] = [100_000, 1_000_000];
 

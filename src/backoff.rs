@@ -15,7 +15,7 @@ pub const PESSIMISTIC_BACKOFF: Backoff = Backoff::no_jitter_backoff(2, 500, 10);
 
 /// How delays grow between attempts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum BackoffKind {
+pub(crate) enum BackoffKind {
     /// No retries at all.
     None,
     /// Exponential delays without randomness.
@@ -119,11 +119,6 @@ impl Backoff {
         )
     }
 
-    /// The schedule's kind.
-    pub fn kind(&self) -> BackoffKind {
-        self.kind
-    }
-
     /// True when this backoff allows no retries.
     pub fn is_none(&self) -> bool {
         self.kind == BackoffKind::None || self.max_attempts == 0
@@ -132,11 +127,6 @@ impl Backoff {
     /// How many delays have been handed out.
     pub fn current_attempts(&self) -> u32 {
         self.current_attempts
-    }
-
-    /// The retry budget.
-    pub fn max_attempts(&self) -> u32 {
-        self.max_attempts
     }
 
     /// The next delay, or `None` when the attempts are spent.

@@ -42,6 +42,7 @@ pub enum DispatchFailure {
 }
 
 impl DispatchFailure {
+    #[cfg(test)]
     /// True when the store entry (and its connection) should be dropped.
     pub fn invalidates_store(self) -> bool {
         matches!(self, DispatchFailure::NotSent | DispatchFailure::Transport)
@@ -70,14 +71,6 @@ impl DispatchFailure {
 
 /// Classifies a gRPC status by walking its source chain first (tonic keeps
 /// the underlying error as the source), then by its code.
-///
-/// ```
-/// use tikv_plan::request::{classify_grpc_error, DispatchFailure};
-/// let status = tonic::Status::invalid_argument("bad key");
-/// assert_eq!(classify_grpc_error(&status), DispatchFailure::Fatal);
-/// let status = tonic::Status::deadline_exceeded("slow");
-/// assert_eq!(classify_grpc_error(&status), DispatchFailure::Deadline);
-/// ```
 pub fn classify_grpc_error(status: &tonic::Status) -> DispatchFailure {
     if let Some(by_source) = classify_status_source(status) {
         return by_source;
@@ -98,7 +91,7 @@ pub fn classify_grpc_error(status: &tonic::Status) -> DispatchFailure {
 ///
 /// It relies only on what tonic exposes stably, never on hyper's or h2's
 /// error types (issue 13), checked per failure class over real sockets in
-/// `tests/transport_classes.rs`:
+/// `src/store/tests/transport_classes.rs`:
 ///
 /// - `tonic::ConnectError` (a refused or failed dial, a TLS handshake) or an
 ///   `std::io::Error` of kind `ConnectionRefused` anywhere in the chain:
@@ -187,7 +180,7 @@ const HANDED_BACK_CAUSES: [&str; 2] = ["connection closed", "connection was not 
 /// recognised by those words and the cause at the root of the chain (a
 /// plain message, no type either). Both must match: if hyper or tonic
 /// change the words, this reads false and the failure stays the safe
-/// `StreamReset` (`tests/transport_classes.rs` then fails loudly); it can
+/// `StreamReset` (`src/store/tests/transport_classes.rs` then fails loudly); it can
 /// never turn a sent request into `NotSent`.
 fn handed_back_unsent(status: &tonic::Status) -> bool {
     if status.code() != Code::Cancelled || !status.message().starts_with(HANDED_BACK) {
@@ -440,7 +433,7 @@ mod tests {
         )))));
         assert_eq!(classify_grpc_error(&no_channel), DispatchFailure::Transport);
         // (The recognised case itself is pinned over a real socket in
-        // tests/transport_classes.rs.)
+        // src/store/tests/transport_classes.rs.)
     }
 
     /// An error of the HTTP/2 stack that is neither a status, an I/O error

@@ -23,14 +23,14 @@
 //!    the key types' fallible conversions return it;
 //! 4. [`backoff`], then [`config`];
 //! 5. `classify` (what a failed RPC means, for store, PD and routing alike)
-//!    and [`security`];
+//!    and `security` (TLS);
 //! 6. `metrics` (feature `prometheus`), then `telemetry` (the metric and
 //!    span hooks);
 //! 7. [`region`] (Regions, candidates, caches);
 //! 8. [`store`] (store connections), then [`pd`] (the PD client, which hands
 //!    out store clients);
 //! 9. [`request`] (the plan, its routing engine, the `ResolveLock` stage,
-//!    which reaches the lock resolver through [`request::LockResolve`]);
+//!    which reaches the lock resolver through the `LockResolve` trait);
 //! 10. [`raw`] and [`transaction`] (the clients; neither uses the other);
 //! 11. `mock` (test doubles over everything).
 //!
@@ -48,6 +48,8 @@
 //! - `prometheus`: Prometheus metrics (`tikv_plan::metrics`).
 //! - `log`: with no tracing subscriber installed, the crate's tracing events
 //!   become `log` records.
+//! - `unstable-internals`: not for users (no semver promise); it names the
+//!   Region cache for this repository's own benchmark and memory test.
 //!
 //! No feature is on by default. Without features the crate needs tokio's
 //! `rt`, `sync` and `time` only, and runs on whichever runtime the caller
@@ -68,7 +70,7 @@ pub mod proto;
 pub mod raw;
 pub mod region;
 pub mod request;
-pub mod security;
+mod security;
 pub mod spec;
 pub mod store;
 mod telemetry;
@@ -79,6 +81,15 @@ pub mod metrics;
 #[cfg(feature = "mock")]
 pub mod mock;
 
+/// Engine internals for this repository's own benchmark and memory test of
+/// the Region cache (feature `unstable-internals`). Not part of the API: no
+/// semver promise, may change or vanish in any release.
+#[cfg(feature = "unstable-internals")]
+#[doc(hidden)]
+pub mod __internals {
+    pub use crate::region::cache::RegionCache;
+}
+
 pub use tikv_plan_proto::codec;
 
 pub use backoff::Backoff;
@@ -88,9 +99,12 @@ pub use error::{
     Result,
 };
 pub use kv::{BoundRange, ColumnFamily, IntoOwnedRange, Key, KvPair, Value};
+pub use raw::lowering as raw_lowering;
 pub use raw::RawClient;
+pub use request::RetryOptions;
 pub use security::SecurityManager;
+pub use transaction::lowering as transaction_lowering;
 pub use transaction::{
-    CheckLevel, Mutation, ProtoLockInfo, RetryOptions, Snapshot, Timestamp, TimestampExt,
-    Transaction, TransactionClient, TransactionOptions,
+    CheckLevel, Mutation, ProtoLockInfo, Snapshot, Timestamp, TimestampExt, Transaction,
+    TransactionClient, TransactionOptions,
 };

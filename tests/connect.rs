@@ -9,11 +9,12 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use tikv_plan::proto::kvrpcpb;
-use tikv_plan::security::SecurityManager;
 use tikv_plan::store::{KvClient, KvConnect, TikvConnect};
 use tikv_plan::Error;
+use tikv_plan::SecurityManager;
 use tokio::net::TcpListener;
 
+#[path = "../src/store/tests/net.rs"]
 mod net_support;
 use net_support::hanging_listener;
 

@@ -8,12 +8,13 @@ use std::io;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tikv_plan::security::SecurityManager;
 use tikv_plan::store::{KvConnect, TikvConnect};
+use tikv_plan::SecurityManager;
 use tikv_plan::{Backoff, Config, Error, RawClient};
 use tikv_sim::{HangMode, SimCluster};
 use tokio::net::TcpListener;
 
+#[path = "../src/store/tests/net.rs"]
 mod net_support;
 use net_support::hanging_listener;
 

@@ -6,11 +6,10 @@ use tikv_plan::transaction::{Client, ProtoLockInfo};
 
 #[test]
 fn client_rust_paths_name_the_same_types() {
-    // `request::RetryOptions` is the root's and `transaction`'s.
+    // `request::RetryOptions` is the root's.
     let from_request: RequestRetryOptions = RequestRetryOptions::default_pessimistic();
     let from_root: tikv_plan::RetryOptions = from_request.clone();
-    let from_transaction: tikv_plan::transaction::RetryOptions = from_root;
-    assert_eq!(from_transaction, RequestRetryOptions::default_pessimistic());
+    assert_eq!(from_root, RequestRetryOptions::default_pessimistic());
     // `ProtoLockInfo` is the lock TiKV reports, at both paths.
     let lock = ProtoLockInfo {
         key: b"k".to_vec(),

@@ -23,8 +23,8 @@ async fn bootstrap_skips_dead_endpoints_and_finds_the_leader() {
     let mut endpoints = vec![dead_address().await, dead_address().await];
     endpoints.extend(pd.endpoints());
     let client = client(&endpoints).await;
-    assert_eq!(client.cluster().cluster_id(), 7);
-    assert_eq!(client.cluster().leader_url(), Some(pd.url(1)));
+    assert_eq!(client.cluster_id(), 7);
+    assert_eq!(client.pd_leader(), Some(pd.url(1)));
     assert_eq!(client.pd_stats().leader_connects, 1);
     let region = client.region_for_key(b"a").await.unwrap();
     assert_eq!(region.id(), 2);
@@ -77,7 +77,7 @@ async fn cluster_id_zero_or_no_leader_is_not_usable() {
     let mut endpoints = zero.endpoints();
     endpoints.extend(good.endpoints());
     let client = client(&endpoints).await;
-    assert_eq!(client.cluster().cluster_id(), 5);
+    assert_eq!(client.cluster_id(), 5);
 }
 
 #[tokio::test]
@@ -90,7 +90,7 @@ async fn follows_a_pd_leader_transfer() {
     // the members again and moves to member 2.
     let second = Arc::clone(&client).get_timestamp().await.unwrap();
     assert!((second.physical, second.logical) > (first.physical, first.logical));
-    assert_eq!(client.cluster().leader_url(), Some(pd.url(2)));
+    assert_eq!(client.pd_leader(), Some(pd.url(2)));
     assert_eq!(client.pd_stats().leader_connects, 2);
     assert_eq!(client.region_for_id(3).await.unwrap().id(), 3);
 }
@@ -102,9 +102,9 @@ async fn follows_the_leader_when_the_leader_member_goes_down() {
     assert_eq!(client.region_for_key(b"a").await.unwrap().id(), 2);
     pd.transfer_leader(1);
     pd.member_down(0);
-    let stores = client.cluster().get_all_stores(true).await.unwrap();
-    assert_eq!(stores.len(), 3);
-    assert_eq!(client.cluster().leader_url(), Some(pd.url(1)));
+    let store = client.store(2).await.unwrap();
+    assert_eq!(store.id, 2);
+    assert_eq!(client.pd_leader(), Some(pd.url(1)));
 }
 
 #[tokio::test]
@@ -139,7 +139,7 @@ async fn a_hanging_pd_is_bounded_by_the_timeouts() {
     assert!(elapsed >= config().timeout, "{elapsed:?}");
     assert!(elapsed < pd_call_bound(&config()) + SLACK, "{elapsed:?}");
     // Nothing was cached from the failed load.
-    assert!(client.region_cache().is_empty());
+    assert!(client.cached_regions() == 0);
 }
 
 #[tokio::test]

@@ -30,8 +30,8 @@ async fn bootstrap_with_some_dead_endpoints() {
     endpoints.extend(cluster.pd_endpoints());
     endpoints.push(dead_address().await);
     let client = client(&endpoints).await;
-    assert_eq!(client.cluster().cluster_id(), cluster.cluster_id());
-    let leader = client.cluster().leader_url().unwrap();
+    assert_eq!(client.cluster_id(), cluster.cluster_id());
+    let leader = client.pd_leader().unwrap();
     assert!(leader.ends_with(&cluster.pd_endpoints()[0]), "{leader}");
     assert_eq!(client.region_for_key(b"a").await.unwrap().end_key(), b"g");
 }
@@ -65,7 +65,7 @@ async fn follows_a_pd_leader_transfer() {
     cluster.pd_transfer_leader(2).unwrap();
     let after = Arc::clone(&client).get_timestamp().await.unwrap();
     assert!((after.physical, after.logical) > (before.physical, before.logical));
-    let leader = client.cluster().leader_url().unwrap();
+    let leader = client.pd_leader().unwrap();
     assert!(leader.ends_with(&cluster.pd_endpoints()[2]), "{leader}");
     assert_eq!(client.pd_stats().leader_connects, 2);
     assert_eq!(client.all_stores().await.unwrap().len(), 3);
@@ -79,7 +79,7 @@ async fn follows_the_leader_when_the_leader_member_goes_down() {
     cluster.pd_member_down(0).await.unwrap();
     let region = client.region_for_key(b"x").await.unwrap();
     assert_eq!(region.start_key(), b"g");
-    let leader = client.cluster().leader_url().unwrap();
+    let leader = client.pd_leader().unwrap();
     assert!(!leader.ends_with(&cluster.pd_endpoints()[0]), "{leader}");
 }
 

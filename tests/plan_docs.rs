@@ -34,6 +34,14 @@ fn behaviour_table_names_existing_tests() {
                 [module @ .., "tests", test] if !module.is_empty() => {
                     (unit_test_files(root, module), *test)
                 }
+                // A unit test in a file of a module's `tests/` folder
+                // (`store::tests::typed_call::t`: `src/store/tests/typed_call.rs`).
+                [module @ .., "tests", file, test] if !module.is_empty() => {
+                    let dir = module
+                        .iter()
+                        .fold(root.join("src"), |path, part| path.join(part));
+                    (vec![dir.join("tests").join(format!("{file}.rs"))], *test)
+                }
                 _ => continue,
             };
             let found = files.iter().any(|file| {

@@ -99,7 +99,10 @@ async fn mapping_counts_and_fails_per_store() {
     // Without a dispatch hook the mock answers with a typed error.
     let err = store
         .client
-        .dispatch(&tikv_plan::raw::new_raw_get_request(b"a".to_vec(), None))
+        .dispatch(&tikv_plan::raw_lowering::new_raw_get_request(
+            b"a".to_vec().into(),
+            None,
+        ))
         .await
         .unwrap_err();
     assert!(matches!(err, Error::Internal(_)));

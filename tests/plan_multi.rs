@@ -11,7 +11,7 @@ use std::time::Duration;
 use common::*;
 use tikv_plan::mock::{self, MockPdClient};
 use tikv_plan::proto::kvrpcpb;
-use tikv_plan::raw::{new_raw_batch_get_request, new_raw_batch_put_request};
+use tikv_plan::raw_lowering::{new_raw_batch_get_request, new_raw_batch_put_request};
 use tikv_plan::request::{Collect, CollectError, Plan, PlanBuilder};
 use tikv_plan::Error;
 
@@ -75,7 +75,7 @@ async fn multi_shard_results_keep_shard_order() {
     let got = PlanBuilder::new(
         pd.clone(),
         tikv_plan::request::Keyspace::Disable,
-        new_raw_batch_get_request(keys(), None),
+        new_raw_batch_get_request(keys().into_iter().map(Into::into), None),
     )
     .routing(routing())
     .retry_multi_region(backoff())
@@ -112,7 +112,7 @@ async fn multi_shard_error_precedence_is_stable() {
         let err = PlanBuilder::new(
             pd.clone(),
             tikv_plan::request::Keyspace::Disable,
-            new_raw_batch_get_request(keys(), None),
+            new_raw_batch_get_request(keys().into_iter().map(Into::into), None),
         )
         .preserve_region_results()
         .retry_multi_region(backoff())
@@ -135,7 +135,7 @@ async fn multi_shard_error_precedence_is_stable() {
         let err = PlanBuilder::new(
             pd.clone(),
             tikv_plan::request::Keyspace::Disable,
-            new_raw_batch_get_request(keys(), None),
+            new_raw_batch_get_request(keys().into_iter().map(Into::into), None),
         )
         .retry_multi_region(backoff())
         .plan()
@@ -175,7 +175,7 @@ async fn concurrency_limit_holds_one_permit_per_rpc() {
     let got = PlanBuilder::new(
         pd.clone(),
         tikv_plan::request::Keyspace::Disable,
-        new_raw_batch_get_request(keys(), None),
+        new_raw_batch_get_request(keys().into_iter().map(Into::into), None),
     )
     .routing(routing.clone())
     .max_concurrency(2)
@@ -212,7 +212,12 @@ async fn batch_put_splits_by_region_and_size() {
     let responses = PlanBuilder::new(
         pd.clone(),
         tikv_plan::request::Keyspace::Disable,
-        new_raw_batch_put_request(pairs, vec![], None, false),
+        new_raw_batch_put_request(
+            pairs.into_iter().map(Into::into),
+            std::iter::empty(),
+            None,
+            false,
+        ),
     )
     .retry_multi_region(backoff())
     .merge(CollectError)

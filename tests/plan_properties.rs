@@ -14,8 +14,8 @@ use common::*;
 use proptest::prelude::*;
 use tikv_plan::mock::{self, MockPdClient};
 use tikv_plan::proto::{errorpb, metapb};
-use tikv_plan::region::can_become_leader;
 use tikv_plan::{Backoff, Error};
+use tikv_plan_proto::meta::can_become_leader;
 
 #[derive(Debug, Clone, Copy)]
 enum Reply {

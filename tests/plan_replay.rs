@@ -9,7 +9,7 @@ use std::time::Duration;
 use common::*;
 use tikv_plan::mock::{self, MappingFailure, MockPdClient};
 use tikv_plan::proto::kvrpcpb;
-use tikv_plan::raw::{new_cas_request, new_raw_batch_put_request};
+use tikv_plan::raw_lowering::{new_cas_request, new_raw_batch_put_request};
 use tikv_plan::request::{CollectError, CollectSingle, Plan, PlanBuilder};
 use tikv_plan::Error;
 
@@ -17,7 +17,12 @@ async fn cas(pd: &Arc<MockPdClient>) -> tikv_plan::Result<(Option<Vec<u8>>, bool
     PlanBuilder::new(
         pd.clone(),
         tikv_plan::request::Keyspace::Disable,
-        new_cas_request(b"k".to_vec(), b"new".to_vec(), Some(b"old".to_vec()), None),
+        new_cas_request(
+            b"k".to_vec().into(),
+            b"new".to_vec(),
+            Some(b"old".to_vec()),
+            None,
+        ),
     )
     .routing(routing())
     .retry_multi_region(backoff())
@@ -168,7 +173,12 @@ async fn undetermined_wins_over_other_shard_errors() {
             Err(Error::from(tonic::Status::unavailable("reset")))
         })
     });
-    let request = new_raw_batch_put_request(pairs(&[b"a", b"z"]), vec![], None, false);
+    let request = new_raw_batch_put_request(
+        pairs(&[b"a", b"z"]).into_iter().map(Into::into),
+        std::iter::empty(),
+        None,
+        false,
+    );
     let err = PlanBuilder::new(
         pd.clone(),
         tikv_plan::request::Keyspace::Disable,
@@ -214,7 +224,12 @@ async fn terminal_on_undetermined_returns_before_slow_shards_finish() {
         })
     });
     let start = tokio::time::Instant::now();
-    let request = new_raw_batch_put_request(pairs(&[b"a", b"z"]), vec![], None, false);
+    let request = new_raw_batch_put_request(
+        pairs(&[b"a", b"z"]).into_iter().map(Into::into),
+        std::iter::empty(),
+        None,
+        false,
+    );
     let err = PlanBuilder::new(pd.clone(), tikv_plan::request::Keyspace::Disable, request)
         .terminal_on_dispatch_error()
         .terminal_on_undetermined()

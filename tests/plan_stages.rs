@@ -13,7 +13,7 @@ use tikv_plan::mock::{self, MockPdClient};
 use tikv_plan::pd::PdClient;
 use tikv_plan::proto::kvrpcpb;
 use tikv_plan::proto::tikvpb::tikv_client::TikvClient;
-use tikv_plan::raw::{new_raw_batch_get_request, new_raw_get_request};
+use tikv_plan::raw_lowering::{new_raw_batch_get_request, new_raw_get_request};
 use tikv_plan::request::{Keyspace, KvRequest, Plan, PlanBuilder, SingleKey, StoreRequest};
 use tikv_plan::store::{Request, Store};
 use tikv_plan::{Backoff, Error, Result};
@@ -122,7 +122,7 @@ async fn single_region_with_store_sends_to_the_given_store_only() {
     pd.set_dispatch_hook(|_peer, request| answer_with_key(request));
     let region = pd.region_for_key(b"x").await.unwrap();
     let store = pd.clone().map_region_to_store(region).await.unwrap();
-    let request = new_raw_get_request(b"x".to_vec(), None);
+    let request = new_raw_get_request(b"x".to_vec().into(), None);
     assert_eq!(SingleKey::key(&request), &b"x".to_vec());
     let response = PlanBuilder::new(pd.clone(), Keyspace::Disable, request)
         .single_region_with_store(store)
@@ -160,7 +160,12 @@ async fn preserve_results_keeps_each_regions_outcome() {
             ..Default::default()
         }))
     });
-    let request = new_raw_batch_get_request(vec![b"a".to_vec(), b"z".to_vec()], None);
+    let request = new_raw_batch_get_request(
+        vec![b"a".to_vec(), b"z".to_vec()]
+            .into_iter()
+            .map(Into::into),
+        None,
+    );
     let results = PlanBuilder::new(pd.clone(), Keyspace::Disable, request)
         .retry_multi_region_preserve_results(Backoff::no_backoff())
         .plan()

@@ -17,8 +17,9 @@ use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
 use std::sync::Arc;
 
+use tikv_plan::__internals::RegionCache;
 use tikv_plan::proto::metapb;
-use tikv_plan::region::{RegionCache, RegionWithLeader};
+use tikv_plan::region::RegionWithLeader;
 
 struct Counting;
 

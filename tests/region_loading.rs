@@ -6,8 +6,9 @@
 use std::sync::Arc;
 
 use tikv_plan::pd::PdRpcClient;
-use tikv_plan::raw::{pair_checksum, RawChecksum};
+use tikv_plan::raw::RawChecksum;
 use tikv_plan::{Config, Error, RawClient};
+use tikv_plan_proto::checksum::pair_checksum;
 use tikv_sim::SimCluster;
 
 fn key(i: usize) -> Vec<u8> {
@@ -53,7 +54,7 @@ async fn batch_get_over_a_thousand_uncached_regions_costs_o1_pd_round_trips() {
         "1000 cold Regions took {region_calls} PD Region calls: {after:?}"
     );
     assert_eq!(after.scan_regions - before.scan_regions, 1, "{after:?}");
-    assert_eq!(pd.region_cache().len(), 1000);
+    assert_eq!(pd.cached_regions(), 1000);
     // A second pass needs PD for nothing.
     let again = pd.pd_stats();
     reader.batch_get((0..1000).map(key)).await.unwrap();

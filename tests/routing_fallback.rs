@@ -9,7 +9,7 @@ use std::sync::Arc;
 use common::*;
 use tikv_plan::mock::{self, MappingFailure, MockPdClient};
 use tikv_plan::proto::kvrpcpb;
-use tikv_plan::raw::new_raw_get_request;
+use tikv_plan::raw_lowering::new_raw_get_request;
 use tikv_plan::request::{CollectSingle, Plan, PlanBuilder};
 use tikv_plan::{Backoff, Error};
 use tokio::time::Instant;
@@ -48,7 +48,7 @@ async fn fallback_changes_only_the_target_peer() {
             accept(peer, req)
         }
     });
-    let mut request = new_raw_get_request(b"k".to_vec(), None);
+    let mut request = new_raw_get_request(b"k".to_vec().into(), None);
     request.context = Some(kvrpcpb::Context {
         priority: 2,
         request_source: "test".to_owned(),

@@ -11,7 +11,7 @@ use std::time::Duration;
 use common::*;
 use tikv_plan::mock::{self, MockPdClient};
 use tikv_plan::proto::{errorpb, kvrpcpb, metapb};
-use tikv_plan::raw::new_raw_batch_get_request;
+use tikv_plan::raw_lowering::new_raw_batch_get_request;
 use tikv_plan::request::{Collect, Plan, PlanBuilder};
 use tikv_plan::{Backoff, Error};
 use tokio::time::Instant;
@@ -297,7 +297,7 @@ async fn epoch_not_match_splits_the_shard_and_keeps_order() {
     let pairs = PlanBuilder::new(
         pd.clone(),
         tikv_plan::request::Keyspace::Disable,
-        new_raw_batch_get_request(keys, None),
+        new_raw_batch_get_request(keys.into_iter().map(Into::into), None),
     )
     .routing(routing())
     .retry_multi_region(backoff())

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tikv_plan::pd::PdRpcClient;
-use tikv_plan::raw::{new_raw_get_request, new_raw_put_request};
+use tikv_plan::raw_lowering::{new_raw_get_request, new_raw_put_request};
 use tikv_plan::request::{CollectSingle, Plan, PlanBuilder, RoutingState};
 use tikv_plan::store::TikvConnect;
 use tikv_plan::{Backoff, Config};
@@ -48,7 +48,7 @@ async fn put(pd: &Arc<PdRpcClient<TikvConnect>>, routing: &Arc<RoutingState>, va
     PlanBuilder::new(
         pd.clone(),
         tikv_plan::request::Keyspace::Disable,
-        new_raw_put_request(b"k".to_vec(), value.to_vec(), None, 0, false),
+        new_raw_put_request(b"k".to_vec().into(), value.to_vec(), None, 0, false),
     )
     .routing(routing.clone())
     .retry_multi_region(backoff())
@@ -64,7 +64,7 @@ async fn get(pd: &Arc<PdRpcClient<TikvConnect>>, routing: &Arc<RoutingState>) ->
     PlanBuilder::new(
         pd.clone(),
         tikv_plan::request::Keyspace::Disable,
-        new_raw_get_request(b"k".to_vec(), None),
+        new_raw_get_request(b"k".to_vec().into(), None),
     )
     .routing(routing.clone())
     .retry_multi_region(backoff())
@@ -158,7 +158,7 @@ async fn get_key(
     PlanBuilder::new(
         pd.clone(),
         tikv_plan::request::Keyspace::Disable,
-        new_raw_get_request(key.to_vec(), None),
+        new_raw_get_request(key.to_vec().into(), None),
     )
     .routing(routing.clone())
     .retry_multi_region(backoff())

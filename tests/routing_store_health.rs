@@ -194,7 +194,7 @@ async fn timeouts_after_waiting_for_a_permit_are_consecutive_strikes() {
     // its permit, so with one permit the later shards' timeouts looked
     // concurrent with the first strike and a hung store was never marked.
     use tikv_plan::proto::kvrpcpb;
-    use tikv_plan::raw::new_raw_batch_get_request;
+    use tikv_plan::raw_lowering::new_raw_batch_get_request;
     use tikv_plan::request::{Collect, Plan, PlanBuilder};
     let peers = |r: u64| [mock::voter(r * 10 + 1, 1), mock::voter(r * 10 + 2, 2)];
     let pd = Arc::new(MockPdClient::new(vec![
@@ -216,7 +216,12 @@ async fn timeouts_after_waiting_for_a_permit_are_consecutive_strikes() {
     let pairs: Vec<kvrpcpb::KvPair> = PlanBuilder::new(
         pd.clone(),
         tikv_plan::request::Keyspace::Disable,
-        new_raw_batch_get_request(vec![b"a".to_vec(), b"b".to_vec(), b"c".to_vec()], None),
+        new_raw_batch_get_request(
+            vec![b"a".to_vec(), b"b".to_vec(), b"c".to_vec()]
+                .into_iter()
+                .map(Into::into),
+            None,
+        ),
     )
     .routing(routing.clone())
     .max_concurrency(1)

@@ -4,7 +4,8 @@
 //! `RawBatchPut`, and the refusal of a request in another API version.
 
 use tikv_plan::proto::{keyspacepb, kvrpcpb, pdpb};
-use tikv_plan::raw::{pair_checksum, RawChecksum};
+use tikv_plan::raw::RawChecksum;
+use tikv_plan_proto::checksum::pair_checksum;
 use tikv_sim::SimCluster;
 
 fn header(cluster: &SimCluster) -> Option<pdpb::RequestHeader> {

@@ -10,7 +10,7 @@ use std::time::Duration;
 use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair};
 use tikv_plan::proto::kvrpcpb;
 use tikv_plan::proto::tikvpb::tikv_client::TikvClient;
-use tikv_plan::security::SecurityManager;
+use tikv_plan::SecurityManager;
 use tikv_plan::{Error, SecurityConfig};
 use tonic::transport::{Certificate, Identity, Server, ServerTlsConfig};
 

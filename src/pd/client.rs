@@ -48,8 +48,8 @@ fn count(counts: &ConnectCountMap, address: &str, update: impl FnOnce(&mut Conne
     update(counts.entry(address.to_owned()).or_default());
 }
 
-/// The PD client: a [`Cluster`] connection, a [`RegionCache`], a
-/// [`StoreCache`], and one store client per address, opened with `KvC`.
+/// The PD client: a connection to the PD cluster's leader, a Region cache, a
+/// store cache, and one store client per address, opened with `KvC`.
 ///
 /// ```no_run
 /// # async fn demo() -> tikv_plan::Result<()> {
@@ -143,9 +143,19 @@ impl<KvC: KvConnect> PdRpcClient<KvC> {
         })
     }
 
-    /// The PD cluster connection.
-    pub fn cluster(&self) -> &Cluster {
-        &self.cluster
+    /// The id of the PD cluster the client joined.
+    pub fn cluster_id(&self) -> u64 {
+        self.cluster.cluster_id()
+    }
+
+    /// The URL of the PD leader the client follows now, if it knows one.
+    pub fn pd_leader(&self) -> Option<String> {
+        self.cluster.leader_url()
+    }
+
+    /// How many Regions this client's cache holds.
+    pub fn cached_regions(&self) -> usize {
+        self.regions.len()
     }
 
     /// What the batched TSO stream did.
@@ -166,16 +176,6 @@ impl<KvC: KvConnect> PdRpcClient<KvC> {
             .get(address)
             .copied()
             .unwrap_or_default()
-    }
-
-    /// The Region cache.
-    pub fn region_cache(&self) -> &RegionCache {
-        &self.regions
-    }
-
-    /// The store cache.
-    pub fn store_cache(&self) -> &StoreCache {
-        &self.stores
     }
 
     /// True when a connection to `address` is open and cached.

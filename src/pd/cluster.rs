@@ -34,7 +34,7 @@ use crate::{Error, ErrorSource, Result};
 /// delays.
 pub const PD_RETRY_BACKOFF: Backoff = Backoff::no_jitter_backoff(50, 400, 3);
 
-/// How many PD RPCs a [`Cluster`] has sent, by kind, and how often it looked
+/// How many PD RPCs a client has sent, by kind, and how often it looked
 /// for the leader. Counters only grow.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 #[non_exhaustive]
@@ -277,25 +277,6 @@ pub struct Cluster {
 }
 
 impl Cluster {
-    /// Connects to the PD leader of the cluster behind `endpoints`
-    /// (`host:port` or URLs). Opening each channel is bounded by
-    /// `connect_timeout`, each RPC by `timeout`.
-    pub async fn connect(
-        endpoints: &[String],
-        security: Arc<SecurityManager>,
-        timeout: Duration,
-        connect_timeout: Duration,
-    ) -> Result<Cluster> {
-        Self::connect_with_limit(
-            endpoints,
-            security,
-            timeout,
-            connect_timeout,
-            crate::config::DEFAULT_GRPC_MAX_DECODING_MESSAGE_SIZE,
-        )
-        .await
-    }
-
     /// [`connect`](Self::connect) with a bound on the size of a decoded PD
     /// response (`Config::grpc_max_decoding_message_size`).
     pub async fn connect_with_limit(
@@ -349,11 +330,6 @@ impl Cluster {
     /// The URL of the PD leader currently connected, if any.
     pub fn leader_url(&self) -> Option<String> {
         self.read_leader().map(|c| c.url.clone())
-    }
-
-    /// The endpoints the cluster was created with.
-    pub fn endpoints(&self) -> &[String] {
-        &self.configured
     }
 
     /// The per-RPC timeout.
@@ -575,32 +551,6 @@ impl Cluster {
             Err(Error::Pd { .. }) => Err(Error::KeyspaceNotFound(name.to_owned())),
             Err(e) => Err(e),
         }
-    }
-
-    /// One timestamp from PD's TSO: one request on the `Tso` stream.
-    pub async fn get_timestamp(&self) -> Result<Timestamp> {
-        let timeout = self.timeout;
-        let response = self
-            .call("Tso", &self.counters.tso, |mut client, header| {
-                let request = bounded(
-                    futures::stream::iter(vec![pdpb::TsoRequest {
-                        header: Some(header),
-                        count: 1,
-                        dc_location: String::new(),
-                    }]),
-                    timeout,
-                );
-                async move {
-                    let mut responses = client.tso(request).await?.into_inner();
-                    responses.message().await?.ok_or_else(|| {
-                        Status::unavailable("PD closed the TSO stream without a timestamp")
-                    })
-                }
-            })
-            .await?;
-        response.timestamp.ok_or_else(|| {
-            Error::Internal("PD answered a TSO request without a timestamp".to_owned())
-        })
     }
 
     /// Opens a `Tso` stream to the leader carrying `requests` (whose first

@@ -7,8 +7,8 @@ mod cluster;
 mod tso;
 
 pub use client::{ConnectCounts, PdRpcClient};
-pub use cluster::{Cluster, PdStats, Timestamp, PD_RETRY_BACKOFF};
-pub use tso::{TimestampOracle, TsoStats, MAX_TSO_BATCH};
+pub use cluster::{PdStats, Timestamp, PD_RETRY_BACKOFF};
+pub use tso::TsoStats;
 
 use std::sync::Arc;
 

@@ -7,7 +7,7 @@ use crate::request::{
     collect_in_order, string_key_error, HasKeyErrors, HasRegionError, KvRequest, Merge,
 };
 use crate::{Error, Result};
-pub use tikv_plan_proto::checksum::{crc64, pair_checksum, RawChecksum};
+pub use tikv_plan_proto::checksum::RawChecksum;
 
 /// A `RawChecksum` request for the ranges `[start, end)` (empty end: the end
 /// of the key space), with TiKV's only algorithm, `Crc64_Xor`.

@@ -402,7 +402,7 @@ impl<PdC: PdClient> RawClient<PdC> {
     }
 
     /// Every pair of `range`, in ascending key order, as a stream: pages of
-    /// `page_size` pairs (1 to [`MAX_RAW_KV_SCAN_LIMIT`]) are read one after
+    /// `page_size` pairs (1 to 10,240, TiKV's limit) are read one after
     /// another through the plan, each continuing after the last key of the
     /// one before, across Regions, so a range of any size can be read
     /// without the scan limit. The next page is read only when the stream is

@@ -2,12 +2,11 @@
 
 mod checksum;
 mod client;
+pub mod lowering;
 mod requests;
 
 pub use crate::kv::ColumnFamily;
-pub use checksum::{crc64, new_raw_checksum_request, pair_checksum, MergeChecksum, RawChecksum};
+pub use checksum::RawChecksum;
 /// client-rust's name for the raw client (`tikv_client::raw::Client`).
 pub use client::RawClient as Client;
-pub use client::{RawClient, MAX_RAW_KV_SCAN_LIMIT};
-
-pub use requests::*;
+pub use client::RawClient;

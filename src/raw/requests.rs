@@ -9,69 +9,7 @@
 //! Region boundary. `batch_scan` and `delete_range` split their ranges at
 //! Region boundaries.
 //!
-//! The plan each request takes, and what it yields:
-//!
-//! | request | plan after `retry_multi_region(backoff)` | result |
-//! |---|---|---|
-//! | get | `.merge(CollectSingle).post_process_default()` | `Option<Vec<u8>>` |
-//! | get_key_ttl | `.merge(CollectSingle).post_process_default()` | `Option<u64>` (seconds) |
-//! | compare_and_swap | `.merge(CollectSingle).post_process_default()` | `(Option<Vec<u8>>, bool)` |
-//! | put, delete | `.merge(CollectSingle).post_process_default()` | `()` |
-//! | batch_get | `.merge(Collect)` | `Vec<KvPair>` in key order |
-//! | batch_put, batch_delete, delete_range | `.merge(CollectError).post_process_default()` | `()` |
-//! | scan (one Region piece) | `.merge(Collect)` | `Vec<KvPair>` |
-//! | batch_scan | `.merge(Collect)` | `Vec<KvPair>` in range order |
-//!
-//! ```no_run
-//! # #[cfg(feature = "mock")]
-//! # async fn plans() -> tikv_plan::Result<()> {
-//! use std::sync::Arc;
-//! use tikv_plan::mock::MockPdClient;
-//! use tikv_plan::raw::*;
-//! use tikv_plan::request::{Collect, CollectError, CollectSingle, Plan, PlanBuilder, RoutingState};
-//! use tikv_plan::{Backoff, Config};
-//!
-//! let pd = Arc::new(MockPdClient::new(vec![]));
-//! let routing = Arc::new(RoutingState::new(&Config::default()));
-//! let b = Backoff::no_jitter_backoff(2, 500, 10);
-//! let builder = |req| PlanBuilder::new(pd.clone(), tikv_plan::request::Keyspace::Disable, req).routing(routing.clone());
-//!
-//! let _: Option<Vec<u8>> = builder(new_raw_get_request(b"k".to_vec(), None))
-//!     .retry_multi_region(b.clone()).merge(CollectSingle).post_process_default()
-//!     .plan().execute().await?;
-//! let _: Option<u64> = PlanBuilder::new(pd.clone(), tikv_plan::request::Keyspace::Disable, new_raw_get_key_ttl_request(b"k".to_vec(), None))
-//!     .retry_multi_region(b.clone()).merge(CollectSingle).post_process_default()
-//!     .plan().execute().await?;
-//! let _: (Option<Vec<u8>>, bool) = PlanBuilder::new(pd.clone(), tikv_plan::request::Keyspace::Disable, new_cas_request(b"k".to_vec(), b"v".to_vec(), None, None))
-//!     .retry_multi_region(b.clone()).merge(CollectSingle).post_process_default()
-//!     .plan().execute().await?;
-//! let _: () = PlanBuilder::new(pd.clone(), tikv_plan::request::Keyspace::Disable, new_raw_put_request(b"k".to_vec(), b"v".to_vec(), None, 0, false))
-//!     .retry_multi_region(b.clone()).merge(CollectSingle).post_process_default()
-//!     .plan().execute().await?;
-//! let _: () = PlanBuilder::new(pd.clone(), tikv_plan::request::Keyspace::Disable, new_raw_delete_request(b"k".to_vec(), None, false))
-//!     .retry_multi_region(b.clone()).merge(CollectSingle).post_process_default()
-//!     .plan().execute().await?;
-//! let _: Vec<_> = PlanBuilder::new(pd.clone(), tikv_plan::request::Keyspace::Disable, new_raw_batch_get_request(vec![b"k".to_vec()], None))
-//!     .retry_multi_region(b.clone()).merge(Collect)
-//!     .plan().execute().await?;
-//! let _: () = PlanBuilder::new(pd.clone(), tikv_plan::request::Keyspace::Disable, new_raw_batch_put_request(vec![], vec![], None, false))
-//!     .retry_multi_region(b.clone()).merge(CollectError).post_process_default()
-//!     .plan().execute().await?;
-//! let _: () = PlanBuilder::new(pd.clone(), tikv_plan::request::Keyspace::Disable, new_raw_batch_delete_request(vec![], None, false))
-//!     .retry_multi_region(b.clone()).merge(CollectError).post_process_default()
-//!     .plan().execute().await?;
-//! let _: () = PlanBuilder::new(pd.clone(), tikv_plan::request::Keyspace::Disable, new_raw_delete_range_request(b"a".to_vec(), b"z".to_vec(), None))
-//!     .retry_multi_region(b.clone()).merge(CollectError).post_process_default()
-//!     .plan().execute().await?;
-//! let _: Vec<_> = PlanBuilder::new(pd.clone(), tikv_plan::request::Keyspace::Disable, new_raw_scan_request(b"a".to_vec(), vec![], 10, false, false, None))
-//!     .retry_multi_region(b.clone()).merge(Collect)
-//!     .plan().execute().await?;
-//! let _: Vec<_> = PlanBuilder::new(pd.clone(), tikv_plan::request::Keyspace::Disable, new_raw_batch_scan_request(vec![(b"a".to_vec(), b"c".to_vec())], 10, false, None))
-//!     .retry_multi_region(b.clone()).merge(Collect)
-//!     .plan().execute().await?;
-//! # Ok(())
-//! # }
-//! ```
+//! The plan each request takes is in [`lowering`](super::lowering)'s docs.
 //!
 //! This file is long because it declares every raw request of the wire
 //! protocol with its sharding, merging and processing, one section a method.

@@ -688,11 +688,6 @@ impl StoreCache {
         read(&self.stores).len()
     }
 
-    /// True when no store is cached.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-
     /// The store `id`: from the cache, or from `load` (whose result is
     /// cached). Concurrent misses share one `load`; a failure is not cached.
     pub async fn get_or_load<L, Fut>(&self, id: StoreId, load: L) -> Result<metapb::Store>

@@ -4,9 +4,7 @@
 
 use smallvec::SmallVec;
 
-use super::{
-    key_in_range, CandidateOrder, Candidates, RegionId, RegionVerId, RegionWithLeader, StoreId,
-};
+use super::{key_in_range, RegionId, RegionVerId, RegionWithLeader, StoreId};
 use crate::proto::metapb;
 use crate::{Error, Result};
 
@@ -34,27 +32,6 @@ const OTHER_LEADER: u16 = u16::MAX - 1;
 /// client-rust type where a value is needed. Conversions both ways keep
 /// every field but `metapb::Region`'s flashback fields, which a client never
 /// reads (they come back zero).
-///
-/// ```
-/// use tikv_plan::proto::metapb;
-/// use tikv_plan::region::{CachedRegion, RegionWithLeader};
-///
-/// let leader = metapb::Peer { id: 11, store_id: 1, ..Default::default() };
-/// let region = RegionWithLeader::new(
-///     metapb::Region {
-///         id: 1,
-///         start_key: b"a".to_vec(),
-///         end_key: b"m".to_vec(),
-///         peers: vec![leader],
-///         ..Default::default()
-///     },
-///     Some(leader),
-/// );
-/// let cached = CachedRegion::from(region.clone());
-/// assert!(cached.contains(b"k"));
-/// assert_eq!(cached.leader_store_id().unwrap(), 1);
-/// assert_eq!(cached.to_region_with_leader(), region);
-/// ```
 // `repr(C)` puts what a key comparison reads (the start key's length and
 // the key bytes) first, right behind the `Arc`'s counts: the start-key
 // index compares through the `Arc`, and this keeps each comparison to one
@@ -170,11 +147,12 @@ impl CachedRegion {
         self.peer_index(peer).is_some()
     }
 
+    #[cfg(test)]
     /// The candidates of a round in the given order ([routing.md,
     /// "Candidates"](crate::spec::routing#candidates)), exactly as [`RegionWithLeader::candidates`] walks
     /// them. Lazy and allocation-free.
-    pub fn candidates(&self, order: CandidateOrder) -> Candidates<'_> {
-        Candidates::new(&self.peers, self.leader(), order)
+    pub(crate) fn candidates(&self, order: super::CandidateOrder) -> super::Candidates<'_> {
+        super::Candidates::new(&self.peers, self.leader(), order)
     }
 
     /// The Region as the client-rust type, for code that needs a value
@@ -267,6 +245,7 @@ impl From<&CachedRegion> for RegionWithLeader {
 mod tests {
     use super::*;
     use crate::proto::metapb::PeerRole;
+    use crate::region::CandidateOrder;
 
     fn peer(id: u64, store_id: u64, role: PeerRole) -> metapb::Peer {
         metapb::Peer {

@@ -2,13 +2,13 @@
 //! lazy leader-first candidate order of [routing.md
 //! ("Candidates")](crate::spec::routing#candidates).
 
-mod cache;
+pub(crate) mod cache;
 mod cached;
 
 pub(crate) use cache::SingleFlight;
-pub use cache::{RegionCache, StoreCache, DEFAULT_REGION_CACHE_CAPACITY};
-pub use cached::CachedRegion;
-pub use tikv_plan_proto::meta::can_become_leader;
+pub(crate) use cache::{RegionCache, StoreCache};
+pub(crate) use cached::CachedRegion;
+pub(crate) use tikv_plan_proto::meta::can_become_leader;
 pub(crate) use tikv_plan_proto::meta::{key_in_range, key_in_region};
 
 pub use crate::ids::{RegionId, RegionVerId, StoreId};
@@ -94,7 +94,7 @@ impl RegionWithLeader {
     /// The candidates of a round in the given order ([routing.md,
     /// "Candidates"](crate::spec::routing#candidates)). Lazy and
     /// allocation-free.
-    pub fn candidates(&self, order: CandidateOrder) -> Candidates<'_> {
+    pub(crate) fn candidates(&self, order: CandidateOrder) -> Candidates<'_> {
         Candidates::new(&self.region.peers, self.leader.as_ref(), order)
     }
 }
@@ -129,7 +129,7 @@ pub(crate) fn clip_to_region(
 
 /// In which order a round visits the cached leader and the other voters.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum CandidateOrder {
+pub(crate) enum CandidateOrder {
     /// The cached leader, then the other voters (the normal round).
     LeaderFirst,
     /// The other voters, then the cached leader (its store is marked
@@ -143,7 +143,7 @@ pub enum CandidateOrder {
 /// Lazy iterator over a Region's candidates. In the normal case only the
 /// first item is ever taken, so nothing beyond the leader is inspected.
 #[derive(Debug, Clone)]
-pub struct Candidates<'a> {
+pub(crate) struct Candidates<'a> {
     peers: &'a [metapb::Peer],
     /// The store of the cached leader, eligible or not: its other peers are
     /// skipped.

@@ -28,7 +28,7 @@ use crate::Result;
 /// use std::sync::Arc;
 /// use tikv_plan::mock::{self, MockPdClient};
 /// use tikv_plan::proto::kvrpcpb;
-/// use tikv_plan::raw::new_raw_get_request;
+/// use tikv_plan::raw_lowering::new_raw_get_request;
 /// use tikv_plan::request::{CollectSingle, Keyspace, Plan, PlanBuilder, RoutingState};
 /// use tikv_plan::{Backoff, Config};
 ///
@@ -41,7 +41,7 @@ use crate::Result;
 /// });
 /// let routing = Arc::new(RoutingState::new(&Config::default()));
 ///
-/// let request = new_raw_get_request(b"k".to_vec(), None);
+/// let request = new_raw_get_request("k".into(), None);
 /// let plan = PlanBuilder::new(pd.clone(), Keyspace::Disable, request)
 ///     .routing(routing)
 ///     .retry_multi_region(Backoff::no_jitter_backoff(2, 500, 10))

@@ -8,9 +8,8 @@
 //! add [`ResolveLock`] (meet a lock, resolve it, re-run) and
 //! [`CollectWithShard`].
 //!
-//! The routing decisions are pure and synchronous:
-//! [`classify_grpc_error`] (what a failed RPC means), [`decide_region_error`]
-//! (the Region-error table), the candidate round (who was tried, what each
+//! The routing decisions are pure and synchronous: the classification of a
+//! failed RPC (what it means for routing), the Region-error table, the candidate round (who was tried, what each
 //! answered, hint reordering, what to invalidate, which error is strongest),
 //! and the shard's retry engine, one state machine that owns a shard's whole
 //! retry state and turns each event (a store mapped, a candidate answered, a
@@ -83,7 +82,7 @@ mod all_stores;
 mod builder;
 mod engine;
 mod keyspace;
-mod plan;
+pub mod plan;
 mod region_error;
 mod request_shape;
 mod resolve_lock;
@@ -93,22 +92,18 @@ mod round;
 pub(crate) mod routing_state;
 mod traits;
 
-pub use crate::classify::{classify_dispatch_error, classify_grpc_error, DispatchFailure};
-pub use all_stores::{RetryableAllStores, StoreRequest};
+pub use all_stores::StoreRequest;
 pub use builder::PlanBuilder;
 pub(crate) use keyspace::load_keyspace;
-pub use keyspace::{
-    keyspace_prefix, EncodeKeyspace, KeyMode, Keyspace, TruncateKeyspace, KEYSPACE_PREFIX_LEN,
-    MAX_KEYSPACE_ID, RAW_KEY_PREFIX, TXN_KEY_PREFIX,
-};
+pub use keyspace::{EncodeKeyspace, KeyMode, Keyspace, TruncateKeyspace};
 pub(crate) use plan::collect_in_order;
 pub use plan::{
     Collect, CollectError, CollectSingle, DefaultProcessor, Dispatch, ExtractError, Merge,
-    MergeResponse, Plan, PreserveShard, Process, ProcessResponse, ResponseWithShard,
+    MergeResponse, Plan, Process, ProcessResponse, ResponseWithShard,
 };
-pub use region_error::{decide_region_error, RegionErrorAction, RegionErrorStep, MAX_BUSY_BACKOFF};
 pub use request_shape::{HasNextBatch, NextBatch, RangeRequest, SingleKey};
-pub use resolve_lock::{CollectWithShard, HasLocks, LockResolve, ResolveLock, ResolvePass};
+pub use resolve_lock::{CollectWithShard, ResolveLock};
+pub(crate) use resolve_lock::{HasLocks, LockResolve, ResolvePass};
 pub use retry::RetryableMultiRegion;
 pub use retry_options::RetryOptions;
 pub use routing_state::{RoutingState, RoutingStats};

@@ -1,5 +1,5 @@
 //! Plan stages: [`Dispatch`] sends one request to one store,
-//! [`RetryableMultiRegion`](super::RetryableMultiRegion) (in `retry.rs`)
+//! [`RetryableMultiRegion`] (in `retry.rs`)
 //! shards it and runs the retry engine per shard, [`MergeResponse`],
 //! [`ProcessResponse`] and [`ExtractError`] shape the results.
 
@@ -14,6 +14,19 @@ use crate::store::{KvClient, RegionStore};
 use crate::{Error, Result};
 
 use super::traits::{strongest_shard_error, HasKeyErrors, HasRegionError, KvRequest, Shardable};
+
+pub use super::all_stores::RetryableAllStores;
+pub use super::resolve_lock::{CollectWithShard, ResolveLock};
+pub use super::retry::RetryableMultiRegion;
+
+/// What [`TransactionClient::cleanup_locks`](crate::TransactionClient::cleanup_locks)
+/// did (client-rust's `CleanupLocksResult`; errors are returned as `Err`
+/// instead of fields).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct CleanupLocksResult {
+    /// How many locks were resolved.
+    pub resolved_locks: usize,
+}
 
 /// A stage of a request plan. Executing it runs the request to completion.
 #[async_trait]

@@ -84,18 +84,6 @@ impl RegionErrorAction {
 /// Decides what to do with a Region error answered by the cached leader (or
 /// by a fallback peer, for errors other than `NotLeader` and `ServerIsBusy`,
 /// which the candidate round handles itself).
-///
-/// ```
-/// use tikv_plan::proto::errorpb;
-/// use tikv_plan::region::RegionWithLeader;
-/// use tikv_plan::request::{decide_region_error, RegionErrorStep};
-/// let err = errorpb::Error {
-///     raft_entry_too_large: Some(Default::default()),
-///     ..Default::default()
-/// };
-/// let action = decide_region_error(&err, &RegionWithLeader::default());
-/// assert_eq!(action.step, RegionErrorStep::Return);
-/// ```
 pub fn decide_region_error(error: &errorpb::Error, region: &RegionWithLeader) -> RegionErrorAction {
     use RegionErrorAction as A;
     if let Some(not_leader) = &error.not_leader {

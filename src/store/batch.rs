@@ -626,6 +626,7 @@ impl std::fmt::Debug for KvBatchClient {
 }
 
 impl KvBatchClient {
+    #[cfg(test)]
     /// A client over an open channel to the store at `address`; each request
     /// waits at most `timeout` for its answer. Extra streams share the
     /// channel (a client from [`TikvConnect`](super::TikvConnect) opens a
@@ -666,6 +667,7 @@ impl KvBatchClient {
         }
     }
 
+    #[cfg(test)]
     /// How many requests wait for an answer on this client's streams.
     pub fn in_flight(&self) -> usize {
         lock(&self.shared.streams)
@@ -674,17 +676,13 @@ impl KvBatchClient {
             .sum()
     }
 
+    #[cfg(test)]
     /// How many streams are open.
     pub fn open_streams(&self) -> usize {
         lock(&self.shared.streams)
             .iter()
             .filter(|s| !s.is_closed())
             .count()
-    }
-
-    /// The limits in force.
-    pub fn options(&self) -> BatchOptions {
-        self.shared.options
     }
 
     async fn unary(&self, req: &dyn Request) -> Result<Box<dyn Any + Send>> {

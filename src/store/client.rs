@@ -18,7 +18,7 @@ use crate::proto::tikvpb::tikv_client::TikvClient;
 use crate::security::SecurityManager;
 use crate::{Error, Result};
 
-/// Opens [`KvRpcClient`]s. Connection setup is bounded by the connect
+/// Opens store clients. Connection setup is bounded by the connect
 /// timeout, so an address that drops packets cannot stall a candidate round
 /// ([routing.md, "Connections"](crate::spec::routing#connections)); each RPC is
 /// bounded by the request timeout.
@@ -52,7 +52,7 @@ impl TikvConnect {
 
     /// Sends requests as unary calls or over BatchCommands streams
     /// (`Config::rpc_mode`), with the batched transport's limits.
-    pub fn with_rpc_mode(mut self, mode: RpcMode, batch: BatchOptions) -> Self {
+    pub(crate) fn with_rpc_mode(mut self, mode: RpcMode, batch: BatchOptions) -> Self {
         self.rpc_mode = mode;
         self.batch = batch;
         self
@@ -156,8 +156,9 @@ impl KvRpcClient {
         }
     }
 
+    #[cfg(test)]
     /// The batched transport, when this client uses one.
-    pub fn batch_client(&self) -> Option<&KvBatchClient> {
+    pub(crate) fn batch_client(&self) -> Option<&KvBatchClient> {
         self.batch.as_ref()
     }
 }

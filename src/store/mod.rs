@@ -7,12 +7,16 @@ mod client;
 mod request;
 mod typed;
 
-pub use batch::{BatchOptions, KvBatchClient};
+pub(crate) use batch::BatchOptions;
 pub(crate) use client::timeout_as_error;
-pub use client::{KvRpcClient, TikvConnect};
+#[cfg(test)]
+pub(crate) use client::KvRpcClient;
+pub use client::TikvConnect;
+#[cfg(test)]
+mod tests;
 pub use request::Request;
 pub(crate) use typed::send_typed;
-pub use typed::{GrpcChannel, GrpcRequest};
+pub(crate) use typed::GrpcChannel;
 
 use std::any::Any;
 use std::sync::Arc;

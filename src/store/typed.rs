@@ -73,9 +73,6 @@ pub trait GrpcRequest: prost::Message + Default + Clone + Sized + 'static {
     /// The response the store sends back.
     type Reply: prost::Message + Default + Send + 'static;
 
-    /// The method's name in `tikvpb.Tikv` (`RawGet`).
-    const METHOD: &'static str;
-
     /// The method's path (`/tikvpb.Tikv/RawGet`).
     const PATH: &'static str;
 }
@@ -465,7 +462,6 @@ macro_rules! grpc_request {
     ($($req:ident => $resp:ident, $method:literal;)*) => {$(
         impl GrpcRequest for kvrpcpb::$req {
             type Reply = kvrpcpb::$resp;
-            const METHOD: &'static str = $method;
             const PATH: &'static str = concat!("/tikvpb.Tikv/", $method);
         }
     )*

@@ -9,6 +9,7 @@ use super::{CodecPdClient, Snapshot, TimestampExt, Transaction, TransactionOptio
 use crate::backoff::Backoff;
 use crate::pd::{PdClient, PdRpcClient, Timestamp};
 use crate::proto::kvrpcpb;
+use crate::request::plan::CleanupLocksResult;
 use crate::request::{EncodeKeyspace, KeyMode, Keyspace, RoutingState, RoutingStats};
 use crate::{BoundRange, Config, Error, Result};
 
@@ -32,14 +33,6 @@ impl Default for ResolveLocksOptions {
             batch_size: SCAN_LOCK_BATCH_SIZE,
         }
     }
-}
-
-/// What [`TransactionClient::cleanup_locks`] did (client-rust's
-/// `CleanupLocksResult`; errors are returned as `Err` instead of fields).
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct CleanupLocksResult {
-    /// How many locks were resolved.
-    pub resolved_locks: usize,
 }
 
 /// The transactional client. Cheap to clone; clones share connections,

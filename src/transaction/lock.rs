@@ -26,7 +26,7 @@ use crate::backoff::Backoff;
 use crate::pd::PdClient;
 use crate::proto::kvrpcpb;
 use crate::region::RegionVerId;
-pub use crate::request::ResolvePass;
+pub(crate) use crate::request::ResolvePass;
 use crate::request::{
     CollectError, CollectSingle, Plan, PlanBuilder, ResponseWithShard, RoutingState,
 };
@@ -205,7 +205,7 @@ pub struct LockResolver<PdC: PdClient> {
 }
 
 impl<PdC: PdClient> LockResolver<PdC> {
-    /// A resolver over `pd` (a transactional [`CodecPdClient`](super::CodecPdClient)).
+    /// A resolver over `pd` (a transactional client's, which encodes keys).
     /// Its requests carry `keyspace` in their context; lock keys are used
     /// as TiKV reports them (with the keyspace prefix).
     pub fn new(

@@ -25,6 +25,7 @@ mod buffer;
 mod client;
 mod codec_pd;
 mod lock;
+pub mod lowering;
 mod options;
 mod requests;
 mod snapshot;
@@ -35,21 +36,15 @@ mod transaction;
 pub use crate::proto::kvrpcpb::LockInfo as ProtoLockInfo;
 /// client-rust's name for [`TransactionClient`].
 pub use client::TransactionClient as Client;
-pub use client::{
-    CleanupLocksResult, ResolveLocksOptions, TransactionClient, SCAN_LOCK_BATCH_SIZE,
-};
-pub use codec_pd::CodecPdClient;
-pub use lock::{
-    lock_until_expired_ms, secondaries_outcome, txn_status, LockResolver, LockStats, ResolvePass,
-    SecondariesOutcome, TxnStatus,
-};
+pub use client::{ResolveLocksOptions, TransactionClient};
+pub(crate) use codec_pd::CodecPdClient;
+pub use lock::{LockResolver, LockStats};
 pub use options::{
-    CheckLevel, HeartbeatOption, Mutation, RetryOptions, TransactionKind, TransactionOptions,
-    DEFAULT_HEARTBEAT_INTERVAL, DEFAULT_LOCK_TTL, MAX_TTL,
+    CheckLevel, HeartbeatOption, Mutation, TransactionOptions, DEFAULT_LOCK_TTL, MAX_TTL,
 };
-pub use requests::*;
+pub use requests::as_key_error;
 pub use snapshot::Snapshot;
-pub use transaction::{Transaction, TransactionStats, TransactionStatus, MAX_TXN_SCAN_LIMIT};
+pub use transaction::{Transaction, TransactionStats, TransactionStatus};
 
 pub use crate::pd::Timestamp;
 

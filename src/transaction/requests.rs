@@ -25,7 +25,7 @@ use async_trait::async_trait;
 use crate::pd::PdClient;
 use crate::proto::{errorpb, kvrpcpb};
 use crate::region::RegionWithLeader;
-pub use crate::request::HasLocks;
+pub(crate) use crate::request::HasLocks;
 use crate::request::{
     set_context_for_store, Batchable, HasKeyErrors, HasRegionError, KvRequest, Shardable,
 };

@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use tikv_plan::mock::{self, MockPdClient};
 use tikv_plan::proto::{errorpb, kvrpcpb, metapb};
-use tikv_plan::raw::{new_raw_get_request, new_raw_put_request};
+use tikv_plan::raw_lowering::{new_raw_get_request, new_raw_put_request};
 use tikv_plan::request::{CollectSingle, Plan, PlanBuilder, RoutingState};
 use tikv_plan::store::Request;
 use tikv_plan::{Backoff, Config, Error, Result};
@@ -103,7 +103,7 @@ pub async fn get_with(
     let mut builder = PlanBuilder::new(
         pd.clone(),
         tikv_plan::request::Keyspace::Disable,
-        new_raw_get_request(key.to_vec(), None),
+        new_raw_get_request(key.to_vec().into(), None),
     );
     if let Some(r) = routing {
         builder = builder.routing(r.clone());
@@ -127,7 +127,7 @@ pub async fn put(pd: &Arc<MockPdClient>, routing: &Arc<RoutingState>) -> Result<
     PlanBuilder::new(
         pd.clone(),
         tikv_plan::request::Keyspace::Disable,
-        new_raw_put_request(b"k".to_vec(), b"v".to_vec(), None, 0, false),
+        new_raw_put_request(b"k".to_vec().into(), b"v".to_vec(), None, 0, false),
     )
     .routing(routing.clone())
     .retry_multi_region(backoff())

@@ -6,13 +6,13 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::classify::{classify_dispatch_error, DispatchFailure};
+use crate::proto::kvrpcpb;
+use crate::store::batch::{BatchOptions, KvBatchClient};
+use crate::store::client::KvRpcClient;
+use crate::store::{KvClient, KvConnect, TikvConnect};
+use crate::{Config, Error, RawClient, RpcMode, TransactionClient};
 use futures::future::join_all;
-use tikv_plan::proto::kvrpcpb;
-use tikv_plan::request::{classify_dispatch_error, DispatchFailure};
-use tikv_plan::store::{
-    BatchOptions, KvBatchClient, KvClient, KvConnect, KvRpcClient, TikvConnect,
-};
-use tikv_plan::{Config, Error, RawClient, RpcMode, TransactionClient};
 use tikv_sim::{HangMode, Outcome, SimCluster};
 
 /// Upper bound for anything that must happen; tests end far sooner.
@@ -71,7 +71,7 @@ fn sum(cluster: &SimCluster, f: impl Fn(&tikv_sim::StoreCounters) -> u64) -> u64
 /// A connector in batched mode with the given limits and request timeout.
 fn connector(options: BatchOptions, timeout: Duration) -> TikvConnect {
     TikvConnect::new(
-        Arc::new(tikv_plan::SecurityManager::plaintext()),
+        Arc::new(crate::SecurityManager::plaintext()),
         timeout,
         Duration::from_millis(300),
     )
@@ -275,7 +275,7 @@ async fn leader_store_death_falls_back_to_voters_in_batched_mode() {
     cluster.shutdown().await;
 }
 
-fn assert_undetermined(result: tikv_plan::Result<()>, what: &str) {
+fn assert_undetermined(result: crate::Result<()>, what: &str) {
     match result {
         Err(Error::Undetermined { request, .. }) => {
             assert!(request.contains(what), "{request}");
@@ -414,7 +414,7 @@ async fn a_dropped_request_future_removes_its_entry() {
 /// `Unimplemented`): the batched client falls back to unary calls.
 #[tokio::test]
 async fn a_store_without_batch_commands_is_served_with_unary_calls() {
-    use tikv_plan::proto::tikvpb::tikv_server::{Tikv, TikvServer};
+    use crate::proto::tikvpb::tikv_server::{Tikv, TikvServer};
 
     struct UnaryOnly;
     #[tonic::async_trait]

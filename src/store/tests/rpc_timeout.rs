@@ -8,10 +8,12 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use tikv_plan::proto::kvrpcpb;
-use tikv_plan::request::{classify_dispatch_error, Dispatch, DispatchFailure, Plan};
-use tikv_plan::store::{KvClient, KvConnect, KvRpcClient, TikvConnect};
-use tikv_plan::SecurityManager;
+use crate::classify::{classify_dispatch_error, DispatchFailure};
+use crate::proto::kvrpcpb;
+use crate::request::{Dispatch, Plan};
+use crate::store::client::KvRpcClient;
+use crate::store::{KvClient, KvConnect, TikvConnect};
+use crate::SecurityManager;
 use tikv_sim::{HangMode, SimCluster};
 use tonic::transport::Endpoint;
 
@@ -23,7 +25,7 @@ async fn raw_get(
     client: Arc<dyn KvClient + Send + Sync>,
     context: &kvrpcpb::Context,
     key: &[u8],
-) -> tikv_plan::Result<kvrpcpb::RawGetResponse> {
+) -> crate::Result<kvrpcpb::RawGetResponse> {
     let mut plan = Dispatch::new(kvrpcpb::RawGetRequest {
         context: Some(context.clone()),
         key: key.to_vec(),

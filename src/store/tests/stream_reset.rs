@@ -8,10 +8,10 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::classify::{classify_grpc_error, DispatchFailure};
+use crate::proto::kvrpcpb;
+use crate::proto::tikvpb::tikv_client::TikvClient;
 use prost::Message;
-use tikv_plan::proto::kvrpcpb;
-use tikv_plan::proto::tikvpb::tikv_client::TikvClient;
-use tikv_plan::request::{classify_grpc_error, DispatchFailure};
 use tokio::net::TcpListener;
 use tonic::codegen::{http, Bytes};
 

@@ -17,20 +17,19 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::classify::{classify_dispatch_error, classify_grpc_error, DispatchFailure};
+use crate::proto::kvrpcpb;
+use crate::proto::tikvpb::tikv_client::TikvClient;
+use crate::store::{KvClient, KvConnect, TikvConnect};
+use crate::Error;
+use crate::SecurityManager;
 use prost::Message;
-use tikv_plan::proto::kvrpcpb;
-use tikv_plan::proto::tikvpb::tikv_client::TikvClient;
-use tikv_plan::request::{classify_dispatch_error, classify_grpc_error, DispatchFailure};
-use tikv_plan::security::SecurityManager;
-use tikv_plan::store::{KvClient, KvConnect, TikvConnect};
-use tikv_plan::Error;
 use tokio::net::{TcpListener, TcpStream};
 use tonic::codegen::{http, Bytes};
 use tonic::transport::Endpoint;
 use tonic::Code;
 
-mod net_support;
-use net_support::hanging_listener;
+use super::net::hanging_listener;
 
 /// What a status's source chain holds, in the terms the classifier uses.
 #[derive(Debug, Default, PartialEq)]
@@ -451,7 +450,7 @@ async fn connection_closed_mid_response_is_a_transport_failure() {
     assert!(class.may_have_been_sent() && class.invalidates_store());
 }
 
-/// routing.md: a status whose source chain holds an HTTP/2 or I/O error is a
+/// [routing.md](crate::spec::routing): a status whose source chain holds an HTTP/2 or I/O error is a
 /// transport failure whatever its code. A reset after the headers, while
 /// the body is read, reaches tonic as hyper's and h2's own errors (no I/O
 /// error, no tonic transport error), with the code of the reason; the codes

@@ -7,12 +7,13 @@
 
 use std::time::Duration;
 
+use crate::classify::{classify_grpc_error, DispatchFailure};
+use crate::proto::kvrpcpb;
+use crate::proto::tikvpb::tikv_client::TikvClient;
+use crate::request::KvRequest;
+use crate::store::GrpcChannel;
+use crate::Error;
 use prost::Message;
-use tikv_plan::proto::kvrpcpb;
-use tikv_plan::proto::tikvpb::tikv_client::TikvClient;
-use tikv_plan::request::{classify_grpc_error, DispatchFailure, KvRequest};
-use tikv_plan::store::GrpcChannel;
-use tikv_plan::Error;
 use tokio::net::TcpListener;
 use tonic::codegen::{http, Bytes};
 use tonic::Code;
@@ -200,7 +201,7 @@ fn request(key: &str) -> kvrpcpb::RawGetRequest {
 }
 
 /// The typed path's answer to `key`.
-async fn typed(grpc: &GrpcChannel, key: &str) -> tikv_plan::Result<kvrpcpb::RawGetResponse> {
+async fn typed(grpc: &GrpcChannel, key: &str) -> crate::Result<kvrpcpb::RawGetResponse> {
     let mut request = request(key);
     request
         .dispatch_typed(grpc, Some(Duration::from_secs(5)))
