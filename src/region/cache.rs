@@ -160,6 +160,7 @@ where
             .map(|(_, shared)| shared.clone())
     }
 
+    #[cfg_attr(not(any(test, feature = "unstable-internals")), allow(dead_code))]
     /// How many loads are in flight.
     pub(crate) fn in_flight(&self) -> usize {
         lock(&self.in_flight).loads.len()
@@ -447,6 +448,10 @@ pub struct RegionCache {
 }
 
 impl RegionCache {
+    #[cfg_attr(
+        not(any(test, feature = "mock", feature = "unstable-internals")),
+        allow(dead_code)
+    )]
     /// An empty cache holding up to [`DEFAULT_REGION_CACHE_CAPACITY`]
     /// Regions.
     pub fn new() -> Self {
@@ -485,11 +490,16 @@ impl RegionCache {
         read(&self.map).len()
     }
 
+    #[cfg_attr(not(any(test, feature = "unstable-internals")), allow(dead_code))]
     /// True when no Region is cached.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
 
+    #[cfg_attr(
+        not(any(test, feature = "mock", feature = "unstable-internals")),
+        allow(dead_code)
+    )]
     /// Inserts a Region (as PD reported it), evicting every cached Region it
     /// overlaps. Refused, returning false, when the cached entry with the
     /// same id has a newer epoch, or an overlapping Region has a higher
@@ -616,6 +626,7 @@ impl RegionCache {
             .await
     }
 
+    #[cfg_attr(not(any(test, feature = "unstable-internals")), allow(dead_code))]
     /// How many Region loads are in flight (by key and by id).
     pub fn loads_in_flight(&self) -> usize {
         self.key_loads.in_flight() + self.id_loads.in_flight()
