@@ -48,6 +48,7 @@ use crate::proto::{errorpb, kvrpcpb, metapb};
 use crate::region::{CachedRegion, RegionCache, RegionId, RegionVerId, RegionWithLeader, StoreId};
 use crate::store::{KvClient, RegionStore, Request, Store};
 use crate::{Error, Result};
+use tikv_plan_proto::methods::KvResponse;
 
 /// What a dispatch hook returns: a future of the type-erased response.
 pub type DispatchFuture = Pin<Box<dyn Future<Output = Result<Box<dyn Any + Send>>> + Send>>;
@@ -190,84 +191,21 @@ pub fn response_with_region_error(
     region_error: Option<errorpb::Error>,
 ) -> Result<Box<dyn Any + Send>> {
     macro_rules! try_types {
-        ($($req:ty => $resp:ty),*) => {$(
-            if request.as_any().is::<$req>() {
-                return Ok(Box::new(<$resp>::default_with(region_error)));
+        ($($name:ident: $req:ident => $resp:ident, $grpc:literal, $stub:ident,
+           [$($case:ident)?], $shape:ident $(($field:ident))?;)*) => {$(
+            if request.as_any().is::<kvrpcpb::$req>() {
+                let mut response = kvrpcpb::$resp::default();
+                *response.region_error_mut() = region_error;
+                return Ok(Box::new(response));
             }
         )*};
     }
-    try_types!(
-        kvrpcpb::RawGetRequest => kvrpcpb::RawGetResponse,
-        kvrpcpb::RawBatchGetRequest => kvrpcpb::RawBatchGetResponse,
-        kvrpcpb::RawPutRequest => kvrpcpb::RawPutResponse,
-        kvrpcpb::RawBatchPutRequest => kvrpcpb::RawBatchPutResponse,
-        kvrpcpb::RawDeleteRequest => kvrpcpb::RawDeleteResponse,
-        kvrpcpb::RawBatchDeleteRequest => kvrpcpb::RawBatchDeleteResponse,
-        kvrpcpb::RawScanRequest => kvrpcpb::RawScanResponse,
-        kvrpcpb::RawBatchScanRequest => kvrpcpb::RawBatchScanResponse,
-        kvrpcpb::RawDeleteRangeRequest => kvrpcpb::RawDeleteRangeResponse,
-        kvrpcpb::RawCasRequest => kvrpcpb::RawCasResponse,
-        kvrpcpb::RawGetKeyTtlRequest => kvrpcpb::RawGetKeyTtlResponse,
-        kvrpcpb::GetRequest => kvrpcpb::GetResponse,
-        kvrpcpb::BatchGetRequest => kvrpcpb::BatchGetResponse,
-        kvrpcpb::ScanRequest => kvrpcpb::ScanResponse,
-        kvrpcpb::PrewriteRequest => kvrpcpb::PrewriteResponse,
-        kvrpcpb::CommitRequest => kvrpcpb::CommitResponse,
-        kvrpcpb::BatchRollbackRequest => kvrpcpb::BatchRollbackResponse,
-        kvrpcpb::PessimisticLockRequest => kvrpcpb::PessimisticLockResponse,
-        kvrpcpb::PessimisticRollbackRequest => kvrpcpb::PessimisticRollbackResponse,
-        kvrpcpb::TxnHeartBeatRequest => kvrpcpb::TxnHeartBeatResponse,
-        kvrpcpb::CheckTxnStatusRequest => kvrpcpb::CheckTxnStatusResponse,
-        kvrpcpb::CheckSecondaryLocksRequest => kvrpcpb::CheckSecondaryLocksResponse,
-        kvrpcpb::ResolveLockRequest => kvrpcpb::ResolveLockResponse,
-        kvrpcpb::ScanLockRequest => kvrpcpb::ScanLockResponse
-    );
+    tikv_plan_proto::kv_methods!(try_types);
     Err(Error::Internal(format!(
         "the mock has no response type for {}",
         request.label()
     )))
 }
-
-trait DefaultWith {
-    fn default_with(region_error: Option<errorpb::Error>) -> Self;
-}
-
-macro_rules! default_with {
-    ($($resp:ty),*) => {$(
-        impl DefaultWith for $resp {
-            fn default_with(region_error: Option<errorpb::Error>) -> Self {
-                Self { region_error, ..Default::default() }
-            }
-        }
-    )*};
-}
-
-default_with!(
-    kvrpcpb::RawGetResponse,
-    kvrpcpb::RawBatchGetResponse,
-    kvrpcpb::RawPutResponse,
-    kvrpcpb::RawBatchPutResponse,
-    kvrpcpb::RawDeleteResponse,
-    kvrpcpb::RawBatchDeleteResponse,
-    kvrpcpb::RawScanResponse,
-    kvrpcpb::RawBatchScanResponse,
-    kvrpcpb::RawDeleteRangeResponse,
-    kvrpcpb::RawCasResponse,
-    kvrpcpb::RawGetKeyTtlResponse,
-    kvrpcpb::GetResponse,
-    kvrpcpb::BatchGetResponse,
-    kvrpcpb::ScanResponse,
-    kvrpcpb::PrewriteResponse,
-    kvrpcpb::CommitResponse,
-    kvrpcpb::BatchRollbackResponse,
-    kvrpcpb::PessimisticLockResponse,
-    kvrpcpb::PessimisticRollbackResponse,
-    kvrpcpb::TxnHeartBeatResponse,
-    kvrpcpb::CheckTxnStatusResponse,
-    kvrpcpb::CheckSecondaryLocksResponse,
-    kvrpcpb::ResolveLockResponse,
-    kvrpcpb::ScanLockResponse
-);
 
 /// How a store's mapping fails.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

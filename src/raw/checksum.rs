@@ -2,11 +2,9 @@
 //! over every pair of the CRC-64 of the key followed by the value, with the
 //! pair count and the total key and value bytes.
 
-use crate::proto::{errorpb, kvrpcpb};
-use crate::request::{
-    collect_in_order, string_key_error, HasKeyErrors, HasRegionError, KvRequest, Merge,
-};
-use crate::{Error, Result};
+use crate::proto::kvrpcpb;
+use crate::request::{collect_in_order, HasKeyErrors, KvRequest, Merge};
+use crate::Result;
 pub use tikv_plan_proto::checksum::RawChecksum;
 
 /// A `RawChecksum` request for the ranges `[start, end)` (empty end: the end
@@ -31,18 +29,6 @@ impl KvRequest for kvrpcpb::RawChecksumRequest {
         timeout: Option<std::time::Duration>,
     ) -> impl std::future::Future<Output = Option<crate::Result<Self::Response>>> + Send + 'a {
         crate::store::send_typed(self, grpc, timeout)
-    }
-}
-
-impl HasRegionError for kvrpcpb::RawChecksumResponse {
-    fn region_error(&mut self) -> Option<errorpb::Error> {
-        self.region_error.take()
-    }
-}
-
-impl HasKeyErrors for kvrpcpb::RawChecksumResponse {
-    fn key_errors(&mut self) -> Option<Vec<Error>> {
-        string_key_error(&mut self.error)
     }
 }
 

@@ -19,11 +19,10 @@ use std::sync::Arc;
 use async_trait::async_trait;
 
 use crate::pd::PdClient;
-use crate::proto::{errorpb, kvrpcpb};
+use crate::proto::kvrpcpb;
 use crate::region::RegionWithLeader;
 use crate::request::{
-    Batchable, Collect, DefaultProcessor, HasKeyErrors, HasRegionError, KvRequest, Merge, Process,
-    Shardable,
+    Batchable, Collect, DefaultProcessor, HasKeyErrors, KvRequest, Merge, Process, Shardable,
 };
 use crate::store::{RegionStore, Request as _};
 use crate::Key;
@@ -210,69 +209,6 @@ pub fn new_raw_get_key_ttl_request(
         key,
         cf: cf_name(cf),
         ..Default::default()
-    }
-}
-
-macro_rules! region_error_response {
-    ($($resp:ty),*) => {$(
-        impl HasRegionError for $resp {
-            fn region_error(&mut self) -> Option<errorpb::Error> {
-                self.region_error.take()
-            }
-        }
-    )*};
-}
-
-region_error_response!(
-    kvrpcpb::RawGetResponse,
-    kvrpcpb::RawBatchGetResponse,
-    kvrpcpb::RawPutResponse,
-    kvrpcpb::RawBatchPutResponse,
-    kvrpcpb::RawDeleteResponse,
-    kvrpcpb::RawBatchDeleteResponse,
-    kvrpcpb::RawScanResponse,
-    kvrpcpb::RawBatchScanResponse,
-    kvrpcpb::RawDeleteRangeResponse,
-    kvrpcpb::RawCasResponse,
-    kvrpcpb::RawGetKeyTtlResponse
-);
-
-macro_rules! string_error_response {
-    ($($resp:ty),*) => {$(
-        impl HasKeyErrors for $resp {
-            fn key_errors(&mut self) -> Option<Vec<Error>> {
-                crate::request::string_key_error(&mut self.error)
-            }
-        }
-    )*};
-}
-
-string_error_response!(
-    kvrpcpb::RawGetResponse,
-    kvrpcpb::RawPutResponse,
-    kvrpcpb::RawBatchPutResponse,
-    kvrpcpb::RawDeleteResponse,
-    kvrpcpb::RawBatchDeleteResponse,
-    kvrpcpb::RawDeleteRangeResponse,
-    kvrpcpb::RawCasResponse,
-    kvrpcpb::RawGetKeyTtlResponse
-);
-
-impl HasKeyErrors for kvrpcpb::RawBatchGetResponse {
-    fn key_errors(&mut self) -> Option<Vec<Error>> {
-        crate::request::pair_key_errors(&mut self.pairs)
-    }
-}
-
-impl HasKeyErrors for kvrpcpb::RawScanResponse {
-    fn key_errors(&mut self) -> Option<Vec<Error>> {
-        crate::request::pair_key_errors(&mut self.kvs)
-    }
-}
-
-impl HasKeyErrors for kvrpcpb::RawBatchScanResponse {
-    fn key_errors(&mut self) -> Option<Vec<Error>> {
-        crate::request::pair_key_errors(&mut self.kvs)
     }
 }
 

@@ -86,6 +86,7 @@ pub mod plan;
 mod region_error;
 mod request_shape;
 mod resolve_lock;
+mod responses;
 mod retry;
 mod retry_options;
 mod round;
@@ -107,7 +108,7 @@ pub(crate) use resolve_lock::{HasLocks, LockResolve, ResolvePass};
 pub use retry::RetryableMultiRegion;
 pub use retry_options::RetryOptions;
 pub use routing_state::{RoutingState, RoutingStats};
-pub(crate) use traits::{pair_key_errors, string_key_error, strongest_shard_error};
+pub(crate) use traits::strongest_shard_error;
 pub use traits::{
     set_context_for_store, Batchable, HasKeyErrors, HasRegionError, KvRequest, Shardable,
 };

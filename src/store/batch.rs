@@ -66,6 +66,7 @@ use crate::proto::tikvpb::tikv_client::TikvClient;
 use crate::proto::tikvpb::{batch_commands_request, BatchCommandsRequest, BatchCommandsResponse};
 use crate::security::SecurityManager;
 use crate::{Error, Result};
+use tikv_plan_proto::methods::{unpack_batch_response, KvMethod};
 
 /// The limits of the batched transport (see [`crate::Config::batch_max_size`]
 /// and its neighbours).
@@ -111,60 +112,21 @@ impl BatchOptions {
     }
 }
 
-/// Which batch case a request type travels in, and how its typed response
-/// comes out again. Listed once, used both ways.
-macro_rules! batch_cases {
-    ($($variant:ident: $req:ty => $resp:ty),* $(,)?) => {
-        /// The request as a BatchCommands sub-request, with its case name,
-        /// or None when the batch protocol has no case for it.
-        pub(crate) fn to_batch_cmd(req: &dyn Request) -> Option<(RequestCmd, &'static str)> {
-            let any = req.as_any();
-            $(
-                if let Some(r) = any.downcast_ref::<$req>() {
-                    return Some((RequestCmd::$variant(r.clone()), stringify!($variant)));
-                }
-            )*
-            None
-        }
-
-        /// The typed response inside a sub-response, with its case name.
-        fn from_batch_cmd(resp: ResponseCmd) -> (&'static str, Box<dyn Any + Send>) {
-            match resp {
-                $(ResponseCmd::$variant(r) => {
-                    let typed: $resp = r;
-                    (stringify!($variant), Box::new(typed))
-                })*
+/// A request as a BatchCommands sub-request, with its method's label, or
+/// None when the batch protocol has no case for it (the wire protocol's
+/// table, [`kv_methods!`](tikv_plan_proto::kv_methods), says which).
+pub(crate) fn to_batch_cmd(req: &dyn Request) -> Option<(RequestCmd, &'static str)> {
+    let any = req.as_any();
+    macro_rules! cases {
+        ($($name:ident: $req:ident => $resp:ident, $grpc:literal, $stub:ident,
+           [$($case:ident)?], $shape:ident $(($field:ident))?;)*) => {$(
+            if let Some(r) = any.downcast_ref::<kvrpcpb::$req>() {
+                return r.to_batch().map(|cmd| (cmd, <kvrpcpb::$req as KvMethod>::LABEL));
             }
-        }
-    };
-}
-
-batch_cases! {
-    Get: kvrpcpb::GetRequest => kvrpcpb::GetResponse,
-    Scan: kvrpcpb::ScanRequest => kvrpcpb::ScanResponse,
-    Prewrite: kvrpcpb::PrewriteRequest => kvrpcpb::PrewriteResponse,
-    Commit: kvrpcpb::CommitRequest => kvrpcpb::CommitResponse,
-    Cleanup: kvrpcpb::CleanupRequest => kvrpcpb::CleanupResponse,
-    BatchGet: kvrpcpb::BatchGetRequest => kvrpcpb::BatchGetResponse,
-    BatchRollback: kvrpcpb::BatchRollbackRequest => kvrpcpb::BatchRollbackResponse,
-    ScanLock: kvrpcpb::ScanLockRequest => kvrpcpb::ScanLockResponse,
-    ResolveLock: kvrpcpb::ResolveLockRequest => kvrpcpb::ResolveLockResponse,
-    Gc: kvrpcpb::GcRequest => kvrpcpb::GcResponse,
-    DeleteRange: kvrpcpb::DeleteRangeRequest => kvrpcpb::DeleteRangeResponse,
-    RawGet: kvrpcpb::RawGetRequest => kvrpcpb::RawGetResponse,
-    RawBatchGet: kvrpcpb::RawBatchGetRequest => kvrpcpb::RawBatchGetResponse,
-    RawPut: kvrpcpb::RawPutRequest => kvrpcpb::RawPutResponse,
-    RawBatchPut: kvrpcpb::RawBatchPutRequest => kvrpcpb::RawBatchPutResponse,
-    RawDelete: kvrpcpb::RawDeleteRequest => kvrpcpb::RawDeleteResponse,
-    RawBatchDelete: kvrpcpb::RawBatchDeleteRequest => kvrpcpb::RawBatchDeleteResponse,
-    RawScan: kvrpcpb::RawScanRequest => kvrpcpb::RawScanResponse,
-    RawDeleteRange: kvrpcpb::RawDeleteRangeRequest => kvrpcpb::RawDeleteRangeResponse,
-    RawBatchScan: kvrpcpb::RawBatchScanRequest => kvrpcpb::RawBatchScanResponse,
-    PessimisticLock: kvrpcpb::PessimisticLockRequest => kvrpcpb::PessimisticLockResponse,
-    PessimisticRollback: kvrpcpb::PessimisticRollbackRequest => kvrpcpb::PessimisticRollbackResponse,
-    CheckTxnStatus: kvrpcpb::CheckTxnStatusRequest => kvrpcpb::CheckTxnStatusResponse,
-    TxnHeartBeat: kvrpcpb::TxnHeartBeatRequest => kvrpcpb::TxnHeartBeatResponse,
-    CheckSecondaryLocks: kvrpcpb::CheckSecondaryLocksRequest => kvrpcpb::CheckSecondaryLocksResponse,
+        )*};
+    }
+    tikv_plan_proto::kv_methods!(cases);
+    None
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -751,7 +713,7 @@ impl KvBatchClient {
         };
         match reply {
             Reply::Answer(cmd) => {
-                let (got, resp) = from_batch_cmd(*cmd);
+                let (got, resp) = unpack_batch_response(*cmd);
                 if got != case {
                     return Err(Error::Internal(format!(
                         "the store at {} answered a {case} request with a {got} response on a BatchCommands stream",
@@ -920,9 +882,9 @@ mod tests {
         let req = kvrpcpb::PrewriteRequest::default();
         let (cmd, case) = to_batch_cmd(&req).unwrap();
         assert!(matches!(cmd, RequestCmd::Prewrite(_)));
-        assert_eq!(case, "Prewrite");
-        let (got, resp) = from_batch_cmd(ResponseCmd::Prewrite(Default::default()));
-        assert_eq!(got, "Prewrite");
+        assert_eq!(case, "kv_prewrite");
+        let (got, resp) = unpack_batch_response(ResponseCmd::Prewrite(Default::default()));
+        assert_eq!(got, "kv_prewrite");
         assert!(resp.downcast::<kvrpcpb::PrewriteResponse>().is_ok());
         assert!(to_batch_cmd(&kvrpcpb::RawCasRequest::default()).is_none());
         assert!(to_batch_cmd(&kvrpcpb::RawGetKeyTtlRequest::default()).is_none());

@@ -20,6 +20,7 @@ use std::time::Duration;
 
 use http_body::Frame;
 use prost::bytes::{Bytes, BytesMut};
+use tikv_plan_proto::methods::KvMethod;
 use tonic::codegen::http::{self, HeaderMap, HeaderName, HeaderValue, Method, Uri, Version};
 use tonic::codegen::{Body as HttpBody, Service};
 use tonic::metadata::{MetadataMap, GRPC_CONTENT_TYPE};
@@ -27,7 +28,6 @@ use tonic::transport::Channel;
 use tonic::{Code, Status};
 
 use crate::config::{DEFAULT_GRPC_MAX_DECODING_MESSAGE_SIZE, DEFAULT_REQUEST_TIMEOUT};
-use crate::proto::kvrpcpb;
 use crate::Result;
 
 /// A gRPC channel to one store, as the typed path uses it: tonic's channel,
@@ -68,15 +68,6 @@ impl GrpcChannel {
     }
 }
 
-/// A request of the wire protocol with a typed unary call of its own.
-pub trait GrpcRequest: prost::Message + Default + Clone + Sized + 'static {
-    /// The response the store sends back.
-    type Reply: prost::Message + Default + Send + 'static;
-
-    /// The method's path (`/tikvpb.Tikv/RawGet`).
-    const PATH: &'static str;
-}
-
 /// The length of the prefix of a gRPC message: a compression flag and a
 /// big-endian `u32` length.
 const PREFIX_LEN: usize = 5;
@@ -102,11 +93,11 @@ const DECODE_SHARED_ABOVE: usize = 512;
 /// request is only read: it stays the plan's for a retry. One `async fn`
 /// for the whole call: each nested future would be one more copy of the
 /// RPC's state when it starts.
-pub(crate) async fn send_typed<R: GrpcRequest + Send + Sync>(
+pub(crate) async fn send_typed<R: KvMethod>(
     request: &R,
     grpc: &GrpcChannel,
     timeout: Option<Duration>,
-) -> Option<Result<R::Reply>> {
+) -> Option<Result<R::Response>> {
     let http_request = match encode_request(request, R::PATH, timeout) {
         Ok(http_request) => http_request,
         Err(status) => return Some(Err(status.into())),
@@ -458,51 +449,10 @@ const GRPC_STATUS_DETAILS: HeaderName = HeaderName::from_static("grpc-status-det
 /// The header naming a message's compression.
 const GRPC_ENCODING: HeaderName = HeaderName::from_static("grpc-encoding");
 
-macro_rules! grpc_request {
-    ($($req:ident => $resp:ident, $method:literal;)*) => {$(
-        impl GrpcRequest for kvrpcpb::$req {
-            type Reply = kvrpcpb::$resp;
-            const PATH: &'static str = concat!("/tikvpb.Tikv/", $method);
-        }
-    )*
-        /// Every method the typed path calls.
-        #[cfg(test)]
-        const METHODS: &[&str] = &[$($method),*];
-    };
-}
-
-grpc_request! {
-    RawGetRequest => RawGetResponse, "RawGet";
-    RawBatchGetRequest => RawBatchGetResponse, "RawBatchGet";
-    RawPutRequest => RawPutResponse, "RawPut";
-    RawBatchPutRequest => RawBatchPutResponse, "RawBatchPut";
-    RawDeleteRequest => RawDeleteResponse, "RawDelete";
-    RawBatchDeleteRequest => RawBatchDeleteResponse, "RawBatchDelete";
-    RawScanRequest => RawScanResponse, "RawScan";
-    RawBatchScanRequest => RawBatchScanResponse, "RawBatchScan";
-    RawDeleteRangeRequest => RawDeleteRangeResponse, "RawDeleteRange";
-    RawCasRequest => RawCasResponse, "RawCompareAndSwap";
-    RawGetKeyTtlRequest => RawGetKeyTtlResponse, "RawGetKeyTTL";
-    RawChecksumRequest => RawChecksumResponse, "RawChecksum";
-    GetRequest => GetResponse, "KvGet";
-    BatchGetRequest => BatchGetResponse, "KvBatchGet";
-    ScanRequest => ScanResponse, "KvScan";
-    PrewriteRequest => PrewriteResponse, "KvPrewrite";
-    CommitRequest => CommitResponse, "KvCommit";
-    BatchRollbackRequest => BatchRollbackResponse, "KvBatchRollback";
-    PessimisticLockRequest => PessimisticLockResponse, "KvPessimisticLock";
-    PessimisticRollbackRequest => PessimisticRollbackResponse, "KVPessimisticRollback";
-    TxnHeartBeatRequest => TxnHeartBeatResponse, "KvTxnHeartBeat";
-    CheckTxnStatusRequest => CheckTxnStatusResponse, "KvCheckTxnStatus";
-    CheckSecondaryLocksRequest => CheckSecondaryLocksResponse, "KvCheckSecondaryLocks";
-    ResolveLockRequest => ResolveLockResponse, "KvResolveLock";
-    ScanLockRequest => ScanLockResponse, "KvScanLock";
-    UnsafeDestroyRangeRequest => UnsafeDestroyRangeResponse, "UnsafeDestroyRange";
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::proto::kvrpcpb;
 
     /// The `grpc-timeout` header is the one tonic writes, for the timeout
     /// it was cached for and not for another, at every unit.
@@ -529,16 +479,6 @@ mod tests {
                 .map(|v| v.to_str().ok());
             let ours = timeout_header(timeout);
             assert_eq!(Some(ours.to_str().ok()), theirs, "{timeout:?}");
-        }
-    }
-
-    /// The typed path's method paths are the generated client's.
-    #[test]
-    fn paths_match_the_generated_client() {
-        let generated = include_str!("../../tikv-plan-proto/src/generated/tikvpb.rs");
-        for method in METHODS {
-            let path = format!("\"/tikvpb.Tikv/{method}\"");
-            assert!(generated.contains(&path), "{path} is not a Tikv method");
         }
     }
 

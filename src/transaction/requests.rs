@@ -23,12 +23,9 @@ use std::sync::Arc;
 use async_trait::async_trait;
 
 use crate::pd::PdClient;
-use crate::proto::{errorpb, kvrpcpb};
+use crate::proto::kvrpcpb;
 use crate::region::RegionWithLeader;
-pub(crate) use crate::request::HasLocks;
-use crate::request::{
-    set_context_for_store, Batchable, HasKeyErrors, HasRegionError, KvRequest, Shardable,
-};
+use crate::request::{set_context_for_store, Batchable, KvRequest, Shardable};
 use crate::store::{RegionStore, Request as _};
 use crate::{Error, Key, Result};
 
@@ -49,137 +46,6 @@ pub fn as_key_error(e: &Error) -> Option<&kvrpcpb::KeyError> {
     match e {
         Error::KeyError(k) => Some(k),
         _ => None,
-    }
-}
-
-fn take_lock_of(error: &mut Option<kvrpcpb::KeyError>) -> Option<kvrpcpb::LockInfo> {
-    if error.as_ref().is_some_and(|e| e.locked.is_some()) {
-        return error.take().and_then(|e| e.locked);
-    }
-    None
-}
-
-fn take_locks_of(errors: &mut Vec<kvrpcpb::KeyError>) -> Vec<kvrpcpb::LockInfo> {
-    let mut locks = Vec::new();
-    errors.retain_mut(|e| match e.locked.take() {
-        Some(lock) => {
-            locks.push(lock);
-            false
-        }
-        None => true,
-    });
-    locks
-}
-
-fn take_pair_locks(pairs: &mut [kvrpcpb::KvPair]) -> Vec<kvrpcpb::LockInfo> {
-    pairs
-        .iter_mut()
-        .filter_map(|p| take_lock_of(&mut p.error))
-        .collect()
-}
-
-macro_rules! region_error_response {
-    ($($resp:ty),*) => {$(
-        impl HasRegionError for $resp {
-            fn region_error(&mut self) -> Option<errorpb::Error> {
-                self.region_error.take()
-            }
-        }
-    )*};
-}
-
-region_error_response!(
-    kvrpcpb::GetResponse,
-    kvrpcpb::BatchGetResponse,
-    kvrpcpb::ScanResponse,
-    kvrpcpb::PrewriteResponse,
-    kvrpcpb::CommitResponse,
-    kvrpcpb::BatchRollbackResponse,
-    kvrpcpb::PessimisticLockResponse,
-    kvrpcpb::PessimisticRollbackResponse,
-    kvrpcpb::TxnHeartBeatResponse,
-    kvrpcpb::CheckTxnStatusResponse,
-    kvrpcpb::CheckSecondaryLocksResponse,
-    kvrpcpb::ResolveLockResponse,
-    kvrpcpb::ScanLockResponse,
-    kvrpcpb::UnsafeDestroyRangeResponse
-);
-
-/// Responses with one optional `error: KeyError`.
-macro_rules! single_key_error_response {
-    ($($resp:ty),*) => {$(
-        impl HasKeyErrors for $resp {
-            fn key_errors(&mut self) -> Option<Vec<Error>> {
-                self.error.take().map(|e| vec![key_error(e)])
-            }
-        }
-        impl HasLocks for $resp {
-            fn take_locks(&mut self) -> Vec<kvrpcpb::LockInfo> {
-                take_lock_of(&mut self.error).into_iter().collect()
-            }
-        }
-    )*};
-}
-
-single_key_error_response!(
-    kvrpcpb::GetResponse,
-    kvrpcpb::CommitResponse,
-    kvrpcpb::BatchRollbackResponse,
-    kvrpcpb::TxnHeartBeatResponse,
-    kvrpcpb::CheckTxnStatusResponse,
-    kvrpcpb::CheckSecondaryLocksResponse,
-    kvrpcpb::ResolveLockResponse,
-    kvrpcpb::ScanLockResponse
-);
-
-/// Responses with `errors: Vec<KeyError>`.
-macro_rules! key_errors_response {
-    ($($resp:ty),*) => {$(
-        impl HasKeyErrors for $resp {
-            fn key_errors(&mut self) -> Option<Vec<Error>> {
-                let errors: Vec<Error> = self.errors.drain(..).map(key_error).collect();
-                (!errors.is_empty()).then_some(errors)
-            }
-        }
-        impl HasLocks for $resp {
-            fn take_locks(&mut self) -> Vec<kvrpcpb::LockInfo> {
-                take_locks_of(&mut self.errors)
-            }
-        }
-    )*};
-}
-
-key_errors_response!(
-    kvrpcpb::PrewriteResponse,
-    kvrpcpb::PessimisticLockResponse,
-    kvrpcpb::PessimisticRollbackResponse
-);
-
-/// Responses with an `error` and pairs that may carry their own.
-macro_rules! pairs_response {
-    ($($resp:ty),*) => {$(
-        impl HasKeyErrors for $resp {
-            fn key_errors(&mut self) -> Option<Vec<Error>> {
-                let mut errors: Vec<Error> = self.error.take().map(key_error).into_iter().collect();
-                errors.extend(self.pairs.iter_mut().filter_map(|p| p.error.take()).map(key_error));
-                (!errors.is_empty()).then_some(errors)
-            }
-        }
-        impl HasLocks for $resp {
-            fn take_locks(&mut self) -> Vec<kvrpcpb::LockInfo> {
-                let mut locks: Vec<_> = take_lock_of(&mut self.error).into_iter().collect();
-                locks.extend(take_pair_locks(&mut self.pairs));
-                locks
-            }
-        }
-    )*};
-}
-
-pairs_response!(kvrpcpb::BatchGetResponse, kvrpcpb::ScanResponse);
-
-impl HasKeyErrors for kvrpcpb::UnsafeDestroyRangeResponse {
-    fn key_errors(&mut self) -> Option<Vec<Error>> {
-        crate::request::string_key_error(&mut self.error)
     }
 }
 
@@ -856,6 +722,7 @@ pub fn new_scan_lock_request(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::request::{HasKeyErrors, HasLocks};
 
     #[test]
     fn locks_are_taken_out_and_other_errors_stay() {

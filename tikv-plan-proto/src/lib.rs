@@ -4,7 +4,9 @@
 //! [tikv-plan](https://docs.rs/tikv-plan) and [tikv-sim](https://docs.rs/tikv-sim)
 //! speak, following kvproto's package names, message names and field numbers,
 //! and two wire facts both sides need: TiKV's memcomparable key encoding
-//! ([`codec`]) and its raw range checksum ([`checksum`]).
+//! ([`codec`]) and its raw range checksum ([`checksum`]); and the table of
+//! `tikvpb.Tikv`'s methods ([`methods`], [`kv_methods!`]) that client and
+//! simulator both read.
 //!
 //! The Rust code is generated from the `.proto` files in `proto/` and checked
 //! in (`src/generated/`), so building this crate runs no `protoc` and no build
@@ -22,6 +24,7 @@
 pub mod checksum;
 pub mod codec;
 pub mod meta;
+pub mod methods;
 
 /// Region and store metadata.
 #[allow(missing_docs, clippy::all)]

@@ -24,8 +24,9 @@ use crate::proto::tikvpb::batch_commands_response::{
 };
 use crate::proto::tikvpb::tikv_server::Tikv;
 use crate::proto::tikvpb::{BatchCommandsRequest, BatchCommandsResponse};
-use crate::proto::{errorpb, kvrpcpb, metapb};
+use crate::proto::{kvrpcpb, metapb};
 use tikv_plan_proto::meta::key_in_region;
+use tikv_plan_proto::methods::{KvMethod, KvResponse};
 
 /// The TiKV service of one store.
 #[derive(Clone)]
@@ -36,32 +37,20 @@ pub(crate) struct StoreService {
 
 /// A request the simulated store can serve (raw in this file, transactional
 /// in `txn.rs`).
-pub(super) trait StoreCommand: Send + 'static {
-    type Response: Send + 'static;
-    /// The method label (as `tikv_plan::store::Request::label`).
-    const METHOD: &'static str;
-    fn context(&self) -> Option<&kvrpcpb::Context>;
+/// A command of the simulated store: a method of the wire protocol's table
+/// ([`KvMethod`], which names its response, label and error fields) and
+/// what the store does with it.
+pub(super) trait StoreCommand: KvMethod {
     /// The first key of the request that lies outside `region`, if any.
     fn key_outside(&self, region: &metapb::Region) -> Option<Vec<u8>>;
     /// Executes the request on the Region's data; Err is a key-level error
     /// (or a malformed request, for responses without an error field).
     fn apply(&self, region: &mut SimRegion, now: Instant) -> Result<Self::Response, String>;
-    /// Whether a served response carries a key-level error (transactional
-    /// responses carry them inside; raw ones fail `apply` instead).
-    fn has_key_error(_response: &Self::Response) -> bool {
-        false
-    }
     /// Whether the command acts on the whole store rather than one Region
     /// (`UnsafeDestroyRange`): it then skips the Region checks.
     fn store_wide(&self) -> bool {
         false
     }
-    fn region_error_response(error: errorpb::Error) -> Self::Response;
-    /// The response of a store-wide command that found no Region.
-    fn empty_response() -> Self::Response;
-    /// The response carrying a key-level error, or None when the response
-    /// type has no `error` field (the error then becomes a gRPC status).
-    fn key_error_response(message: String) -> Option<Self::Response>;
 }
 
 pub(super) fn first_outside<'a>(
@@ -121,71 +110,9 @@ fn pairs(kvs: Vec<(Vec<u8>, Vec<u8>)>, key_only: bool) -> Vec<kvrpcpb::KvPair> {
         .collect()
 }
 
-macro_rules! command_boilerplate {
-    ($resp:ty, $method:literal, has_error_field) => {
-        command_boilerplate!(@common $resp, $method);
-        fn key_error_response(message: String) -> Option<$resp> {
-            Some(<$resp>::default()).map(|mut r| {
-                r.error = message;
-                r
-            })
-        }
-    };
-    ($resp:ty, $method:literal, key_error_field) => {
-        command_boilerplate!(@common $resp, $method);
-        fn key_error_response(message: String) -> Option<$resp> {
-            let mut r = <$resp>::default();
-            r.error = Some(kvrpcpb::KeyError {
-                abort: message,
-                ..Default::default()
-            });
-            Some(r)
-        }
-        fn has_key_error(response: &$resp) -> bool {
-            response.error.is_some()
-        }
-    };
-    ($resp:ty, $method:literal, key_errors_field) => {
-        command_boilerplate!(@common $resp, $method);
-        fn key_error_response(message: String) -> Option<$resp> {
-            let mut r = <$resp>::default();
-            r.errors = vec![kvrpcpb::KeyError {
-                abort: message,
-                ..Default::default()
-            }];
-            Some(r)
-        }
-        fn has_key_error(response: &$resp) -> bool {
-            !response.errors.is_empty()
-        }
-    };
-    ($resp:ty, $method:literal, no_error_field) => {
-        command_boilerplate!(@common $resp, $method);
-        fn key_error_response(_message: String) -> Option<$resp> {
-            None
-        }
-    };
-    (@common $resp:ty, $method:literal) => {
-        type Response = $resp;
-        const METHOD: &'static str = $method;
-        fn context(&self) -> Option<&kvrpcpb::Context> {
-            self.context.as_ref()
-        }
-        fn region_error_response(error: errorpb::Error) -> $resp {
-            let mut r = <$resp>::default();
-            r.region_error = Some(error);
-            r
-        }
-        fn empty_response() -> $resp {
-            <$resp>::default()
-        }
-    };
-}
-
 mod txn;
 
 impl StoreCommand for kvrpcpb::RawGetRequest {
-    command_boilerplate!(kvrpcpb::RawGetResponse, "raw_get", has_error_field);
     fn key_outside(&self, region: &metapb::Region) -> Option<Vec<u8>> {
         first_outside(region, [self.key.as_slice()])
     }
@@ -201,11 +128,6 @@ impl StoreCommand for kvrpcpb::RawGetRequest {
 }
 
 impl StoreCommand for kvrpcpb::RawBatchGetRequest {
-    command_boilerplate!(
-        kvrpcpb::RawBatchGetResponse,
-        "raw_batch_get",
-        no_error_field
-    );
     fn key_outside(&self, region: &metapb::Region) -> Option<Vec<u8>> {
         first_outside(region, self.keys.iter().map(Vec::as_slice))
     }
@@ -225,7 +147,6 @@ impl StoreCommand for kvrpcpb::RawBatchGetRequest {
 }
 
 impl StoreCommand for kvrpcpb::RawPutRequest {
-    command_boilerplate!(kvrpcpb::RawPutResponse, "raw_put", has_error_field);
     fn key_outside(&self, region: &metapb::Region) -> Option<Vec<u8>> {
         first_outside(region, [self.key.as_slice()])
     }
@@ -243,11 +164,6 @@ impl StoreCommand for kvrpcpb::RawPutRequest {
 }
 
 impl StoreCommand for kvrpcpb::RawBatchPutRequest {
-    command_boilerplate!(
-        kvrpcpb::RawBatchPutResponse,
-        "raw_batch_put",
-        has_error_field
-    );
     fn key_outside(&self, region: &metapb::Region) -> Option<Vec<u8>> {
         first_outside(region, self.pairs.iter().map(|p| p.key.as_slice()))
     }
@@ -278,7 +194,6 @@ impl StoreCommand for kvrpcpb::RawBatchPutRequest {
 }
 
 impl StoreCommand for kvrpcpb::RawDeleteRequest {
-    command_boilerplate!(kvrpcpb::RawDeleteResponse, "raw_delete", has_error_field);
     fn key_outside(&self, region: &metapb::Region) -> Option<Vec<u8>> {
         first_outside(region, [self.key.as_slice()])
     }
@@ -290,11 +205,6 @@ impl StoreCommand for kvrpcpb::RawDeleteRequest {
 }
 
 impl StoreCommand for kvrpcpb::RawBatchDeleteRequest {
-    command_boilerplate!(
-        kvrpcpb::RawBatchDeleteResponse,
-        "raw_batch_delete",
-        has_error_field
-    );
     fn key_outside(&self, region: &metapb::Region) -> Option<Vec<u8>> {
         first_outside(region, self.keys.iter().map(Vec::as_slice))
     }
@@ -309,7 +219,6 @@ impl StoreCommand for kvrpcpb::RawBatchDeleteRequest {
 }
 
 impl StoreCommand for kvrpcpb::RawScanRequest {
-    command_boilerplate!(kvrpcpb::RawScanResponse, "raw_scan", no_error_field);
     fn key_outside(&self, region: &metapb::Region) -> Option<Vec<u8>> {
         scan_start_outside(region, &self.start_key, self.reverse)
     }
@@ -326,11 +235,6 @@ impl StoreCommand for kvrpcpb::RawScanRequest {
 }
 
 impl StoreCommand for kvrpcpb::RawBatchScanRequest {
-    command_boilerplate!(
-        kvrpcpb::RawBatchScanResponse,
-        "raw_batch_scan",
-        no_error_field
-    );
     fn key_outside(&self, region: &metapb::Region) -> Option<Vec<u8>> {
         self.ranges
             .iter()
@@ -355,11 +259,6 @@ impl StoreCommand for kvrpcpb::RawBatchScanRequest {
 }
 
 impl StoreCommand for kvrpcpb::RawDeleteRangeRequest {
-    command_boilerplate!(
-        kvrpcpb::RawDeleteRangeResponse,
-        "raw_delete_range",
-        has_error_field
-    );
     fn key_outside(&self, region: &metapb::Region) -> Option<Vec<u8>> {
         if !key_in_region(region, &self.start_key) {
             return Some(self.start_key.clone());
@@ -385,11 +284,6 @@ impl StoreCommand for kvrpcpb::RawDeleteRangeRequest {
 }
 
 impl StoreCommand for kvrpcpb::RawCasRequest {
-    command_boilerplate!(
-        kvrpcpb::RawCasResponse,
-        "raw_compare_and_swap",
-        has_error_field
-    );
     fn key_outside(&self, region: &metapb::Region) -> Option<Vec<u8>> {
         first_outside(region, [self.key.as_slice()])
     }
@@ -415,11 +309,6 @@ impl StoreCommand for kvrpcpb::RawCasRequest {
 }
 
 impl StoreCommand for kvrpcpb::RawGetKeyTtlRequest {
-    command_boilerplate!(
-        kvrpcpb::RawGetKeyTtlResponse,
-        "raw_get_key_ttl",
-        has_error_field
-    );
     fn key_outside(&self, region: &metapb::Region) -> Option<Vec<u8>> {
         first_outside(region, [self.key.as_slice()])
     }
@@ -442,11 +331,6 @@ enum Verdict<R> {
 }
 
 impl StoreCommand for kvrpcpb::RawChecksumRequest {
-    command_boilerplate!(
-        kvrpcpb::RawChecksumResponse,
-        "raw_checksum",
-        has_error_field
-    );
     fn key_outside(&self, region: &metapb::Region) -> Option<Vec<u8>> {
         self.ranges
             .iter()
@@ -519,7 +403,7 @@ impl StoreService {
         if !slow.is_zero() {
             tokio::time::sleep(slow).await;
         }
-        self.wait_out_hang(C::METHOD).await?;
+        self.wait_out_hang(C::LABEL).await?;
 
         let verdict = {
             let mut state = self.shared.lock();
@@ -549,10 +433,7 @@ impl StoreService {
                     }
                 }
                 match result {
-                    Ok(resp) => (
-                        Verdict::Answer(resp.unwrap_or_else(C::empty_response)),
-                        Outcome::Ok,
-                    ),
+                    Ok(resp) => (Verdict::Answer(resp.unwrap_or_default()), Outcome::Ok),
                     Err(message) => Self::key_error_verdict::<C>(message),
                 }
             } else {
@@ -560,9 +441,10 @@ impl StoreService {
                     command.key_outside(r)
                 });
                 match admitted {
-                    Err((error, outcome)) => {
-                        (Verdict::Answer(C::region_error_response(*error)), outcome)
-                    }
+                    Err((error, outcome)) => (
+                        Verdict::Answer(C::Response::with_region_error(*error)),
+                        outcome,
+                    ),
                     Ok(region_id) => {
                         let now = Instant::now();
                         match state.regions.get_mut(&region_id) {
@@ -571,10 +453,14 @@ impl StoreService {
                                 Outcome::Invalid,
                             ),
                             Some(region) => match command.apply(region, now) {
-                                Ok(resp) if C::has_key_error(&resp) => {
-                                    (Verdict::Answer(resp), Outcome::KeyError)
+                                Ok(mut resp) => {
+                                    let outcome = if resp.has_key_error() {
+                                        Outcome::KeyError
+                                    } else {
+                                        Outcome::Ok
+                                    };
+                                    (Verdict::Answer(resp), outcome)
                                 }
-                                Ok(resp) => (Verdict::Answer(resp), Outcome::Ok),
                                 Err(message) => Self::key_error_verdict::<C>(message),
                             },
                         }
@@ -586,18 +472,18 @@ impl StoreService {
             if let Some(store) = state.stores.get_mut(&self.store_id) {
                 let served = matches!(outcome, Outcome::Ok | Outcome::KeyError);
                 if served {
-                    if let Some(i) = store.drop_next.iter().position(|m| m == C::METHOD) {
+                    if let Some(i) = store.drop_next.iter().position(|m| m == C::LABEL) {
                         store.drop_next.remove(i);
                         verdict = Verdict::Drop;
                         outcome = Outcome::Dropped;
                     }
                 }
-                store.counters.record(C::METHOD, outcome);
+                store.counters.record(C::LABEL, outcome);
             }
             tracing::debug!(
                 "simulated store {} answered {} for region {} with {}",
                 self.store_id,
-                C::METHOD,
+                C::LABEL,
                 command.context().map(|c| c.region_id).unwrap_or(0),
                 outcome.name()
             );
@@ -618,7 +504,7 @@ impl StoreService {
     /// The answer to a request `apply` refused: a key error in the response,
     /// or a gRPC status when the response has no error field.
     fn key_error_verdict<C: StoreCommand>(message: String) -> (Verdict<C::Response>, Outcome) {
-        match C::key_error_response(message.clone()) {
+        match C::Response::with_abort(message.clone()) {
             Some(resp) => (Verdict::Answer(resp), Outcome::KeyError),
             None => (
                 Verdict::Status(Status::invalid_argument(message)),
@@ -667,42 +553,18 @@ const MAX_RESPONSES_PER_MESSAGE: usize = 128;
 impl StoreService {
     /// Serves one BatchCommands sub-request exactly as its unary method.
     async fn serve_batch_cmd(&self, cmd: BatchRequestCmd) -> Result<BatchResponseCmd, Status> {
+        // One arm a method with a batch case, from the wire protocol's table.
         macro_rules! route {
-            ($($case:ident),* $(,)?) => {
+            ($($name:ident: $req:ident => $resp:ident, $grpc:literal, $stub:ident,
+               [$($case:ident)?], $shape:ident $(($field:ident))?;)*) => {
                 match cmd {
-                    $(BatchRequestCmd::$case(r) => {
+                    $($(BatchRequestCmd::$case(r) => {
                         self.serve_command(r).await.map(BatchResponseCmd::$case)
-                    })*
+                    })?)*
                 }
             };
         }
-        route!(
-            Get,
-            Scan,
-            Prewrite,
-            Commit,
-            Cleanup,
-            BatchGet,
-            BatchRollback,
-            ScanLock,
-            ResolveLock,
-            Gc,
-            DeleteRange,
-            RawGet,
-            RawBatchGet,
-            RawPut,
-            RawBatchPut,
-            RawDelete,
-            RawBatchDelete,
-            RawScan,
-            RawDeleteRange,
-            RawBatchScan,
-            PessimisticLock,
-            PessimisticRollback,
-            CheckTxnStatus,
-            TxnHeartBeat,
-            CheckSecondaryLocks,
-        )
+        tikv_plan_proto::kv_methods!(route)
     }
 
     fn record_batch(&self, f: impl FnOnce(&mut super::counters::StoreCounters)) {
@@ -775,188 +637,31 @@ impl StoreService {
     }
 }
 
-#[tonic::async_trait]
-impl Tikv for StoreService {
-    async fn batch_commands(
-        &self,
-        r: Request<Streaming<BatchCommandsRequest>>,
-    ) -> Result<Response<BoxStream<BatchCommandsResponse>>, Status> {
-        self.record_batch(|c| c.record_batch_stream());
-        let out = self.run_batch_stream(r.into_inner());
-        Ok(Response::new(Box::pin(ReceiverStream::new(out))))
-    }
-    async fn raw_get(
-        &self,
-        r: Request<kvrpcpb::RawGetRequest>,
-    ) -> Result<Response<kvrpcpb::RawGetResponse>, Status> {
-        self.serve(r).await
-    }
-    async fn raw_batch_get(
-        &self,
-        r: Request<kvrpcpb::RawBatchGetRequest>,
-    ) -> Result<Response<kvrpcpb::RawBatchGetResponse>, Status> {
-        self.serve(r).await
-    }
-    async fn raw_put(
-        &self,
-        r: Request<kvrpcpb::RawPutRequest>,
-    ) -> Result<Response<kvrpcpb::RawPutResponse>, Status> {
-        self.serve(r).await
-    }
-    async fn raw_batch_put(
-        &self,
-        r: Request<kvrpcpb::RawBatchPutRequest>,
-    ) -> Result<Response<kvrpcpb::RawBatchPutResponse>, Status> {
-        self.serve(r).await
-    }
-    async fn raw_delete(
-        &self,
-        r: Request<kvrpcpb::RawDeleteRequest>,
-    ) -> Result<Response<kvrpcpb::RawDeleteResponse>, Status> {
-        self.serve(r).await
-    }
-    async fn raw_batch_delete(
-        &self,
-        r: Request<kvrpcpb::RawBatchDeleteRequest>,
-    ) -> Result<Response<kvrpcpb::RawBatchDeleteResponse>, Status> {
-        self.serve(r).await
-    }
-    async fn raw_scan(
-        &self,
-        r: Request<kvrpcpb::RawScanRequest>,
-    ) -> Result<Response<kvrpcpb::RawScanResponse>, Status> {
-        self.serve(r).await
-    }
-    async fn raw_delete_range(
-        &self,
-        r: Request<kvrpcpb::RawDeleteRangeRequest>,
-    ) -> Result<Response<kvrpcpb::RawDeleteRangeResponse>, Status> {
-        self.serve(r).await
-    }
-    async fn raw_batch_scan(
-        &self,
-        r: Request<kvrpcpb::RawBatchScanRequest>,
-    ) -> Result<Response<kvrpcpb::RawBatchScanResponse>, Status> {
-        self.serve(r).await
-    }
-    async fn raw_get_key_ttl(
-        &self,
-        r: Request<kvrpcpb::RawGetKeyTtlRequest>,
-    ) -> Result<Response<kvrpcpb::RawGetKeyTtlResponse>, Status> {
-        self.serve(r).await
-    }
-    async fn raw_compare_and_swap(
-        &self,
-        r: Request<kvrpcpb::RawCasRequest>,
-    ) -> Result<Response<kvrpcpb::RawCasResponse>, Status> {
-        self.serve(r).await
-    }
-    async fn raw_checksum(
-        &self,
-        r: Request<kvrpcpb::RawChecksumRequest>,
-    ) -> Result<Response<kvrpcpb::RawChecksumResponse>, Status> {
-        self.serve(r).await
-    }
-    async fn kv_get(
-        &self,
-        r: Request<kvrpcpb::GetRequest>,
-    ) -> Result<Response<kvrpcpb::GetResponse>, Status> {
-        self.serve(r).await
-    }
-    async fn kv_scan(
-        &self,
-        r: Request<kvrpcpb::ScanRequest>,
-    ) -> Result<Response<kvrpcpb::ScanResponse>, Status> {
-        self.serve(r).await
-    }
-    async fn kv_prewrite(
-        &self,
-        r: Request<kvrpcpb::PrewriteRequest>,
-    ) -> Result<Response<kvrpcpb::PrewriteResponse>, Status> {
-        self.serve(r).await
-    }
-    async fn kv_pessimistic_lock(
-        &self,
-        r: Request<kvrpcpb::PessimisticLockRequest>,
-    ) -> Result<Response<kvrpcpb::PessimisticLockResponse>, Status> {
-        self.serve(r).await
-    }
-    async fn kv_pessimistic_rollback(
-        &self,
-        r: Request<kvrpcpb::PessimisticRollbackRequest>,
-    ) -> Result<Response<kvrpcpb::PessimisticRollbackResponse>, Status> {
-        self.serve(r).await
-    }
-    async fn kv_txn_heart_beat(
-        &self,
-        r: Request<kvrpcpb::TxnHeartBeatRequest>,
-    ) -> Result<Response<kvrpcpb::TxnHeartBeatResponse>, Status> {
-        self.serve(r).await
-    }
-    async fn kv_check_txn_status(
-        &self,
-        r: Request<kvrpcpb::CheckTxnStatusRequest>,
-    ) -> Result<Response<kvrpcpb::CheckTxnStatusResponse>, Status> {
-        self.serve(r).await
-    }
-    async fn kv_check_secondary_locks(
-        &self,
-        r: Request<kvrpcpb::CheckSecondaryLocksRequest>,
-    ) -> Result<Response<kvrpcpb::CheckSecondaryLocksResponse>, Status> {
-        self.serve(r).await
-    }
-    async fn kv_commit(
-        &self,
-        r: Request<kvrpcpb::CommitRequest>,
-    ) -> Result<Response<kvrpcpb::CommitResponse>, Status> {
-        self.serve(r).await
-    }
-    async fn kv_cleanup(
-        &self,
-        r: Request<kvrpcpb::CleanupRequest>,
-    ) -> Result<Response<kvrpcpb::CleanupResponse>, Status> {
-        self.serve(r).await
-    }
-    async fn kv_batch_get(
-        &self,
-        r: Request<kvrpcpb::BatchGetRequest>,
-    ) -> Result<Response<kvrpcpb::BatchGetResponse>, Status> {
-        self.serve(r).await
-    }
-    async fn kv_batch_rollback(
-        &self,
-        r: Request<kvrpcpb::BatchRollbackRequest>,
-    ) -> Result<Response<kvrpcpb::BatchRollbackResponse>, Status> {
-        self.serve(r).await
-    }
-    async fn kv_scan_lock(
-        &self,
-        r: Request<kvrpcpb::ScanLockRequest>,
-    ) -> Result<Response<kvrpcpb::ScanLockResponse>, Status> {
-        self.serve(r).await
-    }
-    async fn kv_resolve_lock(
-        &self,
-        r: Request<kvrpcpb::ResolveLockRequest>,
-    ) -> Result<Response<kvrpcpb::ResolveLockResponse>, Status> {
-        self.serve(r).await
-    }
-    async fn kv_gc(
-        &self,
-        r: Request<kvrpcpb::GcRequest>,
-    ) -> Result<Response<kvrpcpb::GcResponse>, Status> {
-        self.serve(r).await
-    }
-    async fn kv_delete_range(
-        &self,
-        r: Request<kvrpcpb::DeleteRangeRequest>,
-    ) -> Result<Response<kvrpcpb::DeleteRangeResponse>, Status> {
-        self.serve(r).await
-    }
-    async fn unsafe_destroy_range(
-        &self,
-        r: Request<kvrpcpb::UnsafeDestroyRangeRequest>,
-    ) -> Result<Response<kvrpcpb::UnsafeDestroyRangeResponse>, Status> {
-        self.serve(r).await
-    }
+/// The store's gRPC service: `BatchCommands`, and each unary method of the
+/// wire protocol's table served by [`StoreService::serve`].
+macro_rules! tikv_service {
+    ($($name:ident: $req:ident => $resp:ident, $grpc:literal, $stub:ident,
+       [$($case:ident)?], $shape:ident $(($field:ident))?;)*) => {
+        #[tonic::async_trait]
+        impl Tikv for StoreService {
+            async fn batch_commands(
+                &self,
+                r: Request<Streaming<BatchCommandsRequest>>,
+            ) -> Result<Response<BoxStream<BatchCommandsResponse>>, Status> {
+                self.record_batch(|c| c.record_batch_stream());
+                let out = self.run_batch_stream(r.into_inner());
+                Ok(Response::new(Box::pin(ReceiverStream::new(out))))
+            }
+            $(
+                async fn $stub(
+                    &self,
+                    r: Request<kvrpcpb::$req>,
+                ) -> Result<Response<kvrpcpb::$resp>, Status> {
+                    self.serve(r).await
+                }
+            )*
+        }
+    };
 }
+
+tikv_plan_proto::kv_methods!(tikv_service);

@@ -8,7 +8,7 @@ use tokio::time::Instant;
 
 use super::{first_outside, scan_bounds, scan_start_outside, StoreCommand};
 use crate::codec::encode_bytes;
-use crate::proto::{errorpb, kvrpcpb, metapb};
+use crate::proto::{kvrpcpb, metapb};
 use crate::state::SimRegion;
 
 /// The first key (as sent, unencoded) whose encoding lies outside the
@@ -54,16 +54,15 @@ fn encoded_scan_bounds(
 /// Implements a transactional command whose keys are `$keys` (an
 /// expression over `self` yielding `&[u8]`s) and whose work is `$apply`.
 macro_rules! txn_command {
-    ($req:ty, $resp:ty, $method:literal, $errors:ident,
+    ($req:ty,
      keys: |$s:ident| $keys:expr,
      apply: |$s2:ident, $region:ident| $apply:expr) => {
         impl StoreCommand for $req {
-            command_boilerplate!($resp, $method, $errors);
             fn key_outside(&self, region: &metapb::Region) -> Option<Vec<u8>> {
                 let $s = self;
                 first_encoded_outside(region, $keys)
             }
-            fn apply(&self, $region: &mut SimRegion, _: Instant) -> Result<$resp, String> {
+            fn apply(&self, $region: &mut SimRegion, _: Instant) -> Result<Self::Response, String> {
                 let $s2 = self;
                 Ok($apply)
             }
@@ -72,7 +71,6 @@ macro_rules! txn_command {
 }
 
 impl StoreCommand for kvrpcpb::GetRequest {
-    command_boilerplate!(kvrpcpb::GetResponse, "kv_get", key_error_field);
     fn key_outside(&self, region: &metapb::Region) -> Option<Vec<u8>> {
         first_encoded_outside(region, [self.key.as_slice()])
     }
@@ -82,19 +80,6 @@ impl StoreCommand for kvrpcpb::GetRequest {
 }
 
 impl StoreCommand for kvrpcpb::BatchGetRequest {
-    command_boilerplate!(@common kvrpcpb::BatchGetResponse, "kv_batch_get");
-    fn key_error_response(message: String) -> Option<Self::Response> {
-        Some(kvrpcpb::BatchGetResponse {
-            error: Some(kvrpcpb::KeyError {
-                abort: message,
-                ..Default::default()
-            }),
-            ..Default::default()
-        })
-    }
-    fn has_key_error(r: &Self::Response) -> bool {
-        r.error.is_some() || r.pairs.iter().any(|p| p.error.is_some())
-    }
     fn key_outside(&self, region: &metapb::Region) -> Option<Vec<u8>> {
         first_encoded_outside(region, self.keys.iter().map(Vec::as_slice))
     }
@@ -104,19 +89,6 @@ impl StoreCommand for kvrpcpb::BatchGetRequest {
 }
 
 impl StoreCommand for kvrpcpb::ScanRequest {
-    command_boilerplate!(@common kvrpcpb::ScanResponse, "kv_scan");
-    fn key_error_response(message: String) -> Option<Self::Response> {
-        Some(kvrpcpb::ScanResponse {
-            error: Some(kvrpcpb::KeyError {
-                abort: message,
-                ..Default::default()
-            }),
-            ..Default::default()
-        })
-    }
-    fn has_key_error(r: &Self::Response) -> bool {
-        r.error.is_some() || r.pairs.iter().any(|p| p.error.is_some())
-    }
     fn key_outside(&self, region: &metapb::Region) -> Option<Vec<u8>> {
         encoded_scan_start_outside(region, &self.start_key, self.reverse)
     }
@@ -127,52 +99,51 @@ impl StoreCommand for kvrpcpb::ScanRequest {
     }
 }
 
-txn_command!(kvrpcpb::PrewriteRequest, kvrpcpb::PrewriteResponse, "kv_prewrite", key_errors_field,
+txn_command!(kvrpcpb::PrewriteRequest,
     keys: |s| s.mutations.iter().map(|m| m.key.as_slice()),
     apply: |s, region| region.mvcc.prewrite(s));
 
-txn_command!(kvrpcpb::CommitRequest, kvrpcpb::CommitResponse, "kv_commit", key_error_field,
+txn_command!(kvrpcpb::CommitRequest,
     keys: |s| s.keys.iter().map(Vec::as_slice),
     apply: |s, region| region.mvcc.commit(s));
 
-txn_command!(kvrpcpb::BatchRollbackRequest, kvrpcpb::BatchRollbackResponse, "kv_batch_rollback", key_error_field,
+txn_command!(kvrpcpb::BatchRollbackRequest,
     keys: |s| s.keys.iter().map(Vec::as_slice),
     apply: |s, region| region.mvcc.batch_rollback(s));
 
-txn_command!(kvrpcpb::CleanupRequest, kvrpcpb::CleanupResponse, "kv_cleanup", key_error_field,
+txn_command!(kvrpcpb::CleanupRequest,
     keys: |s| [s.key.as_slice()],
     apply: |s, region| region.mvcc.cleanup(s));
 
-txn_command!(kvrpcpb::CheckTxnStatusRequest, kvrpcpb::CheckTxnStatusResponse, "kv_check_txn_status", key_error_field,
+txn_command!(kvrpcpb::CheckTxnStatusRequest,
     keys: |s| [s.primary_key.as_slice()],
     apply: |s, region| region.mvcc.check_txn_status(s));
 
-txn_command!(kvrpcpb::CheckSecondaryLocksRequest, kvrpcpb::CheckSecondaryLocksResponse, "kv_check_secondary_locks", key_error_field,
+txn_command!(kvrpcpb::CheckSecondaryLocksRequest,
     keys: |s| s.keys.iter().map(Vec::as_slice),
     apply: |s, region| region.mvcc.check_secondary_locks(s));
 
-txn_command!(kvrpcpb::ResolveLockRequest, kvrpcpb::ResolveLockResponse, "kv_resolve_lock", key_error_field,
+txn_command!(kvrpcpb::ResolveLockRequest,
     keys: |s| s.keys.iter().map(Vec::as_slice),
     apply: |s, region| region.mvcc.resolve_lock(s));
 
-txn_command!(kvrpcpb::PessimisticLockRequest, kvrpcpb::PessimisticLockResponse, "kv_pessimistic_lock", key_errors_field,
+txn_command!(kvrpcpb::PessimisticLockRequest,
     keys: |s| s.mutations.iter().map(|m| m.key.as_slice()),
     apply: |s, region| region.mvcc.pessimistic_lock(s));
 
-txn_command!(kvrpcpb::PessimisticRollbackRequest, kvrpcpb::PessimisticRollbackResponse, "kv_pessimistic_rollback", key_errors_field,
+txn_command!(kvrpcpb::PessimisticRollbackRequest,
     keys: |s| s.keys.iter().map(Vec::as_slice),
     apply: |s, region| region.mvcc.pessimistic_rollback(s));
 
-txn_command!(kvrpcpb::TxnHeartBeatRequest, kvrpcpb::TxnHeartBeatResponse, "kv_txn_heart_beat", key_error_field,
+txn_command!(kvrpcpb::TxnHeartBeatRequest,
     keys: |s| [s.primary_lock.as_slice()],
     apply: |s, region| region.mvcc.txn_heart_beat(s));
 
-txn_command!(kvrpcpb::GcRequest, kvrpcpb::GcResponse, "kv_gc", key_error_field,
+txn_command!(kvrpcpb::GcRequest,
     keys: |s| { let _ = s; std::iter::empty::<&[u8]>() },
     apply: |s, region| { region.mvcc.gc(s.safe_point); Default::default() });
 
 impl StoreCommand for kvrpcpb::ScanLockRequest {
-    command_boilerplate!(kvrpcpb::ScanLockResponse, "kv_scan_lock", key_error_field);
     fn key_outside(&self, region: &metapb::Region) -> Option<Vec<u8>> {
         encoded_scan_start_outside(region, &self.start_key, false)
     }
@@ -192,11 +163,6 @@ fn delete_range_bounds(start: &[u8], end: &[u8]) -> Result<(Vec<u8>, Vec<u8>), S
 }
 
 impl StoreCommand for kvrpcpb::DeleteRangeRequest {
-    command_boilerplate!(
-        kvrpcpb::DeleteRangeResponse,
-        "kv_delete_range",
-        has_error_field
-    );
     fn key_outside(&self, region: &metapb::Region) -> Option<Vec<u8>> {
         let (start, end) = (encode_bound(&self.start_key), encode_bound(&self.end_key));
         if first_outside(region, [start.as_slice()]).is_some() {
@@ -218,11 +184,6 @@ impl StoreCommand for kvrpcpb::DeleteRangeRequest {
 }
 
 impl StoreCommand for kvrpcpb::UnsafeDestroyRangeRequest {
-    command_boilerplate!(
-        kvrpcpb::UnsafeDestroyRangeResponse,
-        "unsafe_destroy_range",
-        has_error_field
-    );
     fn key_outside(&self, _: &metapb::Region) -> Option<Vec<u8>> {
         None
     }
