@@ -21,6 +21,7 @@ use super::requests::{
 use crate::backoff::Backoff;
 use crate::pd::{PdClient, PdRpcClient};
 use crate::proto::kvrpcpb;
+use crate::request::scan::scan_pages;
 use crate::request::{
     Collect, CollectError, CollectSingle, DefaultProcessor, HasKeyErrors, HasRegionError,
     KvRequest, Merge, Plan, PlanBuilder, Process, RoutingState, RoutingStats, Shardable,
@@ -488,75 +489,49 @@ impl<PdC: PdClient> RawClient<PdC> {
     ) -> Result<Vec<kvrpcpb::KvPair>> {
         check_scan_limit(limit)?;
         let (start, end) = self.encode_range(range)?;
-        let mut out = Vec::new();
-        if limit == 0 || (!end.is_empty() && start == end) {
-            return Ok(out);
-        }
-        // Forward: the cursor is the lower bound. Reverse: the upper bound.
-        let mut cursor = if reverse { end.clone() } else { start.clone() };
-        loop {
-            if !reverse {
-                // A cold cache loads the next Regions in one PD call, not one
-                // per page.
-                self.rpc
-                    .prefetch_regions(&cursor, &end, SCAN_PREFETCH_REGIONS)
-                    .await;
-            }
-            let remaining = limit - out.len() as u32;
-            let request = if reverse {
-                new_raw_scan_request(
-                    cursor.clone(),
-                    start.clone(),
-                    remaining,
-                    key_only,
-                    true,
-                    self.cf_name(),
-                )
-            } else {
-                new_raw_scan_request(
-                    cursor.clone(),
-                    end.clone(),
-                    remaining,
-                    key_only,
-                    false,
-                    self.cf_name(),
-                )
-            };
-            let pieces = self
-                .builder(request)
-                .preserve_shard()
-                .retry_multi_region(self.backoff.clone())
-                .merge(CollectError)
-                .plan()
-                .execute()
-                .await?;
-            let mut next = None;
-            for mut piece in pieces {
-                if let Some(errors) = piece.key_errors() {
-                    return Err(crate::request::strongest_shard_error(errors));
+        scan_pages(&start, &end, limit, reverse, |cursor, remaining| {
+            let (start, end) = (&start, &end);
+            async move {
+                if !reverse {
+                    // A cold cache loads the next Regions in one PD call, not
+                    // one per page.
+                    self.rpc
+                        .prefetch_regions(&cursor, end, SCAN_PREFETCH_REGIONS)
+                        .await;
                 }
-                // A piece is `(start_key, end_key)` in the request's own
-                // convention, so its `end_key` is where the walk goes on: the
-                // upper bound forward, the lower bound in reverse.
-                let (_, piece_end) = piece.1;
-                out.extend(piece.0.kvs);
-                next = Some(piece_end);
+                // Reverse: from the cursor (the upper bound) down to the start.
+                let bound = if reverse { start } else { end };
+                let request = new_raw_scan_request(
+                    cursor,
+                    bound.clone(),
+                    remaining,
+                    key_only,
+                    reverse,
+                    self.cf_name(),
+                );
+                let pieces = self
+                    .builder(request)
+                    .preserve_shard()
+                    .retry_multi_region(self.backoff.clone())
+                    .merge(CollectError)
+                    .plan()
+                    .execute()
+                    .await?;
+                let (mut items, mut next) = (Vec::new(), None);
+                for mut piece in pieces {
+                    if let Some(errors) = piece.key_errors() {
+                        return Err(crate::request::strongest_shard_error(errors));
+                    }
+                    // A piece is `(start_key, end_key)` in the request's own
+                    // convention, so its `end_key` is where the walk goes on.
+                    let (_, piece_end) = piece.1;
+                    items.extend(piece.0.kvs);
+                    next = Some(piece_end);
+                }
+                Ok((items, next))
             }
-            let Some(next) = next else {
-                return Ok(out);
-            };
-            out.truncate(limit as usize);
-            let done = if reverse {
-                // The piece reached the range's lower bound or the key space's start.
-                next.is_empty() || next <= start
-            } else {
-                next.is_empty() || (!end.is_empty() && next >= end)
-            };
-            if done || out.len() as u32 >= limit {
-                return Ok(out);
-            }
-            cursor = next;
-        }
+        })
+        .await
     }
 
     /// Up to `each_limit` pairs from each range, in the order the ranges are

@@ -29,6 +29,7 @@ use crate::Key;
 use crate::{Error, Result};
 
 use crate::request::set_context_for_store;
+use crate::request::shard::{key_ranges_shardable, key_set_shardable, single_key_shardable};
 
 /// The size of the pairs one `raw_batch_put` RPC carries at most (keys plus
 /// values, in bytes); a larger batch is split.
@@ -311,113 +312,18 @@ fn describe_keys<'a>(keys: impl IntoIterator<Item = &'a Vec<u8>>) -> String {
     }
 }
 
-macro_rules! single_key_shardable {
-    ($($req:ident { $($field:ident),* }),*) => {$(
-        #[async_trait]
-        impl Shardable for kvrpcpb::$req {
-            type Shard = Vec<u8>;
-
-            async fn shards<PdC: PdClient>(
-                &self,
-                pd_client: &Arc<PdC>,
-            ) -> Result<Vec<(Self::Shard, RegionWithLeader)>> {
-                let region = pd_client.region_for_key(&self.key).await?;
-                Ok(vec![(self.key.clone(), region)])
-            }
-
-            fn apply_shard(&mut self, shard: Self::Shard) {
-                self.key = shard;
-            }
-
-            fn cached_shards<PdC: PdClient>(
-                &self,
-                pd_client: &PdC,
-            ) -> Option<Vec<(Self::Shard, RegionWithLeader)>> {
-                let region = pd_client.cached_region_for_key(&self.key)?;
-                Some(vec![(self.key.clone(), region)])
-            }
-
-            /// Everything but the key, which the shard carries: the request
-            /// is then built with one copy of the key, not three.
-            fn template(&self) -> Self {
-                kvrpcpb::$req {
-                    context: self.context.clone(),
-                    key: Vec::new(),
-                    $($field: self.$field.clone(),)*
-                }
-            }
-
-            fn apply_store(&mut self, store: &RegionStore) -> Result<()> {
-                set_context_for_store(self, store);
-                Ok(())
-            }
-        }
-    )*};
-}
-
 single_key_shardable!(
-    RawGetRequest { cf },
-    RawPutRequest {
-        value,
-        cf,
-        ttl,
-        for_cas
-    },
-    RawDeleteRequest { cf, for_cas },
-    RawCasRequest {
-        value,
-        previous_not_exist,
-        previous_value,
-        cf,
-        ttl
-    },
-    RawGetKeyTtlRequest { cf }
+    kvrpcpb::RawGetRequest => key keeping { cf },
+    kvrpcpb::RawPutRequest => key keeping { value, cf, ttl, for_cas },
+    kvrpcpb::RawDeleteRequest => key keeping { cf, for_cas },
+    kvrpcpb::RawCasRequest => key keeping { value, previous_not_exist, previous_value, cf, ttl },
+    kvrpcpb::RawGetKeyTtlRequest => key keeping { cf },
 );
 
-fn sorted_unique(mut keys: Vec<Vec<u8>>) -> Vec<Vec<u8>> {
-    keys.sort();
-    keys.dedup();
-    keys
-}
-
-macro_rules! keys_shardable {
-    ($($req:ident { $($field:ident),* }),*) => {$(
-        #[async_trait]
-        impl Shardable for kvrpcpb::$req {
-            type Shard = Vec<Vec<u8>>;
-
-            fn template(&self) -> Self {
-                kvrpcpb::$req {
-                    context: self.context.clone(),
-                    keys: Vec::new(),
-                    $($field: self.$field.clone(),)*
-                }
-            }
-
-            async fn shards<PdC: PdClient>(
-                &self,
-                pd_client: &Arc<PdC>,
-            ) -> Result<Vec<(Self::Shard, RegionWithLeader)>> {
-                let keys = sorted_unique(self.keys.clone());
-                let groups = pd_client.group_keys_by_region(keys).await?;
-                Ok(groups.into_iter().map(|(region, keys)| (keys, region)).collect())
-            }
-
-            fn apply_shard(&mut self, shard: Self::Shard) {
-                self.keys = shard;
-            }
-
-            fn apply_store(&mut self, store: &RegionStore) -> Result<()> {
-                set_context_for_store(self, store);
-                Ok(())
-            }
-        }
-    )*};
-}
-
-keys_shardable!(
-    RawBatchGetRequest { cf },
-    RawBatchDeleteRequest { cf, for_cas }
+key_set_shardable!(
+    batch_size: None;
+    kvrpcpb::RawBatchGetRequest { cf },
+    kvrpcpb::RawBatchDeleteRequest { cf, for_cas },
 );
 
 /// A pair to put and its time-to-live (0: none). Key and value are held
@@ -565,64 +471,14 @@ impl Shardable for kvrpcpb::RawScanRequest {
     }
 }
 
-/// Requests over a list of key ranges (`ranges` of `KeyRange`), sharded by
-/// cutting each range at Region boundaries.
-macro_rules! key_ranges_shardable {
-    ($($req:ident { $($field:ident),* }),*) => {$(
-        #[async_trait]
-        impl Shardable for kvrpcpb::$req {
-            type Shard = Vec<kvrpcpb::KeyRange>;
-
-            fn template(&self) -> Self {
-                kvrpcpb::$req {
-                    context: self.context.clone(),
-                    ranges: Vec::new(),
-                    $($field: self.$field.clone(),)*
-                }
-            }
-
-            async fn shards<PdC: PdClient>(
-                &self,
-                pd_client: &Arc<PdC>,
-            ) -> Result<Vec<(Self::Shard, RegionWithLeader)>> {
-                let ranges = self
-                    .ranges
-                    .iter()
-                    .map(|r| (r.start_key.clone(), r.end_key.clone()))
-                    .collect();
-                let groups = pd_client.group_ranges_by_region(ranges).await?;
-                Ok(groups
-                    .into_iter()
-                    .map(|(region, pieces)| {
-                        let pieces = pieces
-                            .into_iter()
-                            .map(|(start_key, end_key)| kvrpcpb::KeyRange { start_key, end_key })
-                            .collect();
-                        (pieces, region)
-                    })
-                    .collect())
-            }
-
-            fn apply_shard(&mut self, shard: Self::Shard) {
-                self.ranges = shard;
-            }
-
-            fn apply_store(&mut self, store: &RegionStore) -> Result<()> {
-                set_context_for_store(self, store);
-                Ok(())
-            }
-        }
-    )*};
-}
-
 key_ranges_shardable!(
-    RawBatchScanRequest {
+    kvrpcpb::RawBatchScanRequest {
         each_limit,
         key_only,
         cf,
         reverse
     },
-    RawChecksumRequest { algorithm }
+    kvrpcpb::RawChecksumRequest { algorithm },
 );
 
 #[async_trait]

@@ -91,6 +91,8 @@ mod retry;
 mod retry_options;
 mod round;
 pub(crate) mod routing_state;
+pub(crate) mod scan;
+pub(crate) mod shard;
 mod traits;
 
 pub use all_stores::StoreRequest;

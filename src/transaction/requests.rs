@@ -25,6 +25,7 @@ use async_trait::async_trait;
 use crate::pd::PdClient;
 use crate::proto::kvrpcpb;
 use crate::region::RegionWithLeader;
+use crate::request::shard::{key_set_shardable, single_key_shardable};
 use crate::request::{set_context_for_store, Batchable, KvRequest, Shardable};
 use crate::store::{RegionStore, Request as _};
 use crate::{Error, Key, Result};
@@ -175,108 +176,19 @@ txn_request!(kvrpcpb::ScanLockRequest, kvrpcpb::ScanLockResponse, |r| {
     format!("range from {:?}", Key::from(r.start_key.clone()))
 });
 
-macro_rules! single_key_shardable {
-    ($($req:ty => $key:ident),*) => {$(
-        #[async_trait]
-        impl Shardable for $req {
-            type Shard = Vec<u8>;
-
-            async fn shards<PdC: PdClient>(
-                &self,
-                pd_client: &Arc<PdC>,
-            ) -> Result<Vec<(Self::Shard, RegionWithLeader)>> {
-                let region = pd_client.region_for_key(&self.$key).await?;
-                Ok(vec![(self.$key.clone(), region)])
-            }
-
-            fn apply_shard(&mut self, shard: Self::Shard) {
-                self.$key = shard;
-            }
-
-            fn apply_store(&mut self, store: &RegionStore) -> Result<()> {
-                set_context_for_store(self, store);
-                Ok(())
-            }
-        }
-    )*};
-}
-
 single_key_shardable!(
     kvrpcpb::GetRequest => key,
     kvrpcpb::TxnHeartBeatRequest => primary_lock,
-    kvrpcpb::CheckTxnStatusRequest => primary_key
+    kvrpcpb::CheckTxnStatusRequest => primary_key,
 );
 
-fn sorted_unique(mut keys: Vec<Vec<u8>>) -> Vec<Vec<u8>> {
-    keys.sort();
-    keys.dedup();
-    keys
-}
-
-/// Keys as a batchable item: their size is their length.
-struct KeyItems;
-
-impl Batchable for KeyItems {
-    type Item = Vec<u8>;
-
-    fn item_size(item: &Vec<u8>) -> u64 {
-        item.len() as u64
-    }
-}
-
-macro_rules! keys_shardable {
-    ($($req:ident { $($field:ident),* }),*) => {$(
-        #[async_trait]
-        impl Shardable for kvrpcpb::$req {
-            type Shard = Vec<Vec<u8>>;
-
-            fn template(&self) -> Self {
-                kvrpcpb::$req {
-                    context: self.context.clone(),
-                    keys: Vec::new(),
-                    $($field: self.$field,)*
-                }
-            }
-
-            async fn shards<PdC: PdClient>(
-                &self,
-                pd_client: &Arc<PdC>,
-            ) -> Result<Vec<(Self::Shard, RegionWithLeader)>> {
-                let keys = sorted_unique(self.keys.clone());
-                let groups = pd_client.group_keys_by_region(keys).await?;
-                let mut shards = Vec::new();
-                for (region, keys) in groups {
-                    for batch in KeyItems::batches(keys, TXN_COMMIT_BATCH_SIZE) {
-                        shards.push((batch, region.clone()));
-                    }
-                }
-                Ok(shards)
-            }
-
-            fn apply_shard(&mut self, shard: Self::Shard) {
-                self.keys = shard;
-            }
-
-            fn apply_store(&mut self, store: &RegionStore) -> Result<()> {
-                set_context_for_store(self, store);
-                Ok(())
-            }
-        }
-    )*};
-}
-
-keys_shardable!(
-    BatchGetRequest { version },
-    CommitRequest {
-        start_version,
-        commit_version
-    },
-    BatchRollbackRequest { start_version },
-    PessimisticRollbackRequest {
-        start_version,
-        for_update_ts
-    },
-    CheckSecondaryLocksRequest { start_version }
+key_set_shardable!(
+    batch_size: Some(TXN_COMMIT_BATCH_SIZE);
+    kvrpcpb::BatchGetRequest { version },
+    kvrpcpb::CommitRequest { start_version, commit_version },
+    kvrpcpb::BatchRollbackRequest { start_version },
+    kvrpcpb::PessimisticRollbackRequest { start_version, for_update_ts },
+    kvrpcpb::CheckSecondaryLocksRequest { start_version },
 );
 
 /// A mutation of a prewrite together with its pessimistic action.

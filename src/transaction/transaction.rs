@@ -28,6 +28,7 @@ use super::{CodecPdClient, TimestampExt};
 use crate::backoff::Backoff;
 use crate::pd::{PdClient, PdRpcClient, Timestamp};
 use crate::proto::kvrpcpb;
+use crate::request::scan::scan_pages;
 use crate::request::{
     CollectError, CollectSingle, CollectWithShard, Dispatch, HasKeyErrors, KvRequest, Plan,
     PlanBuilder, ResponseWithShard, RoutingState,
@@ -692,19 +693,10 @@ impl<PdC: PdClient> Transaction<PdC> {
         reverse: bool,
     ) -> Result<Vec<KvPair>> {
         let ts = self.start_ts();
-        let mut out: Vec<KvPair> = Vec::new();
-        let mut cursor = if reverse {
-            end.to_vec()
-        } else {
-            start.to_vec()
-        };
-        loop {
-            let remaining = limit - out.len() as u32;
-            let request = if reverse {
-                new_scan_request(cursor.clone(), start.to_vec(), ts, remaining, false, true)
-            } else {
-                new_scan_request(cursor.clone(), end.to_vec(), ts, remaining, false, false)
-            };
+        scan_pages(start, end, limit, reverse, |cursor, remaining| async move {
+            // Reverse: from the cursor (the upper bound) down to the start.
+            let bound = if reverse { start } else { end };
+            let request = new_scan_request(cursor, bound.to_vec(), ts, remaining, false, reverse);
             let pieces: Vec<ScanPiece> = self
                 .shared
                 .builder(request)
@@ -715,13 +707,13 @@ impl<PdC: PdClient> Transaction<PdC> {
                 .plan()
                 .execute()
                 .await?;
-            let mut next = None;
+            let (mut items, mut next) = (Vec::new(), None);
             for mut piece in pieces {
                 if let Some(errors) = piece.key_errors() {
                     return Err(crate::request::strongest_shard_error(errors));
                 }
                 let (_, piece_end) = piece.1;
-                out.extend(
+                items.extend(
                     piece
                         .0
                         .pairs
@@ -730,18 +722,9 @@ impl<PdC: PdClient> Transaction<PdC> {
                 );
                 next = Some(piece_end);
             }
-            let Some(next) = next else {
-                return Ok(out);
-            };
-            let done = out.len() as u32 >= limit
-                || next.is_empty()
-                || (!reverse && !end.is_empty() && next.as_slice() >= end)
-                || (reverse && next.as_slice() <= start);
-            if done {
-                return Ok(out);
-            }
-            cursor = next;
-        }
+            Ok((items, next))
+        })
+        .await
     }
 
     // ---- pessimistic locking ----

@@ -1,0 +1,126 @@
+//! The paging loop raw and transactional scans share: a scan request covers
+//! one Region piece, so a scan over a range sends one request a page, each
+//! continuing where the piece the last one served ended (which follows
+//! Region splits seen during retries), until the limit or the range's end.
+
+use std::future::Future;
+
+use crate::Result;
+
+/// What one page of a scan returned: its items, and where the walk goes on
+/// (the end of the piece it served, in the request's own convention: the
+/// upper bound forward, the lower bound in reverse; `None` when the page
+/// served no piece).
+pub(crate) type Page<T> = (Vec<T>, Option<Vec<u8>>);
+
+/// Scans `[start, end)` (empty `end`: unbounded) in pages, forward or in
+/// reverse, at most `limit` items. `page(cursor, remaining)` reads one page
+/// from `cursor` (the lower bound forward, the upper bound in reverse) with
+/// at most `remaining` items.
+pub(crate) async fn scan_pages<T, F, Fut>(
+    start: &[u8],
+    end: &[u8],
+    limit: u32,
+    reverse: bool,
+    mut page: F,
+) -> Result<Vec<T>>
+where
+    F: FnMut(Vec<u8>, u32) -> Fut,
+    Fut: Future<Output = Result<Page<T>>>,
+{
+    let mut out = Vec::new();
+    if limit == 0 || (!end.is_empty() && start == end) {
+        return Ok(out);
+    }
+    let mut cursor = if reverse {
+        end.to_vec()
+    } else {
+        start.to_vec()
+    };
+    loop {
+        let remaining = limit.saturating_sub(out.len() as u32);
+        let (items, next) = page(cursor, remaining).await?;
+        out.extend(items);
+        let Some(next) = next else {
+            return Ok(out);
+        };
+        out.truncate(limit as usize);
+        let at_the_end = if reverse {
+            // The piece reached the range's lower bound or the key space's
+            // start.
+            next.is_empty() || next.as_slice() <= start
+        } else {
+            next.is_empty() || (!end.is_empty() && next.as_slice() >= end)
+        };
+        if at_the_end || out.len() as u32 >= limit {
+            return Ok(out);
+        }
+        cursor = next;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The Region pieces `[, c)`, `[c, f)`, `[f, )`: the one holding
+    /// `cursor` forward, the one below the exclusive upper bound `cursor`
+    /// in reverse (empty: the end of the key space).
+    fn piece_of(cursor: &[u8], reverse: bool) -> (Vec<u8>, Vec<u8>) {
+        let (c, f): (&[u8], &[u8]) = (b"c", b"f");
+        let last = if reverse {
+            cursor.is_empty() || cursor > f
+        } else {
+            cursor >= f
+        };
+        let middle = if reverse { cursor > c } else { cursor >= c };
+        let (lo, hi): (&[u8], &[u8]) = if last {
+            (f, b"")
+        } else if middle {
+            (c, f)
+        } else {
+            (b"", c)
+        };
+        (lo.to_vec(), hi.to_vec())
+    }
+
+    async fn run(start: &[u8], end: &[u8], limit: u32, reverse: bool) -> (Vec<Vec<u8>>, usize) {
+        let keys: Vec<Vec<u8>> = (b'a'..=b'h').map(|k| vec![k]).collect();
+        let mut pages = 0;
+        let got = scan_pages(start, end, limit, reverse, |cursor, remaining| {
+            pages += 1;
+            let (lo, hi) = piece_of(&cursor, reverse);
+            let in_piece = |k: &Vec<u8>| {
+                k.as_slice() >= lo.as_slice() && (hi.is_empty() || k.as_slice() < hi.as_slice())
+            };
+            let in_range =
+                |k: &Vec<u8>| k.as_slice() >= start && (end.is_empty() || k.as_slice() < end);
+            let mut items: Vec<Vec<u8>> = keys
+                .iter()
+                .filter(|k| in_piece(k) && in_range(k))
+                .cloned()
+                .collect();
+            if reverse {
+                items.reverse();
+            }
+            items.truncate(remaining as usize);
+            let next = if reverse { lo } else { hi };
+            async move { Ok((items, Some(next))) }
+        })
+        .await
+        .unwrap();
+        (got, pages)
+    }
+
+    #[tokio::test]
+    async fn pages_walk_the_pieces_to_the_limit_or_the_end() {
+        let keys = |s: &str| s.bytes().map(|b| vec![b]).collect::<Vec<_>>();
+        assert_eq!(run(b"b", b"g", 100, false).await, (keys("bcdef"), 3));
+        assert_eq!(run(b"b", b"g", 2, false).await, (keys("bc"), 2));
+        assert_eq!(run(b"a", b"", 100, false).await, (keys("abcdefgh"), 3));
+        assert_eq!(run(b"b", b"g", 100, true).await, (keys("fedcb"), 3));
+        assert_eq!(run(b"b", b"g", 3, true).await, (keys("fed"), 2));
+        assert_eq!(run(b"c", b"c", 10, false).await, (Vec::new(), 0));
+        assert_eq!(run(b"a", b"b", 0, false).await, (Vec::new(), 0));
+    }
+}

@@ -1,0 +1,214 @@
+//! The sharding shapes raw and transactional requests share: one key (one
+//! shard, answered from the Region cache when it can be), a set of keys
+//! (sorted, deduplicated, grouped by Region and, for transactional
+//! requests, cut into batches of at most a size), and a list of key ranges
+//! (cut at Region boundaries). Each is a macro that implements
+//! [`Shardable`](super::Shardable) for the request types given to it; the
+//! work is in the functions below, written once.
+
+use std::sync::Arc;
+
+use super::Batchable;
+use crate::pd::PdClient;
+use crate::proto::kvrpcpb;
+use crate::region::RegionWithLeader;
+use crate::Result;
+
+/// The one shard of a single-key request.
+pub(crate) async fn key_shard<PdC: PdClient>(
+    pd_client: &Arc<PdC>,
+    key: &[u8],
+) -> Result<Vec<(Vec<u8>, RegionWithLeader)>> {
+    let region = pd_client.region_for_key(key).await?;
+    Ok(vec![(key.to_vec(), region)])
+}
+
+/// The one shard of a single-key request, if its Region is cached.
+pub(crate) fn cached_key_shard<PdC: PdClient>(
+    pd_client: &PdC,
+    key: &[u8],
+) -> Option<Vec<(Vec<u8>, RegionWithLeader)>> {
+    let region = pd_client.cached_region_for_key(key)?;
+    Some(vec![(key.to_vec(), region)])
+}
+
+/// Keys as a batchable item: their size is their length.
+pub(crate) struct KeyItems;
+
+impl Batchable for KeyItems {
+    type Item = Vec<u8>;
+
+    fn item_size(item: &Vec<u8>) -> u64 {
+        item.len() as u64
+    }
+}
+
+/// The shards of a request over `keys`: sorted, without repeats, one group
+/// per Region, each cut into batches of at most `batch_size` bytes of keys
+/// when a size is given.
+pub(crate) async fn key_set_shards<PdC: PdClient>(
+    pd_client: &Arc<PdC>,
+    keys: &[Vec<u8>],
+    batch_size: Option<u64>,
+) -> Result<Vec<(Vec<Vec<u8>>, RegionWithLeader)>> {
+    let mut keys = keys.to_vec();
+    keys.sort();
+    keys.dedup();
+    let groups = pd_client.group_keys_by_region(keys).await?;
+    let mut shards = Vec::with_capacity(groups.len());
+    for (region, keys) in groups {
+        match batch_size {
+            Some(size) => {
+                for batch in KeyItems::batches(keys, size) {
+                    shards.push((batch, region.clone()));
+                }
+            }
+            None => shards.push((keys, region)),
+        }
+    }
+    Ok(shards)
+}
+
+/// The shards of a request over key ranges: each range cut at Region
+/// boundaries, the pieces grouped by Region.
+pub(crate) async fn key_range_shards<PdC: PdClient>(
+    pd_client: &Arc<PdC>,
+    ranges: &[kvrpcpb::KeyRange],
+) -> Result<Vec<(Vec<kvrpcpb::KeyRange>, RegionWithLeader)>> {
+    let ranges = ranges
+        .iter()
+        .map(|r| (r.start_key.clone(), r.end_key.clone()))
+        .collect();
+    let groups = pd_client.group_ranges_by_region(ranges).await?;
+    Ok(groups
+        .into_iter()
+        .map(|(region, pieces)| {
+            let pieces = pieces
+                .into_iter()
+                .map(|(start_key, end_key)| kvrpcpb::KeyRange { start_key, end_key })
+                .collect();
+            (pieces, region)
+        })
+        .collect())
+}
+
+/// `Shardable` for requests on one key: `Request => key_field`, and, where
+/// given, `keeping { fields }`: every other field but `context`, so the
+/// template leaves the key out (the request is then built with one copy of
+/// the key, not three).
+macro_rules! single_key_shardable {
+    ($($req:ty => $key:ident $(keeping { $($field:ident),* })?),* $(,)?) => {$(
+        #[::async_trait::async_trait]
+        impl $crate::request::Shardable for $req {
+            type Shard = Vec<u8>;
+
+            async fn shards<PdC: $crate::pd::PdClient>(
+                &self,
+                pd_client: &::std::sync::Arc<PdC>,
+            ) -> $crate::Result<Vec<(Self::Shard, $crate::region::RegionWithLeader)>> {
+                $crate::request::shard::key_shard(pd_client, &self.$key).await
+            }
+
+            fn cached_shards<PdC: $crate::pd::PdClient>(
+                &self,
+                pd_client: &PdC,
+            ) -> Option<Vec<(Self::Shard, $crate::region::RegionWithLeader)>> {
+                $crate::request::shard::cached_key_shard(pd_client, &self.$key)
+            }
+
+            fn apply_shard(&mut self, shard: Self::Shard) {
+                self.$key = shard;
+            }
+
+            $(
+                fn template(&self) -> Self {
+                    Self {
+                        context: self.context.clone(),
+                        $key: Vec::new(),
+                        $($field: self.$field.clone(),)*
+                    }
+                }
+            )?
+
+            fn apply_store(&mut self, store: &$crate::store::RegionStore) -> $crate::Result<()> {
+                $crate::request::set_context_for_store(self, store);
+                Ok(())
+            }
+        }
+    )*};
+}
+
+/// `Shardable` for requests on a set of keys (`keys`): `Request { every
+/// field but context and keys }`, cut into batches of at most `batch_size`
+/// bytes of keys when one is given.
+macro_rules! key_set_shardable {
+    (batch_size: $size:expr; $($req:ty { $($field:ident),* }),* $(,)?) => {$(
+        #[::async_trait::async_trait]
+        impl $crate::request::Shardable for $req {
+            type Shard = Vec<Vec<u8>>;
+
+            #[allow(clippy::clone_on_copy)]
+            fn template(&self) -> Self {
+                Self {
+                    context: self.context.clone(),
+                    keys: Vec::new(),
+                    $($field: self.$field.clone(),)*
+                }
+            }
+
+            async fn shards<PdC: $crate::pd::PdClient>(
+                &self,
+                pd_client: &::std::sync::Arc<PdC>,
+            ) -> $crate::Result<Vec<(Self::Shard, $crate::region::RegionWithLeader)>> {
+                $crate::request::shard::key_set_shards(pd_client, &self.keys, $size).await
+            }
+
+            fn apply_shard(&mut self, shard: Self::Shard) {
+                self.keys = shard;
+            }
+
+            fn apply_store(&mut self, store: &$crate::store::RegionStore) -> $crate::Result<()> {
+                $crate::request::set_context_for_store(self, store);
+                Ok(())
+            }
+        }
+    )*};
+}
+
+/// `Shardable` for requests over key ranges (`ranges`): `Request { every
+/// field but context and ranges }`.
+macro_rules! key_ranges_shardable {
+    ($($req:ty { $($field:ident),* }),* $(,)?) => {$(
+        #[::async_trait::async_trait]
+        impl $crate::request::Shardable for $req {
+            type Shard = Vec<$crate::proto::kvrpcpb::KeyRange>;
+
+            #[allow(clippy::clone_on_copy)]
+            fn template(&self) -> Self {
+                Self {
+                    context: self.context.clone(),
+                    ranges: Vec::new(),
+                    $($field: self.$field.clone(),)*
+                }
+            }
+
+            async fn shards<PdC: $crate::pd::PdClient>(
+                &self,
+                pd_client: &::std::sync::Arc<PdC>,
+            ) -> $crate::Result<Vec<(Self::Shard, $crate::region::RegionWithLeader)>> {
+                $crate::request::shard::key_range_shards(pd_client, &self.ranges).await
+            }
+
+            fn apply_shard(&mut self, shard: Self::Shard) {
+                self.ranges = shard;
+            }
+
+            fn apply_store(&mut self, store: &$crate::store::RegionStore) -> $crate::Result<()> {
+                $crate::request::set_context_for_store(self, store);
+                Ok(())
+            }
+        }
+    )*};
+}
+
+pub(crate) use {key_ranges_shardable, key_set_shardable, single_key_shardable};
