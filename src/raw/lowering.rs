@@ -123,19 +123,18 @@ pub fn new_raw_put_request(
     requests::new_raw_put_request(key.into(), value, cf(cf_), ttl, atomic)
 }
 
-/// A raw batch put of `pairs`, with one time-to-live per pair (or none).
+/// A raw batch put of `pairs`, with one time-to-live per pair (or none):
+/// `ttls` is read up to the number of pairs, so an endless iterator
+/// (`std::iter::repeat(0)`) works.
 pub fn new_raw_batch_put_request(
     pairs: impl Iterator<Item = KvPair>,
     ttls: impl Iterator<Item = u64>,
     cf_: Option<ColumnFamily>,
     atomic: bool,
 ) -> kvrpcpb::RawBatchPutRequest {
-    requests::new_raw_batch_put_request(
-        pairs.map(Into::into).collect(),
-        ttls.collect(),
-        cf(cf_),
-        atomic,
-    )
+    let pairs: Vec<kvrpcpb::KvPair> = pairs.map(Into::into).collect();
+    let ttls = ttls.take(pairs.len()).collect();
+    requests::new_raw_batch_put_request(pairs, ttls, cf(cf_), atomic)
 }
 
 /// A raw delete of `key`.
@@ -275,6 +274,18 @@ mod tests {
             (&b"k"[..], &b"v"[..])
         );
         assert_eq!((put.ttls.as_slice(), put.for_cas), (&[9][..], true));
+        // TTLs are read up to the pair count: an endless iterator works.
+        let endless = new_raw_batch_put_request(
+            vec![
+                KvPair::new("a".to_owned(), b"1".to_vec()),
+                KvPair::new("b".to_owned(), b"2".to_vec()),
+            ]
+            .into_iter(),
+            std::iter::repeat(0),
+            None,
+            false,
+        );
+        assert_eq!(endless.ttls, vec![0, 0]);
         let cas = new_cas_request("k".to_owned().into(), b"n".to_vec(), None, None);
         assert!(cas.previous_not_exist);
         let delete =

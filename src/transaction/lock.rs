@@ -207,8 +207,10 @@ pub struct LockResolver<PdC: PdClient> {
 impl<PdC: PdClient> LockResolver<PdC> {
     /// A resolver over `pd` (a transactional client's, which encodes keys).
     /// Its requests carry `keyspace` in their context; lock keys are used
-    /// as TiKV reports them (with the keyspace prefix).
-    pub fn new(
+    /// as TiKV reports them (with the keyspace prefix). Crate-private: a
+    /// resolver over a PD client that does not encode keys would look for
+    /// the locks' Regions by their raw bytes.
+    pub(crate) fn new(
         pd: Arc<PdC>,
         routing: Arc<RoutingState>,
         backoff: Backoff,
@@ -246,7 +248,7 @@ impl<PdC: PdClient> LockResolver<PdC> {
     /// One pass over `locks` met by a request of a transaction at
     /// `caller_start_ts` (0 for writers, which must not push others'
     /// `min_commit_ts`).
-    pub async fn resolve_locks(
+    pub(crate) async fn resolve_locks(
         self: &Arc<Self>,
         locks: Vec<kvrpcpb::LockInfo>,
         caller_start_ts: u64,

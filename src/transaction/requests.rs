@@ -1,7 +1,7 @@
 //! Transactional requests for the plan: constructors, and the `KvRequest`,
-//! `Shardable`, `Batchable`, `HasRegionError`, `HasKeyErrors` and
-//! [`HasLocks`] implementations of every transactional request the client
-//! sends ([wire.md](crate::spec::wire#transactional-kvrpcpb-for-txnmd) has
+//! `Shardable` and `Batchable` implementations of every transactional
+//! request the client sends (their responses' checks are read from the
+//! wire table, in `request/responses.rs`) ([wire.md](crate::spec::wire#transactional-kvrpcpb-for-txnmd) has
 //! their fields, [txn.md](crate::spec::txn) their meaning).
 //!
 //! Keys on the wire are the caller's keys; the Regions the plan shards by
