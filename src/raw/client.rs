@@ -525,7 +525,11 @@ impl<PdC: PdClient> RawClient<PdC> {
                     // A piece is `(start_key, end_key)` in the request's own
                     // convention, so its `end_key` is where the walk goes on.
                     let (_, piece_end) = piece.1;
-                    items.extend(piece.0.kvs);
+                    if items.is_empty() {
+                        items = piece.0.kvs;
+                    } else {
+                        items.extend(piece.0.kvs);
+                    }
                     next = Some(piece_end);
                 }
                 Ok((items, next))

@@ -40,7 +40,13 @@ where
     loop {
         let remaining = limit.saturating_sub(out.len() as u32);
         let (items, next) = page(cursor, remaining).await?;
-        out.extend(items);
+        // Pairs are large (a pair's unused error field is most of it): the
+        // first page's are moved in, not copied.
+        if out.is_empty() {
+            out = items;
+        } else {
+            out.extend(items);
+        }
         let Some(next) = next else {
             return Ok(out);
         };
