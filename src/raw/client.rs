@@ -21,10 +21,10 @@ use super::requests::{
 use crate::backoff::Backoff;
 use crate::pd::{PdClient, PdRpcClient};
 use crate::proto::kvrpcpb;
-use crate::request::scan::scan_pages;
+use crate::request::scan::{page_of, scan_pages};
 use crate::request::{
-    Collect, CollectError, CollectSingle, DefaultProcessor, HasKeyErrors, HasRegionError,
-    KvRequest, Merge, Plan, PlanBuilder, Process, RoutingState, RoutingStats, Shardable,
+    Collect, CollectError, CollectSingle, DefaultProcessor, HasRegionError, KvRequest, Merge, Plan,
+    PlanBuilder, Process, RoutingState, RoutingStats, Shardable,
 };
 use crate::request::{EncodeKeyspace, KeyMode, Keyspace, TruncateKeyspace};
 use crate::{BoundRange, ColumnFamily, Config, Error, Key, KvPair, Result, Value};
@@ -517,22 +517,7 @@ impl<PdC: PdClient> RawClient<PdC> {
                     .plan()
                     .execute()
                     .await?;
-                let (mut items, mut next) = (Vec::new(), None);
-                for mut piece in pieces {
-                    if let Some(errors) = piece.key_errors() {
-                        return Err(crate::request::strongest_shard_error(errors));
-                    }
-                    // A piece is `(start_key, end_key)` in the request's own
-                    // convention, so its `end_key` is where the walk goes on.
-                    let (_, piece_end) = piece.1;
-                    if items.is_empty() {
-                        items = piece.0.kvs;
-                    } else {
-                        items.extend(piece.0.kvs);
-                    }
-                    next = Some(piece_end);
-                }
-                Ok((items, next))
+                page_of(pieces, |response| response.kvs)
             }
         })
         .await

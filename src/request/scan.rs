@@ -5,6 +5,7 @@
 
 use std::future::Future;
 
+use super::{strongest_shard_error, HasKeyErrors, ResponseWithShard};
 use crate::Result;
 
 /// What one page of a scan returned: its items, and where the walk goes on
@@ -12,6 +13,30 @@ use crate::Result;
 /// upper bound forward, the lower bound in reverse; `None` when the page
 /// served no piece).
 pub(crate) type Page<T> = (Vec<T>, Option<Vec<u8>>);
+
+/// The page the pieces of one scan plan make (`preserve_shard` keeps each
+/// response's piece, `(start_key, end_key)` in the request's convention, so
+/// a piece's `end_key` is where the walk goes on): their items in order,
+/// or the strongest of their key errors.
+pub(crate) fn page_of<R: HasKeyErrors, T>(
+    pieces: Vec<ResponseWithShard<R, (Vec<u8>, Vec<u8>)>>,
+    mut items_of: impl FnMut(R) -> Vec<T>,
+) -> Result<Page<T>> {
+    let (mut items, mut next) = (Vec::new(), None);
+    for ResponseWithShard(mut response, (_, piece_end)) in pieces {
+        if let Some(errors) = response.key_errors() {
+            return Err(strongest_shard_error(errors));
+        }
+        let piece_items = items_of(response);
+        if items.is_empty() {
+            items = piece_items;
+        } else {
+            items.extend(piece_items);
+        }
+        next = Some(piece_end);
+    }
+    Ok((items, next))
+}
 
 /// Scans `[start, end)` (empty `end`: unbounded) in pages, forward or in
 /// reverse, at most `limit` items. `page(cursor, remaining)` reads one page

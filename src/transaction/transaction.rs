@@ -28,10 +28,10 @@ use super::{CodecPdClient, TimestampExt};
 use crate::backoff::Backoff;
 use crate::pd::{PdClient, PdRpcClient, Timestamp};
 use crate::proto::kvrpcpb;
-use crate::request::scan::scan_pages;
+use crate::request::scan::{page_of, scan_pages};
 use crate::request::{
-    CollectError, CollectSingle, CollectWithShard, Dispatch, HasKeyErrors, KvRequest, Plan,
-    PlanBuilder, ResponseWithShard, RoutingState,
+    CollectError, CollectSingle, CollectWithShard, Dispatch, KvRequest, Plan, PlanBuilder,
+    ResponseWithShard, RoutingState,
 };
 use crate::request::{EncodeKeyspace, KeyMode, Keyspace, TruncateKeyspace};
 use crate::{BoundRange, Error, Key, KvPair, Result, Value};
@@ -707,22 +707,10 @@ impl<PdC: PdClient> Transaction<PdC> {
                 .plan()
                 .execute()
                 .await?;
-            let (mut items, mut next) = (Vec::new(), None);
-            for mut piece in pieces {
-                if let Some(errors) = piece.key_errors() {
-                    return Err(crate::request::strongest_shard_error(errors));
-                }
-                let (_, piece_end) = piece.1;
-                items.extend(
-                    piece
-                        .0
-                        .pairs
-                        .into_iter()
-                        .map(|p| KvPair(p.key.into(), p.value)),
-                );
-                next = Some(piece_end);
-            }
-            Ok((items, next))
+            page_of(pieces, |response| {
+                let pairs = response.pairs.into_iter();
+                pairs.map(|p| KvPair(p.key.into(), p.value)).collect()
+            })
         })
         .await
     }
