@@ -14,12 +14,15 @@ use crate::Result;
 /// served no piece).
 pub(crate) type Page<T> = (Vec<T>, Option<Vec<u8>>);
 
+/// A scan response with the piece it served, `(start_key, end_key)`.
+pub(crate) type ScanPiece<R> = ResponseWithShard<R, (Vec<u8>, Vec<u8>)>;
+
 /// The page the pieces of one scan plan make (`preserve_shard` keeps each
 /// response's piece, `(start_key, end_key)` in the request's convention, so
 /// a piece's `end_key` is where the walk goes on): their items in order,
 /// or the strongest of their key errors.
 pub(crate) fn page_of<R: HasKeyErrors, T>(
-    pieces: Vec<ResponseWithShard<R, (Vec<u8>, Vec<u8>)>>,
+    pieces: Vec<ScanPiece<R>>,
     mut items_of: impl FnMut(R) -> Vec<T>,
 ) -> Result<Page<T>> {
     let (mut items, mut next) = (Vec::new(), None);
