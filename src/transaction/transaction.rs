@@ -28,7 +28,7 @@ use super::{CodecPdClient, TimestampExt};
 use crate::backoff::Backoff;
 use crate::pd::{PdClient, PdRpcClient, Timestamp};
 use crate::proto::kvrpcpb;
-use crate::request::scan::{page_of, scan_pages};
+use crate::request::scan::{page_of, scan_pages, ScanPiece};
 use crate::request::{
     CollectError, CollectSingle, CollectWithShard, Dispatch, KvRequest, Plan, PlanBuilder,
     ResponseWithShard, RoutingState,
@@ -53,9 +53,6 @@ fn is_write_conflict(e: &Error) -> bool {
 
 /// How many times a secondary commit is tried in the background.
 const SECONDARY_COMMIT_ATTEMPTS: u32 = 3;
-
-/// A scan response with the `(start_key, end_key)` piece it served.
-type ScanPiece = ResponseWithShard<kvrpcpb::ScanResponse, (Vec<u8>, Vec<u8>)>;
 
 /// What the transactional side has done, for tests and monitoring. Counters
 /// only grow.
@@ -697,7 +694,7 @@ impl<PdC: PdClient> Transaction<PdC> {
             // Reverse: from the cursor (the upper bound) down to the start.
             let bound = if reverse { start } else { end };
             let request = new_scan_request(cursor, bound.to_vec(), ts, remaining, false, reverse);
-            let pieces: Vec<ScanPiece> = self
+            let pieces: Vec<ScanPiece<kvrpcpb::ScanResponse>> = self
                 .shared
                 .builder(request)
                 .preserve_shard()
