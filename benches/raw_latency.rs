@@ -1,6 +1,7 @@
-//! Latency of `RawClient::get` and `put` against the simulated cluster, beside
-//! a bare tonic call to the same store (the floor: one gRPC round trip with
-//! no routing). Run: `cargo bench --bench raw_latency`.
+//! Latency of `RawClient::get`, `put` and `scan` (100 pairs) against the
+//! simulated cluster, beside a bare tonic call to the same store (the floor:
+//! one gRPC round trip with no routing). Run: `cargo bench --bench
+//! raw_latency` (one operation: `cargo bench --bench raw_latency -- scan`).
 //!
 //! One iteration at concurrency N is N requests issued at once by N tasks and
 //! awaited together, so the reported time is the latency a request sees when
@@ -19,6 +20,10 @@ use tonic::transport::Channel;
 
 const CONCURRENCY: [usize; 2] = [1, 64];
 const KEY: &[u8] = b"bench-key";
+/// The scan reads `SCAN_LEN` keys `scan-000`.. in one Region.
+const SCAN_LEN: u32 = 100;
+const SCAN_START: &[u8] = b"scan-";
+const SCAN_END: &[u8] = b"scan.";
 
 struct Setup {
     _cluster: SimCluster,
@@ -41,6 +46,10 @@ async fn setup() -> Setup {
         .put(KEY.to_vec(), b"value".to_vec())
         .await
         .expect("seed the key");
+    client
+        .batch_put((0..SCAN_LEN).map(|i| (format!("scan-{i:03}").into_bytes(), vec![7u8; 100])))
+        .await
+        .expect("seed the scanned keys");
     let region = cluster.region_for_key(KEY).expect("a region for the key");
     let leader = cluster.leader_of(region.id).expect("a leader");
     let addr = cluster
@@ -83,7 +92,7 @@ where
 fn bench(c: &mut Criterion) {
     let rt = Runtime::new().expect("tokio runtime");
     let s = Arc::new(rt.block_on(setup()));
-    for op in ["get", "put"] {
+    for op in ["get", "put", "scan"] {
         let mut group = c.benchmark_group(op);
         group
             .sample_size(30)
@@ -97,7 +106,14 @@ fn bench(c: &mut Criterion) {
                         rounds(iters, n, || {
                             let s = s.clone();
                             async move {
-                                if op == "get" {
+                                if op == "scan" {
+                                    let pairs = s
+                                        .client
+                                        .scan(SCAN_START.to_vec()..SCAN_END.to_vec(), SCAN_LEN)
+                                        .await
+                                        .expect("scan");
+                                    assert_eq!(pairs.len() as u32, SCAN_LEN);
+                                } else if op == "get" {
                                     s.client.get(KEY.to_vec()).await.expect("get");
                                 } else {
                                     s.client
@@ -119,7 +135,19 @@ fn bench(c: &mut Criterion) {
                             let s = s.clone();
                             async move {
                                 let mut client = s.bare.clone();
-                                if op == "get" {
+                                if op == "scan" {
+                                    let resp = client
+                                        .raw_scan(kvrpcpb::RawScanRequest {
+                                            context: Some(s.context.clone()),
+                                            start_key: SCAN_START.to_vec(),
+                                            end_key: SCAN_END.to_vec(),
+                                            limit: SCAN_LEN,
+                                            ..Default::default()
+                                        })
+                                        .await
+                                        .expect("scan");
+                                    assert_eq!(resp.get_ref().kvs.len() as u32, SCAN_LEN);
+                                } else if op == "get" {
                                     let resp = client
                                         .raw_get(kvrpcpb::RawGetRequest {
                                             context: Some(s.context.clone()),
