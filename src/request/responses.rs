@@ -3,7 +3,7 @@
 //! protocol, from where the method's row in the table
 //! ([`kv_methods!`](tikv_plan_proto::kv_methods)) says it keeps them.
 
-use tikv_plan_proto::methods::{KeyErrorField, KvResponse};
+use tikv_plan_proto::methods::KvResponse;
 
 use super::traits::{pair_key_errors, string_key_error};
 use super::{HasKeyErrors, HasLocks, HasRegionError};
@@ -16,8 +16,8 @@ fn key_error(e: kvrpcpb::KeyError) -> Error {
 
 /// Takes every key error out of `response`.
 fn take_key_errors<R: KvResponse>(response: &mut R) -> Option<Vec<Error>> {
-    if R::KEY_ERRORS == KeyErrorField::Text {
-        return response.text_error_mut().and_then(string_key_error);
+    if let Some(text) = response.text_error_mut() {
+        return string_key_error(text);
     }
     let mut errors = Vec::new();
     if let Some(one) = response.key_error_mut().and_then(Option::take) {

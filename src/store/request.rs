@@ -70,26 +70,14 @@ macro_rules! impl_requests {
             }
 
             fn set_context(&mut self, context: kvrpcpb::Context) {
-                *self.context_mut_slot() = Some(context);
+                *<Self as KvMethod>::context_mut(self) = Some(context);
             }
 
             fn context_mut(&mut self) -> Option<&mut kvrpcpb::Context> {
-                self.context_mut_slot().as_mut()
+                <Self as KvMethod>::context_mut(self).as_mut()
             }
         }
     )*};
-}
-
-/// The context field of a request of the table, as [`KvMethod`] gives it
-/// (a name of its own: `Request::context_mut` means something else).
-trait ContextSlot {
-    fn context_mut_slot(&mut self) -> &mut Option<kvrpcpb::Context>;
-}
-
-impl<R: KvMethod> ContextSlot for R {
-    fn context_mut_slot(&mut self) -> &mut Option<kvrpcpb::Context> {
-        KvMethod::context_mut(self)
-    }
 }
 
 tikv_plan_proto::kv_methods!(impl_requests);

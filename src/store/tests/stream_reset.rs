@@ -11,9 +11,7 @@ use std::time::Duration;
 use crate::classify::{classify_grpc_error, DispatchFailure};
 use crate::proto::kvrpcpb;
 use crate::proto::tikvpb::tikv_client::TikvClient;
-use prost::Message;
 use tokio::net::TcpListener;
-use tonic::codegen::{http, Bytes};
 
 /// Serves HTTP/2 on 127.0.0.1: resets the first stream of each connection,
 /// answers every later one with an empty `RawGetResponse` carrying `v`.
@@ -37,26 +35,7 @@ async fn resetting_server() -> (String, Arc<AtomicUsize>) {
                         respond.send_reset(h2::Reason::INTERNAL_ERROR);
                         continue;
                     }
-                    let head = http::Response::builder()
-                        .status(200)
-                        .header("content-type", "application/grpc")
-                        .body(())
-                        .unwrap();
-                    let Ok(mut body) = respond.send_response(head, false) else {
-                        return;
-                    };
-                    let message = kvrpcpb::RawGetResponse {
-                        value: b"v".to_vec(),
-                        ..Default::default()
-                    }
-                    .encode_to_vec();
-                    let mut frame = vec![0u8];
-                    frame.extend((message.len() as u32).to_be_bytes());
-                    frame.extend(message);
-                    let _ = body.send_data(Bytes::from(frame), false);
-                    let mut trailers = http::HeaderMap::new();
-                    trailers.insert("grpc-status", http::HeaderValue::from_static("0"));
-                    let _ = body.send_trailers(trailers);
+                    super::answer(respond);
                 }
             });
         }

@@ -23,7 +23,6 @@ use crate::proto::tikvpb::tikv_client::TikvClient;
 use crate::store::{KvClient, KvConnect, TikvConnect};
 use crate::Error;
 use crate::SecurityManager;
-use prost::Message;
 use tokio::net::{TcpListener, TcpStream};
 use tonic::codegen::{http, Bytes};
 use tonic::transport::Endpoint;
@@ -106,7 +105,7 @@ async fn serve(socket: TcpStream, behaviour: Behaviour) {
     let mut first = true;
     while let Some(Ok((_request, mut respond))) = conn.accept().await {
         if !std::mem::take(&mut first) {
-            answer(respond);
+            super::answer(respond);
             continue;
         }
         match behaviour {
@@ -185,30 +184,6 @@ async fn send_past_the_window(
         body.send_reset(reason);
     }
     let _ = past_the_window.send(());
-}
-
-/// An empty `RawGetResponse` with value `v`.
-fn answer(mut respond: h2::server::SendResponse<Bytes>) {
-    let head = http::Response::builder()
-        .status(200)
-        .header("content-type", "application/grpc")
-        .body(())
-        .unwrap();
-    let Ok(mut body) = respond.send_response(head, false) else {
-        return;
-    };
-    let message = kvrpcpb::RawGetResponse {
-        value: b"v".to_vec(),
-        ..Default::default()
-    }
-    .encode_to_vec();
-    let mut frame = vec![0u8];
-    frame.extend((message.len() as u32).to_be_bytes());
-    frame.extend(message);
-    let _ = body.send_data(Bytes::from(frame), false);
-    let mut trailers = http::HeaderMap::new();
-    trailers.insert("grpc-status", http::HeaderValue::from_static("0"));
-    let _ = body.send_trailers(trailers);
 }
 
 async fn client(address: &str) -> TikvClient<tonic::transport::Channel> {
@@ -330,7 +305,7 @@ async fn one_shot_server(
         drop(listener);
         let mut conn = h2::server::handshake(socket).await.unwrap();
         let (_request, respond) = conn.accept().await.unwrap().unwrap();
-        answer(respond);
+        super::answer(respond);
         // Drive the connection (the answer goes out) until told to close.
         tokio::select! {
             _ = close => {}
