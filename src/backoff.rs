@@ -14,7 +14,8 @@ pub const OPTIMISTIC_BACKOFF: Backoff = Backoff::no_jitter_backoff(2, 500, 10);
 pub const PESSIMISTIC_BACKOFF: Backoff = Backoff::no_jitter_backoff(2, 500, 10);
 
 /// How delays grow between attempts.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
 pub(crate) enum BackoffKind {
     /// No retries at all.
     None,
@@ -30,7 +31,14 @@ pub(crate) enum BackoffKind {
 
 /// A retry budget and delay schedule. `next_delay_duration` returns `None`
 /// once the attempts are spent.
-#[derive(Debug, Clone, PartialEq, Eq)]
+///
+/// In a configuration file a backoff is its schedule, in kebab-case:
+/// `{ "kind": "no-jitter", "base-delay-ms": 2, "max-delay-ms": 500,
+/// "max-attempts": 10 }`, with `kind` one of `none`, `no-jitter`,
+/// `full-jitter`, `equal-jitter` and `decorrelated-jitter`. A loaded
+/// backoff starts with no attempts spent.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(into = "BackoffSchedule", try_from = "BackoffSchedule")]
 pub struct Backoff {
     kind: BackoffKind,
     current_attempts: u32,
@@ -38,6 +46,56 @@ pub struct Backoff {
     base_delay_ms: u64,
     current_delay_ms: u64,
     max_delay_ms: u64,
+}
+
+/// A [`Backoff`] as a configuration file writes it: the schedule without
+/// the attempts spent.
+#[derive(serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "kebab-case", deny_unknown_fields)]
+struct BackoffSchedule {
+    kind: BackoffKind,
+    #[serde(default)]
+    base_delay_ms: u64,
+    #[serde(default)]
+    max_delay_ms: u64,
+    #[serde(default)]
+    max_attempts: u32,
+}
+
+impl From<Backoff> for BackoffSchedule {
+    fn from(b: Backoff) -> Self {
+        BackoffSchedule {
+            kind: b.kind,
+            base_delay_ms: b.base_delay_ms,
+            max_delay_ms: b.max_delay_ms,
+            max_attempts: b.max_attempts,
+        }
+    }
+}
+
+// Hidden: the schedule type is serde's view of a backoff, not an API.
+#[doc(hidden)]
+impl TryFrom<BackoffSchedule> for Backoff {
+    type Error = String;
+
+    fn try_from(s: BackoffSchedule) -> Result<Self, String> {
+        if s.kind != BackoffKind::None && s.max_delay_ms < s.base_delay_ms {
+            return Err(format!(
+                "a backoff's max-delay-ms ({}) is below its base-delay-ms ({}); \
+                 make max-delay-ms at least base-delay-ms",
+                s.max_delay_ms, s.base_delay_ms
+            ));
+        }
+        if s.kind == BackoffKind::None {
+            return Ok(Backoff::no_backoff());
+        }
+        Ok(Backoff::with(
+            s.kind,
+            s.base_delay_ms,
+            s.max_delay_ms,
+            s.max_attempts,
+        ))
+    }
 }
 
 impl Backoff {

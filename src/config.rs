@@ -5,6 +5,8 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+use serde::{Deserialize, Serialize};
+
 use crate::backoff::{Backoff, DEFAULT_REGION_BACKOFF};
 
 /// Default bound on one RPC.
@@ -33,8 +35,10 @@ pub const DEFAULT_BATCH_STREAMS_PER_STORE: usize = 4;
 /// busy stream: zero, never wait.
 pub const DEFAULT_BATCH_MAX_WAIT: Duration = Duration::ZERO;
 
-/// How requests travel to a store.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+/// How requests travel to a store. In a configuration file: `"unary"` or
+/// `"batched"`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
 pub enum RpcMode {
     /// One gRPC call per request (client-rust's transport).
     #[default]
@@ -70,18 +74,27 @@ pub struct SecurityConfig {
 /// assert_eq!(config.timeout, Duration::from_millis(500));
 /// ```
 ///
-/// # Why `Config` is not `#[non_exhaustive]`
+/// As in client-rust, `Config` is `#[non_exhaustive]` (new settings do not
+/// break callers) and loads from a file with serde: field names in
+/// kebab-case, every field optional (a missing one keeps its default),
+/// durations as `{ secs, nanos }`. A file written for client-rust 0.4.0
+/// loads unchanged.
 ///
-/// client-rust's `Config` has public fields, and programs written against it
-/// build one with a struct literal (`Config { timeout, ..Default::default() }`),
-/// which `#[non_exhaustive]` forbids outside this crate. Moving those
-/// programs over unchanged comes first, so `Config` stays open: every field
-/// has a default, new settings arrive with a `with_*` builder, and the
-/// struct-literal form with `..Default::default()` keeps compiling when one
-/// is added. The crate's own growing output structs (`RoutingStats`,
-/// `PdStats`, `TsoStats`, `ConnectCounts`, `LockStats`, `TransactionStats`)
-/// are `#[non_exhaustive]`.
-#[derive(Debug, Clone)]
+/// ```
+/// # fn main() -> Result<(), serde_json::Error> {
+/// let config: tikv_plan::Config = serde_json::from_str(
+///     r#"{ "timeout": { "secs": 1, "nanos": 0 }, "rpc-mode": "batched",
+///          "region-backoff": { "kind": "full-jitter", "base-delay-ms": 2,
+///                              "max-delay-ms": 500, "max-attempts": 10 } }"#,
+/// )?;
+/// assert_eq!(config.timeout, std::time::Duration::from_secs(1));
+/// assert_eq!(config.rpc_mode, tikv_plan::RpcMode::Batched);
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, rename_all = "kebab-case")]
+#[non_exhaustive]
 pub struct Config {
     /// Bound on each RPC to a store or to PD.
     pub timeout: Duration,

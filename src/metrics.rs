@@ -19,8 +19,8 @@ use std::sync::LazyLock;
 use std::time::Duration;
 
 use prometheus::{
-    exponential_buckets, Encoder, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge,
-    Opts, TextEncoder,
+    exponential_buckets, Encoder, Histogram, HistogramOpts, HistogramVec, IntCounter,
+    IntCounterVec, IntGauge, Opts, Registry, TextEncoder,
 };
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
@@ -44,6 +44,137 @@ pub(crate) struct Metrics {
     pub(crate) pd_requests: IntCounterVec,
     pub(crate) pd_request_duration: HistogramVec,
     pub(crate) connections: IntCounterVec,
+    /// The series client-rust exports, under its names, so its dashboards
+    /// keep working.
+    pub(crate) compat: CompatMetrics,
+}
+
+/// client-rust's series: its names, its one label (`type`: the request
+/// kind, `raw_get` or `kv_prewrite` for TiKV, `get_region` or `get_store`
+/// for PD) and prometheus's default buckets. A TiKV request counts per RPC
+/// (a response carrying a Region error counts as answered); a PD request
+/// counts once per call, its retries on a new leader included.
+pub(crate) struct CompatMetrics {
+    pub(crate) tikv_request_duration: HistogramVec,
+    pub(crate) tikv_requests: IntCounterVec,
+    pub(crate) tikv_failed_request_duration: HistogramVec,
+    pub(crate) tikv_failed_requests: IntCounterVec,
+    pub(crate) pd_request_duration: HistogramVec,
+    pub(crate) pd_requests: IntCounterVec,
+    pub(crate) pd_failed_request_duration: HistogramVec,
+    pub(crate) pd_failed_requests: IntCounterVec,
+    pub(crate) pd_tso_batch_size: Histogram,
+}
+
+impl CompatMetrics {
+    fn new() -> Self {
+        let ty = &["type"];
+        let default_histogram = |name: &str, help: &str| {
+            HistogramVec::new(HistogramOpts::new(name, help), ty)
+                .unwrap_or_else(|e| invalid(name, e))
+        };
+        CompatMetrics {
+            tikv_request_duration: default_histogram(
+                "tikv_request_duration_seconds",
+                "Latency of TiKV RPCs that got an answer, by request type (client-rust's series).",
+            ),
+            tikv_requests: counter_vec(
+                "tikv_request_total",
+                "TiKV RPCs sent, by request type (client-rust's series).",
+                ty,
+            ),
+            tikv_failed_request_duration: default_histogram(
+                "tikv_failed_request_duration_seconds",
+                "Latency of TiKV RPCs that failed, by request type (client-rust's series).",
+            ),
+            tikv_failed_requests: counter_vec(
+                "tikv_failed_request_total",
+                "TiKV RPCs that failed, by request type (client-rust's series).",
+                ty,
+            ),
+            pd_request_duration: default_histogram(
+                "pd_request_duration_seconds",
+                "Latency of PD calls that succeeded, by request type (client-rust's series).",
+            ),
+            pd_requests: counter_vec(
+                "pd_request_total",
+                "PD calls, by request type (client-rust's series).",
+                ty,
+            ),
+            pd_failed_request_duration: default_histogram(
+                "pd_failed_request_duration_seconds",
+                "Latency of PD calls that failed, by request type (client-rust's series).",
+            ),
+            pd_failed_requests: counter_vec(
+                "pd_failed_request_total",
+                "PD calls that failed, by request type (client-rust's series).",
+                ty,
+            ),
+            pd_tso_batch_size: Histogram::with_opts(HistogramOpts::new(
+                "pd_tso_batch_size",
+                "Timestamps asked for per TSO request (client-rust's series).",
+            ))
+            .unwrap_or_else(|e| invalid("pd_tso_batch_size", e)),
+        }
+    }
+
+    fn collectors(&self) -> [Box<dyn prometheus::core::Collector>; 9] {
+        [
+            Box::new(self.tikv_request_duration.clone()),
+            Box::new(self.tikv_requests.clone()),
+            Box::new(self.tikv_failed_request_duration.clone()),
+            Box::new(self.tikv_failed_requests.clone()),
+            Box::new(self.pd_request_duration.clone()),
+            Box::new(self.pd_requests.clone()),
+            Box::new(self.pd_failed_request_duration.clone()),
+            Box::new(self.pd_failed_requests.clone()),
+            Box::new(self.pd_tso_batch_size.clone()),
+        ]
+    }
+
+    /// One TiKV RPC of `kind` ended after `elapsed`.
+    pub(crate) fn tikv_rpc(&self, kind: &str, elapsed: Duration, ok: bool) {
+        Self::observe(
+            [&self.tikv_requests, &self.tikv_failed_requests],
+            [
+                &self.tikv_request_duration,
+                &self.tikv_failed_request_duration,
+            ],
+            kind,
+            elapsed,
+            ok,
+        );
+    }
+
+    /// One PD call of `kind` ended after `elapsed`.
+    pub(crate) fn pd_call(&self, kind: &str, elapsed: Duration, ok: bool) {
+        Self::observe(
+            [&self.pd_requests, &self.pd_failed_requests],
+            [&self.pd_request_duration, &self.pd_failed_request_duration],
+            kind,
+            elapsed,
+            ok,
+        );
+    }
+
+    /// client-rust counts every request, and observes its latency in the
+    /// plain or the failed histogram; a failure also counts as failed.
+    fn observe(
+        [total, failed]: [&IntCounterVec; 2],
+        [duration, failed_duration]: [&HistogramVec; 2],
+        kind: &str,
+        elapsed: Duration,
+        ok: bool,
+    ) {
+        total.with_label_values(&[kind]).inc();
+        let seconds = elapsed.as_secs_f64();
+        if ok {
+            duration.with_label_values(&[kind]).observe(seconds);
+        } else {
+            failed_duration.with_label_values(&[kind]).observe(seconds);
+            failed.with_label_values(&[kind]).inc();
+        }
+    }
 }
 
 /// The metrics, registered in the default registry on first use.
@@ -152,13 +283,20 @@ impl Metrics {
                 "Connection attempts, by target (store, pd) and outcome (ok, failed, timeout).",
                 &["target", "outcome"],
             ),
+            compat: CompatMetrics::new(),
         };
-        m.register();
+        for collector in m.collectors() {
+            if let Err(e) = prometheus::default_registry().register(collector) {
+                // Another collector already took the name: ours still
+                // counts, but is not exported. Not worth failing requests.
+                tracing::warn!("a tikv-plan metric could not be registered: {e}");
+            }
+        }
         m
     }
 
-    fn register(&self) {
-        let collectors: [Box<dyn prometheus::core::Collector>; 17] = [
+    fn collectors(&self) -> impl Iterator<Item = Box<dyn prometheus::core::Collector>> {
+        let own: [Box<dyn prometheus::core::Collector>; 17] = [
             Box::new(self.requests.clone()),
             Box::new(self.request_duration.clone()),
             Box::new(self.store_rpcs.clone()),
@@ -177,13 +315,7 @@ impl Metrics {
             Box::new(self.pd_request_duration.clone()),
             Box::new(self.connections.clone()),
         ];
-        for collector in collectors {
-            if let Err(e) = prometheus::default_registry().register(collector) {
-                // Another collector already took the name: ours still
-                // counts, but is not exported. Not worth failing requests.
-                tracing::warn!("a tikv-plan metric could not be registered: {e}");
-            }
-        }
+        own.into_iter().chain(self.compat.collectors())
     }
 }
 
@@ -191,6 +323,16 @@ impl Metrics {
 /// first use. Idempotent.
 pub fn register() {
     LazyLock::force(&METRICS);
+}
+
+/// Registers every metric of the crate in `registry` as well (they stay in
+/// the default registry, where client-rust registers its own): for an
+/// application that exports its own [`Registry`]. Fails if `registry`
+/// already holds a metric of the same name, e.g. when called twice.
+pub fn register_in(registry: &Registry) -> prometheus::Result<()> {
+    METRICS
+        .collectors()
+        .try_for_each(|collector| registry.register(collector))
 }
 
 /// Every metric of the default registry (this crate's and any other the

@@ -2,12 +2,12 @@
 //! server against a CA) and mutual TLS (the client also presents its own
 //! certificate), through tonic's rustls support.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity};
 
-use crate::config::SecurityConfig;
+use crate::config::{SecurityConfig, DEFAULT_CONNECT_TIMEOUT, DEFAULT_REQUEST_TIMEOUT};
 use crate::{Error, ErrorSource, Result};
 
 /// Opens gRPC channels with the configured security and bounds.
@@ -49,10 +49,27 @@ impl SecurityManager {
         SecurityManager { tls: None }
     }
 
+    /// Mutual TLS from three PEM files: the CA that signs the servers'
+    /// certificates, the client's certificate and its private key
+    /// (client-rust's signature). A missing or malformed file is an
+    /// [`Error::Security`] naming it. For TLS without a client certificate,
+    /// or for plaintext, use [`SecurityManager::from_config`].
+    pub fn load(
+        ca_path: impl AsRef<Path>,
+        cert_path: impl AsRef<Path>,
+        key_path: impl Into<PathBuf>,
+    ) -> Result<Self> {
+        Self::from_config(&SecurityConfig {
+            ca_path: Some(ca_path.as_ref().to_path_buf()),
+            cert_path: Some(cert_path.as_ref().to_path_buf()),
+            key_path: Some(key_path.into()),
+        })
+    }
+
     /// Builds a manager from a [`SecurityConfig`]: plaintext when no path is
     /// set, TLS with only a CA, mutual TLS with a CA, certificate and key.
     /// A missing or malformed file is an [`Error::Security`] naming it.
-    pub fn load(config: &SecurityConfig) -> Result<Self> {
+    pub fn from_config(config: &SecurityConfig) -> Result<Self> {
         let SecurityConfig {
             ca_path,
             cert_path,
@@ -95,10 +112,26 @@ impl SecurityManager {
         self.tls.is_some()
     }
 
+    /// Opens a channel to `addr` (`host:port`, or a URL with a scheme) and
+    /// hands it to `factory`, which wraps it in a gRPC client stub
+    /// (client-rust's signature), e.g. `TikvClient::new`. The setup is
+    /// bounded by [`DEFAULT_CONNECT_TIMEOUT`], each RPC on the channel by
+    /// [`DEFAULT_REQUEST_TIMEOUT`]; [`SecurityManager::connect_channel`]
+    /// takes both bounds.
+    pub async fn connect<Factory, Client>(&self, addr: &str, factory: Factory) -> Result<Client>
+    where
+        Factory: FnOnce(Channel) -> Client,
+    {
+        let channel = self
+            .connect_channel(addr, DEFAULT_CONNECT_TIMEOUT, DEFAULT_REQUEST_TIMEOUT)
+            .await?;
+        Ok(factory(channel))
+    }
+
     /// Opens a channel to `address` (`host:port`, or a URL with a scheme).
     /// The whole setup (TCP, TLS and HTTP/2 handshakes) is bounded by
     /// `connect_timeout`; each RPC on the channel by `request_timeout`.
-    pub async fn connect(
+    pub async fn connect_channel(
         &self,
         address: &str,
         connect_timeout: Duration,
@@ -232,7 +265,7 @@ mod tests {
 
     #[test]
     fn empty_config_is_plaintext() {
-        let m = SecurityManager::load(&SecurityConfig::default()).unwrap();
+        let m = SecurityManager::from_config(&SecurityConfig::default()).unwrap();
         assert!(!m.is_tls());
     }
 
@@ -242,7 +275,7 @@ mod tests {
             ca_path: Some("/nonexistent/ca.pem".into()),
             ..Default::default()
         };
-        let err = SecurityManager::load(&cfg).unwrap_err();
+        let err = SecurityManager::from_config(&cfg).unwrap_err();
         let text = err.to_string();
         assert!(matches!(err, Error::Security { .. }));
         assert!(text.contains("/nonexistent/ca.pem"), "{text}");
@@ -256,7 +289,7 @@ mod tests {
             ca_path: Some(ca.path().into()),
             ..Default::default()
         };
-        let text = SecurityManager::load(&cfg).unwrap_err().to_string();
+        let text = SecurityManager::from_config(&cfg).unwrap_err().to_string();
         assert!(text.contains("not PEM"), "{text}");
     }
 
@@ -268,7 +301,7 @@ mod tests {
             cert_path: Some(ca.path().into()),
             key_path: None,
         };
-        let text = SecurityManager::load(&cfg).unwrap_err().to_string();
+        let text = SecurityManager::from_config(&cfg).unwrap_err().to_string();
         assert!(text.contains("both cert_path and key_path"), "{text}");
     }
 
@@ -279,7 +312,7 @@ mod tests {
             ..Default::default()
         };
         assert!(matches!(
-            SecurityManager::load(&cfg),
+            SecurityManager::from_config(&cfg),
             Err(Error::Security { .. })
         ));
     }

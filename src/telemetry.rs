@@ -402,6 +402,77 @@ where
     }
 }
 
+/// Runs one TiKV RPC of `kind` (the request's label, `raw_get`), for
+/// client-rust's `tikv_request_*` series: counted once it ends, ok when the
+/// store answered (a Region error is an answer).
+pub(crate) async fn tikv_rpc<T, F>(kind: &'static str, rpc: F) -> crate::Result<T>
+where
+    F: Future<Output = crate::Result<T>>,
+{
+    #[cfg(feature = "prometheus")]
+    {
+        let started = tokio::time::Instant::now();
+        let result = rpc.await;
+        METRICS
+            .compat
+            .tikv_rpc(kind, started.elapsed(), result.is_ok());
+        result
+    }
+    #[cfg(not(feature = "prometheus"))]
+    {
+        let _ = kind;
+        rpc.await
+    }
+}
+
+/// Runs one PD call (`method`: its gRPC name, `GetRegion`), retries on a
+/// new leader included, for client-rust's `pd_request_*` series under
+/// client-rust's type names (`get_region`).
+pub(crate) async fn pd_request<T, F>(method: &str, call: F) -> crate::Result<T>
+where
+    F: Future<Output = crate::Result<T>>,
+{
+    #[cfg(feature = "prometheus")]
+    {
+        let started = tokio::time::Instant::now();
+        let result = call.await;
+        METRICS
+            .compat
+            .pd_call(pd_request_type(method), started.elapsed(), result.is_ok());
+        result
+    }
+    #[cfg(not(feature = "prometheus"))]
+    {
+        let _ = method;
+        call.await
+    }
+}
+
+/// A TSO request asked for `count` timestamps (`pd_tso_batch_size`).
+#[inline]
+pub(crate) fn tso_batch(count: u32) {
+    #[cfg(feature = "prometheus")]
+    METRICS.compat.pd_tso_batch_size.observe(f64::from(count));
+    #[cfg(not(feature = "prometheus"))]
+    let _ = count;
+}
+
+/// client-rust's `type` label of a PD call, from its gRPC method name.
+#[cfg(feature = "prometheus")]
+fn pd_request_type(method: &str) -> &'static str {
+    match method {
+        "GetRegion" => "get_region",
+        "GetRegionByID" => "get_region_by_id",
+        "GetStore" => "get_store",
+        "GetAllStores" => "get_all_stores",
+        "UpdateGCSafePoint" => "update_gc_safepoint",
+        "LoadKeyspace" => "load_keyspace",
+        "ScanRegions" => "scan_regions",
+        "GetMembers" => "get_members",
+        _ => "other",
+    }
+}
+
 /// Opens a connection to `address` (`target`: `store` or `pd`) with
 /// `connect`: a debug event before, a warning on failure, and the
 /// connection counters.
@@ -446,6 +517,21 @@ mod tests {
         assert_eq!(decimal(7, &mut buf), "7");
         assert_eq!(decimal(1234, &mut buf), "1234");
         assert_eq!(decimal(u64::MAX, &mut buf), "18446744073709551615");
+    }
+
+    #[test]
+    fn every_pd_method_the_client_calls_has_client_rusts_type_name() {
+        for (method, kind) in [
+            ("GetRegion", "get_region"),
+            ("GetRegionByID", "get_region_by_id"),
+            ("GetStore", "get_store"),
+            ("GetAllStores", "get_all_stores"),
+            ("UpdateGCSafePoint", "update_gc_safepoint"),
+            ("LoadKeyspace", "load_keyspace"),
+        ] {
+            assert_eq!(pd_request_type(method), kind);
+        }
+        assert_eq!(pd_request_type("SomethingNew"), "other");
     }
 
     #[test]

@@ -187,10 +187,8 @@ mod single_flight {
         let pd = FakePd::start(1, 9).await;
         let (open, gate) = watch::channel(None);
         let attempts = Arc::new(AtomicUsize::new(0));
-        let config = Config {
-            single_flight_connect,
-            ..Config::default()
-        };
+        let mut config = Config::default();
+        config.single_flight_connect = single_flight_connect;
         let connect = GatedConnect {
             attempts: Arc::clone(&attempts),
             gate,

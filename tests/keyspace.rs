@@ -151,3 +151,38 @@ async fn a_keyspace_client_over_a_given_pd_client() {
     assert_eq!(cluster.value_of(raw.as_bytes()), Some(b"v".to_vec()));
     cluster.shutdown().await;
 }
+
+/// In a keyspace, the coprocessor's builder and its results see the ranges
+/// as the caller wrote them; the plugin counts only the keyspace's keys.
+#[tokio::test]
+async fn coprocessor_ranges_come_without_the_keyspace_prefix() {
+    let cluster = v2_cluster().await;
+    let a = client_in(&cluster, "a").await;
+    let b = client_in(&cluster, "b").await;
+    for key in ["c", "d", "x"] {
+        a.put(key, "v").await.unwrap();
+        b.put(key, "v").await.unwrap();
+    }
+    let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let answers = a
+        .coprocessor(tikv_sim::COPROCESSOR_PLUGIN, "1", [..], {
+            let seen = Arc::clone(&seen);
+            move |_, ranges| {
+                seen.lock().unwrap().extend(ranges);
+                b"n".to_vec()
+            }
+        })
+        .await
+        .unwrap();
+    // Keyspace a's Regions split at its "m": two calls, three keys in all.
+    let expected = [
+        vec![Key::from("")..Key::from("m")],
+        vec![Key::from("m")..Key::from("")],
+    ];
+    let ranges: Vec<_> = answers.iter().map(|(r, _)| r.clone()).collect();
+    assert_eq!(ranges, expected);
+    let data: Vec<&[u8]> = answers.iter().map(|(_, d)| &d[..]).collect();
+    assert_eq!(data, [&b"n:2"[..], &b"n:1"[..]]);
+    assert_eq!(*seen.lock().unwrap(), expected.concat());
+    cluster.shutdown().await;
+}

@@ -232,6 +232,59 @@ async fn metrics_scraped_after_leader_loss_count_the_real_traffic() {
     assert_eq!(value(&m, "tikv_plan_rpcs_in_flight", &[]), 0.0);
     assert_eq!(value(&m, "tikv_plan_undetermined_total", &[]), 0.0);
 
+    // client-rust's series, under its names and its `type` label: one count
+    // per TiKV RPC (so at least one per call; the attempt at the dead store
+    // failed), one per PD call.
+    let raw_get = [("type", "raw_get")];
+    let tikv_gets = value(&m, "tikv_request_total", &raw_get);
+    assert!(tikv_gets >= 2.0 * KEYS as f64, "{tikv_gets}");
+    assert_eq!(
+        value(&m, "tikv_request_total", &[("type", "raw_put")]),
+        KEYS as f64
+    );
+    let failed_gets = value(&m, "tikv_failed_request_total", &raw_get);
+    assert_eq!(
+        value(&m, "tikv_request_duration_seconds_count", &raw_get) + failed_gets,
+        tikv_gets,
+        "every RPC is observed once, as answered or failed"
+    );
+    assert_eq!(
+        value(&m, "tikv_failed_request_duration_seconds_count", &raw_get),
+        failed_gets
+    );
+    assert!(
+        value(&m, "pd_request_total", &[("type", "get_region")]) >= 1.0,
+        "{body}"
+    );
+    assert!(value(&m, "pd_request_total", &[("type", "get_store")]) >= 1.0);
+    assert!(
+        value(
+            &m,
+            "pd_request_duration_seconds_count",
+            &[("type", "get_store")]
+        ) >= 1.0
+    );
+    assert!(body.contains("# TYPE tikv_failed_request_duration_seconds histogram"));
+    assert!(body.contains("# TYPE pd_tso_batch_size histogram"));
+
+    // The same metrics in a registry of the application's own.
+    let registry = prometheus::Registry::new();
+    tikv_plan::metrics::register_in(&registry).unwrap();
+    let mut own = Vec::new();
+    prometheus::Encoder::encode(
+        &prometheus::TextEncoder::new(),
+        &registry.gather(),
+        &mut own,
+    )
+    .unwrap();
+    let own = parse(&String::from_utf8(own).unwrap());
+    assert!(value(&own, "tikv_request_total", &raw_get) >= tikv_gets);
+    assert!(value(&own, "tikv_plan_requests_total", &gets) >= 2.0 * KEYS as f64);
+    assert!(
+        tikv_plan::metrics::register_in(&registry).is_err(),
+        "a second registration of the same names is refused"
+    );
+
     // Anything but GET /metrics is refused.
     let (status, _) = http(addr, "GET /other HTTP/1.1\r\n\r\n").await;
     assert_eq!(status, "HTTP/1.1 404 Not Found");

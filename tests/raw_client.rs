@@ -585,3 +585,97 @@ async fn every_method_works_through_fallback_while_a_leader_store_is_down() {
         assert_eq!(cluster.counters(store).replica_reads(), 0);
     }
 }
+
+/// `coprocessor` calls the stores' plugin once per Region, with the data
+/// the builder made for that Region and its pieces of the ranges; the
+/// results come back per Region, in key order. A missing plugin or a version
+/// mismatch is the store's answer (`KvError`); a requirement that is not
+/// semver is refused before anything is sent.
+#[tokio::test]
+async fn coprocessor_runs_the_plugin_in_every_region_of_the_ranges() {
+    let cluster = cluster().await;
+    let client = client(&cluster).await;
+    for key in ["a1", "b1", "h1", "i1", "j1", "p1"] {
+        client.put(key.to_owned(), "v".to_owned()).await.unwrap();
+    }
+    let regions: Vec<u64> = cluster.regions().iter().map(|r| r.id).collect();
+    let answers = client
+        .coprocessor(
+            tikv_sim::COPROCESSOR_PLUGIN,
+            ">=1.0, <2",
+            [
+                "b".to_owned().."j".to_owned(),
+                "o".to_owned().."q".to_owned(),
+            ],
+            |region, ranges| {
+                format!("region {} with {} ranges", region.id, ranges.len()).into_bytes()
+            },
+        )
+        .await
+        .unwrap();
+    let got: Vec<(Vec<std::ops::Range<Key>>, String)> = answers
+        .into_iter()
+        .map(|(ranges, data)| (ranges, String::from_utf8(data).unwrap()))
+        .collect();
+    let range = |a: &str, b: &str| Key::from(a.to_owned())..Key::from(b.to_owned());
+    assert_eq!(
+        got,
+        [
+            (
+                vec![range("b", "g")],
+                format!("region {} with 1 ranges:1", regions[0])
+            ),
+            (
+                vec![range("g", "j")],
+                format!("region {} with 1 ranges:2", regions[1])
+            ),
+            (
+                vec![range("o", "q")],
+                format!("region {} with 1 ranges:1", regions[2])
+            ),
+        ]
+    );
+
+    let missing = client
+        .coprocessor("no-such-plugin", "*", ["a".to_owned()..], |_, _| Vec::new())
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&missing, Error::KvError { message } if message.contains("no-such-plugin")),
+        "{missing:?}"
+    );
+    let mismatch = client
+        .coprocessor(
+            tikv_sim::COPROCESSOR_PLUGIN,
+            "^2",
+            ["a".to_owned()..],
+            |_, _| Vec::new(),
+        )
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&mismatch, Error::KvError { message } if message.contains("does not match")),
+        "{mismatch:?}"
+    );
+    let sent = |cluster: &SimCluster| -> u64 {
+        cluster
+            .store_ids()
+            .into_iter()
+            .map(|id| cluster.counters(id).total("raw_coprocessor"))
+            .sum()
+    };
+    let before = sent(&cluster);
+    let invalid = client
+        .coprocessor(
+            tikv_sim::COPROCESSOR_PLUGIN,
+            "one point two",
+            ["a".to_owned()..],
+            |_, _| Vec::new(),
+        )
+        .await
+        .unwrap_err();
+    assert!(matches!(invalid, Error::InvalidArgument(_)), "{invalid:?}");
+    assert_eq!(sent(&cluster), before, "nothing was sent");
+    assert!(before >= 5, "the calls above reached the plugin");
+    cluster.shutdown().await;
+}

@@ -18,9 +18,10 @@ use tokio::time::Instant;
 async fn two_busy_zero_trigger_one_followers_only_probe() {
     for shared in [false, true] {
         let pd = three_voters();
-        let routing = Arc::new(RoutingState::new(&Config {
-            shared_busy_probe: shared,
-            ..Config::default()
+        let routing = Arc::new(RoutingState::new(&{
+            let mut config = Config::default();
+            config.shared_busy_probe = shared;
+            config
         }));
         pd.set_dispatch_hook(|peer, req| match peer.id {
             11 => region_error(req, mock::server_is_busy(0, 0)),
@@ -48,9 +49,10 @@ async fn two_busy_zero_trigger_one_followers_only_probe() {
 async fn inconclusive_probe_restores_leader_and_probes_once() {
     for shared in [false, true] {
         let pd = three_voters();
-        let routing = Arc::new(RoutingState::new(&Config {
-            shared_busy_probe: shared,
-            ..Config::default()
+        let routing = Arc::new(RoutingState::new(&{
+            let mut config = Config::default();
+            config.shared_busy_probe = shared;
+            config
         }));
         let leader_calls = Arc::new(AtomicU32::new(0));
         let calls = leader_calls.clone();
@@ -114,9 +116,10 @@ async fn non_zero_busy_follows_normal_path() {
 async fn concurrent_requests_share_one_busy_probe() {
     async fn run(shared: bool) -> (u64, usize, usize) {
         let pd = three_voters();
-        let routing = Arc::new(RoutingState::new(&Config {
-            shared_busy_probe: shared,
-            ..Config::default()
+        let routing = Arc::new(RoutingState::new(&{
+            let mut config = Config::default();
+            config.shared_busy_probe = shared;
+            config
         }));
         pd.set_async_dispatch_hook(|peer, req| {
             let answer = match peer.id {
@@ -256,9 +259,10 @@ async fn one_busy_probe_per_request_across_shards_of_one_region() {
     use tikv_plan::request::{CollectError, Plan, PlanBuilder};
     for shared in [true, false] {
         let pd = three_voters();
-        let routing = Arc::new(RoutingState::new(&Config {
-            shared_busy_probe: shared,
-            ..Config::default()
+        let routing = Arc::new(RoutingState::new(&{
+            let mut config = Config::default();
+            config.shared_busy_probe = shared;
+            config
         }));
         pd.set_dispatch_hook(|peer, req| match peer.id {
             11 => region_error(req, mock::server_is_busy(0, 0)),

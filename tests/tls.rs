@@ -111,15 +111,46 @@ async fn mutual_tls_round_trip() {
         cert_path: Some(write(&dir, "client.pem", &pki.client.0)),
         key_path: Some(write(&dir, "client.key", &pki.client.1)),
     };
-    let manager = SecurityManager::load(&config).unwrap();
+    let manager = SecurityManager::from_config(&config).unwrap();
     assert!(manager.is_tls());
-    let channel = manager.connect(&addr, T, T).await.unwrap();
+    let channel = manager.connect_channel(&addr, T, T).await.unwrap();
     // The handshake succeeded both ways; the RPC reaches the (empty) server.
     let status = TikvClient::new(channel)
         .raw_get(kvrpcpb::RawGetRequest::default())
         .await
         .unwrap_err();
     assert_eq!(status.code(), tonic::Code::Unimplemented, "{status:?}");
+}
+
+/// client-rust's form: `SecurityManager::load(ca, cert, key)` and
+/// `connect(addr, factory)` hand back the stub the factory builds.
+#[tokio::test]
+async fn client_rust_load_and_connect_round_trip() {
+    let pki = make_pki();
+    let addr = start_server(&pki).await;
+    let dir = tempfile::tempdir().unwrap();
+    let manager = SecurityManager::load(
+        write(&dir, "ca.pem", &pki.ca_pem),
+        write(&dir, "client.pem", &pki.client.0),
+        write(&dir, "client.key", &pki.client.1),
+    )
+    .unwrap();
+    assert!(manager.is_tls());
+    let mut client = manager.connect(&addr, TikvClient::new).await.unwrap();
+    let status = client
+        .raw_get(kvrpcpb::RawGetRequest::default())
+        .await
+        .unwrap_err();
+    assert_eq!(status.code(), tonic::Code::Unimplemented, "{status:?}");
+    // A missing key file is refused before any connection, naming the file.
+    let err = SecurityManager::load(
+        write(&dir, "ca2.pem", &pki.ca_pem),
+        write(&dir, "client2.pem", &pki.client.0),
+        dir.path().join("absent.key"),
+    )
+    .unwrap_err();
+    assert!(matches!(err, Error::Security { .. }), "{err:?}");
+    assert!(err.to_string().contains("absent.key"), "{err}");
 }
 
 #[tokio::test]
@@ -133,8 +164,8 @@ async fn server_signed_by_another_ca_is_rejected() {
         cert_path: Some(write(&dir, "client.pem", &other.client.0)),
         key_path: Some(write(&dir, "client.key", &other.client.1)),
     };
-    let manager = SecurityManager::load(&config).unwrap();
-    let err = manager.connect(&addr, T, T).await.unwrap_err();
+    let manager = SecurityManager::from_config(&config).unwrap();
+    let err = manager.connect_channel(&addr, T, T).await.unwrap_err();
     assert!(matches!(err, Error::Connect { .. }), "{err:?}");
     assert!(err.to_string().contains(&addr), "{err}");
 }
@@ -143,7 +174,9 @@ async fn server_signed_by_another_ca_is_rejected() {
 async fn plaintext_client_cannot_talk_to_a_tls_server() {
     let pki = make_pki();
     let addr = start_server(&pki).await;
-    let result = SecurityManager::plaintext().connect(&addr, T, T).await;
+    let result = SecurityManager::plaintext()
+        .connect_channel(&addr, T, T)
+        .await;
     match result {
         Err(e) => assert!(
             matches!(e, Error::Connect { .. } | Error::ConnectTimeout { .. }),
@@ -168,11 +201,11 @@ async fn server_requiring_client_certificate_rejects_a_client_without_one() {
         ca_path: Some(write(&dir, "ca.pem", &pki.ca_pem)),
         ..Default::default()
     };
-    let manager = SecurityManager::load(&config).unwrap();
+    let manager = SecurityManager::from_config(&config).unwrap();
     // With TLS 1.3 the server may reject the missing certificate only after
     // the client considers the handshake done, so the failure shows either
     // at connect or at the first RPC; it must never reach the service.
-    match manager.connect(&addr, T, T).await {
+    match manager.connect_channel(&addr, T, T).await {
         Err(e) => assert!(matches!(e, Error::Connect { .. }), "{e:?}"),
         Ok(channel) => {
             let status = TikvClient::new(channel)

@@ -142,3 +142,50 @@ async fn api_v2_no_prefix_writes_keys_exactly_as_given() {
         "{err:?}"
     );
 }
+
+/// `scan_locks` hands back keys as the caller wrote them (client-rust
+/// strips the keyspace prefix too), and `resolve_locks` takes them in that
+/// form.
+#[tokio::test]
+async fn scan_locks_returns_keys_without_the_keyspace_prefix() {
+    let cluster = SimCluster::builder()
+        .stores(1)
+        .replicas(1)
+        .api_version(ApiVersion::V2)
+        .keyspace("a", 1)
+        .start()
+        .await
+        .unwrap();
+    let client = client_in(&cluster, "a").await;
+    let mut txn = client
+        .begin_with_options(TransactionOptions::new_pessimistic())
+        .await
+        .unwrap();
+    txn.lock_keys(vec!["p".to_owned(), "q".to_owned()])
+        .await
+        .unwrap();
+    // In the store the locks sit under the prefixed keys.
+    assert_eq!(cluster.locks(b"x\0\0\x01", b"x\0\0\x02").len(), 2);
+
+    let safepoint = client.current_timestamp().await.unwrap();
+    let locks = client.scan_locks(&safepoint, .., 10).await.unwrap();
+    let keys: Vec<&[u8]> = locks.iter().map(|l| &l.key[..]).collect();
+    assert_eq!(keys, [&b"p"[..], &b"q"[..]], "{locks:?}");
+    assert!(locks.iter().all(|l| l.primary_lock == b"p"), "{locks:?}");
+
+    // Alive: given back unresolved, in the caller's form.
+    let live = client
+        .resolve_locks(locks.clone(), safepoint, tikv_plan::Backoff::no_backoff())
+        .await
+        .unwrap();
+    assert_eq!(live, locks);
+
+    txn.rollback().await.unwrap();
+    let safepoint = client.current_timestamp().await.unwrap();
+    assert!(client
+        .scan_locks(&safepoint, .., 10)
+        .await
+        .unwrap()
+        .is_empty());
+    cluster.shutdown().await;
+}

@@ -111,6 +111,46 @@ async fn a_crashed_writers_lock_is_resolved_after_its_ttl_expires() {
     cluster.shutdown().await;
 }
 
+/// `no_resolve_locks()`: a request that meets a lock fails with the lock
+/// and resolves nothing, even a lock whose TTL has long expired (which the
+/// default options would roll back at once).
+#[tokio::test]
+async fn no_resolve_locks_returns_the_lock_and_resolves_nothing() {
+    let cluster = cluster(&["m"]).await;
+    let client = client(&cluster, Duration::from_secs(5)).await;
+    let start = crashed_prewrite(&cluster, "a", &["a", "z"], None).await;
+    cluster.advance_tso_clock(Duration::from_secs(4));
+    let options = TransactionOptions::new_optimistic().no_resolve_locks();
+
+    let ts = client.current_timestamp().await.unwrap();
+    let mut snapshot = client.snapshot(ts, options.clone());
+    match snapshot.get("z".to_owned()).await {
+        Err(Error::ResolveLockError(locks)) => {
+            assert_eq!(locks.len(), 1, "{locks:?}");
+            assert_eq!(locks[0].key, b"z");
+            assert_eq!(locks[0].lock_version, start);
+        }
+        other => panic!("expected the lock, got {other:?}"),
+    }
+    // A writer meets the lock in its prewrite and gets it back too.
+    let mut txn = client.begin_with_options(options).await.unwrap();
+    txn.put("a".to_owned(), "mine".to_owned()).await.unwrap();
+    assert!(
+        matches!(txn.commit().await, Err(Error::ResolveLockError(_))),
+        "the prewrite met the crashed writer's lock"
+    );
+    assert_eq!(cluster.locks(b"", b"").len(), 2, "nothing was resolved");
+    assert_eq!(client.stats().locks.check_txn_status, 0);
+
+    // The default options resolve the expired lock.
+    assert_eq!(read(&client, "z").await.unwrap(), None);
+    assert!(cluster
+        .locks(b"", b"")
+        .iter()
+        .all(|l| l.lock_version != start));
+    cluster.shutdown().await;
+}
+
 #[tokio::test]
 async fn a_reader_waits_for_a_live_lock_and_reads_the_commit() {
     let cluster = cluster(&[]).await;

@@ -91,7 +91,7 @@ impl PdRpcClient<TikvConnect> {
     /// Connects to PD through `pd_endpoints` and opens store connections
     /// with [`TikvConnect`], using the timeouts and security of `config`.
     pub async fn connect(pd_endpoints: &[String], config: &Config) -> Result<Self> {
-        let security = Arc::new(SecurityManager::load(&config.security())?);
+        let security = Arc::new(SecurityManager::from_config(&config.security())?);
         let kv_connect = TikvConnect::new(
             Arc::clone(&security),
             config.timeout,
@@ -111,7 +111,7 @@ impl<KvC: KvConnect> PdRpcClient<KvC> {
         config: &Config,
         kv_connect: KvC,
     ) -> Result<Self> {
-        let security = Arc::new(SecurityManager::load(&config.security())?);
+        let security = Arc::new(SecurityManager::from_config(&config.security())?);
         Self::with_security(pd_endpoints, config, security, kv_connect).await
     }
 

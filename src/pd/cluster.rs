@@ -635,7 +635,17 @@ impl Cluster {
 
     /// [`call`](Self::call) for any service of the leader: `rpc` gets the
     /// leader connection (its `pdpb.PD` client and its channel).
-    async fn call_on_leader<T, F, Fut>(
+    async fn call_on_leader<T, F, Fut>(&self, what: &str, counter: &AtomicU64, rpc: F) -> Result<T>
+    where
+        T: WithHeader,
+        F: FnMut(&LeaderConnection, pdpb::RequestHeader) -> Fut,
+        Fut: Future<Output = std::result::Result<T, Status>>,
+    {
+        let call = self.call_on_leader_with_retries(what, counter, rpc);
+        crate::telemetry::pd_request(what, call).await
+    }
+
+    async fn call_on_leader_with_retries<T, F, Fut>(
         &self,
         what: &str,
         counter: &AtomicU64,
@@ -781,7 +791,7 @@ impl Cluster {
             "pd",
             endpoint,
             self.security
-                .connect(endpoint, self.connect_timeout, self.timeout),
+                .connect_channel(endpoint, self.connect_timeout, self.timeout),
         )
         .await?;
         let mut client =
@@ -874,7 +884,7 @@ impl Cluster {
                 "pd",
                 &url,
                 self.security
-                    .connect(&url, self.connect_timeout, self.timeout),
+                    .connect_channel(&url, self.connect_timeout, self.timeout),
             )
             .await
             {

@@ -175,6 +175,7 @@ impl TsoStream {
     /// Asks for `count` timestamps; returns the last. A failure closes the
     /// stream.
     async fn round(&mut self, count: u32) -> Result<Timestamp> {
+        crate::telemetry::tso_batch(count);
         let result = crate::telemetry::pd_call("Tso", self.try_round(count)).await;
         if result.is_err() {
             if let Some(open) = self.open.take() {

@@ -6,7 +6,7 @@
 //! as client-rust and tokio keep them; the code is under 800.
 
 use std::collections::BTreeMap;
-use std::ops::Bound;
+use std::ops::{Bound, Range};
 use std::sync::Arc;
 
 use futures::{Stream, TryStreamExt};
@@ -20,11 +20,12 @@ use super::requests::{
 };
 use crate::backoff::Backoff;
 use crate::pd::{PdClient, PdRpcClient};
-use crate::proto::kvrpcpb;
+use crate::proto::{kvrpcpb, metapb};
 use crate::request::scan::{page_of, scan_pages};
 use crate::request::{
-    Collect, CollectError, CollectSingle, DefaultProcessor, HasRegionError, KvRequest, Merge, Plan,
-    PlanBuilder, Process, RoutingState, RoutingStats, Shardable,
+    Collect, CollectError, CollectSingle, CollectWithShard, DefaultProcessor, HasKeyErrors,
+    HasRegionError, KvRequest, Merge, Plan, PlanBuilder, Process, ResponseWithShard, RoutingState,
+    RoutingStats, Shardable,
 };
 use crate::request::{EncodeKeyspace, KeyMode, Keyspace, TruncateKeyspace};
 use crate::{BoundRange, ColumnFamily, Config, Error, Key, KvPair, Result, Value};
@@ -608,6 +609,66 @@ impl<PdC: PdClient> RawClient<PdC> {
             .plan()
             .execute()
             .await
+    }
+
+    /// Calls the coprocessor plugin `copr_name` of every store that holds
+    /// a Region of `ranges`, if the plugin's version meets
+    /// `copr_version_req` (semver, e.g. `">=1.0, <2"`; a requirement that
+    /// does not parse is refused before any request).
+    /// `request_builder` makes the plugin's request for each Region from the
+    /// Region and the pieces of the ranges inside it (without the keyspace
+    /// prefix). Returns each Region's pieces and the plugin's answer, in
+    /// key order. A plugin that is not loaded, or whose version does not
+    /// match, answers with an error ([`Error::KvError`]).
+    ///
+    /// Whether a call reaches the plugin once or more (after a lost answer)
+    /// is the plugin's concern, as with any read: the client retries it.
+    pub async fn coprocessor(
+        &self,
+        copr_name: impl Into<String>,
+        copr_version_req: impl Into<String>,
+        ranges: impl IntoIterator<Item = impl Into<BoundRange>>,
+        request_builder: impl Fn(metapb::Region, Vec<Range<Key>>) -> Vec<u8> + Send + Sync + 'static,
+    ) -> Result<Vec<(Vec<Range<Key>>, Vec<u8>)>> {
+        let copr_version_req = copr_version_req.into();
+        semver::VersionReq::parse(&copr_version_req).map_err(|e| {
+            Error::InvalidArgument(format!(
+                "the coprocessor version requirement {copr_version_req:?} is not semver ({e}); \
+                 write it as e.g. \">=1.0, <2\""
+            ))
+        })?;
+        let keyspace = self.keyspace;
+        let ranges = ranges
+            .into_iter()
+            .map(|range| range.into().encode_keyspace(keyspace, KeyMode::Raw))
+            .collect::<Vec<_>>();
+        let request = super::lowering::new_raw_coprocessor_request(
+            copr_name.into(),
+            copr_version_req,
+            ranges.into_iter(),
+            move |region, ranges: Vec<Range<Key>>| {
+                request_builder(region, ranges.truncate_keyspace(keyspace))
+            },
+        );
+        let answers = self
+            .builder(request)
+            .preserve_shard()
+            .retry_multi_region(self.backoff.clone())
+            .merge(CollectWithShard)
+            .plan()
+            .execute()
+            .await?;
+        answers
+            .into_iter()
+            .map(|ResponseWithShard(mut response, ranges)| {
+                if let Some(errors) = response.key_errors() {
+                    return Err(crate::request::strongest_shard_error(errors));
+                }
+                let ranges: Vec<Range<Key>> =
+                    ranges.iter().map(super::coprocessor::key_range).collect();
+                Ok((ranges.truncate_keyspace(keyspace), response.data))
+            })
+            .collect()
     }
 
     /// Atomically sets `key` to `new_value` if its current value is

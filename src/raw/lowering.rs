@@ -9,9 +9,6 @@
 //! assert_eq!(request.key, b"k");
 //! ```
 //!
-//! `new_raw_coprocessor_request` is not here: tikv-plan has no raw
-//! coprocessor yet.
-//!
 //! The plan each request takes, and what it yields:
 //!
 //! | request | plan after `retry_multi_region(backoff)` | result |
@@ -24,6 +21,7 @@
 //! | batch_put, batch_delete, delete_range | `.merge(CollectError).post_process_default()` | `()` |
 //! | scan (one Region piece) | `.merge(Collect)` | `Vec<KvPair>` |
 //! | batch_scan | `.merge(Collect)` | `Vec<KvPair>` in range order |
+//! | coprocessor | `.preserve_shard()` first, then `.merge(CollectWithShard)` | each Region's response with its ranges |
 //!
 //! ```no_run
 //! # #[cfg(feature = "mock")]
@@ -76,8 +74,12 @@
 //! # }
 //! ```
 
+use std::ops::Range;
+use std::sync::Arc;
+
+use super::coprocessor::RawCoprocessorRequest;
 use super::requests;
-use crate::proto::kvrpcpb;
+use crate::proto::{kvrpcpb, metapb};
 use crate::{BoundRange, ColumnFamily, Key, KvPair, Value};
 
 /// A range as the wire's `(start, end)`; an unbounded end is empty.
@@ -201,6 +203,33 @@ pub fn new_cas_request(
     cf_: Option<ColumnFamily>,
 ) -> kvrpcpb::RawCasRequest {
     requests::new_cas_request(key.into(), value, previous_value, cf(cf_))
+}
+
+/// A raw coprocessor call of the plugin `copr_name` whose version meets
+/// `copr_version_req` (semver), over `ranges`. `request_builder` makes the
+/// plugin's request for each Region from the Region and the pieces of the
+/// ranges inside it, when the request is sent there.
+pub fn new_raw_coprocessor_request(
+    copr_name: String,
+    copr_version_req: String,
+    ranges: impl Iterator<Item = BoundRange>,
+    request_builder: impl Fn(metapb::Region, Vec<Range<Key>>) -> Vec<u8> + Send + Sync + 'static,
+) -> RawCoprocessorRequest {
+    RawCoprocessorRequest {
+        inner: kvrpcpb::RawCoprocessorRequest {
+            context: None,
+            copr_name,
+            copr_version_req,
+            ranges: ranges
+                .map(|range| {
+                    let (start_key, end_key) = range_keys(range);
+                    kvrpcpb::KeyRange { start_key, end_key }
+                })
+                .collect(),
+            data: Vec::new(),
+        },
+        data_builder: Arc::new(request_builder),
+    }
 }
 
 #[cfg(test)]

@@ -2,6 +2,7 @@
 
 mod checksum;
 mod client;
+mod coprocessor;
 pub mod lowering;
 mod requests;
 

@@ -257,11 +257,14 @@ impl<PdC: PdClient, P: Plan> PlanBuilder<PdC, P> {
     /// Resolves the locks the plan meets and re-runs it, waiting out live
     /// locks by their TTL within the request deadline (see
     /// [`ResolveLock`](super::ResolveLock)); `caller_start_ts` is the
-    /// reading transaction's start ts, 0 for writers.
+    /// reading transaction's start ts, 0 for writers. With no `backoff`
+    /// ([`Backoff::no_backoff`]) nothing is resolved: the locks met are
+    /// returned as [`Error::ResolveLockError`](crate::Error::ResolveLockError).
     pub fn resolve_lock(
         self,
         resolver: Arc<dyn super::LockResolve>,
         caller_start_ts: u64,
+        backoff: Backoff,
     ) -> PlanBuilder<PdC, super::ResolveLock<P, PdC>>
     where
         P::Result: super::HasLocks,
@@ -275,6 +278,7 @@ impl<PdC: PdClient, P: Plan> PlanBuilder<PdC, P> {
             resolver,
             caller_start_ts,
             deadline,
+            backoff,
             pd: std::marker::PhantomData,
         })
     }

@@ -22,7 +22,7 @@ pub const KEYSPACE_PREFIX_LEN: usize = 4;
 pub const MAX_KEYSPACE_ID: u32 = (1 << 24) - 1;
 
 /// Which keyspace requests use.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 #[non_exhaustive]
 pub enum Keyspace {
     /// API v1: keys are sent as given.
@@ -37,7 +37,7 @@ pub enum Keyspace {
 }
 
 /// Whether keys are raw or transactional (the API v2 mode byte).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 pub enum KeyMode {
     /// Raw keys (`r`).
     Raw,
@@ -171,6 +171,42 @@ impl TruncateKeyspace for KvPair {
 impl TruncateKeyspace for Range<Key> {
     fn truncate_keyspace(self, keyspace: Keyspace) -> Self {
         self.start.truncate_keyspace(keyspace)..self.end.truncate_keyspace(keyspace)
+    }
+}
+
+/// A lock's own key, its primary and its secondaries lose the prefix.
+impl TruncateKeyspace for kvrpcpb::LockInfo {
+    fn truncate_keyspace(mut self, keyspace: Keyspace) -> Self {
+        self.key = truncate_bytes(std::mem::take(&mut self.key), keyspace);
+        self.primary_lock = truncate_bytes(std::mem::take(&mut self.primary_lock), keyspace);
+        for secondary in &mut self.secondaries {
+            *secondary = truncate_bytes(std::mem::take(secondary), keyspace);
+        }
+        self
+    }
+}
+
+/// A lock's own key, its primary and its secondaries get the prefix.
+impl EncodeKeyspace for kvrpcpb::LockInfo {
+    fn encode_keyspace(mut self, keyspace: Keyspace, key_mode: KeyMode) -> Self {
+        let encode = |bytes: &mut Vec<u8>| {
+            *bytes = encode_bytes(std::mem::take(bytes), keyspace, key_mode);
+        };
+        encode(&mut self.key);
+        encode(&mut self.primary_lock);
+        self.secondaries.iter_mut().for_each(encode);
+        self
+    }
+}
+
+impl<T: EncodeKeyspace> EncodeKeyspace for Vec<T> {
+    fn encode_keyspace(self, keyspace: Keyspace, key_mode: KeyMode) -> Self {
+        if !matches!(keyspace, Keyspace::Enable { .. }) {
+            return self;
+        }
+        self.into_iter()
+            .map(|item| item.encode_keyspace(keyspace, key_mode))
+            .collect()
     }
 }
 

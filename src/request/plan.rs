@@ -20,12 +20,31 @@ pub use super::resolve_lock::{CollectWithShard, ResolveLock};
 pub use super::retry::RetryableMultiRegion;
 
 /// What [`TransactionClient::cleanup_locks`](crate::TransactionClient::cleanup_locks)
-/// did (client-rust's `CleanupLocksResult`; errors are returned as `Err`
-/// instead of fields).
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+/// did (client-rust's `CleanupLocksResult`). `cleanup_locks` itself returns
+/// its failures as `Err` and leaves both error fields `None`; they are here
+/// for plans of the caller's own that carry a cleanup's errors in the result
+/// ([`HasRegionError`] and [`HasKeyErrors`] take them out, as for a
+/// response).
+#[derive(Clone, Debug, Default)]
 pub struct CleanupLocksResult {
+    /// A Region error that ended the cleanup of a Region.
+    pub region_error: Option<crate::proto::errorpb::Error>,
+    /// Key errors met while resolving.
+    pub key_error: Option<Vec<Error>>,
     /// How many locks were resolved.
     pub resolved_locks: usize,
+}
+
+impl HasRegionError for CleanupLocksResult {
+    fn region_error(&mut self) -> Option<crate::proto::errorpb::Error> {
+        self.region_error.take()
+    }
+}
+
+impl HasKeyErrors for CleanupLocksResult {
+    fn key_errors(&mut self) -> Option<Vec<Error>> {
+        self.key_error.take()
+    }
 }
 
 /// A stage of a request plan. Executing it runs the request to completion.
@@ -120,27 +139,7 @@ impl<Req: KvRequest> Plan for Dispatch<Req> {
     // Not `async fn`: `#[async_trait]` on this impl would box it.
     #[allow(clippy::manual_async_fn)]
     fn execute_mut(&mut self) -> impl std::future::Future<Output = Result<Self::Result>> + Send {
-        async move {
-            let client = self.kv_client.as_ref();
-            if let Some((grpc, own_timeout)) = client.and_then(|c| c.grpc()) {
-                // One timer: the smaller of the client's timeout and the
-                // plan's bound; sent as `grpc-timeout` unless it is the
-                // client's own and the channel keeps that one already.
-                let (timeout, bounded) = match self.rpc_bound {
-                    Some(bound) if bound < own_timeout => (bound, true),
-                    _ => (own_timeout, false),
-                };
-                let header = match client {
-                    Some(c) if !bounded && c.grpc_enforces_timeout() => None,
-                    _ => Some(timeout),
-                };
-                let label = self.request.label();
-                if let Some(result) = self.request.dispatch_typed(grpc, header).await {
-                    return crate::store::timeout_as_error(result, bounded, label, timeout);
-                }
-            }
-            self.execute().await
-        }
+        crate::telemetry::tikv_rpc(self.request.label(), self.send_mut())
     }
 
     fn label(&self) -> &'static str {
@@ -148,6 +147,36 @@ impl<Req: KvRequest> Plan for Dispatch<Req> {
     }
 
     async fn execute(&self) -> Result<Self::Result> {
+        crate::telemetry::tikv_rpc(self.request.label(), self.send()).await
+    }
+}
+
+impl<Req: KvRequest> Dispatch<Req> {
+    /// [`Plan::execute_mut`] without the metrics.
+    async fn send_mut(&mut self) -> Result<Req::Response> {
+        let client = self.kv_client.as_ref();
+        if let Some((grpc, own_timeout)) = client.and_then(|c| c.grpc()) {
+            // One timer: the smaller of the client's timeout and the
+            // plan's bound; sent as `grpc-timeout` unless it is the
+            // client's own and the channel keeps that one already.
+            let (timeout, bounded) = match self.rpc_bound {
+                Some(bound) if bound < own_timeout => (bound, true),
+                _ => (own_timeout, false),
+            };
+            let header = match client {
+                Some(c) if !bounded && c.grpc_enforces_timeout() => None,
+                _ => Some(timeout),
+            };
+            let label = self.request.label();
+            if let Some(result) = self.request.dispatch_typed(grpc, header).await {
+                return crate::store::timeout_as_error(result, bounded, label, timeout);
+            }
+        }
+        self.send().await
+    }
+
+    /// [`Plan::execute`] without the metrics.
+    async fn send(&self) -> Result<Req::Response> {
         let client = self.kv_client.as_ref().ok_or_else(|| {
             Error::Internal(format!(
                 "{} was dispatched before a store was chosen",

@@ -12,6 +12,7 @@ use async_trait::async_trait;
 use futures::future::BoxFuture;
 use tokio::time::Instant;
 
+use crate::backoff::Backoff;
 use crate::pd::PdClient;
 use crate::proto::kvrpcpb;
 use crate::{Error, Result};
@@ -76,6 +77,14 @@ pub struct ResolveLock<P: Plan, PdC: PdClient> {
     pub caller_start_ts: u64,
     /// The bound on the whole stage.
     pub deadline: Duration,
+    /// The lock schedule of the caller's [`RetryOptions`](super::RetryOptions).
+    /// No backoff ([`Backoff::no_backoff`], what
+    /// [`TransactionOptions::no_resolve_locks`](crate::TransactionOptions::no_resolve_locks)
+    /// sets) turns resolution off: the locks met are returned as
+    /// [`Error::ResolveLockError`] and nothing is resolved. Any other
+    /// schedule resolves and waits live locks out by their TTL within
+    /// `deadline`.
+    pub backoff: Backoff,
     /// The PD client type of the plan this stage wraps.
     pub(crate) pd: PhantomData<fn() -> PdC>,
 }
@@ -87,6 +96,7 @@ impl<P: Plan, PdC: PdClient> Clone for ResolveLock<P, PdC> {
             resolver: Arc::clone(&self.resolver),
             caller_start_ts: self.caller_start_ts,
             deadline: self.deadline,
+            backoff: self.backoff.clone(),
             pd: PhantomData,
         }
     }
@@ -131,6 +141,9 @@ where
             let locks = result.take_locks();
             if locks.is_empty() {
                 return Ok(result);
+            }
+            if self.backoff.is_none() {
+                return Err(Error::ResolveLockError(locks));
             }
             let (sleep, alive) = match Arc::clone(&self.resolver)
                 .resolve_pass(locks.clone(), self.caller_start_ts)

@@ -8,10 +8,14 @@ use crate::backoff::{Backoff, DEFAULT_REGION_BACKOFF, OPTIMISTIC_BACKOFF, PESSIM
 pub struct RetryOptions {
     /// The schedule for Region errors and exhausted candidate rounds.
     pub region_backoff: Backoff,
-    /// Kept for client-rust compatibility. Locks are waited out by their
-    /// TTL within [`Config::request_deadline`](crate::Config::request_deadline)
-    /// instead of by this schedule ([txn.md, "Behaviour we
-    /// require"](crate::spec::txn#behaviour-we-require)).
+    /// Whether locks are resolved. [`Backoff::no_backoff`] turns
+    /// resolution off: a request that meets a lock fails with
+    /// [`Error::ResolveLockError`](crate::Error::ResolveLockError) carrying
+    /// the locks. With any other schedule, locks of finished transactions
+    /// are resolved and live ones are waited out by their TTL within
+    /// [`Config::request_deadline`](crate::Config::request_deadline), not by
+    /// this schedule's delays, which would give up before a TTL can expire
+    /// ([txn.md, "Behaviour we require"](crate::spec::txn#behaviour-we-require)).
     pub lock_backoff: Backoff,
 }
 

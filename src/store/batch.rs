@@ -501,7 +501,7 @@ impl Shared {
                 None => Ok(base),
                 Some(d) => d
                     .security
-                    .connect(&address, d.connect_timeout, timeout)
+                    .connect_channel(&address, d.connect_timeout, timeout)
                     .await
                     .map(|channel| {
                         TikvClient::new(channel)

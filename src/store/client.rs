@@ -98,7 +98,7 @@ impl KvConnect for TikvConnect {
     async fn connect(&self, address: &str) -> Result<KvRpcClient> {
         let channel = self
             .security
-            .connect(address, self.connect_timeout, self.timeout)
+            .connect_channel(address, self.connect_timeout, self.timeout)
             .await?;
         let grpc = GrpcChannel::new(channel.clone())
             .max_decoding_message_size(self.max_decoding_message_size)

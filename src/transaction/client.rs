@@ -10,7 +10,9 @@ use crate::backoff::Backoff;
 use crate::pd::{PdClient, PdRpcClient, Timestamp};
 use crate::proto::kvrpcpb;
 use crate::request::plan::CleanupLocksResult;
-use crate::request::{EncodeKeyspace, KeyMode, Keyspace, RoutingState, RoutingStats};
+use crate::request::{
+    EncodeKeyspace, KeyMode, Keyspace, RoutingState, RoutingStats, TruncateKeyspace,
+};
 use crate::{BoundRange, Config, Error, Result};
 
 /// How many locks one `ScanLock` request returns at most during GC.
@@ -186,8 +188,25 @@ impl<PdC: PdClient> TransactionClient<PdC> {
     }
 
     /// The locks with `start_ts <= safepoint` in `range`, `batch_size` per
-    /// Region request (paged until the range is done).
+    /// Region request (paged until the range is done). In a keyspace the
+    /// locks' keys (own, primary, secondaries) come without the keyspace
+    /// prefix, as the caller wrote them, and
+    /// [`resolve_locks`](Self::resolve_locks) takes them in that form.
     pub async fn scan_locks(
+        &self,
+        safepoint: &Timestamp,
+        range: impl Into<BoundRange>,
+        batch_size: u32,
+    ) -> Result<Vec<kvrpcpb::LockInfo>> {
+        let locks = self
+            .scan_encoded_locks(safepoint, range, batch_size)
+            .await?;
+        Ok(locks.truncate_keyspace(self.shared.keyspace))
+    }
+
+    /// [`scan_locks`](Self::scan_locks) with the keys as TiKV holds them
+    /// (with the keyspace prefix), as the resolver needs them.
+    async fn scan_encoded_locks(
         &self,
         safepoint: &Timestamp,
         range: impl Into<BoundRange>,
@@ -203,16 +222,19 @@ impl<PdC: PdClient> TransactionClient<PdC> {
             .await
     }
 
-    /// Resolves `locks`: the locks of finished transactions are committed
-    /// or rolled back; locks of live transactions are retried with
-    /// `backoff` and the ones still alive at the end are returned.
+    /// Resolves `locks` (keys as [`scan_locks`](Self::scan_locks) returns
+    /// them, without the keyspace prefix): the locks of finished
+    /// transactions are committed or rolled back; locks of live
+    /// transactions are retried with `backoff` and the ones still alive at
+    /// the end are returned, in the same form.
     pub async fn resolve_locks(
         &self,
         locks: Vec<kvrpcpb::LockInfo>,
         _timestamp: Timestamp,
         mut backoff: Backoff,
     ) -> Result<Vec<kvrpcpb::LockInfo>> {
-        let mut live = locks;
+        let keyspace = self.shared.keyspace;
+        let mut live = locks.encode_keyspace(keyspace, KeyMode::Txn);
         loop {
             live = resolve_locks_once(&self.shared.resolver, live).await?;
             if live.is_empty() {
@@ -220,7 +242,7 @@ impl<PdC: PdClient> TransactionClient<PdC> {
             }
             match backoff.next_delay_duration() {
                 Some(delay) => tokio::time::sleep(delay).await,
-                None => return Ok(live),
+                None => return Ok(live.truncate_keyspace(keyspace)),
             }
         }
     }
@@ -235,7 +257,7 @@ impl<PdC: PdClient> TransactionClient<PdC> {
         options: ResolveLocksOptions,
     ) -> Result<CleanupLocksResult> {
         let mut locks = self
-            .scan_locks(safepoint, range, options.batch_size)
+            .scan_encoded_locks(safepoint, range, options.batch_size)
             .await?;
         if options.async_commit_only {
             locks.retain(|l| l.use_async_commit);
@@ -247,6 +269,7 @@ impl<PdC: PdClient> TransactionClient<PdC> {
         }
         Ok(CleanupLocksResult {
             resolved_locks: total,
+            ..CleanupLocksResult::default()
         })
     }
 

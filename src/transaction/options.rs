@@ -162,8 +162,11 @@ impl TransactionOptions {
         self
     }
 
-    /// Kept for client-rust compatibility: sets the lock backoff to none.
-    /// Locks of finished transactions are still resolved.
+    /// Does not resolve locks: a read or write that meets another
+    /// transaction's lock fails with
+    /// [`Error::ResolveLockError`](crate::Error::ResolveLockError), which
+    /// carries the locks (client-rust's meaning; it sets the lock backoff to
+    /// none).
     #[must_use]
     pub fn no_resolve_locks(mut self) -> TransactionOptions {
         self.retry_options.lock_backoff = Backoff::no_backoff();

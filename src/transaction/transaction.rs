@@ -214,6 +214,10 @@ impl<PdC: PdClient> Transaction<PdC> {
         self.options.retry_options.region_backoff.clone()
     }
 
+    fn lock_backoff(&self) -> Backoff {
+        self.options.retry_options.lock_backoff.clone()
+    }
+
     fn check_allow_operation(&self) -> Result<()> {
         match self.status {
             TransactionStatus::ReadOnly | TransactionStatus::Active => Ok(()),
@@ -625,7 +629,7 @@ impl<PdC: PdClient> Transaction<PdC> {
             .shared
             .builder(new_get_request(key.into(), ts))
             .retry_multi_region(self.region_backoff())
-            .resolve_lock(self.shared.resolver.clone(), ts)
+            .resolve_lock(self.shared.resolver.clone(), ts, self.lock_backoff())
             .merge(CollectSingle)
             .extract_error()
             .plan()
@@ -641,7 +645,7 @@ impl<PdC: PdClient> Transaction<PdC> {
             .shared
             .builder(new_batch_get_request(keys, ts))
             .retry_multi_region(self.region_backoff())
-            .resolve_lock(self.shared.resolver.clone(), ts)
+            .resolve_lock(self.shared.resolver.clone(), ts, self.lock_backoff())
             .merge(CollectError)
             .extract_error()
             .plan()
@@ -699,7 +703,7 @@ impl<PdC: PdClient> Transaction<PdC> {
                 .builder(request)
                 .preserve_shard()
                 .retry_multi_region(self.region_backoff())
-                .resolve_lock(self.shared.resolver.clone(), ts)
+                .resolve_lock(self.shared.resolver.clone(), ts, self.lock_backoff())
                 .merge(CollectWithShard)
                 .plan()
                 .execute()
@@ -816,7 +820,7 @@ impl<PdC: PdClient> Transaction<PdC> {
                 .builder(request)
                 .preserve_shard()
                 .retry_multi_region(self.region_backoff())
-                .resolve_lock(self.shared.resolver.clone(), 0)
+                .resolve_lock(self.shared.resolver.clone(), 0, self.lock_backoff())
                 .merge(CollectWithShard)
                 .extract_error()
                 .plan()
@@ -998,7 +1002,7 @@ impl<PdC: PdClient> Transaction<PdC> {
         let builder = builder
             .preserve_shard()
             .retry_multi_region(self.region_backoff())
-            .resolve_lock(self.shared.resolver.clone(), 0);
+            .resolve_lock(self.shared.resolver.clone(), 0, self.lock_backoff());
         let prewritten = builder
             .merge(CollectWithShard)
             .extract_error()
@@ -1070,7 +1074,7 @@ impl<PdC: PdClient> Transaction<PdC> {
         self.shared
             .builder(request)
             .retry_multi_region(self.region_backoff())
-            .resolve_lock(self.shared.resolver.clone(), 0)
+            .resolve_lock(self.shared.resolver.clone(), 0, self.lock_backoff())
             .merge(CollectError)
             .extract_error()
             .plan()

@@ -59,6 +59,8 @@ macro_rules! kv_methods {
                 raw_compare_and_swap, [], text;
             RawChecksum: RawChecksumRequest => RawChecksumResponse, "RawChecksum", raw_checksum,
                 [], text;
+            RawCoprocessor: RawCoprocessorRequest => RawCoprocessorResponse, "RawCoprocessor",
+                raw_coprocessor, [RawCoprocessor], text;
             Get: GetRequest => GetResponse, "KvGet", kv_get, [Get], one;
             Scan: ScanRequest => ScanResponse, "KvScan", kv_scan, [Scan], one_and_pairs;
             Prewrite: PrewriteRequest => PrewriteResponse, "KvPrewrite", kv_prewrite, [Prewrite],

@@ -231,6 +231,7 @@ pub use tikv_plan_proto as proto;
 
 pub use mvcc::MvccVersion;
 pub use state::{ColdMode, HangMode};
+pub use store::{COPROCESSOR_PLUGIN, COPROCESSOR_PLUGIN_VERSION};
 
 /// The version string the simulated stores report to PD clients.
 pub const SIM_TIKV_VERSION: &str = "8.5.0";

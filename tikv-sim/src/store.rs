@@ -356,6 +356,63 @@ impl StoreCommand for kvrpcpb::RawChecksumRequest {
     }
 }
 
+/// The coprocessor plugin every simulated store carries (TiKV loads its
+/// plugins from files; the simulator has this one built in).
+pub const COPROCESSOR_PLUGIN: &str = "sim-count";
+/// [`COPROCESSOR_PLUGIN`]'s version, matched against the request's semver
+/// requirement.
+pub const COPROCESSOR_PLUGIN_VERSION: &str = "1.2.0";
+
+impl StoreCommand for kvrpcpb::RawCoprocessorRequest {
+    fn key_outside(&self, region: &metapb::Region) -> Option<Vec<u8>> {
+        self.ranges
+            .iter()
+            .find_map(|r| scan_start_outside(region, &r.start_key, false))
+    }
+    /// [`COPROCESSOR_PLUGIN`] answers `<data>:<count>`: the request's own
+    /// data (built per Region by the client) and how many keys of the
+    /// default column family its ranges hold in this Region. Another name,
+    /// a version requirement the plugin does not meet, or one that does not
+    /// parse is the response's `error`, as in TiKV.
+    fn apply(&self, region: &mut SimRegion, now: Instant) -> Result<Self::Response, String> {
+        if self.copr_name != COPROCESSOR_PLUGIN {
+            return Err(format!(
+                "no coprocessor plugin named {:?} is loaded",
+                self.copr_name
+            ));
+        }
+        let requirement = semver::VersionReq::parse(&self.copr_version_req).map_err(|e| {
+            format!(
+                "the version requirement {:?} does not parse: {e}",
+                self.copr_version_req
+            )
+        })?;
+        let version = semver::Version::parse(COPROCESSOR_PLUGIN_VERSION)
+            .map_err(|e| format!("the plugin's own version does not parse: {e}"))?;
+        if !requirement.matches(&version) {
+            return Err(format!(
+                "coprocessor plugin {COPROCESSOR_PLUGIN} {version} does not match {:?}",
+                self.copr_version_req
+            ));
+        }
+        let cf = column_family("")?;
+        let mut count = 0usize;
+        for range in &self.ranges {
+            let (low, high) = scan_bounds(&region.meta, &range.start_key, &range.end_key, false);
+            count += region
+                .data
+                .scan(cf, &low, &high, usize::MAX, false, now)
+                .len();
+        }
+        let mut data = self.data.clone();
+        data.extend_from_slice(format!(":{count}").as_bytes());
+        Ok(kvrpcpb::RawCoprocessorResponse {
+            data,
+            ..Default::default()
+        })
+    }
+}
+
 /// TiKV refuses a request whose `Context.api_version` is not the store's
 /// (`ApiVersionNotMatched`) before it looks at the Region or the data.
 fn check_api_version(

@@ -492,6 +492,34 @@ pub struct RawChecksumResponse {
     #[prost(uint64, tag = "5")]
     pub total_bytes: u64,
 }
+/// A call to a coprocessor plugin of TiKV (raw keys), by name and a semver
+/// requirement on its version; `data` is the plugin's own request, built per
+/// Region.
+#[allow(clippy::all)]
+#[derive(Clone, PartialEq, ::prost::Message)]
+pub struct RawCoprocessorRequest {
+    #[prost(message, optional, tag = "1")]
+    pub context: ::core::option::Option<Context>,
+    #[prost(string, tag = "2")]
+    pub copr_name: ::prost::alloc::string::String,
+    #[prost(string, tag = "3")]
+    pub copr_version_req: ::prost::alloc::string::String,
+    #[prost(message, repeated, tag = "4")]
+    pub ranges: ::prost::alloc::vec::Vec<KeyRange>,
+    #[prost(bytes = "vec", tag = "5")]
+    pub data: ::prost::alloc::vec::Vec<u8>,
+}
+#[allow(clippy::all)]
+#[derive(Clone, PartialEq, ::prost::Message)]
+pub struct RawCoprocessorResponse {
+    #[prost(message, optional, tag = "1")]
+    pub region_error: ::core::option::Option<super::errorpb::Error>,
+    /// No plugin of that name, a version mismatch, or the plugin's own error.
+    #[prost(string, tag = "2")]
+    pub error: ::prost::alloc::string::String,
+    #[prost(bytes = "vec", tag = "3")]
+    pub data: ::prost::alloc::vec::Vec<u8>,
+}
 #[allow(clippy::all)]
 #[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
 pub struct Mutation {

@@ -24,7 +24,7 @@ pub mod batch_commands_request {
     pub struct Request {
         #[prost(
             oneof = "request::Cmd",
-            tags = "1, 2, 3, 4, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 23, 24, 25, 26, 33"
+            tags = "1, 2, 3, 4, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 23, 24, 25, 26, 33, 34"
         )]
         pub cmd: ::core::option::Option<request::Cmd>,
     }
@@ -87,6 +87,8 @@ pub mod batch_commands_request {
             CheckSecondaryLocks(
                 super::super::super::kvrpcpb::CheckSecondaryLocksRequest,
             ),
+            #[prost(message, tag = "34")]
+            RawCoprocessor(super::super::super::kvrpcpb::RawCoprocessorRequest),
         }
     }
 }
@@ -114,7 +116,7 @@ pub mod batch_commands_response {
     pub struct Response {
         #[prost(
             oneof = "response::Cmd",
-            tags = "1, 2, 3, 4, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 23, 24, 25, 26, 33"
+            tags = "1, 2, 3, 4, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 23, 24, 25, 26, 33, 34"
         )]
         pub cmd: ::core::option::Option<response::Cmd>,
     }
@@ -177,6 +179,8 @@ pub mod batch_commands_response {
             CheckSecondaryLocks(
                 super::super::super::kvrpcpb::CheckSecondaryLocksResponse,
             ),
+            #[prost(message, tag = "34")]
+            RawCoprocessor(super::super::super::kvrpcpb::RawCoprocessorResponse),
         }
     }
 }
@@ -534,6 +538,32 @@ pub mod tikv_client {
             let path = http::uri::PathAndQuery::from_static("/tikvpb.Tikv/RawChecksum");
             let mut req = request.into_request();
             req.extensions_mut().insert(GrpcMethod::new("tikvpb.Tikv", "RawChecksum"));
+            self.inner.unary(req, path, codec).await
+        }
+        pub async fn raw_coprocessor(
+            &mut self,
+            request: impl tonic::IntoRequest<
+                super::super::kvrpcpb::RawCoprocessorRequest,
+            >,
+        ) -> std::result::Result<
+            tonic::Response<super::super::kvrpcpb::RawCoprocessorResponse>,
+            tonic::Status,
+        > {
+            self.inner
+                .ready()
+                .await
+                .map_err(|e| {
+                    tonic::Status::unknown(
+                        format!("Service was not ready: {}", e.into()),
+                    )
+                })?;
+            let codec = tonic_prost::ProstCodec::default();
+            let path = http::uri::PathAndQuery::from_static(
+                "/tikvpb.Tikv/RawCoprocessor",
+            );
+            let mut req = request.into_request();
+            req.extensions_mut()
+                .insert(GrpcMethod::new("tikvpb.Tikv", "RawCoprocessor"));
             self.inner.unary(req, path, codec).await
         }
         pub async fn kv_get(
@@ -1075,6 +1105,15 @@ pub mod tikv_server {
             request: tonic::Request<super::super::kvrpcpb::RawChecksumRequest>,
         ) -> std::result::Result<
             tonic::Response<super::super::kvrpcpb::RawChecksumResponse>,
+            tonic::Status,
+        > {
+            Err(tonic::Status::unimplemented("Not yet implemented"))
+        }
+        async fn raw_coprocessor(
+            &self,
+            request: tonic::Request<super::super::kvrpcpb::RawCoprocessorRequest>,
+        ) -> std::result::Result<
+            tonic::Response<super::super::kvrpcpb::RawCoprocessorResponse>,
             tonic::Status,
         > {
             Err(tonic::Status::unimplemented("Not yet implemented"))
@@ -1871,6 +1910,54 @@ pub mod tikv_server {
                     let inner = self.inner.clone();
                     let fut = async move {
                         let method = RawChecksumSvc(inner);
+                        let codec = tonic_prost::ProstCodec::default();
+                        let mut grpc = tonic::server::Grpc::new(codec)
+                            .apply_compression_config(
+                                accept_compression_encodings,
+                                send_compression_encodings,
+                            )
+                            .apply_max_message_size_config(
+                                max_decoding_message_size,
+                                max_encoding_message_size,
+                            );
+                        let res = grpc.unary(method, req).await;
+                        Ok(res)
+                    };
+                    Box::pin(fut)
+                }
+                "/tikvpb.Tikv/RawCoprocessor" => {
+                    #[allow(non_camel_case_types)]
+                    struct RawCoprocessorSvc<T: Tikv>(pub Arc<T>);
+                    impl<
+                        T: Tikv,
+                    > tonic::server::UnaryService<
+                        super::super::kvrpcpb::RawCoprocessorRequest,
+                    > for RawCoprocessorSvc<T> {
+                        type Response = super::super::kvrpcpb::RawCoprocessorResponse;
+                        type Future = BoxFuture<
+                            tonic::Response<Self::Response>,
+                            tonic::Status,
+                        >;
+                        fn call(
+                            &mut self,
+                            request: tonic::Request<
+                                super::super::kvrpcpb::RawCoprocessorRequest,
+                            >,
+                        ) -> Self::Future {
+                            let inner = Arc::clone(&self.0);
+                            let fut = async move {
+                                <T as Tikv>::raw_coprocessor(&inner, request).await
+                            };
+                            Box::pin(fut)
+                        }
+                    }
+                    let accept_compression_encodings = self.accept_compression_encodings;
+                    let send_compression_encodings = self.send_compression_encodings;
+                    let max_decoding_message_size = self.max_decoding_message_size;
+                    let max_encoding_message_size = self.max_encoding_message_size;
+                    let inner = self.inner.clone();
+                    let fut = async move {
+                        let method = RawCoprocessorSvc(inner);
                         let codec = tonic_prost::ProstCodec::default();
                         let mut grpc = tonic::server::Grpc::new(codec)
                             .apply_compression_config(
