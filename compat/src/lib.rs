@@ -9,7 +9,10 @@
 //!   program matches on;
 //! - [`custom_request`]: a request of its own, with its own `KvRequest` and
 //!   `Shardable` impls, run through `PlanBuilder` in a keyspace;
-//! - [`transactional`]: `TransactionClient` as applications use it.
+//! - [`transactional`]: `TransactionClient` as applications use it;
+//! - [`lowering`]: plans built by hand from `raw_lowering` and
+//!   `transaction_lowering` (raw requests, a coprocessor call, and a
+//!   two-phase commit written out step by step).
 //!
 //! `tests/programs.rs` runs each against the embedded simulated cluster;
 //! `cargo run -p tikv-plan-compat --bin raw -- --pd HOST:PORT` runs the
@@ -17,5 +20,6 @@
 
 pub mod application;
 pub mod custom_request;
+pub mod lowering;
 pub mod raw_example;
 pub mod transactional;

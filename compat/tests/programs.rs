@@ -2,7 +2,7 @@
 
 use tikv_client::proto::kvrpcpb::ApiVersion;
 use tikv_client::{Config, Key, RawClient};
-use tikv_plan_compat::{application, custom_request, raw_example, transactional};
+use tikv_plan_compat::{application, custom_request, lowering, raw_example, transactional};
 use tikv_sim::SimCluster;
 
 #[tokio::test]
@@ -85,5 +85,55 @@ async fn client_rust_style_transactional_application_runs() {
         .await
         .unwrap();
     transactional::run(cluster.pd_endpoints()).await.unwrap();
+    cluster.shutdown().await;
+}
+
+#[tokio::test]
+async fn plans_built_from_the_lowering_modules_run() {
+    let cluster = SimCluster::builder()
+        .stores(3)
+        .split_keys(vec![b"raw-m".to_vec()])
+        .start()
+        .await
+        .unwrap();
+    let plugin = (tikv_sim::COPROCESSOR_PLUGIN, ">=1.0");
+    let seen = lowering::run(cluster.pd_endpoints(), plugin).await.unwrap();
+    assert_eq!(seen.raw_get.as_deref(), Some(&b"1"[..]));
+    let keys = |pairs: &[tikv_client::KvPair]| -> Vec<Key> {
+        pairs.iter().map(|p| p.key().clone()).collect()
+    };
+    assert_eq!(
+        keys(&seen.raw_batch_get),
+        ["raw-a", "raw-z"].map(|k| Key::from(k.to_owned()))
+    );
+    assert_eq!(
+        keys(&seen.raw_scan_after_delete),
+        [Key::from("raw-a".to_owned())],
+        "raw-b was deleted by the range"
+    );
+    let regions: Vec<u64> = cluster.regions().iter().map(|r| r.id).collect();
+    let answers: Vec<String> = seen
+        .coprocessor
+        .iter()
+        .map(|d| String::from_utf8(d.clone()).unwrap())
+        .collect();
+    assert_eq!(
+        answers,
+        [
+            format!("region {}:1", regions[0]),
+            format!("region {}:1", regions[1]),
+        ]
+    );
+    assert_eq!(seen.locks_before_commit, 2);
+    assert_eq!(seen.txn_get.as_deref(), Some(&b"txn-a value"[..]));
+    assert_eq!(
+        keys(&seen.txn_batch_get),
+        ["txn-a", "txn-b"].map(|k| Key::from(k.to_owned()))
+    );
+    assert_eq!(keys(&seen.txn_scan), keys(&seen.txn_batch_get));
+    assert!(
+        cluster.locks(b"", b"").is_empty(),
+        "the commit released every lock"
+    );
     cluster.shutdown().await;
 }

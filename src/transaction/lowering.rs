@@ -10,6 +10,23 @@
 //! let request = new_get_request("k".to_owned().into(), Timestamp::from_version(42));
 //! assert_eq!((request.key.as_slice(), request.version), (&b"k"[..], 42));
 //! ```
+//!
+//! What the requests yield in a plan, under client-rust's merge and
+//! processor names:
+//!
+//! | request | plan after `retry_multi_region(backoff)` | result |
+//! |---|---|---|
+//! | get | `.merge(CollectSingle).post_process_default()` | `Option<Value>` |
+//! | batch_get, scan (one Region piece) | `.merge(Collect)` | `Vec<KvPair>` in key order |
+//! | scan_lock | `.merge(Collect)` | `Vec<ProtoLockInfo>` |
+//! | heart_beat | `.merge(CollectSingle).post_process_default()` | the lock's TTL, ms |
+//! | prewrite, commit, rollbacks, pessimistic_lock | `.merge(CollectError)` (after `.preserve_shard()` where the shards matter) | what the store answered |
+//! | unsafe_destroy_range (`all_stores` instead of `retry_multi_region`) | `.merge(Collect)` | `()` |
+//!
+//! A key error in any response (a lock met, a write conflict) is the
+//! result's error, never a pair quietly left out (client-rust's merges drop
+//! them). Locks are resolved only by a `resolve_lock` stage before the
+//! merge.
 
 use super::requests;
 use super::TimestampExt;

@@ -27,6 +27,7 @@ mod codec_pd;
 mod lock;
 pub mod lowering;
 mod options;
+mod outputs;
 mod requests;
 mod snapshot;
 #[allow(clippy::module_inception)]
