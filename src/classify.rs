@@ -253,7 +253,7 @@ fn walk_chain(first: Option<&(dyn StdError + 'static)>) -> Option<ChainFindings>
 /// Classifies any error a store mapping or a dispatch returned.
 pub fn classify_dispatch_error(error: &Error) -> DispatchFailure {
     match error {
-        Error::Grpc(status) => classify_grpc_error(status),
+        Error::GrpcAPI(status) => classify_grpc_error(status),
         Error::Connect { .. } | Error::ConnectTimeout { .. } => DispatchFailure::NotSent,
         Error::Timeout { .. } => DispatchFailure::ClientTimeout,
         // A store PD no longer knows cannot take the request: try the next.
@@ -509,7 +509,12 @@ mod tests {
                 },
                 DispatchFailure::NotSent,
             ),
-            (Error::Internal("bug".into()), DispatchFailure::Fatal),
+            (
+                Error::InternalError {
+                    message: "bug".into(),
+                },
+                DispatchFailure::Fatal,
+            ),
             (
                 Error::from(tonic::Status::unavailable("down")),
                 DispatchFailure::Transport,

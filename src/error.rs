@@ -7,6 +7,11 @@ use std::time::Duration;
 
 use crate::proto::{errorpb, kvrpcpb, pdpb};
 
+mod describe;
+mod duplicate;
+
+pub use describe::{describe_key_error, describe_region_error};
+
 /// A Region error as TiKV sends it (client-rust's name).
 pub use crate::proto::errorpb::Error as ProtoRegionError;
 /// A key error as TiKV sends it (client-rust's name).
@@ -16,7 +21,7 @@ pub use crate::proto::kvrpcpb::KeyError as ProtoKeyError;
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 /// Everything that can go wrong in tikv-plan.
-#[derive(Debug, Clone, thiserror::Error)]
+#[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
     /// Opening a connection to a TiKV store or PD failed before any request
@@ -44,13 +49,6 @@ pub enum Error {
         /// `TimedOut`) or the client's own `tokio::time::error::Elapsed`.
         source: Option<ErrorSource>,
     },
-    /// A gRPC call ended with a status. The status keeps its source chain,
-    /// which the router walks to tell transport failures from server answers.
-    /// [`source`](std::error::Error::source) is the status itself (as the
-    /// `Box<tonic::Status>` of this variant), so a chain walk goes on to the
-    /// transport's error and its `std::io::Error`, if any.
-    #[error("gRPC call failed with {}: {}", .0.code(), .0.message())]
-    Grpc(#[source] Box<tonic::Status>),
     /// A Region answered with a Region error the client could not resolve
     /// (client-rust's variant; when retries were spent it arrives inside
     /// [`Error::RetriesExhausted`], which names the Region).
@@ -80,7 +78,7 @@ pub enum Error {
         endpoints: String,
         /// Why the last one failed.
         message: String,
-        /// The last failure itself (an [`Error`], e.g. [`Error::Grpc`] or
+        /// The last failure itself (an [`Error`], e.g. [`Error::GrpcAPI`] or
         /// [`Error::Connect`], whose own chain goes on), when there was one.
         source: Option<ErrorSource>,
     },
@@ -192,9 +190,6 @@ pub enum Error {
         #[source]
         last: Box<Error>,
     },
-    /// Several errors, one per shard, in shard order.
-    #[error("{} requests failed; first: {}", .0.len(), .0.first().map(|e| e.to_string()).unwrap_or_default())]
-    Multiple(Vec<Error>),
     /// `insert` of a key the transaction already wrote, or that exists.
     #[error("the key to insert already exists; use put to overwrite it")]
     DuplicateKeyInsertion,
@@ -259,10 +254,12 @@ pub enum Error {
     /// `delete_range` on one with it (TiKV cannot delete a range atomically).
     #[error("the operation is not supported in this mode: compare_and_swap needs atomic mode (plain writes could interleave with it; use client.with_atomic_for_cas()), and delete_range cannot run in atomic mode (use a client without with_atomic_for_cas())")]
     UnsupportedMode,
-    /// client-rust's gRPC status variant. tikv-plan reports gRPC statuses as
-    /// [`Error::Grpc`] (with the status kept whole for classification) and
-    /// never builds this one; it exists so that code matching on it compiles.
-    #[error("gRPC api error: {0}")]
+    /// A gRPC call ended with a status (client-rust's variant). The status
+    /// keeps its source chain, which the router walks to tell transport
+    /// failures from server answers; [`source`](std::error::Error::source)
+    /// is the status itself, so a chain walk goes on to the transport's
+    /// error and its `std::io::Error`, if any.
+    #[error("gRPC call failed with {}: {}", .0.code(), .0.message())]
     GrpcAPI(#[source] tonic::Status),
     /// client-rust's undetermined outcome, built by
     /// `TransactionClient`'s `commit` when its commit point (the primary's
@@ -274,8 +271,7 @@ pub enum Error {
     /// requests report [`Error::Undetermined`] itself.
     #[error("whether the transaction committed is unknown: {0}; read its keys in a new transaction before retrying it")]
     UndeterminedError(#[source] Box<Error>),
-    /// client-rust's internal error. tikv-plan reports [`Error::Internal`]
-    /// and never builds this one.
+    /// A bug or a protocol mismatch inside the client; please report it.
     #[error("internal error (please report): {message}")]
     InternalError {
         /// What went wrong.
@@ -287,12 +283,12 @@ pub enum Error {
     /// client-rust's "not implemented" error; tikv-plan never builds it.
     #[error("the feature is not implemented")]
     Unimplemented,
-    /// client-rust's error for several shard failures; tikv-plan reports
-    /// [`Error::Multiple`] and never builds this one.
-    #[error("{} errors; first: {}", .0.len(), .0.first().map(|e| e.to_string()).unwrap_or_default())]
+    /// Several Regions (or stores) of one request failed: their errors, in
+    /// shard order (client-rust's variant).
+    #[error("{} requests failed; first: {}", .0.len(), .0.first().map(|e| e.to_string()).unwrap_or_default())]
     ExtractedErrors(Vec<Error>),
-    /// client-rust's error for several key errors; tikv-plan reports
-    /// [`Error::Multiple`] and never builds this one.
+    /// Several keys of one request were refused, each with a key error
+    /// (client-rust's variant).
     #[error("{} key errors; first: {}", .0.len(), .0.first().map(|e| e.to_string()).unwrap_or_default())]
     MultipleKeyErrors(Vec<Error>),
     /// No Region covers a range (client-rust's variant).
@@ -313,12 +309,34 @@ pub enum Error {
     /// A Region expected in the cache was not there.
     #[error("the region is not in the region cache")]
     EntryNotFoundInRegionCache,
-    /// An I/O error (client-rust's variant; shared so the error stays `Clone`).
+    /// An I/O error (client-rust's variant).
     #[error("I/O error: {0}")]
-    Io(#[source] std::sync::Arc<std::io::Error>),
-    /// A bug or a protocol mismatch inside the client; please report it.
-    #[error("internal error (please report): {0}")]
-    Internal(String),
+    Io(#[from] std::io::Error),
+    /// A tokio oneshot channel closed before its answer was sent
+    /// (client-rust's variant).
+    #[error("an internal channel closed before its answer came: {0}")]
+    Channel(#[from] tokio::sync::oneshot::error::RecvError),
+    /// tonic could not set up a channel (client-rust's variant). The client
+    /// itself reports a failed connect as [`Error::Connect`] or
+    /// [`Error::ConnectTimeout`], which name the address and keep tonic's
+    /// error as their source.
+    #[error("gRPC transport error: {0}")]
+    Grpc(#[from] tonic::transport::Error),
+    /// An address that is not a URI (client-rust's variant).
+    #[error("not a valid address: {0}; write it as host:port")]
+    Url(#[from] tonic::codegen::http::uri::InvalidUri),
+    /// A futures oneshot channel was dropped before its answer was sent
+    /// (client-rust's variant).
+    #[error("an internal channel was dropped before its answer came: {0}")]
+    Canceled(#[from] futures::channel::oneshot::Canceled),
+    /// A spawned task panicked or was cancelled (client-rust's variant).
+    #[error("a spawned task failed: {0}")]
+    JoinError(#[from] tokio::task::JoinError),
+    /// A version requirement that is not semver, such as the coprocessor
+    /// version of [`RawClient::coprocessor`](crate::RawClient::coprocessor)
+    /// (client-rust's variant).
+    #[error("not a semver version requirement: {0}; write it as e.g. \">=1.0, <2\"")]
+    InvalidSemver(#[from] semver::Error),
 }
 
 /// The underlying error of a failure the crate wrapped (a transport error,
@@ -381,7 +399,7 @@ impl From<Error> for ErrorSource {
 impl From<tonic::Status> for Error {
     /// A response over the decoding limit becomes
     /// [`Error::GrpcMessageTooLarge`], which names the knob; every other
-    /// status stays whole in [`Error::Grpc`].
+    /// status stays whole in [`Error::GrpcAPI`].
     fn from(status: tonic::Status) -> Self {
         if let Some(limit) = decoding_limit_exceeded(&status) {
             return Error::GrpcMessageTooLarge {
@@ -391,7 +409,7 @@ impl From<tonic::Status> for Error {
                 source: Some(ErrorSource::new(status)),
             };
         }
-        Error::Grpc(Box::new(status))
+        Error::GrpcAPI(status)
     }
 }
 
@@ -424,86 +442,6 @@ impl From<ProtoRegionError> for Error {
 impl From<ProtoKeyError> for Error {
     fn from(e: ProtoKeyError) -> Error {
         Error::KeyError(Box::new(e))
-    }
-}
-
-impl From<std::io::Error> for Error {
-    fn from(e: std::io::Error) -> Error {
-        Error::Io(std::sync::Arc::new(e))
-    }
-}
-
-/// A short human description of a key error.
-pub fn describe_key_error(e: &kvrpcpb::KeyError) -> String {
-    let key = |k: &[u8]| crate::Key::from(k.to_vec());
-    if let Some(lock) = &e.locked {
-        format!(
-            "key {:?} is locked by transaction {} (primary {:?}, TTL {} ms)",
-            key(&lock.key),
-            lock.lock_version,
-            key(&lock.primary_lock),
-            lock.lock_ttl
-        )
-    } else if let Some(c) = &e.conflict {
-        format!(
-            "write conflict on key {:?}: transaction {} conflicts with a write committed at {} by transaction {}; retry the transaction",
-            key(&c.key),
-            c.start_ts,
-            c.conflict_commit_ts,
-            c.conflict_ts
-        )
-    } else if let Some(a) = &e.already_exist {
-        format!(
-            "key {:?} already exists, so it cannot be inserted",
-            key(&a.key)
-        )
-    } else if let Some(d) = &e.deadlock {
-        format!(
-            "deadlock: waiting for the lock on {:?} held by transaction {}; retry the transaction",
-            key(&d.lock_key),
-            d.lock_ts
-        )
-    } else if let Some(t) = &e.txn_not_found {
-        format!(
-            "transaction {} was not found at its primary {:?}: it was rolled back",
-            t.start_ts,
-            key(&t.primary_key)
-        )
-    } else if let Some(x) = &e.commit_ts_expired {
-        format!(
-            "commit ts {} of transaction {} is below the lock's min_commit_ts {}",
-            x.attempted_commit_ts, x.start_ts, x.min_commit_ts
-        )
-    } else if let Some(x) = &e.commit_ts_too_large {
-        format!(
-            "the commit ts {} the store calculated exceeds the transaction's max_commit_ts",
-            x.commit_ts
-        )
-    } else if let Some(x) = &e.assertion_failed {
-        let wanted = kvrpcpb::Assertion::try_from(x.assertion)
-            .map(|a| a.as_str_name())
-            .unwrap_or("an unknown assertion");
-        format!(
-            "assertion {wanted} of transaction {} failed on key {:?} (a version started at {} and committed at {} is there)",
-            x.start_ts,
-            key(&x.key),
-            x.existing_start_ts,
-            x.existing_commit_ts
-        )
-    } else if let Some(x) = &e.primary_mismatch {
-        let lock = x.lock_info.clone().unwrap_or_default();
-        format!(
-            "key {:?} is not the primary of transaction {} (its primary is {:?})",
-            key(&lock.key),
-            lock.lock_version,
-            key(&lock.primary_lock)
-        )
-    } else if !e.retryable.is_empty() {
-        format!("retryable key error: {}", e.retryable)
-    } else if !e.abort.is_empty() {
-        format!("aborted: {}", e.abort)
-    } else {
-        "key error".to_owned()
     }
 }
 
@@ -561,75 +499,14 @@ impl Error {
     pub fn undetermined_anywhere(&self) -> bool {
         match self {
             e if e.is_undetermined() => true,
-            Error::Multiple(errors)
-            | Error::MultipleKeyErrors(errors)
-            | Error::ExtractedErrors(errors) => errors.iter().any(Error::undetermined_anywhere),
+            Error::MultipleKeyErrors(errors) | Error::ExtractedErrors(errors) => {
+                errors.iter().any(Error::undetermined_anywhere)
+            }
             Error::RetriesExhausted { last, .. } | Error::DeadlineExceeded { last, .. } => {
                 last.undetermined_anywhere()
             }
             _ => false,
         }
-    }
-}
-
-/// A short human description of a Region error: its kind and message.
-pub fn describe_region_error(e: &errorpb::Error) -> String {
-    let kind = if let Some(nl) = &e.not_leader {
-        match &nl.leader {
-            Some(l) => format!(
-                "not leader (leader is peer {} on store {})",
-                l.id, l.store_id
-            ),
-            None => "not leader (leader unknown)".to_owned(),
-        }
-    } else if e.region_not_found.is_some() {
-        "region not found".to_owned()
-    } else if e.key_not_in_region.is_some() {
-        "key not in region".to_owned()
-    } else if e.epoch_not_match.is_some() {
-        "epoch not match".to_owned()
-    } else if let Some(b) = &e.server_is_busy {
-        format!(
-            "server is busy (reason {:?}, estimated wait {} ms)",
-            b.reason, b.estimated_wait_ms
-        )
-    } else if e.stale_command.is_some() {
-        "stale command".to_owned()
-    } else if e.store_not_match.is_some() {
-        "store not match".to_owned()
-    } else if e.raft_entry_too_large.is_some() {
-        "raft entry too large: make the request smaller".to_owned()
-    } else if e.max_timestamp_not_synced.is_some() {
-        "max timestamp not synced".to_owned()
-    } else if e.read_index_not_ready.is_some() {
-        "read index not ready".to_owned()
-    } else if e.proposal_in_merging_mode.is_some() {
-        "proposal in merging mode".to_owned()
-    } else if e.data_is_not_ready.is_some() {
-        "data is not ready".to_owned()
-    } else if e.region_not_initialized.is_some() {
-        "region not initialized".to_owned()
-    } else if e.disk_full.is_some() {
-        "disk full".to_owned()
-    } else if e.recovery_in_progress.is_some() {
-        "recovery in progress".to_owned()
-    } else if e.flashback_in_progress.is_some() {
-        "flashback in progress".to_owned()
-    } else if e.flashback_not_prepared.is_some() {
-        "flashback not prepared".to_owned()
-    } else if e.is_witness.is_some() {
-        "peer is a witness".to_owned()
-    } else if e.mismatch_peer_id.is_some() {
-        "mismatch peer id".to_owned()
-    } else if e.bucket_version_not_match.is_some() {
-        "bucket version not match".to_owned()
-    } else {
-        "unrecognised region error".to_owned()
-    };
-    if e.message.is_empty() {
-        kind
-    } else {
-        format!("{kind}: {}", e.message)
     }
 }
 
@@ -702,10 +579,13 @@ mod tests {
 
     #[test]
     fn every_wrapping_variant_has_a_source() {
-        let inner = || Box::new(Error::Internal("inner".to_owned()));
+        let inner = || {
+            Box::new(Error::InternalError {
+                message: "inner".to_owned(),
+            })
+        };
         let status = || tonic::Status::unavailable("down");
         let with_source = [
-            Error::Grpc(Box::new(status())),
             Error::GrpcAPI(status()),
             Error::from(io::Error::from(io::ErrorKind::BrokenPipe)),
             Error::ConnectTimeout {
@@ -716,7 +596,9 @@ mod tests {
             Error::PdUnavailable {
                 endpoints: "pd".to_owned(),
                 message: "m".to_owned(),
-                source: Some(ErrorSource::from(Error::Internal("x".to_owned()))),
+                source: Some(ErrorSource::from(Error::InternalError {
+                    message: "x".to_owned(),
+                })),
             },
             Error::Security {
                 path: "ca.pem".to_owned(),

@@ -201,10 +201,9 @@ pub fn response_with_region_error(
         )*};
     }
     tikv_plan_proto::kv_methods!(try_types);
-    Err(Error::Internal(format!(
-        "the mock has no response type for {}",
-        request.label()
-    )))
+    Err(Error::InternalError {
+        message: format!("the mock has no response type for {}", request.label()),
+    })
 }
 
 /// How a store's mapping fails.
@@ -267,9 +266,9 @@ impl Shared {
         match hook {
             Some(hook) => hook(&peer, req),
             None => Box::pin(async {
-                Err(Error::Internal(
-                    "MockPdClient has no dispatch hook; call set_dispatch_hook".to_owned(),
-                ))
+                Err(Error::InternalError {
+                    message: "MockPdClient has no dispatch hook; call set_dispatch_hook".to_owned(),
+                })
             }),
         }
     }

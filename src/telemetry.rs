@@ -550,7 +550,9 @@ mod tests {
         {
             let r = RequestObserver::new("unit_test_method");
             r.shard_done(Ok(()));
-            r.shard_done(Err(&Error::Internal("x".to_owned())));
+            r.shard_done(Err(&Error::InternalError {
+                message: "x".to_owned(),
+            }));
             r.shard_done(Ok(()));
         }
         drop(RequestObserver::new("unit_test_method"));

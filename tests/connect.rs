@@ -104,7 +104,7 @@ async fn silent_store_is_bounded_by_the_request_timeout() {
     let result = client.dispatch(&request).await;
     let elapsed = started.elapsed();
     match result {
-        Err(Error::Grpc(status)) => assert!(
+        Err(Error::GrpcAPI(status)) => assert!(
             matches!(
                 status.code(),
                 tonic::Code::Cancelled | tonic::Code::DeadlineExceeded
@@ -153,7 +153,9 @@ mod single_flight {
     #[async_trait]
     impl KvClient for NullClient {
         async fn dispatch(&self, _req: &dyn Request) -> tikv_plan::Result<Box<dyn Any + Send>> {
-            Err(Error::Internal("test client sends nothing".to_owned()))
+            Err(Error::InternalError {
+                message: "test client sends nothing".to_owned(),
+            })
         }
     }
 

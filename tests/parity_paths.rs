@@ -23,3 +23,49 @@ fn client_rust_paths_name_the_same_types() {
     fn named(_: &Client) {}
     let _: fn(&tikv_plan::TransactionClient) = named;
 }
+
+/// client-rust's `From` conversions into `Error`, each landing in the
+/// variant a client-rust program matches on.
+#[tokio::test]
+async fn client_rust_error_conversions_land_in_their_variants() {
+    use tikv_plan::Error;
+
+    let io = std::io::Error::from(std::io::ErrorKind::BrokenPipe);
+    assert!(matches!(Error::from(io), Error::Io(e) if e.kind() == std::io::ErrorKind::BrokenPipe));
+
+    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+    drop(tx);
+    assert!(matches!(
+        Error::from(rx.await.unwrap_err()),
+        Error::Channel(_)
+    ));
+
+    let (tx, rx) = futures::channel::oneshot::channel::<()>();
+    drop(tx);
+    assert!(matches!(
+        Error::from(rx.await.unwrap_err()),
+        Error::Canceled(_)
+    ));
+
+    let task = tokio::spawn(async { panic!("a task of the application") });
+    assert!(matches!(
+        Error::from(task.await.unwrap_err()),
+        Error::JoinError(_)
+    ));
+
+    let uri = "not a uri"
+        .parse::<tonic::codegen::http::Uri>()
+        .unwrap_err();
+    assert!(matches!(Error::from(uri), Error::Url(_)));
+
+    let semver = semver::VersionReq::parse("one point two").unwrap_err();
+    let err = Error::from(semver);
+    assert!(matches!(err, Error::InvalidSemver(_)), "{err:?}");
+    assert!(err.to_string().contains("semver"), "{err}");
+
+    let status = tonic::Status::unavailable("store down");
+    assert!(matches!(
+        Error::from(status),
+        Error::GrpcAPI(s) if s.code() == tonic::Code::Unavailable
+    ));
+}

@@ -105,7 +105,7 @@ async fn mapping_counts_and_fails_per_store() {
         ))
         .await
         .unwrap_err();
-    assert!(matches!(err, Error::Internal(_)));
+    assert!(matches!(err, Error::InternalError { message: _ }));
 }
 
 #[tokio::test]

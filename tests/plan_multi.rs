@@ -122,7 +122,7 @@ async fn multi_shard_error_precedence_is_stable() {
         .await
         .unwrap_err();
         match err {
-            Error::Multiple(errors) => {
+            Error::ExtractedErrors(errors) => {
                 let msgs: Vec<String> = errors.iter().map(|e| e.to_string()).collect();
                 assert!(
                     msgs[0].contains("two") && msgs[1].contains("five"),
@@ -143,7 +143,7 @@ async fn multi_shard_error_precedence_is_stable() {
         .await
         .unwrap_err();
         assert!(
-            matches!(err, Error::Multiple(ref e) if e[0].to_string().contains("two")),
+            matches!(err, Error::ExtractedErrors(ref e) if e[0].to_string().contains("two")),
             "{err}"
         );
     }

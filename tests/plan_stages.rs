@@ -81,7 +81,9 @@ fn answer_with_key(request: &dyn Request) -> Result<Box<dyn Any + Send>> {
     let get = request
         .as_any()
         .downcast_ref::<kvrpcpb::RawGetRequest>()
-        .ok_or_else(|| Error::Internal("not a raw get".to_owned()))?;
+        .ok_or_else(|| Error::InternalError {
+            message: "not a raw get".to_owned(),
+        })?;
     Ok(Box::new(kvrpcpb::RawGetResponse {
         value: get.key.clone(),
         ..Default::default()
@@ -141,12 +143,16 @@ async fn preserve_results_keeps_each_regions_outcome() {
     let pd = two_regions();
     pd.set_dispatch_hook(|peer, request| {
         if peer.store_id == 1 {
-            return Err(Error::Internal("store 1 is broken".to_owned()));
+            return Err(Error::InternalError {
+                message: "store 1 is broken".to_owned(),
+            });
         }
         let get = request
             .as_any()
             .downcast_ref::<kvrpcpb::RawBatchGetRequest>()
-            .ok_or_else(|| Error::Internal("not a batch get".to_owned()))?;
+            .ok_or_else(|| Error::InternalError {
+                message: "not a batch get".to_owned(),
+            })?;
         Ok(Box::new(kvrpcpb::RawBatchGetResponse {
             pairs: get
                 .keys

@@ -590,7 +590,7 @@ async fn every_method_works_through_fallback_while_a_leader_store_is_down() {
 /// the builder made for that Region and its pieces of the ranges; the
 /// results come back per Region, in key order. A missing plugin or a version
 /// mismatch is the store's answer (`KvError`); a requirement that is not
-/// semver is refused before anything is sent.
+/// semver is refused before anything is sent (`InvalidSemver`).
 #[tokio::test]
 async fn coprocessor_runs_the_plugin_in_every_region_of_the_ranges() {
     let cluster = cluster().await;
@@ -674,7 +674,7 @@ async fn coprocessor_runs_the_plugin_in_every_region_of_the_ranges() {
         )
         .await
         .unwrap_err();
-    assert!(matches!(invalid, Error::InvalidArgument(_)), "{invalid:?}");
+    assert!(matches!(invalid, Error::InvalidSemver(_)), "{invalid:?}");
     assert_eq!(sent(&cluster), before, "nothing was sent");
     assert!(before >= 5, "the calls above reached the plugin");
     cluster.shutdown().await;

@@ -132,7 +132,7 @@ async fn other_grpc_status_is_returned_without_replay() {
     });
     let err = get(&pd, &routing).await.unwrap_err();
     assert!(
-        matches!(err, Error::Grpc(ref s) if s.code() == tonic::Code::InvalidArgument),
+        matches!(err, Error::GrpcAPI(ref s) if s.code() == tonic::Code::InvalidArgument),
         "{err}"
     );
     assert_eq!(
@@ -207,7 +207,7 @@ async fn transport_failure_then_a_fatal_status_drops_the_region_route() {
         _ => Err(Error::from(tonic::Status::invalid_argument("bad request"))),
     });
     let err = get(&pd, &routing).await.unwrap_err();
-    assert!(matches!(err, Error::Grpc(_)), "{err}");
+    assert!(matches!(err, Error::GrpcAPI(_)), "{err}");
     assert_eq!(pd.dispatched_peers(), vec![11, 12], "never replayed");
     assert_eq!(pd.invalidate_store_cache_calls(), 1);
     assert_eq!(pd.invalidate_region_cache_calls(), 1);

@@ -38,9 +38,15 @@ async fn cluster() -> SimCluster {
 }
 
 fn balance(value: Option<Vec<u8>>) -> Result<u64> {
-    let bytes = value.ok_or_else(|| Error::Internal("an account vanished".to_owned()))?;
-    let text = String::from_utf8(bytes).map_err(|e| Error::Internal(e.to_string()))?;
-    text.parse().map_err(|e| Error::Internal(format!("{e}")))
+    let bytes = value.ok_or_else(|| Error::InternalError {
+        message: "an account vanished".to_owned(),
+    })?;
+    let text = String::from_utf8(bytes).map_err(|e| Error::InternalError {
+        message: e.to_string(),
+    })?;
+    text.parse().map_err(|e| Error::InternalError {
+        message: format!("{e}"),
+    })
 }
 
 /// One transfer of `amount` from `from` to `to` in its own transaction.

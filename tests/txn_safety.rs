@@ -65,9 +65,7 @@ fn key_error_text(e: &Error) -> String {
         }
         match e {
             Error::PessimisticLockError { inner, .. } => find(inner),
-            Error::Multiple(es) | Error::MultipleKeyErrors(es) | Error::ExtractedErrors(es) => {
-                es.iter().find_map(find)
-            }
+            Error::ExtractedErrors(es) | Error::MultipleKeyErrors(es) => es.iter().find_map(find),
             _ => None,
         }
     }

@@ -205,7 +205,7 @@ impl SharedFailure {
             other => SharedFailure::Unavailable {
                 endpoints: String::new(),
                 message: other.to_string(),
-                source: Some(ErrorSource::from(other.clone())),
+                source: Some(ErrorSource::from(other.duplicate())),
             },
         }
     }
@@ -1017,7 +1017,9 @@ mod tests {
                 leader: Some(metapb::Peer::default()),
                 ..Default::default()
             }),
-            || Error::Internal(String::new()),
+            || Error::InternalError {
+                message: String::new(),
+            },
         )
         .unwrap();
         assert_eq!(no_leader.id(), 3);

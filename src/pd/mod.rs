@@ -138,9 +138,11 @@ pub trait PdClient: Send + Sync + 'static {
     /// `TransactionClient::gc`); true when PD now holds exactly it. The
     /// default refuses: a client without PD cannot run GC.
     async fn update_safepoint(self: Arc<Self>, safe_point: u64) -> Result<bool> {
-        Err(Error::Internal(format!(
-            "this PD client cannot update the GC safe point (asked for {safe_point})"
-        )))
+        Err(Error::InternalError {
+            message: format!(
+                "this PD client cannot update the GC safe point (asked for {safe_point})"
+            ),
+        })
     }
 
     /// Records `leader` as the leader of the cached Region `ver_id`. Ignored
@@ -340,14 +342,18 @@ mod tests {
             _region: RegionWithLeader,
             _peer: metapb::Peer,
         ) -> Result<RegionStore> {
-            Err(Error::Internal("not used".to_owned()))
+            Err(Error::InternalError {
+                message: "not used".to_owned(),
+            })
         }
         async fn region_for_key(&self, _key: &[u8]) -> Result<RegionWithLeader> {
             let seen = self
                 .lookups
                 .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
             if seen >= 10 {
-                return Err(Error::Internal("the walk does not advance".to_owned()));
+                return Err(Error::InternalError {
+                    message: "the walk does not advance".to_owned(),
+                });
             }
             Ok(m_to_z())
         }
@@ -358,7 +364,9 @@ mod tests {
             Ok(Vec::new())
         }
         async fn get_timestamp(self: Arc<Self>) -> Result<crate::pd::Timestamp> {
-            Err(Error::Internal("not used".to_owned()))
+            Err(Error::InternalError {
+                message: "not used".to_owned(),
+            })
         }
         async fn update_leader(&self, _ver_id: RegionVerId, _leader: metapb::Peer) -> Result<()> {
             Ok(())

@@ -92,8 +92,9 @@ impl TimestampOracle {
             })
             .await;
         let (tx, rx) = oneshot::channel();
-        let ended =
-            || Error::Internal("the TSO task ended; the PD client was shut down".to_owned());
+        let ended = || Error::InternalError {
+            message: "the TSO task ended; the PD client was shut down".to_owned(),
+        };
         queue.send(tx).await.map_err(|_| ended())?;
         rx.await.map_err(|_| ended())?
     }
@@ -141,7 +142,7 @@ impl TsoStream {
                 }
                 Err(e) => {
                     for waiter in batch {
-                        let _ = waiter.send(Err(e.clone()));
+                        let _ = waiter.send(Err(e.duplicate()));
                     }
                 }
             }
@@ -191,7 +192,9 @@ impl TsoStream {
             count,
             dc_location: String::new(),
         };
-        let closed = || Error::Internal("the TSO stream closed".to_owned());
+        let closed = || Error::InternalError {
+            message: "the TSO stream closed".to_owned(),
+        };
         self.cluster.count_tso_request();
         self.counters.requests.fetch_add(1, Ordering::Relaxed);
         match self.open.as_mut() {
@@ -216,9 +219,9 @@ impl TsoStream {
         let response = match tokio::time::timeout(timeout, open.responses.message()).await {
             Ok(Ok(Some(response))) => response,
             Ok(Ok(None)) => {
-                return Err(Error::Internal(
-                    "PD closed the TSO stream without an answer".to_owned(),
-                ))
+                return Err(Error::InternalError {
+                    message: "PD closed the TSO stream without an answer".to_owned(),
+                })
             }
             Ok(Err(status)) => return Err(status.into()),
             Err(_) => {
@@ -230,19 +233,21 @@ impl TsoStream {
         };
         let response = self.cluster.check_tso_response(response)?;
         if response.count != count {
-            return Err(Error::Internal(format!(
-                "PD answered a request for {count} timestamps with {}",
-                response.count
-            )));
+            return Err(Error::InternalError {
+                message: format!(
+                    "PD answered a request for {count} timestamps with {}",
+                    response.count
+                ),
+            });
         }
-        let last = response.timestamp.ok_or_else(|| {
-            Error::Internal("PD answered a TSO request without a timestamp".to_owned())
+        let last = response.timestamp.ok_or_else(|| Error::InternalError {
+            message: "PD answered a TSO request without a timestamp".to_owned(),
         })?;
         if last.logical < i64::from(count) - 1 {
-            return Err(Error::Internal(format!(
+            return Err(Error::InternalError { message: format!(
                 "PD answered a request for {count} timestamps with logical part {}, too small to hold them",
                 last.logical
-            )));
+            ) });
         }
         Ok(last)
     }

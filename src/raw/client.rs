@@ -614,7 +614,7 @@ impl<PdC: PdClient> RawClient<PdC> {
     /// Calls the coprocessor plugin `copr_name` of every store that holds
     /// a Region of `ranges`, if the plugin's version meets
     /// `copr_version_req` (semver, e.g. `">=1.0, <2"`; a requirement that
-    /// does not parse is refused before any request).
+    /// does not parse is [`Error::InvalidSemver`], before any request).
     /// `request_builder` makes the plugin's request for each Region from the
     /// Region and the pieces of the ranges inside it (without the keyspace
     /// prefix). Returns each Region's pieces and the plugin's answer, in
@@ -631,12 +631,7 @@ impl<PdC: PdClient> RawClient<PdC> {
         request_builder: impl Fn(metapb::Region, Vec<Range<Key>>) -> Vec<u8> + Send + Sync + 'static,
     ) -> Result<Vec<(Vec<Range<Key>>, Vec<u8>)>> {
         let copr_version_req = copr_version_req.into();
-        semver::VersionReq::parse(&copr_version_req).map_err(|e| {
-            Error::InvalidArgument(format!(
-                "the coprocessor version requirement {copr_version_req:?} is not semver ({e}); \
-                 write it as e.g. \">=1.0, <2\""
-            ))
-        })?;
+        semver::VersionReq::parse(&copr_version_req)?;
         let keyspace = self.keyspace;
         let ranges = ranges
             .into_iter()

@@ -36,7 +36,9 @@ fn write<T>(l: &RwLock<T>) -> RwLockWriteGuard<'_, T> {
     l.write().unwrap_or_else(|e| e.into_inner())
 }
 
-type SharedLoad<V> = Shared<BoxFuture<'static, Result<V>>>;
+/// A load several callers wait on: its error is shared (`Error` is not
+/// `Clone`), and each caller gets it back with [`Error::from_shared`].
+type SharedLoad<V> = Shared<BoxFuture<'static, Result<V, Arc<crate::Error>>>>;
 
 /// Runs at most one load per key at a time: concurrent callers with the same
 /// key await the same future and get the same result, error included. The
@@ -129,7 +131,7 @@ where
                 None => {
                     let id = in_flight.next_id;
                     in_flight.next_id += 1;
-                    let shared = load().boxed().shared();
+                    let shared = load().map(|r| r.map_err(Arc::new)).boxed().shared();
                     in_flight.loads.insert(key.clone(), (id, shared.clone()));
                     (id, shared)
                 }
@@ -142,10 +144,10 @@ where
             }
         };
         match waiter.shared.as_mut() {
-            Some(shared) => shared.await,
-            None => Err(crate::Error::Internal(
-                "a single-flight load lost its future".to_owned(),
-            )),
+            Some(shared) => shared.await.map_err(crate::Error::from_shared),
+            None => Err(crate::Error::InternalError {
+                message: "a single-flight load lost its future".to_owned(),
+            }),
         }
     }
 
@@ -983,7 +985,11 @@ mod tests {
         assert_eq!(loads.load(Ordering::SeqCst), 1);
         // Now cached: no further load for any key of the Region.
         let r = cache
-            .get_or_load_by_key(b"c", |_| async { Err(Error::Internal("no".into())) })
+            .get_or_load_by_key(b"c", |_| async {
+                Err(Error::InternalError {
+                    message: "no".into(),
+                })
+            })
             .await
             .unwrap();
         assert_eq!(r.id(), 1);

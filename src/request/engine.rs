@@ -419,10 +419,12 @@ impl<'r> ShardMachine<'r> {
                 // the cache, so the next round goes there without sleeping.
                 self.back_off_after_busy(outcome != ProbeOutcome::FoundLeader)
             }
-            (phase, event) => self.done(Err(Error::Internal(format!(
-                "the retry engine of region {} got {event:?} while {phase:?}",
-                self.region.id()
-            )))),
+            (phase, event) => self.done(Err(Error::InternalError {
+                message: format!(
+                    "the retry engine of region {} got {event:?} while {phase:?}",
+                    self.region.id()
+                ),
+            })),
         }
     }
 

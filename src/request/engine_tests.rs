@@ -259,7 +259,7 @@ fn gap_routing_failure_then_plain_failure_drops_the_region() {
     run.start();
     assert_eq!(mapped_peer(&run.fail(transport())), Some(12));
     match run.fail(fatal()) {
-        Next::Done(Err(Error::Grpc(_))) => {}
+        Next::Done(Err(Error::GrpcAPI(_))) => {}
         other => panic!("{other:?}"),
     }
     assert_eq!(run.region_invalidations(), 1, "{:?}", run.effects);
@@ -622,7 +622,10 @@ fn a_commit_point_is_resent_but_a_final_failure_after_possible_delivery_is_undet
     // Without a possible delivery a failure stays what it is.
     let mut run = Run::new(region3(Some(11)), commit, &scope);
     run.start();
-    assert!(matches!(run.fail(fatal()), Next::Done(Err(Error::Grpc(_)))));
+    assert!(matches!(
+        run.fail(fatal()),
+        Next::Done(Err(Error::GrpcAPI(_)))
+    ));
 }
 
 #[test]
@@ -701,7 +704,9 @@ fn an_event_out_of_place_is_an_internal_error() {
     let scope = RequestScope::default();
     let mut run = Run::new(region3(Some(11)), policy(), &scope);
     match run.step(Event::Slept) {
-        Next::Done(Err(Error::Internal(msg))) => assert!(msg.contains("region 1"), "{msg}"),
+        Next::Done(Err(Error::InternalError { message: msg })) => {
+            assert!(msg.contains("region 1"), "{msg}")
+        }
         other => panic!("{other:?}"),
     }
 }

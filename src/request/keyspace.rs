@@ -232,10 +232,12 @@ pub(crate) async fn load_keyspace<PdC: crate::pd::PdClient>(
         return Err(crate::Error::KeyspaceNotFound(name.to_owned()));
     }
     if meta.id > MAX_KEYSPACE_ID {
-        return Err(crate::Error::Internal(format!(
-            "PD gave keyspace {name:?} the id {}, which does not fit 24 bits",
-            meta.id
-        )));
+        return Err(crate::Error::InternalError {
+            message: format!(
+                "PD gave keyspace {name:?} the id {}, which does not fit 24 bits",
+                meta.id
+            ),
+        });
     }
     Ok(Keyspace::Enable {
         keyspace_id: meta.id,

@@ -25,7 +25,7 @@ pub use super::retry::RetryableMultiRegion;
 /// for plans of the caller's own that carry a cleanup's errors in the result
 /// ([`HasRegionError`] and [`HasKeyErrors`] take them out, as for a
 /// response).
-#[derive(Clone, Debug, Default)]
+#[derive(Debug, Default)]
 pub struct CleanupLocksResult {
     /// A Region error that ended the cleanup of a Region.
     pub region_error: Option<crate::proto::errorpb::Error>,
@@ -33,6 +33,21 @@ pub struct CleanupLocksResult {
     pub key_error: Option<Vec<Error>>,
     /// How many locks were resolved.
     pub resolved_locks: usize,
+}
+
+/// A copy keeps the errors too (as their kind and text where an error
+/// cannot be copied whole; client-rust's copy drops them).
+impl Clone for CleanupLocksResult {
+    fn clone(&self) -> Self {
+        CleanupLocksResult {
+            region_error: self.region_error.clone(),
+            key_error: self
+                .key_error
+                .as_ref()
+                .map(|errors| errors.iter().map(Error::duplicate).collect()),
+            resolved_locks: self.resolved_locks,
+        }
+    }
 }
 
 impl HasRegionError for CleanupLocksResult {
@@ -177,23 +192,26 @@ impl<Req: KvRequest> Dispatch<Req> {
 
     /// [`Plan::execute`] without the metrics.
     async fn send(&self) -> Result<Req::Response> {
-        let client = self.kv_client.as_ref().ok_or_else(|| {
-            Error::Internal(format!(
-                "{} was dispatched before a store was chosen",
-                self.request.label()
-            ))
-        })?;
+        let client = self
+            .kv_client
+            .as_ref()
+            .ok_or_else(|| Error::InternalError {
+                message: format!(
+                    "{} was dispatched before a store was chosen",
+                    self.request.label()
+                ),
+            })?;
         let response = client
             .dispatch_within(&self.request, self.rpc_bound)
             .await?;
         response
             .downcast::<Req::Response>()
             .map(|b| *b)
-            .map_err(|_| {
-                Error::Internal(format!(
+            .map_err(|_| Error::InternalError {
+                message: format!(
                     "the store client answered {} with a response of another type",
                     self.request.label()
-                ))
+                ),
             })
     }
 }
@@ -273,10 +291,9 @@ impl<P: Plan + Shardable> Plan for PreserveShard<P> {
     type Result = ResponseWithShard<P::Result, P::Shard>;
 
     async fn execute(&self) -> Result<Self::Result> {
-        let shard = self.shard.clone().ok_or_else(|| {
-            Error::Internal(
-                "PreserveShard ran without a shard; use it under RetryableMultiRegion".to_owned(),
-            )
+        let shard = self.shard.clone().ok_or_else(|| Error::InternalError {
+            message: "PreserveShard ran without a shard; use it under RetryableMultiRegion"
+                .to_owned(),
         })?;
         let response = self.inner.execute().await?;
         Ok(ResponseWithShard(response, shard))
@@ -294,11 +311,9 @@ impl<P: Plan + Shardable> Plan for PreserveShard<P> {
     #[allow(clippy::manual_async_fn)]
     fn execute_mut(&mut self) -> impl std::future::Future<Output = Result<Self::Result>> + Send {
         async move {
-            let shard = self.shard.clone().ok_or_else(|| {
-                Error::Internal(
-                    "PreserveShard ran without a shard; use it under RetryableMultiRegion"
-                        .to_owned(),
-                )
+            let shard = self.shard.clone().ok_or_else(|| Error::InternalError {
+                message: "PreserveShard ran without a shard; use it under RetryableMultiRegion"
+                    .to_owned(),
             })?;
             let response = self.inner.execute_mut().await?;
             Ok(ResponseWithShard(response, shard))
@@ -411,14 +426,15 @@ impl<T: Send + 'static> Merge<T> for CollectSingle {
 
     fn merge(&self, mut input: Vec<Result<T>>) -> Result<T> {
         if input.len() != 1 {
-            return Err(Error::Internal(format!(
-                "a single-Region request produced {} results",
-                input.len()
-            )));
+            return Err(Error::InternalError {
+                message: format!("a single-Region request produced {} results", input.len()),
+            });
         }
-        input
-            .pop()
-            .unwrap_or_else(|| Err(Error::Internal("no result".to_owned())))
+        input.pop().unwrap_or_else(|| {
+            Err(Error::InternalError {
+                message: "no result".to_owned(),
+            })
+        })
     }
 }
 

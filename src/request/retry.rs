@@ -216,9 +216,9 @@ where
                     Err(_) => {
                         return (
                             *now,
-                            Err(Error::Internal(
-                                "the request's permit pool was closed".to_owned(),
-                            )),
+                            Err(Error::InternalError {
+                                message: "the request's permit pool was closed".to_owned(),
+                            }),
                         )
                     }
                 },
@@ -388,9 +388,10 @@ where
                             }
                             None => (
                                 now,
-                                Err(Error::Internal(
-                                    "the retry engine dispatched before mapping a store".to_owned(),
-                                )),
+                                Err(Error::InternalError {
+                                    message: "the retry engine dispatched before mapping a store"
+                                        .to_owned(),
+                                }),
                             ),
                         };
                         match result {
@@ -418,16 +419,16 @@ where
                                 plan = template.for_shard(reloaded_shard, whole);
                                 Event::Resharded(region)
                             }
-                            None => Event::ReshardFailed(Error::Internal(
-                                "a reshard lost its only piece".to_owned(),
-                            )),
+                            None => Event::ReshardFailed(Error::InternalError {
+                                message: "a reshard lost its only piece".to_owned(),
+                            }),
                         },
-                        Ok(new) if new.is_empty() => {
-                            Event::ReshardFailed(Error::Internal(format!(
+                        Ok(new) if new.is_empty() => Event::ReshardFailed(Error::InternalError {
+                            message: format!(
                                 "reloading region {} left no Region for its keys",
                                 machine.region().id()
-                            )))
-                        }
+                            ),
+                        }),
                         Ok(new) => {
                             return PieceEnd::Split(
                                 new.into_iter()
@@ -458,7 +459,9 @@ where
                     }),
                     Next::Done(Ok(())) => {
                         return PieceEnd::Done(response.take().ok_or_else(|| {
-                            Error::Internal("the retry engine accepted no response".to_owned())
+                            Error::InternalError {
+                                message: "the retry engine accepted no response".to_owned(),
+                            }
                         }))
                     }
                     Next::Done(Err(Error::Undetermined {

@@ -855,7 +855,7 @@ mod tests {
             DispatchFailure::Fatal,
             false,
         );
-        assert!(matches!(step, CandidateStep::Fail(Error::Grpc(_))));
+        assert!(matches!(step, CandidateStep::Fail(Error::GrpcAPI(_))));
     }
 
     #[test]

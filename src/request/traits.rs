@@ -220,7 +220,15 @@ pub(crate) fn strongest_shard_error(mut errors: Vec<Error>) -> Error {
         }
     }
     if errors.is_empty() {
-        return Error::Internal("a failed request reported no error".to_owned());
+        return Error::InternalError {
+            message: "a failed request reported no error".to_owned(),
+        };
     }
-    Error::Multiple(errors)
+    // client-rust's two names for several errors: key errors of one
+    // request, or the failures of several shards.
+    if errors.iter().all(|e| matches!(e, Error::KeyError(_))) {
+        Error::MultipleKeyErrors(errors)
+    } else {
+        Error::ExtractedErrors(errors)
+    }
 }

@@ -255,10 +255,10 @@ impl BatchStream {
                     source: None,
                 }),
                 Some(cmd) => Reply::Answer(Box::new(cmd)),
-                None => Reply::Failed(Error::Internal(format!(
+                None => Reply::Failed(Error::InternalError { message: format!(
                     "the store at {} answered request {id} of a BatchCommands stream with an empty response",
                     self.address
-                ))),
+                ) }),
             };
             let _ = waiter.tx.send(reply);
         }
@@ -326,11 +326,11 @@ fn written_error(address: &str, status: &tonic::Status) -> Error {
     );
     let failure = crate::classify::classify_grpc_error(status);
     if !failure.may_have_been_sent() || failure == crate::classify::DispatchFailure::Fatal {
-        return Error::Grpc(Box::new(tonic::Status::unavailable(message)));
+        return Error::GrpcAPI(tonic::Status::unavailable(message));
     }
     let mut wrapped = tonic::Status::new(status.code(), message);
     wrapped.set_source(Arc::new(status.clone()));
-    Error::Grpc(Box::new(wrapped))
+    Error::GrpcAPI(wrapped)
 }
 
 /// The failure of a request still queued: it was never sent.
@@ -704,10 +704,10 @@ impl KvBatchClient {
                 })
             }
             Ok(Err(_)) => {
-                return Err(Error::Grpc(Box::new(tonic::Status::unavailable(format!(
+                return Err(Error::GrpcAPI(tonic::Status::unavailable(format!(
                     "the BatchCommands stream to {} went away without an answer",
                     self.shared.address
-                )))))
+                ))))
             }
             Ok(Ok(reply)) => reply,
         };
@@ -715,10 +715,10 @@ impl KvBatchClient {
             Reply::Answer(cmd) => {
                 let (got, resp) = unpack_batch_response(*cmd);
                 if got != case {
-                    return Err(Error::Internal(format!(
+                    return Err(Error::InternalError { message: format!(
                         "the store at {} answered a {case} request with a {got} response on a BatchCommands stream",
                         self.shared.address
-                    )));
+                    ) });
                 }
                 Ok(resp)
             }

@@ -304,10 +304,8 @@ impl<PdC: PdClient> TransactionClient<PdC> {
             let answer = store.client.dispatch(&request).await.and_then(|r| {
                 r.downcast::<kvrpcpb::UnsafeDestroyRangeResponse>()
                     .map(|b| *b)
-                    .map_err(|_| {
-                        Error::Internal(
-                            "unsafe_destroy_range answered with another type".to_owned(),
-                        )
+                    .map_err(|_| Error::InternalError {
+                        message: "unsafe_destroy_range answered with another type".to_owned(),
                     })
             });
             match answer {
@@ -324,7 +322,7 @@ impl<PdC: PdClient> TransactionClient<PdC> {
         match errors.len() {
             0 => Ok(()),
             1 => Err(errors.remove(0)),
-            _ => Err(Error::Multiple(errors)),
+            _ => Err(Error::ExtractedErrors(errors)),
         }
     }
 

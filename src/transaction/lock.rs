@@ -191,7 +191,9 @@ struct LockCounters {
     resolve_lock_shared: AtomicU64,
 }
 
-type SharedResolve = Shared<BoxFuture<'static, Result<()>>>;
+/// A resolution several readers wait on; its error is shared (`Error` is
+/// not `Clone`) and handed back with [`Error::from_shared`].
+type SharedResolve = Shared<BoxFuture<'static, Result<(), Arc<crate::Error>>>>;
 
 /// Resolves other transactions' locks through the plan (every RPC routes
 /// leader-first with voter fallback).
@@ -466,11 +468,13 @@ impl<PdC: PdClient> LockResolver<PdC> {
                     // dropped, so no entry is left behind.
                     let task = tokio::spawn(f);
                     let shared = async move {
-                        task.await.unwrap_or_else(|e| {
-                            Err(crate::Error::Internal(format!(
-                                "resolving locks stopped: {e}"
-                            )))
-                        })
+                        task.await
+                            .unwrap_or_else(|e| {
+                                Err(crate::Error::InternalError {
+                                    message: format!("resolving locks stopped: {e}"),
+                                })
+                            })
+                            .map_err(Arc::new)
                     }
                     .boxed()
                     .shared();
@@ -484,7 +488,7 @@ impl<PdC: PdClient> LockResolver<PdC> {
                 .resolve_lock_shared
                 .fetch_add(1, Ordering::Relaxed);
         }
-        future.await
+        future.await.map_err(crate::Error::from_shared)
     }
 
     /// Every lock with `start_ts <= max_version` in `[start, end)` (empty

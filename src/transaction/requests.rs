@@ -428,7 +428,9 @@ impl Shardable for kvrpcpb::ScanRequest {
         let region = regions
             .into_iter()
             .last()
-            .ok_or_else(|| Error::Internal("PD returned no Region for a scan range".to_owned()))?;
+            .ok_or_else(|| Error::InternalError {
+                message: "PD returned no Region for a scan range".to_owned(),
+            })?;
         let (lo, hi) = crate::region::clip_to_region(&lower, &upper, &region);
         Ok(vec![((hi, lo), region)])
     }

@@ -46,7 +46,7 @@ const PESSIMISTIC_LOCK_ATTEMPTS: u32 = 8;
 /// True for a write conflict, alone or among several shards' errors.
 fn is_write_conflict(e: &Error) -> bool {
     match e {
-        Error::Multiple(errors) => errors.iter().any(is_write_conflict),
+        Error::ExtractedErrors(errors) => errors.iter().any(is_write_conflict),
         e => as_key_error(e).is_some_and(|k| k.conflict.is_some()),
     }
 }
@@ -1329,7 +1329,7 @@ impl<PdC: PdClient> Transaction<PdC> {
 fn lock_is_gone(e: &Error) -> bool {
     match e {
         Error::KeyError(k) => k.txn_not_found.is_some() || k.retryable.contains("TxnLockNotFound"),
-        Error::Multiple(errors) => !errors.is_empty() && errors.iter().all(lock_is_gone),
+        Error::ExtractedErrors(errors) => !errors.is_empty() && errors.iter().all(lock_is_gone),
         _ => false,
     }
 }
@@ -1341,9 +1341,7 @@ fn lock_is_gone(e: &Error) -> bool {
 fn all_undetermined(e: &Error) -> bool {
     match e {
         e if e.is_undetermined() => true,
-        Error::Multiple(errors)
-        | Error::MultipleKeyErrors(errors)
-        | Error::ExtractedErrors(errors) => {
+        Error::MultipleKeyErrors(errors) | Error::ExtractedErrors(errors) => {
             !errors.is_empty() && errors.iter().all(all_undetermined)
         }
         _ => false,
@@ -1468,16 +1466,18 @@ mod tests {
         assert!(lock_is_gone(&not_found));
         assert!(lock_is_gone(&lock_not_found));
         assert!(!lock_is_gone(&other));
-        assert!(!lock_is_gone(&Error::Internal("x".to_owned())));
-        assert!(!lock_is_gone(&Error::Multiple(vec![
-            not_found.clone(),
-            other.clone()
+        assert!(!lock_is_gone(&Error::InternalError {
+            message: "x".to_owned()
+        }));
+        assert!(!lock_is_gone(&Error::ExtractedErrors(vec![
+            not_found.duplicate(),
+            other
         ])));
-        assert!(lock_is_gone(&Error::Multiple(vec![
+        assert!(lock_is_gone(&Error::ExtractedErrors(vec![
             not_found,
             lock_not_found
         ])));
-        assert!(!lock_is_gone(&Error::Multiple(vec![])));
+        assert!(!lock_is_gone(&Error::ExtractedErrors(vec![])));
     }
 
     fn answer(

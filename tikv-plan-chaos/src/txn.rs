@@ -943,9 +943,9 @@ impl Worker {
         ) {
             (Some(a), Some(b)) if a != i64::MIN && b != i64::MIN => (a, b),
             _ => {
-                return Err(Error::Internal(
-                    "an account is missing or does not hold a number".to_owned(),
-                ))
+                return Err(Error::InternalError {
+                    message: "an account is missing or does not hold a number".to_owned(),
+                })
             }
         };
         let amount = self.rng.i64(1..=20).min(a.max(0));
@@ -1065,9 +1065,9 @@ impl Worker {
                 let (a, b) = match (a, b) {
                     (Some(a), Some(b)) if a != i64::MIN && b != i64::MIN => (a, b),
                     _ => {
-                        return Err(Error::Internal(
-                            "an account is missing or does not hold a number".to_owned(),
-                        ))
+                        return Err(Error::InternalError {
+                            message: "an account is missing or does not hold a number".to_owned(),
+                        })
                     }
                 };
                 let amount = self.rng.i64(1..=20);
@@ -1277,7 +1277,9 @@ pub async fn run(config: TxnChaosConfig) -> crate::Result<TxnChaosReport> {
         let history = history.clone();
         tokio::task::spawn_blocking(move || check_txn_history(&history, &options))
             .await
-            .map_err(|e| Error::Internal(format!("the history check failed: {e}")))?
+            .map_err(|e| Error::InternalError {
+                message: format!("the history check failed: {e}"),
+            })?
     };
 
     let mut by_mode = BTreeMap::new();
@@ -1379,9 +1381,9 @@ async fn setup_accounts(
             break;
         }
     }
-    Err(Error::Internal(format!(
-        "could not give the accounts their balance: {last:?}"
-    )))
+    Err(Error::InternalError {
+        message: format!("could not give the accounts their balance: {last:?}"),
+    })
 }
 
 /// One snapshot reading every list, scratch key and account, recorded as

@@ -343,7 +343,7 @@ async fn a_request_the_closed_connection_never_took_is_not_sent() {
         .dispatch(&request)
         .await
         .expect_err("the connection is gone");
-    let Error::Grpc(status) = &err else {
+    let Error::GrpcAPI(status) = &err else {
         panic!("expected a status, got {err:?}");
     };
     assert_eq!(status.code(), Code::Cancelled, "{status:?}");
@@ -513,7 +513,7 @@ async fn client_timeout_keeps_caches() {
         .await
         .expect_err("the server never answers");
     assert!(started.elapsed() >= timeout, "{:?}", started.elapsed());
-    let Error::Grpc(status) = &err else {
+    let Error::GrpcAPI(status) = &err else {
         panic!("expected a status, got {err:?}");
     };
     assert_eq!(status.code(), Code::Cancelled, "{status:?}");

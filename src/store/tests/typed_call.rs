@@ -170,7 +170,7 @@ async fn a_stalled_body_ends_as_a_client_timeout() {
         .expect("the stalled body must end the call, not hang it")
         .expect("the gRPC request types have a typed path");
     let status = match outcome {
-        Err(Error::Grpc(status)) => *status,
+        Err(Error::GrpcAPI(status)) => status,
         other => panic!("{other:?}"),
     };
     assert_eq!(status.code(), Code::Cancelled, "{status:?}");
@@ -231,7 +231,7 @@ async fn answers_decode_and_failures_match_tonic() {
         ("reset", Code::Internal),
     ] {
         let ours = match typed(&grpc, key).await {
-            Err(Error::Grpc(status)) => *status,
+            Err(Error::GrpcAPI(status)) => status,
             other => panic!("{key}: {other:?}"),
         };
         let theirs = generated.raw_get(request(key)).await.unwrap_err();
@@ -257,7 +257,7 @@ async fn answers_decode_and_failures_match_tonic() {
     match typed(&grpc_large, "oversized").await {
         // Under a raised limit the prefix passes, and the message that
         // never comes is reported as cut short.
-        Err(Error::Grpc(status)) => {
+        Err(Error::GrpcAPI(status)) => {
             assert_eq!(status.code(), Code::Internal, "{status:?}");
             assert!(status.message().contains("EOF"), "{status:?}");
         }
@@ -266,7 +266,7 @@ async fn answers_decode_and_failures_match_tonic() {
 
     // An HTTP error page without a gRPC status: gRPC's HTTP mapping.
     match typed(&grpc, "http-503").await {
-        Err(Error::Grpc(status)) => assert_eq!(status.code(), Code::Unavailable, "{status:?}"),
+        Err(Error::GrpcAPI(status)) => assert_eq!(status.code(), Code::Unavailable, "{status:?}"),
         other => panic!("http-503: {other:?}"),
     }
 
@@ -288,7 +288,7 @@ async fn a_closed_port_fails_like_tonic() {
     let grpc = GrpcChannel::new(channel.clone());
     let mut generated = TikvClient::new(channel);
     let ours = match typed(&grpc, "plain").await {
-        Err(Error::Grpc(status)) => *status,
+        Err(Error::GrpcAPI(status)) => status,
         other => panic!("{other:?}"),
     };
     let theirs = generated.raw_get(request("plain")).await.unwrap_err();
