@@ -7,6 +7,7 @@ use std::error::Error as StdError;
 use tonic::Code;
 
 use crate::Error;
+use crate::Failure;
 
 /// The routing meaning of an error returned by a dispatch or a store
 /// mapping, before any Region response arrived.
@@ -72,6 +73,18 @@ impl DispatchFailure {
 /// Classifies a gRPC status by walking its source chain first (tonic keeps
 /// the underlying error as the source), then by its code.
 pub fn classify_grpc_error(status: &tonic::Status) -> DispatchFailure {
+    // A failure of the client's own (a connect, a timeout, a store PD no
+    // longer knows) reported as a status: decided by what it is.
+    if let Some(failure) = crate::error::status_failure(status) {
+        return match failure {
+            Failure::Connect { .. } | Failure::ConnectTimeout { .. } => DispatchFailure::NotSent,
+            Failure::Timeout { .. } => DispatchFailure::ClientTimeout,
+            // A store PD no longer knows cannot take the request: try the
+            // next.
+            Failure::StoreNotFound { .. } => DispatchFailure::NotSent,
+            _ => DispatchFailure::Fatal,
+        };
+    }
     if let Some(by_source) = classify_status_source(status) {
         return by_source;
     }
@@ -254,10 +267,6 @@ fn walk_chain(first: Option<&(dyn StdError + 'static)>) -> Option<ChainFindings>
 pub fn classify_dispatch_error(error: &Error) -> DispatchFailure {
     match error {
         Error::GrpcAPI(status) => classify_grpc_error(status),
-        Error::Connect { .. } | Error::ConnectTimeout { .. } => DispatchFailure::NotSent,
-        Error::Timeout { .. } => DispatchFailure::ClientTimeout,
-        // A store PD no longer knows cannot take the request: try the next.
-        Error::StoreNotFound { .. } => DispatchFailure::NotSent,
         _ => DispatchFailure::Fatal,
     }
 }
@@ -494,19 +503,19 @@ mod tests {
     fn crate_errors_classify() {
         let table = [
             (
-                Error::Connect {
+                Error::from(Failure::Connect {
                     address: "a".into(),
                     message: "refused".into(),
                     source: None,
-                },
+                }),
                 DispatchFailure::NotSent,
             ),
             (
-                Error::ConnectTimeout {
+                Error::from(Failure::ConnectTimeout {
                     address: "a".into(),
                     timeout: std::time::Duration::from_secs(1),
                     source: None,
-                },
+                }),
                 DispatchFailure::NotSent,
             ),
             (

@@ -111,7 +111,7 @@ pub struct Config {
     pub key_path: Option<PathBuf>,
     /// The largest gRPC response the client decodes from a store or PD, in
     /// bytes (client-rust's default: 4 MiB). A larger response fails with
-    /// [`Error::GrpcMessageTooLarge`](crate::Error::GrpcMessageTooLarge).
+    /// [`Failure::GrpcMessageTooLarge`](crate::Failure::GrpcMessageTooLarge).
     pub grpc_max_decoding_message_size: usize,
     /// The keyspace to use (API v2), loaded from PD by name when the client
     /// connects; `None` uses API v1 and the whole key space.
@@ -141,7 +141,7 @@ pub struct Config {
     pub single_flight_connect: bool,
     /// The overall deadline of one request: rounds, backoff sleeps and
     /// waits together (each RPC is also bounded by `timeout`). A request
-    /// that runs out ends with [`Error::DeadlineExceeded`](crate::Error::DeadlineExceeded),
+    /// that runs out ends with [`Failure::DeadlineExceeded`](crate::Failure::DeadlineExceeded),
     /// or undetermined for a write that may have been sent.
     pub request_deadline: Duration,
     /// Re-send raw writes (put, delete, batches, delete range) after a

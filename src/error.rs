@@ -1,16 +1,21 @@
-//! The crate's error type. Every variant prints a sentence a person can act
-//! on and carries the Region, store or address it concerns.
+//! The crate's error type: client-rust's [`Error`], variant for variant, so
+//! a program written against tikv-client 0.4 matches it unchanged. Every
+//! variant prints a sentence a person can act on; what tikv-plan knows
+//! beyond the variant (the Region, store, address, attempts) is a
+//! [`Failure`] carried inside it ([`Error::failure`]).
 
 use std::fmt;
 use std::sync::Arc;
-use std::time::Duration;
 
-use crate::proto::{errorpb, kvrpcpb, pdpb};
+use crate::proto::{errorpb, kvrpcpb};
 
 mod describe;
 mod duplicate;
+mod failure;
 
 pub use describe::{describe_key_error, describe_region_error};
+pub(crate) use failure::status_failure;
+pub use failure::Failure;
 
 /// A Region error as TiKV sends it (client-rust's name).
 pub use crate::proto::errorpb::Error as ProtoRegionError;
@@ -22,36 +27,10 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 /// Everything that can go wrong in tikv-plan.
 #[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
 pub enum Error {
-    /// Opening a connection to a TiKV store or PD failed before any request
-    /// was sent.
-    #[error("could not connect to {address}: {message}; check that the server is running and the address is reachable")]
-    Connect {
-        /// The address that was dialled.
-        address: String,
-        /// What the transport reported (the root cause, in words).
-        message: String,
-        /// The transport's own error (a `tonic::transport::Error` whose
-        /// chain ends in the `std::io::Error` of the failed dial), when the
-        /// failure came from a real connect.
-        source: Option<ErrorSource>,
-    },
-    /// Opening a connection did not finish within the connect timeout.
-    #[error("connecting to {address} did not finish within {timeout:?}; the server may be down or dropping packets (raise `Config::connect_timeout` if the network is just slow)")]
-    ConnectTimeout {
-        /// The address that was dialled.
-        address: String,
-        /// The connect timeout in force.
-        timeout: Duration,
-        /// What ended the wait, when a real connect timed out: the
-        /// transport's error (its chain ends in an `std::io::Error` of kind
-        /// `TimedOut`) or the client's own `tokio::time::error::Elapsed`.
-        source: Option<ErrorSource>,
-    },
     /// A Region answered with a Region error the client could not resolve
-    /// (client-rust's variant; when retries were spent it arrives inside
-    /// [`Error::RetriesExhausted`], which names the Region).
+    /// (client-rust's variant). When the retries were spent on it, its
+    /// message names the Region and the attempts.
     #[error("a Region answered with a region error: {}", describe_region_error(.0))]
     RegionError(Box<ProtoRegionError>),
     /// A structured key-level error from TiKV (a `KeyError` in the response).
@@ -63,132 +42,17 @@ pub enum Error {
         /// The server's message.
         message: String,
     },
-    /// PD answered with an error header.
-    #[error("PD answered with {error_type:?}: {message}")]
-    Pd {
-        /// PD's error type.
-        error_type: pdpb::ErrorType,
-        /// PD's message.
-        message: String,
-    },
-    /// No PD endpoint could be used.
-    #[error("no PD endpoint answered ({endpoints}): {message}; check the PD addresses and that PD is running")]
-    PdUnavailable {
-        /// The endpoints that were tried, comma separated.
-        endpoints: String,
-        /// Why the last one failed.
-        message: String,
-        /// The last failure itself (an [`Error`], e.g. [`Error::GrpcAPI`] or
-        /// [`Error::Connect`], whose own chain goes on), when there was one.
-        source: Option<ErrorSource>,
-    },
-    /// PD endpoints disagree on the cluster id: they belong to different
-    /// clusters.
-    #[error("PD endpoint {endpoint} belongs to cluster {found}, but the client is connected to cluster {expected}; list endpoints of one cluster only")]
-    ClusterIdMismatch {
-        /// The endpoint that answered with another id.
-        endpoint: String,
-        /// The id the client settled on.
-        expected: u64,
-        /// The id that endpoint reported.
-        found: u64,
-    },
     /// PD knows no Region for a key.
     #[error("PD has no region for key {key:?}; the cluster may not be bootstrapped")]
     RegionForKeyNotFound {
         /// The key looked up.
         key: Vec<u8>,
     },
-    /// PD knows no Region with this id.
-    #[error("PD has no region with id {region_id}; it may have been merged away")]
-    RegionNotFoundInPd {
-        /// The Region id looked up.
-        region_id: u64,
-    },
-    /// PD knows no store with this id.
-    #[error("PD has no store with id {store_id}; it may have been removed from the cluster")]
-    StoreNotFound {
-        /// The store id looked up.
-        store_id: u64,
-    },
-    /// PD answered a Region lookup with a version older than one the client
-    /// already holds, and nothing newer covers the key yet.
-    #[error("PD answered with an older version of region {region_id} than the client already knows; PD is catching up, retry the request")]
-    StaleRegion {
-        /// The Region.
-        region_id: u64,
-    },
     /// A Region has no leader the client could find.
     #[error("region {} has no known leader and no voter accepted the request; the Region may be electing a leader, retry later", .region.id)]
     LeaderNotFound {
         /// The Region (id and epoch), as client-rust names it.
         region: crate::ids::RegionVerId,
-    },
-    /// The request may or may not have been applied: it may have reached the
-    /// server before the failure. It was not replayed ([routing.md, "Replay
-    /// safety"](crate::spec::routing#replay-safety)).
-    #[error("the outcome of {request} (region {region_id}, store {store_id}) is unknown: it may or may not have been applied, now or later; {cause}; read the keys back before deciding whether to retry")]
-    Undetermined {
-        /// The Region the request went to.
-        region_id: u64,
-        /// The store it was sent to.
-        store_id: u64,
-        /// The request: its kind and its keys or range.
-        request: String,
-        /// What interrupted it (also the error's
-        /// [`source`](std::error::Error::source)).
-        #[source]
-        cause: Box<Error>,
-    },
-    /// The request's overall deadline ([`Config::request_deadline`](crate::Config::request_deadline))
-    /// ends before the next retry could finish.
-    #[error("gave up on region {region_id}: the request deadline of {deadline:?} ran out; last error: {last}; raise Config::request_deadline or check the cluster's health")]
-    DeadlineExceeded {
-        /// The Region.
-        region_id: u64,
-        /// The deadline in force.
-        deadline: Duration,
-        /// The strongest error seen before the deadline (also the error's
-        /// [`source`](std::error::Error::source)).
-        #[source]
-        last: Box<Error>,
-    },
-    /// The caller passed something the client cannot use.
-    #[error("invalid argument: {0}")]
-    InvalidArgument(String),
-    /// An operation did not finish in time.
-    #[error("{what} did not finish within {after:?}")]
-    Timeout {
-        /// What timed out.
-        what: String,
-        /// The bound that was exceeded.
-        after: Duration,
-    },
-    /// The TLS configuration could not be used.
-    #[error("TLS setup failed for {path}: {message}")]
-    Security {
-        /// The file concerned, or a description of the setting.
-        path: String,
-        /// What was wrong with it.
-        message: String,
-        /// The underlying error (the `std::io::Error` of a file that could
-        /// not be read, tonic's error for a TLS setting it refused), when
-        /// there was one.
-        source: Option<ErrorSource>,
-    },
-    /// Retries were spent without an answer; `last` is the strongest error
-    /// seen ([routing.md, "One round, per
-    /// shard"](crate::spec::routing#one-round-per-shard)).
-    #[error("gave up on region {region_id} after {attempts} attempts: {last}")]
-    RetriesExhausted {
-        /// The Region.
-        region_id: u64,
-        /// How many attempts were made.
-        attempts: u32,
-        /// The strongest error of the last round (also the error's
-        /// [`source`](std::error::Error::source)).
-        #[source]
-        last: Box<Error>,
     },
     /// `insert` of a key the transaction already wrote, or that exists.
     #[error("the key to insert already exists; use put to overwrite it")]
@@ -237,18 +101,6 @@ pub enum Error {
     /// PD does not know the keyspace named in `Config::keyspace`.
     #[error("keyspace {0:?} not found in PD (or not enabled); create it in PD or fix `Config::with_keyspace`")]
     KeyspaceNotFound(String),
-    /// A gRPC response was larger than the client decodes.
-    #[error("a gRPC response from {address} was larger than the {limit}-byte limit ({message}); raise `Config::grpc_max_decoding_message_size` (`with_grpc_max_decoding_message_size`) or ask for less (a smaller scan limit or batch)")]
-    GrpcMessageTooLarge {
-        /// The store or PD address, when known.
-        address: String,
-        /// The limit in force.
-        limit: usize,
-        /// What the gRPC layer reported.
-        message: String,
-        /// The status tonic returned.
-        source: Option<ErrorSource>,
-    },
     /// The operation needs another mode of the client (client-rust's
     /// variant): `compare_and_swap` on a client without atomic mode, or
     /// `delete_range` on one with it (TiKV cannot delete a range atomically).
@@ -259,17 +111,19 @@ pub enum Error {
     /// failures from server answers; [`source`](std::error::Error::source)
     /// is the status itself, so a chain walk goes on to the transport's
     /// error and its `std::io::Error`, if any.
-    #[error("gRPC call failed with {}: {}", .0.code(), .0.message())]
+    #[error("{}", failure::describe_status(.0))]
     GrpcAPI(#[source] tonic::Status),
-    /// client-rust's undetermined outcome, built by
-    /// `TransactionClient`'s `commit` when its commit point (the primary's
-    /// commit; a prewrite under async commit or 1PC) may have reached a
-    /// store without an answer and no later attempt got a definite one
-    /// ([txn.md, "Undetermined, done
-    /// right"](crate::spec::txn#behaviour-we-require)); it wraps the plan's
-    /// [`Error::Undetermined`], which names the Region, store and keys. Raw
-    /// requests report [`Error::Undetermined`] itself.
-    #[error("whether the transaction committed is unknown: {0}; read its keys in a new transaction before retrying it")]
+    /// The outcome is unknown: the request may or may not have been applied
+    /// (client-rust's variant). Built for a write that may have reached a
+    /// store without an answer, which is never re-sent
+    /// ([routing.md, "Replay safety"](crate::spec::routing#replay-safety)),
+    /// and by `TransactionClient`'s `commit` when its commit point (the
+    /// primary's commit; a prewrite under async commit or 1PC) may have
+    /// been applied and no later attempt got a definite answer ([txn.md,
+    /// "Behaviour we require"](crate::spec::txn#behaviour-we-require)).
+    /// [`Error::failure`] names the Region, store and keys
+    /// ([`Failure::Undetermined`]).
+    #[error("{}", describe_undetermined(.0))]
     UndeterminedError(#[source] Box<Error>),
     /// A bug or a protocol mismatch inside the client; please report it.
     #[error("internal error (please report): {message}")]
@@ -317,8 +171,8 @@ pub enum Error {
     #[error("an internal channel closed before its answer came: {0}")]
     Channel(#[from] tokio::sync::oneshot::error::RecvError),
     /// tonic could not set up a channel (client-rust's variant). The client
-    /// itself reports a failed connect as [`Error::Connect`] or
-    /// [`Error::ConnectTimeout`], which name the address and keep tonic's
+    /// itself reports a failed connect as [`Failure::Connect`](crate::Failure::Connect) or
+    /// [`Failure::ConnectTimeout`](crate::Failure::ConnectTimeout), which name the address and keep tonic's
     /// error as their source.
     #[error("gRPC transport error: {0}")]
     Grpc(#[from] tonic::transport::Error),
@@ -398,16 +252,16 @@ impl From<Error> for ErrorSource {
 
 impl From<tonic::Status> for Error {
     /// A response over the decoding limit becomes
-    /// [`Error::GrpcMessageTooLarge`], which names the knob; every other
+    /// [`Failure::GrpcMessageTooLarge`](crate::Failure::GrpcMessageTooLarge), which names the knob; every other
     /// status stays whole in [`Error::GrpcAPI`].
     fn from(status: tonic::Status) -> Self {
         if let Some(limit) = decoding_limit_exceeded(&status) {
-            return Error::GrpcMessageTooLarge {
+            return Error::from(Failure::GrpcMessageTooLarge {
                 address: "a TiKV store or PD".to_owned(),
                 limit,
                 message: status.message().to_owned(),
                 source: Some(ErrorSource::new(status)),
-            };
+            });
         }
         Error::GrpcAPI(status)
     }
@@ -445,10 +299,22 @@ impl From<ProtoKeyError> for Error {
     }
 }
 
+/// An undetermined outcome in words: the failure's own sentence when the
+/// client knows the request, else the commit's.
+fn describe_undetermined(inner: &Error) -> String {
+    match inner.failure() {
+        Some(failure @ Failure::Undetermined { .. }) => failure.to_string(),
+        _ => format!(
+            "whether the transaction committed is unknown: {inner}; read its keys in a new \
+             transaction before retrying it"
+        ),
+    }
+}
+
 impl Error {
     /// Wraps a Region error.
     /// The Region id is not kept in the variant (client-rust's shape); the
-    /// error's own fields and [`Error::RetriesExhausted`] name the Region.
+    /// message names it when the caller has nothing better.
     pub fn region_error(region_id: u64, mut error: errorpb::Error) -> Self {
         if error.message.is_empty() {
             error.message = format!("region {region_id}");
@@ -486,10 +352,7 @@ impl Error {
 
     /// True for an outcome that may or may not have been applied.
     pub fn is_undetermined(&self) -> bool {
-        matches!(
-            self,
-            Error::Undetermined { .. } | Error::UndeterminedError(_)
-        )
+        matches!(self, Error::UndeterminedError(_))
     }
 
     /// True when this error, or an error it carries (the pieces of a
@@ -502,10 +365,12 @@ impl Error {
             Error::MultipleKeyErrors(errors) | Error::ExtractedErrors(errors) => {
                 errors.iter().any(Error::undetermined_anywhere)
             }
-            Error::RetriesExhausted { last, .. } | Error::DeadlineExceeded { last, .. } => {
-                last.undetermined_anywhere()
-            }
-            _ => false,
+            e => match e.failure() {
+                Some(
+                    Failure::RetriesExhausted { last, .. } | Failure::DeadlineExceeded { last, .. },
+                ) => last.undetermined_anywhere(),
+                _ => false,
+            },
         }
     }
 }
@@ -513,6 +378,7 @@ impl Error {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::Duration;
 
     #[test]
     fn the_message_key_errors_are_described_by_their_fields() {
@@ -560,21 +426,22 @@ mod tests {
 
     #[test]
     fn an_error_source_hands_out_the_wrapped_error_itself() {
-        let err = Error::Connect {
+        let err = Error::from(Failure::Connect {
             address: "127.0.0.1:1".to_owned(),
             message: "refused".to_owned(),
             source: Some(refused()),
-        };
-        let source = err.source().expect("a source");
+        });
+        let failure = err.failure().expect("the failure");
+        let source = failure.source().expect("a source");
         // The io::Error itself, not a wrapper around it.
         let io = source.downcast_ref::<io::Error>().expect("downcasts");
         assert_eq!(io.kind(), io::ErrorKind::ConnectionRefused);
-        let no_source = Error::Connect {
+        let no_source = Error::from(Failure::Connect {
             address: "a".to_owned(),
             message: "m".to_owned(),
             source: None,
-        };
-        assert!(no_source.source().is_none());
+        });
+        assert!(no_source.failure().is_some_and(|f| f.source().is_none()));
     }
 
     #[test]
@@ -588,39 +455,39 @@ mod tests {
         let with_source = [
             Error::GrpcAPI(status()),
             Error::from(io::Error::from(io::ErrorKind::BrokenPipe)),
-            Error::ConnectTimeout {
+            Error::from(Failure::ConnectTimeout {
                 address: "a".to_owned(),
                 timeout: Duration::from_secs(1),
                 source: Some(refused()),
-            },
-            Error::PdUnavailable {
+            }),
+            Error::from(Failure::PdUnavailable {
                 endpoints: "pd".to_owned(),
                 message: "m".to_owned(),
                 source: Some(ErrorSource::from(Error::InternalError {
                     message: "x".to_owned(),
                 })),
-            },
-            Error::Security {
+            }),
+            Error::from(Failure::Security {
                 path: "ca.pem".to_owned(),
                 message: "m".to_owned(),
                 source: Some(ErrorSource::new(io::Error::from(io::ErrorKind::NotFound))),
-            },
-            Error::Undetermined {
+            }),
+            Error::from(Failure::Undetermined {
                 region_id: 1,
                 store_id: 2,
                 request: "raw_put".to_owned(),
                 cause: inner(),
-            },
-            Error::DeadlineExceeded {
+            }),
+            Error::from(Failure::DeadlineExceeded {
                 region_id: 1,
                 deadline: Duration::from_secs(1),
                 last: inner(),
-            },
-            Error::RetriesExhausted {
+            }),
+            Error::from(Failure::RetriesExhausted {
                 region_id: 1,
                 attempts: 3,
-                last: inner(),
-            },
+                last: Box::new(Error::GrpcAPI(status())),
+            }),
             Error::PessimisticLockError {
                 inner: inner(),
                 success_keys: Vec::new(),
@@ -634,23 +501,24 @@ mod tests {
 
     #[test]
     fn find_source_looks_through_boxes_and_arcs() {
-        let err = Error::Undetermined {
+        let err = Error::from(Failure::Undetermined {
             region_id: 7,
             store_id: 3,
             request: "raw_put".to_owned(),
-            cause: Box::new(Error::RetriesExhausted {
-                region_id: 7,
-                attempts: 1,
-                last: Box::new(Error::from(io::Error::from(io::ErrorKind::ConnectionReset))),
-            }),
-        };
+            cause: Box::new(Error::from(io::Error::from(io::ErrorKind::ConnectionReset))),
+        });
+        // client-rust's variant, with tikv-plan's account inside.
+        assert!(matches!(err, Error::UndeterminedError(_)));
         assert!(matches!(
-            err.find_source::<Error>(),
-            Some(Error::Undetermined { .. })
+            err.failure(),
+            Some(Failure::Undetermined { region_id: 7, .. })
+        ));
+        assert!(matches!(
+            err.find_source::<Failure>(),
+            Some(Failure::Undetermined { .. })
         ));
         let io = err.find_source::<io::Error>().expect("an io error");
         assert_eq!(io.kind(), io::ErrorKind::ConnectionReset);
-        assert!(err.find_source::<tonic::Status>().is_none());
         let text = err.to_string();
         assert!(text.contains("region 7, store 3"), "{text}");
     }
@@ -662,7 +530,10 @@ mod tests {
         );
         let err = Error::from(status);
         assert!(
-            matches!(err, Error::GrpcMessageTooLarge { limit: 16, .. }),
+            matches!(
+                err.failure(),
+                Some(Failure::GrpcMessageTooLarge { limit: 16, .. })
+            ),
             "{err:?}"
         );
         let status = err.find_source::<tonic::Status>().expect("the status");

@@ -9,6 +9,7 @@ use std::ops::{
 
 use crate::proto::kvrpcpb;
 
+use crate::Failure;
 use crate::{Error, Result};
 
 /// A value: raw bytes.
@@ -281,9 +282,9 @@ impl BoundRange {
         let (start, end) = self.into_keys();
         let end = end.unwrap_or_default();
         if !end.is_empty() && start > end {
-            return Err(Error::InvalidArgument(format!(
+            return Err(Error::from(Failure::InvalidArgument(format!(
                 "the range starts at {start:?}, after its end {end:?}; swap the bounds"
-            )));
+            ))));
         }
         Ok((start, end))
     }
@@ -558,7 +559,7 @@ mod tests {
     #[test]
     fn inverted_range_is_an_invalid_argument() {
         let err = keys("z".."a").unwrap_err();
-        assert!(matches!(err, Error::InvalidArgument(_)));
+        assert!(matches!(err.failure(), Some(Failure::InvalidArgument(_))));
         assert!(err.to_string().contains("swap the bounds"), "{err}");
     }
 

@@ -95,8 +95,8 @@ pub use tikv_plan_proto::codec;
 pub use backoff::Backoff;
 pub use config::{Config, RpcMode, SecurityConfig};
 pub use error::{
-    describe_key_error, describe_region_error, Error, ErrorSource, ProtoKeyError, ProtoRegionError,
-    Result,
+    describe_key_error, describe_region_error, Error, ErrorSource, Failure, ProtoKeyError,
+    ProtoRegionError, Result,
 };
 pub use kv::{BoundRange, ColumnFamily, IntoOwnedRange, Key, KvPair, Value};
 pub use raw::lowering as raw_lowering;

@@ -47,6 +47,7 @@ use crate::proto::metapb::PeerRole;
 use crate::proto::{errorpb, kvrpcpb, metapb};
 use crate::region::{CachedRegion, RegionCache, RegionId, RegionVerId, RegionWithLeader, StoreId};
 use crate::store::{KvClient, RegionStore, Request, Store};
+use crate::Failure;
 use crate::{Error, Result};
 use tikv_plan_proto::methods::KvResponse;
 
@@ -209,10 +210,10 @@ pub fn response_with_region_error(
 /// How a store's mapping fails.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum MappingFailure {
-    /// The connection is refused ([`Error::Connect`]).
+    /// The connection is refused ([`Failure::Connect`]).
     Refused,
     /// The connection does not open within the connect timeout
-    /// ([`Error::ConnectTimeout`]).
+    /// ([`Failure::ConnectTimeout`]).
     ConnectTimeout,
 }
 
@@ -509,29 +510,29 @@ impl PdClient for MockPdClient {
             let address = match t.stores.get(&peer.store_id) {
                 Some(s) => s.address.clone(),
                 None => {
-                    return Err(Error::StoreNotFound {
+                    return Err(Error::from(Failure::StoreNotFound {
                         store_id: peer.store_id,
-                    })
+                    }))
                 }
             };
             match t.failing_stores.get(&peer.store_id) {
                 Some(MappingFailure::Refused) => {
-                    return Err(Error::Connect {
+                    return Err(Error::from(Failure::Connect {
                         address,
                         message: "connection refused (mock)".to_owned(),
                         source: Some(crate::ErrorSource::new(std::io::Error::from(
                             std::io::ErrorKind::ConnectionRefused,
                         ))),
-                    })
+                    }))
                 }
                 Some(MappingFailure::ConnectTimeout) => {
-                    return Err(Error::ConnectTimeout {
+                    return Err(Error::from(Failure::ConnectTimeout {
                         address,
                         timeout: Duration::from_secs(1),
                         source: Some(crate::ErrorSource::new(std::io::Error::from(
                             std::io::ErrorKind::TimedOut,
                         ))),
-                    })
+                    }))
                 }
                 None => {}
             }
@@ -561,7 +562,7 @@ impl PdClient for MockPdClient {
         }
         let found = lock(&self.shared.topology).pd_view.get(&id).cloned();
         self.load_from_pd(found)
-            .ok_or(Error::RegionNotFoundInPd { region_id: id })
+            .ok_or(Error::from(Failure::RegionNotFoundInPd { region_id: id }))
     }
 
     async fn region_for_key_shared(&self, key: &[u8]) -> Result<Arc<CachedRegion>> {

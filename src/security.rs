@@ -8,6 +8,7 @@ use std::time::Duration;
 use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity};
 
 use crate::config::{SecurityConfig, DEFAULT_CONNECT_TIMEOUT, DEFAULT_REQUEST_TIMEOUT};
+use crate::Failure;
 use crate::{Error, ErrorSource, Result};
 
 /// Opens gRPC channels with the configured security and bounds.
@@ -25,20 +26,22 @@ impl std::fmt::Debug for SecurityManager {
 }
 
 fn read_pem(path: &Path, what: &str) -> Result<Vec<u8>> {
-    let bytes = std::fs::read(path).map_err(|e| Error::Security {
-        path: path.display().to_string(),
-        message: format!("cannot read the {what} file: {e}"),
-        source: Some(ErrorSource::new(e)),
+    let bytes = std::fs::read(path).map_err(|e| {
+        Error::from(Failure::Security {
+            path: path.display().to_string(),
+            message: format!("cannot read the {what} file: {e}"),
+            source: Some(ErrorSource::new(e)),
+        })
     })?;
     let text = String::from_utf8_lossy(&bytes);
     if !text.contains("-----BEGIN ") {
-        return Err(Error::Security {
+        return Err(Error::from(Failure::Security {
             path: path.display().to_string(),
             message: format!(
                 "the {what} file is not PEM (no '-----BEGIN' line); convert it to PEM"
             ),
             source: None,
-        });
+        }));
     }
     Ok(bytes)
 }
@@ -52,7 +55,7 @@ impl SecurityManager {
     /// Mutual TLS from three PEM files: the CA that signs the servers'
     /// certificates, the client's certificate and its private key
     /// (client-rust's signature). A missing or malformed file is an
-    /// [`Error::Security`] naming it. For TLS without a client certificate,
+    /// [`Failure::Security`](crate::Failure::Security) naming it. For TLS without a client certificate,
     /// or for plaintext, use [`SecurityManager::from_config`].
     pub fn load(
         ca_path: impl AsRef<Path>,
@@ -68,7 +71,7 @@ impl SecurityManager {
 
     /// Builds a manager from a [`SecurityConfig`]: plaintext when no path is
     /// set, TLS with only a CA, mutual TLS with a CA, certificate and key.
-    /// A missing or malformed file is an [`Error::Security`] naming it.
+    /// A missing or malformed file is an [`Failure::Security`](crate::Failure::Security) naming it.
     pub fn from_config(config: &SecurityConfig) -> Result<Self> {
         let SecurityConfig {
             ca_path,
@@ -77,12 +80,12 @@ impl SecurityManager {
         } = config;
         let Some(ca_path) = ca_path else {
             if cert_path.is_some() || key_path.is_some() {
-                return Err(Error::Security {
+                return Err(Error::from(Failure::Security {
                     path: "SecurityConfig".to_owned(),
                     message: "a client certificate or key was given without a CA; set ca_path too"
                         .to_owned(),
                     source: None,
-                });
+                }));
             }
             return Ok(Self::plaintext());
         };
@@ -96,12 +99,12 @@ impl SecurityManager {
             }
             (None, None) => {}
             _ => {
-                return Err(Error::Security {
+                return Err(Error::from(Failure::Security {
                     path: "SecurityConfig".to_owned(),
                     message: "mutual TLS needs both cert_path and key_path; set both or neither"
                         .to_owned(),
                     source: None,
-                })
+                }))
             }
         }
         Ok(SecurityManager { tls: Some(tls) })
@@ -141,11 +144,11 @@ impl SecurityManager {
         match tokio::time::timeout(connect_timeout, endpoint.connect()).await {
             Ok(Ok(channel)) => Ok(channel),
             Ok(Err(e)) => Err(connect_failed(address, connect_timeout, e)),
-            Err(elapsed) => Err(Error::ConnectTimeout {
+            Err(elapsed) => Err(Error::from(Failure::ConnectTimeout {
                 address: address.to_owned(),
                 timeout: connect_timeout,
                 source: Some(ErrorSource::new(elapsed)),
-            }),
+            })),
         }
     }
 
@@ -162,9 +165,9 @@ impl SecurityManager {
             format!("{scheme}://{address}")
         };
         let invalid = |why: String| {
-            Error::InvalidArgument(format!(
+            Error::from(Failure::InvalidArgument(format!(
                 "the address {address:?} is not usable: {why}; write it as host:port"
-            ))
+            )))
         };
         let mut endpoint = Endpoint::from_shared(url).map_err(|e| invalid(e.to_string()))?;
         if endpoint.uri().port_u16().is_none() {
@@ -175,22 +178,22 @@ impl SecurityManager {
             .timeout(request_timeout)
             .tcp_nodelay(true);
         if let Some(tls) = &self.tls {
-            endpoint = endpoint
-                .tls_config(tls.clone())
-                .map_err(|e| Error::Security {
+            endpoint = endpoint.tls_config(tls.clone()).map_err(|e| {
+                Error::from(Failure::Security {
                     path: address.to_owned(),
                     message: error_chain(&e),
                     source: Some(ErrorSource::new(e)),
-                })?;
+                })
+            })?;
         }
         Ok(endpoint)
     }
 }
 
 /// The error of a connect that failed before the client's own timeout: a
-/// [`Error::ConnectTimeout`] when the transport timed out (the endpoint's own
+/// [`Failure::ConnectTimeout`](crate::Failure::ConnectTimeout) when the transport timed out (the endpoint's own
 /// connect timeout, kept for tonic's lazy reconnects, has the same deadline
-/// and may fire first), else a [`Error::Connect`]. Either keeps tonic's
+/// and may fire first), else a [`Failure::Connect`](crate::Failure::Connect). Either keeps tonic's
 /// error, whose chain ends in the `std::io::Error` of the dial, as its
 /// source; the message names the root cause.
 pub(crate) fn connect_failed(
@@ -199,17 +202,17 @@ pub(crate) fn connect_failed(
     error: tonic::transport::Error,
 ) -> Error {
     if is_timeout(&error) {
-        return Error::ConnectTimeout {
+        return Error::from(Failure::ConnectTimeout {
             address: address.to_owned(),
             timeout: connect_timeout,
             source: Some(ErrorSource::new(error)),
-        };
+        });
     }
-    Error::Connect {
+    Error::from(Failure::Connect {
         address: address.to_owned(),
         message: root_cause(&error),
         source: Some(ErrorSource::new(error)),
-    }
+    })
 }
 
 /// The innermost error of a chain, in words (for a refused dial,
@@ -277,7 +280,7 @@ mod tests {
         };
         let err = SecurityManager::from_config(&cfg).unwrap_err();
         let text = err.to_string();
-        assert!(matches!(err, Error::Security { .. }));
+        assert!(matches!(err.failure(), Some(Failure::Security { .. })));
         assert!(text.contains("/nonexistent/ca.pem"), "{text}");
         assert!(text.contains("cannot read"), "{text}");
     }
@@ -312,8 +315,11 @@ mod tests {
             ..Default::default()
         };
         assert!(matches!(
-            SecurityManager::from_config(&cfg),
-            Err(Error::Security { .. })
+            SecurityManager::from_config(&cfg)
+                .as_ref()
+                .err()
+                .and_then(|e| e.failure()),
+            Some(Failure::Security { .. })
         ));
     }
 
@@ -323,7 +329,10 @@ mod tests {
         let err = m
             .endpoint("127.0.0.1", Duration::from_secs(1), Duration::from_secs(1))
             .unwrap_err();
-        assert!(matches!(err, Error::InvalidArgument(_)), "{err}");
+        assert!(
+            matches!(err.failure(), Some(Failure::InvalidArgument(_))),
+            "{err}"
+        );
         let err = m
             .endpoint(
                 "not a url at all",
@@ -331,6 +340,9 @@ mod tests {
                 Duration::from_secs(1),
             )
             .unwrap_err();
-        assert!(matches!(err, Error::InvalidArgument(_)), "{err}");
+        assert!(
+            matches!(err.failure(), Some(Failure::InvalidArgument(_))),
+            "{err}"
+        );
     }
 }

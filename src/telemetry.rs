@@ -21,6 +21,7 @@ use crate::Error;
 
 #[cfg(feature = "prometheus")]
 use crate::metrics::METRICS;
+use crate::Failure;
 
 /// Which routing counter to bump (the routing state counts it per client;
 /// [`routing_event`] counts it in the process-wide metrics).
@@ -91,9 +92,11 @@ fn outcome_rank(result: &Result<(), &Error>) -> u8 {
     match result {
         Ok(()) => 4,
         Err(e) if e.is_undetermined() => 0,
-        Err(Error::DeadlineExceeded { .. }) => 1,
-        Err(Error::RetriesExhausted { .. }) => 2,
-        Err(_) => 3,
+        Err(e) => match e.failure() {
+            Some(Failure::DeadlineExceeded { .. }) => 1,
+            Some(Failure::RetriesExhausted { .. }) => 2,
+            _ => 3,
+        },
     }
 }
 
@@ -277,8 +280,8 @@ pub(crate) fn dispatch_failure(failure: DispatchFailure) -> &'static str {
 
 /// The outcome word of a failed store mapping.
 pub(crate) fn mapping_failure(error: &Error) -> &'static str {
-    match error {
-        Error::ConnectTimeout { .. } => "connect_timeout",
+    match error.failure() {
+        Some(Failure::ConnectTimeout { .. }) => "connect_timeout",
         _ => "not_mapped",
     }
 }
@@ -490,8 +493,8 @@ where
         Ok(_) => "ok",
         Err(e) => {
             tracing::warn!(target: "tikv_plan::connect", %address, "could not connect to {target}: {e}");
-            match e {
-                Error::ConnectTimeout { .. } => "timeout",
+            match e.failure() {
+                Some(Failure::ConnectTimeout { .. }) => "timeout",
                 _ => "failed",
             }
         }

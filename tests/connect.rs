@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 use tikv_plan::proto::kvrpcpb;
 use tikv_plan::store::{KvClient, KvConnect, TikvConnect};
 use tikv_plan::Error;
+use tikv_plan::Failure;
 use tikv_plan::SecurityManager;
 use tokio::net::TcpListener;
 
@@ -40,15 +41,15 @@ async fn hanging_connect_ends_with_connect_timeout_within_the_bound() {
         .connect(&addr)
         .await;
     let elapsed = started.elapsed();
-    match result {
-        Err(Error::ConnectTimeout {
+    let err = result.expect_err("connecting to a full accept queue must fail");
+    match err.failure() {
+        Some(Failure::ConnectTimeout {
             address, timeout, ..
         }) => {
-            assert_eq!(address, addr);
-            assert_eq!(timeout, connect_timeout);
+            assert_eq!(*address, addr);
+            assert_eq!(*timeout, connect_timeout);
         }
-        Err(e) => panic!("expected ConnectTimeout, got {e:?}"),
-        Ok(_) => panic!("connecting to a full accept queue succeeded"),
+        _ => panic!("expected ConnectTimeout, got {err:?}"),
     }
     assert!(
         elapsed >= connect_timeout - Duration::from_millis(50),
@@ -66,10 +67,10 @@ async fn refused_connect_fails_fast_with_connect() {
         .connect(&addr)
         .await;
     let elapsed = started.elapsed();
-    match result {
-        Err(Error::Connect { address, .. }) => assert_eq!(address, addr),
-        Err(e) => panic!("expected Connect, got {e:?}"),
-        Ok(_) => panic!("connecting to a closed port succeeded"),
+    let err = result.expect_err("connecting to a closed port must fail");
+    match err.failure() {
+        Some(Failure::Connect { address, .. }) => assert_eq!(*address, addr),
+        _ => panic!("expected Connect, got {err:?}"),
     }
     // Well before the connect timeout: a refusal is not waited out.
     assert!(elapsed < Duration::from_secs(1), "{elapsed:?}");
@@ -169,11 +170,11 @@ mod single_flight {
             let outcome = *gate.wait_for(|g| g.is_some()).await.unwrap();
             match outcome {
                 Some(true) => Ok(NullClient),
-                _ => Err(Error::Connect {
+                _ => Err(Error::from(Failure::Connect {
                     address: address.to_owned(),
                     message: "refused by the test".to_owned(),
                     source: None,
-                }),
+                })),
             }
         }
     }
@@ -276,7 +277,10 @@ mod single_flight {
         s.open.send(Some(false)).unwrap();
         for t in tasks {
             let err = t.await.unwrap().unwrap_err();
-            assert!(matches!(err, Error::Connect { .. }), "{err:?}");
+            assert!(
+                matches!(err.failure(), Some(Failure::Connect { .. })),
+                "{err:?}"
+            );
         }
         assert_eq!(s.attempts.load(Ordering::SeqCst), 1);
         assert!(!s.client.has_connection(STORE_1));

@@ -9,6 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tikv_plan::store::{KvConnect, TikvConnect};
+use tikv_plan::Failure;
 use tikv_plan::SecurityManager;
 use tikv_plan::{Backoff, Config, Error, RawClient};
 use tikv_sim::{HangMode, SimCluster};
@@ -99,7 +100,10 @@ async fn a_refused_connect_keeps_the_io_error() {
         .connect(&address)
         .await
         .expect_err("nothing listens there");
-    assert!(matches!(err, Error::Connect { .. }), "{err:?}");
+    assert!(
+        matches!(err.failure(), Some(Failure::Connect { .. })),
+        "{err:?}"
+    );
     let text = err.to_string();
     assert!(text.contains(&address), "{text}");
     assert!(text.to_lowercase().contains("refused"), "{text}");
@@ -133,9 +137,9 @@ async fn refused_stores_are_reachable_from_the_regions_error() {
     // The Region's error → the last store's connect error → io.
     let connect = crate_errors(&err)
         .into_iter()
-        .find(|e| matches!(e, Error::Connect { .. }));
+        .find_map(|e| e.failure().filter(|f| matches!(f, Failure::Connect { .. })));
     match connect {
-        Some(Error::Connect { address, .. }) => assert!(
+        Some(Failure::Connect { address, .. }) => assert!(
             cluster
                 .store_ids()
                 .iter()
@@ -160,7 +164,10 @@ async fn a_connect_timeout_keeps_what_timed_out() {
         .connect(&address)
         .await
         .expect_err("the accept queue is full");
-    assert!(matches!(err, Error::ConnectTimeout { .. }), "{err:?}");
+    assert!(
+        matches!(err.failure(), Some(Failure::ConnectTimeout { .. })),
+        "{err:?}"
+    );
     let text = err.to_string();
     assert!(text.contains(&address), "{text}");
     assert!(text.contains("2s"), "the bound is named: {text}");
@@ -215,14 +222,17 @@ async fn an_unreachable_pd_keeps_the_connect_error() {
     let Err(err) = result else {
         panic!("no PD listens there, yet the client connected");
     };
-    assert!(matches!(err, Error::PdUnavailable { .. }), "{err:?}");
+    assert!(
+        matches!(err.failure(), Some(Failure::PdUnavailable { .. })),
+        "{err:?}"
+    );
     let text = err.to_string();
     assert!(text.contains(&address), "the endpoint is named: {text}");
     // PdUnavailable → the last failure (a connect error) → … → io.
     assert!(
         crate_errors(&err)
             .iter()
-            .any(|e| matches!(e, Error::Connect { .. })),
+            .any(|e| matches!(e.failure(), Some(Failure::Connect { .. }))),
         "{:?}",
         texts(&err)
     );
@@ -245,12 +255,12 @@ async fn undetermined_wraps_its_cause() {
     // Applied, then the store resets its connections before answering.
     cluster.drop_next_response(leader, "raw_put").unwrap();
     let err = client.put("k", "v").await.expect_err("the answer was lost");
-    let Error::Undetermined {
+    let Some(Failure::Undetermined {
         region_id,
         store_id,
         cause,
         ..
-    } = &err
+    }) = err.failure()
     else {
         panic!("expected Undetermined, got {err:?}");
     };
@@ -260,8 +270,11 @@ async fn undetermined_wraps_its_cause() {
         text.contains(&format!("region {}, store {leader}", region.id)),
         "{text}"
     );
-    // source() is the cause itself.
-    let source = err.source().expect("Undetermined has a source");
+    // client-rust's variant; the chain goes through the failure to the
+    // cause itself.
+    assert!(matches!(err, Error::UndeterminedError(_)), "{err:?}");
+    let failure = err.find_source::<Failure>().expect("the failure");
+    let source = std::error::Error::source(failure).expect("the cause");
     let source = source
         .downcast_ref::<Box<Error>>()
         .expect("the cause, as held");

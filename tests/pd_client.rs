@@ -15,6 +15,7 @@ use tikv_plan::pd::{PdClient, PdRpcClient};
 use tikv_plan::proto::{metapb, pdpb};
 use tikv_plan::region::RegionWithLeader;
 use tikv_plan::Error;
+use tikv_plan::Failure;
 
 #[tokio::test]
 async fn bootstrap_skips_dead_endpoints_and_finds_the_leader() {
@@ -38,16 +39,16 @@ async fn endpoints_of_two_clusters_are_a_cluster_id_mismatch() {
     let err = PdRpcClient::connect(&endpoints, &config())
         .await
         .unwrap_err();
-    match err {
-        Error::ClusterIdMismatch {
+    match err.failure() {
+        Some(Failure::ClusterIdMismatch {
             endpoint,
             expected,
             found,
-        } => {
-            assert_eq!(endpoint, b.endpoints()[0]);
-            assert_eq!((expected, found), (100, 200));
+        }) => {
+            assert_eq!(*endpoint, b.endpoints()[0]);
+            assert_eq!((*expected, *found), (100, 200));
         }
-        e => panic!("expected ClusterIdMismatch, got {e:?}"),
+        _ => panic!("expected ClusterIdMismatch, got {err:?}"),
     }
 }
 
@@ -58,7 +59,7 @@ async fn cluster_id_zero_or_no_leader_is_not_usable() {
         .await
         .unwrap_err();
     assert!(
-        matches!(&err, Error::PdUnavailable { message, .. } if message.contains("cluster id 0")),
+        matches!(err.failure(), Some(Failure::PdUnavailable { message, .. }) if message.contains("cluster id 0")),
         "{err:?}"
     );
 
@@ -68,7 +69,7 @@ async fn cluster_id_zero_or_no_leader_is_not_usable() {
         .await
         .unwrap_err();
     assert!(
-        matches!(&err, Error::PdUnavailable { message, .. } if message.contains("no leader")),
+        matches!(err.failure(), Some(Failure::PdUnavailable { message, .. }) if message.contains("no leader")),
         "{err:?}"
     );
 
@@ -116,13 +117,13 @@ async fn pd_down_is_a_typed_error_within_the_bound() {
     let started = Instant::now();
     let err = Arc::clone(&client).get_timestamp().await.unwrap_err();
     let elapsed = started.elapsed();
-    match &err {
-        Error::PdUnavailable { endpoints, .. } => {
+    match err.failure() {
+        Some(Failure::PdUnavailable { endpoints, .. }) => {
             for e in pd.endpoints() {
                 assert!(endpoints.contains(&e), "{endpoints}");
             }
         }
-        e => panic!("expected PdUnavailable, got {e:?}"),
+        _ => panic!("expected PdUnavailable, got {err:?}"),
     }
     assert!(elapsed < pd_call_bound(&config()) + SLACK, "{elapsed:?}");
 }
@@ -135,7 +136,10 @@ async fn a_hanging_pd_is_bounded_by_the_timeouts() {
     let started = Instant::now();
     let err = client.region_for_key(b"x").await.unwrap_err();
     let elapsed = started.elapsed();
-    assert!(matches!(err, Error::PdUnavailable { .. }), "{err:?}");
+    assert!(
+        matches!(err.failure(), Some(Failure::PdUnavailable { .. })),
+        "{err:?}"
+    );
     assert!(elapsed >= config().timeout, "{elapsed:?}");
     assert!(elapsed < pd_call_bound(&config()) + SLACK, "{elapsed:?}");
     // Nothing was cached from the failed load.
@@ -150,14 +154,17 @@ async fn no_endpoint_answers_at_bootstrap() {
         .await
         .unwrap_err();
     assert!(started.elapsed() < pd_call_bound(&config()) + SLACK);
-    match err {
-        Error::PdUnavailable {
+    match err.failure() {
+        Some(Failure::PdUnavailable {
             endpoints: named, ..
-        } => assert_eq!(named, endpoints.join(", ")),
-        e => panic!("expected PdUnavailable, got {e:?}"),
+        }) => assert_eq!(*named, endpoints.join(", ")),
+        _ => panic!("expected PdUnavailable, got {err:?}"),
     }
     let err = PdRpcClient::connect(&[], &config()).await.unwrap_err();
-    assert!(matches!(err, Error::InvalidArgument(_)), "{err:?}");
+    assert!(
+        matches!(err.failure(), Some(Failure::InvalidArgument(_))),
+        "{err:?}"
+    );
 }
 
 #[tokio::test]
@@ -177,7 +184,10 @@ async fn lookups_by_key_and_id_use_the_cache_after_the_first_load() {
 
     let err = client.region_for_id(77).await.unwrap_err();
     assert!(
-        matches!(err, Error::RegionNotFoundInPd { region_id: 77 }),
+        matches!(
+            err.failure(),
+            Some(Failure::RegionNotFoundInPd { region_id: 77 })
+        ),
         "{err:?}"
     );
     pd.state.lock().unwrap().regions.clear();
@@ -299,11 +309,11 @@ async fn all_stores_excludes_tombstones_and_stores_can_be_missing() {
         .unwrap_err();
     assert!(
         matches!(
-            err,
-            Error::Pd {
+            err.failure(),
+            Some(Failure::Pd {
                 error_type: pdpb::ErrorType::StoreTombstone,
                 ..
-            }
+            })
         ),
         "{err:?}"
     );
@@ -313,11 +323,11 @@ async fn all_stores_excludes_tombstones_and_stores_can_be_missing() {
         .unwrap_err();
     assert!(
         matches!(
-            err,
-            Error::Pd {
+            err.failure(),
+            Some(Failure::Pd {
                 error_type: pdpb::ErrorType::Unknown,
                 ..
-            }
+            })
         ),
         "{err:?}"
     );
@@ -339,7 +349,10 @@ async fn concurrent_callers_share_a_failed_leader_discovery() {
     });
     for result in futures::future::join_all(lookups).await {
         assert!(
-            matches!(result, Err(Error::PdUnavailable { .. })),
+            matches!(
+                result.as_ref().err().and_then(|e| e.failure()),
+                Some(Failure::PdUnavailable { .. })
+            ),
             "{result:?}"
         );
     }

@@ -9,7 +9,7 @@ use std::time::Instant;
 
 use pd_support::{client, config, dead_address, pd_call_bound, SLACK};
 use tikv_plan::pd::{PdClient, PdRpcClient};
-use tikv_plan::Error;
+use tikv_plan::Failure;
 use tikv_sim::SimCluster;
 
 async fn sim(pd_members: usize) -> SimCluster {
@@ -46,12 +46,12 @@ async fn two_clusters_are_a_cluster_id_mismatch() {
         .unwrap_err();
     assert!(
         matches!(
-            err,
-            Error::ClusterIdMismatch {
+            err.failure(),
+            Some(Failure::ClusterIdMismatch {
                 expected: 11,
                 found: 12,
                 ..
-            }
+            })
         ),
         "{err:?}"
     );
@@ -92,11 +92,11 @@ async fn pd_down_is_a_typed_error_within_the_bound() {
     let started = Instant::now();
     let err = Arc::clone(&client).get_timestamp().await.unwrap_err();
     let elapsed = started.elapsed();
-    match &err {
-        Error::PdUnavailable { endpoints, .. } => {
+    match err.failure() {
+        Some(Failure::PdUnavailable { endpoints, .. }) => {
             assert_eq!(*endpoints, cluster.pd_endpoints().join(", "))
         }
-        e => panic!("expected PdUnavailable, got {e:?}"),
+        _ => panic!("expected PdUnavailable, got {err:?}"),
     }
     assert!(elapsed < pd_call_bound(&config()) + SLACK, "{elapsed:?}");
 }
@@ -114,7 +114,10 @@ async fn lookups_stores_and_timestamps() {
     }
     let err = client.region_for_id(999_999).await.unwrap_err();
     assert!(
-        matches!(err, Error::RegionNotFoundInPd { region_id: 999_999 }),
+        matches!(
+            err.failure(),
+            Some(Failure::RegionNotFoundInPd { region_id: 999_999 })
+        ),
         "{err:?}"
     );
     let stores = client.all_stores().await.unwrap();

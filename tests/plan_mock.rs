@@ -8,6 +8,7 @@ use tikv_plan::pd::PdClient;
 use tikv_plan::proto::metapb;
 use tikv_plan::region::RegionVerId;
 use tikv_plan::Error;
+use tikv_plan::Failure;
 
 fn pd() -> Arc<MockPdClient> {
     Arc::new(MockPdClient::new(vec![
@@ -81,7 +82,10 @@ async fn mapping_counts_and_fails_per_store() {
         .map_region_to_store(region.clone())
         .await
         .unwrap_err();
-    assert!(matches!(err, Error::ConnectTimeout { .. }));
+    assert!(matches!(
+        err.failure(),
+        Some(Failure::ConnectTimeout { .. })
+    ));
     pd.heal_store(1);
     let store = pd
         .clone()

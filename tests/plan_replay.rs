@@ -12,6 +12,7 @@ use tikv_plan::proto::kvrpcpb;
 use tikv_plan::raw_lowering::{new_cas_request, new_raw_batch_put_request};
 use tikv_plan::request::{CollectError, CollectSingle, Plan, PlanBuilder};
 use tikv_plan::Error;
+use tikv_plan::Failure;
 
 async fn cas(pd: &Arc<MockPdClient>) -> tikv_plan::Result<(Option<Vec<u8>>, bool)> {
     PlanBuilder::new(
@@ -46,7 +47,10 @@ async fn cas_dispatch_error_is_undetermined_and_not_replayed() {
         });
         let err = cas(&pd).await.unwrap_err();
         assert!(err.is_undetermined(), "{err}");
-        assert!(matches!(err, Error::Undetermined { region_id: 1, .. }));
+        assert!(matches!(
+            err.failure(),
+            Some(Failure::Undetermined { region_id: 1, .. })
+        ));
         assert_eq!(pd.dispatched_peers(), vec![11], "never replayed on a voter");
         assert_eq!(pd.update_leader_calls(), 0);
     }
@@ -99,20 +103,20 @@ async fn a_write_that_may_have_been_delivered_is_undetermined_and_never_resent()
         }
     });
     let err = put(&pd, &routing).await.unwrap_err();
-    match &err {
-        Error::Undetermined {
+    match err.failure() {
+        Some(Failure::Undetermined {
             region_id,
             store_id,
             request,
             ..
-        } => {
+        }) => {
             assert_eq!((*region_id, *store_id), (1, 1));
             assert!(
                 request.contains("raw_put") && request.contains("\"k\""),
                 "{request}"
             );
         }
-        other => panic!("{other}"),
+        _ => panic!("{err}"),
     }
     assert_eq!(pd.dispatched_peers(), vec![11], "never re-sent");
     assert_eq!(routing.stats().undetermined_writes, 1);

@@ -652,7 +652,8 @@ fn the_lister_sees_public_items_and_skips_private_ones() {
         .iter()
         .any(|l| l.starts_with("impl Clone for crate::") && l.ends_with("RawClient")));
     // An enum's variants, a feature-gated module.
-    assert!(has("variant crate::Error::Undetermined"));
+    assert!(has("variant crate::Error::UndeterminedError"));
+    assert!(has("variant crate::Failure::Undetermined"));
     assert!(has("[mock] mod crate::mock"));
     // Crate-private helpers never show up.
     assert!(!has("strongest_shard_error"));
@@ -692,6 +693,11 @@ const EXTENSIONS: &[(&str, &str)] = &[
     (
         "crate::codec",
         "TiKV's key encoding, for API v1 transactional keys",
+    ),
+    (
+        "crate::Failure",
+        "what tikv-plan knows about a failure beyond client-rust's Error variant (the \
+         Region, store, address, attempts), reached through Error::failure",
     ),
     ("crate::config", "the configuration and its named defaults"),
     ("crate::RpcMode", "configuration: unary or batched RPCs"),

@@ -6,6 +6,7 @@
 
 use std::time::{Duration, Instant};
 
+use tikv_plan::Failure;
 use tikv_plan::{Backoff, ColumnFamily, Config, Error, Key, KvPair, RawClient};
 use tikv_sim::{ColdMode, HangMode, Outcome, RegionLayout, SimCluster, SimPeer};
 
@@ -309,20 +310,33 @@ async fn bad_input_is_a_typed_error_without_any_rpc() {
     let cluster = cluster().await;
     let empty: Vec<String> = Vec::new();
     assert!(matches!(
-        RawClient::new(empty).await,
-        Err(Error::InvalidArgument(_))
+        RawClient::new(empty)
+            .await
+            .as_ref()
+            .err()
+            .and_then(|e| e.failure()),
+        Some(Failure::InvalidArgument(_))
     ));
     let err = RawClient::new(vec!["127.0.0.1"]).await.unwrap_err();
-    assert!(matches!(err, Error::InvalidArgument(_)), "{err}");
+    assert!(
+        matches!(err.failure(), Some(Failure::InvalidArgument(_))),
+        "{err}"
+    );
     let err = RawClient::new(vec!["not an address:x"]).await.unwrap_err();
     assert!(err.to_string().contains("host:port"), "{err}");
 
     let client = client(&cluster).await;
     let before = total_requests(&cluster);
     let err = client.scan("z".."a", 10).await.unwrap_err();
-    assert!(matches!(err, Error::InvalidArgument(_)), "{err}");
+    assert!(
+        matches!(err.failure(), Some(Failure::InvalidArgument(_))),
+        "{err}"
+    );
     let err = client.delete_range("z".."a").await.unwrap_err();
-    assert!(matches!(err, Error::InvalidArgument(_)), "{err}");
+    assert!(
+        matches!(err.failure(), Some(Failure::InvalidArgument(_))),
+        "{err}"
+    );
     let err = client.scan(.., 10241).await.unwrap_err();
     assert!(err.to_string().contains("10240"), "{err}");
     assert!(matches!(err, Error::MaxScanLimitExceeded { .. }), "{err}");
@@ -342,7 +356,10 @@ async fn bad_input_is_a_typed_error_without_any_rpc() {
         .batch_put_with_ttl(vec![("a", "b")], vec![1, 2])
         .await
         .unwrap_err();
-    assert!(matches!(err, Error::InvalidArgument(_)), "{err}");
+    assert!(
+        matches!(err.failure(), Some(Failure::InvalidArgument(_))),
+        "{err}"
+    );
     assert_eq!(
         total_requests(&cluster),
         before,

@@ -7,7 +7,8 @@ use std::sync::Arc;
 
 use tikv_plan::pd::PdRpcClient;
 use tikv_plan::raw::RawChecksum;
-use tikv_plan::{Config, Error, RawClient};
+use tikv_plan::Failure;
+use tikv_plan::{Config, RawClient};
 use tikv_plan_proto::checksum::pair_checksum;
 use tikv_sim::SimCluster;
 
@@ -155,9 +156,9 @@ async fn a_response_over_the_decoding_limit_is_a_typed_error_naming_the_knob() {
     // Small answers (PD's included) still decode.
     small.put("k", "v").await.unwrap();
     let err = small.get("big").await.unwrap_err();
-    match &err {
-        Error::GrpcMessageTooLarge { limit, .. } => assert_eq!(*limit, 16 * 1024),
-        other => panic!("expected GrpcMessageTooLarge, got {other:?}"),
+    match err.failure() {
+        Some(Failure::GrpcMessageTooLarge { limit, .. }) => assert_eq!(*limit, 16 * 1024),
+        _ => panic!("expected GrpcMessageTooLarge, got {err:?}"),
     }
     assert!(
         err.to_string().contains("grpc_max_decoding_message_size"),

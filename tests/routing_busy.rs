@@ -11,6 +11,7 @@ use std::time::Duration;
 use common::*;
 use tikv_plan::mock;
 use tikv_plan::request::RoutingState;
+use tikv_plan::Failure;
 use tikv_plan::{Backoff, Config};
 use tokio::time::Instant;
 
@@ -317,12 +318,12 @@ async fn an_hour_of_busy_backoff_is_capped_and_the_deadline_ends_the_request() {
         .await
         .unwrap_err();
     let elapsed = start.elapsed();
-    match &err {
-        tikv_plan::Error::DeadlineExceeded { deadline, last, .. } => {
+    match err.failure() {
+        Some(Failure::DeadlineExceeded { deadline, last, .. }) => {
             assert_eq!(*deadline, Duration::from_secs(12));
             assert!(last.to_string().contains("busy"), "{last}");
         }
-        other => panic!("{other}"),
+        _ => panic!("{err}"),
     }
     assert!(elapsed <= Duration::from_secs(12), "{elapsed:?}");
     // Slept in steps of at most the cap: at least two tries fit in 12 s.

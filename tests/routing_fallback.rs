@@ -11,6 +11,7 @@ use tikv_plan::mock::{self, MappingFailure, MockPdClient};
 use tikv_plan::proto::kvrpcpb;
 use tikv_plan::raw_lowering::new_raw_get_request;
 use tikv_plan::request::{CollectSingle, Plan, PlanBuilder};
+use tikv_plan::Failure;
 use tikv_plan::{Backoff, Error};
 use tokio::time::Instant;
 
@@ -137,7 +138,10 @@ async fn follower_hint_never_updates_leader_cache() {
     let err = get_with(&pd, Some(&routing), Backoff::no_backoff(), b"k")
         .await
         .unwrap_err();
-    assert!(matches!(err, Error::RetriesExhausted { .. }), "{err}");
+    assert!(
+        matches!(err.failure(), Some(Failure::RetriesExhausted { .. })),
+        "{err}"
+    );
     assert_eq!(pd.dispatched_peers(), vec![11, 12, 13]);
     assert_eq!(pd.update_leader_calls(), 0, "hints never reach the cache");
     assert_leader_requests_only(&pd);
@@ -276,12 +280,15 @@ async fn exhausted_backoff_returns_strongest_error() {
     )
     .await
     .unwrap_err();
-    match err {
-        Error::RetriesExhausted { attempts, last, .. } => {
-            assert_eq!(attempts, 3);
-            assert!(matches!(*last, Error::Connect { .. }), "{last}");
+    match err.failure() {
+        Some(Failure::RetriesExhausted { attempts, last, .. }) => {
+            assert_eq!(*attempts, 3);
+            assert!(
+                matches!(last.failure(), Some(Failure::Connect { .. })),
+                "{last}"
+            );
         }
-        other => panic!("{other}"),
+        _ => panic!("{err}"),
     }
     // Without the routing failure, busy beats the timeout.
     let pd = three_voters();
@@ -293,12 +300,11 @@ async fn exhausted_backoff_returns_strongest_error() {
     let err = get_with(&pd, None, Backoff::no_backoff(), b"k")
         .await
         .unwrap_err();
-    match err {
-        Error::RetriesExhausted { last, .. } => {
-            assert!(last.to_string().contains("busy"), "{last}")
-        }
-        other => panic!("{other}"),
-    }
+    // Retries spent on a Region error: client-rust's RegionError.
+    assert!(
+        matches!(&err, Error::RegionError(_)) && err.to_string().contains("busy"),
+        "{err}"
+    );
 }
 
 #[tokio::test(start_paused = true)]

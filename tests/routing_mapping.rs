@@ -8,6 +8,7 @@ use common::*;
 use tikv_plan::mock::{self, MappingFailure};
 use tikv_plan::proto::metapb;
 use tikv_plan::Error;
+use tikv_plan::Failure;
 
 #[tokio::test(start_paused = true)]
 async fn failed_follower_mapping_does_not_hide_later_voter() {
@@ -81,7 +82,7 @@ async fn store_unknown_to_pd_is_a_mapping_failure() {
     let pd = three_voters();
     let routing = routing();
     pd.set_mapping_hook(|peer| {
-        (peer.store_id == 1).then_some(Error::StoreNotFound { store_id: 1 })
+        (peer.store_id == 1).then_some(Error::from(Failure::StoreNotFound { store_id: 1 }))
     });
     pd.set_dispatch_hook(accept);
     assert_eq!(text(get(&pd, &routing).await.unwrap()), "from-12");
@@ -92,10 +93,12 @@ async fn pd_failure_during_mapping_moves_on_without_cooling_the_store() {
     let pd = three_voters();
     let routing = routing();
     pd.set_mapping_hook(|peer| {
-        (peer.store_id == 1).then(|| Error::PdUnavailable {
-            endpoints: "pd-1".to_owned(),
-            message: "no leader".to_owned(),
-            source: None,
+        (peer.store_id == 1).then(|| {
+            Error::from(Failure::PdUnavailable {
+                endpoints: "pd-1".to_owned(),
+                message: "no leader".to_owned(),
+                source: None,
+            })
         })
     });
     pd.set_dispatch_hook(accept);

@@ -4,6 +4,7 @@
 mod common;
 
 use common::*;
+use tikv_plan::Failure;
 use tikv_plan::{Backoff, Error};
 
 #[tokio::test(start_paused = true)]
@@ -15,7 +16,10 @@ async fn transport_failure_invalidates_store_and_region() {
     let err = get_with(&pd, Some(&routing), Backoff::no_backoff(), b"k")
         .await
         .unwrap_err();
-    assert!(matches!(err, Error::RetriesExhausted { .. }), "{err}");
+    assert!(
+        matches!(err.failure(), Some(Failure::RetriesExhausted { .. })),
+        "{err}"
+    );
     assert_eq!(pd.invalidate_store_cache_calls(), 3);
     assert_eq!(pd.invalidate_region_cache_calls(), 1);
     assert!(pd.cached_region(1).is_none(), "the Region route is dropped");

@@ -3,6 +3,7 @@
 
 use futures::{StreamExt, TryStreamExt};
 use tikv_plan::proto::kvrpcpb::ApiVersion;
+use tikv_plan::Failure;
 use tikv_plan::{Config, Error, KvPair, RawClient};
 use tikv_sim::{Outcome, SimCluster};
 
@@ -104,7 +105,10 @@ async fn bad_page_sizes_are_typed_errors() {
         .try_collect::<Vec<_>>()
         .await
         .unwrap_err();
-    assert!(matches!(err, Error::InvalidArgument(_)), "{err}");
+    assert!(
+        matches!(err.failure(), Some(Failure::InvalidArgument(_))),
+        "{err}"
+    );
     let err = client
         .scan_stream_reverse(.., 10_241)
         .try_collect::<Vec<_>>()
@@ -116,7 +120,10 @@ async fn bad_page_sizes_are_typed_errors() {
         .try_collect::<Vec<_>>()
         .await
         .unwrap_err();
-    assert!(matches!(err, Error::InvalidArgument(_)), "{err}");
+    assert!(
+        matches!(err.failure(), Some(Failure::InvalidArgument(_))),
+        "{err}"
+    );
     cluster.shutdown().await;
 }
 

@@ -10,8 +10,9 @@ use std::time::Duration;
 use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair};
 use tikv_plan::proto::kvrpcpb;
 use tikv_plan::proto::tikvpb::tikv_client::TikvClient;
+use tikv_plan::Failure;
+use tikv_plan::SecurityConfig;
 use tikv_plan::SecurityManager;
-use tikv_plan::{Error, SecurityConfig};
 use tonic::transport::{Certificate, Identity, Server, ServerTlsConfig};
 
 struct Pki {
@@ -149,7 +150,10 @@ async fn client_rust_load_and_connect_round_trip() {
         dir.path().join("absent.key"),
     )
     .unwrap_err();
-    assert!(matches!(err, Error::Security { .. }), "{err:?}");
+    assert!(
+        matches!(err.failure(), Some(Failure::Security { .. })),
+        "{err:?}"
+    );
     assert!(err.to_string().contains("absent.key"), "{err}");
 }
 
@@ -166,7 +170,10 @@ async fn server_signed_by_another_ca_is_rejected() {
     };
     let manager = SecurityManager::from_config(&config).unwrap();
     let err = manager.connect_channel(&addr, T, T).await.unwrap_err();
-    assert!(matches!(err, Error::Connect { .. }), "{err:?}");
+    assert!(
+        matches!(err.failure(), Some(Failure::Connect { .. })),
+        "{err:?}"
+    );
     assert!(err.to_string().contains(&addr), "{err}");
 }
 
@@ -179,7 +186,10 @@ async fn plaintext_client_cannot_talk_to_a_tls_server() {
         .await;
     match result {
         Err(e) => assert!(
-            matches!(e, Error::Connect { .. } | Error::ConnectTimeout { .. }),
+            matches!(
+                e.failure(),
+                Some(Failure::Connect { .. } | Failure::ConnectTimeout { .. })
+            ),
             "{e:?}"
         ),
         Ok(channel) => {
@@ -206,7 +216,10 @@ async fn server_requiring_client_certificate_rejects_a_client_without_one() {
     // the client considers the handshake done, so the failure shows either
     // at connect or at the first RPC; it must never reach the service.
     match manager.connect_channel(&addr, T, T).await {
-        Err(e) => assert!(matches!(e, Error::Connect { .. }), "{e:?}"),
+        Err(e) => assert!(
+            matches!(e.failure(), Some(Failure::Connect { .. })),
+            "{e:?}"
+        ),
         Ok(channel) => {
             let status = TikvClient::new(channel)
                 .raw_get(kvrpcpb::RawGetRequest::default())

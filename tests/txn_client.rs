@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use tikv_plan::codec::encode_bytes;
 use tikv_plan::transaction::{as_key_error, TransactionStatus};
+use tikv_plan::Failure;
 use tikv_plan::{
     CheckLevel, Config, Error, Key, KvPair, Mutation, TimestampExt, TransactionClient,
     TransactionOptions,
@@ -372,7 +373,7 @@ async fn a_region_lookup_error_while_sharding_the_prewrite_reaches_the_caller() 
     let err = txn.commit().await.unwrap_err();
     assert!(!err.is_undetermined(), "{err:?}");
     assert!(
-        matches!(err, Error::PdUnavailable { .. }),
+        matches!(err.failure(), Some(Failure::PdUnavailable { .. })),
         "the lookup error itself, not an empty success: {err:?}"
     );
     assert!(cluster.locks(b"", b"").is_empty());

@@ -6,6 +6,7 @@
 use tikv_plan::codec::encode_bytes;
 use tikv_plan::proto::kvrpcpb::ApiVersion;
 use tikv_plan::request::Keyspace;
+use tikv_plan::Failure;
 use tikv_plan::{Config, Key, KvPair, TransactionClient, TransactionOptions};
 use tikv_sim::SimCluster;
 
@@ -138,7 +139,7 @@ async fn api_v2_no_prefix_writes_keys_exactly_as_given() {
     .await
     .unwrap_err();
     assert!(
-        matches!(&err, tikv_plan::Error::InvalidArgument(m) if m.contains("config.keyspace")),
+        matches!(err.failure(), Some(Failure::InvalidArgument(m)) if m.contains("config.keyspace")),
         "{err:?}"
     );
 }

@@ -1,12 +1,13 @@
 //! The two ways a re-sent raw write broke linearizability (issue 8), over
 //! the simulated cluster: a write whose response was lost was applied a
 //! second time, and a write that timed out was re-sent to a new leader while
-//! its first copy could still land. Both now end `Error::Undetermined` with
+//! its first copy could still land. Both now end `Failure::Undetermined` with
 //! the write applied at most once and never re-sent.
 
 use std::time::Duration;
 
-use tikv_plan::{Backoff, Config, Error, RawClient};
+use tikv_plan::Failure;
+use tikv_plan::{Backoff, Config, RawClient};
 use tikv_sim::{HangMode, Outcome, SimCluster};
 
 fn config() -> Config {
@@ -52,11 +53,11 @@ fn applied(cluster: &SimCluster, method: &str) -> u64 {
 }
 
 fn assert_undetermined(result: tikv_plan::Result<()>, what: &str) {
-    match result {
-        Err(Error::Undetermined { request, .. }) => {
+    match result.as_ref().err().and_then(|e| e.failure()) {
+        Some(Failure::Undetermined { request, .. }) => {
             assert!(request.contains(what), "{request}");
         }
-        other => panic!("{what}: expected an undetermined outcome, got {other:?}"),
+        _ => panic!("{what}: expected an undetermined outcome, got {result:?}"),
     }
 }
 

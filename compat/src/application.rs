@@ -33,8 +33,10 @@ pub fn names() {
     let _: Option<tikv_client::raw::ColumnFamily> = None;
 }
 
-/// What an application tells its user for each error client-rust returns
-/// (matching on client-rust's variant names and shapes).
+/// What an application tells its user for each error client-rust returns,
+/// matching on client-rust's variant names and shapes exhaustively (no `_`
+/// arm: tikv-client 0.4's `Error` is an exhaustive enum, and so is
+/// tikv-plan's).
 pub fn explain(error: &Error) -> String {
     match error {
         Error::RegionError(region_error) => {
@@ -67,7 +69,25 @@ pub fn explain(error: &Error) -> String {
         }
         Error::NoCurrentRegions | Error::EntryNotFoundInRegionCache => "cache".to_owned(),
         Error::Io(e) => format!("io: {:?}", e.kind()),
-        other => format!("other: {other}"),
+        Error::DuplicateKeyInsertion => "duplicate key".to_owned(),
+        Error::ResolveLockError(locks) => format!("{} locks", locks.len()),
+        Error::InvalidTransactionType => "invalid transaction type".to_owned(),
+        Error::OperationAfterCommitError => "operation after commit".to_owned(),
+        Error::OnePcFailure => "1PC failed".to_owned(),
+        Error::NoPrimaryKey => "no primary key".to_owned(),
+        Error::Channel(e) => format!("channel: {e}"),
+        Error::Url(e) => format!("url: {e}"),
+        Error::Canceled(e) => format!("canceled: {e}"),
+        Error::JoinError(e) => format!("join: {e}"),
+        Error::InvalidSemver(e) => format!("semver: {e}"),
+        Error::PessimisticLockError {
+            inner,
+            success_keys,
+        } => format!(
+            "pessimistic lock: {inner} ({} keys locked)",
+            success_keys.len()
+        ),
+        Error::TxnNotFound(t) => format!("transaction {} not found", t.start_ts),
     }
 }
 

@@ -137,3 +137,73 @@ async fn plans_built_from_the_lowering_modules_run() {
     );
     cluster.shutdown().await;
 }
+
+/// A program that matches on client-rust's `Error` exhaustively
+/// (`application::explain`) takes client-rust's branch in each situation:
+/// a duplicate insert, an insert of an existing key and a write conflict
+/// (key errors), and a gRPC failure (every store down).
+#[tokio::test]
+async fn errors_take_client_rusts_branches() {
+    use tikv_client::{Error, TransactionClient};
+
+    let cluster = SimCluster::builder().stores(1).start().await.unwrap();
+    let txns = TransactionClient::new_with_config(cluster.pd_endpoints(), application::config())
+        .await
+        .unwrap();
+    let mut setup = txns.begin_optimistic().await.unwrap();
+    setup.put("taken".to_owned(), "v".to_owned()).await.unwrap();
+    setup.commit().await.unwrap();
+
+    // Inserting a key twice in one transaction...
+    let mut txn = txns.begin_optimistic().await.unwrap();
+    txn.insert("new".to_owned(), "v".to_owned()).await.unwrap();
+    let err = txn
+        .insert("new".to_owned(), "again".to_owned())
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, Error::DuplicateKeyInsertion),
+        "{}",
+        application::explain(&err)
+    );
+    txn.rollback().await.unwrap();
+    // ... and a key that exists: TiKV's key error, at commit.
+    let mut txn = txns.begin_optimistic().await.unwrap();
+    txn.insert("taken".to_owned(), "again".to_owned())
+        .await
+        .unwrap();
+    let err = txn.commit().await.unwrap_err();
+    assert!(
+        matches!(&err, Error::KeyError(e) if e.already_exist.is_some()),
+        "{}",
+        application::explain(&err)
+    );
+
+    let mut first = txns.begin_optimistic().await.unwrap();
+    let mut second = txns.begin_optimistic().await.unwrap();
+    first.put("k".to_owned(), "1".to_owned()).await.unwrap();
+    second.put("k".to_owned(), "2".to_owned()).await.unwrap();
+    first.commit().await.unwrap();
+    let err = second.commit().await.unwrap_err();
+    assert!(
+        matches!(&err, Error::KeyError(e) if e.conflict.is_some()),
+        "{}",
+        application::explain(&err)
+    );
+
+    let raw = RawClient::new_with_config(cluster.pd_endpoints(), application::config())
+        .await
+        .unwrap();
+    for store in cluster.store_ids() {
+        cluster.store_down(store).await;
+    }
+    let err = raw.get("k".to_owned()).await.unwrap_err();
+    assert!(
+        matches!(&err, Error::GrpcAPI(status) if status.code() == tonic::Code::Unavailable),
+        "{}",
+        application::explain(&err)
+    );
+    // tikv-plan's account of it: which store could not be reached.
+    assert!(err.failure().is_some(), "{err:?}");
+    cluster.shutdown().await;
+}

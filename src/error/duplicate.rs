@@ -22,110 +22,13 @@ impl Error {
         let boxed = |e: &Error| Box::new(e.duplicate());
         let all = |es: &[Error]| es.iter().map(Error::duplicate).collect();
         match self {
-            Error::Connect {
-                address,
-                message,
-                source,
-            } => Error::Connect {
-                address: address.clone(),
-                message: message.clone(),
-                source: source.clone(),
-            },
-            Error::ConnectTimeout {
-                address,
-                timeout,
-                source,
-            } => Error::ConnectTimeout {
-                address: address.clone(),
-                timeout: *timeout,
-                source: source.clone(),
-            },
             Error::RegionError(e) => Error::RegionError(e.clone()),
             Error::KeyError(e) => Error::KeyError(e.clone()),
             Error::KvError { message } => Error::KvError {
                 message: message.clone(),
             },
-            Error::Pd {
-                error_type,
-                message,
-            } => Error::Pd {
-                error_type: *error_type,
-                message: message.clone(),
-            },
-            Error::PdUnavailable {
-                endpoints,
-                message,
-                source,
-            } => Error::PdUnavailable {
-                endpoints: endpoints.clone(),
-                message: message.clone(),
-                source: source.clone(),
-            },
-            Error::ClusterIdMismatch {
-                endpoint,
-                expected,
-                found,
-            } => Error::ClusterIdMismatch {
-                endpoint: endpoint.clone(),
-                expected: *expected,
-                found: *found,
-            },
             Error::RegionForKeyNotFound { key } => Error::RegionForKeyNotFound { key: key.clone() },
-            Error::RegionNotFoundInPd { region_id } => Error::RegionNotFoundInPd {
-                region_id: *region_id,
-            },
-            Error::StoreNotFound { store_id } => Error::StoreNotFound {
-                store_id: *store_id,
-            },
-            Error::StaleRegion { region_id } => Error::StaleRegion {
-                region_id: *region_id,
-            },
-            Error::LeaderNotFound { region } => Error::LeaderNotFound {
-                region: *region,
-            },
-            Error::Undetermined {
-                region_id,
-                store_id,
-                request,
-                cause,
-            } => Error::Undetermined {
-                region_id: *region_id,
-                store_id: *store_id,
-                request: request.clone(),
-                cause: boxed(cause),
-            },
-            Error::DeadlineExceeded {
-                region_id,
-                deadline,
-                last,
-            } => Error::DeadlineExceeded {
-                region_id: *region_id,
-                deadline: *deadline,
-                last: boxed(last),
-            },
-            Error::InvalidArgument(text) => Error::InvalidArgument(text.clone()),
-            Error::Timeout { what, after } => Error::Timeout {
-                what: what.clone(),
-                after: *after,
-            },
-            Error::Security {
-                path,
-                message,
-                source,
-            } => Error::Security {
-                path: path.clone(),
-                message: message.clone(),
-                source: source.clone(),
-            },
-            Error::RetriesExhausted {
-                region_id,
-                attempts,
-                last,
-            } => Error::RetriesExhausted {
-                region_id: *region_id,
-                attempts: *attempts,
-                last: boxed(last),
-            },
+            Error::LeaderNotFound { region } => Error::LeaderNotFound { region: *region },
             Error::DuplicateKeyInsertion => Error::DuplicateKeyInsertion,
             Error::OperationAfterCommitError => Error::OperationAfterCommitError,
             Error::InvalidTransactionType => Error::InvalidTransactionType,
@@ -146,17 +49,6 @@ impl Error {
             },
             Error::ColumnFamilyError(cf) => Error::ColumnFamilyError(cf.clone()),
             Error::KeyspaceNotFound(name) => Error::KeyspaceNotFound(name.clone()),
-            Error::GrpcMessageTooLarge {
-                address,
-                limit,
-                message,
-                source,
-            } => Error::GrpcMessageTooLarge {
-                address: address.clone(),
-                limit: *limit,
-                message: message.clone(),
-                source: source.clone(),
-            },
             Error::UnsupportedMode => Error::UnsupportedMode,
             Error::GrpcAPI(status) => Error::GrpcAPI(status.clone()),
             Error::UndeterminedError(inner) => Error::UndeterminedError(boxed(inner)),

@@ -18,6 +18,7 @@ use crate::region::{
 };
 use crate::security::SecurityManager;
 use crate::store::{KvConnect, RegionStore, Store, TikvConnect};
+use crate::Failure;
 use crate::{Error, Result};
 
 /// Connection counters for one store address.
@@ -195,19 +196,19 @@ impl<KvC: KvConnect> PdRpcClient<KvC> {
             )
             .await?;
         if store.state == metapb::StoreState::Tombstone as i32 {
-            return Err(Error::Pd {
+            return Err(Error::from(Failure::Pd {
                 error_type: pdpb::ErrorType::StoreTombstone,
                 message: format!(
                     "store {store_id} is a tombstone (removed from the cluster); reload the Region"
                 ),
-            });
+            }));
         }
         if store.address.is_empty() {
-            return Err(Error::Connect {
+            return Err(Error::from(Failure::Connect {
                 address: String::new(),
                 message: format!("PD reports no address for store {store_id}"),
                 source: None,
-            });
+            }));
         }
         Ok(store)
     }

@@ -23,6 +23,7 @@ use crate::proto::metapb;
 use crate::proto::pdpb::{self, pd_client::PdClient as PdGrpcClient};
 use crate::region::{RegionId, RegionWithLeader, StoreId};
 use crate::security::SecurityManager;
+use crate::Failure;
 use crate::{Error, ErrorSource, Result};
 
 /// Retries of one PD call after a transport failure, an `Unavailable`
@@ -183,29 +184,29 @@ enum SharedFailure {
 
 impl SharedFailure {
     fn of(error: &Error) -> Self {
-        match error {
-            Error::ClusterIdMismatch {
+        match error.failure() {
+            Some(Failure::ClusterIdMismatch {
                 endpoint,
                 expected,
                 found,
-            } => SharedFailure::Mismatch {
+            }) => SharedFailure::Mismatch {
                 endpoint: endpoint.clone(),
                 expected: *expected,
                 found: *found,
             },
-            Error::PdUnavailable {
+            Some(Failure::PdUnavailable {
                 endpoints,
                 message,
                 source,
-            } => SharedFailure::Unavailable {
+            }) => SharedFailure::Unavailable {
                 endpoints: endpoints.clone(),
                 message: message.clone(),
                 source: source.clone(),
             },
-            other => SharedFailure::Unavailable {
+            _ => SharedFailure::Unavailable {
                 endpoints: String::new(),
-                message: other.to_string(),
-                source: Some(ErrorSource::from(other.duplicate())),
+                message: error.to_string(),
+                source: Some(ErrorSource::from(error.duplicate())),
             },
         }
     }
@@ -216,20 +217,20 @@ impl SharedFailure {
                 endpoints,
                 message,
                 source,
-            } => Error::PdUnavailable {
+            } => Error::from(Failure::PdUnavailable {
                 endpoints,
                 message: format!("{message} (a concurrent leader discovery just failed)"),
                 source,
-            },
+            }),
             SharedFailure::Mismatch {
                 endpoint,
                 expected,
                 found,
-            } => Error::ClusterIdMismatch {
+            } => Error::from(Failure::ClusterIdMismatch {
                 endpoint,
                 expected,
                 found,
-            },
+            }),
         }
     }
 }
@@ -248,7 +249,7 @@ fn authority(url: &str) -> &str {
 /// and connects to the first client URL of the leader. A call that fails with
 /// a transport error, a timeout or `Unavailable` drops that connection and
 /// asks the members again, with backoff ([`PD_RETRY_BACKOFF`]); when no
-/// member can be reached the call fails with [`Error::PdUnavailable`].
+/// member can be reached the call fails with [`Failure::PdUnavailable`](crate::Failure::PdUnavailable).
 /// Every RPC is bounded by the request timeout.
 #[derive(Debug)]
 pub struct Cluster {
@@ -287,9 +288,9 @@ impl Cluster {
         max_decoding_message_size: usize,
     ) -> Result<Cluster> {
         if endpoints.is_empty() {
-            return Err(Error::InvalidArgument(
+            return Err(Error::from(Failure::InvalidArgument(
                 "no PD endpoint was given; pass at least one host:port".to_owned(),
-            ));
+            )));
         }
         let cluster = Cluster {
             configured: endpoints.to_vec(),
@@ -310,7 +311,7 @@ impl Cluster {
         loop {
             match cluster.current_leader().await {
                 Ok(_) => return Ok(cluster),
-                Err(e @ Error::ClusterIdMismatch { .. }) => return Err(e),
+                Err(e) if is_cluster_id_mismatch(&e) => return Err(e),
                 Err(e) => match backoff.next_delay_duration() {
                     Some(delay) => {
                         debug!("PD bootstrap failed ({e}); retrying in {delay:?}");
@@ -343,7 +344,7 @@ impl Cluster {
     }
 
     /// The Region containing `key`, with PD's view of its leader.
-    /// [`Error::RegionForKeyNotFound`] when PD has none; [`Error::Pd`] when
+    /// [`Error::RegionForKeyNotFound`] when PD has none; [`Failure::Pd`](crate::Failure::Pd) when
     /// PD answers with a Region that does not hold `key`.
     pub async fn get_region(&self, key: &[u8]) -> Result<RegionWithLeader> {
         let timeout = self.timeout;
@@ -369,7 +370,7 @@ impl Cluster {
     }
 
     /// The Region with id `region_id`, with PD's view of its leader.
-    /// [`Error::RegionNotFoundInPd`] when PD has none.
+    /// [`Failure::RegionNotFoundInPd`](crate::Failure::RegionNotFoundInPd) when PD has none.
     pub async fn get_region_by_id(&self, region_id: RegionId) -> Result<RegionWithLeader> {
         let timeout = self.timeout;
         let response = self
@@ -389,11 +390,13 @@ impl Cluster {
                 },
             )
             .await;
-        region_from_response(response, || Error::RegionNotFoundInPd { region_id })
+        region_from_response(response, || {
+            Error::from(Failure::RegionNotFoundInPd { region_id })
+        })
     }
 
     /// The store with id `store_id` (tombstones included; the caller
-    /// decides). [`Error::StoreNotFound`] when PD has none.
+    /// decides). [`Failure::StoreNotFound`](crate::Failure::StoreNotFound) when PD has none.
     pub async fn get_store(&self, store_id: StoreId) -> Result<metapb::Store> {
         let timeout = self.timeout;
         let response = self
@@ -415,7 +418,7 @@ impl Cluster {
         response
             .store
             .filter(|s| s.id != 0)
-            .ok_or(Error::StoreNotFound { store_id })
+            .ok_or(Error::from(Failure::StoreNotFound { store_id }))
     }
 
     /// Every store PD knows; tombstones only when `exclude_tombstones` is
@@ -511,10 +514,10 @@ impl Cluster {
         let mut regions = Vec::with_capacity(pairs.len());
         for (region, leader) in pairs {
             let Some(region) = region else {
-                return Err(Error::Pd {
+                return Err(Error::from(Failure::Pd {
                     error_type: pdpb::ErrorType::Unknown,
                     message: "PD answered ScanRegions with an entry without a Region".to_owned(),
-                });
+                }));
             };
             regions.push(RegionWithLeader::new(region, leader));
         }
@@ -548,7 +551,9 @@ impl Cluster {
             Ok(r) => r
                 .keyspace
                 .ok_or_else(|| Error::KeyspaceNotFound(name.to_owned())),
-            Err(Error::Pd { .. }) => Err(Error::KeyspaceNotFound(name.to_owned())),
+            Err(e) if matches!(e.failure(), Some(Failure::Pd { .. })) => {
+                Err(Error::KeyspaceNotFound(name.to_owned()))
+            }
             Err(e) => Err(e),
         }
     }
@@ -573,10 +578,10 @@ impl Cluster {
             }
             Err(_) => {
                 self.drop_leader(leader.generation);
-                Err(Error::Timeout {
+                Err(Error::from(Failure::Timeout {
                     what: format!("opening the TSO stream to {}", leader.url),
                     after: self.timeout,
-                })
+                }))
             }
         }
     }
@@ -592,7 +597,7 @@ impl Cluster {
         self.retry_backoff.clone()
     }
 
-    /// A failure after the retries, as [`Error::PdUnavailable`] naming the
+    /// A failure after the retries, as [`Failure::PdUnavailable`](crate::Failure::PdUnavailable) naming the
     /// configured endpoints.
     pub(crate) fn unavailable_after_retries(&self, failure: Error) -> Error {
         self.unavailable(failure)
@@ -620,7 +625,7 @@ impl Cluster {
     /// Sends one RPC to the leader, following leader changes: a failure
     /// that calls for a new leader drops the connection, backs off and asks
     /// the members again. Each attempt is bounded by the request timeout;
-    /// a PD header error is returned as [`Error::Pd`].
+    /// a PD header error is returned as [`Failure::Pd`](crate::Failure::Pd).
     async fn call<T, F, Fut>(&self, what: &str, counter: &AtomicU64, mut rpc: F) -> Result<T>
     where
         T: WithHeader,
@@ -659,7 +664,7 @@ impl Cluster {
         let mut backoff = self.retry_backoff.clone();
         loop {
             let failure = match self.current_leader().await {
-                Err(e @ Error::ClusterIdMismatch { .. }) => return Err(e),
+                Err(e) if is_cluster_id_mismatch(&e) => return Err(e),
                 Err(e) => e,
                 Ok(leader) => {
                     bump(counter);
@@ -676,10 +681,10 @@ impl Cluster {
                         }
                         Err(_) => {
                             self.drop_leader(leader.generation);
-                            Error::Timeout {
+                            Error::from(Failure::Timeout {
                                 what: format!("PD {what} on {}", leader.url),
                                 after: self.timeout,
-                            }
+                            })
                         }
                     }
                 }
@@ -699,19 +704,19 @@ impl Cluster {
 
     fn check_header<T: WithHeader>(&self, response: T, url: &str) -> Result<T> {
         if let Some((error_type, message)) = header_error(response.header()) {
-            return Err(Error::Pd {
+            return Err(Error::from(Failure::Pd {
                 error_type,
                 message,
-            });
+            }));
         }
         let found = response.header().map_or(0, |h| h.cluster_id);
         let expected = self.cluster_id();
         if found != 0 && found != expected {
-            return Err(Error::ClusterIdMismatch {
+            return Err(Error::from(Failure::ClusterIdMismatch {
                 endpoint: url.to_owned(),
                 expected,
                 found,
-            });
+            }));
         }
         Ok(response)
     }
@@ -725,12 +730,12 @@ impl Cluster {
 
     fn unavailable(&self, failure: Error) -> Error {
         match failure {
-            e @ Error::PdUnavailable { .. } => e,
-            e => Error::PdUnavailable {
+            e if matches!(e.failure(), Some(Failure::PdUnavailable { .. })) => e,
+            e => Error::from(Failure::PdUnavailable {
                 endpoints: self.configured.join(", "),
                 message: e.to_string(),
                 source: Some(ErrorSource::from(e)),
-            },
+            }),
         }
     }
 
@@ -810,10 +815,10 @@ impl Cluster {
         {
             Ok(Ok(response)) => Ok(response.into_inner()),
             Ok(Err(status)) => Err(status.into()),
-            Err(_) => Err(Error::Timeout {
+            Err(_) => Err(Error::from(Failure::Timeout {
                 what: format!("PD GetMembers on {endpoint}"),
                 after: self.timeout,
-            }),
+            })),
         }
     }
 
@@ -844,10 +849,10 @@ impl Cluster {
             };
             if let Some((error_type, message)) = header_error(members.header.as_ref()) {
                 failures.push(format!("{endpoint}: PD error {error_type:?}: {message}"));
-                last_error = Some(Error::Pd {
+                last_error = Some(Error::from(Failure::Pd {
                     error_type,
                     message,
-                });
+                }));
                 continue;
             }
             let cluster_id = members.header.as_ref().map_or(0, |h| h.cluster_id);
@@ -858,11 +863,11 @@ impl Cluster {
             if expected == 0 {
                 expected = cluster_id;
             } else if cluster_id != expected {
-                return Err(Error::ClusterIdMismatch {
+                return Err(Error::from(Failure::ClusterIdMismatch {
                     endpoint: endpoint.clone(),
                     expected,
                     found: cluster_id,
-                });
+                }));
             }
             match members
                 .leader
@@ -908,11 +913,11 @@ impl Cluster {
                 }
             }
         }
-        Err(Error::PdUnavailable {
+        Err(Error::from(Failure::PdUnavailable {
             endpoints: endpoints.join(", "),
             message: failures.join("; "),
             source: last_error.map(ErrorSource::from),
-        })
+        }))
     }
 
     /// Adds member client URLs PD reported to the endpoints asked on the
@@ -936,15 +941,27 @@ fn bounded<T>(message: T, timeout: Duration) -> tonic::Request<T> {
     request
 }
 
+/// True for PD endpoints of another cluster: no retry can help.
+fn is_cluster_id_mismatch(error: &Error) -> bool {
+    matches!(error.failure(), Some(Failure::ClusterIdMismatch { .. }))
+}
+
 fn region_from_response(
     response: Result<pdpb::GetRegionResponse>,
     not_found: impl FnOnce() -> Error,
 ) -> Result<RegionWithLeader> {
     let response = match response {
-        Err(Error::Pd {
-            error_type: pdpb::ErrorType::RegionNotFound,
-            ..
-        }) => return Err(not_found()),
+        Err(e)
+            if matches!(
+                e.failure(),
+                Some(Failure::Pd {
+                    error_type: pdpb::ErrorType::RegionNotFound,
+                    ..
+                })
+            ) =>
+        {
+            return Err(not_found())
+        }
         other => other?,
     };
     let region = response.region.ok_or_else(not_found)?;
@@ -994,15 +1011,15 @@ mod tests {
         assert_eq!(header_error(None), None);
 
         let missing = region_from_response(
-            Err(Error::Pd {
+            Err(Error::from(Failure::Pd {
                 error_type: pdpb::ErrorType::RegionNotFound,
                 message: String::new(),
-            }),
-            || Error::RegionNotFoundInPd { region_id: 9 },
+            })),
+            || Error::from(Failure::RegionNotFoundInPd { region_id: 9 }),
         );
         assert!(matches!(
-            missing,
-            Err(Error::RegionNotFoundInPd { region_id: 9 })
+            missing.as_ref().err().and_then(|e| e.failure()),
+            Some(Failure::RegionNotFoundInPd { region_id: 9 })
         ));
         let empty = region_from_response(Ok(pdpb::GetRegionResponse::default()), || {
             Error::RegionForKeyNotFound { key: b"k".to_vec() }

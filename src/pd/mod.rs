@@ -17,6 +17,7 @@ use async_trait::async_trait;
 use crate::proto::{metapb, pdpb};
 use crate::region::{CachedRegion, RegionId, RegionVerId, RegionWithLeader, StoreId};
 use crate::store::{KvClient, RegionStore, Store};
+use crate::Failure;
 use crate::{Error, Result};
 
 /// `region` if it holds `key`, else an error: a Region lookup answered with
@@ -48,12 +49,12 @@ fn shared_region_holding_key(region: Arc<CachedRegion>, key: &[u8]) -> Result<Ar
 }
 
 fn not_holding_key(key: &[u8], id: RegionId, start: &[u8], end: &[u8]) -> Error {
-    Error::Pd {
+    Error::from(Failure::Pd {
         error_type: pdpb::ErrorType::Unknown,
         message: format!(
             "the lookup of key {key:?} returned region {id} [{start:?}, {end:?}), which does not hold it; PD's Region map looks inconsistent, retry later",
         ),
-    }
+    })
 }
 
 /// What the request plan needs from PD and the caches in front of it.
@@ -281,9 +282,9 @@ pub trait PdClient: Send + Sync + 'static {
 /// `host:port` (optionally with an `http://` or `https://` scheme).
 pub(crate) fn validate_pd_endpoints(endpoints: &[String]) -> crate::Result<()> {
     if endpoints.is_empty() {
-        return Err(crate::Error::InvalidArgument(
+        return Err(Error::from(Failure::InvalidArgument(
             "no PD endpoint given; pass at least one address such as \"127.0.0.1:2379\"".to_owned(),
-        ));
+        )));
     }
     for endpoint in endpoints {
         let bare = endpoint
@@ -300,9 +301,9 @@ pub(crate) fn validate_pd_endpoints(endpoints: &[String]) -> crate::Result<()> {
             None => false,
         };
         if !well_formed {
-            return Err(crate::Error::InvalidArgument(format!(
+            return Err(Error::from(Failure::InvalidArgument(format!(
                 "the PD endpoint {endpoint:?} is not an address; write it as host:port, e.g. \"127.0.0.1:2379\""
-            )));
+            ))));
         }
     }
     Ok(())
@@ -358,7 +359,7 @@ mod tests {
             Ok(m_to_z())
         }
         async fn region_for_id(&self, id: RegionId) -> Result<RegionWithLeader> {
-            Err(Error::RegionNotFoundInPd { region_id: id })
+            Err(Error::from(Failure::RegionNotFoundInPd { region_id: id }))
         }
         async fn all_stores(&self) -> Result<Vec<Store>> {
             Ok(Vec::new())
@@ -377,8 +378,8 @@ mod tests {
 
     fn is_inconsistent_pd(result: Result<impl std::fmt::Debug>) -> bool {
         matches!(
-            result,
-            Err(Error::Pd {
+            result.as_ref().err().and_then(|e| e.failure()),
+            Some(Failure::Pd {
                 error_type: pdpb::ErrorType::Unknown,
                 ref message,
             }) if message.contains("region 7")

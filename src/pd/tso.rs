@@ -15,6 +15,7 @@ use tokio::sync::{mpsc, oneshot, OnceCell};
 
 use super::cluster::{Cluster, Timestamp};
 use crate::proto::pdpb;
+use crate::Failure;
 use crate::{Error, Result};
 
 /// The most timestamps one TSO request asks for.
@@ -152,13 +153,20 @@ impl TsoStream {
     /// Asks for `count` timestamps, reopening the stream after a failure
     /// (a PD leader change, a reset) with the PD retry schedule, as every
     /// PD call does; after the retries the failure is
-    /// [`Error::PdUnavailable`].
+    /// [`Failure::PdUnavailable`](crate::Failure::PdUnavailable).
     async fn round_with_retries(&mut self, count: u32) -> Result<Timestamp> {
         let mut backoff = self.cluster.retry_backoff();
         loop {
             let failure = match self.round(count).await {
                 Ok(ts) => return Ok(ts),
-                Err(e @ (Error::ClusterIdMismatch { .. } | Error::Pd { .. })) => return Err(e),
+                Err(e)
+                    if matches!(
+                        e.failure(),
+                        Some(Failure::ClusterIdMismatch { .. } | Failure::Pd { .. })
+                    ) =>
+                {
+                    return Err(e)
+                }
                 Err(e) => e,
             };
             match backoff.next_delay_duration() {
@@ -225,10 +233,10 @@ impl TsoStream {
             }
             Ok(Err(status)) => return Err(status.into()),
             Err(_) => {
-                return Err(Error::Timeout {
+                return Err(Error::from(Failure::Timeout {
                     what: "a TSO request".to_owned(),
                     after: timeout,
-                })
+                }))
             }
         };
         let response = self.cluster.check_tso_response(response)?;

@@ -28,10 +28,11 @@ use crate::request::{
     RoutingStats, Shardable,
 };
 use crate::request::{EncodeKeyspace, KeyMode, Keyspace, TruncateKeyspace};
+use crate::Failure;
 use crate::{BoundRange, ColumnFamily, Config, Error, Key, KvPair, Result, Value};
 
 /// The largest `limit` a scan accepts; larger limits are an
-/// [`Error::InvalidArgument`]. Scan in pages to read more.
+/// [`Failure::InvalidArgument`](crate::Failure::InvalidArgument). Scan in pages to read more.
 pub const MAX_RAW_KV_SCAN_LIMIT: u32 = 10240;
 
 /// How many uncached Regions a forward scan loads from PD at once.
@@ -308,11 +309,11 @@ impl<PdC: PdClient> RawClient<PdC> {
         let pairs: Vec<KvPair> = pairs.into_iter().map(Into::into).collect();
         let ttls: Vec<u64> = ttls.into_iter().collect();
         if pairs.len() != ttls.len() {
-            return Err(Error::InvalidArgument(format!(
+            return Err(Error::from(Failure::InvalidArgument(format!(
                 "batch_put_with_ttl got {} pairs but {} TTLs; pass one TTL per pair",
                 pairs.len(),
                 ttls.len()
-            )));
+            ))));
         }
         self.batch_put_inner(pairs.into_iter().zip(ttls).collect(), true)
             .await
@@ -442,7 +443,9 @@ impl<PdC: PdClient> RawClient<PdC> {
     ) -> impl Stream<Item = Result<KvPair>> + Send + 'static {
         let client = self.clone();
         let first = (page_size > 0).then_some(range).ok_or_else(|| {
-            Error::InvalidArgument("a scan stream needs a page size of at least 1 pair".to_owned())
+            Error::from(Failure::InvalidArgument(
+                "a scan stream needs a page size of at least 1 pair".to_owned(),
+            ))
         });
         futures::stream::try_unfold(Some(first), move |next| {
             let client = client.clone();
@@ -672,7 +675,7 @@ impl<PdC: PdClient> RawClient<PdC> {
     ///
     /// Requires atomic mode ([`with_atomic_for_cas`](Self::with_atomic_for_cas)).
     /// Never replayed: when the request may have reached the store but no
-    /// answer came back, the result is [`Error::Undetermined`].
+    /// answer came back, the result is [`Failure::Undetermined`](crate::Failure::Undetermined).
     pub async fn compare_and_swap(
         &self,
         key: impl Into<Key>,
@@ -762,8 +765,11 @@ mod tests {
     #[test]
     fn pd_endpoints_are_checked_before_connecting() {
         assert!(matches!(
-            crate::pd::validate_pd_endpoints(&[]),
-            Err(Error::InvalidArgument(_))
+            crate::pd::validate_pd_endpoints(&[])
+                .as_ref()
+                .err()
+                .and_then(|e| e.failure()),
+            Some(Failure::InvalidArgument(_))
         ));
         for bad in [
             "",

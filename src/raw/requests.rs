@@ -30,6 +30,7 @@ use crate::{Error, Result};
 
 use crate::request::set_context_for_store;
 use crate::request::shard::{key_ranges_shardable, key_set_shardable, single_key_shardable};
+use crate::Failure;
 
 /// The size of the pairs one `raw_batch_put` RPC carries at most (keys plus
 /// values, in bytes); a larger batch is split.
@@ -380,11 +381,11 @@ impl Shardable for kvrpcpb::RawBatchPutRequest {
         pd_client: &Arc<PdC>,
     ) -> Result<Vec<(Self::Shard, RegionWithLeader)>> {
         if !self.ttls.is_empty() && self.ttls.len() != self.pairs.len() {
-            return Err(Error::InvalidArgument(format!(
+            return Err(Error::from(Failure::InvalidArgument(format!(
                 "a batch put has {} pairs but {} TTLs; give one TTL per pair or none",
                 self.pairs.len(),
                 self.ttls.len()
-            )));
+            ))));
         }
         let mut items: Vec<PairWithTtl> = self
             .pairs

@@ -20,6 +20,7 @@ use futures::future::{BoxFuture, FutureExt, Shared};
 
 use super::{CachedRegion, RegionId, RegionVerId, RegionWithLeader, StoreId};
 use crate::proto::metapb;
+use crate::Failure;
 use crate::Result;
 
 // A poisoned lock only means another thread panicked while holding it; the
@@ -655,7 +656,7 @@ fn accept_loaded(
     if let Some(inserted) = map.insert(region, true) {
         return Ok(inserted);
     }
-    cached(&map).ok_or(crate::Error::StaleRegion { region_id })
+    cached(&map).ok_or(crate::Error::from(Failure::StaleRegion { region_id }))
 }
 
 /// Store metadata by store id, with single-flight loads.
@@ -1003,15 +1004,23 @@ mod tests {
             loads.fetch_add(1, Ordering::SeqCst);
             |id| async move {
                 tokio::time::sleep(std::time::Duration::from_millis(10)).await;
-                Err::<RegionWithLeader, _>(Error::RegionNotFoundInPd { region_id: id })
+                Err::<RegionWithLeader, _>(crate::Error::from(Failure::RegionNotFoundInPd {
+                    region_id: id,
+                }))
             }
         };
         let (a, b) = futures::join!(
             cache.get_or_load_by_id(5, load(&loads)),
             cache.get_or_load_by_id(5, load(&loads)),
         );
-        assert!(matches!(a, Err(Error::RegionNotFoundInPd { region_id: 5 })));
-        assert!(matches!(b, Err(Error::RegionNotFoundInPd { region_id: 5 })));
+        assert!(matches!(
+            a.as_ref().err().and_then(|e| e.failure()),
+            Some(Failure::RegionNotFoundInPd { region_id: 5 })
+        ));
+        assert!(matches!(
+            b.as_ref().err().and_then(|e| e.failure()),
+            Some(Failure::RegionNotFoundInPd { region_id: 5 })
+        ));
         assert!(cache.is_empty());
         assert_eq!(cache.loads_in_flight(), 0);
         // The next miss loads again and can succeed.
@@ -1181,9 +1190,10 @@ mod tests {
         // version, which the cache refuses; the caller gets an error to
         // retry, not the stale Region.
         let stale = cache.get_or_load_by_key(b"n", |_| async { Ok(region(1, b"a", b"z", 1, 4)) });
-        match stale.await {
-            Err(Error::StaleRegion { region_id: 1 }) => {}
-            other => panic!("{other:?}"),
+        let stale = stale.await;
+        match stale.as_ref().err().and_then(|e| e.failure()) {
+            Some(Failure::StaleRegion { region_id: 1 }) => {}
+            _ => panic!("{stale:?}"),
         }
         // A stale answer overlapping a newer neighbour: the neighbour that
         // holds the key is the answer.
@@ -1198,8 +1208,8 @@ mod tests {
         });
         let stale = cache.get_or_load_by_key(b"y", |_| async { Ok(region(3, b"a", b"z", 1, 1)) });
         assert!(matches!(
-            stale.await,
-            Err(Error::StaleRegion { region_id: 3 })
+            stale.await.as_ref().err().and_then(|e| e.failure()),
+            Some(Failure::StaleRegion { region_id: 3 })
         ));
         assert_eq!(cache.get_by_key(b"c").map(|r| r.id()), Some(1));
     }

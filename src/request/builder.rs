@@ -173,7 +173,7 @@ impl<PdC: PdClient, P: Plan> PlanBuilder<PdC, P> {
     /// Bounds the whole request: rounds, backoff sleeps and waits together
     /// (default: the routing state's `Config::request_deadline`; without
     /// routing state, none). A request that runs out ends with
-    /// [`Error::DeadlineExceeded`](crate::Error::DeadlineExceeded).
+    /// [`Failure::DeadlineExceeded`](crate::Failure::DeadlineExceeded).
     pub fn request_deadline(mut self, deadline: std::time::Duration) -> Self {
         self.request_deadline = Some(deadline);
         self
@@ -194,7 +194,7 @@ impl<PdC: PdClient, P: Plan> PlanBuilder<PdC, P> {
     /// commit; a prewrite under async commit or 1PC): it may be re-sent, as
     /// TiKV answers it idempotently, but once an attempt may have reached a
     /// store without an answer, a final failure is
-    /// [`Error::Undetermined`](crate::Error::Undetermined) instead of a plain
+    /// [`Failure::Undetermined`](crate::Failure::Undetermined) instead of a plain
     /// error that would invite a blind retry ([txn.md, "Undetermined, done
     /// right"](crate::spec::txn#behaviour-we-require)). A definite answer
     /// (success or a key error) clears it.

@@ -51,6 +51,7 @@ use super::region_error::{RegionErrorAction, RegionErrorStep};
 use super::round::{BusyProbeCount, CandidateRound, CandidateStep};
 use super::routing_state::{BusyVerdict, Counter, ProbeOutcome, ProbeTicket, ProbeWaiter};
 use crate::classify::{classify_dispatch_error, DispatchFailure};
+use crate::Failure;
 
 /// What the whole request (all its shards) shares: the one busy probe it may
 /// run ([routing.md](crate::spec::routing#serverisbusy0-follower-probe): "At
@@ -435,12 +436,12 @@ impl<'r> ShardMachine<'r> {
             (Err(cause), Some((region_id, store_id)))
                 if self.policy.commit_point && !cause.is_undetermined() =>
             {
-                Err(Error::Undetermined {
+                Err(Error::from(Failure::Undetermined {
                     region_id,
                     store_id,
                     request: String::new(),
                     cause: Box::new(cause),
-                })
+                }))
             }
             (result, _) => result,
         };
@@ -476,11 +477,11 @@ impl<'r> ShardMachine<'r> {
     fn deadline_exceeded(&mut self, last: Error) -> Next {
         let region_id = self.region.id();
         let deadline = self.deadline.map(|d| d.length).unwrap_or_default();
-        self.done(Err(Error::DeadlineExceeded {
+        self.done(Err(Error::from(Failure::DeadlineExceeded {
             region_id,
             deadline,
             last: Box::new(last),
-        }))
+        })))
     }
 
     /// A new round: the probe round (followers only), or the normal one,
@@ -551,7 +552,7 @@ impl<'r> ShardMachine<'r> {
     fn on_mapping_failed(&mut self, error: Error) -> Next {
         let store_id = self.current_store();
         self.end_attempt(crate::telemetry::mapping_failure(&error));
-        if matches!(error, Error::ConnectTimeout { .. }) {
+        if matches!(error.failure(), Some(Failure::ConnectTimeout { .. })) {
             self.effects.push(Effect::Count(Counter::ConnectTimeout));
         }
         tracing::debug!(
@@ -691,12 +692,12 @@ impl<'r> ShardMachine<'r> {
                         self.invalidate_region();
                     }
                     let region_id = self.region.id();
-                    return self.done(Err(Error::Undetermined {
+                    return self.done(Err(Error::from(Failure::Undetermined {
                         region_id,
                         store_id,
                         request: String::new(),
                         cause: Box::new(Error::region_error(region_id, *error)),
-                    }));
+                    })));
                 }
                 self.on_region_error_action(*action, error)
             }
@@ -728,11 +729,11 @@ impl<'r> ShardMachine<'r> {
     fn exhausted(&mut self, last: Error) -> Next {
         let region_id = self.region.id();
         let attempts = self.attempts;
-        self.done(Err(Error::RetriesExhausted {
+        self.done(Err(Error::from(Failure::RetriesExhausted {
             region_id,
             attempts,
             last: Box::new(last),
-        }))
+        })))
     }
 
     fn round_exhausted(&mut self) -> Next {

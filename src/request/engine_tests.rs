@@ -13,6 +13,7 @@ use crate::proto::metapb::PeerRole;
 use crate::region::can_become_leader;
 use crate::request::routing_state::RoutingState;
 use crate::Config;
+use crate::Failure;
 
 fn peer(id: u64, store: u64, role: PeerRole, witness: bool) -> metapb::Peer {
     metapb::Peer {
@@ -70,11 +71,19 @@ fn transport() -> Error {
     Error::from(tonic::Status::unavailable("connection reset"))
 }
 
+/// The failure a finished run reports, if any.
+fn done_failure(next: &Next) -> Option<&Failure> {
+    match next {
+        Next::Done(Err(e)) => e.failure(),
+        _ => None,
+    }
+}
+
 fn client_timeout() -> Error {
-    Error::Timeout {
+    Error::from(Failure::Timeout {
         what: "the request".to_owned(),
         after: Duration::from_secs(1),
-    }
+    })
 }
 
 fn fatal() -> Error {
@@ -82,11 +91,11 @@ fn fatal() -> Error {
 }
 
 fn refused() -> Error {
-    Error::Connect {
+    Error::from(Failure::Connect {
         address: "127.0.0.1:1".to_owned(),
         message: "connection refused".to_owned(),
         source: None,
-    }
+    })
 }
 
 fn backoff(attempts: u32) -> Backoff {
@@ -480,9 +489,10 @@ fn pieces_a_split_leaves_keep_the_shards_budget() {
     piece.step(Event::LeaderStore { unreachable: false });
     piece.fail(client_timeout());
     piece.fail(client_timeout());
-    match piece.fail(client_timeout()) {
-        Next::Done(Err(Error::RetriesExhausted { attempts, .. })) => assert_eq!(attempts, 4),
-        other => panic!("{other:?}"),
+    let next = piece.fail(client_timeout());
+    match done_failure(&next) {
+        Some(Failure::RetriesExhausted { attempts, .. }) => assert_eq!(*attempts, 4),
+        _ => panic!("{next:?}"),
     }
 }
 
@@ -524,12 +534,16 @@ fn the_deadline_ends_the_request_before_a_sleep_that_would_pass_it() {
     });
     run.now += Duration::from_millis(1);
     // The deadline has come: the third candidate is not sent to, no sleep.
-    match run.step(Event::Mapped) {
-        Next::Done(Err(Error::DeadlineExceeded { deadline, last, .. })) => {
-            assert_eq!(deadline, Duration::from_millis(250));
-            assert!(matches!(*last, Error::Timeout { .. }), "{last}");
+    let next = run.step(Event::Mapped);
+    match done_failure(&next) {
+        Some(Failure::DeadlineExceeded { deadline, last, .. }) => {
+            assert_eq!(*deadline, Duration::from_millis(250));
+            assert!(
+                matches!(last.failure(), Some(Failure::Timeout { .. })),
+                "{last}"
+            );
         }
-        other => panic!("{other:?}"),
+        _ => panic!("{next:?}"),
     }
     // A sleep that would pass the deadline is not taken either.
     let mut run = Run::with_deadline(
@@ -539,11 +553,12 @@ fn the_deadline_ends_the_request_before_a_sleep_that_would_pass_it() {
         Duration::from_millis(3),
     );
     run.start();
-    match run.answer(Some(busy(5, 10))) {
-        Next::Done(Err(Error::DeadlineExceeded { last, .. })) => {
-            assert!(matches!(*last, Error::RegionError { .. }), "{last}")
+    let next = run.answer(Some(busy(5, 10)));
+    match done_failure(&next) {
+        Some(Failure::DeadlineExceeded { last, .. }) => {
+            assert!(matches!(**last, Error::RegionError { .. }), "{last}")
         }
-        other => panic!("{other:?}"),
+        _ => panic!("{next:?}"),
     }
 }
 
@@ -562,14 +577,15 @@ fn an_undetermined_result_ends_a_write_and_retries_a_read() {
     };
     let mut run = Run::new(region3(Some(11)), write, &scope);
     run.start();
-    match run.answer(Some(undetermined())) {
-        Next::Done(Err(Error::Undetermined {
+    let next = run.answer(Some(undetermined()));
+    match done_failure(&next) {
+        Some(Failure::Undetermined {
             store_id, cause, ..
-        })) => {
-            assert_eq!(store_id, 1);
-            assert!(matches!(*cause, Error::RegionError { .. }));
+        }) => {
+            assert_eq!(*store_id, 1);
+            assert!(matches!(**cause, Error::RegionError { .. }));
         }
-        other => panic!("{other:?}"),
+        _ => panic!("{next:?}"),
     }
     assert_eq!(run.count(Counter::Undetermined), 1);
     let mut run = Run::new(region3(Some(11)), policy(), &scope);
@@ -605,14 +621,18 @@ fn a_commit_point_is_resent_but_a_final_failure_after_possible_delivery_is_undet
         }
         next = run.answer(Some(not_leader(None)));
     }
-    match next {
-        Next::Done(Err(Error::Undetermined {
+    match done_failure(&next) {
+        Some(Failure::Undetermined {
             store_id, cause, ..
-        })) => {
-            assert_eq!(store_id, 1, "the store that may have applied it");
-            assert!(matches!(*cause, Error::RetriesExhausted { .. }));
+        }) => {
+            assert_eq!(*store_id, 1, "the store that may have applied it");
+            // Retries spent on NotLeader: that Region error.
+            assert!(
+                matches!(&**cause, Error::RegionError(e) if e.message.contains("gave up after")),
+                "{cause:?}"
+            );
         }
-        other => panic!("{other:?}"),
+        _ => panic!("{next:?}"),
     }
     // A definite answer after a lost one is the outcome.
     let mut run = Run::new(region3(Some(11)), commit, &scope);
@@ -730,8 +750,14 @@ fn leader_hint_retries_at_once_and_ping_pong_stops_at_the_budget() {
                 let next = run.step(Event::LeaderStore { unreachable: false });
                 assert_eq!(mapped_peer(&next), Some(leader), "the hinted leader next");
             }
-            Next::Done(Err(Error::RetriesExhausted { attempts, .. })) => {
-                assert_eq!(attempts, 4, "the first try and three retries");
+            // Retries spent on a Region error: client-rust's RegionError,
+            // its message naming the attempts.
+            Next::Done(Err(Error::RegionError(e))) => {
+                assert!(
+                    e.message.contains("gave up after 4 attempts"),
+                    "the first try and three retries: {}",
+                    e.message
+                );
                 break;
             }
             other => panic!("{other:?}"),
@@ -1195,11 +1221,11 @@ impl World<'_> {
                     }
                     Answer::ConnectTimeout => {
                         r.round.push((is_leader, Seen::Routing));
-                        Event::MappingFailed(Error::ConnectTimeout {
+                        Event::MappingFailed(Error::from(Failure::ConnectTimeout {
                             address: "a".to_owned(),
                             timeout: Duration::from_secs(1),
                             source: None,
-                        })
+                        }))
                     }
                     _ => {
                         // Mapped; the answer is the dispatch's.
@@ -1382,9 +1408,17 @@ impl World<'_> {
                         "an unsafe replay ends undetermined: {result:?}"
                     );
                 }
-                let last = match &result {
-                    Err(Error::RetriesExhausted { last, .. })
-                    | Err(Error::DeadlineExceeded { last, .. }) => Some(last),
+                // Retries spent on a Region error end as that Region error
+                // (client-rust's variant); the others carry the last error.
+                let last: Option<&Error> = match &result {
+                    Err(e @ Error::RegionError(_)) => Some(e),
+                    Err(e) => match e.failure() {
+                        Some(
+                            Failure::RetriesExhausted { last, .. }
+                            | Failure::DeadlineExceeded { last, .. },
+                        ) => Some(&**last),
+                        _ => None,
+                    },
                     _ => None,
                 };
                 if let (Some(last), true) = (last, r.round_ran_out) {

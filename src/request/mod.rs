@@ -66,7 +66,7 @@
 //!   shard's total, and a split cannot reset the budget.
 //! - *The request deadline* ([`Config::request_deadline`](crate::Config::request_deadline))
 //!   bounds rounds, sleeps, probe waits and each RPC together: a sleep that
-//!   would pass it ends the request with `Error::DeadlineExceeded` at once,
+//!   would pass it ends the request with `Failure::DeadlineExceeded` at once,
 //!   and an RPC is cut at the deadline (for a write, undetermined).
 //! - *`ServerIsBusy.backoff_ms`* is honoured up to 5 s
 //!   (`MAX_BUSY_BACKOFF`).

@@ -17,6 +17,7 @@ use crate::backoff::Backoff;
 use crate::pd::PdClient;
 use crate::region::RegionWithLeader;
 use crate::store::RegionStore;
+use crate::Failure;
 use crate::{Error, Result};
 
 use super::engine::{Deadline, Effect, EnginePolicy, Event, Next, RequestScope, ShardMachine};
@@ -252,10 +253,10 @@ where
                 None => timed(now, rpc).await,
                 Some(bound) => match timed(now, tokio::time::timeout(bound, rpc)).await {
                     Ok(result) => result,
-                    Err(_) => Err(Error::Timeout {
+                    Err(_) => Err(Error::from(Failure::Timeout {
                         what: format!("the request to store {}", store.store_id()),
                         after: bound,
-                    }),
+                    })),
                 },
             };
             (sent_at, result)
@@ -464,21 +465,24 @@ where
                             }
                         }))
                     }
-                    Next::Done(Err(Error::Undetermined {
-                        region_id,
-                        store_id,
-                        request: _,
-                        cause,
-                    })) => {
+                    Next::Done(Err(error)) => {
                         // Name the request (its keys or range) for the caller.
-                        return PieceEnd::Done(Err(Error::Undetermined {
+                        if let Some(Failure::Undetermined {
                             region_id,
                             store_id,
-                            request: plan.describe(),
                             cause,
-                        }));
+                            ..
+                        }) = error.failure()
+                        {
+                            return PieceEnd::Done(Err(Error::from(Failure::Undetermined {
+                                region_id: *region_id,
+                                store_id: *store_id,
+                                request: plan.describe(),
+                                cause: Box::new(cause.duplicate()),
+                            })));
+                        }
+                        return PieceEnd::Done(Err(error));
                     }
-                    Next::Done(Err(error)) => return PieceEnd::Done(Err(error)),
                 };
             }
         }
@@ -688,11 +692,11 @@ fn fail_point_error(stage: &str, store_id: u64, arg: Option<String>) -> Error {
         "fatal" => Error::from(tonic::Status::invalid_argument(format!(
             "fail point before {stage} to store {store_id}"
         ))),
-        _ if stage == "mapping" => Error::Connect {
+        _ if stage == "mapping" => Error::from(Failure::Connect {
             address: format!("store {store_id}"),
             message: "fail point before store mapping".to_owned(),
             source: None,
-        },
+        }),
         _ => Error::from(tonic::Status::unavailable(format!(
             "fail point before {stage} to store {store_id}"
         ))),

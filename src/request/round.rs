@@ -15,6 +15,7 @@ use crate::Error;
 
 use super::region_error::{decide_region_error, RegionErrorAction, RegionErrorStep};
 use crate::classify::DispatchFailure;
+use crate::Failure;
 
 /// What a candidate that did not end the round answered.
 #[derive(Debug, Clone, PartialEq)]
@@ -222,13 +223,13 @@ impl CandidateRound {
         }
         if terminal_on_dispatch_error && failure.may_have_been_sent() {
             let store_id = self.current.take().map(|p| p.store_id).unwrap_or_default();
-            return CandidateStep::Fail(Error::Undetermined {
+            return CandidateStep::Fail(Error::from(Failure::Undetermined {
                 region_id: region.id(),
                 store_id,
                 // The plan names the request (its keys or range).
                 request: String::new(),
                 cause: Box::new(error),
-            });
+            }));
         }
         if failure.keeps_caches() {
             self.record(region, CandidateAnswer::TimedOut);
@@ -558,11 +559,11 @@ mod tests {
         let r = region(3, Some(1));
         let mut round = Round::new(&r, CandidateOrder::LeaderFirst);
         assert_eq!(next_id(&mut round), Some(11));
-        let s = round.on_mapping_failed(Error::Connect {
+        let s = round.on_mapping_failed(Error::from(Failure::Connect {
             address: "a".into(),
             message: "refused".into(),
             source: None,
-        });
+        }));
         assert!(is_next(&s, Some(1)));
         assert_eq!(next_id(&mut round), Some(12));
         let s = round.on_dispatch_failed(transport(), DispatchFailure::Transport, false);
@@ -627,11 +628,11 @@ mod tests {
             for answer in answers {
                 round.next_candidate().unwrap();
                 let step = match answer {
-                    A::Map => round.on_mapping_failed(Error::Connect {
+                    A::Map => round.on_mapping_failed(Error::from(Failure::Connect {
                         address: "a".into(),
                         message: "connect refused".into(),
                         source: None,
-                    }),
+                    })),
                     A::Transport => {
                         round.on_dispatch_failed(transport(), DispatchFailure::Transport, false)
                     }

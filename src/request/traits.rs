@@ -20,7 +20,7 @@ pub trait KvRequest: Request + Sized + Clone + Sync + Send + 'static {
     /// True when replaying the request after it may have reached a server is
     /// unsafe (every raw write: with two writers a re-sent or late copy of
     /// an old write overwrites a newer one): dispatch errors then end the
-    /// request as [`Error::Undetermined`] ([routing.md, "Replay
+    /// request as [`Failure::Undetermined`](crate::Failure::Undetermined) ([routing.md, "Replay
     /// safety"](crate::spec::routing#replay-safety)).
     fn terminal_on_dispatch_error(&self) -> bool {
         false

@@ -20,13 +20,13 @@
 //! # Failures keep replay safety
 //!
 //! * A request that is not answered within the request timeout is removed
-//!   from its stream and fails as a client timeout ([`Error::Timeout`]).
+//!   from its stream and fails as a client timeout ([`Failure::Timeout`](crate::Failure::Timeout)).
 //! * A dropped request future removes its entry too.
 //! * When a stream fails, every request on it fails. A request the
 //!   connection already took (written) may have reached the store: it fails
 //!   with the stream's status, which classifies as a transport failure or a
 //!   stream reset, so a write ends undetermined. A request still queued was
-//!   never sent: it fails with [`Error::Connect`], which classifies as
+//!   never sent: it fails with [`Failure::Connect`](crate::Failure::Connect), which classifies as
 //!   `NotSent`, so even a write may go to the next candidate
 //!   ([routing.md, "Replay safety"](crate::spec::routing#replay-safety)).
 //! * A broken stream is dropped; the next request opens a new one on the
@@ -65,6 +65,7 @@ use crate::proto::tikvpb::batch_commands_response::response::Cmd as ResponseCmd;
 use crate::proto::tikvpb::tikv_client::TikvClient;
 use crate::proto::tikvpb::{batch_commands_request, BatchCommandsRequest, BatchCommandsResponse};
 use crate::security::SecurityManager;
+use crate::Failure;
 use crate::{Error, Result};
 use tikv_plan_proto::methods::{unpack_batch_response, KvMethod};
 
@@ -246,14 +247,14 @@ impl BatchStream {
             let reply = match resp.cmd {
                 // One answer over the limit fails its own request, not the
                 // stream.
-                Some(_) if size > self.response_limit => Reply::Failed(Error::GrpcMessageTooLarge {
+                Some(_) if size > self.response_limit => Reply::Failed(Error::from(Failure::GrpcMessageTooLarge {
                     address: self.address.clone(),
                     limit: self.response_limit,
                     message: format!(
                         "the answer to request {id} of a BatchCommands stream is {size} bytes"
                     ),
                     source: None,
-                }),
+                })),
                 Some(cmd) => Reply::Answer(Box::new(cmd)),
                 None => Reply::Failed(Error::InternalError { message: format!(
                     "the store at {} answered request {id} of a BatchCommands stream with an empty response",
@@ -335,7 +336,7 @@ fn written_error(address: &str, status: &tonic::Status) -> Error {
 
 /// The failure of a request still queued: it was never sent.
 fn not_sent_error(address: &str, status: &tonic::Status) -> Error {
-    Error::Connect {
+    Error::from(Failure::Connect {
         address: address.to_owned(),
         message: format!(
             "the BatchCommands stream failed before this request was written, so it was not sent ({}: {})",
@@ -343,7 +344,7 @@ fn not_sent_error(address: &str, status: &tonic::Status) -> Error {
             status.message()
         ),
         source: Some(crate::error::ErrorSource::new(status.clone())),
-    }
+    })
 }
 
 /// The request body of one stream: each poll takes what is queued.
@@ -672,12 +673,12 @@ impl KvClient for KvBatchClient {
                 Err(back) => (cmd, tx) = *back,
             }
         }
-        Err(Error::Connect {
+        Err(Error::from(Failure::Connect {
             address: self.shared.address.clone(),
             message: "every BatchCommands stream closed before the request was queued, so it was not sent"
                 .to_owned(),
             source: None,
-        })
+        }))
     }
 }
 
@@ -694,14 +695,14 @@ impl KvBatchClient {
         let timeout = self.shared.timeout;
         let reply = match tokio::time::timeout(timeout, rx).await {
             Err(_) => {
-                return Err(Error::Timeout {
+                return Err(Error::from(Failure::Timeout {
                     what: format!(
                         "{} over the BatchCommands stream to {}",
                         req.label(),
                         self.shared.address
                     ),
                     after: timeout,
-                })
+                }))
             }
             Ok(Err(_)) => {
                 return Err(Error::GrpcAPI(tonic::Status::unavailable(format!(

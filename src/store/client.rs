@@ -16,6 +16,7 @@ use crate::config::{
 };
 use crate::proto::tikvpb::tikv_client::TikvClient;
 use crate::security::SecurityManager;
+use crate::Failure;
 use crate::{Error, Result};
 
 /// Opens store clients. Connection setup is bounded by the connect
@@ -174,7 +175,7 @@ impl KvClient for KvRpcClient {
 
     /// One timer: tonic's own, set to the smaller of the client's timeout
     /// and `bound`. When `bound` is the smaller, tonic's timeout is reported
-    /// as [`Error::Timeout`] (what a timer around the RPC reported), so the
+    /// as [`Failure::Timeout`](crate::Failure::Timeout) (what a timer around the RPC reported), so the
     /// classification and the error the caller sees stay the same.
     async fn dispatch_within(
         &self,
@@ -189,10 +190,10 @@ impl KvClient for KvRpcClient {
                 Some(bound) if bound < self.timeout => {
                     match tokio::time::timeout(bound, batch.dispatch(req)).await {
                         Ok(result) => result,
-                        Err(_) => Err(Error::Timeout {
+                        Err(_) => Err(Error::from(Failure::Timeout {
                             what: format!("the {} request", req.label()),
                             after: bound,
-                        }),
+                        })),
                     }
                 }
                 _ => batch.dispatch(req).await,
@@ -220,7 +221,7 @@ impl KvClient for KvRpcClient {
 }
 
 /// When the plan's bound (not the client's own timeout) was the RPC's
-/// timer (`bounded`), reports tonic's timeout as [`Error::Timeout`], what a
+/// timer (`bounded`), reports tonic's timeout as [`Failure::Timeout`](crate::Failure::Timeout), what a
 /// timer around the RPC reported, so the classification and the error the
 /// caller sees stay the same; any other outcome passes through.
 pub(crate) fn timeout_as_error<T>(
@@ -235,10 +236,10 @@ pub(crate) fn timeout_as_error<T>(
                 && crate::classify::classify_dispatch_error(&error)
                     == crate::classify::DispatchFailure::ClientTimeout =>
         {
-            Err(Error::Timeout {
+            Err(Error::from(Failure::Timeout {
                 what: format!("the {label} request"),
                 after,
-            })
+            }))
         }
         result => result,
     }

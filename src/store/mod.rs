@@ -26,6 +26,7 @@ use async_trait::async_trait;
 
 use crate::proto::metapb;
 use crate::region::{RegionWithLeader, StoreId};
+use crate::Failure;
 use crate::Result;
 
 /// Sends one request to one store and returns its response, type-erased.
@@ -55,7 +56,7 @@ pub trait KvClient {
     /// Sends `req`, bounded by `bound` as well as by the client's own
     /// timeout, with one timer for the RPC. The default bounds
     /// [`dispatch`](Self::dispatch) with a timer, failing with
-    /// [`Error::Timeout`](crate::Error::Timeout); a client with a timeout of
+    /// [`Failure::Timeout`]; a client with a timeout of
     /// its own (the gRPC client) overrides it to use the smaller of the two.
     async fn dispatch_within(
         &self,
@@ -66,10 +67,10 @@ pub trait KvClient {
             None => self.dispatch(req).await,
             Some(bound) => match tokio::time::timeout(bound, self.dispatch(req)).await {
                 Ok(result) => result,
-                Err(_) => Err(crate::Error::Timeout {
+                Err(_) => Err(crate::Error::from(Failure::Timeout {
                     what: format!("the {} request", req.label()),
                     after: bound,
-                }),
+                })),
             },
         }
     }

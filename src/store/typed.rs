@@ -61,7 +61,7 @@ impl GrpcChannel {
     }
 
     /// Sets the largest response (in bytes, as encoded) the path decodes; a
-    /// larger one fails with [`Error::GrpcMessageTooLarge`](crate::Error::GrpcMessageTooLarge).
+    /// larger one fails with [`Failure::GrpcMessageTooLarge`](crate::Failure::GrpcMessageTooLarge).
     pub fn max_decoding_message_size(mut self, limit: usize) -> Self {
         self.max_decoding_message_size = limit;
         self
@@ -289,7 +289,7 @@ impl Message {
             }
             let length = u32::from_be_bytes([bytes[1], bytes[2], bytes[3], bytes[4]]) as usize;
             if length > limit {
-                // tonic's wording, which `Error::GrpcMessageTooLarge` reads.
+                // tonic's wording, which `Failure::GrpcMessageTooLarge` reads.
                 return Err(Status::out_of_range(format!(
                     "Error, decoded message length too large: found {length} bytes, the limit is: {limit} bytes"
                 )));
@@ -532,7 +532,10 @@ mod tests {
         assert_eq!(status.code(), Code::OutOfRange);
         let error = crate::Error::from(status);
         assert!(
-            matches!(error, crate::Error::GrpcMessageTooLarge { limit: 50, .. }),
+            matches!(
+                error.failure(),
+                Some(crate::Failure::GrpcMessageTooLarge { limit: 50, .. })
+            ),
             "{error:?}"
         );
 

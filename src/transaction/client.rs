@@ -13,6 +13,7 @@ use crate::request::plan::CleanupLocksResult;
 use crate::request::{
     EncodeKeyspace, KeyMode, Keyspace, RoutingState, RoutingStats, TruncateKeyspace,
 };
+use crate::Failure;
 use crate::{BoundRange, Config, Error, Result};
 
 /// How many locks one `ScanLock` request returns at most during GC.
@@ -99,11 +100,11 @@ impl TransactionClient<PdRpcClient> {
         config: Config,
     ) -> Result<Self> {
         if let Some(name) = &config.keyspace {
-            return Err(Error::InvalidArgument(format!(
+            return Err(Error::from(Failure::InvalidArgument(format!(
                 "api-v2-no-prefix mode takes keys with their prefix already on, so \
                  config.keyspace must be unset (it is {name:?}); use new_with_config \
                  to work inside that keyspace"
-            )));
+            ))));
         }
         let endpoints: Vec<String> = pd_endpoints.into_iter().map(Into::into).collect();
         crate::pd::validate_pd_endpoints(&endpoints)?;

@@ -14,6 +14,7 @@ use crate::pd::{PdClient, Timestamp};
 use crate::proto::{metapb, pdpb};
 use crate::region::{RegionId, RegionVerId, RegionWithLeader, StoreId};
 use crate::store::{RegionStore, Store};
+use crate::Failure;
 use crate::{Error, Result};
 
 /// A [`PdClient`] over another one, for transactional keys: lookups encode
@@ -38,13 +39,13 @@ fn decode_region(mut region: RegionWithLeader) -> Result<RegionWithLeader> {
         if key.is_empty() {
             return Ok(Vec::new());
         }
-        decode_bytes(key).map_err(|e| Error::Pd {
+        decode_bytes(key).map_err(|e| Error::from(Failure::Pd {
             error_type: pdpb::ErrorType::Unknown,
             message: format!(
                 "region {id} has a {which} key {key:?} that is not a memcomparable-encoded key ({e}); \
                  a cluster serving transactions must split at encoded keys"
             ),
-        })
+        }))
     };
     let id = region.region.id;
     region.region.start_key = decode(&region.region.start_key, "start", id)?;

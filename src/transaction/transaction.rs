@@ -34,6 +34,7 @@ use crate::request::{
     ResponseWithShard, RoutingState,
 };
 use crate::request::{EncodeKeyspace, KeyMode, Keyspace, TruncateKeyspace};
+use crate::Failure;
 use crate::{BoundRange, Error, Key, KvPair, Result, Value};
 
 /// The largest `limit` a transactional scan accepts.
@@ -666,9 +667,9 @@ impl<PdC: PdClient> Transaction<PdC> {
     ) -> Result<Vec<KvPair>> {
         self.check_allow_operation()?;
         if limit > MAX_TXN_SCAN_LIMIT {
-            return Err(Error::InvalidArgument(format!(
+            return Err(Error::from(Failure::InvalidArgument(format!(
                 "scan limit {limit} exceeds the maximum {MAX_TXN_SCAN_LIMIT}; scan in pages"
-            )));
+            ))));
         }
         let range = range.encode_keyspace(self.shared.keyspace, KeyMode::Txn);
         let (start, end) = range.into_key_range()?;

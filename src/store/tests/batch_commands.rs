@@ -11,7 +11,8 @@ use crate::proto::kvrpcpb;
 use crate::store::batch::{BatchOptions, KvBatchClient};
 use crate::store::client::KvRpcClient;
 use crate::store::{KvClient, KvConnect, TikvConnect};
-use crate::{Config, Error, RawClient, RpcMode, TransactionClient};
+use crate::Failure;
+use crate::{Config, RawClient, RpcMode, TransactionClient};
 use futures::future::join_all;
 use tikv_sim::{HangMode, Outcome, SimCluster};
 
@@ -276,11 +277,11 @@ async fn leader_store_death_falls_back_to_voters_in_batched_mode() {
 }
 
 fn assert_undetermined(result: crate::Result<()>, what: &str) {
-    match result {
-        Err(Error::Undetermined { request, .. }) => {
+    match result.as_ref().err().and_then(|e| e.failure()) {
+        Some(Failure::Undetermined { request, .. }) => {
             assert!(request.contains(what), "{request}");
         }
-        other => panic!("{what}: expected an undetermined outcome, got {other:?}"),
+        _ => panic!("{what}: expected an undetermined outcome, got {result:?}"),
     }
 }
 
@@ -367,7 +368,10 @@ async fn a_hung_store_times_out_each_request_and_forgets_it() {
 
     cluster.store_hang(1, HangMode::Respond);
     let error = client.dispatch(&req).await.unwrap_err();
-    assert!(matches!(error, Error::Timeout { .. }), "{error:?}");
+    assert!(
+        matches!(error.failure(), Some(Failure::Timeout { .. })),
+        "{error:?}"
+    );
     assert_eq!(
         classify_dispatch_error(&error),
         DispatchFailure::ClientTimeout
@@ -468,9 +472,10 @@ async fn an_answer_over_the_decoding_limit_fails_only_its_own_request() {
     small.put("k", "v").await.unwrap();
     let before = sum(&cluster, |c| c.batch_streams());
     // The big answer is a typed error naming the knob, at once (no retry).
-    match small.get("big").await.unwrap_err() {
-        Error::GrpcMessageTooLarge { limit, .. } => assert_eq!(limit, 16 * 1024),
-        other => panic!("expected GrpcMessageTooLarge, got {other:?}"),
+    let big = small.get("big").await.unwrap_err();
+    match big.failure() {
+        Some(Failure::GrpcMessageTooLarge { limit, .. }) => assert_eq!(*limit, 16 * 1024),
+        _ => panic!("expected GrpcMessageTooLarge, got {big:?}"),
     }
     // Many answers in one message, each within the limit, still decode; and
     // the stream that carried the big answer is still the one in use.

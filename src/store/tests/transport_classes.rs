@@ -22,6 +22,7 @@ use crate::proto::kvrpcpb;
 use crate::proto::tikvpb::tikv_client::TikvClient;
 use crate::store::{KvClient, KvConnect, TikvConnect};
 use crate::Error;
+use crate::Failure;
 use crate::SecurityManager;
 use tokio::net::{TcpListener, TcpStream};
 use tonic::codegen::{http, Bytes};
@@ -218,7 +219,10 @@ async fn refused_connect_is_not_sent() {
         .connect(&address)
         .await
         .expect_err("nothing listens there");
-    assert!(matches!(err, Error::Connect { .. }), "{err:?}");
+    assert!(
+        matches!(err.failure(), Some(Failure::Connect { .. })),
+        "{err:?}"
+    );
     assert_eq!(classify_dispatch_error(&err), DispatchFailure::NotSent);
     assert_eq!(
         err.find_source::<io::Error>().map(io::Error::kind),
@@ -257,17 +261,17 @@ async fn connect_timeout_is_not_sent() {
         .connect(&address)
         .await
         .expect_err("the accept queue is full");
-    match &err {
-        Error::ConnectTimeout {
+    match err.failure() {
+        Some(Failure::ConnectTimeout {
             address: a,
             timeout,
             source,
-        } => {
+        }) => {
             assert_eq!(a, &address);
             assert_eq!(*timeout, connect_timeout);
             assert!(source.is_some(), "the cause is kept");
         }
-        other => panic!("expected ConnectTimeout, got {other:?}"),
+        _ => panic!("expected ConnectTimeout, got {err:?}"),
     }
     assert_eq!(classify_dispatch_error(&err), DispatchFailure::NotSent);
 

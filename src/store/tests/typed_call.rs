@@ -13,6 +13,7 @@ use crate::proto::tikvpb::tikv_client::TikvClient;
 use crate::request::KvRequest;
 use crate::store::GrpcChannel;
 use crate::Error;
+use crate::Failure;
 use prost::Message;
 use tokio::net::TcpListener;
 use tonic::codegen::{http, Bytes};
@@ -249,9 +250,10 @@ async fn answers_decode_and_failures_match_tonic() {
 
     // Over the 4 MiB default limit: refused from the prefix alone, as the
     // crate's typed error that names the setting to raise.
-    match typed(&grpc, "oversized").await {
-        Err(Error::GrpcMessageTooLarge { limit, .. }) => assert_eq!(limit, 4 << 20),
-        other => panic!("oversized: {other:?}"),
+    let oversized = typed(&grpc, "oversized").await;
+    match oversized.as_ref().err().and_then(|e| e.failure()) {
+        Some(Failure::GrpcMessageTooLarge { limit, .. }) => assert_eq!(*limit, 4 << 20),
+        _ => panic!("oversized: {oversized:?}"),
     }
     let grpc_large = GrpcChannel::new(connect(&address).await).max_decoding_message_size(128 << 20);
     match typed(&grpc_large, "oversized").await {
