@@ -23,9 +23,9 @@ use crate::pd::{PdClient, PdRpcClient};
 use crate::proto::{kvrpcpb, metapb};
 use crate::request::scan::{page_of, scan_pages};
 use crate::request::{
-    Collect, CollectError, CollectSingle, CollectWithShard, DefaultProcessor, HasKeyErrors,
-    HasRegionError, KvRequest, Merge, Plan, PlanBuilder, Process, ResponseWithShard, RoutingState,
-    RoutingStats, Shardable,
+    Collect, CollectError, CollectSingle, CollectWithShard, DefaultProcessor, HasRegionError,
+    KvRequest, Merge, Plan, PlanBuilder, Process, ResponseWithShard, RoutingState, RoutingStats,
+    Shardable,
 };
 use crate::request::{EncodeKeyspace, KeyMode, Keyspace, TruncateKeyspace};
 use crate::Failure;
@@ -658,10 +658,8 @@ impl<PdC: PdClient> RawClient<PdC> {
             .await?;
         answers
             .into_iter()
-            .map(|ResponseWithShard(mut response, ranges)| {
-                if let Some(errors) = response.key_errors() {
-                    return Err(crate::request::strongest_shard_error(errors));
-                }
+            .map(|ResponseWithShard(response, ranges)| {
+                let response = crate::request::no_key_errors(response)?;
                 let ranges: Vec<Range<Key>> =
                     ranges.iter().map(super::coprocessor::key_range).collect();
                 Ok((ranges.truncate_keyspace(keyspace), response.data))

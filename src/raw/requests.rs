@@ -21,9 +21,8 @@ use async_trait::async_trait;
 use crate::pd::PdClient;
 use crate::proto::kvrpcpb;
 use crate::region::RegionWithLeader;
-use crate::request::{
-    Batchable, Collect, DefaultProcessor, HasKeyErrors, KvRequest, Merge, Process, Shardable,
-};
+use crate::request::no_key_errors;
+use crate::request::{Batchable, Collect, DefaultProcessor, KvRequest, Merge, Process, Shardable};
 use crate::store::{RegionStore, Request as _};
 use crate::Key;
 use crate::{Error, Result};
@@ -553,13 +552,6 @@ impl Merge<kvrpcpb::RawBatchScanResponse> for Collect {
 
     fn merge(&self, input: Vec<Result<kvrpcpb::RawBatchScanResponse>>) -> Result<Self::Out> {
         collect_pairs(input, |r| r.kvs)
-    }
-}
-
-fn no_key_errors<R: HasKeyErrors>(mut response: R) -> Result<R> {
-    match response.key_errors() {
-        Some(errors) => Err(crate::request::strongest_shard_error(errors)),
-        None => Ok(response),
     }
 }
 

@@ -110,7 +110,7 @@ pub(crate) use resolve_lock::{HasLocks, LockResolve, ResolvePass};
 pub use retry::RetryableMultiRegion;
 pub use retry_options::RetryOptions;
 pub use routing_state::{RoutingState, RoutingStats};
-pub(crate) use traits::strongest_shard_error;
+pub(crate) use traits::{no_key_errors, strongest_shard_error};
 pub use traits::{
     set_context_for_store, Batchable, HasKeyErrors, HasRegionError, KvRequest, Shardable,
 };

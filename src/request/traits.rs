@@ -210,6 +210,15 @@ pub(crate) fn pair_key_errors(pairs: &mut [kvrpcpb::KvPair]) -> Option<Vec<Error
     (!errors.is_empty()).then_some(errors)
 }
 
+/// The response, or its key errors as one error (the strongest, or
+/// client-rust's `MultipleKeyErrors`).
+pub(crate) fn no_key_errors<R: HasKeyErrors>(mut response: R) -> Result<R> {
+    match response.key_errors() {
+        Some(errors) => Err(strongest_shard_error(errors)),
+        None => Ok(response),
+    }
+}
+
 pub(crate) fn strongest_shard_error(mut errors: Vec<Error>) -> Error {
     if let Some(pos) = errors.iter().position(Error::is_undetermined) {
         return errors.swap_remove(pos);

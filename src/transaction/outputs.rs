@@ -3,17 +3,9 @@
 
 use crate::proto::kvrpcpb;
 use crate::request::{
-    collect_in_order, strongest_shard_error, Collect, DefaultProcessor, HasKeyErrors, Merge,
-    Process,
+    collect_in_order, no_key_errors, Collect, DefaultProcessor, HasKeyErrors, Merge, Process,
 };
 use crate::{KvPair, Result, Value};
-
-fn no_key_errors<R: HasKeyErrors>(mut response: R) -> Result<R> {
-    match response.key_errors() {
-        Some(errors) => Err(strongest_shard_error(errors)),
-        None => Ok(response),
-    }
-}
 
 /// Every shard's answer in shard order, each checked for key errors.
 fn checked<R: HasKeyErrors + Send + 'static>(input: Vec<Result<R>>) -> Result<Vec<R>> {
