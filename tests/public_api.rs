@@ -523,8 +523,10 @@ fn public_api_of(root: &Path) -> Vec<String> {
             .extend(names.iter().cloned());
     }
 
-    // Details of every definition, at its shortest public name.
-    let mut shown_types: BTreeMap<String, String> = BTreeMap::new();
+    // Details of every definition, at its shortest public name. Types are
+    // known by their defining module and name (two crates' `Client`s are
+    // two types), and by bare name where that is unique.
+    let mut shown_types: BTreeMap<(Vec<String>, String), String> = BTreeMap::new();
     for ((def_module, name), names) in &definitions {
         let Some(module) = by_path.get(def_module) else {
             continue; // re-export of an external item (tonic, prost, ...)
@@ -542,7 +544,7 @@ fn public_api_of(root: &Path) -> Vec<String> {
                 let mut item_lines = BTreeSet::new();
                 describe_item(item, first, &mut item_lines);
                 lines.extend(item_lines.into_iter().map(|l| format!("{feature}{l}")));
-                shown_types.insert(name.clone(), first.clone());
+                shown_types.insert((def_module.clone(), name.clone()), first.clone());
             }
         }
     }
@@ -557,8 +559,20 @@ fn public_api_of(root: &Path) -> Vec<String> {
             let Some(ty) = self_type_name(&imp.self_ty) else {
                 continue;
             };
-            let Some(public_name) = shown_types.get(&ty) else {
-                continue;
+            // The type of this module of that name, else the one shown type
+            // of that name anywhere.
+            let public_name = match shown_types.get(&(module.path.clone(), ty.clone())) {
+                Some(name) => name,
+                None => {
+                    let mut same_name = shown_types
+                        .iter()
+                        .filter(|((_, name), _)| *name == ty)
+                        .map(|(_, shown)| shown);
+                    match (same_name.next(), same_name.next()) {
+                        (Some(name), None) => name,
+                        _ => continue,
+                    }
+                }
             };
             let feature = gate(&[module.features.clone(), features_of(&imp.attrs)].concat());
             match &imp.trait_ {
@@ -845,20 +859,9 @@ fn every_public_item_is_client_rusts_or_a_named_extension() {
         std::env::var_os("UPDATE_PUBLIC_API"),
     ) {
         let lib = Path::new(&source).join("src/lib.rs");
-        // Kinds and paths only (and what a re-export names).
-        let items: Vec<String> = public_api_of(&lib)
-            .iter()
-            .filter_map(|line| {
-                let path = item_path(line)?;
-                let kind = line.split(' ').next().unwrap_or_default();
-                Some(
-                    match line.strip_prefix("use ").and_then(|l| l.split_once(" = ")) {
-                        Some((_, target)) => format!("use {path} = {}", target.trim()),
-                        None => format!("{kind} {path}"),
-                    },
-                )
-            })
-            .collect();
+        // Every line, signatures included: the members are compared too
+        // (`client_rust_members_have_our_signatures`).
+        let items = public_api_of(&lib);
         std::fs::write(&theirs_file, format!("{}\n", items.join("\n")))
             .expect("writing tikv-client's item list");
     }
@@ -912,4 +915,353 @@ fn the_item_classifier_reads_paths() {
         unexplained(&ours, &theirs),
         vec!["crate::request::DispatchFailure"]
     );
+}
+
+/// Members of tikv-client 0.4.0's items (methods, functions, variants,
+/// fields) whose shape tikv-plan does not share, each with the reason. A
+/// program that uses one of these needs a change; every other member
+/// type-checks the same way (same kinds of arguments and result).
+const SIGNATURE_DIFFERENCES: &[(&str, &str)] = &[
+    (
+        "crate::transaction::LockResolver::new",
+        "GC lock cleanup as a plan stage (`LockResolver::new(ResolveLocksContext)`, \
+         `cleanup_locks`, `check_txn_status`, `PlanBuilder::cleanup_locks`) is not \
+         provided yet; `TransactionClient::cleanup_locks` and `gc` do the same job",
+    ),
+    (
+        "crate::transaction::LockResolver::cleanup_locks",
+        "see crate::transaction::LockResolver::new",
+    ),
+    (
+        "crate::transaction::LockResolver::check_txn_status",
+        "see crate::transaction::LockResolver::new",
+    ),
+    (
+        "crate::transaction::ResolveLocksContext::get_resolved",
+        "see crate::transaction::LockResolver::new",
+    ),
+    (
+        "crate::transaction::ResolveLocksContext::save_resolved",
+        "see crate::transaction::LockResolver::new",
+    ),
+    (
+        "crate::transaction::ResolveLocksContext::is_region_cleaned",
+        "see crate::transaction::LockResolver::new",
+    ),
+    (
+        "crate::transaction::ResolveLocksContext::save_cleaned_region",
+        "see crate::transaction::LockResolver::new",
+    ),
+    (
+        "crate::request::PlanBuilder::cleanup_locks",
+        "see crate::transaction::LockResolver::new",
+    ),
+    (
+        "crate::request::plan::CleanupLocks.inner",
+        "see crate::transaction::LockResolver::new",
+    ),
+    (
+        "crate::request::plan::CleanupLocks.ctx",
+        "see crate::transaction::LockResolver::new",
+    ),
+    (
+        "crate::request::plan::CleanupLocks.options",
+        "see crate::transaction::LockResolver::new",
+    ),
+    (
+        "crate::request::plan::CleanupLocks.store",
+        "see crate::transaction::LockResolver::new",
+    ),
+    (
+        "crate::request::plan::CleanupLocks.pd_client",
+        "see crate::transaction::LockResolver::new",
+    ),
+    (
+        "crate::request::plan::CleanupLocks.keyspace",
+        "see crate::transaction::LockResolver::new",
+    ),
+    (
+        "crate::request::plan::CleanupLocks.backoff",
+        "see crate::transaction::LockResolver::new",
+    ),
+    (
+        "crate::request::ResolveLock.timestamp",
+        "the stage holds the resolver and the reader's start ts \
+         (`resolver`, `caller_start_ts`) instead of a timestamp, PD client and keyspace",
+    ),
+    (
+        "crate::request::ResolveLock.pd_client",
+        "see crate::request::ResolveLock.timestamp",
+    ),
+    (
+        "crate::request::ResolveLock.keyspace",
+        "see crate::request::ResolveLock.timestamp",
+    ),
+    (
+        "crate::TransactionClient::begin_optimistic",
+        "TransactionClient is generic over the PD client, defaulted to PdRpcClient: \
+         `Transaction<PdC>` is client-rust's `Transaction` for the default",
+    ),
+    (
+        "crate::TransactionClient::begin_pessimistic",
+        "see crate::TransactionClient::begin_optimistic",
+    ),
+    (
+        "crate::TransactionClient::begin_with_options",
+        "see crate::TransactionClient::begin_optimistic",
+    ),
+    (
+        "crate::TransactionClient::snapshot",
+        "see crate::TransactionClient::begin_optimistic",
+    ),
+    (
+        "crate::request::MergeResponse.phantom",
+        "`PhantomData<fn() -> In>` (so the stage is Send and Sync whatever In is); \
+         a struct literal writes `phantom: PhantomData` for either",
+    ),
+    (
+        "crate::request::PlanBuilder::all_stores",
+        "PlanBuilder has no phase parameter (README, \"what differs\"): the \
+         result type names two parameters, not three",
+    ),
+    (
+        "crate::request::PlanBuilder::extract_error",
+        "see crate::request::PlanBuilder::all_stores",
+    ),
+    (
+        "crate::request::PlanBuilder::merge",
+        "see crate::request::PlanBuilder::all_stores",
+    ),
+    (
+        "crate::request::PlanBuilder::post_process_default",
+        "see crate::request::PlanBuilder::all_stores",
+    ),
+    (
+        "crate::request::PlanBuilder::preserve_shard",
+        "see crate::request::PlanBuilder::all_stores",
+    ),
+    (
+        "crate::request::PlanBuilder::retry_multi_region",
+        "see crate::request::PlanBuilder::all_stores",
+    ),
+    (
+        "crate::request::PlanBuilder::retry_multi_region_preserve_results",
+        "see crate::request::PlanBuilder::all_stores",
+    ),
+    (
+        "crate::request::PlanBuilder::resolve_lock",
+        "takes the resolver to use (the transactional client's, shared by its \
+         requests) instead of a timestamp and keyspace",
+    ),
+    (
+        "crate::request::PlanBuilder::single_region_with_store",
+        "returns the builder itself: PlanBuilder has no phase parameter (README, \
+         \"what differs\")",
+    ),
+];
+
+/// A member line's key (`method crate::A::name`, `field crate::A.f`,
+/// `variant crate::E::V`, `fn crate::m::f`) and its signature.
+fn member(line: &str) -> Option<(String, String)> {
+    let line = match line.strip_prefix('[') {
+        Some(rest) => rest.split_once("] ")?.1,
+        None => line,
+    };
+    let (kind, rest) = line.split_once(' ')?;
+    match kind {
+        "method" => {
+            let at = rest.find("fn ")?;
+            let (before, sig) = rest.split_at(at);
+            let (owner, modifiers) = before.rsplit_once("::")?;
+            let name = sig[3..].split(['(', '<']).next()?;
+            Some((
+                format!("{owner}::{name}"),
+                normalize(&format!("{modifiers}{sig}"), owner),
+            ))
+        }
+        "fn" => {
+            let (path, sig) = rest.split_once(": ")?;
+            Some((path.to_owned(), normalize(sig, "")))
+        }
+        "field" => {
+            let (path, ty) = rest.split_once(": ")?;
+            let owner = path.rsplit_once('.').map_or("", |(o, _)| o);
+            Some((path.to_owned(), normalize(ty, owner)))
+        }
+        "variant" => {
+            let end = rest.find('(').unwrap_or(rest.len());
+            let (path, fields) = rest.split_at(end);
+            let owner = path.rsplit_once("::").map_or("", |(o, _)| o);
+            Some((path.to_owned(), normalize_with(fields, owner, true)))
+        }
+        _ => None,
+    }
+}
+
+/// A signature in the terms a caller sees: no parameter names (unless
+/// `keep_names`: a variant's fields), no `mut`, no `const`, no module paths,
+/// no where clause, `Self` as the type's name, client-rust's names for the
+/// same types.
+fn normalize_with(sig: &str, owner: &str, keep_names: bool) -> String {
+    let sig = sig.split(" where ").next().unwrap_or(sig);
+    let owner_name = owner.rsplit("::").next().unwrap_or(owner);
+    let mut unnamed = String::new();
+    let mut rest = sig;
+    while let Some(i) = rest.find(['(', ',']) {
+        unnamed.push_str(&rest[..=i]);
+        rest = rest[i + 1..].trim_start();
+        rest = rest.strip_prefix("mut ").unwrap_or(rest);
+        if keep_names {
+            continue;
+        }
+        if let Some((name, tail)) = rest.split_once(": ") {
+            if !name.is_empty() && name.chars().all(|c| c.is_alphanumeric() || c == '_') {
+                rest = tail;
+            }
+        }
+    }
+    unnamed.push_str(rest);
+    let unnamed = unnamed
+        .replace("const fn", "fn")
+        .replace("Self", owner_name);
+    let word = |c: char| c.is_alphanumeric() || c == '_' || c == ':';
+    let mut plain = String::new();
+    let mut chars = unnamed.as_str();
+    while !chars.is_empty() {
+        let len = chars.find(|c: char| !word(c)).unwrap_or(chars.len());
+        if len == 0 {
+            let c = chars.chars().next().unwrap_or(' ');
+            plain.push(c);
+            chars = &chars[c.len_utf8()..];
+            continue;
+        }
+        // Module paths go: `kvrpcpb::LockInfo` and `ProtoLockInfo` are one
+        // type.
+        let path = &chars[..len];
+        let name = path.rsplit("::").next().unwrap_or(path);
+        plain.push_str(match name {
+            "ProtoLockInfo" => "LockInfo",
+            "TransactionClient" => "Client",
+            n => n,
+        });
+        chars = &chars[len..];
+    }
+    plain
+        .chars()
+        .filter(|c| !c.is_whitespace())
+        .collect::<String>()
+        .replace(",)", ")")
+        .replace(",>", ">")
+}
+
+fn normalize(sig: &str, owner: &str) -> String {
+    normalize_with(sig, owner, false)
+}
+
+/// The definition a re-exported name stands for, following re-exports of
+/// re-exports.
+fn definition<'a>(target_of: &BTreeMap<&'a str, &'a str>, mut name: &'a str) -> &'a str {
+    for _ in 0..8 {
+        match target_of.get(name) {
+            Some(next) => name = next,
+            None => break,
+        }
+    }
+    name
+}
+
+/// The members of `lines` by key.
+fn members(lines: &[String]) -> BTreeMap<String, String> {
+    lines.iter().filter_map(|l| member(l)).collect()
+}
+
+#[test]
+fn client_rust_members_have_our_signatures() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let theirs: Vec<String> = std::fs::read_to_string(root.join(CLIENT_RUST_ITEMS))
+        .expect("tikv-client's item list")
+        .lines()
+        .map(str::to_owned)
+        .collect();
+    let theirs = members(&theirs);
+    assert!(theirs.len() > 100, "{CLIENT_RUST_ITEMS} lists no members");
+    let our_lines = public_api();
+    let ours = members(&our_lines);
+    // A type is listed at its shortest public name (`crate::Mutation`);
+    // client-rust's may be at another of its names
+    // (`crate::transaction::Mutation`).
+    let mut target_of: BTreeMap<&str, &str> = BTreeMap::new();
+    for line in &our_lines {
+        if let Some((name, target)) = line.strip_prefix("use ").and_then(|l| l.split_once(" = ")) {
+            target_of.insert(name, target.trim());
+        }
+    }
+    let mut names_of: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
+    for name in target_of.keys() {
+        names_of
+            .entry(definition(&target_of, name))
+            .or_default()
+            .push(name);
+    }
+    let ours_at = |key: &str| -> Option<&String> {
+        if let Some(sig) = ours.get(key) {
+            return Some(sig);
+        }
+        let (owner, member) = key.rsplit_once("::").or_else(|| key.rsplit_once('.'))?;
+        let separator = &key[owner.len()..key.len() - member.len()];
+        names_of
+            .get(definition(&target_of, owner))?
+            .iter()
+            .find_map(|alias| ours.get(&format!("{alias}{separator}{member}")))
+    };
+    let mut unexplained = Vec::new();
+    let mut differing = BTreeSet::new();
+    for (key, sig) in &theirs {
+        let same = ours_at(key).is_some_and(|o| o == sig);
+        if same {
+            continue;
+        }
+        differing.insert(key.as_str());
+        if !SIGNATURE_DIFFERENCES.iter().any(|(k, _)| k == key) {
+            unexplained.push(format!(
+                "{key}\n    tikv-client: {sig}\n    tikv-plan:   {}",
+                ours_at(key).map_or("(missing)", String::as_str)
+            ));
+        }
+    }
+    assert!(
+        unexplained.is_empty(),
+        "members of tikv-client 0.4.0 that tikv-plan lacks or shapes otherwise:\n{}\n\n\
+         Give them client-rust's shape, or add them to SIGNATURE_DIFFERENCES with the reason.",
+        unexplained.join("\n")
+    );
+    let stale: Vec<&str> = SIGNATURE_DIFFERENCES
+        .iter()
+        .map(|(k, _)| *k)
+        .filter(|k| !differing.contains(k))
+        .collect();
+    assert!(
+        stale.is_empty(),
+        "SIGNATURE_DIFFERENCES names members that now match: {stale:?}"
+    );
+}
+
+#[test]
+fn signatures_are_compared_as_a_caller_sees_them() {
+    let (key, sig) =
+        member("method crate::KvPair::fn set_key(&mut self, k: impl Into<Key>)").unwrap();
+    assert_eq!(key, "crate::KvPair::set_key");
+    let (_, ours) =
+        member("method crate::KvPair::fn set_key(&mut self, key: impl Into<Key>,)").unwrap();
+    assert_eq!(sig, ours);
+    let (_, a) = member("method crate::Backoff::const fn no_backoff() -> Self").unwrap();
+    let (_, b) = member("method crate::Backoff::fn no_backoff() -> Backoff").unwrap();
+    assert_eq!(a, b);
+    let (_, a) = member("fn crate::f: fn f(x: kvrpcpb::LockInfo) -> Result<u32>").unwrap();
+    let (_, b) = member("fn crate::f: fn f(x: u32) -> Result<u32>").unwrap();
+    assert_ne!(a, b, "a different argument type is a difference");
+    let (key, _) = member("variant crate::Error::Io(0: std::io::Error)").unwrap();
+    assert_eq!(key, "crate::Error::Io");
+    let (key, _) = member("field crate::Config.timeout: Duration").unwrap();
+    assert_eq!(key, "crate::Config.timeout");
 }
