@@ -86,6 +86,10 @@ const OUTCOMES: [&str; 5] = [
     "ok",
 ];
 
+/// The index of `retries_exhausted` in [`OUTCOMES`].
+#[cfg(feature = "prometheus")]
+const RETRIES_EXHAUSTED_RANK: u8 = 2;
+
 /// The index in [`OUTCOMES`] of a shard's result.
 #[cfg(feature = "prometheus")]
 fn outcome_rank(result: &Result<(), &Error>) -> u8 {
@@ -94,7 +98,7 @@ fn outcome_rank(result: &Result<(), &Error>) -> u8 {
         Err(e) if e.is_undetermined() => 0,
         Err(e) => match e.failure() {
             Some(Failure::DeadlineExceeded { .. }) => 1,
-            Some(Failure::RetriesExhausted { .. }) => 2,
+            Some(Failure::RetriesExhausted { .. }) => RETRIES_EXHAUSTED_RANK,
             _ => 3,
         },
     }
@@ -160,6 +164,16 @@ impl RequestObserver {
             Err(e) => self.shard_done(Err(e)),
         }
         shards
+    }
+
+    /// A shard spent its retries: its error is the last one it met
+    /// (client-rust's variant, e.g. the Region error itself), so the outcome
+    /// `retries_exhausted` is recorded here, before [`shard_done`](Self::shard_done).
+    #[inline]
+    pub(crate) fn shard_exhausted(&self) {
+        #[cfg(feature = "prometheus")]
+        self.worst
+            .fetch_min(RETRIES_EXHAUSTED_RANK, std::sync::atomic::Ordering::Relaxed);
     }
 
     /// A shard (or a piece of one) finished with `result`.
@@ -562,5 +576,24 @@ mod tests {
         assert_eq!(before("ok"), ok + 1);
         assert_eq!(before("error"), err + 1);
         assert_eq!(before("cancelled"), cancelled + 1);
+    }
+
+    /// Retries spent on a Region error end as that Region error (client-rust's
+    /// variant), and still count as `retries_exhausted`.
+    #[test]
+    fn retries_spent_on_a_region_error_count_as_retries_exhausted() {
+        let count = || {
+            METRICS
+                .requests
+                .with_label_values(&["unit_test_exhausted", "retries_exhausted"])
+                .get()
+        };
+        let before = count();
+        {
+            let r = RequestObserver::new("unit_test_exhausted");
+            r.shard_exhausted();
+            r.shard_done(Err(&Error::RegionError(Box::default())));
+        }
+        assert_eq!(count(), before + 1);
     }
 }

@@ -729,6 +729,7 @@ impl<'r> ShardMachine<'r> {
     fn exhausted(&mut self, last: Error) -> Next {
         let region_id = self.region.id();
         let attempts = self.attempts;
+        self.request.observer.shard_exhausted();
         self.done(Err(Error::from(Failure::RetriesExhausted {
             region_id,
             attempts,
