@@ -783,6 +783,15 @@ const EXTENSIONS: &[(&str, &str)] = &[
         "crate::transaction::Timestamp",
         "the timestamp where transactions use it",
     ),
+    (
+        "crate::transaction::TimestampExt",
+        "the timestamp's version conversions beside the timestamp",
+    ),
+    (
+        "crate::transaction::gc",
+        "the status GC's `LockResolver::check_txn_status` returns: client-rust \
+         returns the same struct and enum without a path to name them by",
+    ),
     ("crate::transaction::LockStats", "lock resolution stats"),
     ("crate::transaction::TransactionStats", "transaction stats"),
     (
@@ -923,66 +932,8 @@ fn the_item_classifier_reads_paths() {
 /// type-checks the same way (same kinds of arguments and result).
 const SIGNATURE_DIFFERENCES: &[(&str, &str)] = &[
     (
-        "crate::transaction::LockResolver::new",
-        "GC lock cleanup as a plan stage (`LockResolver::new(ResolveLocksContext)`, \
-         `cleanup_locks`, `check_txn_status`, `PlanBuilder::cleanup_locks`) is not \
-         provided yet; `TransactionClient::cleanup_locks` and `gc` do the same job",
-    ),
-    (
-        "crate::transaction::LockResolver::cleanup_locks",
-        "see crate::transaction::LockResolver::new",
-    ),
-    (
-        "crate::transaction::LockResolver::check_txn_status",
-        "see crate::transaction::LockResolver::new",
-    ),
-    (
-        "crate::transaction::ResolveLocksContext::get_resolved",
-        "see crate::transaction::LockResolver::new",
-    ),
-    (
-        "crate::transaction::ResolveLocksContext::save_resolved",
-        "see crate::transaction::LockResolver::new",
-    ),
-    (
-        "crate::transaction::ResolveLocksContext::is_region_cleaned",
-        "see crate::transaction::LockResolver::new",
-    ),
-    (
-        "crate::transaction::ResolveLocksContext::save_cleaned_region",
-        "see crate::transaction::LockResolver::new",
-    ),
-    (
         "crate::request::PlanBuilder::cleanup_locks",
-        "see crate::transaction::LockResolver::new",
-    ),
-    (
-        "crate::request::plan::CleanupLocks.inner",
-        "see crate::transaction::LockResolver::new",
-    ),
-    (
-        "crate::request::plan::CleanupLocks.ctx",
-        "see crate::transaction::LockResolver::new",
-    ),
-    (
-        "crate::request::plan::CleanupLocks.options",
-        "see crate::transaction::LockResolver::new",
-    ),
-    (
-        "crate::request::plan::CleanupLocks.store",
-        "see crate::transaction::LockResolver::new",
-    ),
-    (
-        "crate::request::plan::CleanupLocks.pd_client",
-        "see crate::transaction::LockResolver::new",
-    ),
-    (
-        "crate::request::plan::CleanupLocks.keyspace",
-        "see crate::transaction::LockResolver::new",
-    ),
-    (
-        "crate::request::plan::CleanupLocks.backoff",
-        "see crate::transaction::LockResolver::new",
+        "see crate::request::PlanBuilder::all_stores",
     ),
     (
         "crate::request::ResolveLock.timestamp",
@@ -1264,4 +1215,115 @@ fn signatures_are_compared_as_a_caller_sees_them() {
     assert_eq!(key, "crate::Error::Io");
     let (key, _) = member("field crate::Config.timeout: Duration").unwrap();
     assert_eq!(key, "crate::Config.timeout");
+}
+
+/// tikv-client 0.4.0's trait impls that tikv-plan leaves out or writes
+/// otherwise, each with the reason (`impl Trait for crate::Type`, as
+/// 0.4.0's listing writes it).
+const IMPL_DIFFERENCES: &[(&str, &str)] = &[
+    (
+        "impl Merge<kvrpcpb::CheckSecondaryLocksResponse> for crate::request::Collect",
+        "a merge of the answers alone cannot apply the missing-lock rule (it needs \
+         the keys each Region was asked about): client-rust's commits a transaction \
+         whose secondary was rolled back (docs/txn.md). `preserve_shard` and \
+         `CollectError` give the answers with their keys",
+    ),
+    (
+        "impl Shardable for crate::request::ResolveLock",
+        "the stage runs above the retry stage (it re-runs the whole request after \
+         resolving), so it is never sharded; see PlanBuilder::resolve_lock",
+    ),
+];
+
+/// `impl Trait for crate::Type` → (trait, type), `(derived)` dropped.
+fn impl_line(line: &str) -> Option<(&str, &str)> {
+    let rest = line.strip_prefix("impl ")?;
+    let rest = rest.strip_suffix(" (derived)").unwrap_or(rest);
+    rest.rsplit_once(" for ")
+}
+
+#[test]
+fn client_rust_impls_exist_in_tikv_plan() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let theirs = std::fs::read_to_string(root.join(CLIENT_RUST_ITEMS)).expect("tikv-client's list");
+    let our_lines = public_api();
+    let mut target_of: BTreeMap<&str, &str> = BTreeMap::new();
+    for line in &our_lines {
+        if let Some((name, target)) = line.strip_prefix("use ").and_then(|l| l.split_once(" = ")) {
+            target_of.insert(name, target.trim());
+        }
+    }
+    let our_impls: BTreeSet<(&str, &str)> = our_lines.iter().filter_map(|l| impl_line(l)).collect();
+    let ours = members(&our_lines);
+    // The names a type of client-rust's path has in tikv-plan: its own,
+    // and every other name of the same definition.
+    let names = |ty: &str| -> Vec<String> {
+        let def = definition(&target_of, ty);
+        let mut names: Vec<String> = target_of
+            .keys()
+            .filter(|n| definition(&target_of, n) == def)
+            .map(|n| n.to_string())
+            .collect();
+        names.push(ty.to_owned());
+        names.push(def.to_owned());
+        names
+    };
+    let mut missing = Vec::new();
+    let mut differing = BTreeSet::new();
+    let mut count = 0;
+    for line in theirs.lines() {
+        let Some((tr, ty)) = impl_line(line) else {
+            continue;
+        };
+        count += 1;
+        let found = if tr == "new" {
+            // `#[derive(new)]`: a public `new` constructor.
+            names(ty)
+                .iter()
+                .any(|n| ours.contains_key(&format!("{n}::new")))
+        } else {
+            names(ty)
+                .iter()
+                .any(|n| our_impls.contains(&(tr, n.as_str())))
+        };
+        if !found {
+            let key = format!("impl {tr} for {ty}");
+            if !IMPL_DIFFERENCES.iter().any(|(k, _)| *k == key) {
+                missing.push(key.clone());
+            }
+            differing.insert(key);
+        }
+    }
+    assert!(count > 100, "{CLIENT_RUST_ITEMS} lists no impls");
+    assert!(
+        missing.is_empty(),
+        "trait impls of tikv-client 0.4.0 that tikv-plan lacks:\n  {}\n\n\
+         Implement them, or add them to IMPL_DIFFERENCES with the reason.",
+        missing.join("\n  ")
+    );
+    let stale: Vec<&str> = IMPL_DIFFERENCES
+        .iter()
+        .map(|(k, _)| *k)
+        .filter(|k| !differing.contains(*k))
+        .collect();
+    assert!(
+        stale.is_empty(),
+        "IMPL_DIFFERENCES names impls that now exist: {stale:?}"
+    );
+}
+
+#[test]
+fn impl_lines_are_read() {
+    assert_eq!(
+        impl_line("impl Clone for crate::request::CollectWithShard (derived)"),
+        Some(("Clone", "crate::request::CollectWithShard"))
+    );
+    assert_eq!(
+        impl_line("impl Merge<ResponseWithShard<A, B>> for crate::request::CollectWithShard"),
+        Some((
+            "Merge<ResponseWithShard<A, B>>",
+            "crate::request::CollectWithShard"
+        ))
+    );
+    assert_eq!(impl_line("struct crate::A"), None);
 }

@@ -1,13 +1,24 @@
 //! Lock resolution end to end: a crashed writer's locks (2PC and async
 //! commit) are resolved once their TTL expires on the simulated TSO clock;
 //! a live lock is waited for within the request deadline; concurrent
-//! readers share one resolution per (transaction, Region); GC helpers.
+//! readers share one resolution per (transaction, Region); GC helpers, and
+//! GC's cleanup stage as client-rust builds it.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use tikv_plan::codec::encode_bytes;
+use tikv_plan::pd::PdRpcClient;
 use tikv_plan::proto::kvrpcpb::{self, Mutation, Op};
-use tikv_plan::{Backoff, Config, Error, TimestampExt, TransactionClient, TransactionOptions};
+use tikv_plan::region::RegionVerId;
+use tikv_plan::request::plan::CleanupLocksResult;
+use tikv_plan::request::{Collect, Keyspace, Plan, PlanBuilder};
+use tikv_plan::transaction::gc::TransactionStatusKind;
+use tikv_plan::transaction::{LockResolver, ResolveLocksContext, ResolveLocksOptions};
+use tikv_plan::transaction_lowering::new_scan_lock_request;
+use tikv_plan::{
+    Backoff, Config, Error, Timestamp, TimestampExt, TransactionClient, TransactionOptions,
+};
 use tikv_sim::SimCluster;
 
 async fn cluster(splits: &[&str]) -> SimCluster {
@@ -320,5 +331,192 @@ async fn unsafe_destroy_range_deletes_on_every_store() {
     assert_eq!(read(&client, "b").await.unwrap(), None);
     assert_eq!(read(&client, "n").await.unwrap(), None);
     assert_eq!(read(&client, "z").await.unwrap(), Some(b"v".to_vec()));
+    cluster.shutdown().await;
+}
+
+/// GC's cleanup as client-rust 0.4.0 builds it: a `ScanLock` plan with the
+/// `CleanupLocks` stage, under a retry stage that shards it by Region.
+async fn gc_cleanup(
+    cluster: &SimCluster,
+    safepoint: u64,
+    ctx: ResolveLocksContext,
+    options: ResolveLocksOptions,
+) -> tikv_plan::Result<CleanupLocksResult> {
+    // A plain PD client: the scan covers everything, and the resolver's
+    // requests route by the locks' keys, which sit well inside the Regions
+    // these tests split at.
+    let pd = Arc::new(PdRpcClient::connect(&cluster.pd_endpoints(), &Config::default()).await?);
+    let safepoint = Timestamp::from_version(safepoint);
+    let scan = new_scan_lock_request((..).into(), &safepoint, options.batch_size);
+    PlanBuilder::new(pd, Keyspace::Disable, scan)
+        .cleanup_locks(
+            ctx,
+            options,
+            Backoff::no_jitter_backoff(2, 500, 10),
+            Keyspace::Disable,
+        )
+        .retry_multi_region(Backoff::no_jitter_backoff(2, 500, 10))
+        .extract_error()
+        .merge(Collect)
+        .plan()
+        .execute()
+        .await
+}
+
+#[tokio::test]
+async fn gc_cleanup_rolls_back_a_running_transaction_in_every_region() {
+    let cluster = cluster(&["m"]).await;
+    let client = client(&cluster, Duration::from_secs(5)).await;
+    // Alive (TTL 3 s, clock not advanced): one transaction across both
+    // Regions, another beside it, so a page of one lock leaves more.
+    let start = crashed_prewrite(&cluster, "b", &["b", "n"], None).await;
+    let other = crashed_prewrite(&cluster, "c", &["c"], None).await;
+    let safepoint = cluster.current_ts();
+    // The client's own cleanup refuses to pass a live lock...
+    assert!(matches!(
+        client
+            .cleanup_locks(.., &Timestamp::from_version(safepoint), Default::default())
+            .await,
+        Err(Error::ResolveLockError(_))
+    ));
+    // ...GC's rolls the transaction back, a page of one lock at a time.
+    let ctx = ResolveLocksContext::default();
+    let options = ResolveLocksOptions {
+        batch_size: 1,
+        ..Default::default()
+    };
+    let result = gc_cleanup(&cluster, safepoint, ctx.clone(), options)
+        .await
+        .unwrap();
+    assert_eq!(result.resolved_locks, 3);
+    assert!(cluster.locks(b"", b"").is_empty());
+    for (key, txn) in [(b"b".as_slice(), start), (b"n", start), (b"c", other)] {
+        let versions = cluster.versions(key);
+        assert!(
+            versions
+                .iter()
+                .all(|v| v.kind == "rollback" && v.start_ts == txn),
+            "{key:?}: {versions:?}"
+        );
+    }
+    assert_eq!(read(&client, "b").await.unwrap(), None);
+    // The context remembers the decision and the Regions cleaned.
+    let status = ctx
+        .get_resolved(start)
+        .await
+        .expect("a final status is kept");
+    assert!(matches!(status.kind, TransactionStatusKind::RolledBack));
+    for region in cluster.regions() {
+        let ver_id = RegionVerId {
+            id: region.id,
+            conf_ver: region.region_epoch.as_ref().unwrap().conf_ver,
+            ver: region.region_epoch.as_ref().unwrap().version,
+        };
+        assert!(ctx.is_region_cleaned(start, &ver_id).await, "{region:?}");
+    }
+    // A second run finds nothing.
+    let again = gc_cleanup(&cluster, safepoint, ctx, options).await.unwrap();
+    assert_eq!(again.resolved_locks, 0);
+    cluster.shutdown().await;
+}
+
+#[tokio::test]
+async fn gc_cleanup_decides_async_commit_by_the_secondaries() {
+    let cluster = cluster(&["h", "p"]).await;
+    let client = client(&cluster, Duration::from_secs(5)).await;
+    // Every lock in place: committed at the largest min_commit_ts.
+    let committed = crashed_prewrite(&cluster, "a", &["a", "j", "x"], Some(&["j", "x"])).await;
+    let safepoint = cluster.current_ts();
+    let result = gc_cleanup(
+        &cluster,
+        safepoint,
+        ResolveLocksContext::default(),
+        ResolveLocksOptions::default(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(result.resolved_locks, 3);
+    assert!(cluster.locks(b"", b"").is_empty());
+    for key in ["a", "j", "x"] {
+        assert_eq!(
+            read(&client, key).await.unwrap(),
+            Some(format!("crashed-{key}").into_bytes()),
+            "{key}"
+        );
+    }
+    // "x" never prewritten: the missing-lock rule rolls the transaction
+    // back (client-rust 0.4.0's cleanup would commit it).
+    let rolled_back = crashed_prewrite(&cluster, "b", &["b", "k"], Some(&["k", "y"])).await;
+    assert!(rolled_back > committed);
+    // A 2PC lock beside them, which an async-commit-only cleanup leaves.
+    crashed_prewrite(&cluster, "d", &["d"], None).await;
+    let result = gc_cleanup(
+        &cluster,
+        cluster.current_ts(),
+        ResolveLocksContext::default(),
+        ResolveLocksOptions {
+            async_commit_only: true,
+            ..Default::default()
+        },
+    )
+    .await
+    .unwrap();
+    assert_eq!(result.resolved_locks, 2);
+    let left: Vec<Vec<u8>> = cluster.locks(b"", b"").into_iter().map(|l| l.key).collect();
+    assert_eq!(left, vec![b"d".to_vec()]);
+    for key in ["b", "k"] {
+        assert_eq!(read(&client, key).await.unwrap(), None, "{key}");
+    }
+    cluster.shutdown().await;
+}
+
+#[tokio::test]
+async fn gc_lock_resolver_checks_a_transaction_status() {
+    let cluster = cluster(&["m"]).await;
+    let pd = Arc::new(
+        PdRpcClient::connect(&cluster.pd_endpoints(), &Config::default())
+            .await
+            .unwrap(),
+    );
+    let mut resolver = LockResolver::new(ResolveLocksContext::default());
+    // No lock and no record, not rolled back: TxnNotFound, as in client-rust.
+    let unknown = cluster.current_ts();
+    let answer = resolver
+        .check_txn_status(
+            Arc::clone(&pd),
+            Keyspace::Disable,
+            unknown,
+            b"q".to_vec(),
+            0,
+            unknown + 1,
+            false,
+            false,
+            false,
+            false,
+        )
+        .await;
+    assert!(matches!(answer, Err(Error::TxnNotFound(_))), "{answer:?}");
+    // A live lock is Locked and not expired.
+    let start = crashed_prewrite(&cluster, "c", &["c"], None).await;
+    let status = resolver
+        .check_txn_status(
+            Arc::clone(&pd),
+            Keyspace::Disable,
+            start,
+            b"c".to_vec(),
+            0,
+            cluster.current_ts(),
+            false,
+            false,
+            false,
+            false,
+        )
+        .await
+        .unwrap();
+    assert!(matches!(
+        status.kind,
+        TransactionStatusKind::Locked(3_000, _)
+    ));
+    assert!(!status.is_expired && !status.is_cacheable());
     cluster.shutdown().await;
 }

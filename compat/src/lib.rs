@@ -15,6 +15,9 @@
 //!   two-phase commit written out step by step).
 //!
 //! `tests/programs.rs` runs each against the embedded simulated cluster;
+//! `interop/src/lib.rs` compiles `application`, `raw_example` and
+//! `transactional` against tikv-client 0.4.0 itself (CI), so those three are
+//! client-rust programs, not only programs that build against tikv-plan;
 //! `cargo run -p tikv-plan-compat --bin raw -- --pd HOST:PORT` runs the
 //! example against any cluster (or, without `--pd`, an embedded one).
 

@@ -17,9 +17,7 @@ use tikv_client::raw_lowering::{
     new_raw_batch_get_request, new_raw_batch_put_request, new_raw_coprocessor_request,
     new_raw_delete_range_request, new_raw_get_request, new_raw_put_request, new_raw_scan_request,
 };
-use tikv_client::request::{
-    Collect, CollectError, CollectSingle, CollectWithShard, Keyspace, Plan, PlanBuilder,
-};
+use tikv_client::request::{Collect, CollectError, CollectSingle, Keyspace, Plan, PlanBuilder};
 use tikv_client::transaction_lowering::{
     new_batch_get_request, new_commit_request, new_get_request, new_prewrite_request,
     new_scan_lock_request, new_scan_request,
@@ -146,11 +144,11 @@ pub async fn run(pd_endpoints: Vec<String>, coprocessor: (&str, &str)) -> Result
     let answers = PlanBuilder::new(pd.clone(), keyspace, request)
         .preserve_shard()
         .retry_multi_region(backoff.clone())
-        .merge(CollectWithShard)
+        .post_process_default()
         .plan()
         .execute()
         .await?;
-    seen.coprocessor = answers.into_iter().map(|answer| answer.0.data).collect();
+    seen.coprocessor = answers.into_iter().map(|(_ranges, data)| data).collect();
 
     // Transactional: a two-phase commit of two keys, by hand.
     let start = pd.clone().get_timestamp().await?;

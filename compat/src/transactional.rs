@@ -4,10 +4,14 @@
 //! duplicate insert, the status state machine, lock maintenance, GC and
 //! range destruction.
 
-use tikv_client::transaction::{HeartbeatOption, ResolveLocksOptions};
+// client-rust's `Timestamp` is a protobuf message, not `Copy`: its users
+// clone it, and this program is written as they write it.
+#![allow(clippy::clone_on_copy)]
+
+use tikv_client::transaction::{HeartbeatOption, Mutation, ResolveLocksOptions};
 use tikv_client::{
-    Backoff, CheckLevel, Config, Error, Key, KvPair, Mutation, Result, RetryOptions, Snapshot,
-    Timestamp, TimestampExt, Transaction, TransactionClient, TransactionOptions, Value,
+    Backoff, CheckLevel, Config, Error, Key, KvPair, Result, RetryOptions, Snapshot, Timestamp,
+    TimestampExt, Transaction, TransactionClient, TransactionOptions, Value,
 };
 
 /// The transactional API as a client-rust application uses it.
@@ -19,8 +23,8 @@ pub async fn run(pd_endpoints: Vec<String>) -> Result<()> {
     txn.put("k1".to_owned(), "v1".to_owned()).await?;
     txn.insert(b"k2".to_vec(), b"v2".to_vec()).await?;
     txn.batch_mutate(vec![
-        Mutation::Put(Key::from("k3"), b"v3".to_vec()),
-        Mutation::Delete(Key::from("k4")),
+        Mutation::Put(Key::from("k3".to_owned()), b"v3".to_vec()),
+        Mutation::Delete(Key::from("k4".to_owned())),
     ])
     .await?;
     let value: Option<Value> = txn.get("k1".to_owned()).await?;
@@ -59,7 +63,7 @@ pub async fn run(pd_endpoints: Vec<String>) -> Result<()> {
     txn.commit().await?;
 
     let ts: Timestamp = client.current_timestamp().await?;
-    let mut snapshot: Snapshot = client.snapshot(ts, TransactionOptions::new_optimistic());
+    let mut snapshot: Snapshot = client.snapshot(ts.clone(), TransactionOptions::new_optimistic());
     assert!(snapshot.key_exists("k2".to_owned()).await?);
     let got: Vec<KvPair> = snapshot
         .batch_get(vec!["k1".to_owned(), "k2".to_owned()])
@@ -67,9 +71,12 @@ pub async fn run(pd_endpoints: Vec<String>) -> Result<()> {
         .collect();
     assert_eq!(got.len(), 2);
     let keys: Vec<Key> = snapshot.scan_keys("k".to_owned().., 10).await?.collect();
-    assert_eq!(keys, vec![Key::from("k1"), Key::from("k2")]);
+    assert_eq!(
+        keys,
+        vec![Key::from("k1".to_owned()), Key::from("k2".to_owned())]
+    );
     let last: Vec<KvPair> = snapshot.scan_reverse(.., 1).await?.collect();
-    assert_eq!(last[0].key(), &Key::from("k2"));
+    assert_eq!(last[0].key(), &Key::from("k2".to_owned()));
     let _: Vec<KvPair> = snapshot
         .scan("a".to_owned().."b".to_owned(), 10)
         .await?
@@ -96,7 +103,7 @@ pub async fn run(pd_endpoints: Vec<String>) -> Result<()> {
     let safepoint = client.current_timestamp().await?;
     let locks = client.scan_locks(&safepoint, .., 100).await?;
     let live = client
-        .resolve_locks(locks, safepoint, Backoff::no_backoff())
+        .resolve_locks(locks, safepoint.clone(), Backoff::no_backoff())
         .await?;
     assert!(live.is_empty());
     client

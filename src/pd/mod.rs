@@ -4,10 +4,12 @@
 
 mod client;
 mod cluster;
+pub(crate) mod timestamp;
 mod tso;
 
 pub use client::{ConnectCounts, PdRpcClient};
 pub use cluster::{PdStats, Timestamp, PD_RETRY_BACKOFF};
+pub(crate) use timestamp::TimestampExt;
 pub use tso::TsoStats;
 
 use std::sync::Arc;

@@ -23,9 +23,8 @@ use crate::pd::{PdClient, PdRpcClient};
 use crate::proto::{kvrpcpb, metapb};
 use crate::request::scan::{page_of, scan_pages};
 use crate::request::{
-    Collect, CollectError, CollectSingle, CollectWithShard, DefaultProcessor, HasRegionError,
-    KvRequest, Merge, Plan, PlanBuilder, Process, ResponseWithShard, RoutingState, RoutingStats,
-    Shardable,
+    Collect, CollectError, CollectSingle, DefaultProcessor, HasRegionError, KvRequest, Merge, Plan,
+    PlanBuilder, Process, RoutingState, RoutingStats, Shardable,
 };
 use crate::request::{EncodeKeyspace, KeyMode, Keyspace, TruncateKeyspace};
 use crate::Failure;
@@ -652,19 +651,14 @@ impl<PdC: PdClient> RawClient<PdC> {
             .builder(request)
             .preserve_shard()
             .retry_multi_region(self.backoff.clone())
-            .merge(CollectWithShard)
+            .post_process_default()
             .plan()
             .execute()
             .await?;
-        answers
+        Ok(answers
             .into_iter()
-            .map(|ResponseWithShard(response, ranges)| {
-                let response = crate::request::no_key_errors(response)?;
-                let ranges: Vec<Range<Key>> =
-                    ranges.iter().map(super::coprocessor::key_range).collect();
-                Ok((ranges.truncate_keyspace(keyspace), response.data))
-            })
-            .collect()
+            .map(|(ranges, data)| (ranges.truncate_keyspace(keyspace), data))
+            .collect())
     }
 
     /// Atomically sets `key` to `new_value` if its current value is

@@ -16,7 +16,7 @@ use crate::proto::kvrpcpb;
 use crate::proto::metapb;
 use crate::proto::tikvpb::tikv_client::TikvClient;
 use crate::region::RegionWithLeader;
-use crate::request::{KvRequest, Shardable};
+use crate::request::{DefaultProcessor, KvRequest, Process, ResponseWithShard, Shardable};
 use crate::store::{GrpcChannel, RegionStore, Request};
 use crate::{Key, Result};
 
@@ -134,4 +134,30 @@ impl Shardable for RawCoprocessorRequest {
 /// A wire range as a key range (an empty end: the end of the key space).
 pub(crate) fn key_range(range: &kvrpcpb::KeyRange) -> Range<Key> {
     Key::from(range.start_key.clone())..Key::from(range.end_key.clone())
+}
+
+/// Each Region's coprocessor answer with the ranges it was asked about, in
+/// Region order (client-rust's processor for `RawCoprocessor`, after
+/// `preserve_shard` and `retry_multi_region`); a Region's failure or its
+/// plugin's error fails the call.
+impl
+    Process<Vec<Result<ResponseWithShard<kvrpcpb::RawCoprocessorResponse, Vec<kvrpcpb::KeyRange>>>>>
+    for DefaultProcessor
+{
+    type Out = Vec<(Vec<Range<Key>>, Vec<u8>)>;
+
+    fn process(
+        &self,
+        input: Result<
+            Vec<Result<ResponseWithShard<kvrpcpb::RawCoprocessorResponse, Vec<kvrpcpb::KeyRange>>>>,
+        >,
+    ) -> Result<Self::Out> {
+        crate::request::collect_in_order(input?)?
+            .into_iter()
+            .map(|ResponseWithShard(response, ranges)| {
+                let response = crate::request::no_key_errors(response)?;
+                Ok((ranges.iter().map(key_range).collect(), response.data))
+            })
+            .collect()
+    }
 }

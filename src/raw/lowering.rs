@@ -21,7 +21,7 @@
 //! | batch_put, batch_delete, delete_range | `.merge(CollectError).post_process_default()` | `()` |
 //! | scan (one Region piece) | `.merge(Collect)` | `Vec<KvPair>` |
 //! | batch_scan | `.merge(Collect)` | `Vec<KvPair>` in range order |
-//! | coprocessor | `.preserve_shard()` first, then `.merge(CollectWithShard)` | each Region's response with its ranges |
+//! | coprocessor | `.preserve_shard()` first, then `.post_process_default()` | each Region's ranges with its answer |
 //!
 //! ```no_run
 //! # #[cfg(feature = "mock")]

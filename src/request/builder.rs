@@ -283,6 +283,33 @@ impl<PdC: PdClient, P: Plan> PlanBuilder<PdC, P> {
         })
     }
 
+    /// Cleans up the locks the plan's `ScanLock` finds, Region by Region
+    /// (GC: running transactions are rolled back; see
+    /// [`CleanupLocks`](super::plan::CleanupLocks)). Put
+    /// `retry_multi_region` after it, as client-rust does.
+    pub fn cleanup_locks(
+        self,
+        ctx: super::cleanup_locks::ResolveLocksContext,
+        options: super::cleanup_locks::ResolveLocksOptions,
+        backoff: Backoff,
+        keyspace: Keyspace,
+    ) -> PlanBuilder<PdC, super::plan::CleanupLocks<P, PdC>>
+    where
+        P: Shardable + super::NextBatch,
+        P::Result: super::HasLocks + super::HasNextBatch + HasRegionError + HasKeyErrors,
+    {
+        let pd_client = Arc::clone(&self.pd_client);
+        self.map_plan(|inner| super::plan::CleanupLocks {
+            inner,
+            ctx,
+            options,
+            store: None,
+            pd_client,
+            keyspace,
+            backoff,
+        })
+    }
+
     /// [`retry_multi_region`](Self::retry_multi_region) that keeps every
     /// Region's result, failures included, instead of stopping at the first
     /// failure (client-rust's name for

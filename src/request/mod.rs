@@ -80,8 +80,10 @@
 
 mod all_stores;
 mod builder;
+pub(crate) mod cleanup_locks;
 mod engine;
 mod keyspace;
+pub(crate) mod lock_rules;
 pub mod plan;
 mod region_error;
 mod request_shape;
@@ -105,8 +107,8 @@ pub use plan::{
     MergeResponse, Plan, Process, ProcessResponse, ResponseWithShard,
 };
 pub use request_shape::{HasNextBatch, NextBatch, RangeRequest, SingleKey};
+pub(crate) use resolve_lock::{CollectPieces, HasLocks, LockResolve, ResolvePass};
 pub use resolve_lock::{CollectWithShard, ResolveLock};
-pub(crate) use resolve_lock::{HasLocks, LockResolve, ResolvePass};
 pub use retry::RetryableMultiRegion;
 pub use retry_options::RetryOptions;
 pub use routing_state::{RoutingState, RoutingStats};

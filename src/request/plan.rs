@@ -16,6 +16,7 @@ use crate::{Error, Result};
 use super::traits::{strongest_shard_error, HasKeyErrors, HasRegionError, KvRequest, Shardable};
 
 pub use super::all_stores::RetryableAllStores;
+pub use super::cleanup_locks::CleanupLocks;
 pub use super::resolve_lock::{CollectWithShard, ResolveLock};
 pub use super::retry::RetryableMultiRegion;
 

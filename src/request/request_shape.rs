@@ -74,3 +74,32 @@ impl NextBatch for kvrpcpb::RawScanRequest {
         self.end_key = end_key;
     }
 }
+
+impl NextBatch for kvrpcpb::ScanLockRequest {
+    /// Moves the scan's start to `range.0`; a non-empty `range.1` also
+    /// moves its end (an empty one keeps it: the next page of a lock scan
+    /// ends where the scan does).
+    fn next_batch(&mut self, (start_key, end_key): (Vec<u8>, Vec<u8>)) {
+        self.start_key = start_key;
+        if !end_key.is_empty() {
+            self.end_key = end_key;
+        }
+    }
+}
+
+/// The page after a lock scan's answer starts just past its last lock.
+impl HasNextBatch for kvrpcpb::ScanLockResponse {
+    fn has_next_batch(&self) -> Option<(Vec<u8>, Vec<u8>)> {
+        self.locks.last().map(|lock| {
+            let mut next = lock.key.clone();
+            next.push(0);
+            (next, Vec::new())
+        })
+    }
+}
+
+impl<Req: crate::request::KvRequest + NextBatch> NextBatch for crate::request::Dispatch<Req> {
+    fn next_batch(&mut self, range: (Vec<u8>, Vec<u8>)) {
+        self.request.next_batch(range);
+    }
+}

@@ -2,7 +2,7 @@
 //! resolves them and re-runs the request, waiting out live locks by their
 //! TTL within the request deadline ([txn.md, "Behaviour we
 //! require"](crate::spec::txn#behaviour-we-require)). [`CollectWithShard`]
-//! keeps each shard's piece with its response.
+//! collects a pessimistic lock's answers with the keys each shard locked.
 
 use std::marker::PhantomData;
 use std::sync::Arc;
@@ -168,16 +168,171 @@ where
     }
 }
 
-/// Returns every shard's response together with its piece, in shard
-/// order, or the strongest error (client-rust's `CollectWithShard`; use
-/// after `preserve_shard`).
+/// Collects a pessimistic lock's answers with the mutations each shard
+/// locked (client-rust's `CollectWithShard`; use after `preserve_shard`):
+/// the values the lock returned, as pairs, or, when a shard failed,
+/// [`Error::PessimisticLockError`] with the keys the other shards locked
+/// (the caller must release them).
 #[derive(Debug, Clone, Copy, Default)]
 pub struct CollectWithShard;
 
-impl<R: Send + 'static, S: Send + 'static> Merge<ResponseWithShard<R, S>> for CollectWithShard {
+impl Merge<ResponseWithShard<kvrpcpb::PessimisticLockResponse, Vec<kvrpcpb::Mutation>>>
+    for CollectWithShard
+{
+    type Out = Vec<crate::KvPair>;
+
+    fn merge(
+        &self,
+        input: Vec<
+            Result<ResponseWithShard<kvrpcpb::PessimisticLockResponse, Vec<kvrpcpb::Mutation>>>,
+        >,
+    ) -> Result<Self::Out> {
+        let mut locked = Vec::with_capacity(input.len());
+        let mut failure = None;
+        for result in input {
+            match result {
+                Ok(answer) => locked.push(answer),
+                Err(e) => failure = failure.or(Some(e)),
+            }
+        }
+        if let Some(inner) = failure {
+            return Err(Error::PessimisticLockError {
+                inner: Box::new(inner),
+                success_keys: locked
+                    .into_iter()
+                    .flat_map(|ResponseWithShard(_, mutations)| {
+                        mutations.into_iter().map(|m| m.key)
+                    })
+                    .collect(),
+            });
+        }
+        let mut pairs = Vec::new();
+        for ResponseWithShard(answer, mutations) in locked {
+            pairs.extend(locked_values(answer, mutations)?);
+        }
+        Ok(pairs)
+    }
+}
+
+/// The values a pessimistic lock returned for `mutations`, as pairs of the
+/// keys that exist (TiKV reports a missing key by `not_founds`, or, before
+/// it had that field, by an empty value).
+fn locked_values(
+    answer: kvrpcpb::PessimisticLockResponse,
+    mutations: Vec<kvrpcpb::Mutation>,
+) -> Result<Vec<crate::KvPair>> {
+    let keys = mutations.len();
+    let values = answer.values.len();
+    let flags = answer.not_founds.len();
+    if values != keys || (flags != 0 && flags != keys) {
+        return Err(Error::InternalError {
+            message: format!(
+                "TiKV answered a pessimistic lock of {keys} keys with {values} values and \
+                 {flags} not-found flags; the answer cannot be matched to the keys"
+            ),
+        });
+    }
+    let mut not_found = answer.not_founds.into_iter();
+    Ok(mutations
+        .into_iter()
+        .zip(answer.values)
+        .filter(|(_, value)| match not_found.next() {
+            Some(missing) => !missing,
+            None => !value.is_empty(),
+        })
+        .map(|(m, value)| crate::KvPair::from((m.key, value)))
+        .collect())
+}
+
+/// Every shard's response with its piece, in shard order, or the strongest
+/// error: the transactional client's merge after `preserve_shard`.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct CollectPieces;
+
+impl<R: Send + 'static, S: Send + 'static> Merge<ResponseWithShard<R, S>> for CollectPieces {
     type Out = Vec<ResponseWithShard<R, S>>;
 
     fn merge(&self, input: Vec<Result<ResponseWithShard<R, S>>>) -> Result<Self::Out> {
         collect_in_order(input)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn put(key: &[u8]) -> kvrpcpb::Mutation {
+        kvrpcpb::Mutation {
+            key: key.to_vec(),
+            ..Default::default()
+        }
+    }
+
+    fn answer(
+        values: &[&[u8]],
+        not_founds: &[bool],
+        keys: &[&[u8]],
+    ) -> Result<ResponseWithShard<kvrpcpb::PessimisticLockResponse, Vec<kvrpcpb::Mutation>>> {
+        Ok(ResponseWithShard(
+            kvrpcpb::PessimisticLockResponse {
+                values: values.iter().map(|v| v.to_vec()).collect(),
+                not_founds: not_founds.to_vec(),
+                ..Default::default()
+            },
+            keys.iter().map(|k| put(k)).collect(),
+        ))
+    }
+
+    #[test]
+    fn a_pessimistic_lock_gives_the_values_of_the_keys_that_exist() {
+        let pairs = CollectWithShard
+            .merge(vec![
+                // TiKV with `not_founds`: "b" is missing, "c" is empty.
+                answer(
+                    &[b"1", b"", b""],
+                    &[false, true, false],
+                    &[b"a", b"b", b"c"],
+                ),
+                // Older TiKV: an empty value is a missing key.
+                answer(&[b"", b"4"], &[], &[b"x", b"y"]),
+            ])
+            .unwrap();
+        let got: Vec<(Vec<u8>, Vec<u8>)> = pairs.into_iter().map(|p| (p.0.into(), p.1)).collect();
+        assert_eq!(
+            got,
+            vec![
+                (b"a".to_vec(), b"1".to_vec()),
+                (b"c".to_vec(), Vec::new()),
+                (b"y".to_vec(), b"4".to_vec()),
+            ]
+        );
+    }
+
+    #[test]
+    fn a_failed_shard_reports_the_keys_the_others_locked() {
+        let merged = CollectWithShard.merge(vec![
+            answer(&[b"1"], &[false], &[b"a"]),
+            Err(Error::InternalError {
+                message: "store down".into(),
+            }),
+            answer(&[b"2"], &[false], &[b"z"]),
+        ]);
+        match merged {
+            Err(Error::PessimisticLockError {
+                inner,
+                success_keys,
+            }) => {
+                assert!(matches!(*inner, Error::InternalError { .. }));
+                assert_eq!(success_keys, vec![b"a".to_vec(), b"z".to_vec()]);
+            }
+            other => panic!("{other:?}"),
+        }
+        // An answer that cannot be matched to its keys is an error, not a
+        // guess.
+        let short = CollectWithShard.merge(vec![answer(&[b"1"], &[], &[b"a", b"b"])]);
+        assert!(
+            matches!(short, Err(Error::InternalError { .. })),
+            "{short:?}"
+        );
     }
 }

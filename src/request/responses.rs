@@ -41,9 +41,16 @@ fn take_lock(error: &mut Option<kvrpcpb::KeyError>) -> Option<kvrpcpb::LockInfo>
     None
 }
 
-/// Takes the locks out of `response`'s key errors.
-fn take_locks<R: KvResponse>(response: &mut R) -> Vec<kvrpcpb::LockInfo> {
+/// Takes the locks out of `response`'s key errors; a `ScanLock` answer
+/// gives the locks it lists too (they are what it reports, as in
+/// client-rust).
+fn take_locks<R: KvResponse + 'static>(response: &mut R) -> Vec<kvrpcpb::LockInfo> {
     let mut locks = Vec::new();
+    if let Some(scan) =
+        (response as &mut dyn std::any::Any).downcast_mut::<kvrpcpb::ScanLockResponse>()
+    {
+        locks.append(&mut scan.locks);
+    }
     if let Some(one) = response.key_error_mut() {
         locks.extend(take_lock(one));
     }

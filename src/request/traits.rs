@@ -169,6 +169,21 @@ impl<T: HasKeyErrors> HasKeyErrors for Vec<T> {
     }
 }
 
+/// A result's errors are its value's (a failed result has no response to
+/// take them from; its error travels as the `Err`).
+impl<T: HasKeyErrors> HasKeyErrors for Result<T> {
+    fn key_errors(&mut self) -> Option<Vec<Error>> {
+        self.as_mut().ok().and_then(HasKeyErrors::key_errors)
+    }
+}
+
+/// See the `HasKeyErrors` impl for `Result`.
+impl<T: HasRegionError> HasRegionError for Result<T> {
+    fn region_error(&mut self) -> Option<errorpb::Error> {
+        self.as_mut().ok().and_then(HasRegionError::region_error)
+    }
+}
+
 /// Sets a request's context to target `store`'s peer: region id, epoch and
 /// peer change; every other field (including `replica_read` and
 /// `stale_read`, which fallback never sets) stays as the caller left it.

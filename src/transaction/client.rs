@@ -3,40 +3,19 @@
 
 use std::sync::Arc;
 
-use super::lock::{resolve_locks_once, LockResolver};
+use super::lock::{resolve_locks_once, ClientLockResolver};
 use super::transaction::{TransactionStats, TxnShared};
 use super::{CodecPdClient, Snapshot, TimestampExt, Transaction, TransactionOptions};
 use crate::backoff::Backoff;
 use crate::pd::{PdClient, PdRpcClient, Timestamp};
 use crate::proto::kvrpcpb;
+use crate::request::cleanup_locks::ResolveLocksOptions;
 use crate::request::plan::CleanupLocksResult;
 use crate::request::{
     EncodeKeyspace, KeyMode, Keyspace, RoutingState, RoutingStats, TruncateKeyspace,
 };
 use crate::Failure;
 use crate::{BoundRange, Config, Error, Result};
-
-/// How many locks one `ScanLock` request returns at most during GC.
-pub const SCAN_LOCK_BATCH_SIZE: u32 = 1024;
-
-/// Options of [`TransactionClient::cleanup_locks`] (client-rust's
-/// `ResolveLocksOptions`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct ResolveLocksOptions {
-    /// Resolve async-commit locks only.
-    pub async_commit_only: bool,
-    /// Locks per `ScanLock` request.
-    pub batch_size: u32,
-}
-
-impl Default for ResolveLocksOptions {
-    fn default() -> Self {
-        ResolveLocksOptions {
-            async_commit_only: false,
-            batch_size: SCAN_LOCK_BATCH_SIZE,
-        }
-    }
-}
 
 /// The transactional client. Cheap to clone; clones share connections,
 /// caches, routing state and lock resolution.
@@ -131,7 +110,7 @@ impl<PdC: PdClient> TransactionClient<PdC> {
     fn build(pd_client: Arc<PdC>, config: &Config, keyspace: Keyspace) -> Self {
         let pd = Arc::new(CodecPdClient::new(pd_client));
         let routing = Arc::new(RoutingState::new(config));
-        let resolver = Arc::new(LockResolver::new(
+        let resolver = Arc::new(ClientLockResolver::new(
             Arc::clone(&pd),
             Arc::clone(&routing),
             config.region_backoff.clone(),

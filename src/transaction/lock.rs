@@ -10,7 +10,9 @@
 //! request deadline).
 //!
 //! The decisions are pure functions over the answers: [`txn_status`] and
-//! [`secondaries_outcome`]; [`LockResolver`] only carries them out.
+//! [`secondaries_outcome`]; [`ClientLockResolver`] only carries them out.
+//! GC's cleanup (client-rust's `LockResolver`, which rolls back live
+//! transactions) is the plan stage [`CleanupLocks`](crate::request::plan::CleanupLocks).
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -26,28 +28,13 @@ use crate::backoff::Backoff;
 use crate::pd::PdClient;
 use crate::proto::kvrpcpb;
 use crate::region::RegionVerId;
+use crate::request::lock_rules::{lock_until_expired_ms, secondaries_outcome, SecondariesOutcome};
 pub(crate) use crate::request::ResolvePass;
 use crate::request::{
     CollectError, CollectSingle, Plan, PlanBuilder, ResponseWithShard, RoutingState,
 };
 use crate::request::{Keyspace, LockResolve};
 use crate::Result;
-
-/// The physical milliseconds of a timestamp version.
-pub fn physical_ms(version: u64) -> u64 {
-    version >> 18
-}
-
-/// How long until a lock taken at `lock_version` with `ttl_ms` expires, as
-/// of `current_version` (0 when it has expired), on the TSO's physical
-/// clock, as TiKV measures it.
-pub fn lock_until_expired_ms(lock_version: u64, ttl_ms: u64, current_version: u64) -> u64 {
-    // A wire TTL can be anything (u64::MAX included): it must not wrap
-    // into "expired".
-    physical_ms(lock_version)
-        .saturating_add(ttl_ms)
-        .saturating_sub(physical_ms(current_version))
-}
 
 /// How long a resolver waits before asking again about a transaction whose
 /// primary has neither lock nor record yet (its prewrite may be in flight),
@@ -118,54 +105,6 @@ pub fn txn_status(
     }
 }
 
-/// What the secondaries of an async-commit transaction say.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum SecondariesOutcome {
-    /// A secondary is committed: the transaction committed at this ts.
-    Committed(u64),
-    /// A secondary has neither lock nor commit record (TiKV has now
-    /// written a rollback there), so the transaction can never commit.
-    RolledBack,
-    /// Every secondary is locked by an async-commit prewrite: the
-    /// transaction is committed at the largest `min_commit_ts`.
-    AllLocked(u64),
-    /// Some lock is not an async-commit lock or has no `min_commit_ts`
-    /// (TiKV fell back to 2PC): the primary decides, as in 2PC.
-    FellBack,
-}
-
-/// The missing-lock rule: compares, per Region, the keys sent with the
-/// locks found ([txn.md, "Known upstream
-/// defects"](crate::spec::txn#known-upstream-defects-not-to-copy-client-rust-040):
-/// client-rust never does), and folds in the primary's own `min_commit_ts`.
-pub fn secondaries_outcome(
-    answers: &[(Vec<Vec<u8>>, kvrpcpb::CheckSecondaryLocksResponse)],
-    primary_min_commit_ts: u64,
-) -> SecondariesOutcome {
-    let mut commit_ts = primary_min_commit_ts;
-    let mut fell_back = primary_min_commit_ts == 0;
-    for (keys, answer) in answers {
-        if answer.commit_ts > 0 {
-            return SecondariesOutcome::Committed(answer.commit_ts);
-        }
-        let found = |k: &Vec<u8>| answer.locks.iter().any(|l| &l.key == k);
-        if !keys.iter().all(found) {
-            return SecondariesOutcome::RolledBack;
-        }
-        for lock in &answer.locks {
-            if !lock.use_async_commit || lock.min_commit_ts == 0 {
-                fell_back = true;
-            }
-            commit_ts = commit_ts.max(lock.min_commit_ts);
-        }
-    }
-    if fell_back {
-        SecondariesOutcome::FellBack
-    } else {
-        SecondariesOutcome::AllLocked(commit_ts)
-    }
-}
-
 /// What lock resolution has done, for tests and monitoring. Counters only
 /// grow.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -197,7 +136,7 @@ type SharedResolve = Shared<BoxFuture<'static, Result<(), Arc<crate::Error>>>>;
 
 /// Resolves other transactions' locks through the plan (every RPC routes
 /// leader-first with voter fallback).
-pub struct LockResolver<PdC: PdClient> {
+pub(crate) struct ClientLockResolver<PdC: PdClient> {
     pd: Arc<PdC>,
     keyspace: Keyspace,
     routing: Arc<RoutingState>,
@@ -206,7 +145,7 @@ pub struct LockResolver<PdC: PdClient> {
     counters: LockCounters,
 }
 
-impl<PdC: PdClient> LockResolver<PdC> {
+impl<PdC: PdClient> ClientLockResolver<PdC> {
     /// A resolver over `pd` (a transactional client's, which encodes keys).
     /// Its requests carry `keyspace` in their context; lock keys are used
     /// as TiKV reports them (with the keyspace prefix). Crate-private: a
@@ -218,7 +157,7 @@ impl<PdC: PdClient> LockResolver<PdC> {
         backoff: Backoff,
         keyspace: Keyspace,
     ) -> Self {
-        LockResolver {
+        ClientLockResolver {
             pd,
             keyspace,
             routing,
@@ -492,7 +431,10 @@ impl<PdC: PdClient> LockResolver<PdC> {
     }
 
     /// Every lock with `start_ts <= max_version` in `[start, end)` (empty
-    /// `end`: unbounded), paging `batch_size` locks per Region request.
+    /// `end`: unbounded), in key order, paging `batch_size` locks per
+    /// Region request: one scan covers every Region of a range, and a
+    /// Region whose page came back full is scanned again past its last
+    /// lock.
     pub async fn scan_locks(
         &self,
         start: Vec<u8>,
@@ -502,10 +444,9 @@ impl<PdC: PdClient> LockResolver<PdC> {
     ) -> Result<Vec<kvrpcpb::LockInfo>> {
         let batch_size = batch_size.max(1);
         let mut out = Vec::new();
-        let mut cursor = start;
-        loop {
-            let request =
-                new_scan_lock_request(cursor.clone(), end.clone(), max_version, batch_size);
+        let mut ranges = vec![(start, end)];
+        while let Some((start, end)) = ranges.pop() {
+            let request = new_scan_lock_request(start, end, max_version, batch_size);
             let pieces = self
                 .builder(request)
                 .preserve_shard()
@@ -514,25 +455,23 @@ impl<PdC: PdClient> LockResolver<PdC> {
                 .plan()
                 .execute()
                 .await?;
-            let mut next = None;
             for ResponseWithShard(mut response, (_, piece_end)) in pieces {
                 if let Some(e) = response.error.take() {
                     return Err(super::requests::key_error(e));
                 }
                 let full = response.locks.len() as u32 >= batch_size;
-                let last = response.locks.last().map(|l| l.key.clone());
-                out.extend(response.locks);
-                next = match (full, last) {
+                if let (true, Some(last)) = (full, response.locks.last()) {
                     // A full page: the Region may hold more after its last key.
-                    (true, Some(last)) => Some(crate::Key::from(last).next_key().into()),
-                    _ => Some(piece_end),
-                };
-            }
-            match next {
-                Some(n) if !n.is_empty() && (end.is_empty() || n < end) => cursor = n,
-                _ => return Ok(out),
+                    let next: Vec<u8> = crate::Key::from(last.key.clone()).next_key().into();
+                    if piece_end.is_empty() || next < piece_end {
+                        ranges.push((next, piece_end));
+                    }
+                }
+                out.extend(response.locks);
             }
         }
+        out.sort_by(|a, b| a.key.cmp(&b.key));
+        Ok(out)
     }
 }
 
@@ -546,7 +485,7 @@ fn is_txn_not_found(e: &crate::Error) -> bool {
     }
 }
 
-impl<PdC: PdClient> LockResolve for LockResolver<PdC> {
+impl<PdC: PdClient> LockResolve for ClientLockResolver<PdC> {
     fn resolve_pass(
         self: Arc<Self>,
         locks: Vec<kvrpcpb::LockInfo>,
@@ -559,7 +498,7 @@ impl<PdC: PdClient> LockResolve for LockResolver<PdC> {
 /// Resolves `locks` once (no waiting): the locks of finished transactions
 /// are resolved, and the ones still alive are returned.
 pub async fn resolve_locks_once<PdC: PdClient>(
-    resolver: &Arc<LockResolver<PdC>>,
+    resolver: &Arc<ClientLockResolver<PdC>>,
     locks: Vec<kvrpcpb::LockInfo>,
 ) -> Result<Vec<kvrpcpb::LockInfo>> {
     match resolver.resolve_locks(locks, 0).await? {
@@ -571,70 +510,6 @@ pub async fn resolve_locks_once<PdC: PdClient>(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn lock(key: &[u8], async_commit: bool, min_commit_ts: u64) -> kvrpcpb::LockInfo {
-        kvrpcpb::LockInfo {
-            key: key.to_vec(),
-            use_async_commit: async_commit,
-            min_commit_ts,
-            ..Default::default()
-        }
-    }
-
-    #[test]
-    fn a_missing_secondary_means_rolled_back_never_committed() {
-        let answers = vec![(
-            vec![b"a".to_vec(), b"b".to_vec()],
-            kvrpcpb::CheckSecondaryLocksResponse {
-                locks: vec![lock(b"a", true, 50)],
-                ..Default::default()
-            },
-        )];
-        assert_eq!(
-            secondaries_outcome(&answers, 40),
-            SecondariesOutcome::RolledBack
-        );
-    }
-
-    #[test]
-    fn all_locked_commits_at_the_largest_min_commit_ts() {
-        let answers = vec![
-            (
-                vec![b"a".to_vec()],
-                kvrpcpb::CheckSecondaryLocksResponse {
-                    locks: vec![lock(b"a", true, 50)],
-                    ..Default::default()
-                },
-            ),
-            (
-                vec![b"b".to_vec()],
-                kvrpcpb::CheckSecondaryLocksResponse {
-                    locks: vec![lock(b"b", true, 70)],
-                    ..Default::default()
-                },
-            ),
-        ];
-        assert_eq!(
-            secondaries_outcome(&answers, 60),
-            SecondariesOutcome::AllLocked(70)
-        );
-        // A zero min_commit_ts is a fallback to 2PC, never "commit at 0".
-        assert_eq!(
-            secondaries_outcome(&answers, 0),
-            SecondariesOutcome::FellBack
-        );
-        let committed = vec![(
-            vec![b"a".to_vec()],
-            kvrpcpb::CheckSecondaryLocksResponse {
-                commit_ts: 90,
-                ..Default::default()
-            },
-        )];
-        assert_eq!(
-            secondaries_outcome(&committed, 60),
-            SecondariesOutcome::Committed(90)
-        );
-    }
 
     #[test]
     fn status_answers_are_read_by_the_rules() {
@@ -702,7 +577,7 @@ mod tests {
             }
             mock::response_with_region_error(request, None)
         });
-        let resolver = Arc::new(LockResolver::new(
+        let resolver = Arc::new(ClientLockResolver::new(
             pd,
             Arc::new(RoutingState::new(&crate::Config::default())),
             Backoff::no_jitter_backoff(1000, 1000, 5),

@@ -23,6 +23,11 @@
 
 mod buffer;
 mod client;
+/// The status GC's [`LockResolver::check_txn_status`] returns (client-rust
+/// returns these too, without a path to name them by).
+pub mod gc {
+    pub use crate::request::cleanup_locks::{TransactionStatus, TransactionStatusKind};
+}
 mod codec_pd;
 mod lock;
 pub mod lowering;
@@ -35,11 +40,12 @@ mod transaction;
 
 /// client-rust's name for a lock as TiKV reports it.
 pub use crate::proto::kvrpcpb::LockInfo as ProtoLockInfo;
+pub use crate::request::cleanup_locks::{LockResolver, ResolveLocksContext, ResolveLocksOptions};
 /// client-rust's name for [`TransactionClient`].
 pub use client::TransactionClient as Client;
-pub use client::{ResolveLocksOptions, TransactionClient};
+pub use client::TransactionClient;
 pub(crate) use codec_pd::CodecPdClient;
-pub use lock::{LockResolver, LockStats};
+pub use lock::LockStats;
 pub use options::{
     CheckLevel, HeartbeatOption, Mutation, TransactionOptions, DEFAULT_LOCK_TTL, MAX_TTL,
 };
@@ -49,45 +55,6 @@ pub use transaction::{Transaction, TransactionStats, TransactionStatus};
 
 pub use crate::pd::Timestamp;
 
-/// Timestamps as one `u64` version: `physical << 18 | logical`
-/// (client-rust's `TimestampExt`).
-///
-/// ```
-/// use tikv_plan::transaction::{Timestamp, TimestampExt};
-/// let ts = Timestamp::from_version((5 << 18) | 3);
-/// assert_eq!((ts.physical, ts.logical), (5, 3));
-/// assert_eq!(ts.version(), (5 << 18) | 3);
-/// assert_eq!(Timestamp::try_from_version(0), None);
-/// ```
-pub trait TimestampExt: Sized {
-    /// The timestamp as a version.
-    fn version(&self) -> u64;
-    /// A timestamp from a version.
-    fn from_version(version: u64) -> Self;
-    /// A timestamp from a version; `None` for 0 (no timestamp).
-    fn try_from_version(version: u64) -> Option<Self>;
-}
-
-const PHYSICAL_SHIFT_BITS: u32 = 18;
-const LOGICAL_MASK: u64 = (1 << PHYSICAL_SHIFT_BITS) - 1;
-
-impl TimestampExt for Timestamp {
-    fn version(&self) -> u64 {
-        // Negative parts never come from a TSO; they clamp to 0.
-        let physical = u64::try_from(self.physical).unwrap_or(0);
-        let logical = u64::try_from(self.logical).unwrap_or(0);
-        (physical << PHYSICAL_SHIFT_BITS) | (logical & LOGICAL_MASK)
-    }
-
-    fn from_version(version: u64) -> Self {
-        Timestamp {
-            physical: (version >> PHYSICAL_SHIFT_BITS) as i64,
-            logical: (version & LOGICAL_MASK) as i64,
-            ..Default::default()
-        }
-    }
-
-    fn try_from_version(version: u64) -> Option<Self> {
-        (version != 0).then(|| Self::from_version(version))
-    }
-}
+/// client-rust's `TimestampExt` (defined with the PD client, whose
+/// timestamps it reads).
+pub use crate::pd::timestamp::TimestampExt;

@@ -90,6 +90,13 @@ impl Mutation {
     }
 }
 
+/// The key it writes (client-rust's `AsRef<Key>`).
+impl AsRef<Key> for Mutation {
+    fn as_ref(&self) -> &Key {
+        self.key()
+    }
+}
+
 /// Options of a transaction, builder style.
 ///
 /// ```

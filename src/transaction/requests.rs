@@ -172,6 +172,14 @@ txn_request!(
         r.start_version
     )
 );
+txn_request!(
+    kvrpcpb::ResolveLockRequest,
+    kvrpcpb::ResolveLockResponse,
+    |r| match r.txn_infos.len() {
+        0 => format!("transaction {}", r.start_version),
+        n => format!("{n} transactions"),
+    }
+);
 txn_request!(kvrpcpb::ScanLockRequest, kvrpcpb::ScanLockResponse, |r| {
     format!("range from {:?}", Key::from(r.start_key.clone()))
 });
@@ -454,9 +462,16 @@ impl Shardable for kvrpcpb::ScanLockRequest {
         &self,
         pd_client: &Arc<PdC>,
     ) -> Result<Vec<(Self::Shard, RegionWithLeader)>> {
-        let region = pd_client.region_for_key(&self.start_key).await?;
-        let piece = crate::region::clip_to_region(&self.start_key, &self.end_key, &region);
-        Ok(vec![(piece, region)])
+        // Every Region of the range: `limit` is per Region.
+        let groups = pd_client
+            .group_ranges_by_region(vec![(self.start_key.clone(), self.end_key.clone())])
+            .await?;
+        Ok(groups
+            .into_iter()
+            .flat_map(|(region, pieces)| {
+                pieces.into_iter().map(move |piece| (piece, region.clone()))
+            })
+            .collect())
     }
 
     fn apply_shard(&mut self, (start_key, end_key): Self::Shard) {

@@ -11,7 +11,11 @@ pub struct Snapshot<PdC: PdClient = PdRpcClient> {
 }
 
 impl<PdC: PdClient> Snapshot<PdC> {
-    pub(crate) fn new(transaction: Transaction<PdC>) -> Self {
+    /// Reads through `transaction` (client-rust's constructor): only its
+    /// reads are reachable, so nothing is ever written. For a view at a
+    /// timestamp, [`TransactionClient::snapshot`](crate::TransactionClient::snapshot)
+    /// builds one from a read-only transaction.
+    pub fn new(transaction: Transaction<PdC>) -> Self {
         Snapshot { transaction }
     }
 

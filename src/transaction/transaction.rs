@@ -16,7 +16,7 @@ use tokio::time::Instant;
 use tracing::{debug, warn};
 
 use super::buffer::{choose_primary, takes_lock, Buffer, BufferedRead};
-use super::lock::LockResolver;
+use super::lock::ClientLockResolver;
 use super::options::{
     CheckLevel, HeartbeatOption, Mutation, TransactionOptions, DEFAULT_LOCK_TTL, MAX_TTL,
 };
@@ -30,7 +30,7 @@ use crate::pd::{PdClient, PdRpcClient, Timestamp};
 use crate::proto::kvrpcpb;
 use crate::request::scan::{page_of, scan_pages, ScanPiece};
 use crate::request::{
-    CollectError, CollectSingle, CollectWithShard, Dispatch, KvRequest, Plan, PlanBuilder,
+    CollectError, CollectPieces, CollectSingle, Dispatch, KvRequest, Plan, PlanBuilder,
     ResponseWithShard, RoutingState,
 };
 use crate::request::{EncodeKeyspace, KeyMode, Keyspace, TruncateKeyspace};
@@ -98,7 +98,7 @@ pub(crate) struct TxnShared<PdC: PdClient> {
     /// API v1 ([`Keyspace::Disable`]) until transactional keyspaces land.
     pub(crate) keyspace: Keyspace,
     pub(crate) routing: Arc<RoutingState>,
-    pub(crate) resolver: Arc<LockResolver<CodecPdClient<PdC>>>,
+    pub(crate) resolver: Arc<ClientLockResolver<CodecPdClient<PdC>>>,
     pub(crate) request_deadline: Duration,
     pub(crate) counters: TxnCounters,
 }
@@ -705,7 +705,7 @@ impl<PdC: PdClient> Transaction<PdC> {
                 .preserve_shard()
                 .retry_multi_region(self.region_backoff())
                 .resolve_lock(self.shared.resolver.clone(), ts, self.lock_backoff())
-                .merge(CollectWithShard)
+                .merge(CollectPieces)
                 .plan()
                 .execute()
                 .await?;
@@ -822,7 +822,7 @@ impl<PdC: PdClient> Transaction<PdC> {
                 .preserve_shard()
                 .retry_multi_region(self.region_backoff())
                 .resolve_lock(self.shared.resolver.clone(), 0, self.lock_backoff())
-                .merge(CollectWithShard)
+                .merge(CollectPieces)
                 .extract_error()
                 .plan()
                 .execute()
@@ -1005,7 +1005,7 @@ impl<PdC: PdClient> Transaction<PdC> {
             .retry_multi_region(self.region_backoff())
             .resolve_lock(self.shared.resolver.clone(), 0, self.lock_backoff());
         let prewritten = builder
-            .merge(CollectWithShard)
+            .merge(CollectPieces)
             .extract_error()
             .plan()
             .execute()
