@@ -63,6 +63,7 @@ pub mod backoff;
 mod classify;
 pub mod config;
 mod error;
+pub mod guide;
 mod ids;
 mod kv;
 pub mod pd;

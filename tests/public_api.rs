@@ -697,6 +697,10 @@ const EXTENSIONS: &[(&str, &str)] = &[
          `unstable-internals`, hidden, no semver promise)",
     ),
     (
+        "crate::guide",
+        "the user guides (migration, production) as API docs, like `spec`",
+    ),
+    (
         "crate::spec",
         "the specifications, readable in the API docs",
     ),
