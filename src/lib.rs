@@ -93,6 +93,11 @@ pub mod __internals {
 
 pub use tikv_plan_proto::codec;
 
+// README's code blocks, compiled as doc tests.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+mod readme {}
+
 pub use backoff::Backoff;
 pub use config::{Config, RpcMode, SecurityConfig};
 pub use error::{

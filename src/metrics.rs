@@ -8,7 +8,7 @@
 //! exporter, [`render`] produces the text exposition format and [`serve`]
 //! answers `GET /metrics` on a TCP listener.
 //!
-//! The README's "Metrics" section lists every metric, its labels and
+//! `docs/observability.md` (`tikv_plan::guide::observability`) lists every metric, its labels and
 //! meaning. Label values are small closed sets (method names, outcome
 //! words, store ids), never keys or Region ids.
 //!

@@ -1,10 +1,10 @@
-//! The README's transactional example, kept compiling and passing. The
+//! docs/using.md's transactional example, kept compiling and passing. The
 //! client-rust-style transactional program lives in the compatibility crate
 //! (`compat/src/transactional.rs`, run by `cargo test -p tikv-plan-compat`).
 
 use tikv_plan::{Result, TransactionClient};
 
-/// The README's transactional example, kept compiling and passing.
+/// docs/using.md's transactional example, kept compiling and passing.
 #[tokio::test]
 async fn readme_transaction_example() -> Result<()> {
     let cluster = tikv_sim::SimCluster::builder()

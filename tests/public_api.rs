@@ -976,7 +976,7 @@ const SIGNATURE_DIFFERENCES: &[(&str, &str)] = &[
     ),
     (
         "crate::request::PlanBuilder::all_stores",
-        "PlanBuilder has no phase parameter (README, \"what differs\"): the \
+        "PlanBuilder has no phase parameter (docs/using.md, \"Where tikv-plan differs\"): the \
          result type names two parameters, not three",
     ),
     (
@@ -1010,8 +1010,8 @@ const SIGNATURE_DIFFERENCES: &[(&str, &str)] = &[
     ),
     (
         "crate::request::PlanBuilder::single_region_with_store",
-        "returns the builder itself: PlanBuilder has no phase parameter (README, \
-         \"what differs\")",
+        "returns the builder itself: PlanBuilder has no phase parameter \
+         (docs/using.md, \"Where tikv-plan differs\")",
     ),
 ];
 

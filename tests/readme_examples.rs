@@ -1,4 +1,4 @@
-//! The code shown in README, kept compiling and passing here.
+//! The tests shown in docs/testing.md, kept compiling and passing here.
 
 #![cfg(feature = "mock")]
 

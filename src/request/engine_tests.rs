@@ -1517,7 +1517,7 @@ fn regression_a_leader_hint_naming_a_learner_is_never_cached() {
 }
 
 proptest! {
-    // Bounded for `cargo test`; a long run sets PROPTEST_CASES (README).
+    // Bounded for `cargo test`; a long run sets PROPTEST_CASES (docs/chaos.md).
     // A failure is saved under `proptest-regressions/` and replayed first on
     // every later run; each one found is also kept as a named test above.
     #![proptest_config(ProptestConfig {

@@ -198,7 +198,7 @@
 //! `pd=127.0.0.1:2379` (the real address) on stdout when ready, and runs
 //! until killed. Its control port (`--control ADDR`, default
 //! `127.0.0.1:0`, announced on stderr as `control=ADDR`) takes the text
-//! commands documented in [`control`]; the README's "Driving faults from a
+//! commands documented in [`control`]; tikv-plan's docs/testing.md, "Driving faults from a
 //! shell" shows a session.
 
 #![deny(missing_docs)]

@@ -9,7 +9,7 @@
 //!
 //! When ready it prints exactly one line on stdout, `pd=ADDR` (the PD
 //! leader's real address), and the control address on stderr,
-//! `control=ADDR`. See the README's "The simulated cluster: `tikv-sim`" and
+//! `control=ADDR`. See tikv-plan's docs/testing.md, "The simulated cluster: `tikv-sim`", and
 //! `tikv_sim::control`.
 
 use std::io::Write as _;
