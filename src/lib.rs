@@ -17,7 +17,8 @@
 //! reads every `crate::` path and fails on one against this order). From
 //! the bottom up:
 //!
-//! 1. [`proto`] (the wire types of `tikv-plan-proto`), [`codec`], [`spec`];
+//! 1. [`proto`] (the wire types of `tikv-plan-proto`), [`codec`], [`spec`],
+//!    [`guide`] (the last two documentation only);
 //! 2. `ids` (Region and store identities, re-exported by [`region`]);
 //! 3. `kv` and `error`, one unit: the error carries keys and ranges, and
 //!    the key types' fallible conversions return it;

@@ -14,7 +14,7 @@ use source_files::rust_files;
 /// From the bottom up. Keep in step with `src/lib.rs`.
 const LAYERS: &[&[&str]] = &[
     // Facts from outside: the wire types, the key codec, the spec pages.
-    &["proto", "codec", "spec"],
+    &["proto", "codec", "spec", "guide"],
     // Region and store identities.
     &["ids"],
     // Keys and ranges, and the error type (one unit, see `UNITS`).

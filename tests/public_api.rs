@@ -1005,8 +1005,7 @@ const SIGNATURE_DIFFERENCES: &[(&str, &str)] = &[
     ),
     (
         "crate::request::PlanBuilder::resolve_lock",
-        "takes the resolver to use (the transactional client's, shared by its \
-         requests) instead of a timestamp and keyspace",
+        "see crate::request::PlanBuilder::all_stores",
     ),
     (
         "crate::request::PlanBuilder::single_region_with_store",
@@ -1224,20 +1223,13 @@ fn signatures_are_compared_as_a_caller_sees_them() {
 /// tikv-client 0.4.0's trait impls that tikv-plan leaves out or writes
 /// otherwise, each with the reason (`impl Trait for crate::Type`, as
 /// 0.4.0's listing writes it).
-const IMPL_DIFFERENCES: &[(&str, &str)] = &[
-    (
-        "impl Merge<kvrpcpb::CheckSecondaryLocksResponse> for crate::request::Collect",
-        "a merge of the answers alone cannot apply the missing-lock rule (it needs \
+const IMPL_DIFFERENCES: &[(&str, &str)] = &[(
+    "impl Merge<kvrpcpb::CheckSecondaryLocksResponse> for crate::request::Collect",
+    "a merge of the answers alone cannot apply the missing-lock rule (it needs \
          the keys each Region was asked about): client-rust's commits a transaction \
          whose secondary was rolled back (docs/txn.md). `preserve_shard` and \
          `CollectError` give the answers with their keys",
-    ),
-    (
-        "impl Shardable for crate::request::ResolveLock",
-        "the stage runs above the retry stage (it re-runs the whole request after \
-         resolving), so it is never sharded; see PlanBuilder::resolve_lock",
-    ),
-];
+)];
 
 /// `impl Trait for crate::Type` → (trait, type), `(derived)` dropped.
 fn impl_line(line: &str) -> Option<(&str, &str)> {

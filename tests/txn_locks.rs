@@ -12,10 +12,10 @@ use tikv_plan::pd::PdRpcClient;
 use tikv_plan::proto::kvrpcpb::{self, Mutation, Op};
 use tikv_plan::region::RegionVerId;
 use tikv_plan::request::plan::CleanupLocksResult;
-use tikv_plan::request::{Collect, Keyspace, Plan, PlanBuilder};
+use tikv_plan::request::{Collect, CollectSingle, Keyspace, Plan, PlanBuilder};
 use tikv_plan::transaction::gc::TransactionStatusKind;
 use tikv_plan::transaction::{LockResolver, ResolveLocksContext, ResolveLocksOptions};
-use tikv_plan::transaction_lowering::new_scan_lock_request;
+use tikv_plan::transaction_lowering::{new_get_request, new_scan_lock_request};
 use tikv_plan::{
     Backoff, Config, Error, Timestamp, TimestampExt, TransactionClient, TransactionOptions,
 };
@@ -518,5 +518,50 @@ async fn gc_lock_resolver_checks_a_transaction_status() {
         TransactionStatusKind::Locked(3_000, _)
     ));
     assert!(!status.is_expired && !status.is_cacheable());
+    cluster.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_hand_built_read_resolves_locks_in_client_rusts_order() {
+    let cluster = cluster(&["m"]).await;
+    crashed_prewrite(&cluster, "e", &["e", "p"], None).await;
+    let pd = Arc::new(
+        PdRpcClient::connect(&cluster.pd_endpoints(), &Config::default())
+            .await
+            .unwrap(),
+    );
+    let read = |key: &'static str, lock_backoff: Backoff| {
+        let pd = Arc::clone(&pd);
+        let ts = Timestamp::from_version(cluster.current_ts());
+        async move {
+            // client-rust's order: the stage under the retry stage.
+            PlanBuilder::new(
+                pd,
+                Keyspace::Disable,
+                new_get_request(key.into(), ts.clone()),
+            )
+            .resolve_lock(ts, lock_backoff, Keyspace::Disable)
+            .retry_multi_region(Backoff::no_jitter_backoff(2, 500, 10))
+            .merge(CollectSingle)
+            .post_process_default()
+            .plan()
+            .execute()
+            .await
+        }
+    };
+    // Without a lock backoff nothing is resolved: the lock is the error.
+    let refused = read("e", Backoff::no_backoff()).await;
+    assert!(
+        matches!(refused, Err(Error::ResolveLockError(ref l)) if l.len() == 1),
+        "{refused:?}"
+    );
+    assert_eq!(cluster.locks(b"", b"").len(), 2);
+    // Expired: the reader rolls the writer back and reads past it, in
+    // both Regions.
+    cluster.advance_tso_clock(Duration::from_secs(4));
+    let backoff = Backoff::no_jitter_backoff(2, 500, 10);
+    assert_eq!(read("e", backoff.clone()).await.unwrap(), None);
+    assert_eq!(read("p", backoff).await.unwrap(), None);
+    assert!(cluster.locks(b"", b"").is_empty());
     cluster.shutdown().await;
 }

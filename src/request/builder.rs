@@ -254,13 +254,45 @@ impl<PdC: PdClient, P: Plan> PlanBuilder<PdC, P> {
         })
     }
 
-    /// Resolves the locks the plan meets and re-runs it, waiting out live
-    /// locks by their TTL within the request deadline (see
-    /// [`ResolveLock`](super::ResolveLock)); `caller_start_ts` is the
-    /// reading transaction's start ts, 0 for writers. With no `backoff`
-    /// ([`Backoff::no_backoff`]) nothing is resolved: the locks met are
+    /// Resolves the locks the plan meets and re-runs it (client-rust's
+    /// signature): `timestamp` is the reading transaction's start ts (0 for
+    /// a writer, which must not push others' `min_commit_ts`), `keyspace`
+    /// the one the resolver's requests run in. Live locks are waited out by
+    /// their TTL within the request deadline (see
+    /// [`ResolveLock`](super::ResolveLock)); with no `backoff`
+    /// ([`Backoff::no_backoff`]) nothing is resolved and the locks met are
     /// returned as [`Error::ResolveLockError`](crate::Error::ResolveLockError).
+    ///
+    /// The resolver routes through this builder's PD client (and its routing
+    /// state, when [`routing`](Self::routing) gave one), so lock keys must be
+    /// in the form that PD client locates, as the plan's own keys are.
     pub fn resolve_lock(
+        self,
+        timestamp: crate::pd::Timestamp,
+        backoff: Backoff,
+        keyspace: Keyspace,
+    ) -> PlanBuilder<PdC, super::ResolveLock<P, PdC>>
+    where
+        P::Result: super::HasLocks,
+    {
+        let routing = self
+            .routing
+            .clone()
+            .unwrap_or_else(|| Arc::new(RoutingState::new(&Config::default())));
+        let resolver = Arc::new(super::lock_resolver::ClientLockResolver::new(
+            Arc::clone(&self.pd_client),
+            routing,
+            crate::backoff::DEFAULT_REGION_BACKOFF,
+            keyspace,
+        ));
+        let caller_start_ts = crate::pd::TimestampExt::version(&timestamp);
+        self.resolve_lock_with(resolver, caller_start_ts, backoff)
+    }
+
+    /// [`resolve_lock`](Self::resolve_lock) with a resolver of the caller's
+    /// (the transactional client's, shared by all its requests, so a
+    /// resolution is shared per transaction and Region).
+    pub(crate) fn resolve_lock_with(
         self,
         resolver: Arc<dyn super::LockResolve>,
         caller_start_ts: u64,

@@ -241,8 +241,8 @@ impl ResolveLocksContext {
 
 /// GC's lock resolver (client-rust's `LockResolver`): decides the fate of
 /// the transactions whose locks a Region holds, rolling back the ones still
-/// running, and resolves their locks in that Region. For GC only; see the
-/// [module docs](self).
+/// running, and resolves their locks in that Region. For GC only: it rolls back running
+/// transactions (see [`CleanupLocks`]).
 pub struct LockResolver {
     ctx: ResolveLocksContext,
 }

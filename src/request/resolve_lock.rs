@@ -18,6 +18,9 @@ use crate::proto::kvrpcpb;
 use crate::{Error, Result};
 
 use super::plan::{collect_in_order, Merge, Plan, ResponseWithShard};
+use super::Shardable;
+use crate::region::RegionWithLeader;
+use crate::store::RegionStore;
 
 /// A response whose key errors may carry locks of other transactions,
 /// which the [`ResolveLock`](crate::request::ResolveLock) stage resolves.
@@ -43,8 +46,8 @@ pub enum ResolvePass {
 }
 
 /// Who resolves the locks a plan met: the transactional client's
-/// [`LockResolver`](crate::transaction::LockResolver) (the stage lives below
-/// the transactional client and reaches it through this trait).
+/// resolver (one per client, shared by its requests), or the one
+/// [`PlanBuilder::resolve_lock`](super::PlanBuilder::resolve_lock) makes.
 pub trait LockResolve: Send + Sync + 'static {
     /// One pass over `locks` met by a request of a transaction at
     /// `caller_start_ts` (0 for writers, which must not push others'
@@ -132,6 +135,13 @@ where
         self.inner.label()
     }
 
+    // Under a retry stage (client-rust's order: `resolve_lock` before
+    // `retry_multi_region`), each RPC of the inner plan keeps its own bound;
+    // the waiting is bounded by `deadline`, not by one RPC's timeout.
+    fn set_rpc_bound(&mut self, bound: Option<Duration>) -> bool {
+        self.inner.set_rpc_bound(bound)
+    }
+
     async fn execute(&self) -> Result<Self::Result> {
         let started = Instant::now();
         let mut poll = FIRST_LOCK_POLL;
@@ -165,6 +175,50 @@ where
             tokio::time::sleep(sleep).await;
             poll = (poll * 2).min(MAX_LOCK_POLL);
         }
+    }
+}
+
+/// Client-rust's order, `resolve_lock` before `retry_multi_region`: the
+/// stage is sharded with the request it wraps, and resolves the locks each
+/// Region's answer carries before the retry stage sees it.
+#[async_trait]
+impl<P: Plan + Shardable + Send + Sync, PdC: PdClient> Shardable for ResolveLock<P, PdC> {
+    type Shard = P::Shard;
+
+    async fn shards<PdC2: PdClient>(
+        &self,
+        pd_client: &Arc<PdC2>,
+    ) -> Result<Vec<(Self::Shard, RegionWithLeader)>> {
+        self.inner.shards(pd_client).await
+    }
+
+    fn apply_shard(&mut self, shard: Self::Shard) {
+        self.inner.apply_shard(shard);
+    }
+
+    fn cached_shards<PdC2: PdClient>(
+        &self,
+        pd_client: &PdC2,
+    ) -> Option<Vec<(Self::Shard, RegionWithLeader)>> {
+        self.inner.cached_shards(pd_client)
+    }
+
+    fn template(&self) -> Self {
+        ResolveLock {
+            inner: self.inner.template(),
+            ..self.clone()
+        }
+    }
+
+    fn for_shard(&self, shard: Self::Shard, whole: bool) -> Self {
+        ResolveLock {
+            inner: self.inner.for_shard(shard, whole),
+            ..self.clone()
+        }
+    }
+
+    fn apply_store(&mut self, store: &RegionStore) -> Result<()> {
+        self.inner.apply_store(store)
     }
 }
 

@@ -3,13 +3,13 @@
 
 use std::sync::Arc;
 
-use super::lock::{resolve_locks_once, ClientLockResolver};
 use super::transaction::{TransactionStats, TxnShared};
 use super::{CodecPdClient, Snapshot, TimestampExt, Transaction, TransactionOptions};
 use crate::backoff::Backoff;
 use crate::pd::{PdClient, PdRpcClient, Timestamp};
 use crate::proto::kvrpcpb;
 use crate::request::cleanup_locks::ResolveLocksOptions;
+use crate::request::lock_resolver::{resolve_locks_once, ClientLockResolver};
 use crate::request::plan::CleanupLocksResult;
 use crate::request::{
     EncodeKeyspace, KeyMode, Keyspace, RoutingState, RoutingStats, TruncateKeyspace,

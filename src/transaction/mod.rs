@@ -29,7 +29,6 @@ pub mod gc {
     pub use crate::request::cleanup_locks::{TransactionStatus, TransactionStatusKind};
 }
 mod codec_pd;
-mod lock;
 pub mod lowering;
 mod options;
 mod outputs;
@@ -41,11 +40,11 @@ mod transaction;
 /// client-rust's name for a lock as TiKV reports it.
 pub use crate::proto::kvrpcpb::LockInfo as ProtoLockInfo;
 pub use crate::request::cleanup_locks::{LockResolver, ResolveLocksContext, ResolveLocksOptions};
+pub use crate::request::lock_resolver::LockStats;
 /// client-rust's name for [`TransactionClient`].
 pub use client::TransactionClient as Client;
 pub use client::TransactionClient;
 pub(crate) use codec_pd::CodecPdClient;
-pub use lock::LockStats;
 pub use options::{
     CheckLevel, HeartbeatOption, Mutation, TransactionOptions, DEFAULT_LOCK_TTL, MAX_TTL,
 };

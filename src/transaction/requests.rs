@@ -38,10 +38,6 @@ pub const TXN_COMMIT_BATCH_SIZE: u64 = 16 * 1024;
 /// Turns a TiKV `KeyError` into an [`Error`]; its message says what
 /// happened (locked, write conflict, already exists, ...; see
 /// [`describe_key_error`](crate::describe_key_error)).
-pub fn key_error(e: kvrpcpb::KeyError) -> Error {
-    Error::KeyError(Box::new(e))
-}
-
 /// The `KeyError` inside an error, if it is one.
 pub fn as_key_error(e: &Error) -> Option<&kvrpcpb::KeyError> {
     match e {
@@ -485,72 +481,6 @@ impl Shardable for kvrpcpb::ScanLockRequest {
     }
 }
 
-/// `KvResolveLock` for every lock of one transaction in the Region that
-/// holds `key` (the request's `keys` stay empty, so TiKV resolves them
-/// all): lock resolution is per (transaction, Region).
-#[derive(Debug, Clone)]
-pub struct ResolveLockInRegion {
-    /// A key in the Region, to locate it (not sent).
-    pub key: Vec<u8>,
-    /// The request.
-    pub request: kvrpcpb::ResolveLockRequest,
-}
-
-#[async_trait]
-impl crate::store::Request for ResolveLockInRegion {
-    async fn dispatch(
-        &self,
-        client: &crate::proto::tikvpb::tikv_client::TikvClient<tonic::transport::Channel>,
-        timeout: std::time::Duration,
-    ) -> Result<Box<dyn std::any::Any + Send>> {
-        self.request.dispatch(client, timeout).await
-    }
-
-    fn label(&self) -> &'static str {
-        "kv_resolve_lock"
-    }
-
-    fn as_any(&self) -> &dyn std::any::Any {
-        &self.request
-    }
-
-    fn context(&self) -> Option<&kvrpcpb::Context> {
-        self.request.context.as_ref()
-    }
-
-    fn set_context(&mut self, context: kvrpcpb::Context) {
-        self.request.context = Some(context);
-    }
-
-    fn context_mut(&mut self) -> Option<&mut kvrpcpb::Context> {
-        self.request.context.as_mut()
-    }
-}
-
-impl KvRequest for ResolveLockInRegion {
-    type Response = kvrpcpb::ResolveLockResponse;
-
-    // The trait's signature, spelt out.
-    #[allow(clippy::manual_async_fn)]
-    fn dispatch_typed<'a>(
-        &'a mut self,
-        grpc: &'a crate::store::GrpcChannel,
-        timeout: Option<std::time::Duration>,
-    ) -> impl std::future::Future<Output = Option<Result<Self::Response>>> + Send + 'a {
-        crate::store::send_typed(&self.request, grpc, timeout)
-    }
-
-    fn describe(&self) -> String {
-        format!(
-            "kv_resolve_lock of transaction {} in the Region of {:?}",
-            self.request.start_version,
-            Key::from(self.key.clone())
-        )
-    }
-}
-
-single_key_shardable!(ResolveLockInRegion => key);
-
 /// A transactional read at `version`.
 pub fn new_get_request(key: Vec<u8>, version: u64) -> kvrpcpb::GetRequest {
     kvrpcpb::GetRequest {
@@ -680,10 +610,10 @@ mod tests {
 
     #[test]
     fn key_errors_say_what_happened() {
-        let e = key_error(kvrpcpb::KeyError {
+        let e = Error::KeyError(Box::new(kvrpcpb::KeyError {
             already_exist: Some(kvrpcpb::AlreadyExist { key: b"k".to_vec() }),
             ..Default::default()
-        });
+        }));
         assert!(e.to_string().contains("already exists"), "{e}");
         assert!(as_key_error(&e).unwrap().already_exist.is_some());
     }

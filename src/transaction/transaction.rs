@@ -16,7 +16,6 @@ use tokio::time::Instant;
 use tracing::{debug, warn};
 
 use super::buffer::{choose_primary, takes_lock, Buffer, BufferedRead};
-use super::lock::ClientLockResolver;
 use super::options::{
     CheckLevel, HeartbeatOption, Mutation, TransactionOptions, DEFAULT_LOCK_TTL, MAX_TTL,
 };
@@ -28,6 +27,7 @@ use super::{CodecPdClient, TimestampExt};
 use crate::backoff::Backoff;
 use crate::pd::{PdClient, PdRpcClient, Timestamp};
 use crate::proto::kvrpcpb;
+use crate::request::lock_resolver::ClientLockResolver;
 use crate::request::scan::{page_of, scan_pages, ScanPiece};
 use crate::request::{
     CollectError, CollectPieces, CollectSingle, Dispatch, KvRequest, Plan, PlanBuilder,
@@ -74,7 +74,7 @@ pub struct TransactionStats {
     /// Automatic heartbeats that failed (logged).
     pub heartbeat_failures: u64,
     /// Lock resolution.
-    pub locks: super::lock::LockStats,
+    pub locks: crate::request::lock_resolver::LockStats,
 }
 
 #[derive(Debug, Default)]
@@ -630,7 +630,7 @@ impl<PdC: PdClient> Transaction<PdC> {
             .shared
             .builder(new_get_request(key.into(), ts))
             .retry_multi_region(self.region_backoff())
-            .resolve_lock(self.shared.resolver.clone(), ts, self.lock_backoff())
+            .resolve_lock_with(self.shared.resolver.clone(), ts, self.lock_backoff())
             .merge(CollectSingle)
             .extract_error()
             .plan()
@@ -646,7 +646,7 @@ impl<PdC: PdClient> Transaction<PdC> {
             .shared
             .builder(new_batch_get_request(keys, ts))
             .retry_multi_region(self.region_backoff())
-            .resolve_lock(self.shared.resolver.clone(), ts, self.lock_backoff())
+            .resolve_lock_with(self.shared.resolver.clone(), ts, self.lock_backoff())
             .merge(CollectError)
             .extract_error()
             .plan()
@@ -704,7 +704,7 @@ impl<PdC: PdClient> Transaction<PdC> {
                 .builder(request)
                 .preserve_shard()
                 .retry_multi_region(self.region_backoff())
-                .resolve_lock(self.shared.resolver.clone(), ts, self.lock_backoff())
+                .resolve_lock_with(self.shared.resolver.clone(), ts, self.lock_backoff())
                 .merge(CollectPieces)
                 .plan()
                 .execute()
@@ -821,7 +821,7 @@ impl<PdC: PdClient> Transaction<PdC> {
                 .builder(request)
                 .preserve_shard()
                 .retry_multi_region(self.region_backoff())
-                .resolve_lock(self.shared.resolver.clone(), 0, self.lock_backoff())
+                .resolve_lock_with(self.shared.resolver.clone(), 0, self.lock_backoff())
                 .merge(CollectPieces)
                 .extract_error()
                 .plan()
@@ -1003,7 +1003,7 @@ impl<PdC: PdClient> Transaction<PdC> {
         let builder = builder
             .preserve_shard()
             .retry_multi_region(self.region_backoff())
-            .resolve_lock(self.shared.resolver.clone(), 0, self.lock_backoff());
+            .resolve_lock_with(self.shared.resolver.clone(), 0, self.lock_backoff());
         let prewritten = builder
             .merge(CollectPieces)
             .extract_error()
@@ -1075,7 +1075,7 @@ impl<PdC: PdClient> Transaction<PdC> {
         self.shared
             .builder(request)
             .retry_multi_region(self.region_backoff())
-            .resolve_lock(self.shared.resolver.clone(), 0, self.lock_backoff())
+            .resolve_lock_with(self.shared.resolver.clone(), 0, self.lock_backoff())
             .merge(CollectError)
             .extract_error()
             .plan()

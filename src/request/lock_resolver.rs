@@ -22,10 +22,10 @@ use std::time::Duration;
 use futures::future::{BoxFuture, FutureExt, Shared};
 use tracing::debug;
 
-use super::requests::{new_scan_lock_request, ResolveLockInRegion};
-use super::TimestampExt;
+use super::resolve_in_region::ResolveLockInRegion;
 use crate::backoff::Backoff;
 use crate::pd::PdClient;
+use crate::pd::TimestampExt;
 use crate::proto::kvrpcpb;
 use crate::region::RegionVerId;
 use crate::request::lock_rules::{lock_until_expired_ms, secondaries_outcome, SecondariesOutcome};
@@ -262,7 +262,7 @@ impl<PdC: PdClient> ClientLockResolver<PdC> {
         let mut pairs = Vec::with_capacity(answers.len());
         for ResponseWithShard(mut answer, keys) in answers {
             if let Some(e) = answer.error.take() {
-                return Err(super::requests::key_error(e));
+                return Err(crate::Error::KeyError(Box::new(e)));
             }
             pairs.push((keys, answer));
         }
@@ -446,7 +446,13 @@ impl<PdC: PdClient> ClientLockResolver<PdC> {
         let mut out = Vec::new();
         let mut ranges = vec![(start, end)];
         while let Some((start, end)) = ranges.pop() {
-            let request = new_scan_lock_request(start, end, max_version, batch_size);
+            let request = kvrpcpb::ScanLockRequest {
+                start_key: start,
+                end_key: end,
+                max_version,
+                limit: batch_size,
+                ..Default::default()
+            };
             let pieces = self
                 .builder(request)
                 .preserve_shard()
@@ -457,7 +463,7 @@ impl<PdC: PdClient> ClientLockResolver<PdC> {
                 .await?;
             for ResponseWithShard(mut response, (_, piece_end)) in pieces {
                 if let Some(e) = response.error.take() {
-                    return Err(super::requests::key_error(e));
+                    return Err(crate::Error::KeyError(Box::new(e)));
                 }
                 let full = response.locks.len() as u32 >= batch_size;
                 if let (true, Some(last)) = (full, response.locks.last()) {
