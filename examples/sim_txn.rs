@@ -156,6 +156,7 @@ async fn main() -> Result<(), Box<dyn Error>> {
             start_version: start,
             keys: vec![b"a".to_vec()],
             commit_version: commit_ts,
+            ..Default::default()
         })
         .await;
     println!(

@@ -208,7 +208,11 @@ fn status_lock_and_resolve_fields() {
     let resolve = kvrpcpb::ResolveLockRequest {
         start_version: 1,
         commit_version: 2,
-        txn_infos: vec![kvrpcpb::TxnInfo { txn: 3, status: 4 }],
+        txn_infos: vec![kvrpcpb::TxnInfo {
+            txn: 3,
+            status: 4,
+            ..Default::default()
+        }],
         keys: vec![b"k".to_vec()],
         ..Default::default()
     };

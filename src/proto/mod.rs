@@ -3,4 +3,7 @@
 //! names, message names and field numbers (see
 //! [wire.md](crate::spec::wire)).
 
-pub use tikv_plan_proto::{errorpb, keyspacepb, kvrpcpb, metapb, pdpb, tikvpb};
+pub use tikv_plan_proto::{
+    deadlock, encryptionpb, errorpb, keyspacepb, kvrpcpb, metapb, pdpb, resource_manager, tikvpb,
+    tracepb,
+};

@@ -189,19 +189,41 @@ single_key_shardable!(
 key_set_shardable!(
     batch_size: Some(TXN_COMMIT_BATCH_SIZE);
     kvrpcpb::BatchGetRequest { version },
-    kvrpcpb::CommitRequest { start_version, commit_version },
-    kvrpcpb::BatchRollbackRequest { start_version },
+    kvrpcpb::CommitRequest { start_version, commit_version, is_txn_file },
+    kvrpcpb::BatchRollbackRequest { start_version, is_txn_file },
     kvrpcpb::PessimisticRollbackRequest { start_version, for_update_ts },
     kvrpcpb::CheckSecondaryLocksRequest { start_version },
 );
 
-/// A mutation of a prewrite together with its pessimistic action.
+/// A mutation of a prewrite together with its pessimistic action and its
+/// `for_update_ts` constraint.
 #[derive(Debug, Clone, PartialEq)]
 pub struct PrewriteItem {
     /// The mutation.
     pub mutation: kvrpcpb::Mutation,
     /// Its `PessimisticAction` (as the wire's `i32`).
     pub pessimistic_action: i32,
+    /// The `expected_for_update_ts` of a `ForUpdateTsConstraint` naming
+    /// this mutation, if the request has one. A constraint names its
+    /// mutation by index, so each shard numbers them afresh.
+    pub expected_for_update_ts: Option<u64>,
+}
+
+/// The `for_update_ts_constraints` of a shard's mutations, by their index in
+/// the shard.
+fn shard_constraints(
+    shard: &[PrewriteItem],
+) -> Vec<kvrpcpb::prewrite_request::ForUpdateTsConstraint> {
+    shard
+        .iter()
+        .enumerate()
+        .filter_map(|(index, item)| {
+            Some(kvrpcpb::prewrite_request::ForUpdateTsConstraint {
+                index: u32::try_from(index).ok()?,
+                expected_for_update_ts: item.expected_for_update_ts?,
+            })
+        })
+        .collect()
 }
 
 impl AsRef<[u8]> for PrewriteItem {
@@ -256,6 +278,9 @@ impl Shardable for kvrpcpb::PrewriteRequest {
             try_one_pc,
             max_commit_ts: self.max_commit_ts,
             assertion_level: self.assertion_level,
+            // Rebuilt for each shard from its items.
+            for_update_ts_constraints: Vec::new(),
+            txn_file_chunks: self.txn_file_chunks.clone(),
         }
     }
 
@@ -268,6 +293,7 @@ impl Shardable for kvrpcpb::PrewriteRequest {
         } else {
             shard.iter().map(|i| i.pessimistic_action).collect()
         };
+        let for_update_ts_constraints = shard_constraints(&shard);
         kvrpcpb::PrewriteRequest {
             context: self.context.clone(),
             mutations: shard.into_iter().map(|i| i.mutation).collect(),
@@ -288,6 +314,8 @@ impl Shardable for kvrpcpb::PrewriteRequest {
             try_one_pc: self.try_one_pc && whole,
             max_commit_ts: self.max_commit_ts,
             assertion_level: self.assertion_level,
+            for_update_ts_constraints,
+            txn_file_chunks: self.txn_file_chunks.clone(),
         }
     }
 
@@ -295,13 +323,21 @@ impl Shardable for kvrpcpb::PrewriteRequest {
         &self,
         pd_client: &Arc<PdC>,
     ) -> Result<Vec<(Self::Shard, RegionWithLeader)>> {
+        let mut expected = vec![None; self.mutations.len()];
+        for c in &self.for_update_ts_constraints {
+            if let Some(slot) = expected.get_mut(c.index as usize) {
+                *slot = Some(c.expected_for_update_ts);
+            }
+        }
         let mut items: Vec<PrewriteItem> = self
             .mutations
             .iter()
+            .zip(expected)
             .enumerate()
-            .map(|(i, m)| PrewriteItem {
+            .map(|(i, (m, expected_for_update_ts))| PrewriteItem {
                 mutation: m.clone(),
                 pessimistic_action: self.pessimistic_actions.get(i).copied().unwrap_or(0),
+                expected_for_update_ts,
             })
             .collect();
         items.sort_by(|a, b| a.mutation.key.cmp(&b.mutation.key));
@@ -332,6 +368,7 @@ impl Shardable for kvrpcpb::PrewriteRequest {
         if !shard.iter().any(|i| i.mutation.key == self.primary_lock) {
             self.secondaries.clear();
         }
+        self.for_update_ts_constraints = shard_constraints(&shard);
         self.mutations = shard.into_iter().map(|i| i.mutation).collect();
     }
 
@@ -606,6 +643,59 @@ mod tests {
         let errors = response.key_errors().unwrap();
         assert_eq!(errors.len(), 1);
         assert!(errors[0].to_string().contains("aborted"), "{}", errors[0]);
+    }
+
+    /// A `ForUpdateTsConstraint` names its mutation by index: each shard
+    /// gets the constraints of its own mutations, numbered in the shard.
+    #[cfg(feature = "mock")]
+    #[tokio::test]
+    async fn for_update_ts_constraints_follow_their_mutations_into_shards() {
+        use crate::mock::{self, MockPdClient};
+        use kvrpcpb::prewrite_request::ForUpdateTsConstraint;
+
+        let peers = [mock::voter(11, 1)];
+        let pd = Arc::new(MockPdClient::new(vec![
+            mock::region(1, b"", b"m", &peers, Some(11)),
+            mock::region(2, b"m", b"", &peers, Some(11)),
+        ]));
+        let put = |key: &[u8]| kvrpcpb::Mutation {
+            key: key.to_vec(),
+            ..Default::default()
+        };
+        let constraint = |index, expected_for_update_ts| ForUpdateTsConstraint {
+            index,
+            expected_for_update_ts,
+        };
+        let request = kvrpcpb::PrewriteRequest {
+            mutations: vec![put(b"z"), put(b"a"), put(b"n"), put(b"b")],
+            for_update_ts_constraints: vec![constraint(0, 10), constraint(3, 20)],
+            ..Default::default()
+        };
+        let shards = request.shards(&pd).await.unwrap();
+        let template = request.template();
+        let built: Vec<_> = shards
+            .into_iter()
+            .map(|(shard, _)| {
+                let mut applied = request.clone();
+                applied.apply_shard(shard.clone());
+                let built = template.for_shard(shard, false);
+                assert_eq!(
+                    applied.for_update_ts_constraints,
+                    built.for_update_ts_constraints
+                );
+                built
+            })
+            .collect();
+        let keys = |r: &kvrpcpb::PrewriteRequest| {
+            r.mutations
+                .iter()
+                .map(|m| m.key.clone())
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(keys(&built[0]), [b"a".to_vec(), b"b".to_vec()]);
+        assert_eq!(built[0].for_update_ts_constraints, [constraint(1, 20)]);
+        assert_eq!(keys(&built[1]), [b"n".to_vec(), b"z".to_vec()]);
+        assert_eq!(built[1].for_update_ts_constraints, [constraint(1, 10)]);
     }
 
     #[test]

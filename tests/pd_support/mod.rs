@@ -116,6 +116,7 @@ impl Pd for MemberService {
             members,
             leader: leader.clone(),
             etcd_leader: leader,
+            ..Default::default()
         }))
     }
 
@@ -176,6 +177,7 @@ impl Pd for MemberService {
         Ok(Response::new(pdpb::GetStoreResponse {
             header: Some(header),
             store,
+            ..Default::default()
         }))
     }
 

@@ -62,3 +62,28 @@ pub mod pdpb {
 pub mod keyspacepb {
     include!("generated/keyspacepb.rs");
 }
+
+/// The tracing context a request may carry (`kvrpcpb.Context.trace_context`).
+#[allow(missing_docs, clippy::all)]
+pub mod tracepb {
+    include!("generated/tracepb.rs");
+}
+
+/// The wait-for edges of a deadlock (`kvrpcpb.Deadlock.wait_chain`).
+#[allow(missing_docs, clippy::all)]
+pub mod deadlock {
+    include!("generated/deadlock.rs");
+}
+
+/// A Region's encryption metadata (`metapb.Region.encryption_meta`).
+#[allow(missing_docs, clippy::all)]
+pub mod encryptionpb {
+    include!("generated/encryptionpb.rs");
+}
+
+/// Resource consumption (`kvrpcpb.ResourceControlContext.penalty`); PD's
+/// resource manager service is not included.
+#[allow(missing_docs, clippy::all)]
+pub mod resource_manager {
+    include!("generated/resource_manager.rs");
+}

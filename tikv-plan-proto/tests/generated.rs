@@ -8,13 +8,17 @@
 use std::path::{Path, PathBuf};
 
 /// The packages, one generated file each.
-const PACKAGES: [&str; 6] = [
+const PACKAGES: [&str; 10] = [
     "metapb",
     "errorpb",
     "kvrpcpb",
     "tikvpb",
     "pdpb",
     "keyspacepb",
+    "tracepb",
+    "deadlock",
+    "encryptionpb",
+    "resource_manager",
 ];
 
 const HEADER: &str = "// Generated from proto/*.proto by tonic-prost-build (tests/generated.rs);\n\

@@ -50,6 +50,7 @@ fn member_info(state: &ClusterState, index: usize) -> Option<pdpb::Member> {
         peer_urls: vec![url.clone()],
         client_urls: vec![url],
         leader_priority: 0,
+        ..Default::default()
     })
 }
 
@@ -101,6 +102,7 @@ impl PdService {
             leader,
             down_peers: Vec::new(),
             pending_peers: Vec::new(),
+            ..Default::default()
         }
     }
 
@@ -135,6 +137,7 @@ impl Pd for PdService {
             members,
             etcd_leader: leader.clone(),
             leader,
+            ..Default::default()
         }))
     }
 
@@ -178,7 +181,11 @@ impl Pd for PdService {
                 format!("invalid store ID {}, not found", req.store_id),
             ),
         };
-        Ok(Response::new(pdpb::GetStoreResponse { header, store }))
+        Ok(Response::new(pdpb::GetStoreResponse {
+            header,
+            store,
+            ..Default::default()
+        }))
     }
 
     async fn get_all_stores(

@@ -45,6 +45,7 @@ async fn batch_rollback(cluster: &SimCluster, keys: &[&[u8]], start: u64) {
             context: Some(ctx),
             start_version: start,
             keys: keys.iter().map(|k| k.to_vec()).collect(),
+            ..Default::default()
         })
         .await
         .unwrap()

@@ -433,6 +433,7 @@ async fn commit_and_rollback_answers() {
             context: Some(ctx.clone()),
             start_version: start,
             keys: vec![b"a".to_vec(), b"b".to_vec()],
+            ..Default::default()
         })
         .await
         .unwrap()
@@ -454,6 +455,7 @@ async fn commit_and_rollback_answers() {
             context: Some(ctx.clone()),
             start_version: committed_start,
             keys: vec![b"c".to_vec()],
+            ..Default::default()
         })
         .await
         .unwrap()
@@ -738,6 +740,7 @@ async fn a_heartbeat_extends_the_ttl() {
         primary_lock: b"p".to_vec(),
         start_version: start,
         advise_lock_ttl: ttl,
+        ..Default::default()
     };
     assert_eq!(
         c.kv_txn_heart_beat(beat(10_000))
@@ -928,8 +931,13 @@ async fn resolve_lock_by_txn_infos_and_by_keys() {
                 kvrpcpb::TxnInfo {
                     txn: a,
                     status: a_commit,
+                    ..Default::default()
                 },
-                kvrpcpb::TxnInfo { txn: b, status: 0 },
+                kvrpcpb::TxnInfo {
+                    txn: b,
+                    status: 0,
+                    ..Default::default()
+                },
             ],
             ..Default::default()
         })

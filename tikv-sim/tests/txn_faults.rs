@@ -162,6 +162,7 @@ async fn region_errors_come_in_tikv_order_for_transactional_requests() {
             start_version: start,
             keys: vec![b"f".to_vec()],
             commit_version: start + 1,
+            ..Default::default()
         })
         .await
         .unwrap()
@@ -186,6 +187,7 @@ async fn region_errors_come_in_tikv_order_for_transactional_requests() {
             start_version: start,
             keys: vec![b"f".to_vec()],
             commit_version: start + 1,
+            ..Default::default()
         })
         .await
         .unwrap()
@@ -217,6 +219,7 @@ async fn a_dropped_commit_response_still_commits() {
         start_version: start,
         keys: vec![b"k".to_vec()],
         commit_version: cluster.current_ts(),
+        ..Default::default()
     };
     let lost = c.kv_commit(commit.clone()).await;
     assert!(

@@ -145,10 +145,16 @@ pub struct MismatchPeerId {
     #[prost(uint64, tag = "2")]
     pub store_peer_id: u64,
 }
-/// Fields are not modelled: the client only needs to know the error kind.
+/// The request's buckets_version is not the Region's: the current version
+/// and bucket boundaries.
 #[allow(clippy::all)]
-#[derive(Clone, Copy, PartialEq, Eq, Hash, ::prost::Message)]
-pub struct BucketVersionNotMatch {}
+#[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
+pub struct BucketVersionNotMatch {
+    #[prost(uint64, tag = "1")]
+    pub version: u64,
+    #[prost(bytes = "vec", repeated, tag = "2")]
+    pub keys: ::prost::alloc::vec::Vec<::prost::alloc::vec::Vec<u8>>,
+}
 /// The store cannot tell whether the write was applied.
 #[allow(clippy::all)]
 #[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]

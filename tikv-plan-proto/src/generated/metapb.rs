@@ -35,6 +35,8 @@ pub struct Region {
     pub region_epoch: ::core::option::Option<RegionEpoch>,
     #[prost(message, repeated, tag = "5")]
     pub peers: ::prost::alloc::vec::Vec<Peer>,
+    #[prost(message, optional, tag = "6")]
+    pub encryption_meta: ::core::option::Option<super::encryptionpb::EncryptionMeta>,
     #[prost(bool, tag = "7")]
     pub is_in_flashback: bool,
     #[prost(uint64, tag = "8")]
@@ -75,8 +77,42 @@ pub struct Store {
     pub last_heartbeat: i64,
     #[prost(bool, tag = "12")]
     pub physically_destroyed: bool,
-    #[prost(uint64, tag = "13")]
-    pub node_state: u64,
+    #[prost(enumeration = "NodeState", tag = "13")]
+    pub node_state: i32,
+}
+/// A Region's buckets: finer ranges inside it, bounded by `keys`, with their
+/// load.
+#[allow(clippy::all)]
+#[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
+pub struct Buckets {
+    #[prost(uint64, tag = "1")]
+    pub region_id: u64,
+    #[prost(uint64, tag = "2")]
+    pub version: u64,
+    #[prost(bytes = "vec", repeated, tag = "3")]
+    pub keys: ::prost::alloc::vec::Vec<::prost::alloc::vec::Vec<u8>>,
+    #[prost(message, optional, tag = "4")]
+    pub stats: ::core::option::Option<BucketStats>,
+    /// The period the stats cover, in milliseconds.
+    #[prost(uint64, tag = "5")]
+    pub period_in_ms: u64,
+}
+/// Load of each bucket, one entry per bucket.
+#[allow(clippy::all)]
+#[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
+pub struct BucketStats {
+    #[prost(uint64, repeated, tag = "1")]
+    pub read_bytes: ::prost::alloc::vec::Vec<u64>,
+    #[prost(uint64, repeated, tag = "2")]
+    pub write_bytes: ::prost::alloc::vec::Vec<u64>,
+    #[prost(uint64, repeated, tag = "3")]
+    pub read_qps: ::prost::alloc::vec::Vec<u64>,
+    #[prost(uint64, repeated, tag = "4")]
+    pub write_qps: ::prost::alloc::vec::Vec<u64>,
+    #[prost(uint64, repeated, tag = "5")]
+    pub read_keys: ::prost::alloc::vec::Vec<u64>,
+    #[prost(uint64, repeated, tag = "6")]
+    pub write_keys: ::prost::alloc::vec::Vec<u64>,
 }
 #[allow(clippy::all)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, ::prost::Enumeration)]
@@ -137,6 +173,40 @@ impl StoreState {
             "Up" => Some(Self::Up),
             "Offline" => Some(Self::Offline),
             "Tombstone" => Some(Self::Tombstone),
+            _ => None,
+        }
+    }
+}
+/// A store's progress joining or leaving the cluster.
+#[allow(clippy::all)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, ::prost::Enumeration)]
+#[repr(i32)]
+pub enum NodeState {
+    Preparing = 0,
+    Serving = 1,
+    Removing = 2,
+    Removed = 3,
+}
+impl NodeState {
+    /// String value of the enum field names used in the ProtoBuf definition.
+    ///
+    /// The values are not transformed in any way and thus are considered stable
+    /// (if the ProtoBuf definition does not change) and safe for programmatic use.
+    pub fn as_str_name(&self) -> &'static str {
+        match self {
+            Self::Preparing => "Preparing",
+            Self::Serving => "Serving",
+            Self::Removing => "Removing",
+            Self::Removed => "Removed",
+        }
+    }
+    /// Creates an enum from field names used in the ProtoBuf definition.
+    pub fn from_str_name(value: &str) -> ::core::option::Option<Self> {
+        match value {
+            "Preparing" => Some(Self::Preparing),
+            "Serving" => Some(Self::Serving),
+            "Removing" => Some(Self::Removing),
+            "Removed" => Some(Self::Removed),
             _ => None,
         }
     }

@@ -39,6 +39,14 @@ pub struct Member {
     pub client_urls: ::prost::alloc::vec::Vec<::prost::alloc::string::String>,
     #[prost(int32, tag = "5")]
     pub leader_priority: i32,
+    #[prost(string, tag = "6")]
+    pub deploy_path: ::prost::alloc::string::String,
+    #[prost(string, tag = "7")]
+    pub binary_version: ::prost::alloc::string::String,
+    #[prost(string, tag = "8")]
+    pub git_hash: ::prost::alloc::string::String,
+    #[prost(string, tag = "9")]
+    pub dc_location: ::prost::alloc::string::String,
 }
 #[allow(clippy::all)]
 #[derive(Clone, Copy, PartialEq, Eq, Hash, ::prost::Message)]
@@ -57,6 +65,12 @@ pub struct GetMembersResponse {
     pub leader: ::core::option::Option<Member>,
     #[prost(message, optional, tag = "4")]
     pub etcd_leader: ::core::option::Option<Member>,
+    /// The TSO allocator leader of each DC location.
+    #[prost(map = "string, message", tag = "5")]
+    pub tso_allocator_leaders: ::std::collections::HashMap<
+        ::prost::alloc::string::String,
+        Member,
+    >,
 }
 #[allow(clippy::all)]
 #[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
@@ -99,6 +113,9 @@ pub struct GetRegionResponse {
     pub down_peers: ::prost::alloc::vec::Vec<PeerStats>,
     #[prost(message, repeated, tag = "6")]
     pub pending_peers: ::prost::alloc::vec::Vec<super::metapb::Peer>,
+    /// With need_buckets.
+    #[prost(message, optional, tag = "7")]
+    pub buckets: ::core::option::Option<super::metapb::Buckets>,
 }
 #[allow(clippy::all)]
 #[derive(Clone, Copy, PartialEq, Eq, Hash, ::prost::Message)]
@@ -115,6 +132,159 @@ pub struct GetStoreResponse {
     pub header: ::core::option::Option<ResponseHeader>,
     #[prost(message, optional, tag = "2")]
     pub store: ::core::option::Option<super::metapb::Store>,
+    #[prost(message, optional, tag = "3")]
+    pub stats: ::core::option::Option<StoreStats>,
+}
+/// A store's last heartbeat: capacity, load and health.
+#[allow(clippy::all)]
+#[derive(Clone, PartialEq, ::prost::Message)]
+pub struct StoreStats {
+    #[prost(uint64, tag = "1")]
+    pub store_id: u64,
+    #[prost(uint64, tag = "2")]
+    pub capacity: u64,
+    #[prost(uint64, tag = "3")]
+    pub available: u64,
+    #[prost(uint32, tag = "4")]
+    pub region_count: u32,
+    #[prost(uint32, tag = "5")]
+    pub sending_snap_count: u32,
+    #[prost(uint32, tag = "6")]
+    pub receiving_snap_count: u32,
+    #[prost(uint32, tag = "7")]
+    pub start_time: u32,
+    #[prost(uint32, tag = "8")]
+    pub applying_snap_count: u32,
+    #[prost(bool, tag = "9")]
+    pub is_busy: bool,
+    #[prost(uint64, tag = "10")]
+    pub used_size: u64,
+    #[prost(uint64, tag = "11")]
+    pub bytes_written: u64,
+    #[prost(uint64, tag = "12")]
+    pub keys_written: u64,
+    #[prost(uint64, tag = "13")]
+    pub bytes_read: u64,
+    #[prost(uint64, tag = "14")]
+    pub keys_read: u64,
+    #[prost(message, optional, tag = "15")]
+    pub interval: ::core::option::Option<TimeInterval>,
+    #[prost(message, repeated, tag = "16")]
+    pub cpu_usages: ::prost::alloc::vec::Vec<RecordPair>,
+    #[prost(message, repeated, tag = "17")]
+    pub read_io_rates: ::prost::alloc::vec::Vec<RecordPair>,
+    #[prost(message, repeated, tag = "18")]
+    pub write_io_rates: ::prost::alloc::vec::Vec<RecordPair>,
+    #[prost(message, repeated, tag = "19")]
+    pub op_latencies: ::prost::alloc::vec::Vec<RecordPair>,
+    #[prost(message, repeated, tag = "20")]
+    pub peer_stats: ::prost::alloc::vec::Vec<PeerStat>,
+    #[prost(message, optional, tag = "21")]
+    pub query_stats: ::core::option::Option<QueryStats>,
+    #[prost(uint64, tag = "22")]
+    pub slow_score: u64,
+    #[prost(uint64, repeated, tag = "23")]
+    pub damaged_regions_id: ::prost::alloc::vec::Vec<u64>,
+    #[prost(bool, tag = "24")]
+    pub is_apply_busy: bool,
+    #[prost(message, repeated, tag = "25")]
+    pub snapshot_stats: ::prost::alloc::vec::Vec<SnapshotStat>,
+    #[prost(message, optional, tag = "26")]
+    pub slow_trend: ::core::option::Option<SlowTrend>,
+    #[prost(bool, tag = "27")]
+    pub is_grpc_paused: bool,
+    #[prost(uint64, tag = "28")]
+    pub total_memory: u64,
+    #[prost(uint64, tag = "29")]
+    pub used_memory: u64,
+}
+#[allow(clippy::all)]
+#[derive(Clone, Copy, PartialEq, Eq, Hash, ::prost::Message)]
+pub struct TimeInterval {
+    #[prost(uint64, tag = "1")]
+    pub start_timestamp: u64,
+    #[prost(uint64, tag = "2")]
+    pub end_timestamp: u64,
+}
+#[allow(clippy::all)]
+#[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
+pub struct RecordPair {
+    #[prost(string, tag = "1")]
+    pub key: ::prost::alloc::string::String,
+    #[prost(uint64, tag = "2")]
+    pub value: u64,
+}
+/// Reads and writes of one Region's peer on the store.
+#[allow(clippy::all)]
+#[derive(Clone, Copy, PartialEq, Eq, Hash, ::prost::Message)]
+pub struct PeerStat {
+    #[prost(uint64, tag = "1")]
+    pub region_id: u64,
+    #[prost(uint64, tag = "2")]
+    pub read_keys: u64,
+    #[prost(uint64, tag = "3")]
+    pub read_bytes: u64,
+    #[prost(message, optional, tag = "4")]
+    pub query_stats: ::core::option::Option<QueryStats>,
+    #[prost(uint64, tag = "5")]
+    pub written_keys: u64,
+    #[prost(uint64, tag = "6")]
+    pub written_bytes: u64,
+}
+/// Requests served, by kind.
+#[allow(clippy::all)]
+#[derive(Clone, Copy, PartialEq, Eq, Hash, ::prost::Message)]
+pub struct QueryStats {
+    #[prost(uint64, tag = "1")]
+    pub gc: u64,
+    #[prost(uint64, tag = "2")]
+    pub get: u64,
+    #[prost(uint64, tag = "3")]
+    pub scan: u64,
+    #[prost(uint64, tag = "4")]
+    pub coprocessor: u64,
+    #[prost(uint64, tag = "5")]
+    pub delete: u64,
+    #[prost(uint64, tag = "6")]
+    pub delete_range: u64,
+    #[prost(uint64, tag = "7")]
+    pub put: u64,
+    #[prost(uint64, tag = "8")]
+    pub prewrite: u64,
+    #[prost(uint64, tag = "9")]
+    pub acquire_pessimistic_lock: u64,
+    #[prost(uint64, tag = "10")]
+    pub commit: u64,
+    #[prost(uint64, tag = "11")]
+    pub rollback: u64,
+}
+#[allow(clippy::all)]
+#[derive(Clone, Copy, PartialEq, Eq, Hash, ::prost::Message)]
+pub struct SnapshotStat {
+    #[prost(uint64, tag = "1")]
+    pub region_id: u64,
+    #[prost(uint64, tag = "2")]
+    pub generate_duration_sec: u64,
+    #[prost(uint64, tag = "3")]
+    pub send_duration_sec: u64,
+    #[prost(uint64, tag = "4")]
+    pub total_duration_sec: u64,
+    #[prost(uint64, tag = "5")]
+    pub transport_size: u64,
+}
+/// The trend of a store's slowness: its cause (latency) and result
+/// (throughput).
+#[allow(clippy::all)]
+#[derive(Clone, Copy, PartialEq, ::prost::Message)]
+pub struct SlowTrend {
+    #[prost(double, tag = "1")]
+    pub cause_value: f64,
+    #[prost(double, tag = "2")]
+    pub cause_rate: f64,
+    #[prost(double, tag = "3")]
+    pub result_value: f64,
+    #[prost(double, tag = "4")]
+    pub result_rate: f64,
 }
 #[allow(clippy::all)]
 #[derive(Clone, Copy, PartialEq, Eq, Hash, ::prost::Message)]
@@ -243,6 +413,11 @@ pub enum ErrorType {
     AlreadyBootstrapped = 4,
     IncompatibleVersion = 5,
     RegionNotFound = 6,
+    GlobalConfigNotFound = 7,
+    DuplicatedEntry = 8,
+    EntryNotFound = 9,
+    InvalidValue = 10,
+    DataCompacted = 11,
 }
 impl ErrorType {
     /// String value of the enum field names used in the ProtoBuf definition.
@@ -258,6 +433,11 @@ impl ErrorType {
             Self::AlreadyBootstrapped => "ALREADY_BOOTSTRAPPED",
             Self::IncompatibleVersion => "INCOMPATIBLE_VERSION",
             Self::RegionNotFound => "REGION_NOT_FOUND",
+            Self::GlobalConfigNotFound => "GLOBAL_CONFIG_NOT_FOUND",
+            Self::DuplicatedEntry => "DUPLICATED_ENTRY",
+            Self::EntryNotFound => "ENTRY_NOT_FOUND",
+            Self::InvalidValue => "INVALID_VALUE",
+            Self::DataCompacted => "DATA_COMPACTED",
         }
     }
     /// Creates an enum from field names used in the ProtoBuf definition.
@@ -270,6 +450,11 @@ impl ErrorType {
             "ALREADY_BOOTSTRAPPED" => Some(Self::AlreadyBootstrapped),
             "INCOMPATIBLE_VERSION" => Some(Self::IncompatibleVersion),
             "REGION_NOT_FOUND" => Some(Self::RegionNotFound),
+            "GLOBAL_CONFIG_NOT_FOUND" => Some(Self::GlobalConfigNotFound),
+            "DUPLICATED_ENTRY" => Some(Self::DuplicatedEntry),
+            "ENTRY_NOT_FOUND" => Some(Self::EntryNotFound),
+            "INVALID_VALUE" => Some(Self::InvalidValue),
+            "DATA_COMPACTED" => Some(Self::DataCompacted),
             _ => None,
         }
     }

@@ -97,6 +97,7 @@ pub async fn commit(
         start_version: start,
         keys: keys.iter().map(|k| k.to_vec()).collect(),
         commit_version: commit,
+        ..Default::default()
     })
     .await
     .unwrap()
