@@ -289,7 +289,7 @@ impl LockResolver {
             .map(|(&txn, &(status, is_txn_file))| kvrpcpb::TxnInfo {
                 txn,
                 status,
-                // PROTO-MERGE is_txn_file,
+                is_txn_file,
             })
             .collect();
         let request = kvrpcpb::ResolveLockRequest {
@@ -436,7 +436,7 @@ impl LockResolver {
             rollback_if_not_exist,
             force_sync_commit,
             resolving_pessimistic_lock,
-            // PROTO-MERGE is_txn_file,
+            is_txn_file,
             ..Default::default()
         };
         let mut status = PlanBuilder::new(Arc::clone(&pd_client), keyspace, request)

@@ -314,6 +314,7 @@ impl<PdC: PdClient> ClientLockResolver<PdC> {
             rollback_if_not_exist: not_found_wait.is_none(),
             force_sync_commit,
             resolving_pessimistic_lock: lock.lock_type == kvrpcpb::Op::PessimisticLock as i32,
+            is_txn_file: lock.is_txn_file,
             ..Default::default()
         };
         let response = self
@@ -378,6 +379,7 @@ impl<PdC: PdClient> ClientLockResolver<PdC> {
                         request: kvrpcpb::ResolveLockRequest {
                             start_version: lock.lock_version,
                             commit_version: commit_ts,
+                            is_txn_file: lock.is_txn_file,
                             ..Default::default()
                         },
                     };
