@@ -92,6 +92,22 @@ pub(crate) async fn key_range_shards<PdC: PdClient>(
         .collect())
 }
 
+/// The shards of a request over one key range: the range cut at Region
+/// boundaries, one shard per piece.
+pub(crate) async fn range_shards<PdC: PdClient>(
+    pd_client: &Arc<PdC>,
+    start: &[u8],
+    end: &[u8],
+) -> Result<Vec<((Vec<u8>, Vec<u8>), RegionWithLeader)>> {
+    let groups = pd_client
+        .group_ranges_by_region(vec![(start.to_vec(), end.to_vec())])
+        .await?;
+    Ok(groups
+        .into_iter()
+        .flat_map(|(region, pieces)| pieces.into_iter().map(move |piece| (piece, region.clone())))
+        .collect())
+}
+
 /// `Shardable` for requests on one key: `Request => key_field`, and, where
 /// given, `keeping { fields }`: every other field but `context`, so the
 /// template leaves the key out (the request is then built with one copy of

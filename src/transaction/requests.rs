@@ -496,15 +496,7 @@ impl Shardable for kvrpcpb::ScanLockRequest {
         pd_client: &Arc<PdC>,
     ) -> Result<Vec<(Self::Shard, RegionWithLeader)>> {
         // Every Region of the range: `limit` is per Region.
-        let groups = pd_client
-            .group_ranges_by_region(vec![(self.start_key.clone(), self.end_key.clone())])
-            .await?;
-        Ok(groups
-            .into_iter()
-            .flat_map(|(region, pieces)| {
-                pieces.into_iter().map(move |piece| (piece, region.clone()))
-            })
-            .collect())
+        crate::request::shard::range_shards(pd_client, &self.start_key, &self.end_key).await
     }
 
     fn apply_shard(&mut self, (start_key, end_key): Self::Shard) {
