@@ -86,8 +86,11 @@ fi
 echo "building the plotting program (release) ..." >&2
 (cd "$here" && CARGO_TARGET_DIR="$perf_target" cargo build --quiet --release --bin plot)
 
+# Relative to the repository root when inside it: the pictures name their
+# data file.
+shown="${data#"$root"/}"
 draw() {
-    (cd "$root" && "$perf_target/release/plot" "$1" --data "$data" --out "$root/docs/img/$2")
+    (cd "$root" && "$perf_target/release/plot" "$1" --data "$shown" --out "docs/img/$2")
 }
 case "$picture" in
     ratios) draw ratios benchmark-ratios.svg ;;
