@@ -313,7 +313,8 @@ fn ratio_panel(
         .flat_map(|(_, _, v)| v.iter().copied())
         .filter(|v| v.is_finite())
         .fold(1.0f64, f64::max)
-        * 1.18;
+        // Room above the bars for the legend.
+        * 1.55;
     let groups = labels.len();
     let mut chart = ChartBuilder::on(area)
         .caption(caption, (FONT, 15))
