@@ -148,16 +148,18 @@ impl Client {
         }
     }
 
-    /// Reads one key (the failover and dead-store scenarios), with a bound.
+    /// Reads one key (the failover and dead-store scenarios).
+    pub async fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>, String> {
+        match self {
+            Client::Plan(c) => c.get(key.to_vec()).await.map_err(|e| e.to_string()),
+            Client::Upstream(c) => c.get(key.to_vec()).await.map_err(|e| e.to_string()),
+            Client::Bare(_) => Err("the bare call has no routing".to_owned()),
+        }
+    }
+
+    /// [`Client::get`] with a bound.
     pub async fn get_within(&self, key: &[u8], bound: Duration) -> Result<Option<Vec<u8>>, String> {
-        let get = async {
-            match self {
-                Client::Plan(c) => c.get(key.to_vec()).await.map_err(|e| e.to_string()),
-                Client::Upstream(c) => c.get(key.to_vec()).await.map_err(|e| e.to_string()),
-                Client::Bare(_) => Err("the bare call has no routing".to_owned()),
-            }
-        };
-        match tokio::time::timeout(bound, get).await {
+        match tokio::time::timeout(bound, self.get(key)).await {
             Ok(result) => result,
             Err(_) => Err(format!("no answer within {bound:?}")),
         }

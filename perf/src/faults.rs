@@ -62,10 +62,121 @@ fn led_from_failing_store(regions: &[RegionLine]) -> Vec<&RegionLine> {
         .collect()
 }
 
+/// How one read of the failover timeline ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReadOutcome {
+    /// The key's value came back.
+    Ok,
+    /// The client returned an error.
+    Error,
+    /// The client answered with something else (no value, another value).
+    Wrong,
+    /// No answer before the trial's cap; the read was given up.
+    Timeout,
+}
+
+impl ReadOutcome {
+    /// The name in the CSV.
+    pub fn name(self) -> &'static str {
+        match self {
+            ReadOutcome::Ok => "ok",
+            ReadOutcome::Error => "error",
+            ReadOutcome::Wrong => "wrong",
+            ReadOutcome::Timeout => "timeout",
+        }
+    }
+}
+
+/// One read of a failover trial.
+#[derive(Debug, Clone)]
+pub struct Read {
+    /// When it started, in seconds relative to the fault (negative: before
+    /// it).
+    pub since_fault: f64,
+    /// How long it took.
+    pub latency: Duration,
+    /// How it ended.
+    pub outcome: ReadOutcome,
+    /// The error or wrong answer, if any.
+    pub error: String,
+}
+
+/// A failover trial: the time to the first success, and every read timed.
+#[derive(Debug, Clone)]
+pub struct Failover {
+    /// How the trial ended.
+    pub outcome: Outcome,
+    /// Every read after the warm-up, in order.
+    pub reads: Vec<Read>,
+}
+
+/// Reads before the fault, for the timeline's baseline.
+const BASELINE: Duration = Duration::from_millis(200);
+/// Reads after the first success, for the timeline.
+const TAIL: Duration = Duration::from_millis(500);
+/// Before the fault and after the first success, a read starts every
+/// `PACE` (the reads in between, the ones timed, go back to back).
+const PACE: Duration = Duration::from_millis(5);
+
+/// One read of `key` that should answer `want`, bounded by `bound`, its
+/// start relative to `origin`.
+async fn timed_read(
+    client: &Client,
+    key: &[u8],
+    want: &[u8],
+    bound: Duration,
+    origin: Instant,
+) -> Read {
+    let sent = Instant::now();
+    let since_fault = if sent >= origin {
+        (sent - origin).as_secs_f64()
+    } else {
+        -(origin - sent).as_secs_f64()
+    };
+    let answer = tokio::time::timeout(bound, client.get(key)).await;
+    let latency = sent.elapsed();
+    let (outcome, error) = match answer {
+        Ok(Ok(Some(v))) if v == want => (ReadOutcome::Ok, String::new()),
+        Ok(Ok(other)) => (
+            ReadOutcome::Wrong,
+            format!("wrong answer {:?}", other.map(|v| v.len())),
+        ),
+        Ok(Err(e)) => (ReadOutcome::Error, e),
+        Err(_) => (ReadOutcome::Timeout, format!("no answer within {bound:?}")),
+    };
+    Read {
+        since_fault,
+        latency,
+        outcome,
+        error,
+    }
+}
+
+/// Reads paced at one per [`PACE`] until `until`, timed from `origin`.
+async fn paced_reads(
+    client: &Client,
+    key: &[u8],
+    want: &[u8],
+    origin: Instant,
+    until: Instant,
+    reads: &mut Vec<Read>,
+) {
+    let mut next = Instant::now();
+    while next < until {
+        reads.push(timed_read(client, key, want, Duration::from_secs(1), origin).await);
+        next += PACE;
+        tokio::time::sleep_until(next.into()).await;
+    }
+}
+
 /// Time to the first successful read of a key after the store leading its
 /// Region goes down (`down STORE`: port closed, connections reset). The
 /// client has read the key once before, so it caches the old leader.
-pub async fn failover(sim_binary: &Path, kind: Kind, cap: Duration) -> Result<Outcome, String> {
+///
+/// Every read is timed for the timeline: [`BASELINE`] of reads before the
+/// fault and [`TAIL`] after the first success, paced at one per [`PACE`],
+/// and in between the reads the table times, back to back.
+pub async fn failover(sim_binary: &Path, kind: Kind, cap: Duration) -> Result<Failover, String> {
     let sim = Sim::start(sim_binary, 8)?;
     let mut control = Control::connect(&sim.control).await?;
     let regions = control.regions().await?;
@@ -87,36 +198,80 @@ pub async fn failover(sim_binary: &Path, kind: Kind, cap: Duration) -> Result<Ou
         other => return Err(format!("warm-up read returned {other:?}")),
     }
 
+    // The baseline, timed from its own start until the fault is known.
+    let mut reads = Vec::new();
+    let baseline_start = Instant::now();
+    paced_reads(
+        &client,
+        &the_key,
+        &the_value,
+        baseline_start,
+        baseline_start + BASELINE,
+        &mut reads,
+    )
+    .await;
+
     control.commands(&stale_transfers(&led)?).await?;
     control.command(&format!("down {FAILING_STORE}")).await?;
     let started = Instant::now();
+    let shift = (started - baseline_start).as_secs_f64();
+    for read in &mut reads {
+        read.since_fault -= shift;
+    }
     let mut attempts = 0u64;
     let mut first_error: Option<String> = None;
     let mut last_error: Option<String> = None;
-    loop {
+    let took = loop {
         let left = cap.saturating_sub(started.elapsed());
         if left.is_zero() {
-            return Ok(Outcome::NotFinished {
-                cap,
-                progress: format!("{attempts} read(s) tried"),
-                errors: error_text(&first_error, &last_error),
+            return Ok(Failover {
+                outcome: Outcome::NotFinished {
+                    cap,
+                    progress: format!("{attempts} read(s) tried"),
+                    errors: error_text(&first_error, &last_error),
+                },
+                reads,
             });
         }
         attempts += 1;
-        match client.get_within(&the_key, left).await {
-            Ok(Some(v)) if v == the_value => {
-                return Ok(Outcome::Finished {
-                    took: started.elapsed(),
-                    detail: format!("{attempts} read(s)"),
-                })
+        let read = timed_read(&client, &the_key, &the_value, left, started).await;
+        let ok = read.outcome == ReadOutcome::Ok;
+        if !ok {
+            last_error = Some(read.error.clone());
+            if first_error.is_none() {
+                first_error = last_error.clone();
             }
-            Ok(other) => last_error = Some(format!("wrong answer {other:?}")),
-            Err(e) => last_error = Some(e),
         }
-        if first_error.is_none() {
-            first_error = last_error.clone();
+        reads.push(read);
+        if ok {
+            break started.elapsed();
         }
-    }
+    };
+    paced_reads(
+        &client,
+        &the_key,
+        &the_value,
+        started,
+        Instant::now() + TAIL,
+        &mut reads,
+    )
+    .await;
+    Ok(Failover {
+        outcome: Outcome::Finished {
+            took,
+            detail: format!("{attempts} read(s)"),
+        },
+        reads,
+    })
+}
+
+/// A dead-store trial: the time until every key is read, and when each was.
+#[derive(Debug, Clone)]
+pub struct DeadStore {
+    /// How the trial ended.
+    pub outcome: Outcome,
+    /// When each key was read, from the store hanging, in order.
+    pub done_at: Vec<Duration>,
 }
 
 /// Time until one key in each of `regions_on_store` Regions, all led from
@@ -129,7 +284,7 @@ pub async fn dead_store(
     regions_on_store: usize,
     tasks: usize,
     cap: Duration,
-) -> Result<Outcome, String> {
+) -> Result<DeadStore, String> {
     // Three stores lead the Regions in turn.
     let sim = Sim::start(sim_binary, regions_on_store * 3)?;
     let mut control = Control::connect(&sim.control).await?;
@@ -196,18 +351,21 @@ pub async fn dead_store(
             at(0.99)
         )
     };
-    if run.read == keys.len() {
-        Ok(Outcome::Finished {
+    let outcome = if run.read == keys.len() {
+        Outcome::Finished {
             took,
             detail: timeline,
-        })
+        }
     } else {
-        Ok(Outcome::NotFinished {
+        Outcome::NotFinished {
             cap,
             progress: format!("{} of {} keys read ({timeline})", run.read, keys.len()),
             errors: error_text(&run.first_error, &run.last_error),
-        })
-    }
+        }
+    };
+    let mut done_at = run.done_at;
+    done_at.sort();
+    Ok(DeadStore { outcome, done_at })
 }
 
 fn error_text(first: &Option<String>, last: &Option<String>) -> String {

@@ -5,12 +5,15 @@
 //! ```text
 //! tikv-plan-perf --sim PATH/TO/tikv-sim [--quick] [--rounds N] [--window-ms MS]
 //!                [--only throughput|faults|failover|dead-store] [--label TEXT]
+//!                [--csv-dir DIR]
 //! ```
 //!
-//! Prints markdown tables on stdout (progress on stderr). `perf/run.sh`
+//! Prints markdown tables on stdout (progress on stderr); with `--csv-dir`
+//! also writes the figures as CSV files there (see `csv.rs`). `perf/run.sh`
 //! builds everything in release and runs it; see `perf/README.md`.
 
 mod clients;
+mod csv;
 mod faults;
 mod report;
 mod sim;
@@ -23,7 +26,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use clients::{Client, Kind};
-use faults::Outcome;
+use faults::{DeadStore, Failover};
 use report::Cell;
 use sim::{Control, Sim};
 use workload::{Layout, Op, Sample};
@@ -53,11 +56,14 @@ struct Plan {
     ops: Vec<Op>,
     /// Only these task counts (`--tasks`), else 1 and 64.
     tasks: Vec<usize>,
+    /// Where to write the CSV files (`--csv-dir`), if anywhere.
+    csv_dir: Option<PathBuf>,
 }
 
 const USAGE: &str = "usage: tikv-plan-perf --sim PATH [--quick] [--rounds N] [--window-ms MS] \
 [--only throughput|faults|failover|dead-store] [--label TEXT] \
-[--clients plan,batched,bare,upstream] [--ops get,put,batch_get,scan] [--tasks 1,64]";
+[--clients plan,batched,bare,upstream] [--ops get,put,batch_get,scan] [--tasks 1,64] \
+[--csv-dir DIR]";
 
 /// The values `--only` takes.
 const ONLY: [&str; 4] = ["throughput", "faults", "failover", "dead-store"];
@@ -72,6 +78,7 @@ fn parse_args(args: impl Iterator<Item = String>) -> Result<Plan, String> {
     let mut clients = None;
     let mut ops = Op::ALL.to_vec();
     let mut tasks = TASKS.to_vec();
+    let mut csv_dir = None;
     let mut args = args.peekable();
     while let Some(flag) = args.next() {
         if flag == "--quick" {
@@ -94,6 +101,7 @@ fn parse_args(args: impl Iterator<Item = String>) -> Result<Plan, String> {
             "--only" if ONLY.contains(&value.as_str()) => only = Some(value),
             "--only" => return Err(format!("--only must be one of {ONLY:?}, not {value:?}")),
             "--label" => label = value,
+            "--csv-dir" => csv_dir = Some(PathBuf::from(&value)),
             "--clients" => clients = Some(list(&value, Kind::parse)?),
             "--ops" => ops = list(&value, Op::parse)?,
             "--tasks" => {
@@ -124,6 +132,7 @@ fn parse_args(args: impl Iterator<Item = String>) -> Result<Plan, String> {
         clients,
         ops,
         tasks,
+        csv_dir,
     })
 }
 
@@ -226,32 +235,39 @@ async fn throughput(plan: &Plan, kinds: &[Kind]) -> Result<BTreeMap<Cell, Vec<Sa
     Ok(results)
 }
 
-/// The failover and dead-store comparisons; each table is printed as soon
-/// as it is complete.
-async fn faults(plan: &Plan, kinds: &[Kind]) -> Result<(), String> {
+/// The failover and dead-store comparisons; each table is printed (and
+/// its CSV file written) as soon as it is complete.
+async fn faults(plan: &Plan, kinds: &[Kind], info: &str) -> Result<(), String> {
     // The bare call does no routing: it has nothing to fail over to.
     let routed: Vec<Kind> = kinds.iter().copied().filter(|k| *k != Kind::Bare).collect();
-    let mut failover: Vec<(Kind, Vec<Outcome>)> = Vec::new();
+    let mut failover: Vec<(Kind, Vec<Failover>)> = Vec::new();
     for &kind in routed.iter().filter(|_| plan.failover) {
-        let mut outcomes = Vec::new();
+        let mut trials = Vec::new();
         for trial in 0..plan.failover_trials {
             eprintln!("failover: {} trial {}", kind.label(), trial + 1);
-            outcomes.push(faults::failover(&plan.sim, kind, plan.failover_cap).await?);
+            trials.push(faults::failover(&plan.sim, kind, plan.failover_cap).await?);
         }
-        failover.push((kind, outcomes));
+        failover.push((kind, trials));
     }
     if plan.failover {
-        println!("{}", report::failover_table(&failover, plan.failover_cap));
+        let outcomes: Vec<_> = failover
+            .iter()
+            .map(|(k, t)| (*k, t.iter().map(|f| f.outcome.clone()).collect()))
+            .collect();
+        println!("{}", report::failover_table(&outcomes, plan.failover_cap));
+        if let Some(dir) = &plan.csv_dir {
+            csv::write_family(dir, "failover", &csv::failover(&failover), info)?;
+        }
     }
     if !plan.dead_store {
         return Ok(());
     }
-    let mut dead: Vec<(Kind, Vec<Outcome>)> = Vec::new();
+    let mut dead: Vec<(Kind, Vec<DeadStore>)> = Vec::new();
     for &kind in &routed {
-        let mut outcomes = Vec::new();
+        let mut trials = Vec::new();
         for trial in 0..plan.dead_store_trials {
             eprintln!("dead store: {} trial {}", kind.label(), trial + 1);
-            outcomes.push(
+            trials.push(
                 faults::dead_store(
                     &plan.sim,
                     kind,
@@ -262,13 +278,67 @@ async fn faults(plan: &Plan, kinds: &[Kind]) -> Result<(), String> {
                 .await?,
             );
         }
-        dead.push((kind, outcomes));
+        dead.push((kind, trials));
     }
+    let outcomes: Vec<_> = dead
+        .iter()
+        .map(|(k, t)| (*k, t.iter().map(|d| d.outcome.clone()).collect()))
+        .collect();
     println!(
         "{}",
-        report::dead_store_table(&dead, plan.dead_store_regions, plan.dead_store_cap)
+        report::dead_store_table(&outcomes, plan.dead_store_regions, plan.dead_store_cap)
     );
+    if let Some(dir) = &plan.csv_dir {
+        csv::write_family(
+            dir,
+            "dead-store",
+            &csv::dead_store(&dead, plan.dead_store_regions),
+            info,
+        )?;
+    }
     Ok(())
+}
+
+/// The run's label, machine and settings, for the `-run.csv` files.
+fn run_info(plan: &Plan, machine: &str, kinds: &[Kind]) -> String {
+    let families: Vec<&str> = [
+        (plan.throughput, "throughput"),
+        (plan.failover, "failover"),
+        (plan.dead_store, "dead-store"),
+    ]
+    .iter()
+    .filter(|(on, _)| *on)
+    .map(|(_, name)| *name)
+    .collect();
+    let joined = |items: Vec<String>| items.join(" ");
+    csv::run_info(&[
+        ("label", plan.label.clone()),
+        ("machine", machine.to_owned()),
+        ("quick", plan.quick.to_string()),
+        ("families", families.join(" ")),
+        (
+            "clients",
+            joined(kinds.iter().map(|k| k.label().to_owned()).collect()),
+        ),
+        ("rounds", plan.rounds.to_string()),
+        ("window_ms", plan.window.as_millis().to_string()),
+        (
+            "ops",
+            joined(plan.ops.iter().map(|o| o.name().to_owned()).collect()),
+        ),
+        (
+            "tasks",
+            joined(plan.tasks.iter().map(usize::to_string).collect()),
+        ),
+        ("failover_trials", plan.failover_trials.to_string()),
+        ("failover_cap_s", plan.failover_cap.as_secs().to_string()),
+        ("dead_store_trials", plan.dead_store_trials.to_string()),
+        ("dead_store_regions", plan.dead_store_regions.to_string()),
+        (
+            "dead_store_cap_s",
+            plan.dead_store_cap.as_secs().to_string(),
+        ),
+    ])
 }
 
 async fn run(plan: Plan) -> Result<(), String> {
@@ -284,22 +354,21 @@ async fn run(plan: Plan) -> Result<(), String> {
         }
         None => Kind::all(),
     };
+    let machine = machine();
     println!(
         "{}",
-        report::header(
-            &plan.label,
-            &machine(),
-            plan.quick,
-            plan.rounds,
-            plan.window
-        )
+        report::header(&plan.label, &machine, plan.quick, plan.rounds, plan.window)
     );
+    let info = run_info(&plan, &machine, &kinds);
     if plan.throughput {
         let results = throughput(&plan, &kinds).await?;
         println!("{}", report::throughput_table(&results, &kinds));
+        if let Some(dir) = &plan.csv_dir {
+            csv::write_family(dir, "throughput", &csv::throughput(&results, &kinds), &info)?;
+        }
     }
     if plan.failover || plan.dead_store {
-        faults(&plan, &kinds).await?;
+        faults(&plan, &kinds, &info).await?;
     }
     Ok(())
 }
@@ -358,5 +427,8 @@ mod tests {
         assert!(!only.throughput && only.failover && only.dead_store && only.rounds == 3);
         let dead = parse_args(args("--sim x --only dead-store")).unwrap();
         assert!(!dead.throughput && !dead.failover && dead.dead_store);
+        assert!(dead.csv_dir.is_none());
+        let csv = parse_args(args("--sim x --csv-dir out")).unwrap();
+        assert_eq!(csv.csv_dir, Some(PathBuf::from("out")));
     }
 }

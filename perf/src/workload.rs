@@ -50,6 +50,16 @@ impl Op {
         }
     }
 
+    /// The name `--ops` takes (and the CSV files use).
+    pub fn name(self) -> &'static str {
+        match self {
+            Op::Get => "get",
+            Op::Put => "put",
+            Op::BatchGet => "batch_get",
+            Op::Scan => "scan",
+        }
+    }
+
     /// The name shown in tables.
     pub fn label(self) -> &'static str {
         match self {

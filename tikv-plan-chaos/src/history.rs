@@ -314,6 +314,11 @@ impl Recorder {
         }
     }
 
+    /// When the recorder was made: time zero of its records.
+    pub fn started(&self) -> Instant {
+        self.start
+    }
+
     /// Microseconds since the recorder was made.
     pub fn now(&self) -> u64 {
         u64::try_from(self.start.elapsed().as_micros()).unwrap_or(u64::MAX)

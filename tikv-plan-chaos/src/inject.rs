@@ -245,6 +245,38 @@ impl InjectorConfig {
     }
 }
 
+/// One fault as applied: when, to what, and when it was lifted. Times are
+/// microseconds since an origin the caller picks
+/// ([`Injector::windows_since`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FaultWindow {
+    /// The kind.
+    pub kind: FaultKind,
+    /// What it was applied to (`store 2`, `region 12 to store 3`, `PD
+    /// member 1`, …).
+    pub target: String,
+    /// When it was applied.
+    pub start: u64,
+    /// When it was lifted: the same as `start` for a fault that is not
+    /// healed (a leader transfer, a split, a dropped response order, a PD
+    /// leader change, a TSO jump), and for a healable one the moment its
+    /// heal ran (the last at the end of the run).
+    pub end: u64,
+    /// True for the kinds that last until healed.
+    pub healable: bool,
+}
+
+/// A fault as the injector logs it, in its own clock.
+#[derive(Debug, Clone)]
+struct Applied {
+    kind: FaultKind,
+    target: String,
+    start: Instant,
+    /// When its heal ran; `None` until then, and for kinds not healed.
+    end: Option<Instant>,
+    healable: bool,
+}
+
 /// A fault that is undone later.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Heal {
@@ -268,7 +300,10 @@ pub struct Injector {
     rng: fastrand::Rng,
     config: InjectorConfig,
     counts: BTreeMap<FaultKind, u64>,
-    active: Vec<(Instant, Heal)>,
+    /// Faults to heal: when, how, and the index of the fault in `log`.
+    active: Vec<(Instant, Heal, usize)>,
+    /// Every fault applied, in order.
+    log: Vec<Applied>,
     splits: usize,
     /// Kinds not applied yet: tried first, in turn, so a short run still
     /// applies every kind.
@@ -289,6 +324,7 @@ impl Injector {
             config,
             counts: BTreeMap::new(),
             active: Vec::new(),
+            log: Vec::new(),
             splits: 0,
         }
     }
@@ -296,6 +332,25 @@ impl Injector {
     /// Faults applied so far, by kind.
     pub fn counts(&self) -> &BTreeMap<FaultKind, u64> {
         &self.counts
+    }
+
+    /// Every fault applied so far, in order, with times in microseconds
+    /// since `origin` (a fault applied before it starts at 0). A healable
+    /// fault not healed yet ends when it started.
+    pub fn windows_since(&self, origin: Instant) -> Vec<FaultWindow> {
+        let micros = |at: Instant| {
+            u64::try_from(at.saturating_duration_since(origin).as_micros()).unwrap_or(u64::MAX)
+        };
+        self.log
+            .iter()
+            .map(|a| FaultWindow {
+                kind: a.kind,
+                target: a.target.clone(),
+                start: micros(a.start),
+                end: micros(a.end.unwrap_or(a.start)).max(micros(a.start)),
+                healable: a.healable,
+            })
+            .collect()
     }
 
     fn draw(&mut self, range: (Duration, Duration)) -> Duration {
@@ -322,9 +377,9 @@ impl Injector {
         let (due, keep): (Vec<_>, Vec<_>) = self
             .active
             .drain(..)
-            .partition(|(at, _)| everything || *at <= now);
+            .partition(|(at, _, _)| everything || *at <= now);
         self.active = keep;
-        for (_, heal) in due {
+        for (_, heal, index) in due {
             match heal {
                 Heal::StoreUp(s) => {
                     if let Err(e) = cluster.store_up(s).await {
@@ -346,6 +401,9 @@ impl Injector {
                         }
                     }
                 }
+            }
+            if let Some(applied) = self.log.get_mut(index) {
+                applied.end = Some(Instant::now());
             }
         }
     }
@@ -397,7 +455,7 @@ impl Injector {
     }
 
     fn store_is_free(&self, store: u64, same: fn(Heal, u64) -> bool) -> bool {
-        !self.active.iter().any(|(_, h)| same(*h, store))
+        !self.active.iter().any(|(_, h, _)| same(*h, store))
     }
 
     fn random_store(&mut self, cluster: &SimCluster) -> Option<u64> {
@@ -429,10 +487,14 @@ impl Injector {
     async fn inject_one(&mut self, cluster: &SimCluster) {
         let Some(kind) = self.pick_kind() else { return };
         let heal_at = Instant::now() + self.draw(self.config.duration);
-        let applied = match kind {
+        // The fault's index in the log, should it be applied.
+        let index = self.log.len();
+        let started = Instant::now();
+        // What the fault was applied to; `None`: not applied.
+        let target: Option<String> = match kind {
             FaultKind::StoreDown | FaultKind::HangConnect | FaultKind::HangRespond => {
-                if self.active.iter().any(|(_, h)| h.stops_store()) {
-                    false
+                if self.active.iter().any(|(_, h, _)| h.stops_store()) {
+                    None
                 } else if let Some(store) = self.random_store(cluster) {
                     let heal = match kind {
                         FaultKind::StoreDown => {
@@ -448,20 +510,20 @@ impl Injector {
                             Heal::Unhang(store)
                         }
                     };
-                    self.active.push((heal_at, heal));
-                    true
+                    self.active.push((heal_at, heal, index));
+                    Some(format!("store {store}"))
                 } else {
-                    false
+                    None
                 }
             }
             FaultKind::Slow => match self.random_store(cluster) {
                 Some(store) if self.store_is_free(store, |h, s| h == Heal::Unslow(s)) => {
                     let delay = Duration::from_millis(self.rng.u64(5..=80));
                     cluster.store_slow(store, delay);
-                    self.active.push((heal_at, Heal::Unslow(store)));
-                    true
+                    self.active.push((heal_at, Heal::Unslow(store), index));
+                    Some(format!("store {store} +{} ms", delay.as_millis()))
                 }
-                _ => false,
+                _ => None,
             },
             FaultKind::BusyZero | FaultKind::BusyWait => match self.random_store(cluster) {
                 Some(store) if self.store_is_free(store, |h, s| h == Heal::Unbusy(s)) => {
@@ -471,10 +533,10 @@ impl Injector {
                         self.rng.u32(10..=300)
                     };
                     cluster.store_busy(store, Some(wait));
-                    self.active.push((heal_at, Heal::Unbusy(store)));
-                    true
+                    self.active.push((heal_at, Heal::Unbusy(store), index));
+                    Some(format!("store {store} wait {wait} ms"))
                 }
-                _ => false,
+                _ => None,
             },
             FaultKind::TransferFresh | FaultKind::TransferStale => {
                 let Some(region) = self.random_region(cluster) else {
@@ -486,12 +548,13 @@ impl Injector {
                     .filter(|s| Some(*s) != leader)
                     .collect();
                 if others.is_empty() {
-                    false
+                    None
                 } else {
                     let to = others[self.rng.usize(0..others.len())];
                     cluster
                         .transfer_leader(region, to, kind == FaultKind::TransferFresh)
                         .is_ok()
+                        .then(|| format!("region {region} to store {to}"))
                 }
             }
             FaultKind::ColdAccept | FaultKind::ColdNotLeaderFirst => {
@@ -505,21 +568,21 @@ impl Injector {
                 };
                 let done = cluster.make_cold(region, mode).is_ok();
                 if done {
-                    self.active.push((heal_at, Heal::Warm(region)));
+                    self.active.push((heal_at, Heal::Warm(region), index));
                 }
-                done
+                done.then(|| format!("region {region}"))
             }
             FaultKind::Split => {
                 if self.splits >= self.config.max_splits {
-                    false
+                    None
                 } else {
                     match self.random_key() {
                         Some(key) => {
                             let done = cluster.split_region(&key).is_ok();
                             self.splits += usize::from(done);
-                            done
+                            done.then(|| format!("at {}", String::from_utf8_lossy(&key)))
                         }
-                        None => false,
+                        None => None,
                     }
                 }
             }
@@ -528,34 +591,40 @@ impl Injector {
                 let leader = cluster.pd_leader_index();
                 let candidates: Vec<usize> = (0..members)
                     .filter(|m| {
-                        *m != leader && !self.active.iter().any(|(_, h)| *h == Heal::PdUp(*m))
+                        *m != leader && !self.active.iter().any(|(_, h, _)| *h == Heal::PdUp(*m))
                     })
                     .collect();
                 if candidates.is_empty() {
-                    false
+                    None
                 } else {
                     let to = candidates[self.rng.usize(0..candidates.len())];
-                    cluster.pd_transfer_leader(to).is_ok()
+                    cluster
+                        .pd_transfer_leader(to)
+                        .is_ok()
+                        .then(|| format!("PD member {to}"))
                 }
             }
             FaultKind::PdMemberDown => {
                 let members = cluster.pd_endpoints().len();
-                let any_down = self.active.iter().any(|(_, h)| matches!(h, Heal::PdUp(_)));
+                let any_down = self
+                    .active
+                    .iter()
+                    .any(|(_, h, _)| matches!(h, Heal::PdUp(_)));
                 if members < 2 || any_down {
-                    false
+                    None
                 } else {
                     let member = self.rng.usize(0..members);
                     let done = cluster.pd_member_down(member).await.is_ok();
                     if done {
-                        self.active.push((heal_at, Heal::PdUp(member)));
+                        self.active.push((heal_at, Heal::PdUp(member), index));
                     }
-                    done
+                    done.then(|| format!("PD member {member}"))
                 }
             }
             FaultKind::TsoJump => {
                 let by = Duration::from_secs(self.rng.u64(1..=30));
                 cluster.advance_tso_clock(by);
-                true
+                Some(format!("+{} s", by.as_secs()))
             }
             drop_kind => {
                 let method = drop_kind.dropped_method().unwrap_or("raw_put");
@@ -571,14 +640,26 @@ impl Injector {
                     None => self.random_store(cluster),
                 };
                 match store {
-                    Some(s) => cluster.drop_next_response(s, method).is_ok(),
-                    None => false,
+                    Some(s) => cluster
+                        .drop_next_response(s, method)
+                        .is_ok()
+                        .then(|| format!("store {s}")),
+                    None => None,
                 }
             }
         };
-        if applied {
+        if let Some(target) = target {
             *self.counts.entry(kind).or_insert(0) += 1;
             self.untried.retain(|k| *k != kind);
+            // A healable fault's end is set when its heal runs.
+            let healable = self.active.iter().any(|(_, _, i)| *i == index);
+            self.log.push(Applied {
+                kind,
+                target,
+                start: started,
+                end: None,
+                healable,
+            });
         }
     }
 }

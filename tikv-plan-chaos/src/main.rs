@@ -12,7 +12,9 @@
 //! expect violations), `--max-states N` (the checker's search budget per
 //! key; a key that needs more is reported undecided), `--batched`,
 //! `--dump FILE` (the history of every key that is not clean, one
-//! operation a line).
+//! operation a line), `--timeline FILE` (the whole run as CSV: every
+//! fault with its start and end, every operation with its start,
+//! duration, kind and outcome; see `ChaosReport::timeline_csv`).
 //!
 //! `txn`: list-append, bank and long pessimistic transactions while every
 //! fault (TSO jumps and dropped transactional answers included) is injected
@@ -73,12 +75,17 @@ async fn run_raw(args: Vec<String>) -> bool {
         ..ChaosConfig::default()
     };
     let mut dump: Option<String> = None;
+    let mut timeline: Option<String> = None;
     let mut args = args.into_iter();
     while let Some(arg) = args.next() {
         match arg.as_str() {
             "--seed" => config.seed = parse(&arg, args.next()),
             "--seconds" => config.duration = Duration::from_secs(parse(&arg, args.next())),
             "--tasks" => config.tasks = parse(&arg, args.next()),
+            "--timeline" => match args.next() {
+                Some(path) => timeline = Some(path),
+                None => fail("--timeline needs a file name"),
+            },
             "--keys" => config.keys = parse(&arg, args.next()),
             "--hot-keys" => config.hot_keys = parse(&arg, args.next()),
             "--at-least-once" => config.at_least_once_writes = true,
@@ -129,6 +136,11 @@ async fn run_raw(args: Vec<String>) -> bool {
             }
         }
         if let Err(e) = std::fs::write(&path, text) {
+            eprintln!("could not write {path}: {e}");
+        }
+    }
+    if let Some(path) = timeline {
+        if let Err(e) = std::fs::write(&path, report.timeline_csv()) {
             eprintln!("could not write {path}: {e}");
         }
     }

@@ -454,6 +454,23 @@ async fn a_short_seeded_chaos_run_is_linearizable() {
     }
     assert!(report.drops_fired > 0, "{}", report.summary());
     assert!(report.ops >= 12 * 9, "{}", report.summary());
+    // The timeline holds every fault applied; a healable one ends when it
+    // was healed, before the reads after healing.
+    assert_eq!(report.fault_windows.len() as u64, report.total_faults());
+    let last = report
+        .history
+        .iter()
+        .filter_map(|r| r.complete)
+        .max()
+        .unwrap_or(0);
+    for w in &report.fault_windows {
+        assert!(w.start <= w.end && w.end <= last, "{w:?}");
+        assert!(w.healable || w.start == w.end, "{w:?}");
+    }
+    assert!(report
+        .fault_windows
+        .iter()
+        .any(|w| w.healable && w.end > w.start));
     // Every operation kind was tried (each task starts with one of each).
     for name in [
         "get",
