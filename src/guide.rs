@@ -29,12 +29,7 @@ pub mod production {}
 #[doc = include_str!("../docs/using.md")]
 pub mod using {}
 
-// Its first examples use the `mock` feature.
-#[cfg_attr(feature = "mock", doc = include_str!("../docs/testing.md"))]
-#[cfg_attr(
-    not(feature = "mock"),
-    doc = "Testing an application (`docs/testing.md`; shown with the `mock` feature)."
-)]
+#[doc = include_str!("../docs/testing.md")]
 pub mod testing {}
 
 #[doc = include_str!("../docs/observability.md")]
