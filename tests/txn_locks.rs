@@ -535,18 +535,14 @@ async fn a_hand_built_read_resolves_locks_in_client_rusts_order() {
         let ts = Timestamp::from_version(cluster.current_ts());
         async move {
             // client-rust's order: the stage under the retry stage.
-            PlanBuilder::new(
-                pd,
-                Keyspace::Disable,
-                new_get_request(key.into(), ts.clone()),
-            )
-            .resolve_lock(ts, lock_backoff, Keyspace::Disable)
-            .retry_multi_region(Backoff::no_jitter_backoff(2, 500, 10))
-            .merge(CollectSingle)
-            .post_process_default()
-            .plan()
-            .execute()
-            .await
+            PlanBuilder::new(pd, Keyspace::Disable, new_get_request(key.into(), ts))
+                .resolve_lock(ts, lock_backoff, Keyspace::Disable)
+                .retry_multi_region(Backoff::no_jitter_backoff(2, 500, 10))
+                .merge(CollectSingle)
+                .post_process_default()
+                .plan()
+                .execute()
+                .await
         }
     };
     // Without a lock backoff nothing is resolved: the lock is the error.
