@@ -17,6 +17,7 @@ mod csv;
 mod faults;
 mod report;
 mod sim;
+mod stats;
 mod workload;
 
 use std::collections::BTreeMap;

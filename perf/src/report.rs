@@ -4,6 +4,8 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::time::Duration;
 
+pub use crate::stats::median;
+
 use crate::clients::Kind;
 use crate::faults::Outcome;
 use crate::workload::{Op, Sample, KEY_LEN, VALUE_LEN};
@@ -17,22 +19,6 @@ pub struct Cell {
     pub tasks: usize,
     /// The client.
     pub kind: Kind,
-}
-
-/// Median of `values` (mean of the middle two for an even count); NaN
-/// when empty.
-pub fn median(values: &[f64]) -> f64 {
-    let mut v: Vec<f64> = values.iter().copied().filter(|x| x.is_finite()).collect();
-    if v.is_empty() {
-        return f64::NAN;
-    }
-    v.sort_by(f64::total_cmp);
-    let n = v.len();
-    if n % 2 == 1 {
-        v[n / 2]
-    } else {
-        (v[n / 2 - 1] + v[n / 2]) / 2.0
-    }
 }
 
 /// The four metrics compared, as functions of a sample: ops/s, p50 (µs),

@@ -146,11 +146,12 @@ pub(crate) struct ClientLockResolver<PdC: PdClient> {
 }
 
 impl<PdC: PdClient> ClientLockResolver<PdC> {
-    /// A resolver over `pd` (a transactional client's, which encodes keys).
-    /// Its requests carry `keyspace` in their context; lock keys are used
-    /// as TiKV reports them (with the keyspace prefix). Crate-private: a
-    /// resolver over a PD client that does not encode keys would look for
-    /// the locks' Regions by their raw bytes.
+    /// A resolver over `pd`: the transactional client's (which encodes
+    /// keys), or the PD client of a plan built with
+    /// [`PlanBuilder::resolve_lock`](super::PlanBuilder::resolve_lock),
+    /// which locates lock keys as it locates the plan's own. Its requests
+    /// carry `keyspace` in their context; lock keys are used as TiKV
+    /// reports them (with the keyspace prefix).
     pub(crate) fn new(
         pd: Arc<PdC>,
         routing: Arc<RoutingState>,

@@ -41,16 +41,9 @@ fn take_lock(error: &mut Option<kvrpcpb::KeyError>) -> Option<kvrpcpb::LockInfo>
     None
 }
 
-/// Takes the locks out of `response`'s key errors; a `ScanLock` answer
-/// gives the locks it lists too (they are what it reports, as in
-/// client-rust).
-fn take_locks<R: KvResponse + 'static>(response: &mut R) -> Vec<kvrpcpb::LockInfo> {
+/// Takes the locks out of `response`'s key errors.
+fn take_locks<R: KvResponse>(response: &mut R) -> Vec<kvrpcpb::LockInfo> {
     let mut locks = Vec::new();
-    if let Some(scan) =
-        (response as &mut dyn std::any::Any).downcast_mut::<kvrpcpb::ScanLockResponse>()
-    {
-        locks.append(&mut scan.locks);
-    }
     if let Some(one) = response.key_error_mut() {
         locks.extend(take_lock(one));
     }
@@ -84,12 +77,30 @@ macro_rules! response_checks {
             }
         }
 
+        has_locks!($resp);
+    )*};
+}
+
+/// `HasLocks` for one response: the locks in its key errors; a `ScanLock`
+/// answer gives the locks it lists as well (what it reports, as in
+/// client-rust).
+macro_rules! has_locks {
+    (ScanLockResponse) => {
+        impl HasLocks for kvrpcpb::ScanLockResponse {
+            fn take_locks(&mut self) -> Vec<kvrpcpb::LockInfo> {
+                let mut locks = std::mem::take(&mut self.locks);
+                locks.extend(take_locks(self));
+                locks
+            }
+        }
+    };
+    ($resp:ident) => {
         impl HasLocks for kvrpcpb::$resp {
             fn take_locks(&mut self) -> Vec<kvrpcpb::LockInfo> {
                 take_locks(self)
             }
         }
-    )*};
+    };
 }
 
 tikv_plan_proto::kv_methods!(response_checks);

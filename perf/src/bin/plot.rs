@@ -18,9 +18,13 @@ use std::error::Error;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
+#[path = "../stats.rs"]
+mod stats;
+
 use plotters::coord::Shift;
 use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
+use stats::median;
 
 type Result<T> = std::result::Result<T, Box<dyn Error>>;
 
@@ -155,21 +159,6 @@ fn run_info(data: &Path, family: &str) -> BTreeMap<String, String> {
 
 // ---------------------------------------------------------------------------
 // Small numeric helpers.
-
-/// Median of the finite values; NaN when there are none.
-fn median(values: &[f64]) -> f64 {
-    let mut v: Vec<f64> = values.iter().copied().filter(|x| x.is_finite()).collect();
-    if v.is_empty() {
-        return f64::NAN;
-    }
-    v.sort_by(f64::total_cmp);
-    let n = v.len();
-    if n % 2 == 1 {
-        v[n / 2]
-    } else {
-        (v[n / 2 - 1] + v[n / 2]) / 2.0
-    }
-}
 
 /// Nearest-rank percentile of the values (sorted here).
 fn percentile(values: &mut [f64], p: f64) -> f64 {
