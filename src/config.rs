@@ -37,17 +37,54 @@ pub const DEFAULT_BATCH_MAX_WAIT: Duration = Duration::ZERO;
 
 /// How requests travel to a store. In a configuration file: `"unary"` or
 /// `"batched"`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+///
+/// The default is [`RpcMode::Batched`]. The environment variable
+/// `TIKV_PLAN_RPC_MODE` (`unary` or `batched`), read once per process,
+/// changes the default without a rebuild; a mode set in code
+/// ([`Config::with_rpc_mode`]) or in a configuration file wins over it.
+///
+/// ```
+/// use tikv_plan::{Config, RpcMode};
+/// // Opting out of the batched transport:
+/// let config = Config::default().with_rpc_mode(RpcMode::Unary);
+/// assert_eq!(config.rpc_mode, RpcMode::Unary);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum RpcMode {
     /// One gRPC call per request (client-rust's transport).
-    #[default]
     Unary,
     /// Requests share long-lived `tikvpb.Tikv/BatchCommands` streams, several
     /// per message under load (client-go's default transport). Requests the
     /// batch protocol has no case for (compare-and-swap, TTL reads,
     /// checksums, destroy range) still go as unary calls.
     Batched,
+}
+
+/// The environment variable that sets [`RpcMode::default`].
+const RPC_MODE_ENV: &str = "TIKV_PLAN_RPC_MODE";
+
+impl Default for RpcMode {
+    fn default() -> Self {
+        static DEFAULT: std::sync::OnceLock<RpcMode> = std::sync::OnceLock::new();
+        *DEFAULT.get_or_init(|| rpc_mode_from_env(std::env::var(RPC_MODE_ENV).ok().as_deref()))
+    }
+}
+
+/// The default transport given the value of `TIKV_PLAN_RPC_MODE`; an
+/// unknown value is reported in the log and leaves the default batched.
+fn rpc_mode_from_env(value: Option<&str>) -> RpcMode {
+    match value.map(str::trim) {
+        None | Some("") => RpcMode::Batched,
+        Some(v) if v.eq_ignore_ascii_case("unary") => RpcMode::Unary,
+        Some(v) if v.eq_ignore_ascii_case("batched") => RpcMode::Batched,
+        Some(other) => {
+            tracing::warn!(
+                "{RPC_MODE_ENV}={other:?} is neither \"unary\" nor \"batched\"; using the batched transport"
+            );
+            RpcMode::Batched
+        }
+    }
 }
 
 /// Paths of the PEM files for TLS. With only `ca_path` the client checks the
@@ -190,7 +227,7 @@ impl Default for Config {
             request_deadline: DEFAULT_REQUEST_DEADLINE,
             at_least_once_writes: false,
             region_cache_capacity: DEFAULT_REGION_CACHE_CAPACITY,
-            rpc_mode: RpcMode::Unary,
+            rpc_mode: RpcMode::default(),
             batch_max_size: DEFAULT_BATCH_MAX_SIZE,
             batch_streams_per_store: DEFAULT_BATCH_STREAMS_PER_STORE,
             batch_max_wait: DEFAULT_BATCH_MAX_WAIT,
@@ -317,5 +354,19 @@ impl Config {
         self.shared_busy_probe = false;
         self.single_flight_connect = false;
         self
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_environment_sets_the_default_transport() {
+        assert_eq!(rpc_mode_from_env(None), RpcMode::Batched);
+        assert_eq!(rpc_mode_from_env(Some("")), RpcMode::Batched);
+        assert_eq!(rpc_mode_from_env(Some(" Unary ")), RpcMode::Unary);
+        assert_eq!(rpc_mode_from_env(Some("batched")), RpcMode::Batched);
+        assert_eq!(rpc_mode_from_env(Some("grpc")), RpcMode::Batched);
     }
 }

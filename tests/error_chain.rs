@@ -286,6 +286,10 @@ async fn undetermined_wraps_its_cause() {
         "{:?}",
         texts(&err)
     );
+    // The connection's own failure ends the chain: an io::Error, or (when
+    // the reset came while a response body was read, as on a BatchCommands
+    // stream) h2's error holding one, which it does not give as a source.
+    let root = texts(&err).pop().unwrap_or_default();
     assert!(
         matches!(
             io_kind(&err),
@@ -294,7 +298,7 @@ async fn undetermined_wraps_its_cause() {
                     | io::ErrorKind::ConnectionReset
                     | io::ErrorKind::UnexpectedEof
             )
-        ),
+        ) || ["connection reset", "broken pipe", "unexpected end of file"].contains(&root.as_str()),
         "{:?}",
         texts(&err)
     );

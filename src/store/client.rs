@@ -46,7 +46,7 @@ impl TikvConnect {
             timeout,
             connect_timeout,
             max_decoding_message_size: DEFAULT_GRPC_MAX_DECODING_MESSAGE_SIZE,
-            rpc_mode: RpcMode::Unary,
+            rpc_mode: RpcMode::default(),
             batch: BatchOptions::default(),
         }
     }

@@ -120,7 +120,7 @@ impl Default for ChaosConfig {
             pd_members: 3,
             regions: 4,
             at_least_once_writes: false,
-            rpc_mode: tikv_plan::RpcMode::Unary,
+            rpc_mode: tikv_plan::RpcMode::default(),
             short_timeout: Duration::from_millis(250),
             short_deadline: Duration::from_secs(3),
             faults: InjectorConfig::all_kinds(),

@@ -136,7 +136,7 @@ impl Default for TxnChaosConfig {
             stores: 3,
             pd_members: 3,
             regions: 4,
-            rpc_mode: tikv_plan::RpcMode::Unary,
+            rpc_mode: tikv_plan::RpcMode::default(),
             timeout: Duration::from_millis(250),
             deadline: Duration::from_secs(3),
             faults: InjectorConfig::txn_kinds(),

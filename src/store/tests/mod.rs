@@ -7,6 +7,7 @@ mod net;
 mod rpc_timeout;
 mod stream_reset;
 mod transport_classes;
+mod transport_matrix;
 mod typed_call;
 
 use prost::Message;

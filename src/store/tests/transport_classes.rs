@@ -203,12 +203,15 @@ async fn raw_get(client: &mut TikvClient<tonic::transport::Channel>) -> tonic::S
         .expect_err("the test server fails the first request")
 }
 
+/// A unary connector: these tests pin what tonic reports for one call
+/// (`transport_matrix.rs` holds the batched transport to the same classes).
 fn connector(timeout: Duration, connect_timeout: Duration) -> TikvConnect {
     TikvConnect::new(
         Arc::new(SecurityManager::plaintext()),
         timeout,
         connect_timeout,
     )
+    .with_rpc_mode(crate::RpcMode::Unary, Default::default())
 }
 
 #[tokio::test]
