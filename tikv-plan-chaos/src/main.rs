@@ -10,8 +10,9 @@
 //! linearizability check. Options: `--seed N`, `--seconds N`, `--tasks N`,
 //! `--keys N`, `--hot-keys N`, `--at-least-once` (clients re-send writes;
 //! expect violations), `--max-states N` (the checker's search budget per
-//! key; a key that needs more is reported undecided), `--batched`,
-//! `--dump FILE` (the history of every key that is not clean, one
+//! key; a key that needs more is reported undecided), `--batched` or
+//! `--unary` (the transport; by default `TIKV_PLAN_RPC_MODE`'s, else
+//! batched), `--dump FILE` (the history of every key that is not clean, one
 //! operation a line), `--timeline FILE` (the whole run as CSV: every
 //! fault with its start and end, every operation with its start,
 //! duration, kind and outcome; see `ChaosReport::timeline_csv`).
@@ -21,7 +22,8 @@
 //! and healed, then a check of the history for lost updates, aborted or
 //! intermediate reads, cycles and broken invariants. Options: `--seed N`,
 //! `--seconds N`, `--tasks N` (list and bank tasks), `--long-tasks N`,
-//! `--batched`, `--dump FILE` (the whole history, one transaction a line).
+//! `--batched` or `--unary`, `--dump FILE` (the whole history, one
+//! transaction a line).
 //!
 //! The last line of output is the counts.
 
@@ -91,6 +93,7 @@ async fn run_raw(args: Vec<String>) -> bool {
             "--at-least-once" => config.at_least_once_writes = true,
             "--max-states" => config.check.max_states_per_key = parse(&arg, args.next()),
             "--batched" => config.rpc_mode = RpcMode::Batched,
+            "--unary" => config.rpc_mode = RpcMode::Unary,
             "--dump" => dump = args.next(),
             other => fail(&format!("unknown option {other}")),
         }
@@ -162,6 +165,7 @@ async fn run_txn(args: Vec<String>) -> bool {
             "--tasks" => config.tasks = parse(&arg, args.next()),
             "--long-tasks" => config.long_tasks = parse(&arg, args.next()),
             "--batched" => config.rpc_mode = RpcMode::Batched,
+            "--unary" => config.rpc_mode = RpcMode::Unary,
             "--dump" => dump = args.next(),
             other => fail(&format!("unknown option {other}")),
         }
