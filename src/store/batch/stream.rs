@@ -188,7 +188,7 @@ impl BatchStream {
     /// the written ones keep waiting for their answers until their own
     /// deadlines (a unary call in the same state would too).
     pub(super) fn retire(&self) {
-        let (resend, waker) = {
+        let (resend, waker, idle) = {
             let mut core = lock(&self.core);
             if core.closed {
                 return;
@@ -199,8 +199,13 @@ impl BatchStream {
                 .into_iter()
                 .filter_map(|id| core.waiting.remove(&id))
                 .collect();
-            (resend, core.waker.take())
+            (resend, core.waker.take(), core.waiting.is_empty())
         };
+        if idle {
+            // Nothing written waits for an answer (the stream may never
+            // have opened): stop reading it now.
+            self.stop_reading();
+        }
         tracing::debug!(
             "the BatchCommands stream to {} stopped answering; {} queued requests go elsewhere",
             self.address,
