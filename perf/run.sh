@@ -3,11 +3,9 @@
 # runs tikv-plan-perf, which starts its own tikv-sim child processes and
 # prints markdown tables on stdout (progress on stderr).
 #
-#   perf/run.sh [--quick] [--batched] [--no-csv] [other tikv-plan-perf options]
+#   perf/run.sh [--quick] [--no-csv] [other tikv-plan-perf options]
 #
 # --quick    a smoke run (seconds, not minutes; the numbers mean nothing)
-# --batched  build with the `batched` feature (tikv-plan's RpcMode::Batched;
-#            needs a tikv-plan that has it)
 # --no-csv   write no CSV files (by default the figures also go to
 #            perf/results/*.csv, or to the directory --csv-dir DIR names)
 # Other options go to the program: --rounds N, --window-ms MS,
@@ -22,12 +20,10 @@ root="$(cd "$here/.." && pwd)"
 sim_target="${SIM_TARGET_DIR:-${CARGO_TARGET_DIR:-$root/target}}"
 perf_target="${PERF_TARGET_DIR:-$here/target}"
 
-features=()
 args=()
 csv=("--csv-dir" "$here/results")
 for arg in "$@"; do
     case "$arg" in
-        --batched) features=(--features batched) ;;
         --no-csv) csv=() ;;
         --csv-dir) csv=(); args+=("$arg") ;;
         *) args+=("$arg") ;;
@@ -37,9 +33,9 @@ done
 echo "building tikv-sim (release) ..." >&2
 (cd "$root" && CARGO_TARGET_DIR="$sim_target" cargo build --quiet --release -p tikv-sim --bin tikv-sim)
 echo "building tikv-plan-perf (release) ..." >&2
-(cd "$here" && CARGO_TARGET_DIR="$perf_target" cargo build --quiet --release --bin tikv-plan-perf "${features[@]}")
+(cd "$here" && CARGO_TARGET_DIR="$perf_target" cargo build --quiet --release --bin tikv-plan-perf)
 
 commit="$(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo unknown)"
-label="$(date -u '+%Y-%m-%d %H:%M UTC'), commit $commit${features:+ (feature batched)}"
+label="$(date -u '+%Y-%m-%d %H:%M UTC'), commit $commit"
 exec "$perf_target/release/tikv-plan-perf" --sim "$sim_target/release/tikv-sim" \
     --label "$label" "${csv[@]}" "${args[@]}"

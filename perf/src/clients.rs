@@ -15,10 +15,10 @@ use crate::workload::{Request, VALUE_LEN};
 /// Which client.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Kind {
-    /// `tikv_plan::RawClient` with the default (unary) RPCs.
-    PlanUnary,
-    /// `tikv_plan::RawClient` with `RpcMode::Batched` (feature `batched`).
+    /// tikv-plan's clients with their default transport, `RpcMode::Batched`.
     PlanBatched,
+    /// tikv-plan's clients with `RpcMode::Unary`.
+    PlanUnary,
     /// A tonic `TikvClient` straight at the Region leader, context by hand.
     Bare,
     /// `tikv_client::RawClient` 0.4.0 from crates.io.
@@ -28,20 +28,14 @@ pub enum Kind {
 impl Kind {
     /// The clients this build can run, in table order.
     pub fn all() -> Vec<Kind> {
-        let mut kinds = vec![Kind::PlanUnary];
-        if cfg!(feature = "batched") {
-            kinds.push(Kind::PlanBatched);
-        }
-        kinds.push(Kind::Bare);
-        kinds.push(Kind::Upstream);
-        kinds
+        vec![Kind::PlanBatched, Kind::PlanUnary, Kind::Bare, Kind::Upstream]
     }
 
     /// The client `--clients` names `name`.
     pub fn parse(name: &str) -> Option<Kind> {
         match name {
-            "plan" => Some(Kind::PlanUnary),
-            "batched" => Some(Kind::PlanBatched),
+            "plan" | "batched" => Some(Kind::PlanBatched),
+            "unary" => Some(Kind::PlanUnary),
             "bare" => Some(Kind::Bare),
             "upstream" => Some(Kind::Upstream),
             _ => None,
@@ -51,8 +45,8 @@ impl Kind {
     /// The name shown in tables.
     pub fn label(self) -> &'static str {
         match self {
-            Kind::PlanUnary => "tikv-plan",
             Kind::PlanBatched => "tikv-plan batched",
+            Kind::PlanUnary => "tikv-plan unary",
             Kind::Bare => "bare tonic",
             Kind::Upstream => "tikv-client 0.4.0",
         }
@@ -63,11 +57,17 @@ impl Kind {
 #[derive(Clone)]
 pub enum Client {
     /// tikv-plan, either RPC mode.
-    Plan(tikv_plan::RawClient),
+    Plan(Arc<Pair<tikv_plan::RawClient, tikv_plan::TransactionClient>>),
     /// The bare call: no PD, no cache, no retries.
     Bare(Arc<Bare>),
     /// tikv-client 0.4.0.
-    Upstream(tikv_client::RawClient),
+    Upstream(Arc<Pair<tikv_client::RawClient, tikv_client::TransactionClient>>),
+}
+
+/// A raw and a transactional client of one kind.
+pub struct Pair<R, T> {
+    raw: R,
+    txn: T,
 }
 
 /// One leader route per Region of the benchmark's layout, filled by hand
@@ -86,15 +86,18 @@ impl Client {
         layout_regions: &[RegionLine],
     ) -> Result<Client, String> {
         match kind {
-            Kind::PlanUnary => tikv_plan::RawClient::new(vec![pd.to_owned()])
-                .await
-                .map(Client::Plan)
-                .map_err(|e| format!("tikv-plan cannot connect: {e}")),
-            Kind::PlanBatched => plan_batched(pd).await,
-            Kind::Upstream => tikv_client::RawClient::new(vec![pd.to_owned()])
-                .await
-                .map(Client::Upstream)
-                .map_err(|e| format!("tikv-client cannot connect: {e}")),
+            Kind::PlanBatched => plan(pd, tikv_plan::RpcMode::Batched).await,
+            Kind::PlanUnary => plan(pd, tikv_plan::RpcMode::Unary).await,
+            Kind::Upstream => {
+                let fail = |e: tikv_client::Error| format!("tikv-client cannot connect: {e}");
+                let raw = tikv_client::RawClient::new(vec![pd.to_owned()])
+                    .await
+                    .map_err(fail)?;
+                let txn = tikv_client::TransactionClient::new(vec![pd.to_owned()])
+                    .await
+                    .map_err(fail)?;
+                Ok(Client::Upstream(Arc::new(Pair { raw, txn })))
+            }
             Kind::Bare => {
                 let stores: HashMap<u64, String> = control.stores().await?.into_iter().collect();
                 let mut channels: HashMap<u64, TikvClient<Channel>> = HashMap::new();
@@ -142,8 +145,18 @@ impl Client {
     /// Runs one request and checks its answer.
     pub async fn run(&self, request: &Request<'_>) -> Result<(), String> {
         match self {
-            Client::Plan(c) => plan_run(c, request).await,
-            Client::Upstream(c) => upstream_run(c, request).await,
+            Client::Plan(c) => match request {
+                Request::Txn { .. } | Request::SnapshotGet { .. } => {
+                    plan_txn_run(&c.txn, request).await
+                }
+                _ => plan_run(&c.raw, request).await,
+            },
+            Client::Upstream(c) => match request {
+                Request::Txn { .. } | Request::SnapshotGet { .. } => {
+                    upstream_txn_run(&c.txn, request).await
+                }
+                _ => upstream_run(&c.raw, request).await,
+            },
             Client::Bare(b) => b.run(request).await,
         }
     }
@@ -151,8 +164,8 @@ impl Client {
     /// Reads one key (the failover and dead-store scenarios).
     pub async fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>, String> {
         match self {
-            Client::Plan(c) => c.get(key.to_vec()).await.map_err(|e| e.to_string()),
-            Client::Upstream(c) => c.get(key.to_vec()).await.map_err(|e| e.to_string()),
+            Client::Plan(c) => c.raw.get(key.to_vec()).await.map_err(|e| e.to_string()),
+            Client::Upstream(c) => c.raw.get(key.to_vec()).await.map_err(|e| e.to_string()),
             Client::Bare(_) => Err("the bare call has no routing".to_owned()),
         }
     }
@@ -168,25 +181,40 @@ impl Client {
     /// Writes many pairs (loading the data set).
     pub async fn batch_put(&self, pairs: Vec<(Vec<u8>, Vec<u8>)>) -> Result<(), String> {
         match self {
-            Client::Plan(c) => c.batch_put(pairs).await.map_err(|e| e.to_string()),
-            Client::Upstream(c) => c.batch_put(pairs).await.map_err(|e| e.to_string()),
+            Client::Plan(c) => c.raw.batch_put(pairs).await.map_err(|e| e.to_string()),
+            Client::Upstream(c) => c.raw.batch_put(pairs).await.map_err(|e| e.to_string()),
             Client::Bare(_) => Err("the loader uses tikv-plan".to_owned()),
         }
     }
+
+    /// Writes many pairs in one transaction (loading the transactional
+    /// data set).
+    pub async fn txn_put(&self, pairs: Vec<(Vec<u8>, Vec<u8>)>) -> Result<(), String> {
+        let Client::Plan(c) = self else {
+            return Err("the loader uses tikv-plan".to_owned());
+        };
+        let text = |e: tikv_plan::Error| e.to_string();
+        let mut txn = c.txn.begin_optimistic().await.map_err(text)?;
+        for (key, value) in pairs {
+            if let Err(e) = txn.put(key, value).await {
+                let _ = txn.rollback().await;
+                return Err(text(e));
+            }
+        }
+        txn.commit().await.map(|_| ()).map_err(text)
+    }
 }
 
-#[cfg(feature = "batched")]
-async fn plan_batched(pd: &str) -> Result<Client, String> {
-    let config = tikv_plan::Config::default().with_rpc_mode(tikv_plan::RpcMode::Batched);
-    tikv_plan::RawClient::new_with_config(vec![pd.to_owned()], config)
+async fn plan(pd: &str, mode: tikv_plan::RpcMode) -> Result<Client, String> {
+    let config = tikv_plan::Config::default().with_rpc_mode(mode);
+    let fail = |e: tikv_plan::Error| format!("tikv-plan ({mode:?}) cannot connect: {e}");
+    let raw = tikv_plan::RawClient::new_with_config(vec![pd.to_owned()], config.clone())
         .await
-        .map(Client::Plan)
-        .map_err(|e| format!("tikv-plan (batched) cannot connect: {e}"))
-}
-
-#[cfg(not(feature = "batched"))]
-async fn plan_batched(_pd: &str) -> Result<Client, String> {
-    Err("tikv-plan batched needs the perf crate's `batched` feature".to_owned())
+        .map_err(fail)?;
+    let txn = tikv_plan::TransactionClient::new_with_config(vec![pd.to_owned()], config)
+        .await
+        .map_err(fail)?;
+    Ok(Client::Plan(Arc::new(Pair { raw, txn })))
 }
 
 fn check_value(value: Option<Vec<u8>>) -> Result<(), String> {
@@ -230,6 +258,9 @@ async fn plan_run(c: &tikv_plan::RawClient, request: &Request<'_>) -> Result<(),
                 .map_err(|e| e.to_string())?;
             check_count("scan", pairs.len(), *limit as usize)
         }
+        Request::Txn { .. } | Request::SnapshotGet { .. } => {
+            Err("a transactional request on the raw client".to_owned())
+        }
     }
 }
 
@@ -258,8 +289,64 @@ async fn upstream_run(c: &tikv_client::RawClient, request: &Request<'_>) -> Resu
                 .map_err(|e| e.to_string())?;
             check_count("scan", pairs.len(), *limit as usize)
         }
+        Request::Txn { .. } | Request::SnapshotGet { .. } => {
+            Err("a transactional request on the raw client".to_owned())
+        }
     }
 }
+
+/// One transactional request: begin, read, write, commit (or a snapshot
+/// read), written once for both crates, whose transactional APIs match. On
+/// a failed step the transaction is rolled back, as client-rust requires
+/// before a drop.
+macro_rules! txn_runner {
+    ($name:ident, $krate:ident) => {
+        async fn $name(c: &$krate::TransactionClient, request: &Request<'_>) -> Result<(), String> {
+            let text = |e: $krate::Error| e.to_string();
+            match request {
+                Request::Txn {
+                    key,
+                    value,
+                    pessimistic,
+                } => {
+                    let mut txn = if *pessimistic {
+                        c.begin_pessimistic().await
+                    } else {
+                        c.begin_optimistic().await
+                    }
+                    .map_err(text)?;
+                    let read = if *pessimistic {
+                        txn.get_for_update(key.to_vec()).await
+                    } else {
+                        txn.get(key.to_vec()).await
+                    };
+                    let step = match read {
+                        Ok(found) => check_value(found),
+                        Err(e) => Err(text(e)),
+                    };
+                    let step = match step {
+                        Ok(()) => txn.put(key.to_vec(), value.to_vec()).await.map_err(text),
+                        e => e,
+                    };
+                    if let Err(e) = step {
+                        let _ = txn.rollback().await;
+                        return Err(e);
+                    }
+                    txn.commit().await.map(|_| ()).map_err(text)
+                }
+                Request::SnapshotGet { key } => {
+                    let ts = c.current_timestamp().await.map_err(text)?;
+                    let mut snapshot = c.snapshot(ts, $krate::TransactionOptions::new_optimistic());
+                    check_value(snapshot.get(key.to_vec()).await.map_err(text)?)
+                }
+                _ => Err("not a transactional request".to_owned()),
+            }
+        }
+    };
+}
+
+txn_runner!(plan_txn_run, tikv_plan);
+txn_runner!(upstream_txn_run, tikv_client);
 
 impl Bare {
     fn route(&self, region: usize) -> Result<(TikvClient<Channel>, kvrpcpb::Context), String> {
@@ -272,6 +359,9 @@ impl Bare {
     async fn run(&self, request: &Request<'_>) -> Result<(), String> {
         let status = |e: tonic::Status| e.to_string();
         match request {
+            Request::Txn { .. } | Request::SnapshotGet { .. } => {
+                Err("the bare call has no transactions".to_owned())
+            }
             Request::Get { region, key } => {
                 let (mut client, context) = self.route(*region)?;
                 let resp = client
@@ -361,12 +451,21 @@ impl Bare {
     }
 }
 
-/// Builds the client used to load data (tikv-plan, unary).
+/// Builds the client used to load data (tikv-plan, batched).
 pub async fn loader(pd: &str) -> Result<Client, String> {
-    tikv_plan::RawClient::new(vec![pd.to_owned()])
-        .await
-        .map(Client::Plan)
-        .map_err(|e| format!("tikv-plan cannot connect: {e}"))
+    plan(pd, tikv_plan::RpcMode::Batched).await
+}
+
+/// Loads `pairs` transactionally, `chunk` pairs per transaction.
+pub async fn load_txn(
+    client: &Client,
+    pairs: Vec<(Vec<u8>, Vec<u8>)>,
+    chunk: usize,
+) -> Result<(), String> {
+    for part in pairs.chunks(chunk.max(1)) {
+        client.txn_put(part.to_vec()).await?;
+    }
+    Ok(())
 }
 
 /// Loads `pairs` in chunks, `chunk` pairs per `batch_put`.

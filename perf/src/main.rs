@@ -174,6 +174,9 @@ async fn throughput(plan: &Plan, kinds: &[Kind]) -> Result<BTreeMap<Cell, Vec<Sa
     );
     let loader = clients::loader(&sim.pd).await?;
     clients::load(&loader, layout.pairs(), 512).await?;
+    if plan.ops.iter().any(|op| op.is_txn()) {
+        clients::load_txn(&loader, layout.pairs(), 256).await?;
+    }
     drop(loader);
 
     let mut connected = Vec::new();
@@ -187,6 +190,9 @@ async fn throughput(plan: &Plan, kinds: &[Kind]) -> Result<BTreeMap<Cell, Vec<Sa
     let warm = plan.window.min(Duration::from_millis(500));
     for (kind, client) in &connected {
         for &op in &plan.ops {
+            if *kind == Kind::Bare && op.is_txn() {
+                continue;
+            }
             let s = workload::closed_loop(client, &layout, op, 64, warm, &sim, 0).await;
             if s.ops == 0 {
                 return Err(format!(
@@ -217,6 +223,9 @@ async fn throughput(plan: &Plan, kinds: &[Kind]) -> Result<BTreeMap<Cell, Vec<Sa
         for &op in &plan.ops {
             for &tasks in &plan.tasks {
                 for (kind, client) in &order {
+                    if *kind == Kind::Bare && op.is_txn() {
+                        continue;
+                    }
                     let seed = (round * 100 + tasks) as u64;
                     let sample =
                         workload::closed_loop(client, &layout, op, tasks, plan.window, &sim, seed)

@@ -33,11 +33,32 @@ pub enum Op {
     BatchGet,
     /// `scan` of [`SCAN_LIMIT`] pairs inside one Region.
     Scan,
+    /// An optimistic transaction: begin, `get` of one key, `put` of it,
+    /// commit.
+    Txn,
+    /// A pessimistic transaction: begin, `get_for_update` of one key,
+    /// `put` of it, commit.
+    PessimisticTxn,
+    /// A read-only snapshot at a fresh timestamp: one `get`.
+    SnapshotGet,
 }
 
 impl Op {
     /// Every operation, in table order.
-    pub const ALL: [Op; 4] = [Op::Get, Op::Put, Op::BatchGet, Op::Scan];
+    pub const ALL: [Op; 7] = [
+        Op::Get,
+        Op::Put,
+        Op::BatchGet,
+        Op::Scan,
+        Op::Txn,
+        Op::PessimisticTxn,
+        Op::SnapshotGet,
+    ];
+
+    /// True for the transactional operations (the bare call has none).
+    pub fn is_txn(self) -> bool {
+        matches!(self, Op::Txn | Op::PessimisticTxn | Op::SnapshotGet)
+    }
 
     /// The operation `--ops` names `name`.
     pub fn parse(name: &str) -> Option<Op> {
@@ -46,6 +67,9 @@ impl Op {
             "put" => Some(Op::Put),
             "batch_get" => Some(Op::BatchGet),
             "scan" => Some(Op::Scan),
+            "txn" => Some(Op::Txn),
+            "txn_pessimistic" => Some(Op::PessimisticTxn),
+            "snapshot_get" => Some(Op::SnapshotGet),
             _ => None,
         }
     }
@@ -57,6 +81,9 @@ impl Op {
             Op::Put => "put",
             Op::BatchGet => "batch_get",
             Op::Scan => "scan",
+            Op::Txn => "txn",
+            Op::PessimisticTxn => "txn_pessimistic",
+            Op::SnapshotGet => "snapshot_get",
         }
     }
 
@@ -67,6 +94,9 @@ impl Op {
             Op::Put => "put",
             Op::BatchGet => "batch_get 100",
             Op::Scan => "scan 100",
+            Op::Txn => "txn get+put",
+            Op::PessimisticTxn => "pessimistic txn get+put",
+            Op::SnapshotGet => "snapshot get",
         }
     }
 }
@@ -113,6 +143,20 @@ pub enum Request<'a> {
         end: &'a [u8],
         /// Pairs wanted.
         limit: u32,
+    },
+    /// A transaction reading and writing one key.
+    Txn {
+        /// The key.
+        key: &'a [u8],
+        /// The value written.
+        value: &'a [u8],
+        /// Pessimistic (a locking read) or optimistic.
+        pessimistic: bool,
+    },
+    /// A snapshot read of one key.
+    SnapshotGet {
+        /// The key.
+        key: &'a [u8],
     },
 }
 
@@ -218,6 +262,14 @@ impl Layout {
             },
             Op::BatchGet => Request::BatchGet {
                 batch: &self.batches[rng.usize(..self.batches.len())],
+            },
+            Op::Txn | Op::PessimisticTxn => Request::Txn {
+                key: &self.keys[region][rng.usize(..KEYS_PER_REGION)],
+                value: &self.value,
+                pessimistic: op == Op::PessimisticTxn,
+            },
+            Op::SnapshotGet => Request::SnapshotGet {
+                key: &self.keys[region][rng.usize(..KEYS_PER_REGION)],
             },
             Op::Scan => {
                 // Not the last Region: tikv-client 0.4.0 does not treat its

@@ -192,7 +192,7 @@ fn anchored(size: u32, color: &RGBColor, h: HPos, v: VPos) -> TextStyle<'static>
 /// The client's colour in every picture.
 fn client_color(client: &str) -> RGBColor {
     match client {
-        "tikv-plan" => PLAN,
+        "tikv-plan" | "tikv-plan unary" => PLAN,
         "tikv-plan batched" => BATCHED,
         c if c.starts_with("tikv-client") => UPSTREAM,
         _ => GREY,
@@ -224,11 +224,14 @@ fn canvas<'a>(
 // Benchmark ratios.
 
 /// The operations in table order, with the names the CSV uses.
-const OPS: [(&str, &str); 4] = [
+const OPS: [(&str, &str); 7] = [
     ("get", "get"),
     ("put", "put"),
     ("batch_get", "batch_get 100"),
     ("scan", "scan 100"),
+    ("txn", "txn"),
+    ("txn_pessimistic", "pessimistic txn"),
+    ("snapshot_get", "snapshot get"),
 ];
 
 /// One bar group per operation and task count: the median over rounds of
