@@ -230,8 +230,8 @@ const OPS: [(&str, &str); 7] = [
     ("batch_get", "batch_get 100"),
     ("scan", "scan 100"),
     ("txn", "txn"),
-    ("txn_pessimistic", "pessimistic txn"),
-    ("snapshot_get", "snapshot get"),
+    ("txn_pessimistic", "pess. txn"),
+    ("snapshot_get", "snap. get"),
 ];
 
 /// One bar group per operation and task count: the median over rounds of
@@ -283,7 +283,7 @@ fn ratio_cells(csv: &Csv) -> Result<Vec<RatioCell>> {
                 );
             }
             cells.push(RatioCell {
-                label: format!("{op_label} · {t} task{}", if t == 1 { "" } else { "s" }),
+                label: format!("{op_label} · {t}"),
                 by_client,
             });
         }
@@ -388,35 +388,52 @@ fn plot_ratios(data: &Path, out: &Path) -> Result<String> {
         .flat_map(|c| c.by_client.keys().cloned())
         .filter(|c| c != "bare tonic")
         .collect();
-    // tikv-plan first, then the batched mode, then tikv-client.
+    // tikv-plan's default (batched) first, then its unary mode, then
+    // tikv-client.
     let mut clients: Vec<String> = clients.into_iter().collect();
     clients.sort_by_key(|c| match c.as_str() {
-        "tikv-plan" => 0,
-        "tikv-plan batched" => 1,
+        "tikv-plan batched" => 0,
+        "tikv-plan" | "tikv-plan unary" => 1,
         _ => 2,
     });
+    let plans: Vec<&String> = clients
+        .iter()
+        .filter(|c| c.starts_with("tikv-plan"))
+        .collect();
     let column = |client: &str, i: usize| -> Vec<f64> {
         cells
             .iter()
             .map(|c| c.by_client.get(client).map_or(f64::NAN, |r| r[i]))
             .collect()
     };
+    // Against the bare call: only the cells it ran (it has no
+    // transactions).
+    let with_bare: Vec<usize> = (0..cells.len())
+        .filter(|&i| cells[i].by_client.values().any(|r| r[0].is_finite()))
+        .collect();
+    let bare_labels: Vec<String> = with_bare.iter().map(|&i| labels[i].clone()).collect();
     let versus_bare: Vec<(String, RGBColor, Vec<f64>)> = clients
         .iter()
-        .map(|c| (c.clone(), client_color(c), column(c, 0)))
+        .map(|c| {
+            let all = column(c, 0);
+            (
+                c.clone(),
+                client_color(c),
+                with_bare.iter().map(|&i| all[i]).collect(),
+            )
+        })
         .collect();
-    let plan_vs_upstream = vec![
-        (
-            "ops/s (above 1: tikv-plan does more)".to_owned(),
-            PLAN,
-            column("tikv-plan", 2),
-        ),
-        (
-            "p99 latency (below 1: tikv-plan is faster)".to_owned(),
-            RGBColor(148, 103, 189),
-            column("tikv-plan", 3),
-        ),
-    ];
+    // Each tikv-plan transport's throughput over tikv-client's.
+    let plan_vs_upstream: Vec<(String, RGBColor, Vec<f64>)> = plans
+        .iter()
+        .map(|c| {
+            (
+                format!("{c}: ops/s (above 1: more than tikv-client)"),
+                client_color(c),
+                column(c, 2),
+            )
+        })
+        .collect();
 
     let footer = format!(
         "From {} ({}; {}; {} rounds of {} ms per client and cell). Each bar: the median of per-round ratios.",
@@ -428,8 +445,8 @@ fn plot_ratios(data: &Path, out: &Path) -> Result<String> {
     );
     let root = canvas(
         out,
-        (1100, 760),
-        "Side by side against one simulated cluster (3 stores, 8 Regions)",
+        (1500, 760),
+        "Side by side against one simulated cluster (3 stores, 8 Regions); after each operation, its task count",
         &footer,
     )?;
     let (upper, lower) = root.split_vertically(370);
@@ -437,14 +454,14 @@ fn plot_ratios(data: &Path, out: &Path) -> Result<String> {
         &upper,
         "Throughput relative to a bare tonic call (1 = as fast as one hand-routed gRPC call)",
         "ops/s ÷ bare tonic",
-        &labels,
+        &bare_labels,
         &versus_bare,
         "bare tonic = 1",
     )?;
     ratio_panel(
         &lower,
-        "tikv-plan relative to tikv-client 0.4.0",
-        "tikv-plan ÷ tikv-client",
+        "tikv-plan's throughput relative to tikv-client 0.4.0 (both transports)",
+        "ops/s ÷ tikv-client",
         &labels,
         &plan_vs_upstream,
         "tikv-client 0.4.0 = 1",
@@ -454,14 +471,21 @@ fn plot_ratios(data: &Path, out: &Path) -> Result<String> {
     let mut summary = String::new();
     for (i, cell) in cells.iter().enumerate() {
         let get = |client: &str, k: usize| cell.by_client.get(client).map_or(f64::NAN, |r| r[k]);
-        summary.push_str(&format!(
-            "{}: tikv-plan ÷ bare {:.2}, tikv-client ÷ bare {:.2}, tikv-plan ÷ tikv-client ops/s {:.2} p99 {:.2}\n",
+        let mut line = format!(
+            "{}: tikv-client ÷ bare {:.2}",
             labels[i],
-            get("tikv-plan", 0),
-            get("tikv-client 0.4.0", 0),
-            get("tikv-plan", 2),
-            get("tikv-plan", 3),
-        ));
+            get("tikv-client 0.4.0", 0)
+        );
+        for plan in &plans {
+            line.push_str(&format!(
+                "; {plan} ÷ bare {:.2}, ÷ tikv-client ops/s {:.2} p99 {:.2}",
+                get(plan, 0),
+                get(plan, 2),
+                get(plan, 3),
+            ));
+        }
+        summary.push_str(&line);
+        summary.push('\n');
     }
     Ok(summary)
 }
