@@ -140,6 +140,42 @@ impl SecurityManager {
         connect_timeout: Duration,
         request_timeout: Duration,
     ) -> Result<Channel> {
+        self.dial(address, connect_timeout, Some(request_timeout))
+            .await
+    }
+
+    /// A channel for long-lived streams (BatchCommands), dialled now: like
+    /// [`SecurityManager::connect_channel`] but with no request timeout.
+    /// tonic's request timeout bounds a call until its response headers
+    /// arrive, and a gRPC server may send a stream's headers only with its
+    /// first answer, so it would end an idle or slow stream; each request
+    /// on the stream has its own timeout instead.
+    pub(crate) async fn connect_stream_channel(
+        &self,
+        address: &str,
+        connect_timeout: Duration,
+    ) -> Result<Channel> {
+        self.dial(address, connect_timeout, None).await
+    }
+
+    /// [`SecurityManager::connect_stream_channel`], dialled on first use
+    /// (within `connect_timeout`); a failed dial fails the stream's call.
+    pub(crate) fn lazy_stream_channel(
+        &self,
+        address: &str,
+        connect_timeout: Duration,
+    ) -> Result<Channel> {
+        Ok(self
+            .endpoint(address, connect_timeout, None)?
+            .connect_lazy())
+    }
+
+    async fn dial(
+        &self,
+        address: &str,
+        connect_timeout: Duration,
+        request_timeout: Option<Duration>,
+    ) -> Result<Channel> {
         let endpoint = self.endpoint(address, connect_timeout, request_timeout)?;
         match tokio::time::timeout(connect_timeout, endpoint.connect()).await {
             Ok(Ok(channel)) => Ok(channel),
@@ -156,7 +192,7 @@ impl SecurityManager {
         &self,
         address: &str,
         connect_timeout: Duration,
-        request_timeout: Duration,
+        request_timeout: Option<Duration>,
     ) -> Result<Endpoint> {
         let scheme = if self.tls.is_some() { "https" } else { "http" };
         let url = if address.contains("://") {
@@ -173,10 +209,10 @@ impl SecurityManager {
         if endpoint.uri().port_u16().is_none() {
             return Err(invalid("it has no port".to_owned()));
         }
-        endpoint = endpoint
-            .connect_timeout(connect_timeout)
-            .timeout(request_timeout)
-            .tcp_nodelay(true);
+        endpoint = endpoint.connect_timeout(connect_timeout).tcp_nodelay(true);
+        if let Some(timeout) = request_timeout {
+            endpoint = endpoint.timeout(timeout);
+        }
         if let Some(tls) = &self.tls {
             endpoint = endpoint.tls_config(tls.clone()).map_err(|e| {
                 Error::from(Failure::Security {
@@ -327,7 +363,11 @@ mod tests {
     fn address_without_port_is_an_invalid_argument() {
         let m = SecurityManager::plaintext();
         let err = m
-            .endpoint("127.0.0.1", Duration::from_secs(1), Duration::from_secs(1))
+            .endpoint(
+                "127.0.0.1",
+                Duration::from_secs(1),
+                Some(Duration::from_secs(1)),
+            )
             .unwrap_err();
         assert!(
             matches!(err.failure(), Some(Failure::InvalidArgument(_))),
@@ -337,7 +377,7 @@ mod tests {
             .endpoint(
                 "not a url at all",
                 Duration::from_secs(1),
-                Duration::from_secs(1),
+                Some(Duration::from_secs(1)),
             )
             .unwrap_err();
         assert!(

@@ -29,8 +29,8 @@
 //!   (`Cancelled`, tonic's `TimeoutExpired` as the source). If the stream delivered no answer at all during
 //!   that time, it has stalled (a frozen store, a connection that lost its
 //!   peer): it is retired, so later requests go to a fresh stream, and its
-//!   queued requests are sent again; HTTP/2 keep-alive pings (see
-//!   [`SecurityManager`]'s channels) close a connection whose peer is gone.
+//!   queued requests are sent again. (No HTTP/2 keep-alive ping is set: a
+//!   connection whose peer is gone is found by this rule, or by TCP.)
 //! * A dropped request future removes its entry too.
 //! * When a stream fails (reset, connection lost, closed by the store), a
 //!   written request fails with the stream's status as its source, so it
@@ -148,8 +148,13 @@ struct Shared {
     address: String,
     timeout: Duration,
     options: BatchOptions,
-    /// The store's channel: unary fallbacks and the first stream.
+    /// The store's channel, for unary calls (requests sent again, and a
+    /// store without BatchCommands).
     base: TikvClient<Channel>,
+    /// The channel the first stream opens on (and extra ones without a
+    /// dialer): no request timeout (see
+    /// [`SecurityManager::connect_stream_channel`]).
+    stream_base: TikvClient<Channel>,
     /// The largest answer one request may get.
     response_limit: usize,
     dialer: Option<Dialer>,
@@ -198,7 +203,7 @@ impl Shared {
             .map(|(n, s)| (n, s.clone()));
         match best {
             None => {
-                let stream = self.open(self.base.clone());
+                let stream = self.open(self.stream_base.clone());
                 streams.push(stream.clone());
                 stream
             }
@@ -219,14 +224,13 @@ impl Shared {
         let weak: Weak<Shared> = Arc::downgrade(self);
         let dialer = self.dialer.clone();
         let address = self.address.clone();
-        let timeout = self.timeout;
-        let base = self.base.clone();
+        let base = self.stream_base.clone();
         tokio::spawn(async move {
             let client = match dialer {
                 None => Ok(base),
                 Some(d) => d
                     .security
-                    .connect_channel(&address, d.connect_timeout, timeout)
+                    .connect_stream_channel(&address, d.connect_timeout)
                     .await
                     .map(|channel| {
                         TikvClient::new(channel)
@@ -240,6 +244,7 @@ impl Shared {
                 Ok(client) => {
                     let stream = shared.open(client);
                     let mut streams = lock(&shared.streams);
+                    streams.retain(|s| !s.is_closed());
                     if streams.len() < shared.options.max_streams {
                         streams.push(stream);
                     } else {
@@ -262,21 +267,27 @@ async fn read_responses(
     let mut incoming = match client.batch_commands(outgoing).await {
         Ok(response) => response.into_inner(),
         Err(status) => {
-            stream.fail(&status);
+            stream.fail(&status, true);
             return;
         }
     };
     loop {
         match incoming.message().await {
-            Ok(Some(msg)) => stream.deliver(msg),
+            Ok(Some(msg)) => {
+                if stream.deliver(msg) {
+                    // Retired, and the last request on it answered.
+                    return;
+                }
+            }
             Ok(None) => {
-                stream.fail(&tonic::Status::unavailable(
-                    "the store closed the BatchCommands stream",
-                ));
+                stream.fail(
+                    &tonic::Status::unavailable("the store closed the BatchCommands stream"),
+                    false,
+                );
                 return;
             }
             Err(status) => {
-                stream.fail(&status);
+                stream.fail(&status, false);
                 return;
             }
         }
@@ -319,9 +330,11 @@ impl KvBatchClient {
     /// channel (a client from [`TikvConnect`](super::TikvConnect) opens a
     /// connection for each instead).
     pub fn new(channel: Channel, address: &str, timeout: Duration, options: BatchOptions) -> Self {
+        let client = TikvClient::new(channel)
+            .max_decoding_message_size(crate::config::DEFAULT_GRPC_MAX_DECODING_MESSAGE_SIZE);
         Self::build(
-            TikvClient::new(channel)
-                .max_decoding_message_size(crate::config::DEFAULT_GRPC_MAX_DECODING_MESSAGE_SIZE),
+            client.clone(),
+            client,
             address,
             timeout,
             options,
@@ -332,6 +345,7 @@ impl KvBatchClient {
 
     pub(crate) fn build(
         base: TikvClient<Channel>,
+        stream_base: TikvClient<Channel>,
         address: &str,
         timeout: Duration,
         options: BatchOptions,
@@ -344,6 +358,7 @@ impl KvBatchClient {
                 timeout,
                 options: options.normalized(),
                 base,
+                stream_base,
                 response_limit,
                 dialer,
                 streams: Mutex::new(Vec::new()),
@@ -462,7 +477,11 @@ impl KvBatchClient {
                     self.shared.address
                 );
                 self.shared.unsupported.store(true, Ordering::Release);
-                self.unary(req).await
+                let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+                if left.is_zero() {
+                    return Err(self.timed_out(req, timeout));
+                }
+                req.dispatch(&self.shared.base, left).await
             }
         }
     }

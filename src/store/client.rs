@@ -106,20 +106,10 @@ impl KvConnect for TikvConnect {
             .timeout(self.timeout);
         let rpc_client =
             TikvClient::new(channel).max_decoding_message_size(self.max_decoding_message_size);
-        let batch = (self.rpc_mode == RpcMode::Batched).then(|| {
-            KvBatchClient::build(
-                rpc_client.clone(),
-                address,
-                self.timeout,
-                self.batch,
-                Some(Dialer {
-                    security: self.security.clone(),
-                    connect_timeout: self.connect_timeout,
-                    max_decoding_message_size: self.max_decoding_message_size,
-                }),
-                self.max_decoding_message_size,
-            )
-        });
+        let batch = match self.rpc_mode {
+            RpcMode::Unary => None,
+            RpcMode::Batched => Some(self.batch_client(address, &rpc_client)?),
+        };
         Ok(KvRpcClient {
             grpc,
             rpc_client,
@@ -128,6 +118,29 @@ impl KvConnect for TikvConnect {
             channel_timeout: true,
             batch,
         })
+    }
+}
+
+impl TikvConnect {
+    /// The batched transport to `address`: unary fallbacks over `unary`,
+    /// streams on their own connections, opened without a request timeout.
+    fn batch_client(&self, address: &str, unary: &TikvClient<Channel>) -> Result<KvBatchClient> {
+        let streams = self
+            .security
+            .lazy_stream_channel(address, self.connect_timeout)?;
+        Ok(KvBatchClient::build(
+            unary.clone(),
+            TikvClient::new(streams).max_decoding_message_size(self.max_decoding_message_size),
+            address,
+            self.timeout,
+            self.batch,
+            Some(Dialer {
+                security: self.security.clone(),
+                connect_timeout: self.connect_timeout,
+                max_decoding_message_size: self.max_decoding_message_size,
+            }),
+            self.max_decoding_message_size,
+        ))
     }
 }
 

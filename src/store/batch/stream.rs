@@ -144,14 +144,23 @@ impl BatchStream {
         }
     }
 
-    pub(super) fn deliver(&self, msg: BatchCommandsResponse) {
-        let mut core = lock(&self.core);
-        core.answers += msg.request_ids.len() as u64;
-        for (id, resp) in msg.request_ids.into_iter().zip(msg.responses) {
-            let Some(waiter) = core.waiting.remove(&id) else {
-                // Timed out or cancelled meanwhile.
-                continue;
-            };
+    /// Hands each answer of a stream message to its request; true when the
+    /// stream is closed and nobody waits on it any more (stop reading).
+    pub(super) fn deliver(&self, msg: BatchCommandsResponse) -> bool {
+        let mut answered = Vec::with_capacity(msg.request_ids.len());
+        let done = {
+            let mut core = lock(&self.core);
+            core.answers += msg.request_ids.len() as u64;
+            for (id, resp) in msg.request_ids.into_iter().zip(msg.responses) {
+                // None: timed out or cancelled meanwhile.
+                if let Some(waiter) = core.waiting.remove(&id) {
+                    answered.push((id, waiter, resp));
+                }
+            }
+            core.closed && core.waiting.is_empty()
+        };
+        // Sizes and sends (which wake the requests) outside the lock.
+        for (id, waiter, resp) in answered {
             let size = prost::Message::encoded_len(&resp);
             let reply = match resp.cmd {
                 // One answer over the limit fails its own request, not the
@@ -172,10 +181,7 @@ impl BatchStream {
             };
             let _ = waiter.tx.send(reply);
         }
-        if core.closed && core.waiting.is_empty() {
-            drop(core);
-            self.stop_reading();
-        }
+        done
     }
 
     /// How many answers the stream has delivered so far.
@@ -226,9 +232,12 @@ impl BatchStream {
     }
 
     /// Ends the stream: every waiting request fails, classified by whether
-    /// the connection had taken it.
-    pub(super) fn fail(&self, status: &tonic::Status) {
-        let unsupported = status.code() == tonic::Code::Unimplemented;
+    /// the connection had taken it. `refused_at_start`: the status ended the
+    /// call before the stream opened, so an `Unimplemented` one means the
+    /// store has no BatchCommands (no handler ran: every request may go
+    /// unary); mid-stream, `Unimplemented` is a failure like any other.
+    pub(super) fn fail(&self, status: &tonic::Status, refused_at_start: bool) {
+        let unsupported = refused_at_start && status.code() == tonic::Code::Unimplemented;
         let (waiting, waker) = {
             let mut core = lock(&self.core);
             core.closed = true;
@@ -485,7 +494,7 @@ mod tests {
         status.set_source(Arc::new(tonic::ConnectError(Box::new(
             std::io::Error::from(std::io::ErrorKind::ConnectionReset),
         ))));
-        stream.fail(&status);
+        stream.fail(&status, false);
         let classify = |reply: Reply| match reply {
             Reply::Failed(e) => crate::classify::classify_dispatch_error(&e),
             _ => panic!("a failure"),
@@ -528,10 +537,26 @@ mod tests {
     }
 
     #[test]
+    fn unimplemented_mid_stream_fails_what_was_written() {
+        // Only a call refused at its start means "no BatchCommands"; later
+        // (a proxy's answer, say) a written request may have been served.
+        let stream = BatchStream::new("s".into());
+        let mut out = outgoing(&stream, 1, Duration::ZERO);
+        let mut rx = queue(&stream, 1, 2);
+        assert_eq!(
+            now_or_never(&mut out).flatten().unwrap().request_ids,
+            vec![1]
+        );
+        stream.fail(&tonic::Status::unimplemented("from a proxy"), false);
+        assert!(matches!(rx.pop().unwrap().try_recv(), Ok(Reply::Resend)));
+        assert!(matches!(rx.pop().unwrap().try_recv(), Ok(Reply::Failed(_))));
+    }
+
+    #[test]
     fn an_unimplemented_stream_sends_everyone_to_unary() {
         let stream = BatchStream::new("s".into());
         let mut rx = queue(&stream, 1, 1);
-        stream.fail(&tonic::Status::unimplemented("no"));
+        stream.fail(&tonic::Status::unimplemented("no"), true);
         assert!(matches!(
             rx.pop().unwrap().try_recv(),
             Ok(Reply::Unsupported)

@@ -7,9 +7,10 @@
 //! request's first bytes arrived (the request was written).
 //!
 //! Also here: a stream reset under load fails only the requests the
-//! connection had taken; the queued ones are sent again and succeed.
+//! connection had taken, and the queued ones are sent again and succeed
+//! (the store sees no request twice); and a stream whose response headers
+//! come only with its first answer is not cut by the request timeout.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -19,6 +20,7 @@ use tonic::Code;
 
 use crate::classify::{classify_dispatch_error, DispatchFailure};
 use crate::proto::kvrpcpb;
+use crate::proto::tikvpb::batch_commands_response::response::Cmd as ResponseCmd;
 use crate::store::batch::BatchOptions;
 use crate::store::{KvClient, KvConnect, TikvConnect};
 use crate::{Error, RpcMode, SecurityManager};
@@ -207,54 +209,96 @@ async fn each_fault_fails_a_batched_request_as_it_fails_a_unary_one() {
 /// client send before the server reads (HTTP/2's default).
 const WINDOW: usize = 65_535;
 
+/// The keys a store received whole: on the BatchCommands stream, and as
+/// unary calls.
+#[derive(Default)]
+struct Seen {
+    streamed: Vec<Vec<u8>>,
+    unary: Vec<Vec<u8>>,
+}
+
 /// A store whose BatchCommands stream reads one flow-control window of
 /// requests without answering or releasing it (so the client's connection
 /// stops taking requests from the stream), then resets the stream. Unary
-/// calls are answered; the count of them is returned.
-async fn resetting_store() -> (String, Arc<AtomicUsize>) {
+/// calls are answered. It records the keys of the requests it received.
+async fn resetting_store() -> (String, Arc<std::sync::Mutex<Seen>>) {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let address = listener.local_addr().unwrap().to_string();
-    let unary = Arc::new(AtomicUsize::new(0));
-    let counted = Arc::clone(&unary);
+    let seen = Arc::new(std::sync::Mutex::new(Seen::default()));
+    let recorded = Arc::clone(&seen);
     tokio::spawn(async move {
         while let Ok((socket, _)) = listener.accept().await {
-            let counted = Arc::clone(&counted);
+            let recorded = Arc::clone(&recorded);
             tokio::spawn(async move {
                 let Ok(mut conn) = h2::server::handshake(socket).await else {
                     return;
                 };
                 while let Some(Ok((request, respond))) = conn.accept().await {
+                    let recorded = Arc::clone(&recorded);
                     if request.uri().path().ends_with("/BatchCommands") {
-                        tokio::spawn(read_a_window_then_reset(request, respond));
+                        tokio::spawn(read_a_window_then_reset(request, respond, recorded));
                     } else {
-                        counted.fetch_add(1, Ordering::SeqCst);
-                        super::answer(respond);
+                        tokio::spawn(async move {
+                            let mut body = request.into_body();
+                            let Some(bytes) = next_message(&mut body, &mut Vec::new()).await else {
+                                return;
+                            };
+                            let put = <kvrpcpb::RawPutRequest as prost::Message>::decode(
+                                bytes.as_slice(),
+                            )
+                            .unwrap();
+                            recorded.lock().unwrap().unary.push(put.key);
+                            super::answer(respond);
+                        });
                     }
                 }
             });
         }
     });
-    (address, unary)
+    (address, seen)
 }
 
 async fn read_a_window_then_reset(
     request: http::Request<h2::RecvStream>,
     mut respond: h2::server::SendResponse<Bytes>,
+    seen: Arc<std::sync::Mutex<Seen>>,
 ) {
+    use crate::proto::tikvpb::batch_commands_request::request::Cmd;
+    use crate::proto::tikvpb::BatchCommandsRequest;
     let mut body = request.into_body();
-    let mut read = 0;
-    while read < WINDOW {
+    let mut buffer = Vec::new();
+    while buffer.len() < WINDOW {
         match body.data().await {
-            Some(Ok(chunk)) => read += chunk.len(),
+            Some(Ok(chunk)) => buffer.extend_from_slice(&chunk),
             _ => return,
         }
     }
     respond.send_reset(h2::Reason::CANCEL);
+    // The requests that arrived whole (the last one may be cut short).
+    let mut at = 0;
+    while buffer.len() >= at + 5 {
+        let len = u32::from_be_bytes([
+            buffer[at + 1],
+            buffer[at + 2],
+            buffer[at + 3],
+            buffer[at + 4],
+        ]) as usize;
+        let Some(bytes) = buffer.get(at + 5..at + 5 + len) else {
+            break;
+        };
+        let message = <BatchCommandsRequest as prost::Message>::decode(bytes).unwrap();
+        for request in message.requests {
+            if let Some(Cmd::RawPut(put)) = request.cmd {
+                seen.lock().unwrap().streamed.push(put.key);
+            }
+        }
+        at += 5 + len;
+    }
 }
 
 #[tokio::test]
 async fn a_stream_reset_under_load_fails_only_the_requests_it_had_taken() {
-    let (address, unary_calls) = resetting_store().await;
+    let (address, seen) = resetting_store().await;
     // One request per stream message, one stream: the connection takes
     // messages only while the window has room.
     let options = BatchOptions {
@@ -290,6 +334,149 @@ async fn a_stream_reset_under_load_fails_only_the_requests_it_had_taken() {
     // again as a unary call.
     assert!(failed.len() <= 6, "{} of {total} failed", failed.len());
     assert!(!failed.is_empty(), "the reset failed the written requests");
-    let succeeded = total - failed.len();
-    assert_eq!(unary_calls.load(Ordering::SeqCst), succeeded);
+    let seen = seen.lock().unwrap();
+    // Each request that succeeded was served once, as a unary call; none
+    // that reached the store on the stream was sent again.
+    let succeeded: Vec<&Vec<u8>> = puts
+        .iter()
+        .zip(&results)
+        .filter(|(_, r)| r.is_ok())
+        .map(|(put, _)| &put.key)
+        .collect();
+    assert_eq!(seen.unary.len(), succeeded.len());
+    assert!(succeeded.iter().all(|key| seen.unary.contains(key)));
+    assert!(
+        !seen.streamed.is_empty(),
+        "the stream carried some requests"
+    );
+    for key in &seen.streamed {
+        assert!(
+            !seen.unary.contains(key),
+            "{key:?} reached the store on the stream and was sent again"
+        );
+    }
+}
+
+/// Reads whole gRPC messages from an h2 request body: the bytes of each,
+/// without the 5-byte prefix.
+async fn next_message(body: &mut h2::RecvStream, buffer: &mut Vec<u8>) -> Option<Vec<u8>> {
+    loop {
+        if buffer.len() >= 5 {
+            let len = u32::from_be_bytes([buffer[1], buffer[2], buffer[3], buffer[4]]) as usize;
+            if buffer.len() >= 5 + len {
+                let message = buffer[5..5 + len].to_vec();
+                buffer.drain(..5 + len);
+                return Some(message);
+            }
+        }
+        let chunk = body.data().await?.ok()?;
+        let _ = body.flow_control().release_capacity(chunk.len());
+        buffer.extend_from_slice(&chunk);
+    }
+}
+
+/// A store whose BatchCommands stream sends its response headers only with
+/// its first answer, as a gRPC server may: it holds everything until
+/// `hold` after the first request arrived and a second one came too, then
+/// answers both `RawGet`s.
+async fn late_headers_store(hold: Duration) -> String {
+    use crate::proto::tikvpb::{
+        batch_commands_response, BatchCommandsRequest, BatchCommandsResponse,
+    };
+    use prost::Message;
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = listener.local_addr().unwrap().to_string();
+    tokio::spawn(async move {
+        while let Ok((socket, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                let Ok(mut conn) = h2::server::handshake(socket).await else {
+                    return;
+                };
+                while let Some(Ok((request, mut respond))) = conn.accept().await {
+                    tokio::spawn(async move {
+                        let mut body = request.into_body();
+                        let mut buffer = Vec::new();
+                        let mut ids = Vec::new();
+                        let mut first_at = None;
+                        while ids.len() < 2 {
+                            let Some(bytes) = next_message(&mut body, &mut buffer).await else {
+                                return;
+                            };
+                            first_at.get_or_insert_with(tokio::time::Instant::now);
+                            let message = BatchCommandsRequest::decode(bytes.as_slice()).unwrap();
+                            ids.extend(message.request_ids);
+                        }
+                        tokio::time::sleep_until(first_at.unwrap() + hold).await;
+                        let Ok(mut out) =
+                            respond.send_response(grpc_head().body(()).unwrap(), false)
+                        else {
+                            return;
+                        };
+                        let answer = BatchCommandsResponse {
+                            responses: ids
+                                .iter()
+                                .map(|_| batch_commands_response::Response {
+                                    cmd: Some(ResponseCmd::RawGet(kvrpcpb::RawGetResponse {
+                                        value: b"v".to_vec(),
+                                        ..Default::default()
+                                    })),
+                                })
+                                .collect(),
+                            request_ids: ids,
+                            ..Default::default()
+                        }
+                        .encode_to_vec();
+                        let mut frame = vec![0u8];
+                        frame.extend((answer.len() as u32).to_be_bytes());
+                        frame.extend(answer);
+                        let _ = out.send_data(Bytes::from(frame), false);
+                        // Keep the stream open.
+                        std::mem::forget(out);
+                        std::mem::forget(body);
+                    });
+                }
+            });
+        }
+    });
+    address
+}
+
+/// tonic's request timeout bounds a call until its response headers: on
+/// the stream's channel it would end a stream whose headers come with its
+/// first answer, failing every request written on it at once. Streams open
+/// on a channel without it; each request keeps its own timeout.
+#[tokio::test]
+async fn a_stream_outlives_the_request_timeout_until_its_first_answer() {
+    let timeout = Duration::from_millis(1000);
+    // The first request times out on its own at 1 s; the second, sent at
+    // 0.5 s, waits until 1.5 s; the answers come at 1.2 s.
+    let address = late_headers_store(Duration::from_millis(1200)).await;
+    let store = TikvConnect::new(
+        Arc::new(SecurityManager::plaintext()),
+        timeout,
+        Duration::from_secs(3),
+    )
+    .with_rpc_mode(RpcMode::Batched, BatchOptions::default())
+    .connect(&address)
+    .await
+    .unwrap();
+    let get = kvrpcpb::RawGetRequest {
+        key: b"k".to_vec(),
+        ..Default::default()
+    };
+    let first = store.dispatch(&get);
+    let second = async {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        store.dispatch(&get).await
+    };
+    let (first, second) = tokio::join!(first, second);
+    assert_eq!(
+        classify_dispatch_error(&first.expect_err("answered after its timeout")),
+        DispatchFailure::ClientTimeout
+    );
+    let answer = second.expect("answered within its own timeout");
+    let answer = answer
+        .downcast::<kvrpcpb::RawGetResponse>()
+        .expect("a RawGet answer");
+    assert_eq!(answer.value, b"v");
 }
