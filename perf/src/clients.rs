@@ -28,7 +28,12 @@ pub enum Kind {
 impl Kind {
     /// The clients this build can run, in table order.
     pub fn all() -> Vec<Kind> {
-        vec![Kind::PlanBatched, Kind::PlanUnary, Kind::Bare, Kind::Upstream]
+        vec![
+            Kind::PlanBatched,
+            Kind::PlanUnary,
+            Kind::Bare,
+            Kind::Upstream,
+        ]
     }
 
     /// The client `--clients` names `name`.

@@ -267,7 +267,7 @@ mod tests {
         let at = |name: &str| header.iter().position(|h| *h == name).unwrap();
         let plan_round_2: Vec<&str> = lines
             .iter()
-            .find(|l| l.starts_with("2,get,64,tikv-plan,"))
+            .find(|l| l.starts_with("2,get,64,tikv-plan unary,"))
             .unwrap()
             .split(',')
             .collect();
@@ -307,10 +307,10 @@ mod tests {
         };
         let text = failover(&[(Kind::PlanUnary, vec![run])]);
         let lines: Vec<&str> = text.lines().collect();
-        assert_eq!(lines[1], "tikv-plan,1,1,-2.000,0.300,ok,1.500,");
+        assert_eq!(lines[1], "tikv-plan unary,1,1,-2.000,0.300,ok,1.500,");
         assert_eq!(
             lines[2],
-            "tikv-plan,1,2,0.000,1.500,error,1.500,\"refused, then reset\""
+            "tikv-plan unary,1,2,0.000,1.500,error,1.500,\"refused, then reset\""
         );
     }
 }
