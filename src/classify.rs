@@ -148,9 +148,10 @@ pub(crate) fn classify_status_source(status: &tonic::Status) -> Option<DispatchF
     if chain.channel {
         // Without hyper's and h2's types, a reset of this one stream
         // (`RST_STREAM`) cannot be told from a `GOAWAY` of the connection,
-        // from hyper's keep-alive timeout (`Unavailable`; this crate sets
-        // no keep-alive) or from hyper handing back a request the closing
-        // connection never took (`Cancelled`, "operation was canceled"):
+        // from hyper's keep-alive timeout (`Unavailable`; set on the
+        // BatchCommands streams' connections) or from hyper handing back a
+        // request the closing connection never took (`Cancelled`,
+        // "operation was canceled"):
         // tonic gives them the same codes and no I/O error. All but the
         // last may have reached the server, so the safe reading,
         // `StreamReset` (the request may have been received; writes end

@@ -140,22 +140,27 @@ impl SecurityManager {
         connect_timeout: Duration,
         request_timeout: Duration,
     ) -> Result<Channel> {
-        self.dial(address, connect_timeout, Some(request_timeout))
-            .await
+        let endpoint = self.endpoint(address, connect_timeout, Some(request_timeout))?;
+        self.dial(address, connect_timeout, endpoint).await
     }
 
     /// A channel for long-lived streams (BatchCommands), dialled now: like
-    /// [`SecurityManager::connect_channel`] but with no request timeout.
-    /// tonic's request timeout bounds a call until its response headers
-    /// arrive, and a gRPC server may send a stream's headers only with its
-    /// first answer, so it would end an idle or slow stream; each request
-    /// on the stream has its own timeout instead.
+    /// [`SecurityManager::connect_channel`] but with no request timeout,
+    /// and with HTTP/2 keep-alive (`keepalive`: the PING interval and how
+    /// long one may go unanswered), so a connection whose peer is gone
+    /// fails its streams instead of leaving them silent. tonic's request
+    /// timeout bounds a call until its response headers arrive, and a gRPC
+    /// server may send a stream's headers only with its first answer, so
+    /// it would end an idle or slow stream; each request on the stream has
+    /// its own timeout instead.
     pub(crate) async fn connect_stream_channel(
         &self,
         address: &str,
         connect_timeout: Duration,
+        keepalive: (Duration, Duration),
     ) -> Result<Channel> {
-        self.dial(address, connect_timeout, None).await
+        let endpoint = self.stream_endpoint(address, connect_timeout, keepalive)?;
+        self.dial(address, connect_timeout, endpoint).await
     }
 
     /// [`SecurityManager::connect_stream_channel`], dialled on first use
@@ -164,19 +169,31 @@ impl SecurityManager {
         &self,
         address: &str,
         connect_timeout: Duration,
+        keepalive: (Duration, Duration),
     ) -> Result<Channel> {
         Ok(self
-            .endpoint(address, connect_timeout, None)?
+            .stream_endpoint(address, connect_timeout, keepalive)?
             .connect_lazy())
+    }
+
+    fn stream_endpoint(
+        &self,
+        address: &str,
+        connect_timeout: Duration,
+        (interval, timeout): (Duration, Duration),
+    ) -> Result<Endpoint> {
+        Ok(self
+            .endpoint(address, connect_timeout, None)?
+            .http2_keep_alive_interval(interval)
+            .keep_alive_timeout(timeout))
     }
 
     async fn dial(
         &self,
         address: &str,
         connect_timeout: Duration,
-        request_timeout: Option<Duration>,
+        endpoint: Endpoint,
     ) -> Result<Channel> {
-        let endpoint = self.endpoint(address, connect_timeout, request_timeout)?;
         match tokio::time::timeout(connect_timeout, endpoint.connect()).await {
             Ok(Ok(channel)) => Ok(channel),
             Ok(Err(e)) => Err(connect_failed(address, connect_timeout, e)),

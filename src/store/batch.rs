@@ -29,8 +29,12 @@
 //!   (`Cancelled`, tonic's `TimeoutExpired` as the source). If the stream delivered no answer at all during
 //!   that time, it has stalled (a frozen store, a connection that lost its
 //!   peer): it is retired, so later requests go to a fresh stream, and its
-//!   queued requests are sent again. (No HTTP/2 keep-alive ping is set: a
-//!   connection whose peer is gone is found by this rule, or by TCP.)
+//!   queued requests are sent again.
+//! * The streams' connections send HTTP/2 keep-alive PINGs
+//!   ([`BatchOptions::keepalive_interval`], 10 s of silence): a PING
+//!   unanswered for [`BatchOptions::keepalive_timeout`] (3 s) closes the
+//!   connection, so a store that froze or vanished fails its streams as a
+//!   lost connection would, long before each request's own timeout.
 //! * A dropped request future removes its entry too.
 //! * When a stream fails (reset, connection lost, closed by the store), a
 //!   written request fails with the stream's status as its source, so it
@@ -86,7 +90,19 @@ pub struct BatchOptions {
     pub max_streams: usize,
     /// How long a saturated stream may hold a partial batch (zero: never).
     pub max_wait: Duration,
+    /// HTTP/2 keep-alive of the streams' connections: a PING after this
+    /// long without frames from the store, while a stream is open.
+    pub keepalive_interval: Duration,
+    /// How long a keep-alive PING may go unanswered before the connection
+    /// (and every stream on it) is closed as failed.
+    pub keepalive_timeout: Duration,
 }
+
+/// The streams' keep-alive interval: a PING after 10 s of silence (gRPC's
+/// and client-go's usual setting).
+const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(10);
+/// How long a PING may stay unanswered: 3 s.
+const KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(3);
 
 impl Default for BatchOptions {
     fn default() -> Self {
@@ -94,6 +110,8 @@ impl Default for BatchOptions {
             max_batch_size: DEFAULT_BATCH_MAX_SIZE,
             max_streams: DEFAULT_BATCH_STREAMS_PER_STORE,
             max_wait: DEFAULT_BATCH_MAX_WAIT,
+            keepalive_interval: KEEPALIVE_INTERVAL,
+            keepalive_timeout: KEEPALIVE_TIMEOUT,
         }
     }
 }
@@ -104,6 +122,7 @@ impl From<&crate::Config> for BatchOptions {
             max_batch_size: config.batch_max_size,
             max_streams: config.batch_streams_per_store,
             max_wait: config.batch_max_wait,
+            ..BatchOptions::default()
         }
         .normalized()
     }
@@ -114,7 +133,7 @@ impl BatchOptions {
         BatchOptions {
             max_batch_size: self.max_batch_size.max(1),
             max_streams: self.max_streams.max(1),
-            max_wait: self.max_wait,
+            ..self
         }
     }
 }
@@ -225,12 +244,16 @@ impl Shared {
         let dialer = self.dialer.clone();
         let address = self.address.clone();
         let base = self.stream_base.clone();
+        let keepalive = (
+            self.options.keepalive_interval,
+            self.options.keepalive_timeout,
+        );
         tokio::spawn(async move {
             let client = match dialer {
                 None => Ok(base),
                 Some(d) => d
                     .security
-                    .connect_stream_channel(&address, d.connect_timeout)
+                    .connect_stream_channel(&address, d.connect_timeout, keepalive)
                     .await
                     .map(|channel| {
                         TikvClient::new(channel)

@@ -125,9 +125,11 @@ impl TikvConnect {
     /// The batched transport to `address`: unary fallbacks over `unary`,
     /// streams on their own connections, opened without a request timeout.
     fn batch_client(&self, address: &str, unary: &TikvClient<Channel>) -> Result<KvBatchClient> {
-        let streams = self
-            .security
-            .lazy_stream_channel(address, self.connect_timeout)?;
+        let streams = self.security.lazy_stream_channel(
+            address,
+            self.connect_timeout,
+            (self.batch.keepalive_interval, self.batch.keepalive_timeout),
+        )?;
         Ok(KvBatchClient::build(
             unary.clone(),
             TikvClient::new(streams).max_decoding_message_size(self.max_decoding_message_size),

@@ -395,6 +395,7 @@ mod tests {
                 max_batch_size,
                 max_streams: 1,
                 max_wait,
+                ..BatchOptions::default()
             },
             timer: None,
         }

@@ -221,6 +221,7 @@ async fn a_saturated_stream_gets_company_up_to_the_maximum() {
         max_batch_size: 2,
         max_streams: 3,
         max_wait: Duration::ZERO,
+        ..BatchOptions::default()
     };
     let client = store_client(&cluster, 1, &connector(options, PATIENCE)).await;
     let batch = client.batch_client().unwrap().clone();

@@ -305,6 +305,7 @@ async fn a_stream_reset_under_load_fails_only_the_requests_it_had_taken() {
         max_batch_size: 1,
         max_streams: 1,
         max_wait: Duration::ZERO,
+        ..BatchOptions::default()
     };
     let store = connector(RpcMode::Batched, options)
         .connect(&address)
@@ -479,4 +480,66 @@ async fn a_stream_outlives_the_request_timeout_until_its_first_answer() {
         .downcast::<kvrpcpb::RawGetResponse>()
         .expect("a RawGet answer");
     assert_eq!(answer.value, b"v");
+}
+
+/// A store that takes the BatchCommands stream and its first request, then
+/// freezes: it stops serving the connection altogether (no answer, no
+/// PING reply), as a host that lost power would seem.
+async fn frozen_store() -> String {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = listener.local_addr().unwrap().to_string();
+    tokio::spawn(async move {
+        while let Ok((socket, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                let Ok(mut conn) = h2::server::handshake(socket).await else {
+                    return;
+                };
+                let Some(Ok((request, respond))) = conn.accept().await else {
+                    return;
+                };
+                let mut body = request.into_body();
+                // Drive the connection until the first request arrived.
+                tokio::select! {
+                    _ = body.data() => {}
+                    _ = conn.accept() => return,
+                }
+                // Frozen: nothing polls the connection from here on, and
+                // the socket stays open.
+                std::mem::forget((conn, respond, body));
+            });
+        }
+    });
+    address
+}
+
+/// HTTP/2 keep-alive on the streams' connections: a store that froze with
+/// a written request fails it as a lost connection (the write's outcome
+/// is unknown) once a PING goes unanswered, well before the request's own
+/// timeout would have ended it as a client timeout.
+#[tokio::test]
+async fn an_unanswered_keepalive_fails_the_written_requests() {
+    let address = frozen_store().await;
+    let options = BatchOptions {
+        keepalive_interval: Duration::from_millis(100),
+        keepalive_timeout: Duration::from_millis(100),
+        ..BatchOptions::default()
+    };
+    let store = TikvConnect::new(
+        Arc::new(SecurityManager::plaintext()),
+        Duration::from_secs(30),
+        Duration::from_secs(3),
+    )
+    .with_rpc_mode(RpcMode::Batched, options)
+    .connect(&address)
+    .await
+    .unwrap();
+    let put = kvrpcpb::RawPutRequest {
+        key: b"k".to_vec(),
+        value: b"v".to_vec(),
+        ..Default::default()
+    };
+    let error = store.dispatch(&put).await.expect_err("the store froze");
+    let class = classify_dispatch_error(&error);
+    assert_ne!(class, DispatchFailure::ClientTimeout, "{error:?}");
+    assert!(class.may_have_been_sent(), "{class:?}: {error:?}");
 }
