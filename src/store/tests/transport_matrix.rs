@@ -55,22 +55,38 @@ fn expected(fault: Fault) -> DispatchFailure {
     }
 }
 
-async fn server(fault: Fault) -> String {
+/// A test store's HTTP/2 connection, after the handshake.
+type Conn = h2::server::Connection<TcpStream, Bytes>;
+
+/// Listens on a fresh 127.0.0.1 port and runs `serve` on each connection;
+/// returns the address.
+async fn h2_store<F, Fut>(serve: F) -> String
+where
+    F: Fn(Conn) -> Fut + Send + Sync + 'static,
+    Fut: std::future::Future<Output = ()> + Send + 'static,
+{
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let address = listener.local_addr().unwrap().to_string();
+    let serve = Arc::new(serve);
     tokio::spawn(async move {
         while let Ok((socket, _)) = listener.accept().await {
-            tokio::spawn(serve(socket, fault));
+            let serve = Arc::clone(&serve);
+            tokio::spawn(async move {
+                if let Ok(conn) = h2::server::handshake(socket).await {
+                    serve(conn).await;
+                }
+            });
         }
     });
     address
 }
 
+async fn server(fault: Fault) -> String {
+    h2_store(move |conn| serve(conn, fault)).await
+}
+
 /// Serves one connection until a stream's fault closes it.
-async fn serve(socket: TcpStream, fault: Fault) {
-    let Ok(mut conn) = h2::server::handshake(socket).await else {
-        return;
-    };
+async fn serve(mut conn: Conn, fault: Fault) {
     let (close, mut closing) = tokio::sync::mpsc::channel::<Held>(1);
     loop {
         tokio::select! {
@@ -222,39 +238,31 @@ struct Seen {
 /// stops taking requests from the stream), then resets the stream. Unary
 /// calls are answered. It records the keys of the requests it received.
 async fn resetting_store() -> (String, Arc<std::sync::Mutex<Seen>>) {
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let address = listener.local_addr().unwrap().to_string();
     let seen = Arc::new(std::sync::Mutex::new(Seen::default()));
     let recorded = Arc::clone(&seen);
-    tokio::spawn(async move {
-        while let Ok((socket, _)) = listener.accept().await {
-            let recorded = Arc::clone(&recorded);
-            tokio::spawn(async move {
-                let Ok(mut conn) = h2::server::handshake(socket).await else {
-                    return;
-                };
-                while let Some(Ok((request, respond))) = conn.accept().await {
-                    let recorded = Arc::clone(&recorded);
-                    if request.uri().path().ends_with("/BatchCommands") {
-                        tokio::spawn(read_a_window_then_reset(request, respond, recorded));
-                    } else {
-                        tokio::spawn(async move {
-                            let mut body = request.into_body();
-                            let Some(bytes) = next_message(&mut body, &mut Vec::new()).await else {
-                                return;
-                            };
-                            let put = <kvrpcpb::RawPutRequest as prost::Message>::decode(
-                                bytes.as_slice(),
-                            )
-                            .unwrap();
-                            recorded.lock().unwrap().unary.push(put.key);
-                            super::answer(respond);
-                        });
-                    }
+    let address = h2_store(move |mut conn| {
+        let recorded = Arc::clone(&recorded);
+        async move {
+            while let Some(Ok((request, respond))) = conn.accept().await {
+                let recorded = Arc::clone(&recorded);
+                if request.uri().path().ends_with("/BatchCommands") {
+                    tokio::spawn(read_a_window_then_reset(request, respond, recorded));
+                    continue;
                 }
-            });
+                tokio::spawn(async move {
+                    let mut body = request.into_body();
+                    let Some(bytes) = next_message(&mut body, &mut Vec::new()).await else {
+                        return;
+                    };
+                    let put = <kvrpcpb::RawPutRequest as prost::Message>::decode(bytes.as_slice())
+                        .unwrap();
+                    recorded.lock().unwrap().unary.push(put.key);
+                    super::answer(respond);
+                });
+            }
         }
-    });
+    })
+    .await;
     (address, seen)
 }
 
@@ -385,61 +393,51 @@ async fn late_headers_store(hold: Duration) -> String {
         batch_commands_response, BatchCommandsRequest, BatchCommandsResponse,
     };
     use prost::Message;
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let address = listener.local_addr().unwrap().to_string();
-    tokio::spawn(async move {
-        while let Ok((socket, _)) = listener.accept().await {
+    h2_store(move |mut conn| async move {
+        while let Some(Ok((request, mut respond))) = conn.accept().await {
             tokio::spawn(async move {
-                let Ok(mut conn) = h2::server::handshake(socket).await else {
+                let mut body = request.into_body();
+                let mut buffer = Vec::new();
+                let mut ids = Vec::new();
+                let mut first_at = None;
+                while ids.len() < 2 {
+                    let Some(bytes) = next_message(&mut body, &mut buffer).await else {
+                        return;
+                    };
+                    first_at.get_or_insert_with(tokio::time::Instant::now);
+                    let message = BatchCommandsRequest::decode(bytes.as_slice()).unwrap();
+                    ids.extend(message.request_ids);
+                }
+                tokio::time::sleep_until(first_at.unwrap() + hold).await;
+                let Ok(mut out) = respond.send_response(grpc_head().body(()).unwrap(), false)
+                else {
                     return;
                 };
-                while let Some(Ok((request, mut respond))) = conn.accept().await {
-                    tokio::spawn(async move {
-                        let mut body = request.into_body();
-                        let mut buffer = Vec::new();
-                        let mut ids = Vec::new();
-                        let mut first_at = None;
-                        while ids.len() < 2 {
-                            let Some(bytes) = next_message(&mut body, &mut buffer).await else {
-                                return;
-                            };
-                            first_at.get_or_insert_with(tokio::time::Instant::now);
-                            let message = BatchCommandsRequest::decode(bytes.as_slice()).unwrap();
-                            ids.extend(message.request_ids);
-                        }
-                        tokio::time::sleep_until(first_at.unwrap() + hold).await;
-                        let Ok(mut out) =
-                            respond.send_response(grpc_head().body(()).unwrap(), false)
-                        else {
-                            return;
-                        };
-                        let answer = BatchCommandsResponse {
-                            responses: ids
-                                .iter()
-                                .map(|_| batch_commands_response::Response {
-                                    cmd: Some(ResponseCmd::RawGet(kvrpcpb::RawGetResponse {
-                                        value: b"v".to_vec(),
-                                        ..Default::default()
-                                    })),
-                                })
-                                .collect(),
-                            request_ids: ids,
-                            ..Default::default()
-                        }
-                        .encode_to_vec();
-                        let mut frame = vec![0u8];
-                        frame.extend((answer.len() as u32).to_be_bytes());
-                        frame.extend(answer);
-                        let _ = out.send_data(Bytes::from(frame), false);
-                        // Keep the stream open.
-                        std::mem::forget(out);
-                        std::mem::forget(body);
-                    });
+                let answer = BatchCommandsResponse {
+                    responses: ids
+                        .iter()
+                        .map(|_| batch_commands_response::Response {
+                            cmd: Some(ResponseCmd::RawGet(kvrpcpb::RawGetResponse {
+                                value: b"v".to_vec(),
+                                ..Default::default()
+                            })),
+                        })
+                        .collect(),
+                    request_ids: ids,
+                    ..Default::default()
                 }
+                .encode_to_vec();
+                let mut frame = vec![0u8];
+                frame.extend((answer.len() as u32).to_be_bytes());
+                frame.extend(answer);
+                let _ = out.send_data(Bytes::from(frame), false);
+                // Keep the stream open.
+                std::mem::forget(out);
+                std::mem::forget(body);
             });
         }
-    });
-    address
+    })
+    .await
 }
 
 /// tonic's request timeout bounds a call until its response headers: on
@@ -486,30 +484,21 @@ async fn a_stream_outlives_the_request_timeout_until_its_first_answer() {
 /// freezes: it stops serving the connection altogether (no answer, no
 /// PING reply), as a host that lost power would seem.
 async fn frozen_store() -> String {
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let address = listener.local_addr().unwrap().to_string();
-    tokio::spawn(async move {
-        while let Ok((socket, _)) = listener.accept().await {
-            tokio::spawn(async move {
-                let Ok(mut conn) = h2::server::handshake(socket).await else {
-                    return;
-                };
-                let Some(Ok((request, respond))) = conn.accept().await else {
-                    return;
-                };
-                let mut body = request.into_body();
-                // Drive the connection until the first request arrived.
-                tokio::select! {
-                    _ = body.data() => {}
-                    _ = conn.accept() => return,
-                }
-                // Frozen: nothing polls the connection from here on, and
-                // the socket stays open.
-                std::mem::forget((conn, respond, body));
-            });
+    h2_store(|mut conn| async move {
+        let Some(Ok((request, respond))) = conn.accept().await else {
+            return;
+        };
+        let mut body = request.into_body();
+        // Drive the connection until the first request arrived.
+        tokio::select! {
+            _ = body.data() => {}
+            _ = conn.accept() => return,
         }
-    });
-    address
+        // Frozen: nothing polls the connection from here on, and the
+        // socket stays open.
+        std::mem::forget((conn, respond, body));
+    })
+    .await
 }
 
 /// HTTP/2 keep-alive on the streams' connections: a store that froze with
