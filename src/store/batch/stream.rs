@@ -481,15 +481,26 @@ mod tests {
         assert_eq!(started.elapsed(), Duration::ZERO);
     }
 
-    #[test]
-    fn a_failed_stream_tells_written_from_queued_requests() {
+    /// A stream with requests 1..=`queued` queued, of which the connection
+    /// took the first `batch` (one message).
+    fn partly_written(
+        batch: usize,
+        queued: u64,
+    ) -> (Arc<BatchStream>, Outgoing, Vec<oneshot::Receiver<Reply>>) {
         let stream = BatchStream::new("s".into());
-        let mut out = outgoing(&stream, 1, Duration::ZERO);
-        let mut rx = queue(&stream, 1, 2);
+        let mut out = outgoing(&stream, batch, Duration::ZERO);
+        let rx = queue(&stream, 1, queued);
+        let written: Vec<u64> = (1..=batch as u64).collect();
         assert_eq!(
             now_or_never(&mut out).flatten().unwrap().request_ids,
-            vec![1]
+            written
         );
+        (stream, out, rx)
+    }
+
+    #[test]
+    fn a_failed_stream_tells_written_from_queued_requests() {
+        let (stream, _out, mut rx) = partly_written(1, 2);
         // A cause that alone would read as "not sent" (a connect error).
         let mut status = tonic::Status::unavailable("gone");
         status.set_source(Arc::new(tonic::ConnectError(Box::new(
@@ -513,13 +524,7 @@ mod tests {
 
     #[test]
     fn a_retired_stream_resends_its_queue_and_keeps_its_written_requests() {
-        let stream = BatchStream::new("s".into());
-        let mut out = outgoing(&stream, 2, Duration::ZERO);
-        let mut rx = queue(&stream, 1, 3);
-        assert_eq!(
-            now_or_never(&mut out).flatten().unwrap().request_ids,
-            vec![1, 2]
-        );
+        let (stream, mut out, mut rx) = partly_written(2, 3);
         stream.retire();
         assert!(stream.is_closed(), "no new request is queued on it");
         assert!(matches!(rx.pop().unwrap().try_recv(), Ok(Reply::Resend)));
@@ -541,13 +546,7 @@ mod tests {
     fn unimplemented_mid_stream_fails_what_was_written() {
         // Only a call refused at its start means "no BatchCommands"; later
         // (a proxy's answer, say) a written request may have been served.
-        let stream = BatchStream::new("s".into());
-        let mut out = outgoing(&stream, 1, Duration::ZERO);
-        let mut rx = queue(&stream, 1, 2);
-        assert_eq!(
-            now_or_never(&mut out).flatten().unwrap().request_ids,
-            vec![1]
-        );
+        let (stream, _out, mut rx) = partly_written(1, 2);
         stream.fail(&tonic::Status::unimplemented("from a proxy"), false);
         assert!(matches!(rx.pop().unwrap().try_recv(), Ok(Reply::Resend)));
         assert!(matches!(rx.pop().unwrap().try_recv(), Ok(Reply::Failed(_))));
