@@ -484,29 +484,33 @@ impl KvBatchClient {
                 Ok(resp)
             }
             Reply::Failed(e) => Err(e),
-            Reply::Resend => {
-                // Its stream ended before the connection took it: nothing
-                // was sent, so it goes again as a unary call within what
-                // is left of its timeout, and fails as such a call would.
-                let left = deadline.saturating_duration_since(tokio::time::Instant::now());
-                if left.is_zero() {
-                    return Err(self.timed_out(req, timeout));
-                }
-                req.dispatch(&self.shared.base, left).await
-            }
+            // Its stream ended before the connection took it: nothing was
+            // sent, so it goes again as a unary call, and fails as such a
+            // call would.
+            Reply::Resend => self.unary_until(req, deadline, timeout).await,
             Reply::Unsupported => {
                 tracing::info!(
                     "the store at {} does not serve BatchCommands; using unary calls",
                     self.shared.address
                 );
                 self.shared.unsupported.store(true, Ordering::Release);
-                let left = deadline.saturating_duration_since(tokio::time::Instant::now());
-                if left.is_zero() {
-                    return Err(self.timed_out(req, timeout));
-                }
-                req.dispatch(&self.shared.base, left).await
+                self.unary_until(req, deadline, timeout).await
             }
         }
+    }
+
+    /// A unary call within what is left of the request's timeout.
+    async fn unary_until(
+        &self,
+        req: &dyn Request,
+        deadline: tokio::time::Instant,
+        timeout: Duration,
+    ) -> Result<Box<dyn Any + Send>> {
+        let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+        if left.is_zero() {
+            return Err(self.timed_out(req, timeout));
+        }
+        req.dispatch(&self.shared.base, left).await
     }
 
     /// A request that ran out of its timeout fails as a unary call that
