@@ -19,6 +19,10 @@ pub enum Kind {
     PlanBatched,
     /// tikv-plan's clients with `RpcMode::Unary`.
     PlanUnary,
+    /// tikv-plan's clients with `RpcMode::Unary`, each call through tonic's
+    /// generated client and codec instead of the hand-framed typed path.
+    /// Not in the default set: `--clients unary,unary-tonic,bare`.
+    PlanUnaryTonic,
     /// A tonic `TikvClient` straight at the Region leader, context by hand.
     Bare,
     /// `tikv_client::RawClient` 0.4.0 from crates.io.
@@ -26,7 +30,8 @@ pub enum Kind {
 }
 
 impl Kind {
-    /// The clients this build can run, in table order.
+    /// The clients a run compares unless `--clients` names others, in
+    /// table order (`unary-tonic` only when named).
     pub fn all() -> Vec<Kind> {
         vec![
             Kind::PlanBatched,
@@ -41,6 +46,7 @@ impl Kind {
         match name {
             "plan" | "batched" => Some(Kind::PlanBatched),
             "unary" => Some(Kind::PlanUnary),
+            "unary-tonic" => Some(Kind::PlanUnaryTonic),
             "bare" => Some(Kind::Bare),
             "upstream" => Some(Kind::Upstream),
             _ => None,
@@ -52,6 +58,7 @@ impl Kind {
         match self {
             Kind::PlanBatched => "tikv-plan batched",
             Kind::PlanUnary => "tikv-plan unary",
+            Kind::PlanUnaryTonic => "tikv-plan unary, tonic codec",
             Kind::Bare => "bare tonic",
             Kind::Upstream => "tikv-client 0.4.0",
         }
@@ -93,6 +100,13 @@ impl Client {
         match kind {
             Kind::PlanBatched => plan(pd, tikv_plan::RpcMode::Batched).await,
             Kind::PlanUnary => plan(pd, tikv_plan::RpcMode::Unary).await,
+            Kind::PlanUnaryTonic => {
+                // Read when the clients build their connectors, here.
+                tikv_plan::__internals::set_typed_path(false);
+                let client = plan(pd, tikv_plan::RpcMode::Unary).await;
+                tikv_plan::__internals::set_typed_path(true);
+                client
+            }
             Kind::Upstream => {
                 let fail = |e: tikv_client::Error| format!("tikv-client cannot connect: {e}");
                 let raw = tikv_client::RawClient::new(vec![pd.to_owned()])

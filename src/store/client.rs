@@ -31,6 +31,24 @@ pub struct TikvConnect {
     max_decoding_message_size: usize,
     rpc_mode: RpcMode,
     batch: BatchOptions,
+    /// Unary calls go through the typed path (`typed.rs`); false: through
+    /// tonic's generated client and codec, for the benchmark that compares
+    /// the two (see [`set_typed_path`]).
+    typed_path: bool,
+}
+
+/// Whether connectors built from now on send unary calls on the typed path
+/// (the default) or through tonic's generated client and its codec. Only
+/// the side-by-side benchmark turns it off (`__internals`), to measure the
+/// typed path against tonic's codec in one run; no user-facing setting.
+static TYPED_PATH: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(true);
+
+/// Makes connectors built after this call send unary calls on the typed
+/// path (`true`, the default) or through tonic's generated client and its
+/// codec (`false`). Connectors already built keep what they had.
+#[cfg(feature = "unstable-internals")]
+pub fn set_typed_path(on: bool) {
+    TYPED_PATH.store(on, std::sync::atomic::Ordering::Relaxed);
 }
 
 impl TikvConnect {
@@ -48,6 +66,7 @@ impl TikvConnect {
             max_decoding_message_size: DEFAULT_GRPC_MAX_DECODING_MESSAGE_SIZE,
             rpc_mode: RpcMode::default(),
             batch: BatchOptions::default(),
+            typed_path: TYPED_PATH.load(std::sync::atomic::Ordering::Relaxed),
         }
     }
 
@@ -117,6 +136,7 @@ impl KvConnect for TikvConnect {
             // The endpoint was built with `.timeout(self.timeout)`.
             channel_timeout: true,
             batch,
+            typed_path: self.typed_path,
         })
     }
 }
@@ -157,6 +177,8 @@ pub struct KvRpcClient {
     /// [`TikvConnect`]); see [`KvClient::grpc_enforces_timeout`].
     channel_timeout: bool,
     batch: Option<KvBatchClient>,
+    /// Unary calls use [`grpc`](KvClient::grpc) (the typed path).
+    typed_path: bool,
 }
 
 impl KvRpcClient {
@@ -169,6 +191,7 @@ impl KvRpcClient {
             timeout,
             channel_timeout: false,
             batch: None,
+            typed_path: true,
         }
     }
 
@@ -224,7 +247,7 @@ impl KvClient for KvRpcClient {
 
     fn grpc(&self) -> Option<(&GrpcChannel, Duration)> {
         // Batched clients send every request on their streams.
-        if self.batch.is_some() {
+        if self.batch.is_some() || !self.typed_path {
             return None;
         }
         Some((&self.grpc, self.timeout))

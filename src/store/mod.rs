@@ -8,6 +8,8 @@ mod request;
 mod typed;
 
 pub(crate) use batch::BatchOptions;
+#[cfg(feature = "unstable-internals")]
+pub use client::set_typed_path;
 pub(crate) use client::timeout_as_error;
 #[cfg(test)]
 pub(crate) use client::KvRpcClient;

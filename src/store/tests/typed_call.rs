@@ -2,8 +2,10 @@
 //! channel, against a scripted HTTP/2 server on loopback: a message cut
 //! across DATA frames is decoded, and every failure (a status in the
 //! headers or the trailers, a missing status, a reset stream, an oversized
-//! message, an HTTP error) ends as tonic's generated client ends it, or, for
-//! an HTTP error page, with the status gRPC's HTTP mapping gives.
+//! message, a compressed one, an HTTP error) ends as tonic's generated
+//! client ends it, or, for an HTTP error page, with the status gRPC's HTTP
+//! mapping gives; and a real tonic server that compresses its answers
+//! answers the path, which offers no compression, with plain ones.
 
 use std::time::Duration;
 
@@ -129,6 +131,23 @@ async fn answer(
             let _ = stream.send_data(Bytes::from(prefix), false);
             let _ = stream.send_trailers(trailers("0", ""));
         }
+        // A compressed message under a `grpc-encoding` this client never
+        // offered, and a compressed flag with no encoding named at all: the
+        // bytes are not a plain message and must never be decoded as one.
+        b"gzip-encoded" | b"flag-without-encoding" => {
+            let mut head = head(200);
+            if key == b"gzip-encoded" {
+                head.headers_mut()
+                    .insert("grpc-encoding", http::HeaderValue::from_static("gzip"));
+            }
+            let Ok(mut stream) = respond.send_response(head, false) else {
+                return;
+            };
+            let mut flagged = framed.clone();
+            flagged[0] = 1;
+            let _ = stream.send_data(Bytes::from(flagged), false);
+            let _ = stream.send_trailers(trailers("0", ""));
+        }
         b"reset" => respond.send_reset(h2::Reason::INTERNAL_ERROR),
         b"stall-body" => {
             let Ok(mut stream) = respond.send_response(head(200), false) else {
@@ -230,6 +249,9 @@ async fn answers_decode_and_failures_match_tonic() {
         ("no-status", Code::Unknown),
         ("no-message", Code::Internal),
         ("reset", Code::Internal),
+        // Compressed frames are refused with tonic's codes, never misread.
+        ("gzip-encoded", Code::Unimplemented),
+        ("flag-without-encoding", Code::Internal),
     ] {
         let ours = match typed(&grpc, key).await {
             Err(Error::GrpcAPI(status)) => status,
@@ -300,4 +322,65 @@ async fn a_closed_port_fails_like_tonic() {
         classify_grpc_error(&theirs),
         "{ours:?} / {theirs:?}"
     );
+}
+
+/// A real tonic server that compresses its answers (gzip) whenever the
+/// client accepts it: the typed path offers no compression, so it gets plain
+/// messages and decodes them, while tonic's generated client that accepts
+/// gzip gets them compressed (the server does compress, so the typed path's
+/// plain answers come from what it asks for, not from a server that never
+/// compresses).
+#[tokio::test]
+async fn a_compressing_tonic_server_answers_the_typed_path_uncompressed() {
+    use crate::proto::tikvpb::tikv_client::TikvClient;
+    use crate::proto::tikvpb::tikv_server::{Tikv, TikvServer};
+    use tonic::codec::CompressionEncoding;
+
+    struct Echo;
+    #[tonic::async_trait]
+    impl Tikv for Echo {
+        async fn raw_get(
+            &self,
+            request: tonic::Request<kvrpcpb::RawGetRequest>,
+        ) -> Result<tonic::Response<kvrpcpb::RawGetResponse>, tonic::Status> {
+            // Long and repetitive, so gzip has something to do.
+            let value = request.into_inner().key.repeat(64);
+            Ok(tonic::Response::new(kvrpcpb::RawGetResponse {
+                value,
+                ..Default::default()
+            }))
+        }
+    }
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = listener.local_addr().unwrap().to_string();
+    let server = tokio::spawn(
+        tonic::transport::Server::builder()
+            .add_service(
+                TikvServer::new(Echo)
+                    .send_compressed(CompressionEncoding::Gzip)
+                    .accept_compressed(CompressionEncoding::Gzip),
+            )
+            .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener)),
+    );
+    let channel = connect(&address).await;
+    let grpc = GrpcChannel::new(channel.clone());
+
+    let ours = typed(&grpc, "compress me").await.unwrap();
+    assert_eq!(ours.value, b"compress me".repeat(64));
+
+    let answer = TikvClient::new(channel)
+        .accept_compressed(CompressionEncoding::Gzip)
+        .raw_get(request("compress me"))
+        .await
+        .unwrap();
+    assert_eq!(
+        answer
+            .metadata()
+            .get("grpc-encoding")
+            .map(|v| v.to_str().unwrap()),
+        Some("gzip"),
+        "the server compresses for a client that accepts it"
+    );
+    assert_eq!(answer.into_inner(), ours);
+    server.abort();
 }
