@@ -131,7 +131,11 @@ pub enum Error {
         /// What went wrong.
         message: String,
     },
-    /// client-rust's free-text error; tikv-plan never builds it.
+    /// client-rust's free-text error. tikv-plan builds it where only text
+    /// is left to carry: inside an [`Error::UndeterminedError`] when a
+    /// transaction whose commit ended undetermined is asked to commit or
+    /// roll back again, and as the copy of an error that cannot be cloned
+    /// (a transport error, a task's failure) that several waiters share.
     #[error("{0}")]
     StringError(String),
     /// client-rust's "not implemented" error; tikv-plan never builds it.

@@ -256,3 +256,60 @@ async fn gc_resolves_old_locks_and_moves_the_safe_point() {
     assert_eq!(read(&client, "a").await, Some(b"v".to_vec()));
     cluster.shutdown().await;
 }
+
+/// A pessimistic lock that finds a write committed after its for_update_ts
+/// in every Region it locks (each Region reports its own conflict, so the
+/// error is `MultipleKeyErrors`) is retried at a fresh for_update_ts, as a
+/// conflict in one Region is, instead of failing the lock.
+#[tokio::test]
+async fn a_conflict_in_every_region_of_a_lock_retries_at_a_fresh_timestamp() {
+    let cluster = cluster(&["m"]).await;
+    let client = client(&cluster, Duration::from_secs(10)).await;
+    let mut t1 = client.begin_with_options(pessimistic()).await.unwrap();
+    t1.lock_keys(vec!["a".to_owned(), "z".to_owned()])
+        .await
+        .unwrap();
+
+    // t2 asks for both keys while t1 holds them: it waits on t1's locks.
+    let tried = |cluster: &SimCluster| {
+        cluster
+            .store_ids()
+            .into_iter()
+            .map(|s| {
+                let counters = cluster.counters(s);
+                counters.count("kv_pessimistic_lock", Outcome::Ok)
+                    + counters.count("kv_pessimistic_lock", Outcome::KeyError)
+            })
+            .sum::<u64>()
+    };
+    let before = tried(&cluster);
+    let waiter = client.clone();
+    let t2 = tokio::spawn(async move {
+        let mut t2 = waiter.begin_with_options(pessimistic()).await.unwrap();
+        let locked = t2.lock_keys(vec!["a".to_owned(), "z".to_owned()]).await;
+        (t2, locked)
+    });
+    // Both Regions have answered t2 with t1's lock.
+    let bound = tokio::time::Instant::now() + Duration::from_secs(5);
+    while tried(&cluster) < before + 2 {
+        assert!(tokio::time::Instant::now() < bound, "t2 never tried");
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    // t1 writes both keys and commits after t2's for_update_ts: when t2's
+    // lock goes again, both Regions answer with a write conflict.
+    t1.put("a".to_owned(), "t1".to_owned()).await.unwrap();
+    t1.put("z".to_owned(), "t1".to_owned()).await.unwrap();
+    t1.commit().await.unwrap();
+
+    let (mut t2, locked) = t2.await.unwrap();
+    locked.expect("a write conflict in every Region is retried at a fresh for_update_ts");
+    assert_eq!(
+        t2.get_for_update("a".to_owned()).await.unwrap(),
+        Some(b"t1".to_vec())
+    );
+    t2.put("z".to_owned(), "t2".to_owned()).await.unwrap();
+    t2.commit().await.unwrap();
+    settle(&client).await;
+    assert_eq!(read(&client, "z").await, Some(b"t2".to_vec()));
+    cluster.shutdown().await;
+}

@@ -35,10 +35,11 @@ use crate::{Error, Key, Result};
 /// (client-rust's `TXN_COMMIT_BATCH_SIZE`).
 pub const TXN_COMMIT_BATCH_SIZE: u64 = 16 * 1024;
 
-/// Turns a TiKV `KeyError` into an [`Error`]; its message says what
-/// happened (locked, write conflict, already exists, ...; see
-/// [`describe_key_error`](crate::describe_key_error)).
-/// The `KeyError` inside an error, if it is one.
+/// The `KeyError` inside an error, if it is one ([`Error::KeyError`]; its
+/// message says what happened: locked, write conflict, already exists, ...;
+/// see [`describe_key_error`](crate::describe_key_error)). Several key
+/// errors come as [`Error::MultipleKeyErrors`] or [`Error::ExtractedErrors`],
+/// whose pieces this takes one at a time.
 pub fn as_key_error(e: &Error) -> Option<&kvrpcpb::KeyError> {
     match e {
         Error::KeyError(k) => Some(k),

@@ -44,10 +44,14 @@ pub const MAX_TXN_SCAN_LIMIT: u32 = 10240;
 /// after write conflicts.
 const PESSIMISTIC_LOCK_ATTEMPTS: u32 = 8;
 
-/// True for a write conflict, alone or among several shards' errors.
+/// True for a write conflict, alone or among several errors: the key
+/// errors of one request (`MultipleKeyErrors`, as when every Region of a
+/// lock reports its conflict) or several shards' failures.
 fn is_write_conflict(e: &Error) -> bool {
     match e {
-        Error::ExtractedErrors(errors) => errors.iter().any(is_write_conflict),
+        Error::MultipleKeyErrors(errors) | Error::ExtractedErrors(errors) => {
+            errors.iter().any(is_write_conflict)
+        }
         e => as_key_error(e).is_some_and(|k| k.conflict.is_some()),
     }
 }
@@ -1449,6 +1453,43 @@ impl<PdC: PdClient> std::fmt::Debug for Transaction<PdC> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_write_conflict_is_seen_among_several_errors() {
+        let conflict = || {
+            Error::KeyError(Box::new(kvrpcpb::KeyError {
+                conflict: Some(kvrpcpb::WriteConflict::default()),
+                ..Default::default()
+            }))
+        };
+        let locked = || {
+            Error::KeyError(Box::new(kvrpcpb::KeyError {
+                locked: Some(kvrpcpb::LockInfo::default()),
+                ..Default::default()
+            }))
+        };
+        assert!(is_write_conflict(&conflict()));
+        assert!(!is_write_conflict(&locked()));
+        // What `strongest_shard_error` makes of two Regions' conflicts: key
+        // errors only, so `MultipleKeyErrors`.
+        let two_regions = crate::request::strongest_shard_error(vec![conflict(), conflict()]);
+        assert!(matches!(two_regions, Error::MultipleKeyErrors(_)));
+        assert!(is_write_conflict(&two_regions));
+        assert!(is_write_conflict(&Error::MultipleKeyErrors(vec![
+            locked(),
+            conflict()
+        ])));
+        assert!(!is_write_conflict(&Error::MultipleKeyErrors(vec![
+            locked(),
+            locked()
+        ])));
+        assert!(is_write_conflict(&Error::ExtractedErrors(vec![
+            Error::InternalError {
+                message: "x".to_owned()
+            },
+            conflict()
+        ])));
+    }
 
     #[test]
     fn a_heartbeat_stops_quietly_only_when_the_lock_is_gone() {
