@@ -50,8 +50,9 @@
 //! - `log`: with no tracing subscriber installed, the crate's tracing events
 //!   become `log` records.
 //! - `unstable-internals`: not for users (no semver promise); it names the
-//!   Region cache for this repository's own benchmark and memory test, and
-//!   lets `perf/` compare the typed unary path with tonic's codec.
+//!   Region cache for this repository's own benchmark and memory test, lets
+//!   `perf/` compare the typed unary path with tonic's codec, and lets the
+//!   deterministic simulation dial through a simulated network.
 //!
 //! No feature is on by default. Without features the crate needs tokio's
 //! `rt`, `sync` and `time` only, and runs on whichever runtime the caller
@@ -85,13 +86,15 @@ pub mod metrics;
 pub mod mock;
 
 /// Engine internals for this repository's own benchmarks (the Region
-/// cache's, and `perf/`'s typed path against tonic's codec) and memory
-/// test of the Region cache (feature `unstable-internals`). Not part of the API: no
+/// cache's, and `perf/`'s typed path against tonic's codec), memory test of
+/// the Region cache and deterministic simulation (a transport in place of
+/// TCP) (feature `unstable-internals`). Not part of the API: no
 /// semver promise, may change or vanish in any release.
 #[cfg(feature = "unstable-internals")]
 #[doc(hidden)]
 pub mod __internals {
     pub use crate::region::cache::RegionCache;
+    pub use crate::security::transport::{with_transport, Dial, Io, Transport};
     pub use crate::store::set_typed_path;
 }
 

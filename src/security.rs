@@ -15,6 +15,11 @@ use crate::{Error, ErrorSource, Result};
 #[derive(Clone, Default)]
 pub struct SecurityManager {
     tls: Option<ClientTlsConfig>,
+    /// What carries the channels' bytes instead of TCP (a simulated
+    /// network), taken from [`transport::with_transport`] when the manager
+    /// is built.
+    #[cfg(feature = "unstable-internals")]
+    transport: Option<transport::Transport>,
 }
 
 impl std::fmt::Debug for SecurityManager {
@@ -22,6 +27,80 @@ impl std::fmt::Debug for SecurityManager {
         f.debug_struct("SecurityManager")
             .field("tls", &self.tls.is_some())
             .finish()
+    }
+}
+
+/// A transport other than TCP for the channels of the clients built inside
+/// [`with_transport`]: this repository's deterministic simulation runs
+/// the client and the simulated cluster over a simulated network. Feature
+/// `unstable-internals`: not for users, no semver promise.
+#[cfg(feature = "unstable-internals")]
+pub mod transport {
+    use std::future::Future;
+    use std::pin::Pin;
+    use std::sync::Arc;
+    use std::task::{Context, Poll};
+
+    use hyper_util::rt::TokioIo;
+    use tokio::io::{AsyncRead, AsyncWrite};
+    use tonic::codegen::http::Uri;
+
+    /// A byte stream a channel runs on.
+    pub trait Io: AsyncRead + AsyncWrite + Send + Unpin + 'static {}
+    impl<T: AsyncRead + AsyncWrite + Send + Unpin + 'static> Io for T {}
+
+    /// The future of one dial.
+    pub type Dial = Pin<Box<dyn Future<Output = std::io::Result<Box<dyn Io>>> + Send>>;
+
+    /// Opens a byte stream to a host and port.
+    #[derive(Clone)]
+    pub struct Transport(Arc<dyn Fn(String, u16) -> Dial + Send + Sync>);
+
+    impl Transport {
+        /// A transport that dials with `dial(host, port)`.
+        pub fn new(dial: impl Fn(String, u16) -> Dial + Send + Sync + 'static) -> Self {
+            Transport(Arc::new(dial))
+        }
+    }
+
+    impl std::fmt::Debug for Transport {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("Transport")
+        }
+    }
+
+    tokio::task_local! {
+        static TRANSPORT: Transport;
+    }
+
+    /// Runs `f` with `transport` in place of TCP for every client `f`
+    /// builds: their PD and store channels, now and later, dial through it.
+    pub async fn with_transport<F: Future>(transport: Transport, f: F) -> F::Output {
+        TRANSPORT.scope(transport, f).await
+    }
+
+    /// The transport of the scope this runs in, if any.
+    pub(crate) fn current() -> Option<Transport> {
+        TRANSPORT.try_with(Transport::clone).ok()
+    }
+
+    /// tonic's connector: a channel (re)connects by calling it with the
+    /// endpoint's URI.
+    impl tonic::codegen::Service<Uri> for Transport {
+        type Response = TokioIo<Box<dyn Io>>;
+        type Error = std::io::Error;
+        type Future = Pin<Box<dyn Future<Output = std::io::Result<TokioIo<Box<dyn Io>>>> + Send>>;
+
+        fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+            Poll::Ready(Ok(()))
+        }
+
+        fn call(&mut self, uri: Uri) -> Self::Future {
+            let host = uri.host().unwrap_or_default().to_owned();
+            let port = uri.port_u16().unwrap_or(80);
+            let dial = (self.0)(host, port);
+            Box::pin(async move { dial.await.map(TokioIo::new) })
+        }
     }
 }
 
@@ -49,7 +128,11 @@ fn read_pem(path: &Path, what: &str) -> Result<Vec<u8>> {
 impl SecurityManager {
     /// Plaintext connections.
     pub fn plaintext() -> Self {
-        SecurityManager { tls: None }
+        SecurityManager {
+            tls: None,
+            #[cfg(feature = "unstable-internals")]
+            transport: transport::current(),
+        }
     }
 
     /// Mutual TLS from three PEM files: the CA that signs the servers'
@@ -107,7 +190,11 @@ impl SecurityManager {
                 }))
             }
         }
-        Ok(SecurityManager { tls: Some(tls) })
+        Ok(SecurityManager {
+            tls: Some(tls),
+            #[cfg(feature = "unstable-internals")]
+            transport: transport::current(),
+        })
     }
 
     /// True when connections use TLS.
@@ -171,9 +258,12 @@ impl SecurityManager {
         connect_timeout: Duration,
         keepalive: (Duration, Duration),
     ) -> Result<Channel> {
-        Ok(self
-            .stream_endpoint(address, connect_timeout, keepalive)?
-            .connect_lazy())
+        let endpoint = self.stream_endpoint(address, connect_timeout, keepalive)?;
+        #[cfg(feature = "unstable-internals")]
+        if let Some(transport) = &self.transport {
+            return Ok(endpoint.connect_with_connector_lazy(transport.clone()));
+        }
+        Ok(endpoint.connect_lazy())
     }
 
     fn stream_endpoint(
@@ -194,7 +284,15 @@ impl SecurityManager {
         connect_timeout: Duration,
         endpoint: Endpoint,
     ) -> Result<Channel> {
-        match tokio::time::timeout(connect_timeout, endpoint.connect()).await {
+        #[cfg(feature = "unstable-internals")]
+        let connect: std::pin::Pin<Box<dyn std::future::Future<Output = _> + Send>> =
+            match &self.transport {
+                Some(transport) => Box::pin(endpoint.connect_with_connector(transport.clone())),
+                None => Box::pin(endpoint.connect()),
+            };
+        #[cfg(not(feature = "unstable-internals"))]
+        let connect = endpoint.connect();
+        match tokio::time::timeout(connect_timeout, connect).await {
             Ok(Ok(channel)) => Ok(channel),
             Ok(Err(e)) => Err(connect_failed(address, connect_timeout, e)),
             Err(elapsed) => Err(Error::from(Failure::ConnectTimeout {
@@ -229,6 +327,15 @@ impl SecurityManager {
         endpoint = endpoint.connect_timeout(connect_timeout).tcp_nodelay(true);
         if let Some(timeout) = request_timeout {
             endpoint = endpoint.timeout(timeout);
+        }
+        #[cfg(feature = "unstable-internals")]
+        if self.transport.is_some() {
+            // h2 remembers a stream it reset for a while of wall-clock
+            // time (a second by default), and answers a late frame for it
+            // differently once it has forgotten the stream. In a simulation
+            // whose clock is virtual, that would make a run depend on how
+            // fast the machine is: remember them longer than any run lasts.
+            endpoint = endpoint.http2_reset_stream_duration(Duration::from_secs(24 * 3600));
         }
         if let Some(tls) = &self.tls {
             endpoint = endpoint.tls_config(tls.clone()).map_err(|e| {

@@ -1,7 +1,7 @@
 //! [`PdRpcClient`]: the [`PdClient`] over a PD [`Cluster`], with Region and
 //! store caches and one connection per store address.
 
-use std::collections::HashMap;
+use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, RwLock};
 
 use async_trait::async_trait;
@@ -32,7 +32,7 @@ pub struct ConnectCounts {
     pub attempts: u64,
 }
 
-type ConnectCountMap = Arc<Mutex<HashMap<String, ConnectCounts>>>;
+type ConnectCountMap = Arc<Mutex<BTreeMap<String, ConnectCounts>>>;
 
 /// How many store addresses keep connection counters. Stores come and go
 /// over a client's life; past this many, an address seen before makes room
@@ -67,7 +67,9 @@ pub struct PdRpcClient<KvC: KvConnect = TikvConnect> {
     stores: StoreCache,
     // Shared handles: a request takes a reference count, not a copy of the
     // client and a fresh allocation around it.
-    connections: Arc<RwLock<HashMap<String, Arc<KvC::KvClient>>>>,
+    /// Ordered, so that the connections close in a reproducible order when
+    /// the client goes away (a simulation replays from its seed).
+    connections: Arc<RwLock<BTreeMap<String, Arc<KvC::KvClient>>>>,
     connecting: SingleFlight<String, Arc<KvC::KvClient>>,
     connect_counts: ConnectCountMap,
     single_flight_connect: bool,
@@ -137,9 +139,9 @@ impl<KvC: KvConnect> PdRpcClient<KvC> {
             kv_connect: Arc::new(kv_connect),
             regions: RegionCache::with_capacity(config.region_cache_capacity),
             stores: StoreCache::new(),
-            connections: Arc::new(RwLock::new(HashMap::new())),
+            connections: Arc::new(RwLock::new(BTreeMap::new())),
             connecting: SingleFlight::default(),
-            connect_counts: Arc::new(Mutex::new(HashMap::new())),
+            connect_counts: Arc::new(Mutex::new(BTreeMap::new())),
             single_flight_connect: config.single_flight_connect,
         })
     }

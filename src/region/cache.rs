@@ -10,7 +10,7 @@
 //! as client-rust and tokio keep them; the code is under 800.
 
 use std::borrow::Borrow;
-use std::collections::{BTreeSet, HashMap, HashSet, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
 use std::future::Future;
 use std::hash::{Hash, Hasher};
 use std::ops::Bound;
@@ -51,7 +51,9 @@ pub(crate) struct SingleFlight<K, V> {
 }
 
 struct InFlight<K, V> {
-    loads: HashMap<K, (u64, SharedLoad<V>)>,
+    /// Ordered, so that dropping the map (the client going away) ends the
+    /// loads in a reproducible order (a simulation replays from its seed).
+    loads: BTreeMap<K, (u64, SharedLoad<V>)>,
     next_id: u64,
 }
 
@@ -59,7 +61,7 @@ impl<K, V> Default for SingleFlight<K, V> {
     fn default() -> Self {
         SingleFlight {
             in_flight: Mutex::new(InFlight {
-                loads: HashMap::new(),
+                loads: BTreeMap::new(),
                 next_id: 0,
             }),
         }
@@ -77,14 +79,14 @@ impl<K, V> std::fmt::Debug for SingleFlight<K, V> {
 /// One caller's share of a load. Dropping it (the load finished, or the
 /// caller was cancelled) removes the entry once the load is done or no
 /// other caller waits for it.
-struct Waiter<'a, K: Eq + Hash, V> {
+struct Waiter<'a, K: Ord, V> {
     flight: &'a SingleFlight<K, V>,
     key: K,
     id: u64,
     shared: Option<SharedLoad<V>>,
 }
 
-impl<K: Eq + Hash, V> Drop for Waiter<'_, K, V> {
+impl<K: Ord, V> Drop for Waiter<'_, K, V> {
     fn drop(&mut self) {
         // Give up our own handle first, so the count below sees only the
         // map's and other callers' handles.
@@ -106,7 +108,7 @@ impl<K: Eq + Hash, V> Drop for Waiter<'_, K, V> {
 
 impl<K, V> SingleFlight<K, V>
 where
-    K: Eq + Hash + Clone,
+    K: Ord + Clone,
     V: Clone + Send + Sync + 'static,
 {
     /// Returns `cached()` if it has a value; otherwise joins the load in
@@ -156,10 +158,12 @@ where
     /// after a hot Region is dropped, concurrent misses for different keys
     /// of it mostly need the same answer.
     pub(crate) fn any_in_flight(&self) -> Option<SharedLoad<V>> {
+        // The oldest: it finishes first, and the choice does not depend on
+        // the map's order (a simulation replays from its seed).
         lock(&self.in_flight)
             .loads
             .values()
-            .next()
+            .min_by_key(|(id, _)| *id)
             .map(|(_, shared)| shared.clone())
     }
 

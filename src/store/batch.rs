@@ -172,8 +172,9 @@ struct Shared {
     base: TikvClient<Channel>,
     /// The channel the first stream opens on (and extra ones without a
     /// dialer): no request timeout (see
-    /// [`SecurityManager::connect_stream_channel`]).
-    stream_base: TikvClient<Channel>,
+    /// [`SecurityManager::connect_stream_channel`]). Replaced by a fresh
+    /// connection when a stream on it stalls (see [`Shared::redial_base`]).
+    stream_base: Mutex<TikvClient<Channel>>,
     /// The largest answer one request may get.
     response_limit: usize,
     dialer: Option<Dialer>,
@@ -194,15 +195,16 @@ impl Drop for Shared {
 }
 
 impl Shared {
-    /// Opens a stream over `client`; its reader runs in the background.
-    fn open(&self, client: TikvClient<Channel>) -> Arc<BatchStream> {
+    /// Opens a stream over `client` (`on_base`: the base connection's);
+    /// its reader runs in the background.
+    fn open(&self, client: TikvClient<Channel>, on_base: bool) -> Arc<BatchStream> {
         // A message carries up to a batch of answers, each within the
         // per-answer limit checked in `deliver`.
         let stream_limit = self
             .response_limit
             .saturating_mul(self.options.max_batch_size.max(1));
         let client = client.max_decoding_message_size(stream_limit);
-        let stream = BatchStream::with_limit(self.address.clone(), self.response_limit);
+        let stream = BatchStream::with_limit(self.address.clone(), self.response_limit, on_base);
         let outgoing = Outgoing::new(stream.clone(), self.options);
         let task = tokio::spawn(read_responses(stream.clone(), client, outgoing));
         stream.set_reader(task.abort_handle());
@@ -222,7 +224,7 @@ impl Shared {
             .map(|(n, s)| (n, s.clone()));
         match best {
             None => {
-                let stream = self.open(self.stream_base.clone());
+                let stream = self.open(lock(&self.stream_base).clone(), true);
                 streams.push(stream.clone());
                 stream
             }
@@ -243,12 +245,13 @@ impl Shared {
         let weak: Weak<Shared> = Arc::downgrade(self);
         let dialer = self.dialer.clone();
         let address = self.address.clone();
-        let base = self.stream_base.clone();
+        let base = lock(&self.stream_base).clone();
         let keepalive = (
             self.options.keepalive_interval,
             self.options.keepalive_timeout,
         );
         tokio::spawn(async move {
+            let on_base = dialer.is_none();
             let client = match dialer {
                 None => Ok(base),
                 Some(d) => d
@@ -265,7 +268,7 @@ impl Shared {
             };
             match client {
                 Ok(client) => {
-                    let stream = shared.open(client);
+                    let stream = shared.open(client, on_base);
                     let mut streams = lock(&shared.streams);
                     streams.retain(|s| !s.is_closed());
                     if streams.len() < shared.options.max_streams {
@@ -278,6 +281,32 @@ impl Shared {
             }
             shared.opening.store(false, Ordering::Release);
         });
+    }
+}
+
+impl Shared {
+    /// After a stream on the base connection stalled: the next stream opens
+    /// on a new connection. A connection whose peer went silent (a frozen
+    /// host, a path that black-holes its packets) stays open from this
+    /// side until its keep-alive gives up; new streams on it would stall as
+    /// well. The old connection closes once its last stream stops. Without
+    /// a dialer (test clients over one channel) nothing changes.
+    fn redial_base(&self) {
+        let Some(dialer) = &self.dialer else { return };
+        let keepalive = (
+            self.options.keepalive_interval,
+            self.options.keepalive_timeout,
+        );
+        match dialer
+            .security
+            .lazy_stream_channel(&self.address, dialer.connect_timeout, keepalive)
+        {
+            Ok(channel) => {
+                *lock(&self.stream_base) = TikvClient::new(channel)
+                    .max_decoding_message_size(dialer.max_decoding_message_size);
+            }
+            Err(e) => tracing::debug!("could not redial the BatchCommands connection: {e}"),
+        }
     }
 }
 
@@ -381,7 +410,7 @@ impl KvBatchClient {
                 timeout,
                 options: options.normalized(),
                 base,
-                stream_base,
+                stream_base: Mutex::new(stream_base),
                 response_limit,
                 dialer,
                 streams: Mutex::new(Vec::new()),
@@ -456,11 +485,12 @@ impl KvBatchClient {
         let answers_before = stream.answers();
         let reply = match tokio::time::timeout_at(deadline, rx).await {
             Err(_) => {
-                if stream.answers() == answers_before {
+                if stream.answers() == answers_before && stream.retire() && stream.on_base() {
                     // Not one answer on this stream for a whole request
                     // timeout: it stalled (a frozen store, a connection
-                    // that lost its peer). Later requests go to a new one.
-                    stream.retire();
+                    // that lost its peer). Later requests go to a new
+                    // stream, on a new connection.
+                    self.shared.redial_base();
                 }
                 return Err(self.timed_out(req, timeout));
             }

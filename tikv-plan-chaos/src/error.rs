@@ -10,6 +10,9 @@ pub enum Error {
     /// The simulated cluster failed (starting, applying a fault).
     #[error(transparent)]
     Sim(#[from] tikv_sim::Error),
+    /// The deterministic simulation failed (a host's error, or no history).
+    #[error("{0}")]
+    Simulation(String),
     /// The history check could not run.
     #[error("{0}")]
     Check(String),

@@ -2,7 +2,7 @@
 //! with its invoke and complete times, what it asked and what came back.
 
 use std::sync::Mutex;
-use std::time::Instant;
+use tokio::time::Instant;
 
 use tikv_plan::Error;
 
@@ -306,7 +306,8 @@ impl Default for Recorder {
 }
 
 impl Recorder {
-    /// A recorder whose clock starts now.
+    /// A recorder whose clock (tokio's, so a simulation's virtual time)
+    /// starts now.
     pub fn new() -> Self {
         Recorder {
             start: Instant::now(),

@@ -40,6 +40,7 @@
 #![forbid(unsafe_code)]
 
 pub mod check;
+pub mod dst;
 mod error;
 pub mod history;
 pub mod inject;
@@ -478,7 +479,7 @@ pub async fn run(config: ChaosConfig) -> Result<ChaosReport> {
             .unwrap_or_default(),
         fault_windows: injector
             .as_ref()
-            .map(|i| i.windows_since(tokio::time::Instant::from_std(recorder.started())))
+            .map(|i| i.windows_since(recorder.started()))
             .unwrap_or_default(),
         drops_fired,
         check,

@@ -25,15 +25,35 @@
 //! `--batched` or `--unary`, `--dump FILE` (the whole history, one
 //! transaction a line).
 //!
+//! `dst`: one deterministic simulation run (see `tikv_plan_chaos::dst`):
+//! the raw workload, the simulated cluster and seeded network and cluster
+//! faults inside turmoil, on virtual time. It prints the history, one
+//! operation a line, then the verdict; the same seed prints the same on
+//! every run. On a violation it also prints a trace of the records and
+//! faults around the first one. Options: `--seed N`, `--seconds N`
+//! (simulated), `--tasks N`, `--keys N`, `--resend-writes` (the clients
+//! re-send writes that may have been delivered, `Config::
+//! at_least_once_writes`, while the check still expects at most once: a
+//! deliberate replay-safety bug the simulation must find).
+//!
+//! `dst-explore`: many seeds, on every core. Options: `--seeds N` (how
+//! many, 1000 by default), `--from N` (the first seed), `--seconds N`,
+//! `--resend-writes`. It prints each violating seed with its counts, then
+//! how many seeds ran, how many violated, and seeds per second.
+//!
 //! The last line of output is the counts.
 
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use tikv_plan::RpcMode;
+use tikv_plan_chaos::dst::{DstConfig, DstReport};
 use tikv_plan_chaos::txn::{describe_record, TxnChaosConfig};
 use tikv_plan_chaos::ChaosConfig;
 
-const USAGE: &str = "usage: tikv-plan-chaos [raw|txn] [--seed N] [--seconds N] [--tasks N] ...; \
+const USAGE: &str =
+    "usage: tikv-plan-chaos [raw|txn|dst|dst-explore] [--seed N] [--seconds N] [--tasks N] ...; \
 see the top of tikv-plan-chaos/src/main.rs";
 
 fn fail(message: &str) -> ! {
@@ -48,25 +68,152 @@ fn parse<T: std::str::FromStr>(flag: &str, value: Option<String>) -> T {
     }
 }
 
-#[tokio::main]
-async fn main() {
+fn main() {
     let mut args: Vec<String> = std::env::args().skip(1).collect();
     let suite = match args.first().map(String::as_str) {
-        Some("raw") | Some("txn") => args.remove(0),
+        Some("raw") | Some("txn") | Some("dst") | Some("dst-explore") => args.remove(0),
         Some("--help") | Some("-h") => {
             println!("{USAGE}");
             return;
         }
         _ => "raw".to_owned(),
     };
-    let clean = if suite == "txn" {
-        run_txn(args).await
-    } else {
-        run_raw(args).await
+    // The simulation runs its own runtimes, one per simulated host: it
+    // must not run inside another.
+    let clean = match suite.as_str() {
+        "dst" => run_dst(args),
+        "dst-explore" => explore(args),
+        suite => {
+            let runtime = match tokio::runtime::Runtime::new() {
+                Ok(runtime) => runtime,
+                Err(e) => fail(&format!("cannot start the runtime: {e}")),
+            };
+            if suite == "txn" {
+                runtime.block_on(run_txn(args))
+            } else {
+                runtime.block_on(run_raw(args))
+            }
+        }
     };
     if !clean {
         std::process::exit(1);
     }
+}
+
+/// The options `dst` and `dst-explore` share; the rest go back.
+fn dst_config(args: Vec<String>) -> (DstConfig, Vec<(String, Option<String>)>) {
+    let mut config = DstConfig::default();
+    let mut rest = Vec::new();
+    let mut args = args.into_iter();
+    while let Some(arg) = args.next() {
+        match arg.as_str() {
+            "--seed" => config.seed = parse(&arg, args.next()),
+            "--seconds" => config.duration = Duration::from_secs(parse(&arg, args.next())),
+            "--tasks" => config.tasks = parse(&arg, args.next()),
+            "--keys" => config.keys = parse(&arg, args.next()),
+            "--resend-writes" => config.resend_undetermined_writes = true,
+            "--seeds" | "--from" => {
+                let value = args.next();
+                rest.push((arg, value));
+            }
+            other => fail(&format!("unknown option {other}")),
+        }
+    }
+    (config, rest)
+}
+
+fn run_dst(args: Vec<String>) -> bool {
+    let (config, rest) = dst_config(args);
+    if let Some((flag, _)) = rest.first() {
+        fail(&format!("{flag} is an option of dst-explore"));
+    }
+    let report = match run_dst_seed(&config) {
+        Ok(report) => report,
+        Err(e) => fail(&format!("the simulation failed: {e}")),
+    };
+    print!("{}", report.history_text());
+    for (start, end, what) in &report.fault_log {
+        println!("fault [{start}..{end}µs] {what}");
+    }
+    if !report.is_clean() {
+        print!("{}", report.trace());
+    }
+    println!("{}", report.summary());
+    report.is_clean()
+}
+
+fn explore(args: Vec<String>) -> bool {
+    let (config, rest) = dst_config(args);
+    let mut seeds: u64 = 1000;
+    let mut from: u64 = 1;
+    for (flag, value) in rest {
+        match flag.as_str() {
+            "--seeds" => seeds = parse(&flag, value),
+            _ => from = parse(&flag, value),
+        }
+    }
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+    println!(
+        "dst-explore: seeds {from}..{} of {:?} simulated each, on {threads} threads{}",
+        from + seeds,
+        config.duration,
+        if config.resend_undetermined_writes {
+            ", with writes re-sent (a deliberate bug)"
+        } else {
+            ""
+        }
+    );
+    let started = Instant::now();
+    let next = AtomicU64::new(from);
+    let found: Mutex<Vec<(u64, String)>> = Mutex::new(Vec::new());
+    std::thread::scope(|scope| {
+        for _ in 0..threads {
+            scope.spawn(|| loop {
+                let seed = next.fetch_add(1, Ordering::SeqCst);
+                if seed >= from + seeds {
+                    return;
+                }
+                let config = DstConfig {
+                    seed,
+                    ..config.clone()
+                };
+                let line = match run_dst_seed(&config) {
+                    Ok(report) if report.is_clean() => continue,
+                    Ok(report) => report.summary(),
+                    Err(e) => format!("seed={seed} the simulation failed: {e}"),
+                };
+                println!("{line}");
+                if let Ok(mut found) = found.lock() {
+                    found.push((seed, line));
+                }
+            });
+        }
+    });
+    let elapsed = started.elapsed();
+    let mut found = found.into_inner().unwrap_or_default();
+    found.sort();
+    println!(
+        "explored {seeds} seeds in {:.1} s: {:.1} seeds/s, {} violating{}",
+        elapsed.as_secs_f64(),
+        seeds as f64 / elapsed.as_secs_f64().max(1e-9),
+        found.len(),
+        match found.first() {
+            Some((seed, _)) => format!(
+                " (first: seed {seed}; replay with `dst --seed {seed}{}`)",
+                if config.resend_undetermined_writes {
+                    " --resend-writes"
+                } else {
+                    ""
+                }
+            ),
+            None => String::new(),
+        }
+    );
+    found.is_empty()
+}
+
+fn run_dst_seed(config: &DstConfig) -> tikv_plan_chaos::Result<DstReport> {
+    tikv_plan_chaos::dst::run_raw(config)
 }
 
 async fn run_raw(args: Vec<String>) -> bool {

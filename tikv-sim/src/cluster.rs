@@ -237,6 +237,49 @@ impl Default for SimClusterBuilder {
     }
 }
 
+/// The gRPC services of PD member `member`: PD and keyspaces.
+fn pd_routes(shared: &Arc<Shared>, member: usize) -> Routes {
+    let service = PdService {
+        shared: shared.clone(),
+        member,
+    };
+    let keyspaces = KeyspaceService {
+        shared: shared.clone(),
+        member,
+    };
+    Routes::new(PdServer::new(service)).add_service(KeyspaceServer::new(keyspaces))
+}
+
+/// The gRPC service of store `store_id`.
+fn store_routes(shared: &Arc<Shared>, store_id: u64) -> Routes {
+    Routes::new(TikvServer::new(StoreService {
+        shared: shared.clone(),
+        store_id,
+    }))
+}
+
+/// Announces PD member `member` at `address`.
+fn register_pd_member(shared: &Shared, member: usize, address: String) {
+    shared.lock().pd_members.push(PdMember {
+        name: format!("pd-{member}"),
+        member_id: PD_MEMBER_ID_BASE + member as u64,
+        address,
+        up: true,
+    });
+}
+
+/// The servers of a cluster built with
+/// [`SimClusterBuilder::build_hosted`], for the caller to serve: each
+/// one's announced address and its gRPC routes (clone them to serve again
+/// after a restart; the cluster's state lives on in [`SimCluster`]).
+#[derive(Debug)]
+pub struct HostedServers {
+    /// Each PD member: its address and routes.
+    pub pd: Vec<(String, Routes)>,
+    /// Each store: its id, address and routes.
+    pub stores: Vec<(u64, String, Routes)>,
+}
+
 fn loopback_any_port() -> SocketAddr {
     SocketAddr::from(([127, 0, 0, 1], 0))
 }
@@ -372,6 +415,72 @@ impl SimClusterBuilder {
 
     /// Starts PD and the stores, each on its own port.
     pub async fn start(self) -> Result<SimCluster> {
+        let shared = self.prepare()?;
+        let cluster = SimCluster {
+            shared: shared.clone(),
+        };
+        for member in 0..self.pd_members {
+            let addr = match (member, self.pd_addr) {
+                (0, Some(a)) => a,
+                _ => loopback_any_port(),
+            };
+            let endpoint = Endpoint::start(addr, pd_routes(&shared, member)).await?;
+            let address = endpoint.addr().to_string();
+            lock(&shared.pd).push(endpoint);
+            register_pd_member(&shared, member, address);
+        }
+        for store_id in 1..=self.stores {
+            let addr = self
+                .store_addrs
+                .get(&store_id)
+                .copied()
+                .unwrap_or_else(loopback_any_port);
+            let endpoint = Endpoint::start(addr, store_routes(&shared, store_id)).await?;
+            let address = endpoint.addr().to_string();
+            lock(&shared.stores).insert(store_id, endpoint);
+            if let Some(s) = shared.lock().stores.get_mut(&store_id) {
+                s.address = address;
+            }
+        }
+        Ok(cluster)
+    }
+
+    /// Builds the cluster without binding a port: the caller serves each
+    /// server's routes on a network of its own (a simulated one, where
+    /// every host is a name). PD member `m` is announced at
+    /// `pd_address(m)`, store `s` at `store_address(s)`. The network
+    /// faults of [`SimCluster`] (`store_down`, `store_hang`, ...) act on
+    /// bound ports and do nothing here: the network's owner makes its own.
+    pub fn build_hosted(
+        self,
+        pd_address: impl Fn(usize) -> String,
+        store_address: impl Fn(u64) -> String,
+    ) -> Result<(SimCluster, HostedServers)> {
+        let shared = self.prepare()?;
+        let mut servers = HostedServers {
+            pd: Vec::new(),
+            stores: Vec::new(),
+        };
+        for member in 0..self.pd_members {
+            let address = pd_address(member);
+            register_pd_member(&shared, member, address.clone());
+            servers.pd.push((address, pd_routes(&shared, member)));
+        }
+        for store_id in 1..=self.stores {
+            let address = store_address(store_id);
+            if let Some(s) = shared.lock().stores.get_mut(&store_id) {
+                s.address = address.clone();
+            }
+            servers
+                .stores
+                .push((store_id, address, store_routes(&shared, store_id)));
+        }
+        Ok((SimCluster { shared }, servers))
+    }
+
+    /// The cluster's state and the handle its servers share, before any
+    /// server runs.
+    fn prepare(&self) -> Result<Arc<Shared>> {
         self.validate()?;
         let mut state = ClusterState::new(self.cluster_id, FIRST_REGION_ID);
         for id in 1..=self.stores {
@@ -400,59 +509,12 @@ impl SimClusterBuilder {
         }
 
         let (faults, _) = watch::channel(0u64);
-        let shared = Arc::new(Shared {
+        Ok(Arc::new(Shared {
             state: Mutex::new(state),
             faults,
             stores: Mutex::new(BTreeMap::new()),
             pd: Mutex::new(Vec::new()),
-        });
-        let cluster = SimCluster {
-            shared: shared.clone(),
-        };
-
-        for member in 0..self.pd_members {
-            let addr = match (member, self.pd_addr) {
-                (0, Some(a)) => a,
-                _ => loopback_any_port(),
-            };
-            let service = PdService {
-                shared: shared.clone(),
-                member,
-            };
-            let keyspaces = KeyspaceService {
-                shared: shared.clone(),
-                member,
-            };
-            let routes =
-                Routes::new(PdServer::new(service)).add_service(KeyspaceServer::new(keyspaces));
-            let endpoint = Endpoint::start(addr, routes).await?;
-            let address = endpoint.addr().to_string();
-            lock(&shared.pd).push(endpoint);
-            shared.lock().pd_members.push(PdMember {
-                name: format!("pd-{member}"),
-                member_id: PD_MEMBER_ID_BASE + member as u64,
-                address,
-                up: true,
-            });
-        }
-        for store_id in 1..=self.stores {
-            let addr = self
-                .store_addrs
-                .get(&store_id)
-                .copied()
-                .unwrap_or_else(loopback_any_port);
-            let service = StoreService {
-                shared: shared.clone(),
-                store_id,
-            };
-            let endpoint = Endpoint::start(addr, Routes::new(TikvServer::new(service))).await?;
-            let address = endpoint.addr().to_string();
-            lock(&shared.stores).insert(store_id, endpoint);
-            if let Some(s) = shared.lock().stores.get_mut(&store_id) {
-                s.address = address;
-            }
-        }
-        Ok(cluster)
+        }))
     }
 
     fn create_regions(&self, state: &mut ClusterState) {

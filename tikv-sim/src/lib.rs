@@ -33,6 +33,11 @@
 //! # }
 //! ```
 //!
+//! To run the servers on a network of your own (a simulated one, such as
+//! turmoil's), [`SimClusterBuilder::build_hosted`] builds the cluster
+//! without binding a port and hands back each server's address and gRPC
+//! routes ([`HostedServers`]) to serve there.
+//!
 //! # Layout and numbering
 //!
 //! * Store ids are `1..=n`. Every server listens on `127.0.0.1:0` (a free
@@ -219,8 +224,8 @@ mod store;
 
 pub(crate) use cluster::Shared;
 pub use cluster::{
-    RegionLayout, SimCluster, SimClusterBuilder, SimPeer, DEFAULT_CLUSTER_ID, FIRST_REGION_ID,
-    PD_MEMBER_ID_BASE, RAW_METHODS, TXN_METHODS,
+    HostedServers, RegionLayout, SimCluster, SimClusterBuilder, SimPeer, DEFAULT_CLUSTER_ID,
+    FIRST_REGION_ID, PD_MEMBER_ID_BASE, RAW_METHODS, TXN_METHODS,
 };
 pub use counters::{Outcome, StoreCounters};
 pub use error::{Error, Result};

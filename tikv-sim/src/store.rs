@@ -647,6 +647,8 @@ impl StoreService {
             let mut done_tx = Some(done_tx);
             loop {
                 tokio::select! {
+                    // In order, not at random: a simulation replays.
+                    biased;
                     msg = incoming.message(), if done_tx.is_some() => {
                         let Ok(Some(msg)) = msg else {
                             // The client finished or went away: answer what

@@ -66,12 +66,14 @@ pub(super) struct BatchStream {
     response_limit: usize,
     core: Mutex<Core>,
     reader: Mutex<Option<AbortHandle>>,
+    /// Opened on the client's base connection (not one of its own).
+    on_base: bool,
 }
 
 impl BatchStream {
     #[cfg(test)]
     fn new(address: String) -> Arc<Self> {
-        Self::with_limit(address, usize::MAX)
+        Self::with_limit(address, usize::MAX, true)
     }
 
     /// Keeps the handle of the task reading the stream's answers.
@@ -79,7 +81,7 @@ impl BatchStream {
         *lock(&self.reader) = Some(reader);
     }
 
-    pub(super) fn with_limit(address: String, response_limit: usize) -> Arc<Self> {
+    pub(super) fn with_limit(address: String, response_limit: usize, on_base: bool) -> Arc<Self> {
         Arc::new(BatchStream {
             address,
             response_limit,
@@ -91,7 +93,13 @@ impl BatchStream {
                 answers: 0,
             }),
             reader: Mutex::new(None),
+            on_base,
         })
+    }
+
+    /// Opened on the client's base connection.
+    pub(super) fn on_base(&self) -> bool {
+        self.on_base
     }
 
     pub(super) fn in_flight(&self) -> usize {
@@ -192,12 +200,13 @@ impl BatchStream {
     /// Takes a stalled stream out of service: no request is queued on it
     /// any more, the requests still queued are sent again elsewhere, and
     /// the written ones keep waiting for their answers until their own
-    /// deadlines (a unary call in the same state would too).
-    pub(super) fn retire(&self) {
+    /// deadlines (a unary call in the same state would too). True when
+    /// this call retired it (false: it had closed already).
+    pub(super) fn retire(&self) -> bool {
         let (resend, waker, idle) = {
             let mut core = lock(&self.core);
             if core.closed {
-                return;
+                return false;
             }
             core.closed = true;
             let queued: Vec<u64> = core.queue.drain(..).map(|(id, _)| id).collect();
@@ -223,6 +232,7 @@ impl BatchStream {
         for waiter in resend {
             let _ = waiter.tx.send(Reply::Resend);
         }
+        true
     }
 
     fn stop_reading(&self) {
@@ -242,7 +252,11 @@ impl BatchStream {
             let mut core = lock(&self.core);
             core.closed = true;
             core.queue.clear();
-            (std::mem::take(&mut core.waiting), core.waker.take())
+            let mut waiting: Vec<(u64, Waiter)> = core.waiting.drain().collect();
+            // In the order they were sent, not the map's: the requests wake
+            // in a reproducible order (a simulation replays from its seed).
+            waiting.sort_unstable_by_key(|(id, _)| *id);
+            (waiting, core.waker.take())
         };
         if let Some(w) = waker {
             w.wake();
@@ -525,7 +539,7 @@ mod tests {
     #[test]
     fn a_retired_stream_resends_its_queue_and_keeps_its_written_requests() {
         let (stream, mut out, mut rx) = partly_written(2, 3);
-        stream.retire();
+        assert!(stream.retire());
         assert!(stream.is_closed(), "no new request is queued on it");
         assert!(matches!(rx.pop().unwrap().try_recv(), Ok(Reply::Resend)));
         assert_eq!(stream.in_flight(), 2, "the written ones still wait");

@@ -532,3 +532,120 @@ async fn an_unanswered_keepalive_fails_the_written_requests() {
     assert_ne!(class, DispatchFailure::ClientTimeout, "{error:?}");
     assert!(class.may_have_been_sent(), "{class:?}: {error:?}");
 }
+
+/// A store whose first stream's connection freezes after taking its first
+/// request (like [`frozen_store`]) while the store itself lives on: every
+/// later stream answers each `RawGet` at once. Counts the connections that
+/// opened a stream.
+async fn store_with_a_frozen_connection() -> (String, Arc<std::sync::atomic::AtomicUsize>) {
+    use crate::proto::tikvpb::{
+        batch_commands_response, BatchCommandsRequest, BatchCommandsResponse,
+    };
+    use prost::Message;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let connections = Arc::new(AtomicUsize::new(0));
+    let count = Arc::clone(&connections);
+    let address = h2_store(move |mut conn| {
+        let count = Arc::clone(&count);
+        async move {
+            let Some(Ok((request, mut respond))) = conn.accept().await else {
+                return;
+            };
+            let first = count.fetch_add(1, Ordering::SeqCst) == 0;
+            let mut body = request.into_body();
+            if first {
+                tokio::select! {
+                    _ = body.data() => {}
+                    _ = conn.accept() => return,
+                }
+                std::mem::forget((conn, respond, body));
+                return;
+            }
+            tokio::spawn(async move { while conn.accept().await.is_some() {} });
+            let Ok(mut out) = respond.send_response(grpc_head().body(()).unwrap(), false) else {
+                return;
+            };
+            let mut buffer = Vec::new();
+            while let Some(bytes) = next_message(&mut body, &mut buffer).await {
+                let ids = BatchCommandsRequest::decode(bytes.as_slice())
+                    .unwrap()
+                    .request_ids;
+                let answer = BatchCommandsResponse {
+                    responses: ids
+                        .iter()
+                        .map(|_| batch_commands_response::Response {
+                            cmd: Some(ResponseCmd::RawGet(kvrpcpb::RawGetResponse {
+                                value: b"v".to_vec(),
+                                ..Default::default()
+                            })),
+                        })
+                        .collect(),
+                    request_ids: ids,
+                    ..Default::default()
+                }
+                .encode_to_vec();
+                let mut frame = vec![0u8];
+                frame.extend((answer.len() as u32).to_be_bytes());
+                frame.extend(answer);
+                if out.send_data(Bytes::from(frame), false).is_err() {
+                    return;
+                }
+            }
+        }
+    })
+    .await;
+    (address, connections)
+}
+
+/// A connection that goes silent while the store lives on (a path that
+/// black-holes one connection's packets; the deterministic simulation's
+/// partitions do this): once a request times out on its stalled stream,
+/// the next stream opens on a new connection instead of the silent one,
+/// long before the keep-alive (an hour here) would notice.
+#[tokio::test]
+async fn a_stalled_stream_is_replaced_on_a_new_connection() {
+    let (address, connections) = store_with_a_frozen_connection().await;
+    let options = BatchOptions {
+        keepalive_interval: Duration::from_secs(3600),
+        keepalive_timeout: Duration::from_secs(3600),
+        ..BatchOptions::default()
+    };
+    let store = TikvConnect::new(
+        Arc::new(SecurityManager::plaintext()),
+        Duration::from_millis(300),
+        Duration::from_secs(3),
+    )
+    .with_rpc_mode(RpcMode::Batched, options)
+    .connect(&address)
+    .await
+    .unwrap();
+    let get = kvrpcpb::RawGetRequest {
+        key: b"k".to_vec(),
+        ..Default::default()
+    };
+    let first = store
+        .dispatch(&get)
+        .await
+        .expect_err("its connection froze");
+    assert_eq!(
+        classify_dispatch_error(&first),
+        DispatchFailure::ClientTimeout,
+        "{first:?}"
+    );
+    let answer = store
+        .dispatch(&get)
+        .await
+        .expect("answered on a new connection");
+    let answer = answer
+        .downcast::<kvrpcpb::RawGetResponse>()
+        .expect("a RawGet answer");
+    assert_eq!(answer.value, b"v");
+    assert_eq!(
+        connections.load(std::sync::atomic::Ordering::SeqCst),
+        2,
+        "one frozen connection, one new"
+    );
+    // The store is fine, the new connection too: no more are made.
+    store.dispatch(&get).await.expect("answered again");
+    assert_eq!(connections.load(std::sync::atomic::Ordering::SeqCst), 2);
+}
