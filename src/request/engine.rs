@@ -356,6 +356,12 @@ impl<'r> ShardMachine<'r> {
         &self.attempt_span
     }
 
+    /// The request's deadline, if it has one: the shell cuts its own waits
+    /// (PD lookups) off there.
+    pub(crate) fn deadline(&self) -> Option<Deadline> {
+        self.deadline
+    }
+
     /// The Region the current round routes to.
     pub(crate) fn region(&self) -> &RegionWithLeader {
         &self.region

@@ -161,11 +161,14 @@ where
     }
 
     /// Maps a candidate to its store, behind the `before-map-store` fail
-    /// point.
+    /// point. A store the cache does not know is looked up in PD, cut off at the
+    /// request's `deadline`: then the machine, past it, ends the shard with
+    /// that as the last error.
     async fn map_candidate(
         &self,
         region: &RegionWithLeader,
         peer: crate::proto::metapb::Peer,
+        deadline: Option<Deadline>,
     ) -> Result<RegionStore> {
         #[cfg(feature = "failpoints")]
         fail::fail_point!("tikv_plan::before_map_store", |arg| Err(fail_point_error(
@@ -176,9 +179,15 @@ where
         if let Some(client) = self.pd_client.cached_store_client(peer.store_id) {
             return Ok(RegionStore::new(region.clone(), peer, client));
         }
-        Arc::clone(&self.pd_client)
-            .map_peer_to_store(region.clone(), peer)
-            .await
+        let store_id = peer.store_id;
+        let lookup = Arc::clone(&self.pd_client).map_peer_to_store(region.clone(), peer);
+        match by_deadline(deadline, lookup).await {
+            Some(mapped) => mapped,
+            None => Err(Error::from(Failure::Timeout {
+                what: format!("looking up store {store_id} in PD"),
+                after: deadline.map(|d| d.length).unwrap_or_default(),
+            })),
+        }
     }
 
     /// Sends the piece's request to a mapped candidate, behind the
@@ -359,7 +368,11 @@ where
                             .is_some_and(|r| r.is_store_unreachable(store_id)),
                     },
                     Next::Map(peer) => {
-                        let mapping = std::pin::pin!(self.map_candidate(machine.region(), peer));
+                        let mapping = std::pin::pin!(self.map_candidate(
+                            machine.region(),
+                            peer,
+                            machine.deadline()
+                        ));
                         let mapping = InSpan {
                             fut: mapping,
                             span: machine.attempt_span(),
@@ -413,9 +426,28 @@ where
                     }
                     // Split again by Region from the piece's own request (the
                     // only copy of its payload is the new pieces').
-                    Next::Reshard => match timed(&mut now, plan.shards(&self.pd_client)).await {
-                        Err(error) => Event::ReshardFailed(error),
-                        Ok(mut new) if new.len() == 1 => match new.pop() {
+                    Next::Reshard => match timed(
+                        &mut now,
+                        by_deadline(machine.deadline(), plan.shards(&self.pd_client)),
+                    )
+                    .await
+                    {
+                        None => {
+                            let length = machine.deadline().map(|d| d.length).unwrap_or_default();
+                            Event::ReshardFailed(Error::from(Failure::DeadlineExceeded {
+                                region_id: machine.region().id(),
+                                deadline: length,
+                                last: Box::new(Error::from(Failure::Timeout {
+                                    what: format!(
+                                        "reloading region {} from PD",
+                                        machine.region().id()
+                                    ),
+                                    after: length,
+                                })),
+                            }))
+                        }
+                        Some(Err(error)) => Event::ReshardFailed(error),
+                        Some(Ok(mut new)) if new.len() == 1 => match new.pop() {
                             Some((reloaded_shard, region)) => {
                                 plan = template.for_shard(reloaded_shard, whole);
                                 Event::Resharded(region)
@@ -424,13 +456,15 @@ where
                                 message: "a reshard lost its only piece".to_owned(),
                             }),
                         },
-                        Ok(new) if new.is_empty() => Event::ReshardFailed(Error::InternalError {
-                            message: format!(
-                                "reloading region {} left no Region for its keys",
-                                machine.region().id()
-                            ),
-                        }),
-                        Ok(new) => {
+                        Some(Ok(new)) if new.is_empty() => {
+                            Event::ReshardFailed(Error::InternalError {
+                                message: format!(
+                                    "reloading region {} left no Region for its keys",
+                                    machine.region().id()
+                                ),
+                            })
+                        }
+                        Some(Ok(new)) => {
                             return PieceEnd::Split(
                                 new.into_iter()
                                     .map(|(shard, region)| (shard, Box::new(machine.fork(region))))
@@ -524,9 +558,30 @@ where
         );
         async move {
             let scope = &RequestScope::new(self.inner.label());
+            let deadline = self.request_deadline.map(|length| Deadline {
+                at: Instant::now() + length,
+                length,
+            });
             let shards = match self.inner.cached_shards(&*self.pd_client) {
                 Some(shards) => Ok(shards),
-                None => self.inner.shards(&self.pd_client).await,
+                // Finding the Regions (PD calls, possibly to a PD that does
+                // not answer) counts against the request's deadline too.
+                None => match deadline {
+                    None => self.inner.shards(&self.pd_client).await,
+                    Some(Deadline { at, length }) => {
+                        match tokio::time::timeout_at(at, self.inner.shards(&self.pd_client)).await
+                        {
+                            Ok(shards) => shards,
+                            Err(_) => Err(Error::from(Failure::Timeout {
+                                what: format!(
+                                    "finding the Regions of the {} request (Config::request_deadline)",
+                                    self.inner.label()
+                                ),
+                                after: length,
+                            })),
+                        }
+                    }
+                },
             };
             let mut shards = scope.observer.sharded(shards, RegionWithLeader::id)?;
             // What every shard's request shares; each shard's request is built
@@ -534,10 +589,6 @@ where
             // whole request.
             let template = self.inner.template();
             let template = &template;
-            let deadline = self.request_deadline.map(|length| Deadline {
-                at: Instant::now() + length,
-                length,
-            });
             if shards.len() == 1 {
                 // One shard (every single-key request): run it in place, without
                 // the per-shard task of `FuturesUnordered`, the move of the
@@ -619,6 +670,19 @@ where
 /// retry loop so reads the clock once per attempt on the fast path (after
 /// the RPC), instead of once per step. A future of its own rather than an
 /// `async fn`, which would hold `fut` twice (argument and pinned local).
+/// `fut`, cut off at the request's deadline (if it has one): `None` when
+/// the deadline came first. For the shell's waits on PD, which the
+/// machine's own deadline checks, made between steps, cannot end.
+async fn by_deadline<F: std::future::Future>(
+    deadline: Option<Deadline>,
+    fut: F,
+) -> Option<F::Output> {
+    match deadline {
+        None => Some(fut.await),
+        Some(deadline) => tokio::time::timeout_at(deadline.at, fut).await.ok(),
+    }
+}
+
 fn timed<F: std::future::Future>(now: &mut Instant, fut: F) -> Timed<'_, F> {
     Timed {
         fut,

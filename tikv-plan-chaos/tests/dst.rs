@@ -50,3 +50,51 @@ fn a_fixed_set_of_seeds_runs_clean() {
         assert!(report.is_clean(), "{}", report.trace());
     }
 }
+
+/// Seeds the exploration found an operation over its bound with: a
+/// request's deadline did not cover its wait for PD (finding its Regions
+/// before the first attempt, or a store's address or a Region reloaded
+/// between attempts), so with PD cut off a 3-second deadline ended after
+/// nearly 5. Each replays its run, now clean.
+#[test]
+fn seeds_that_found_a_deadline_overrun_replay_clean() {
+    for seed in [228, 229, 242, 262, 302, 491, 587, 737] {
+        let report = run_raw(&DstConfig {
+            seed,
+            ..DstConfig::default()
+        })
+        .unwrap();
+        assert!(report.is_clean(), "seed {seed}: {}", report.trace());
+    }
+}
+
+/// A deliberate replay-safety bug (writes that may have been delivered
+/// are re-sent) is found within the first seeds, and its seed replays the
+/// same violation.
+#[test]
+fn a_resent_write_is_found_and_its_seed_replays() {
+    let buggy = |seed| DstConfig {
+        seed,
+        resend_undetermined_writes: true,
+        ..DstConfig::default()
+    };
+    let found = (1..=10)
+        .map(|seed| run_raw(&buggy(seed)).unwrap())
+        .find(|report| !report.is_clean())
+        .expect("ten seeds find the re-sent writes");
+    assert!(
+        found.trace().contains("first violation"),
+        "{}",
+        found.trace()
+    );
+    let again = run_raw(&buggy(found.seed)).unwrap();
+    assert_eq!(again.history_text(), found.history_text());
+    assert_eq!(again.trace(), found.trace());
+    // Without the bug, the same seed is clean.
+    assert!(run_raw(&DstConfig {
+        seed: found.seed,
+        ..DstConfig::default()
+    })
+    .unwrap()
+    .is_clean());
+}

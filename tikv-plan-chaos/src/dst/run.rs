@@ -235,11 +235,24 @@ impl DstReport {
                     .first()
                     .and_then(|d| d.writer.or(d.observations.first().copied()))
             });
-        let Some(at) = first.and_then(|id| self.history.get(id)) else {
-            return "no violation\n".to_owned();
+        // An operation over its bound is no checker finding: anchor the
+        // trace on the longest one instead.
+        let longest = || {
+            self.history
+                .iter()
+                .filter(|r| r.task != FINAL_READER)
+                .max_by_key(|r| r.complete.unwrap_or(u64::MAX).saturating_sub(r.invoke))
+        };
+        let (at, what) = match first.and_then(|id| self.history.get(id)) {
+            Some(at) => (at, "first violation at"),
+            None if self.hangs > 0 => match longest() {
+                Some(at) => (at, "over its bound (the longest operation)"),
+                None => return "no violation\n".to_owned(),
+            },
+            None => return "no violation\n".to_owned(),
         };
         let _ = writeln!(out, "{}", self.summary());
-        let _ = writeln!(out, "first violation at: {at}");
+        let _ = writeln!(out, "{what}: {at}");
         let from = at.invoke.saturating_sub(1_000_000);
         let to = at.complete.unwrap_or(at.invoke) + 1_000_000;
         let mut lines: Vec<(u64, String)> = Vec::new();
