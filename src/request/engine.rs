@@ -556,6 +556,16 @@ impl<'r> ShardMachine<'r> {
     }
 
     fn on_mapping_failed(&mut self, error: Error) -> Next {
+        if self.time_left() == Some(Duration::ZERO) {
+            // The shell cut the store lookup off at the deadline (PD was
+            // slow, not the store): no cool-down, no invalidation; the
+            // shard ends here.
+            self.end_attempt("deadline_exceeded");
+            self.current = None;
+            self.round = CandidateRound::new(CandidateOrder::LeaderFirst);
+            self.finish_probe(ProbeOutcome::Inconclusive);
+            return self.deadline_exceeded(error);
+        }
         let store_id = self.current_store();
         self.end_attempt(crate::telemetry::mapping_failure(&error));
         if matches!(error.failure(), Some(Failure::ConnectTimeout { .. })) {

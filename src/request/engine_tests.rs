@@ -562,6 +562,53 @@ fn the_deadline_ends_the_request_before_a_sleep_that_would_pass_it() {
     }
 }
 
+/// A store lookup the shell cut off at the deadline (PD did not answer in
+/// time) ends the shard with the deadline's error, without blaming the
+/// store: no invalidation, no cool-down.
+#[test]
+fn a_store_lookup_cut_off_at_the_deadline_ends_the_shard_and_spares_the_store() {
+    let scope = RequestScope::default();
+    let mut run = Run::with_deadline(
+        region3(Some(11)),
+        policy(),
+        &scope,
+        Duration::from_millis(250),
+    );
+    run.start();
+    run.now += Duration::from_millis(250);
+    let cut_off = Error::from(Failure::Timeout {
+        what: "looking up store 1 in PD".to_owned(),
+        after: Duration::from_millis(250),
+    });
+    let next = run.step(Event::MappingFailed(cut_off));
+    match done_failure(&next) {
+        Some(Failure::DeadlineExceeded { last, .. }) => {
+            assert!(last.to_string().contains("looking up store 1"), "{last}")
+        }
+        _ => panic!("{next:?}"),
+    }
+    assert!(
+        !run.effects
+            .iter()
+            .any(|e| matches!(e, Effect::InvalidateStore(_) | Effect::StoreFailed(_))),
+        "{:?}",
+        run.effects
+    );
+    // Before the deadline, a failed lookup moves on to the next candidate
+    // as it always did.
+    let mut run = Run::with_deadline(
+        region3(Some(11)),
+        policy(),
+        &scope,
+        Duration::from_millis(250),
+    );
+    run.start();
+    assert!(matches!(
+        run.step(Event::MappingFailed(refused())),
+        Next::Map(_)
+    ));
+}
+
 #[test]
 fn an_undetermined_result_ends_a_write_and_retries_a_read() {
     let undetermined = || errorpb::Error {

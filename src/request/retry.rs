@@ -572,12 +572,17 @@ where
                         match tokio::time::timeout_at(at, self.inner.shards(&self.pd_client)).await
                         {
                             Ok(shards) => shards,
-                            Err(_) => Err(Error::from(Failure::Timeout {
-                                what: format!(
-                                    "finding the Regions of the {} request (Config::request_deadline)",
-                                    self.inner.label()
-                                ),
-                                after: length,
+                            // No Region is known yet: region 0 in the error.
+                            Err(_) => Err(Error::from(Failure::DeadlineExceeded {
+                                region_id: 0,
+                                deadline: length,
+                                last: Box::new(Error::from(Failure::Timeout {
+                                    what: format!(
+                                        "finding the Regions of the {} request in PD",
+                                        self.inner.label()
+                                    ),
+                                    after: length,
+                                })),
                             })),
                         }
                     }
@@ -664,12 +669,6 @@ where
     }
 }
 
-/// Awaits `fut`, and reads the clock into `now` again only if `fut` had to
-/// wait (was pending at least once): a step that finished at once took no
-/// time worth a clock read (under tokio's paused clock, none at all). The
-/// retry loop so reads the clock once per attempt on the fast path (after
-/// the RPC), instead of once per step. A future of its own rather than an
-/// `async fn`, which would hold `fut` twice (argument and pinned local).
 /// `fut`, cut off at the request's deadline (if it has one): `None` when
 /// the deadline came first. For the shell's waits on PD, which the
 /// machine's own deadline checks, made between steps, cannot end.
@@ -683,6 +682,12 @@ async fn by_deadline<F: std::future::Future>(
     }
 }
 
+/// Awaits `fut`, and reads the clock into `now` again only if `fut` had to
+/// wait (was pending at least once): a step that finished at once took no
+/// time worth a clock read (under tokio's paused clock, none at all). The
+/// retry loop so reads the clock once per attempt on the fast path (after
+/// the RPC), instead of once per step. A future of its own rather than an
+/// `async fn`, which would hold `fut` twice (argument and pinned local).
 fn timed<F: std::future::Future>(now: &mut Instant, fut: F) -> Timed<'_, F> {
     Timed {
         fut,

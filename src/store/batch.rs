@@ -485,12 +485,17 @@ impl KvBatchClient {
         let answers_before = stream.answers();
         let reply = match tokio::time::timeout_at(deadline, rx).await {
             Err(_) => {
-                if stream.answers() == answers_before && stream.retire() && stream.on_base() {
+                if stream.answers() == answers_before {
                     // Not one answer on this stream for a whole request
                     // timeout: it stalled (a frozen store, a connection
                     // that lost its peer). Later requests go to a new
-                    // stream, on a new connection.
-                    self.shared.redial_base();
+                    // stream, on a new connection. Under the streams' lock,
+                    // which `pick` takes first: no stream can open on the
+                    // old connection between the two.
+                    let _streams = lock(&self.shared.streams);
+                    if stream.retire() && stream.on_base() {
+                        self.shared.redial_base();
+                    }
                 }
                 return Err(self.timed_out(req, timeout));
             }

@@ -48,14 +48,12 @@ mod timeline;
 pub mod txn;
 pub mod txn_check;
 pub mod txn_history;
+mod worker;
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
-
-use futures::future::BoxFuture;
-use futures::FutureExt;
 
 pub use check::{check_history, CheckOptions, CheckReport, WriteMode};
 pub use error::{Error, Result};
@@ -64,6 +62,7 @@ pub use inject::{FaultKind, FaultWindow, Injector, InjectorConfig};
 
 use tikv_plan::{Config, RawClient};
 use tikv_sim::{Outcome, SimCluster};
+pub(crate) use worker::{read_back, task_clients, Worker};
 
 /// Everything a chaos run can vary.
 #[derive(Debug, Clone)]
@@ -295,18 +294,6 @@ pub fn key_set(keys: usize) -> Vec<Vec<u8>> {
     (0..keys).map(|i| format!("k{i:03}").into_bytes()).collect()
 }
 
-/// One workload client and the bound of its operations.
-#[derive(Clone)]
-struct TaskClient {
-    /// In atomic mode, for everything but range deletes.
-    client: RawClient,
-    /// The same client (shared connections and caches) without atomic
-    /// mode: TiKV cannot delete a range atomically.
-    plain: RawClient,
-    /// The request deadline plus one RPC timeout plus a second.
-    bound: Duration,
-}
-
 /// Runs the workload and the injector, heals, reads every key with a fresh
 /// client, and checks the history.
 pub async fn run(config: ChaosConfig) -> Result<ChaosReport> {
@@ -336,49 +323,26 @@ pub async fn run(config: ChaosConfig) -> Result<ChaosReport> {
         .with_timeout(config.short_timeout)
         .with_connect_timeout(config.short_timeout)
         .with_request_deadline(config.short_deadline);
-    let connect = |config: Config| {
-        let cluster = Arc::clone(&cluster);
-        async move {
-            let bound = config.request_deadline + config.timeout + Duration::from_secs(1);
-            let plain = RawClient::new_with_config(cluster.pd_endpoints(), config).await?;
-            let client = plain.with_atomic_for_cas();
-            Ok::<_, tikv_plan::Error>(TaskClient {
-                client,
-                plain,
-                bound,
-            })
-        }
-    };
-    let shared_default = connect(base.clone()).await?;
-    let shared_short = connect(short.clone()).await?;
-    let mut clients = Vec::with_capacity(config.tasks);
-    for task in 0..config.tasks {
-        clients.push(match task % 4 {
-            0 => shared_default.clone(),
-            1 => shared_short.clone(),
-            2 => connect(short.clone()).await?,
-            _ => connect(base.clone()).await?,
-        });
-    }
+    let clients = task_clients(config.tasks, &base, &short, |config| {
+        RawClient::new_with_config(cluster.pd_endpoints(), config)
+    })
+    .await?;
 
     let recorder = Arc::new(Recorder::new());
     let stop = Arc::new(AtomicBool::new(false));
     let hangs = Arc::new(AtomicU64::new(0));
     let mut workers = Vec::with_capacity(config.tasks);
     for (task, client) in clients.into_iter().enumerate() {
-        let worker = Worker {
+        let worker = Worker::new(
             task,
             client,
-            cluster: Arc::clone(&cluster),
-            recorder: Arc::clone(&recorder),
-            rng: fastrand::Rng::with_seed(mix_seed(config.seed, task as u64 + 1)),
-            keys: keys.clone(),
-            hot_keys: config.hot_keys.min(keys.len()),
-            seen: HashMap::new(),
-            seq: 0,
-            ops: 0,
-            pause: config.op_pause,
-        };
+            Arc::clone(&cluster),
+            Arc::clone(&recorder),
+            config.seed,
+            keys.clone(),
+            config.hot_keys,
+            config.op_pause,
+        );
         let stop = Arc::clone(&stop);
         let hangs = Arc::clone(&hangs);
         workers.push(tokio::spawn(worker.run(stop, hangs)));
@@ -403,23 +367,7 @@ pub async fn run(config: ChaosConfig) -> Result<ChaosReport> {
     // Every fault is healed and every workload call has returned: read
     // every key with a fresh client.
     let reader = RawClient::new_with_config(cluster.pd_endpoints(), base).await?;
-    for key in &keys {
-        for _attempt in 0..5 {
-            let invoke = recorder.now();
-            let result = reader.get(key.clone()).await;
-            let complete = Some(recorder.now());
-            let kind = OpKind::Get { key: key.clone() };
-            let ok = result.is_ok();
-            let result = match result {
-                Ok(v) => OpResult::Value(v),
-                Err(e) => OpResult::failed(&e),
-            };
-            recorder.record(FINAL_READER, invoke, complete, kind, result);
-            if ok {
-                break;
-            }
-        }
-    }
+    read_back(&reader, &keys, &recorder).await;
 
     let drops_fired = cluster
         .store_ids()
@@ -491,271 +439,6 @@ pub async fn run(config: ChaosConfig) -> Result<ChaosReport> {
     })
 }
 
-fn mix_seed(seed: u64, stream: u64) -> u64 {
+pub(crate) fn mix_seed(seed: u64, stream: u64) -> u64 {
     seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ stream.wrapping_mul(0xD1B5_4A32_D192_ED03)
-}
-
-/// One workload task.
-struct Worker {
-    task: usize,
-    client: TaskClient,
-    cluster: Arc<SimCluster>,
-    recorder: Arc<Recorder>,
-    rng: fastrand::Rng,
-    keys: Vec<Vec<u8>>,
-    hot_keys: usize,
-    /// The last value this task saw per key (its compare-and-swap guess).
-    seen: HashMap<Vec<u8>, Option<Vec<u8>>>,
-    seq: u64,
-    /// Operations started so far.
-    ops: usize,
-    pause: Duration,
-}
-
-impl Worker {
-    async fn run(mut self, stop: Arc<AtomicBool>, hangs: Arc<AtomicU64>) {
-        while !stop.load(Ordering::SeqCst) {
-            let kind = self.next_op();
-            let bound = self.bound_of(&kind);
-            let invoke = self.recorder.now();
-            // Generous: an operation past `bound` is already a failure;
-            // this only keeps a stuck one from stalling the run.
-            let give_up = bound * 2 + Duration::from_secs(5);
-            let client = match kind {
-                OpKind::DeleteRange { .. } => self.client.plain.clone(),
-                _ => self.client.client.clone(),
-            };
-            let call = perform(client, kind.clone());
-            let result = match tokio::time::timeout(give_up, call).await {
-                Ok(result) => result,
-                Err(_) => OpResult::Abandoned,
-            };
-            let complete = self.recorder.now();
-            let took = Duration::from_micros(complete.saturating_sub(invoke));
-            let abandoned = matches!(result, OpResult::Abandoned);
-            if took > bound || abandoned {
-                hangs.fetch_add(1, Ordering::SeqCst);
-                tracing::warn!(
-                    "chaos: task {} {} took {took:?}, over its bound of {bound:?}",
-                    self.task,
-                    kind.name()
-                );
-            }
-            self.remember(&kind, &result);
-            let complete = (!abandoned).then_some(complete);
-            self.recorder
-                .record(self.task, invoke, complete, kind, result);
-            if !self.pause.is_zero() {
-                let pause = self.rng.u64(0..=self.pause.as_millis() as u64);
-                tokio::time::sleep(Duration::from_millis(pause)).await;
-            }
-        }
-    }
-
-    /// The bound of one operation: scans walk Regions one plan at a time,
-    /// so theirs is per Region the range overlaps (one more for a split
-    /// during the walk).
-    fn bound_of(&self, kind: &OpKind) -> Duration {
-        match kind {
-            OpKind::Scan { start, end, .. } => {
-                let overlapping = self
-                    .cluster
-                    .regions()
-                    .iter()
-                    .filter(|r| {
-                        (r.end_key.is_empty() || r.end_key.as_slice() > start.as_slice())
-                            && (end.is_empty() || r.start_key.as_slice() < end.as_slice())
-                    })
-                    .count() as u32;
-                self.client.bound * (overlapping + 1)
-            }
-            _ => self.client.bound,
-        }
-    }
-
-    fn value(&mut self) -> Vec<u8> {
-        self.seq += 1;
-        format!("t{}-{}", self.task, self.seq).into_bytes()
-    }
-
-    fn key_index(&mut self) -> usize {
-        if self.hot_keys > 0 && self.rng.bool() {
-            self.rng.usize(0..self.hot_keys)
-        } else {
-            self.rng.usize(0..self.keys.len())
-        }
-    }
-
-    fn key(&mut self) -> Vec<u8> {
-        let i = self.key_index();
-        self.keys[i].clone()
-    }
-
-    fn distinct_keys(&mut self, n: usize) -> Vec<Vec<u8>> {
-        let mut out: Vec<Vec<u8>> = Vec::with_capacity(n);
-        for _ in 0..n * 3 {
-            if out.len() >= n {
-                break;
-            }
-            let k = self.key();
-            if !out.contains(&k) {
-                out.push(k);
-            }
-        }
-        out
-    }
-
-    /// A range `[keys[i], keys[i + span])` (unbounded past the last key).
-    fn range(&mut self, max_span: usize) -> (Vec<u8>, Vec<u8>) {
-        let n = self.keys.len();
-        let i = self.rng.usize(0..n);
-        let span = self.rng.usize(1..=max_span.max(1));
-        let end = self.keys.get(i + span).cloned().unwrap_or_default();
-        (self.keys[i].clone(), end)
-    }
-
-    fn next_op(&mut self) -> OpKind {
-        // The first operations of a task go through every kind once, so
-        // even a short run tries them all.
-        const EVERY_KIND: [u32; 9] = [0, 20, 30, 38, 57, 65, 73, 76, 78];
-        let roll = match EVERY_KIND.get(self.ops) {
-            Some(roll) => *roll,
-            None => self.rng.u32(0..100),
-        };
-        self.ops += 1;
-        match roll {
-            0..20 => OpKind::Get { key: self.key() },
-            20..30 => {
-                let n = self.rng.usize(2..=4);
-                OpKind::BatchGet {
-                    keys: self.distinct_keys(n),
-                }
-            }
-            30..38 => {
-                let (start, end) = self.range(10);
-                OpKind::Scan {
-                    start,
-                    end,
-                    limit: self.rng.u32(1..=12),
-                }
-            }
-            38..57 => OpKind::Put {
-                key: self.key(),
-                value: self.value(),
-            },
-            57..65 => {
-                let n = self.rng.usize(2..=3);
-                let keys = self.distinct_keys(n);
-                OpKind::BatchPut {
-                    pairs: keys.into_iter().map(|k| (k, self.value())).collect(),
-                }
-            }
-            65..73 => OpKind::Delete { key: self.key() },
-            73..76 => {
-                let n = self.rng.usize(2..=3);
-                OpKind::BatchDelete {
-                    keys: self.distinct_keys(n),
-                }
-            }
-            76..78 => {
-                let (start, end) = self.range(3);
-                OpKind::DeleteRange { start, end }
-            }
-            _ => {
-                let key = self.key();
-                let expected = if self.rng.u32(0..100) < 85 {
-                    self.seen.get(&key).cloned().flatten()
-                } else {
-                    None
-                };
-                OpKind::Cas {
-                    key,
-                    expected,
-                    new: self.value(),
-                }
-            }
-        }
-    }
-
-    /// Updates this task's guess of each key's value.
-    fn remember(&mut self, kind: &OpKind, result: &OpResult) {
-        match (kind, result) {
-            (OpKind::Get { key }, OpResult::Value(v)) => {
-                self.seen.insert(key.clone(), v.clone());
-            }
-            (OpKind::BatchGet { .. } | OpKind::Scan { .. }, OpResult::Pairs(pairs)) => {
-                for (k, v) in pairs {
-                    self.seen.insert(k.clone(), Some(v.clone()));
-                }
-            }
-            (OpKind::Put { key, value }, OpResult::Done) => {
-                self.seen.insert(key.clone(), Some(value.clone()));
-            }
-            (OpKind::Delete { key }, OpResult::Done) => {
-                self.seen.insert(key.clone(), None);
-            }
-            (OpKind::Cas { key, new, .. }, OpResult::Cas { previous, swapped }) => {
-                let now = if *swapped {
-                    Some(new.clone())
-                } else {
-                    previous.clone()
-                };
-                self.seen.insert(key.clone(), now);
-            }
-            _ => {}
-        }
-    }
-}
-
-/// Calls the client for one operation.
-fn perform(client: RawClient, kind: OpKind) -> BoxFuture<'static, OpResult> {
-    async move {
-        let outcome = match kind {
-            OpKind::Get { key } => client.get(key).await.map(OpResult::Value),
-            OpKind::BatchGet { keys } => client.batch_get(keys).await.map(pairs_result),
-            OpKind::Scan { start, end, limit } => {
-                let range: tikv_plan::BoundRange = if end.is_empty() {
-                    (start..).into()
-                } else {
-                    (start..end).into()
-                };
-                client.scan(range, limit).await.map(pairs_result)
-            }
-            OpKind::Put { key, value } => client.put(key, value).await.map(|()| OpResult::Done),
-            OpKind::BatchPut { pairs } => client.batch_put(pairs).await.map(|()| OpResult::Done),
-            OpKind::Delete { key } => client.delete(key).await.map(|()| OpResult::Done),
-            OpKind::BatchDelete { keys } => {
-                client.batch_delete(keys).await.map(|()| OpResult::Done)
-            }
-            OpKind::DeleteRange { start, end } => {
-                let range: tikv_plan::BoundRange = if end.is_empty() {
-                    (start..).into()
-                } else {
-                    (start..end).into()
-                };
-                client.delete_range(range).await.map(|()| OpResult::Done)
-            }
-            OpKind::Cas { key, expected, new } => client
-                .compare_and_swap(key, expected, new)
-                .await
-                .map(|(previous, swapped)| OpResult::Cas { previous, swapped }),
-        };
-        match outcome {
-            Ok(result) => result,
-            Err(e) => OpResult::failed(&e),
-        }
-    }
-    .boxed()
-}
-
-fn pairs_result(pairs: Vec<tikv_plan::KvPair>) -> OpResult {
-    OpResult::Pairs(
-        pairs
-            .into_iter()
-            .map(|p| {
-                let (k, v): (tikv_plan::Key, tikv_plan::Value) = p.into();
-                (k.into(), v)
-            })
-            .collect(),
-    )
 }

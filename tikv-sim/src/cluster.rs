@@ -448,9 +448,12 @@ impl SimClusterBuilder {
     /// Builds the cluster without binding a port: the caller serves each
     /// server's routes on a network of its own (a simulated one, where
     /// every host is a name). PD member `m` is announced at
-    /// `pd_address(m)`, store `s` at `store_address(s)`. The network
-    /// faults of [`SimCluster`] (`store_down`, `store_hang`, ...) act on
-    /// bound ports and do nothing here: the network's owner makes its own.
+    /// `pd_address(m)`, store `s` at `store_address(s)`. The faults of
+    /// [`SimCluster`] that act on the network (a hang that freezes
+    /// connections, the connection resets of a store going down or of a
+    /// dropped answer) have no ports to act on here; the rest of each fault
+    /// (a store or PD member down refuses requests, ...) still applies.
+    /// The network's owner makes its own network faults.
     pub fn build_hosted(
         self,
         pd_address: impl Fn(usize) -> String,
@@ -809,12 +812,16 @@ impl SimCluster {
     /// Brings a store back on the same address. Its other faults (busy,
     /// slow, hang) are kept.
     pub async fn store_up(&self, store_id: u64) -> Result<()> {
-        let addr = lock(&self.shared.stores)
+        if !self.state().stores.contains_key(&store_id) {
+            return Err(Error::StoreNotFound { store_id });
+        }
+        // A hosted cluster (`build_hosted`) has no port of its own to
+        // reopen: only the store's state comes back up.
+        let endpoint = lock(&self.shared.stores)
             .get(&store_id)
-            .map(|e| (e.addr(), e.is_up()))
-            .ok_or(Error::StoreNotFound { store_id })?;
-        if !addr.1 {
-            let listener = bind(addr.0).await?;
+            .map(|e| (e.addr(), e.is_up()));
+        if let Some((addr, false)) = endpoint {
+            let listener = bind(addr).await?;
             if let Some(e) = lock(&self.shared.stores).get_mut(&store_id) {
                 e.up(listener);
             }
@@ -1004,11 +1011,16 @@ impl SimCluster {
 
     /// Brings PD member `index` back on the same address (as a follower).
     pub async fn pd_member_up(&self, index: usize) -> Result<()> {
-        let (addr, up) = lock(&self.shared.pd)
+        if index >= self.state().pd_members.len() {
+            return Err(Error::InvalidArgument(format!(
+                "there is no PD member {index}"
+            )));
+        }
+        // A hosted cluster has no port of its own to reopen.
+        let endpoint = lock(&self.shared.pd)
             .get(index)
-            .map(|e| (e.addr(), e.is_up()))
-            .ok_or_else(|| Error::InvalidArgument(format!("there is no PD member {index}")))?;
-        if !up {
+            .map(|e| (e.addr(), e.is_up()));
+        if let Some((addr, false)) = endpoint {
             let listener = bind(addr).await?;
             if let Some(e) = lock(&self.shared.pd).get_mut(index) {
                 e.up(listener);

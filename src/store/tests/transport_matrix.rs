@@ -384,14 +384,37 @@ async fn next_message(body: &mut h2::RecvStream, buffer: &mut Vec<u8>) -> Option
     }
 }
 
+/// One BatchCommands message, framed for gRPC, answering each of `ids` as
+/// a `RawGet` that found "v".
+fn raw_get_answers(ids: Vec<u64>) -> Bytes {
+    use crate::proto::tikvpb::{batch_commands_response, BatchCommandsResponse};
+    use prost::Message;
+    let answer = BatchCommandsResponse {
+        responses: ids
+            .iter()
+            .map(|_| batch_commands_response::Response {
+                cmd: Some(ResponseCmd::RawGet(kvrpcpb::RawGetResponse {
+                    value: b"v".to_vec(),
+                    ..Default::default()
+                })),
+            })
+            .collect(),
+        request_ids: ids,
+        ..Default::default()
+    }
+    .encode_to_vec();
+    let mut frame = vec![0u8];
+    frame.extend((answer.len() as u32).to_be_bytes());
+    frame.extend(answer);
+    Bytes::from(frame)
+}
+
 /// A store whose BatchCommands stream sends its response headers only with
 /// its first answer, as a gRPC server may: it holds everything until
 /// `hold` after the first request arrived and a second one came too, then
 /// answers both `RawGet`s.
 async fn late_headers_store(hold: Duration) -> String {
-    use crate::proto::tikvpb::{
-        batch_commands_response, BatchCommandsRequest, BatchCommandsResponse,
-    };
+    use crate::proto::tikvpb::BatchCommandsRequest;
     use prost::Message;
     h2_store(move |mut conn| async move {
         while let Some(Ok((request, mut respond))) = conn.accept().await {
@@ -413,24 +436,7 @@ async fn late_headers_store(hold: Duration) -> String {
                 else {
                     return;
                 };
-                let answer = BatchCommandsResponse {
-                    responses: ids
-                        .iter()
-                        .map(|_| batch_commands_response::Response {
-                            cmd: Some(ResponseCmd::RawGet(kvrpcpb::RawGetResponse {
-                                value: b"v".to_vec(),
-                                ..Default::default()
-                            })),
-                        })
-                        .collect(),
-                    request_ids: ids,
-                    ..Default::default()
-                }
-                .encode_to_vec();
-                let mut frame = vec![0u8];
-                frame.extend((answer.len() as u32).to_be_bytes());
-                frame.extend(answer);
-                let _ = out.send_data(Bytes::from(frame), false);
+                let _ = out.send_data(raw_get_answers(ids), false);
                 // Keep the stream open.
                 std::mem::forget(out);
                 std::mem::forget(body);
@@ -501,6 +507,23 @@ async fn frozen_store() -> String {
     .await
 }
 
+/// A batched connector with request timeout `timeout` whose streams'
+/// connections send a keep-alive PING after `keepalive` of silence and
+/// give it as long to be answered.
+fn with_keepalive(timeout: Duration, keepalive: Duration) -> TikvConnect {
+    let options = BatchOptions {
+        keepalive_interval: keepalive,
+        keepalive_timeout: keepalive,
+        ..BatchOptions::default()
+    };
+    TikvConnect::new(
+        Arc::new(SecurityManager::plaintext()),
+        timeout,
+        Duration::from_secs(3),
+    )
+    .with_rpc_mode(RpcMode::Batched, options)
+}
+
 /// HTTP/2 keep-alive on the streams' connections: a store that froze with
 /// a written request fails it as a lost connection (the write's outcome
 /// is unknown) once a PING goes unanswered, well before the request's own
@@ -508,20 +531,10 @@ async fn frozen_store() -> String {
 #[tokio::test]
 async fn an_unanswered_keepalive_fails_the_written_requests() {
     let address = frozen_store().await;
-    let options = BatchOptions {
-        keepalive_interval: Duration::from_millis(100),
-        keepalive_timeout: Duration::from_millis(100),
-        ..BatchOptions::default()
-    };
-    let store = TikvConnect::new(
-        Arc::new(SecurityManager::plaintext()),
-        Duration::from_secs(30),
-        Duration::from_secs(3),
-    )
-    .with_rpc_mode(RpcMode::Batched, options)
-    .connect(&address)
-    .await
-    .unwrap();
+    let store = with_keepalive(Duration::from_secs(30), Duration::from_millis(100))
+        .connect(&address)
+        .await
+        .unwrap();
     let put = kvrpcpb::RawPutRequest {
         key: b"k".to_vec(),
         value: b"v".to_vec(),
@@ -538,9 +551,7 @@ async fn an_unanswered_keepalive_fails_the_written_requests() {
 /// later stream answers each `RawGet` at once. Counts the connections that
 /// opened a stream.
 async fn store_with_a_frozen_connection() -> (String, Arc<std::sync::atomic::AtomicUsize>) {
-    use crate::proto::tikvpb::{
-        batch_commands_response, BatchCommandsRequest, BatchCommandsResponse,
-    };
+    use crate::proto::tikvpb::BatchCommandsRequest;
     use prost::Message;
     use std::sync::atomic::{AtomicUsize, Ordering};
     let connections = Arc::new(AtomicUsize::new(0));
@@ -570,24 +581,7 @@ async fn store_with_a_frozen_connection() -> (String, Arc<std::sync::atomic::Ato
                 let ids = BatchCommandsRequest::decode(bytes.as_slice())
                     .unwrap()
                     .request_ids;
-                let answer = BatchCommandsResponse {
-                    responses: ids
-                        .iter()
-                        .map(|_| batch_commands_response::Response {
-                            cmd: Some(ResponseCmd::RawGet(kvrpcpb::RawGetResponse {
-                                value: b"v".to_vec(),
-                                ..Default::default()
-                            })),
-                        })
-                        .collect(),
-                    request_ids: ids,
-                    ..Default::default()
-                }
-                .encode_to_vec();
-                let mut frame = vec![0u8];
-                frame.extend((answer.len() as u32).to_be_bytes());
-                frame.extend(answer);
-                if out.send_data(Bytes::from(frame), false).is_err() {
+                if out.send_data(raw_get_answers(ids), false).is_err() {
                     return;
                 }
             }
@@ -605,20 +599,10 @@ async fn store_with_a_frozen_connection() -> (String, Arc<std::sync::atomic::Ato
 #[tokio::test]
 async fn a_stalled_stream_is_replaced_on_a_new_connection() {
     let (address, connections) = store_with_a_frozen_connection().await;
-    let options = BatchOptions {
-        keepalive_interval: Duration::from_secs(3600),
-        keepalive_timeout: Duration::from_secs(3600),
-        ..BatchOptions::default()
-    };
-    let store = TikvConnect::new(
-        Arc::new(SecurityManager::plaintext()),
-        Duration::from_millis(300),
-        Duration::from_secs(3),
-    )
-    .with_rpc_mode(RpcMode::Batched, options)
-    .connect(&address)
-    .await
-    .unwrap();
+    let store = with_keepalive(Duration::from_millis(300), Duration::from_secs(3600))
+        .connect(&address)
+        .await
+        .unwrap();
     let get = kvrpcpb::RawGetRequest {
         key: b"k".to_vec(),
         ..Default::default()

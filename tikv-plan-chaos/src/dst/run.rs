@@ -16,8 +16,8 @@ use tikv_sim::SimCluster;
 
 use super::{host_cluster, pd_host, store_host, transport};
 use crate::{
-    check_history, key_set, mix_seed, CheckOptions, CheckReport, FaultKind, Injector,
-    InjectorConfig, OpKind, OpRecord, OpResult, Recorder, TaskClient, Worker, WriteMode,
+    check_history, key_set, mix_seed, read_back, task_clients, CheckOptions, CheckReport,
+    FaultKind, Injector, InjectorConfig, OpRecord, OpResult, Recorder, Worker, WriteMode,
     FINAL_READER,
 };
 
@@ -249,6 +249,18 @@ impl DstReport {
                 Some(at) => (at, "over its bound (the longest operation)"),
                 None => return "no violation\n".to_owned(),
             },
+            None if !self.is_clean() => {
+                return format!(
+                    "{}\nno single operation to point at: undecided keys {:?}, {} panics\n",
+                    self.summary(),
+                    self.check
+                        .undecided
+                        .iter()
+                        .map(|k| String::from_utf8_lossy(k).into_owned())
+                        .collect::<Vec<_>>(),
+                    self.panics
+                )
+            }
             None => return "no violation\n".to_owned(),
         };
         let _ = writeln!(out, "{}", self.summary());
@@ -332,7 +344,7 @@ pub fn run_raw(config: &DstConfig) -> crate::Result<DstReport> {
         ),
     );
 
-    let mut rng = fastrand::Rng::with_seed(mix_seed(config.seed, 0x4e45_54));
+    let mut rng = fastrand::Rng::with_seed(mix_seed(config.seed, 0x004e_4554));
     let draw = |rng: &mut fastrand::Rng, (low, high): (Duration, Duration)| {
         let (low, high) = (low.as_millis() as u64, high.as_millis() as u64);
         Duration::from_millis(rng.u64(low..=high.max(low)))
@@ -508,7 +520,7 @@ async fn client_host(
 ) -> turmoil::Result {
     // The library's own randomness (backoff jitter) comes from this
     // thread's generator: seed it too.
-    fastrand::seed(mix_seed(config.seed, 0x434c_49));
+    fastrand::seed(mix_seed(config.seed, 0x0043_4c49));
     let origin = turmoil::sim_elapsed().unwrap_or_default();
     let recorder = Arc::new(Recorder::new());
     let base = if config.resend_undetermined_writes {
@@ -521,43 +533,23 @@ async fn client_host(
         .with_timeout(Duration::from_millis(250))
         .with_connect_timeout(Duration::from_millis(250))
         .with_request_deadline(Duration::from_secs(3));
-    let connect = |config: Config| {
-        let pd = pd.clone();
-        async move {
-            let bound = config.request_deadline + config.timeout + Duration::from_secs(1);
-            let plain = with_transport(transport(), RawClient::new_with_config(pd, config)).await?;
-            let client = plain.with_atomic_for_cas();
-            Ok::<_, tikv_plan::Error>(TaskClient {
-                client,
-                plain,
-                bound,
-            })
-        }
-    };
-    let shared_default = connect(base.clone()).await?;
-    let shared_short = connect(short.clone()).await?;
+    let clients = task_clients(config.tasks, &base, &short, |config| {
+        with_transport(transport(), RawClient::new_with_config(pd.clone(), config))
+    })
+    .await?;
     let hangs = Arc::new(AtomicU64::new(0));
     let mut workers = Vec::new();
-    for task in 0..config.tasks {
-        let client = match task % 4 {
-            0 => shared_default.clone(),
-            1 => shared_short.clone(),
-            2 => connect(short.clone()).await?,
-            _ => connect(base.clone()).await?,
-        };
-        let worker = Worker {
+    for (task, client) in clients.into_iter().enumerate() {
+        let worker = Worker::new(
             task,
             client,
-            cluster: Arc::clone(&cluster),
-            recorder: Arc::clone(&recorder),
-            rng: fastrand::Rng::with_seed(mix_seed(config.seed, task as u64 + 1)),
-            keys: keys.clone(),
-            hot_keys: 4.min(keys.len()),
-            seen: Default::default(),
-            seq: 0,
-            ops: 0,
-            pause: Duration::from_millis(2),
-        };
+            Arc::clone(&cluster),
+            Arc::clone(&recorder),
+            config.seed,
+            keys.clone(),
+            4,
+            Duration::from_millis(2),
+        );
         workers.push(tokio::spawn(
             worker.run(Arc::clone(&stop), Arc::clone(&hangs)),
         ));
@@ -584,29 +576,8 @@ async fn client_host(
     }
 
     // Every fault is lifted: read every key with a fresh client.
-    let reader = with_transport(transport(), RawClient::new_with_config(pd.clone(), base)).await?;
-    for key in &keys {
-        for _attempt in 0..5 {
-            let invoke = recorder.now();
-            let result = reader.get(key.clone()).await;
-            let complete = Some(recorder.now());
-            let ok = result.is_ok();
-            let result = match result {
-                Ok(v) => OpResult::Value(v),
-                Err(e) => OpResult::failed(&e),
-            };
-            recorder.record(
-                FINAL_READER,
-                invoke,
-                complete,
-                OpKind::Get { key: key.clone() },
-                result,
-            );
-            if ok {
-                break;
-            }
-        }
-    }
+    let reader = with_transport(transport(), RawClient::new_with_config(pd, base)).await?;
+    read_back(&reader, &keys, &recorder).await;
     let state_log = injector
         .windows_since(recorder.started())
         .into_iter()
