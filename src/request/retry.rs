@@ -161,9 +161,9 @@ where
     }
 
     /// Maps a candidate to its store, behind the `before-map-store` fail
-    /// point. A store the cache does not know is looked up in PD, cut off at the
-    /// request's `deadline`: then the machine, past it, ends the shard with
-    /// that as the last error.
+    /// point. A store the cache does not know is looked up in PD, cut off
+    /// at the request's `deadline`: then the machine, past it, ends the
+    /// shard with that as the last error.
     async fn map_candidate(
         &self,
         region: &RegionWithLeader,
@@ -183,10 +183,7 @@ where
         let lookup = Arc::clone(&self.pd_client).map_peer_to_store(region.clone(), peer);
         match by_deadline(deadline, lookup).await {
             Some(mapped) => mapped,
-            None => Err(Error::from(Failure::Timeout {
-                what: format!("looking up store {store_id} in PD"),
-                after: deadline.map(|d| d.length).unwrap_or_default(),
-            })),
+            None => Err(pd_cut_off(format!("looking up store {store_id}"), deadline)),
         }
     }
 
@@ -433,18 +430,15 @@ where
                     .await
                     {
                         None => {
-                            let length = machine.deadline().map(|d| d.length).unwrap_or_default();
-                            Event::ReshardFailed(Error::from(Failure::DeadlineExceeded {
-                                region_id: machine.region().id(),
-                                deadline: length,
-                                last: Box::new(Error::from(Failure::Timeout {
-                                    what: format!(
-                                        "reloading region {} from PD",
-                                        machine.region().id()
-                                    ),
-                                    after: length,
-                                })),
-                            }))
+                            let region_id = machine.region().id();
+                            Event::ReshardFailed(deadline_exceeded(
+                                region_id,
+                                pd_cut_off(
+                                    format!("reloading region {region_id}"),
+                                    machine.deadline(),
+                                ),
+                                machine.deadline(),
+                            ))
                         }
                         Some(Err(error)) => Event::ReshardFailed(error),
                         Some(Ok(mut new)) if new.len() == 1 => match new.pop() {
@@ -566,26 +560,17 @@ where
                 Some(shards) => Ok(shards),
                 // Finding the Regions (PD calls, possibly to a PD that does
                 // not answer) counts against the request's deadline too.
-                None => match deadline {
-                    None => self.inner.shards(&self.pd_client).await,
-                    Some(Deadline { at, length }) => {
-                        match tokio::time::timeout_at(at, self.inner.shards(&self.pd_client)).await
-                        {
-                            Ok(shards) => shards,
-                            // No Region is known yet: region 0 in the error.
-                            Err(_) => Err(Error::from(Failure::DeadlineExceeded {
-                                region_id: 0,
-                                deadline: length,
-                                last: Box::new(Error::from(Failure::Timeout {
-                                    what: format!(
-                                        "finding the Regions of the {} request in PD",
-                                        self.inner.label()
-                                    ),
-                                    after: length,
-                                })),
-                            })),
-                        }
-                    }
+                None => match by_deadline(deadline, self.inner.shards(&self.pd_client)).await {
+                    Some(shards) => shards,
+                    // No Region is known yet: region 0 in the error.
+                    None => Err(deadline_exceeded(
+                        0,
+                        pd_cut_off(
+                            format!("finding the Regions of the {} request", self.inner.label()),
+                            deadline,
+                        ),
+                        deadline,
+                    )),
                 },
             };
             let mut shards = scope.observer.sharded(shards, RegionWithLeader::id)?;
@@ -680,6 +665,25 @@ async fn by_deadline<F: std::future::Future>(
         None => Some(fut.await),
         Some(deadline) => tokio::time::timeout_at(deadline.at, fut).await.ok(),
     }
+}
+
+/// A wait for PD that `by_deadline` cut off: what it was waiting for, and
+/// the deadline's length.
+fn pd_cut_off(what: String, deadline: Option<Deadline>) -> Error {
+    Error::from(Failure::Timeout {
+        what: format!("{what} in PD"),
+        after: deadline.map(|d| d.length).unwrap_or_default(),
+    })
+}
+
+/// The request's deadline ran out in Region `region_id` (0: before any
+/// Region was known), `last` the error it ended on.
+fn deadline_exceeded(region_id: u64, last: Error, deadline: Option<Deadline>) -> Error {
+    Error::from(Failure::DeadlineExceeded {
+        region_id,
+        deadline: deadline.map(|d| d.length).unwrap_or_default(),
+        last: Box::new(last),
+    })
 }
 
 /// Awaits `fut`, and reads the clock into `now` again only if `fut` had to

@@ -129,6 +129,12 @@ impl From<&crate::Config> for BatchOptions {
 }
 
 impl BatchOptions {
+    /// The streams' keep-alive: the PING interval and how long one may go
+    /// unanswered.
+    pub(crate) fn keepalive(&self) -> (Duration, Duration) {
+        (self.keepalive_interval, self.keepalive_timeout)
+    }
+
     fn normalized(self) -> Self {
         BatchOptions {
             max_batch_size: self.max_batch_size.max(1),
@@ -161,6 +167,13 @@ pub(crate) struct Dialer {
     pub(crate) security: Arc<SecurityManager>,
     pub(crate) connect_timeout: Duration,
     pub(crate) max_decoding_message_size: usize,
+}
+
+impl Dialer {
+    /// The client stub over a connection it opened.
+    fn client(&self, channel: Channel) -> TikvClient<Channel> {
+        TikvClient::new(channel).max_decoding_message_size(self.max_decoding_message_size)
+    }
 }
 
 struct Shared {
@@ -246,10 +259,7 @@ impl Shared {
         let dialer = self.dialer.clone();
         let address = self.address.clone();
         let base = lock(&self.stream_base).clone();
-        let keepalive = (
-            self.options.keepalive_interval,
-            self.options.keepalive_timeout,
-        );
+        let keepalive = self.options.keepalive();
         tokio::spawn(async move {
             let on_base = dialer.is_none();
             let client = match dialer {
@@ -258,10 +268,7 @@ impl Shared {
                     .security
                     .connect_stream_channel(&address, d.connect_timeout, keepalive)
                     .await
-                    .map(|channel| {
-                        TikvClient::new(channel)
-                            .max_decoding_message_size(d.max_decoding_message_size)
-                    }),
+                    .map(|channel| d.client(channel)),
             };
             let Some(shared) = weak.upgrade() else {
                 return;
@@ -282,9 +289,7 @@ impl Shared {
             shared.opening.store(false, Ordering::Release);
         });
     }
-}
 
-impl Shared {
     /// After a stream on the base connection stalled: the next stream opens
     /// on a new connection. A connection whose peer went silent (a frozen
     /// host, a path that black-holes its packets) stays open from this
@@ -293,18 +298,12 @@ impl Shared {
     /// a dialer (test clients over one channel) nothing changes.
     fn redial_base(&self) {
         let Some(dialer) = &self.dialer else { return };
-        let keepalive = (
-            self.options.keepalive_interval,
-            self.options.keepalive_timeout,
-        );
+        let keepalive = self.options.keepalive();
         match dialer
             .security
             .lazy_stream_channel(&self.address, dialer.connect_timeout, keepalive)
         {
-            Ok(channel) => {
-                *lock(&self.stream_base) = TikvClient::new(channel)
-                    .max_decoding_message_size(dialer.max_decoding_message_size);
-            }
+            Ok(channel) => *lock(&self.stream_base) = dialer.client(channel),
             Err(e) => tracing::debug!("could not redial the BatchCommands connection: {e}"),
         }
     }

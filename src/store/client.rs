@@ -148,7 +148,7 @@ impl TikvConnect {
         let streams = self.security.lazy_stream_channel(
             address,
             self.connect_timeout,
-            (self.batch.keepalive_interval, self.batch.keepalive_timeout),
+            self.batch.keepalive(),
         )?;
         Ok(KvBatchClient::build(
             unary.clone(),
