@@ -36,7 +36,7 @@ use std::any::Any;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -252,6 +252,8 @@ struct Shared {
     invalidate_store_cache: AtomicU64,
     region_reloads: AtomicU64,
     timestamp: AtomicU64,
+    /// When set, timestamp requests fail as an unreachable PD's do.
+    timestamps_fail: AtomicBool,
     map_calls_by_store: Mutex<HashMap<StoreId, u64>>,
     dispatch_log: Mutex<Vec<DispatchRecord>>,
 }
@@ -322,6 +324,12 @@ impl MockPdClient {
                 ..Default::default()
             }),
         }
+    }
+
+    /// Makes every later timestamp request fail as an unreachable PD's
+    /// does (`true`), or succeed again (`false`).
+    pub fn fail_timestamps(&self, fail: bool) {
+        self.shared.timestamps_fail.store(fail, Ordering::SeqCst);
     }
 
     /// Sets what every peer answers: `hook(target_peer, request)`.
@@ -603,6 +611,11 @@ impl PdClient for MockPdClient {
     }
 
     async fn get_timestamp(self: Arc<Self>) -> Result<Timestamp> {
+        if self.shared.timestamps_fail.load(Ordering::SeqCst) {
+            return Err(Error::from(tonic::Status::unavailable(
+                "MockPdClient: PD is unreachable (fail_timestamps)",
+            )));
+        }
         let logical = self.shared.timestamp.fetch_add(1, Ordering::SeqCst) as i64;
         Ok(Timestamp {
             physical: 1,

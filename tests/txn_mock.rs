@@ -223,3 +223,180 @@ async fn a_fallback_after_a_lost_one_pc_answer_returns_the_stored_commit_ts() {
     assert_eq!(prewrites.load(Ordering::SeqCst), 2);
     assert_eq!(tikv_plan::TimestampExt::version(&ts), STORED);
 }
+
+/// Two Regions, `[.., m)` (id 1) and `[m, ..)` (id 2) as transactions
+/// see them (split at an encoded key), on the same three stores.
+fn two_regions() -> Arc<mock::MockPdClient> {
+    let peers = |base: u64| [base + 1, base + 2, base + 3].map(|id| mock::voter(id, id % 10));
+    let m = tikv_plan::codec::encode_bytes(b"m");
+    Arc::new(mock::MockPdClient::new(vec![
+        mock::region(1, b"", &m, &peers(10), Some(11)),
+        mock::region(2, &m, b"", &peers(20), Some(21)),
+    ]))
+}
+
+/// Once the primary's commit succeeded the transaction is committed: a
+/// 1PC or async-commit transaction over two Regions (prewritten as 2PC)
+/// reads back its commit ts without asking PD for a timestamp, so a PD
+/// that stops answering right then cannot turn the commit into a plain
+/// failure (which invites a rollback under a committed primary).
+#[tokio::test]
+async fn a_committed_primary_is_not_reported_failed_when_pd_stops_answering() {
+    for options in [
+        TransactionOptions::new_optimistic().try_one_pc(),
+        TransactionOptions::new_optimistic().use_async_commit(),
+    ] {
+        let pd = two_regions();
+        let cut = pd.clone();
+        pd.set_dispatch_hook(move |peer, request| {
+            if request.as_any().is::<kvrpcpb::CommitRequest>() {
+                // The primary commits; from now on PD is cut off.
+                cut.fail_timestamps(true);
+            }
+            accept(peer, request)
+        });
+        let client = TransactionClient::new_with_pd_client(pd.clone(), &config());
+        let mut txn = client
+            .begin_with_options(options.drop_check(CheckLevel::None))
+            .await
+            .unwrap();
+        txn.put("a".to_owned(), "1".to_owned()).await.unwrap();
+        txn.put("z".to_owned(), "2".to_owned()).await.unwrap();
+        let committed = txn.commit().await;
+        assert!(committed.is_ok(), "{committed:?}");
+        assert!(pd.dispatch_log().iter().any(|d| d.label == "kv_commit"));
+    }
+}
+
+/// A failed prewrite is rolled back primary first: when the primary's
+/// rollback fails (here TiKV says it committed), the other keys are not
+/// rolled back under it; readers settle them from the primary's record.
+#[tokio::test]
+async fn a_rollback_whose_primary_fails_leaves_the_secondaries_alone() {
+    let pd = two_regions();
+    pd.set_dispatch_hook(|peer, request| {
+        let any = request.as_any();
+        let region = request.context().map_or(0, |c| c.region_id);
+        if any.is::<kvrpcpb::PrewriteRequest>() && region == 2 {
+            return Ok(Box::new(kvrpcpb::PrewriteResponse {
+                errors: vec![kvrpcpb::KeyError {
+                    conflict: Some(kvrpcpb::WriteConflict {
+                        key: b"z".to_vec(),
+                        ..Default::default()
+                    }),
+                    ..Default::default()
+                }],
+                ..Default::default()
+            }));
+        }
+        if any.is::<kvrpcpb::BatchRollbackRequest>() && region == 1 {
+            return Ok(Box::new(kvrpcpb::BatchRollbackResponse {
+                error: Some(kvrpcpb::KeyError {
+                    abort: "transaction already committed".to_owned(),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }));
+        }
+        accept(peer, request)
+    });
+    let client = TransactionClient::new_with_pd_client(pd.clone(), &config());
+    let options = TransactionOptions::new_optimistic().drop_check(CheckLevel::None);
+    let mut txn = client.begin_with_options(options).await.unwrap();
+    txn.put("a".to_owned(), "1".to_owned()).await.unwrap();
+    txn.put("z".to_owned(), "2".to_owned()).await.unwrap();
+    let err = txn.commit().await.unwrap_err();
+    assert!(!matches!(err, Error::UndeterminedError(_)), "{err:?}");
+    let rollbacks: Vec<u64> = pd
+        .dispatch_log()
+        .iter()
+        .filter(|d| d.label == "kv_batch_rollback")
+        .map(|d| d.context.region_id)
+        .collect();
+    assert_eq!(rollbacks, [1], "only the primary's Region is rolled back");
+}
+
+/// A key inserted and deleted again is only checked (`CheckNotExists`),
+/// with no lock: async commit would count the transaction committed
+/// without it, and a reader could commit the transaction before that
+/// check fails. Such a transaction is prewritten for two phases.
+#[tokio::test]
+async fn a_transaction_with_a_checked_only_key_does_not_use_async_commit() {
+    let pd = two_regions();
+    let async_prewrites = Arc::new(AtomicUsize::new(0));
+    let prewrites = Arc::new(AtomicUsize::new(0));
+    let (seen_async, seen) = (async_prewrites.clone(), prewrites.clone());
+    pd.set_dispatch_hook(move |peer, request| {
+        if let Some(prewrite) = request.as_any().downcast_ref::<kvrpcpb::PrewriteRequest>() {
+            seen.fetch_add(1, Ordering::SeqCst);
+            if prewrite.use_async_commit {
+                seen_async.fetch_add(1, Ordering::SeqCst);
+            }
+        }
+        accept(peer, request)
+    });
+    let client = TransactionClient::new_with_pd_client(pd.clone(), &config());
+    let options = TransactionOptions::new_optimistic()
+        .use_async_commit()
+        .drop_check(CheckLevel::None);
+    let mut txn = client.begin_with_options(options.clone()).await.unwrap();
+    txn.put("a".to_owned(), "1".to_owned()).await.unwrap();
+    txn.insert("z".to_owned(), "2".to_owned()).await.unwrap();
+    txn.delete("z".to_owned()).await.unwrap();
+    txn.commit().await.unwrap();
+    assert_eq!(prewrites.load(Ordering::SeqCst), 2);
+    assert_eq!(async_prewrites.load(Ordering::SeqCst), 0);
+    assert!(pd.dispatch_log().iter().any(|d| d.label == "kv_commit"));
+    // Without such a key, the same transaction uses async commit.
+    let mut txn = client.begin_with_options(options).await.unwrap();
+    txn.put("a".to_owned(), "1".to_owned()).await.unwrap();
+    txn.put("z".to_owned(), "2".to_owned()).await.unwrap();
+    txn.commit().await.unwrap();
+    assert_eq!(async_prewrites.load(Ordering::SeqCst), 2);
+}
+
+/// Only the shard whose attempt was lost is undetermined: when that
+/// shard's re-sent prewrite succeeds and another shard, never in doubt,
+/// meets a conflict, the transaction can never commit (that shard holds
+/// no lock of it), so `commit()` fails plainly and rolls back.
+#[tokio::test]
+async fn a_conflict_in_a_shard_never_in_doubt_is_a_plain_failure() {
+    let pd = two_regions();
+    let lost = Arc::new(AtomicUsize::new(0));
+    let seen = lost.clone();
+    pd.set_dispatch_hook(move |peer, request| {
+        let region = request.context().map_or(0, |c| c.region_id);
+        if request.as_any().is::<kvrpcpb::PrewriteRequest>() {
+            if region == 1 && seen.fetch_add(1, Ordering::SeqCst) == 0 {
+                return client_timeout();
+            }
+            if region == 2 {
+                return Ok(Box::new(kvrpcpb::PrewriteResponse {
+                    errors: vec![kvrpcpb::KeyError {
+                        conflict: Some(kvrpcpb::WriteConflict {
+                            key: b"z".to_vec(),
+                            ..Default::default()
+                        }),
+                        ..Default::default()
+                    }],
+                    ..Default::default()
+                }));
+            }
+        }
+        accept(peer, request)
+    });
+    let client = TransactionClient::new_with_pd_client(pd.clone(), &config());
+    let options = TransactionOptions::new_optimistic()
+        .use_async_commit()
+        .drop_check(CheckLevel::None);
+    let mut txn = client.begin_with_options(options).await.unwrap();
+    txn.put("a".to_owned(), "1".to_owned()).await.unwrap();
+    txn.put("z".to_owned(), "2".to_owned()).await.unwrap();
+    let err = txn.commit().await.unwrap_err();
+    assert!(!matches!(err, Error::UndeterminedError(_)), "{err:?}");
+    assert!(lost.load(Ordering::SeqCst) >= 2, "region 1 was sent again");
+    assert!(pd
+        .dispatch_log()
+        .iter()
+        .any(|d| d.label == "kv_batch_rollback"));
+}

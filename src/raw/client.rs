@@ -497,10 +497,13 @@ impl<PdC: PdClient> RawClient<PdC> {
             async move {
                 if !reverse {
                     // A cold cache loads the next Regions in one PD call, not
-                    // one per page.
-                    self.rpc
-                        .prefetch_regions(&cursor, end, SCAN_PREFETCH_REGIONS)
-                        .await;
+                    // one per page. Best effort, and within the request
+                    // deadline: with PD out of reach the page's own lookups
+                    // (bounded by the deadline too) take over.
+                    let prefetch = self
+                        .rpc
+                        .prefetch_regions(&cursor, end, SCAN_PREFETCH_REGIONS);
+                    let _ = tokio::time::timeout(self.routing.request_deadline(), prefetch).await;
                 }
                 // Reverse: from the cursor (the upper bound) down to the start.
                 let bound = if reverse { start } else { end };

@@ -154,20 +154,36 @@ where
         }
     }
 
-    /// Some load in flight (any key), to wait for before starting another:
-    /// after a hot Region is dropped, concurrent misses for different keys
-    /// of it mostly need the same answer.
-    pub(crate) fn any_in_flight(&self) -> Option<SharedLoad<V>> {
-        // The oldest: it finishes first, and the choice does not depend on
-        // the map's order (a simulation replays from its seed).
-        lock(&self.in_flight)
-            .loads
-            .values()
-            .min_by_key(|(id, _)| *id)
-            .map(|(_, shared)| shared.clone())
+    /// Waits for some load in flight (any key), if there is one, before
+    /// starting another: after a hot Region is dropped, concurrent misses
+    /// for different keys of it mostly need the same answer. Its outcome
+    /// is its callers'; this one only wants the cache filled.
+    ///
+    /// The wait is a caller like any other: when it gives up last, the
+    /// load is dropped with it. (A bare handle would keep an abandoned
+    /// load in the map, never polled again, holding whatever it held, PD's
+    /// leader-discovery lock included, for good.)
+    pub(crate) async fn wait_for_any(&self) {
+        let mut waiter = {
+            // The oldest: it finishes first, and the choice does not depend
+            // on the map's order (a simulation replays from its seed).
+            let in_flight = lock(&self.in_flight);
+            let Some((key, (id, shared))) = in_flight.loads.iter().min_by_key(|(_, (id, _))| *id)
+            else {
+                return;
+            };
+            Waiter {
+                flight: self,
+                key: key.clone(),
+                id: *id,
+                shared: Some(shared.clone()),
+            }
+        };
+        if let Some(shared) = waiter.shared.as_mut() {
+            let _ = shared.await;
+        }
     }
 
-    #[cfg_attr(not(any(test, feature = "unstable-internals")), allow(dead_code))]
     /// How many loads are in flight.
     pub(crate) fn in_flight(&self) -> usize {
         lock(&self.in_flight).loads.len()
@@ -576,9 +592,8 @@ impl RegionCache {
         // (N requests for N keys of a Region just dropped): wait for it once
         // and look again, so they cost one PD lookup, not N. At most one
         // extra wait, so an unrelated load delays a miss by one lookup.
-        if let Some(other) = self.key_loads.any_in_flight() {
-            // Its outcome is its callers'; this caller only wants the cache.
-            let _ = other.await;
+        if self.key_loads.in_flight() > 0 {
+            self.key_loads.wait_for_any().await;
             if let Some(region) = self.get_by_key(key) {
                 return Ok(region);
             }
@@ -1076,6 +1091,45 @@ mod tests {
         assert_eq!(r.id(), 6);
         assert_eq!(started.load(Ordering::SeqCst), 2);
         assert_eq!(finished.load(Ordering::SeqCst), 1);
+    }
+
+    /// A miss that waits for another key's load and then gives up, after
+    /// that load's own caller gave up, drops the load: nothing stays in
+    /// flight, unpolled, holding what it holds.
+    #[tokio::test(start_paused = true)]
+    async fn a_load_abandoned_by_its_caller_and_a_waiter_is_dropped() {
+        let cache = RegionCache::new();
+        let finished = Arc::new(AtomicUsize::new(0));
+        let done = Arc::clone(&finished);
+        let slow = move |_key: Vec<u8>| async move {
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+            done.fetch_add(1, Ordering::SeqCst);
+            Ok(region(3, b"a", b"m", 1, 1))
+        };
+        let never = |_key: Vec<u8>| async move {
+            Err::<RegionWithLeader, _>(Error::InternalError {
+                message: "not reached".to_owned(),
+            })
+        };
+        let (owner, waiter) = futures::join!(
+            tokio::time::timeout(
+                std::time::Duration::from_millis(10),
+                cache.get_or_load_by_key(b"b", slow)
+            ),
+            async {
+                // Starts once the first load is in flight, so it waits for it.
+                tokio::task::yield_now().await;
+                tokio::time::timeout(
+                    std::time::Duration::from_millis(20),
+                    cache.get_or_load_by_key(b"x", never),
+                )
+                .await
+            },
+        );
+        assert!(owner.is_err() && waiter.is_err());
+        assert_eq!(cache.loads_in_flight(), 0);
+        tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+        assert_eq!(finished.load(Ordering::SeqCst), 0, "the load ran on");
     }
 
     #[tokio::test(start_paused = true)]

@@ -587,14 +587,14 @@ impl<PdC: PdClient> Transaction<PdC> {
         }
         if prewritten {
             let locked = &self.pessimistic_locked;
-            let keys: Vec<Vec<u8>> = self
-                .buffer
-                .mutations(|k| locked.contains(k))
+            let mutations = self.buffer.mutations(|k| locked.contains(k));
+            let primary = choose_primary(self.buffer.primary_key(), &mutations);
+            let keys: Vec<Vec<u8>> = mutations
                 .into_iter()
                 .filter(takes_lock)
                 .map(|m| m.key)
                 .collect();
-            self.batch_rollback(keys).await?;
+            self.rollback_prewritten(primary, keys).await?;
         }
         self.finish(TransactionStatus::Rolledback);
         Ok(())
@@ -913,6 +913,23 @@ impl<PdC: PdClient> Transaction<PdC> {
         Ok(())
     }
 
+    /// Rolls back prewritten `keys`, the transaction's `primary` first:
+    /// the primary decides a transaction's fate, so once its rollback is
+    /// definite the others can never commit. Should the primary have
+    /// committed after all, its rollback fails and the other keys keep
+    /// their locks (readers commit them from the primary's record) rather
+    /// than being rolled back under a committed primary.
+    async fn rollback_prewritten(&self, primary: Option<Key>, keys: Vec<Vec<u8>>) -> Result<()> {
+        let listed = |p: &Key| keys.iter().any(|k| k.as_slice() == p.as_bytes());
+        let Some(primary) = primary.filter(|p| keys.len() > 1 && listed(p)) else {
+            return self.batch_rollback(keys).await;
+        };
+        let primary = primary.as_bytes().to_vec();
+        let rest: Vec<Vec<u8>> = keys.into_iter().filter(|k| *k != primary).collect();
+        self.batch_rollback(vec![primary]).await?;
+        self.batch_rollback(rest).await
+    }
+
     async fn batch_rollback(&self, keys: Vec<Vec<u8>>) -> Result<()> {
         if keys.is_empty() {
             return Ok(());
@@ -939,7 +956,12 @@ impl<PdC: PdClient> Transaction<PdC> {
             return self.check_not_exists(mutations).await;
         };
         let start_ts = self.start_ts();
-        let async_commit = self.options.async_commit;
+        // Async commit counts a transaction committed once every key that
+        // takes a lock is prewritten, and a reader meeting its locks may
+        // commit it then. A `CheckNotExists` key (inserted and deleted
+        // again) takes none, so its check could still fail after that:
+        // such a transaction commits in two phases instead.
+        let async_commit = self.options.async_commit && mutations.iter().all(takes_lock);
         let one_pc = self.options.try_one_pc;
         // The keys that hold a lock once prewritten: the commit batches,
         // the async-commit secondaries and the rollback use only these
@@ -1001,7 +1023,10 @@ impl<PdC: PdClient> Transaction<PdC> {
         if async_commit || one_pc {
             // A commit point, but not `terminal_on_dispatch_error`: prewrite
             // is idempotent, so fallback may re-send it; only the outcome
-            // must not be hidden.
+            // must not be hidden. (A key error on a re-sent prewrite is a
+            // definite answer: TiKV looks for the transaction's commit
+            // record on the failing key before it answers a conflict, and
+            // every key here takes a lock, so has one once committed.)
             builder = builder.commit_point();
         }
         let builder = builder
@@ -1022,7 +1047,7 @@ impl<PdC: PdClient> Transaction<PdC> {
             // without a lock and rolls the transaction back.)
             Err(e) if all_undetermined(&e) => return Err(undetermined(e)),
             Err(e) => {
-                self.rollback_after_failed_prewrite(keys).await;
+                self.rollback_after_failed_prewrite(primary, keys).await;
                 return Err(e);
             }
         };
@@ -1091,13 +1116,17 @@ impl<PdC: PdClient> Transaction<PdC> {
     /// The commit ts the primary's commit record holds (`CheckTxnStatus`,
     /// which neither rolls back nor pushes anything here). `assumed` is
     /// kept when TiKV does not name one.
+    ///
+    /// The primary is committed when this runs, so no failure here may
+    /// read as "not committed": every one is undetermined. No PD call
+    /// either: `assumed`, a timestamp just taken, serves as the current
+    /// one (it only measures lock TTLs, and the primary holds no lock).
     async fn committed_ts(&self, primary: &Key, assumed: u64) -> Result<u64> {
-        let current = self.shared.timestamp().await?.version();
         let request = kvrpcpb::CheckTxnStatusRequest {
             primary_key: primary.as_bytes().to_vec(),
             lock_ts: self.start_ts(),
             caller_start_ts: 0,
-            current_ts: current,
+            current_ts: assumed,
             rollback_if_not_exist: false,
             ..Default::default()
         };
@@ -1169,9 +1198,9 @@ impl<PdC: PdClient> Transaction<PdC> {
     /// Best effort: a failed prewrite's locks are rolled back instead of
     /// being left for readers to wait out
     /// ([txn.md](crate::spec::txn#behaviour-we-require)).
-    async fn rollback_after_failed_prewrite(&self, keys: Vec<Vec<u8>>) {
+    async fn rollback_after_failed_prewrite(&self, primary: Key, keys: Vec<Vec<u8>>) {
         bump(&self.shared.counters.prewrite_rollbacks);
-        if let Err(e) = self.batch_rollback(keys).await {
+        if let Err(e) = self.rollback_prewritten(Some(primary), keys).await {
             warn!(
                 "rolling back transaction {} after a failed prewrite failed: {e}; its locks expire after their TTL",
                 self.start_ts()

@@ -192,8 +192,10 @@ pub struct OpRecord {
     pub result: OpResult,
 }
 
+/// Bytes as text: printable ASCII as it is, any other byte escaped
+/// (`\x00`), so encoded keys print legibly.
 fn text(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).into_owned()
+    bytes.escape_ascii().to_string()
 }
 
 fn pairs_text(pairs: &[(Vec<u8>, Vec<u8>)]) -> String {

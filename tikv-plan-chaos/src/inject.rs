@@ -250,6 +250,8 @@ impl InjectorConfig {
 /// ([`Injector::windows_since`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FaultWindow {
+    /// The injection attempt that applied it ([`Injector::only`]).
+    pub attempt: usize,
     /// The kind.
     pub kind: FaultKind,
     /// What it was applied to (`store 2`, `region 12 to store 3`, `PD
@@ -269,6 +271,8 @@ pub struct FaultWindow {
 /// A fault as the injector logs it, in its own clock.
 #[derive(Debug, Clone)]
 struct Applied {
+    /// The injection attempt that applied it (see [`Injector::only`]).
+    attempt: usize,
     kind: FaultKind,
     target: String,
     start: Instant,
@@ -308,6 +312,10 @@ pub struct Injector {
     /// Kinds not applied yet: tried first, in turn, so a short run still
     /// applies every kind.
     untried: std::collections::VecDeque<FaultKind>,
+    /// Injection attempts so far.
+    attempts: usize,
+    /// When set, only these attempts apply their fault.
+    only: Option<std::collections::BTreeSet<usize>>,
 }
 
 impl Injector {
@@ -326,7 +334,22 @@ impl Injector {
             active: Vec::new(),
             log: Vec::new(),
             splits: 0,
+            attempts: 0,
+            only: None,
         }
+    }
+
+    /// Applies only the faults of these injection attempts (numbered from
+    /// 0 in the order the injector makes them); the others are drawn and
+    /// dropped. Same seed, same set: the same run, with fewer faults. What
+    /// a shrinking search narrows down.
+    pub fn only(&mut self, attempts: std::collections::BTreeSet<usize>) {
+        self.only = Some(attempts);
+    }
+
+    /// The injection attempts that applied a fault, in order.
+    pub fn applied_attempts(&self) -> Vec<usize> {
+        self.log.iter().map(|a| a.attempt).collect()
     }
 
     /// Faults applied so far, by kind.
@@ -344,6 +367,7 @@ impl Injector {
         self.log
             .iter()
             .map(|a| FaultWindow {
+                attempt: a.attempt,
                 kind: a.kind,
                 target: a.target.clone(),
                 start: micros(a.start),
@@ -487,6 +511,15 @@ impl Injector {
     async fn inject_one(&mut self, cluster: &SimCluster) {
         let Some(kind) = self.pick_kind() else { return };
         let heal_at = Instant::now() + self.draw(self.config.duration);
+        let attempt = self.attempts;
+        self.attempts += 1;
+        if self
+            .only
+            .as_ref()
+            .is_some_and(|only| !only.contains(&attempt))
+        {
+            return;
+        }
         // The fault's index in the log, should it be applied.
         let index = self.log.len();
         let started = Instant::now();
@@ -580,7 +613,7 @@ impl Injector {
                         Some(key) => {
                             let done = cluster.split_region(&key).is_ok();
                             self.splits += usize::from(done);
-                            done.then(|| format!("at {}", String::from_utf8_lossy(&key)))
+                            done.then(|| format!("at {}", key.escape_ascii()))
                         }
                         None => None,
                     }
@@ -654,6 +687,7 @@ impl Injector {
             // A healable fault's end is set when its heal runs.
             let healable = self.active.iter().any(|(_, _, i)| *i == index);
             self.log.push(Applied {
+                attempt,
                 kind,
                 target,
                 start: started,

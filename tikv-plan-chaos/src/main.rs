@@ -26,19 +26,27 @@
 //! transaction a line).
 //!
 //! `dst`: one deterministic simulation run (see `tikv_plan_chaos::dst`):
-//! the raw workload, the simulated cluster and seeded network and cluster
-//! faults inside turmoil, on virtual time. It prints the history, one
-//! operation a line, then the verdict; the same seed prints the same on
-//! every run. On a violation it also prints a trace of the records and
-//! faults around the first one. Options: `--seed N`, `--seconds N`
-//! (simulated), `--tasks N`, `--keys N`, `--resend-writes` (the clients
+//! the raw and the transactional workloads, the simulated cluster and
+//! seeded network and cluster faults inside turmoil, on virtual time. It
+//! prints the histories, one operation or transaction a line, then the
+//! verdict; the same seed prints the same on every run. On a violation it
+//! also prints a trace of the records and faults around the first one.
+//! Options: `--seed N`, `--seconds N` (simulated), `--workload
+//! raw|txn|mixed` (mixed by default: both at once), `--tasks N` (raw
+//! tasks), `--txn-tasks N`, `--keys N`, `--resend-writes` (the clients
 //! re-send writes that may have been delivered, `Config::
 //! at_least_once_writes`, while the check still expects at most once: a
-//! deliberate replay-safety bug the simulation must find).
+//! deliberate replay-safety bug the simulation must find), `--shrink` (on
+//! a violation, drop faults one at a time while the run still violates,
+//! then print the shorter run's trace and the options that replay it),
+//! `--only-net 0,3` and `--only-state 5` (apply only these faults of the
+//! seed's schedule, by the indices the fault log prints, `n3` and `s5`).
+//! `TIKV_PLAN_CHAOS_LOG=debug` (or `info`, `warn`, `trace`) prints the
+//! library's log of the run, stamped with simulated time.
 //!
 //! `dst-explore`: many seeds, on every core. Options: `--seeds N` (how
-//! many, 1000 by default), `--from N` (the first seed), `--seconds N`,
-//! `--resend-writes`. It prints each violating seed with its counts, then
+//! many, 1000 by default), `--from N` (the first seed), and those of
+//! `dst` but `--seed`. It prints each violating seed with its counts, then
 //! how many seeds ran, how many violated, and seeds per second.
 //!
 //! The last line of output is the counts.
@@ -48,7 +56,7 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use tikv_plan::RpcMode;
-use tikv_plan_chaos::dst::{DstConfig, DstReport};
+use tikv_plan_chaos::dst::{DstConfig, DstReport, DstWorkload, SimLog};
 use tikv_plan_chaos::txn::{describe_record, TxnChaosConfig};
 use tikv_plan_chaos::ChaosConfig;
 
@@ -110,8 +118,18 @@ fn dst_config(args: Vec<String>) -> (DstConfig, Vec<(String, Option<String>)>) {
             "--seed" => config.seed = parse(&arg, args.next()),
             "--seconds" => config.duration = Duration::from_secs(parse(&arg, args.next())),
             "--tasks" => config.tasks = parse(&arg, args.next()),
+            "--txn-tasks" => config.txn_tasks = parse(&arg, args.next()),
             "--keys" => config.keys = parse(&arg, args.next()),
+            "--workload" => {
+                let name = args.next().unwrap_or_default();
+                config.workload = DstWorkload::parse(&name).unwrap_or_else(|| {
+                    fail(&format!("--workload takes raw, txn or mixed, not {name:?}"))
+                });
+            }
             "--resend-writes" => config.resend_undetermined_writes = true,
+            "--only-net" => config.only_net_faults = Some(index_list(&arg, args.next())),
+            "--only-state" => config.only_state_faults = Some(index_list(&arg, args.next())),
+            "--shrink" => rest.push((arg, None)),
             "--seeds" | "--from" => {
                 let value = args.next();
                 rest.push((arg, value));
@@ -122,10 +140,44 @@ fn dst_config(args: Vec<String>) -> (DstConfig, Vec<(String, Option<String>)>) {
     (config, rest)
 }
 
+/// A comma-separated list of fault indices (empty: none).
+fn index_list(flag: &str, value: Option<String>) -> std::collections::BTreeSet<usize> {
+    let Some(value) = value else {
+        fail(&format!(
+            "{flag} needs a list of fault indices, such as 0,3,7"
+        ))
+    };
+    value
+        .split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(|s| {
+            s.trim_start_matches(['n', 's'])
+                .parse()
+                .unwrap_or_else(|_| fail(&format!("{flag}: {s:?} is not a fault index")))
+        })
+        .collect()
+}
+
 fn run_dst(args: Vec<String>) -> bool {
-    let (config, rest) = dst_config(args);
+    let (config, mut rest) = dst_config(args);
+    let shrinking = rest.iter().any(|(flag, _)| flag == "--shrink");
+    rest.retain(|(flag, _)| flag != "--shrink");
+    if let Ok(name) = std::env::var("TIKV_PLAN_CHAOS_LOG") {
+        match SimLog::level(&name) {
+            Some(level) => {
+                let _ = tracing::subscriber::set_global_default(SimLog::new(level));
+            }
+            None => fail(&format!(
+                "TIKV_PLAN_CHAOS_LOG takes error, warn, info, debug or trace, not {name:?}"
+            )),
+        }
+    }
     if let Some((flag, _)) = rest.first() {
         fail(&format!("{flag} is an option of dst-explore"));
+    }
+    if shrinking {
+        return run_shrink(&config);
     }
     let report = match run_dst_seed(&config) {
         Ok(report) => report,
@@ -142,6 +194,32 @@ fn run_dst(args: Vec<String>) -> bool {
     report.is_clean()
 }
 
+/// `dst --shrink`: the run, then the shortest fault schedule found that
+/// still violates, its trace, and the options that replay it.
+fn run_shrink(config: &DstConfig) -> bool {
+    match tikv_plan_chaos::dst::shrink(config) {
+        Err(e) => fail(&format!("the simulation failed: {e}")),
+        Ok(None) => {
+            println!("seed {} runs clean: nothing to shrink", config.seed);
+            true
+        }
+        Ok(Some(shrunk)) => {
+            let report = &shrunk.report;
+            print!("{}", report.trace());
+            println!(
+                "shrunk in {} runs: {} of {} network faults and {} of {} state faults still violate; replay with `dst {}`",
+                shrunk.runs,
+                report.net_applied.len(),
+                shrunk.before.0,
+                report.state_applied.len(),
+                shrunk.before.1,
+                shrunk.replay_options()
+            );
+            false
+        }
+    }
+}
+
 fn explore(args: Vec<String>) -> bool {
     let (config, rest) = dst_config(args);
     let mut seeds: u64 = 1000;
@@ -149,13 +227,17 @@ fn explore(args: Vec<String>) -> bool {
     for (flag, value) in rest {
         match flag.as_str() {
             "--seeds" => seeds = parse(&flag, value),
-            _ => from = parse(&flag, value),
+            "--from" => from = parse(&flag, value),
+            _ => fail(&format!(
+                "{flag} is an option of dst: shrink one violating seed at a time"
+            )),
         }
     }
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
     println!(
-        "dst-explore: seeds {from}..{} of {:?} simulated each, on {threads} threads{}",
+        "dst-explore: seeds {from}..{} of the {} workload, {:?} simulated each, on {threads} threads{}",
         from + seeds,
+        config.workload.name(),
         config.duration,
         if config.resend_undetermined_writes {
             ", with writes re-sent (a deliberate bug)"
@@ -199,7 +281,9 @@ fn explore(args: Vec<String>) -> bool {
         found.len(),
         match found.first() {
             Some((seed, _)) => format!(
-                " (first: seed {seed}; replay with `dst --seed {seed}{}`)",
+                " (first: seed {seed}; replay with `dst --seed {seed} --workload {} --seconds {}{}`)",
+                config.workload.name(),
+                config.duration.as_secs(),
                 if config.resend_undetermined_writes {
                     " --resend-writes"
                 } else {
@@ -213,7 +297,7 @@ fn explore(args: Vec<String>) -> bool {
 }
 
 fn run_dst_seed(config: &DstConfig) -> tikv_plan_chaos::Result<DstReport> {
-    tikv_plan_chaos::dst::run_raw(config)
+    tikv_plan_chaos::dst::run(config)
 }
 
 async fn run_raw(args: Vec<String>) -> bool {

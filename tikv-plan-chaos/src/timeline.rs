@@ -130,6 +130,7 @@ mod tests {
         ];
         let windows = vec![
             FaultWindow {
+                attempt: 0,
                 kind: FaultKind::StoreDown,
                 target: "store 2".to_owned(),
                 start: 500,
@@ -137,6 +138,7 @@ mod tests {
                 healable: true,
             },
             FaultWindow {
+                attempt: 1,
                 kind: FaultKind::Split,
                 target: "at k0,\"1".to_owned(),
                 start: 800,

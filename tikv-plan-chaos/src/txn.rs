@@ -1139,91 +1139,296 @@ async fn read_balances(
     Ok(())
 }
 
+/// The keys of a transactional run: lists, scratch keys and accounts.
+#[derive(Debug, Clone)]
+pub(crate) struct TxnKeys {
+    pub(crate) lists: Vec<Vec<u8>>,
+    pub(crate) scratch: Vec<Vec<u8>>,
+    pub(crate) accounts: Vec<Vec<u8>>,
+}
+
+impl TxnKeys {
+    pub(crate) fn new(config: &TxnChaosConfig) -> Self {
+        TxnKeys {
+            lists: (0..config.list_keys.max(1)).map(list_key).collect(),
+            scratch: (0..config.scratch_keys).map(scratch_key).collect(),
+            accounts: (0..config.accounts.max(2)).map(account_key).collect(),
+        }
+    }
+
+    /// Every key as stores see it (encoded), in key order (accounts sort
+    /// before lists).
+    pub(crate) fn encoded(&self) -> Vec<Vec<u8>> {
+        let mut all: Vec<Vec<u8>> = self
+            .accounts
+            .iter()
+            .chain(&self.lists)
+            .chain(&self.scratch)
+            .map(|k| encode_bytes(k))
+            .collect();
+        all.sort();
+        all
+    }
+
+    /// The encoded keys that split the keys evenly into `regions` Regions.
+    pub(crate) fn split_keys(&self, regions: usize) -> Vec<Vec<u8>> {
+        let all = self.encoded();
+        let regions = regions.clamp(1, all.len());
+        (1..regions)
+            .filter_map(|i| all.get(i * all.len() / regions).cloned())
+            .collect()
+    }
+}
+
+/// The workload tasks of a transactional run, under way.
+pub(crate) struct TxnWorkloadRun {
+    recorder: Arc<TxnRecorder>,
+    shared: Arc<Shared>,
+    clients: Vec<TransactionClient>,
+    workers: Vec<tokio::task::JoinHandle<Vec<usize>>>,
+}
+
+/// What a transactional run's workload left, before the check.
+pub(crate) struct TxnRan {
+    recorder: Arc<TxnRecorder>,
+    shared: Arc<Shared>,
+    clients: Vec<TransactionClient>,
+    long_records: Vec<usize>,
+    /// Workload tasks that panicked.
+    pub(crate) panics: usize,
+}
+
+impl TxnWorkloadRun {
+    /// Connects the workload's clients with `connect`, gives every account
+    /// its balance, and starts every task; they run until `stop`.
+    pub(crate) async fn start<F, Fut>(
+        config: &TxnChaosConfig,
+        keys: &TxnKeys,
+        cluster: &Arc<SimCluster>,
+        connect: F,
+        stop: &Arc<AtomicBool>,
+        recorder: Arc<TxnRecorder>,
+    ) -> crate::Result<Self>
+    where
+        F: Fn(Config) -> Fut,
+        Fut: std::future::Future<Output = Result<TransactionClient>>,
+    {
+        let client_config = Config::default()
+            .with_rpc_mode(config.rpc_mode)
+            .with_timeout(config.timeout)
+            .with_connect_timeout(config.timeout)
+            .with_request_deadline(config.deadline);
+        let shared_client = connect(client_config.clone()).await?;
+        setup_accounts(
+            &shared_client,
+            &recorder,
+            &keys.accounts,
+            config.initial_balance,
+        )
+        .await?;
+
+        // A transaction makes a handful of requests, each bounded by the
+        // deadline, and lock waits are bounded by it too; long ones also
+        // hold.
+        let bound = config.deadline * 10 + config.long_hold.1 + Duration::from_secs(5);
+        let shared = Arc::new(Shared::default());
+        let mut clients = vec![shared_client.clone()];
+        let mut workers = Vec::new();
+        for task in 0..config.tasks + config.long_tasks {
+            let role = if task >= config.tasks {
+                Role::Long
+            } else if task % 2 == 0 {
+                Role::List
+            } else {
+                Role::Bank
+            };
+            // Every third task has a client of its own; the rest share one.
+            let client = if task % 3 == 2 {
+                let own = connect(client_config.clone()).await?;
+                clients.push(own.clone());
+                own
+            } else {
+                shared_client.clone()
+            };
+            let worker = Worker {
+                task,
+                role,
+                client,
+                cluster: Arc::clone(cluster),
+                recorder: Arc::clone(&recorder),
+                shared: Arc::clone(&shared),
+                rng: fastrand::Rng::with_seed(mix_seed(config.seed, task as u64 + 1)),
+                lists: keys.lists.clone(),
+                scratch: keys.scratch.clone(),
+                accounts: keys.accounts.clone(),
+                seq: 0,
+                n: task,
+                bound,
+                pause: config.txn_pause,
+                hold: config.long_hold,
+                expire_percent: config.long_expire_percent,
+            };
+            workers.push(tokio::spawn(worker.run(Arc::clone(stop))));
+        }
+        Ok(TxnWorkloadRun {
+            recorder,
+            shared,
+            clients,
+            workers,
+        })
+    }
+
+    /// Waits for every task to end its transaction once told to stop.
+    pub(crate) async fn join(self) -> TxnRan {
+        let mut long_records = Vec::new();
+        let mut panics = 0;
+        for worker in self.workers {
+            match worker.await {
+                Ok(ids) => long_records.extend(ids),
+                Err(e) => panics += usize::from(e.is_panic()),
+            }
+        }
+        TxnRan {
+            recorder: self.recorder,
+            shared: self.shared,
+            clients: self.clients,
+            long_records,
+            panics,
+        }
+    }
+}
+
+impl TxnRan {
+    /// Once every fault is healed and every transaction has ended: reads
+    /// every key in one snapshot with a fresh client from `connect`. Locks
+    /// left behind (undetermined or abandoned transactions) expire first:
+    /// the reader resolves them instead of waiting.
+    pub(crate) async fn read_back<F, Fut>(
+        &self,
+        config: &TxnChaosConfig,
+        keys: &TxnKeys,
+        cluster: &SimCluster,
+        connect: F,
+    ) -> crate::Result<()>
+    where
+        F: FnOnce(Config) -> Fut,
+        Fut: std::future::Future<Output = Result<TransactionClient>>,
+    {
+        cluster.advance_tso_clock(Duration::from_millis(tikv_plan::transaction::MAX_TTL) * 3);
+        let reader_config = Config::default()
+            .with_rpc_mode(config.rpc_mode)
+            .with_request_deadline(Duration::from_secs(10));
+        let reader = connect(reader_config).await?;
+        final_reads(
+            &reader,
+            &self.recorder,
+            &keys.lists,
+            &keys.scratch,
+            &keys.accounts,
+        )
+        .await;
+        Ok(())
+    }
+
+    /// Checks the history and counts what the run did; `faults` are the
+    /// faults applied, `drops_fired` the dropped answers that fired and
+    /// `panics` those of tasks besides the workload's (the injector's).
+    pub(crate) fn report(
+        self,
+        config: &TxnChaosConfig,
+        keys: &TxnKeys,
+        faults: BTreeMap<FaultKind, u64>,
+        drops_fired: u64,
+        panics: usize,
+    ) -> TxnChaosReport {
+        let mut heartbeats = (0, 0);
+        let mut lock_checks = 0;
+        for client in &self.clients {
+            let stats = client.stats();
+            heartbeats.0 += stats.heartbeats;
+            heartbeats.1 += stats.heartbeat_failures;
+            lock_checks += stats.locks.check_txn_status;
+        }
+        let history = self.recorder.records();
+        let options = TxnCheckOptions {
+            bank_accounts: keys.accounts.clone(),
+            bank_total: config.initial_balance * keys.accounts.len() as i64,
+        };
+        let check = check_txn_history(&history, &options);
+
+        let mut by_mode = BTreeMap::new();
+        let mut undetermined = 0;
+        let mut transactions = 0;
+        let mut hang_records = Vec::new();
+        for r in history
+            .iter()
+            .filter(|r| r.task != FINAL_TASK && r.task != SETUP_TASK)
+        {
+            transactions += 1;
+            *by_mode
+                .entry((r.workload, r.mode, outcome_name(&r.outcome)))
+                .or_insert(0) += 1;
+            match r.outcome {
+                TxnOutcome::Undetermined { .. } => undetermined += 1,
+                TxnOutcome::Abandoned if hang_records.len() < 20 => hang_records.push(r.id),
+                _ => {}
+            }
+        }
+        let mut long_by_outcome = BTreeMap::new();
+        for id in &self.long_records {
+            if let Some(r) = history.get(*id) {
+                *long_by_outcome.entry(outcome_name(&r.outcome)).or_insert(0) += 1;
+            }
+        }
+        TxnChaosReport {
+            seed: config.seed,
+            duration: config.duration,
+            transactions,
+            by_mode,
+            long_by_outcome,
+            forced_expiries: self.shared.forced_expiries.load(Ordering::SeqCst),
+            undetermined,
+            faults,
+            drops_fired,
+            heartbeats,
+            lock_checks,
+            check,
+            hangs: usize::try_from(self.shared.hangs.load(Ordering::SeqCst)).unwrap_or(usize::MAX),
+            hang_records,
+            panics: self.panics + panics,
+            history,
+        }
+    }
+}
+
+/// The dropped answers that fired on every store of `cluster`.
+pub(crate) fn drops_fired(cluster: &SimCluster) -> u64 {
+    cluster
+        .store_ids()
+        .into_iter()
+        .map(|s| cluster.counters(s).count_outcome(Outcome::Dropped))
+        .sum()
+}
+
 /// Runs the workloads and the injector, heals, reads every key in one
 /// snapshot with a fresh client, and checks the history.
 pub async fn run(config: TxnChaosConfig) -> crate::Result<TxnChaosReport> {
-    let lists: Vec<Vec<u8>> = (0..config.list_keys.max(1)).map(list_key).collect();
-    let scratch: Vec<Vec<u8>> = (0..config.scratch_keys).map(scratch_key).collect();
-    let accounts: Vec<Vec<u8>> = (0..config.accounts.max(2)).map(account_key).collect();
-    // Caller keys in key order (accounts sort before lists); the cluster
-    // splits at their encodings.
-    let mut all_keys: Vec<Vec<u8>> = accounts
-        .iter()
-        .chain(&lists)
-        .chain(&scratch)
-        .cloned()
-        .collect();
-    all_keys.sort();
-    let regions = config.regions.clamp(1, all_keys.len());
-    let split_keys: Vec<Vec<u8>> = (1..regions)
-        .filter_map(|i| all_keys.get(i * all_keys.len() / regions))
-        .map(|k| encode_bytes(k))
-        .collect();
+    let keys = TxnKeys::new(&config);
     let cluster = Arc::new(
         SimCluster::builder()
             .stores(config.stores.max(1))
             .pd_members(config.pd_members.max(1))
-            .split_keys(split_keys)
+            .split_keys(keys.split_keys(config.regions))
             .replicas(3)
             .start()
             .await?,
     );
-
-    let client_config = Config::default()
-        .with_rpc_mode(config.rpc_mode)
-        .with_timeout(config.timeout)
-        .with_connect_timeout(config.timeout)
-        .with_request_deadline(config.deadline);
-    let connect =
-        || TransactionClient::new_with_config(cluster.pd_endpoints(), client_config.clone());
-    let shared_client = connect().await?;
-
-    let recorder = Arc::new(TxnRecorder::new());
-    setup_accounts(&shared_client, &recorder, &accounts, config.initial_balance).await?;
-
-    // A transaction makes a handful of requests, each bounded by the
-    // deadline, and lock waits are bounded by it too; long ones also hold.
-    let bound = config.deadline * 10 + config.long_hold.1 + Duration::from_secs(5);
+    let pd = cluster.pd_endpoints();
+    let connect = |c: Config| TransactionClient::new_with_config(pd.clone(), c);
     let stop = Arc::new(AtomicBool::new(false));
-    let shared = Arc::new(Shared::default());
-    let mut clients = vec![shared_client.clone()];
-    let mut workers = Vec::new();
-    for task in 0..config.tasks + config.long_tasks {
-        let role = if task >= config.tasks {
-            Role::Long
-        } else if task % 2 == 0 {
-            Role::List
-        } else {
-            Role::Bank
-        };
-        // Every third task has a client of its own; the rest share one.
-        let client = if task % 3 == 2 {
-            let own = connect().await?;
-            clients.push(own.clone());
-            own
-        } else {
-            shared_client.clone()
-        };
-        let worker = Worker {
-            task,
-            role,
-            client,
-            cluster: Arc::clone(&cluster),
-            recorder: Arc::clone(&recorder),
-            shared: Arc::clone(&shared),
-            rng: fastrand::Rng::with_seed(mix_seed(config.seed, task as u64 + 1)),
-            lists: lists.clone(),
-            scratch: scratch.clone(),
-            accounts: accounts.clone(),
-            seq: 0,
-            n: task,
-            bound,
-            pause: config.txn_pause,
-            hold: config.long_hold,
-            expire_percent: config.long_expire_percent,
-        };
-        workers.push(tokio::spawn(worker.run(Arc::clone(&stop))));
-    }
+    let recorder = Arc::new(TxnRecorder::new());
+    let workload =
+        TxnWorkloadRun::start(&config, &keys, &cluster, connect, &stop, recorder).await?;
 
     let injector = Injector::new(InjectorConfig {
         seed: mix_seed(config.seed, 0),
@@ -1231,99 +1436,26 @@ pub async fn run(config: TxnChaosConfig) -> crate::Result<TxnChaosReport> {
         interval: config.fault_interval,
         duration: config.fault_duration,
         max_splits: config.max_splits,
-        keys: all_keys.iter().map(|k| encode_bytes(k)).collect(),
+        keys: keys.encoded(),
     });
     let end = tokio::time::Instant::now() + config.duration;
-    let (injector, mut panics) = run_injector(injector, &cluster, end, &stop).await;
-    let mut long_records = Vec::new();
-    for worker in workers {
-        match worker.await {
-            Ok(ids) => long_records.extend(ids),
-            Err(e) => panics += usize::from(e.is_panic()),
-        }
-    }
-
-    // Every fault is healed and every transaction has ended. Locks left
-    // behind (undetermined or abandoned transactions) expire: the final
-    // reader resolves them instead of waiting.
-    cluster.advance_tso_clock(Duration::from_millis(tikv_plan::transaction::MAX_TTL) * 3);
-    let reader_config = Config::default()
-        .with_rpc_mode(config.rpc_mode)
-        .with_request_deadline(Duration::from_secs(10));
-    let reader = TransactionClient::new_with_config(cluster.pd_endpoints(), reader_config).await?;
-    final_reads(&reader, &recorder, &lists, &scratch, &accounts).await;
-
-    let drops_fired = cluster
-        .store_ids()
-        .into_iter()
-        .map(|s| cluster.counters(s).count_outcome(Outcome::Dropped))
-        .sum();
-    let mut heartbeats = (0, 0);
-    let mut lock_checks = 0;
-    for client in &clients {
-        let stats = client.stats();
-        heartbeats.0 += stats.heartbeats;
-        heartbeats.1 += stats.heartbeat_failures;
-        lock_checks += stats.locks.check_txn_status;
-    }
+    let (injector, panics) = run_injector(injector, &cluster, end, &stop).await;
+    let ran = workload.join().await;
+    // Every fault is healed (the injector's last act) and every
+    // transaction has ended.
+    ran.read_back(&config, &keys, &cluster, connect).await?;
+    let drops = drops_fired(&cluster);
     cluster.shutdown().await;
 
-    let history = recorder.records();
-    let options = TxnCheckOptions {
-        bank_accounts: accounts.clone(),
-        bank_total: config.initial_balance * accounts.len() as i64,
-    };
-    let check = {
-        let history = history.clone();
-        tokio::task::spawn_blocking(move || check_txn_history(&history, &options))
-            .await
-            .map_err(|e| Error::InternalError {
+    let faults = injector.map(|i| i.counts().clone()).unwrap_or_default();
+    tokio::task::spawn_blocking(move || ran.report(&config, &keys, faults, drops, panics))
+        .await
+        .map_err(|e| {
+            Error::InternalError {
                 message: format!("the history check failed: {e}"),
-            })?
-    };
-
-    let mut by_mode = BTreeMap::new();
-    let mut undetermined = 0;
-    let mut transactions = 0;
-    let mut hang_records = Vec::new();
-    for r in history
-        .iter()
-        .filter(|r| r.task != FINAL_TASK && r.task != SETUP_TASK)
-    {
-        transactions += 1;
-        *by_mode
-            .entry((r.workload, r.mode, outcome_name(&r.outcome)))
-            .or_insert(0) += 1;
-        match r.outcome {
-            TxnOutcome::Undetermined { .. } => undetermined += 1,
-            TxnOutcome::Abandoned if hang_records.len() < 20 => hang_records.push(r.id),
-            _ => {}
-        }
-    }
-    let mut long_by_outcome = BTreeMap::new();
-    for id in long_records {
-        if let Some(r) = history.get(id) {
-            *long_by_outcome.entry(outcome_name(&r.outcome)).or_insert(0) += 1;
-        }
-    }
-    Ok(TxnChaosReport {
-        seed: config.seed,
-        duration: config.duration,
-        transactions,
-        by_mode,
-        long_by_outcome,
-        forced_expiries: shared.forced_expiries.load(Ordering::SeqCst),
-        undetermined,
-        faults: injector.map(|i| i.counts().clone()).unwrap_or_default(),
-        drops_fired,
-        heartbeats,
-        lock_checks,
-        check,
-        hangs: usize::try_from(shared.hangs.load(Ordering::SeqCst)).unwrap_or(usize::MAX),
-        hang_records,
-        panics,
-        history,
-    })
+            }
+            .into()
+        })
 }
 
 /// Gives every account `balance` in one optimistic transaction (no fault

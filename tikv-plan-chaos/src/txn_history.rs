@@ -15,7 +15,7 @@
 //!   never change.
 
 use std::sync::Mutex;
-use std::time::Instant;
+use tokio::time::Instant;
 
 /// Which workload a transaction belongs to (they use disjoint keys).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -197,8 +197,16 @@ impl Default for TxnRecorder {
 impl TxnRecorder {
     /// A recorder whose clock starts now.
     pub fn new() -> Self {
+        TxnRecorder::since(Instant::now())
+    }
+
+    /// A recorder whose clock started at `start` (another recorder's
+    /// [`started`](super::Recorder::started), to put two histories on one
+    /// clock). The clock is tokio's, so it is simulated time wherever
+    /// tokio's time is.
+    pub fn since(start: Instant) -> Self {
         TxnRecorder {
-            start: Instant::now(),
+            start,
             records: Mutex::new(Vec::new()),
         }
     }

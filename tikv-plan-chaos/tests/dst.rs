@@ -1,14 +1,16 @@
-//! The deterministic simulation: the raw workload inside turmoil, under
-//! seeded network faults (partitions both ways and one way, held links,
-//! latency spikes, store crashes and restarts) and cluster faults (stale
-//! and fresh leader moves, cold Regions, busy, slow and hung stores,
-//! splits). A seed replays: the same seed gives the same history, byte for
-//! byte. CI runs a fixed set of seeds; `cargo run --release -p
-//! tikv-plan-chaos -- dst-explore` runs thousands.
+//! The deterministic simulation: the raw and the transactional workloads
+//! side by side inside turmoil, under seeded network faults (partitions
+//! both ways and one way, held links, latency spikes, store crashes and
+//! restarts) and cluster faults (stale and fresh leader moves, cold
+//! Regions, busy, slow and hung stores, splits, TSO jumps, dropped answers
+//! of transactional requests). A seed replays: the same seed gives the
+//! same histories, byte for byte. CI runs a fixed set of seeds; `cargo run
+//! --release -p tikv-plan-chaos -- dst-explore` runs thousands.
 
 use std::time::Duration;
 
-use tikv_plan_chaos::dst::{run_raw, DstConfig};
+use tikv_plan_chaos::dst::{run, shrink, DstConfig, DstWorkload, NetFault};
+use tikv_plan_chaos::FaultKind;
 
 fn config(seed: u64) -> DstConfig {
     DstConfig {
@@ -18,14 +20,41 @@ fn config(seed: u64) -> DstConfig {
     }
 }
 
+/// The raw workload under the network faults the raw seeds below were
+/// found with (the kinds before the store ↔ PD partition), so each seed
+/// replays the run it was found in.
+fn raw(seed: u64) -> DstConfig {
+    DstConfig {
+        seed,
+        workload: DstWorkload::Raw,
+        net_faults: NetFault::ALL[..7].to_vec(),
+        ..DstConfig::default()
+    }
+}
+
 #[test]
 fn same_seed_same_history() {
-    let first = run_raw(&config(7)).unwrap();
-    let second = run_raw(&config(7)).unwrap();
+    let first = run(&config(7)).unwrap();
+    let second = run(&config(7)).unwrap();
+    assert_eq!(first.workload, DstWorkload::Mixed);
     assert!(first.ops > 100, "{}", first.summary());
+    let txn = first.txn.as_ref().expect("the transactional workload ran");
+    assert!(
+        txn.transactions > 20 && txn.check.transactions > 20,
+        "{}",
+        first.summary()
+    );
     assert!(
         first.net_faults.len() >= 4 && first.state_faults.len() >= 4,
         "the seed should exercise many fault kinds: {}",
+        first.summary()
+    );
+    assert!(
+        first
+            .state_faults
+            .keys()
+            .any(|k| FaultKind::TXN.contains(k)),
+        "the seed should apply transactional faults: {}",
         first.summary()
     );
     assert_eq!(first.summary(), second.summary());
@@ -40,15 +69,41 @@ fn same_seed_same_history() {
     assert_eq!(a, b);
     assert_eq!(first.fault_log, second.fault_log);
     // Another seed is another run.
-    assert_ne!(run_raw(&config(8)).unwrap().history_text(), a);
+    assert_ne!(run(&config(8)).unwrap().history_text(), a);
 }
 
 #[test]
 fn a_fixed_set_of_seeds_runs_clean() {
     for seed in 1..=6 {
-        let report = run_raw(&config(seed)).unwrap();
+        let report = run(&config(seed)).unwrap();
         assert!(report.is_clean(), "{}", report.trace());
     }
+}
+
+/// Each workload alone runs too, and a run without transactions applies
+/// no transactional fault.
+#[test]
+fn each_workload_runs_alone() {
+    let txn = run(&DstConfig {
+        workload: DstWorkload::Txn,
+        ..config(3)
+    })
+    .unwrap();
+    assert!(txn.is_clean(), "{}", txn.trace());
+    assert_eq!(txn.ops, 0);
+    assert!(txn.txn.as_ref().is_some_and(|t| t.transactions > 20));
+    let raw = run(&DstConfig {
+        workload: DstWorkload::Raw,
+        ..config(3)
+    })
+    .unwrap();
+    assert!(raw.is_clean(), "{}", raw.trace());
+    assert!(raw.txn.is_none() && raw.ops > 100);
+    assert!(
+        !raw.state_faults.keys().any(|k| FaultKind::TXN.contains(k)),
+        "{}",
+        raw.summary()
+    );
 }
 
 /// Seeds the exploration found an operation over its bound with: a
@@ -59,11 +114,7 @@ fn a_fixed_set_of_seeds_runs_clean() {
 #[test]
 fn seeds_that_found_a_deadline_overrun_replay_clean() {
     for seed in [228, 229, 242, 262, 302, 491, 587, 737] {
-        let report = run_raw(&DstConfig {
-            seed,
-            ..DstConfig::default()
-        })
-        .unwrap();
+        let report = run(&raw(seed)).unwrap();
         assert!(report.is_clean(), "seed {seed}: {}", report.trace());
     }
 }
@@ -74,12 +125,11 @@ fn seeds_that_found_a_deadline_overrun_replay_clean() {
 #[test]
 fn a_resent_write_is_found_and_its_seed_replays() {
     let buggy = |seed| DstConfig {
-        seed,
         resend_undetermined_writes: true,
-        ..DstConfig::default()
+        ..raw(seed)
     };
     let found = (1..=10)
-        .map(|seed| run_raw(&buggy(seed)).unwrap())
+        .map(|seed| run(&buggy(seed)).unwrap())
         .find(|report| !report.is_clean())
         .expect("ten seeds find the re-sent writes");
     assert!(
@@ -87,14 +137,95 @@ fn a_resent_write_is_found_and_its_seed_replays() {
         "{}",
         found.trace()
     );
-    let again = run_raw(&buggy(found.seed)).unwrap();
+    let again = run(&buggy(found.seed)).unwrap();
     assert_eq!(again.history_text(), found.history_text());
     assert_eq!(again.trace(), found.trace());
     // Without the bug, the same seed is clean.
-    assert!(run_raw(&DstConfig {
-        seed: found.seed,
+    assert!(run(&raw(found.seed)).unwrap().is_clean());
+}
+
+/// The mixed workload under the network faults the seeds below were
+/// found with (the kinds before the store ↔ PD partition).
+fn mixed_as_found(seed: u64) -> DstConfig {
+    DstConfig {
+        seed,
+        net_faults: NetFault::ALL[..7].to_vec(),
         ..DstConfig::default()
-    })
-    .unwrap()
-    .is_clean());
+    }
+}
+
+/// Seeds the first exploration of the mixed workload found violations
+/// with (aborted reads, a bank total off): a transaction asking for 1PC
+/// or async commit over several Regions committed its primary, then
+/// failed to get a timestamp from a partitioned PD for reading back the
+/// commit ts, and `commit()` returned that as a plain failure; the
+/// workload rolled back, which undid the secondaries under a committed
+/// primary. Each replays its run, now clean.
+#[test]
+fn seeds_that_found_a_committed_transaction_reported_failed_replay_clean() {
+    for seed in [221, 338, 469, 627, 676] {
+        let report = run(&mixed_as_found(seed)).unwrap();
+        assert!(report.is_clean(), "seed {seed}: {}", report.trace());
+    }
+}
+
+/// The rest of those seeds (two tests, so they run side by side).
+#[test]
+fn more_seeds_that_found_a_committed_transaction_reported_failed_replay_clean() {
+    for seed in [735, 776, 852, 887, 1069] {
+        let report = run(&mixed_as_found(seed)).unwrap();
+        assert!(report.is_clean(), "seed {seed}: {}", report.trace());
+    }
+}
+
+/// Shrinking: a violating run (the deliberate re-sent-writes bug) keeps
+/// only the faults it needs to still violate, and the shorter schedule
+/// replays from its options.
+#[test]
+fn a_violation_shrinks_to_fewer_faults_and_replays() {
+    let buggy = |seed| DstConfig {
+        seed,
+        workload: DstWorkload::Raw,
+        resend_undetermined_writes: true,
+        duration: Duration::from_secs(3),
+        ..DstConfig::default()
+    };
+    let shrunk = (1..=10)
+        .find_map(|seed| shrink(&buggy(seed)).unwrap())
+        .expect("ten short seeds find the re-sent writes");
+    let report = &shrunk.report;
+    assert!(!report.is_clean());
+    let (net, state) = (report.net_applied.len(), report.state_applied.len());
+    assert!(
+        net + state < shrunk.before.0 + shrunk.before.1,
+        "{} of {} faults kept",
+        net + state,
+        shrunk.before.0 + shrunk.before.1
+    );
+    assert_eq!(
+        shrunk.config.only_net_faults.as_ref().map(|s| s.len()),
+        Some(net)
+    );
+    let again = run(&shrunk.config).unwrap();
+    assert_eq!(again.history_text(), report.history_text());
+    assert_eq!(again.fault_log, report.fault_log);
+}
+
+/// Seeds of the second exploration, with every fault kind: 738, an
+/// async-commit transaction whose inserted-and-deleted key (checked, not
+/// locked) failed its check after a reader had already committed the
+/// transaction from its locks; 1533, a raw scan that hung for good: a
+/// Region load abandoned by its callers stayed in flight, never polled
+/// again, holding PD's leader-discovery lock. Each replays its run, now
+/// clean.
+#[test]
+fn seeds_that_found_a_partial_async_commit_and_a_hung_scan_replay_clean() {
+    for seed in [738, 1533] {
+        let report = run(&DstConfig {
+            seed,
+            ..DstConfig::default()
+        })
+        .unwrap();
+        assert!(report.is_clean(), "seed {seed}: {}", report.trace());
+    }
 }

@@ -16,7 +16,9 @@ use super::counters::StoreCounters;
 use super::mvcc::MvccVersion;
 use super::net::{bind, Endpoint};
 use super::pd::PdService;
-use super::state::{ClusterState, Cold, ColdMode, HangMode, PdMember, SimRegion, SimStore};
+use super::state::{
+    ClusterState, Cold, ColdMode, HangMode, PdMember, SimRegion, SimStore, TsoClock,
+};
 use super::store::StoreService;
 use tonic::transport::Channel;
 
@@ -218,6 +220,7 @@ pub struct SimClusterBuilder {
     cluster_id: u64,
     api_version: kvrpcpb::ApiVersion,
     keyspaces: Vec<(String, u32)>,
+    tso_clock: TsoClock,
 }
 
 impl Default for SimClusterBuilder {
@@ -233,6 +236,7 @@ impl Default for SimClusterBuilder {
             cluster_id: DEFAULT_CLUSTER_ID,
             api_version: kvrpcpb::ApiVersion::V1,
             keyspaces: Vec::new(),
+            tso_clock: TsoClock::default(),
         }
     }
 }
@@ -350,6 +354,16 @@ impl SimClusterBuilder {
     /// `DEFAULT` (id 0), which always exists. Ids are below 2^24.
     pub fn keyspace(mut self, name: &str, id: u32) -> Self {
         self.keyspaces.push((name.to_owned(), id));
+        self
+    }
+
+    /// The clock the TSO's physical part follows, as the time since the
+    /// UNIX epoch; default the system clock. A deterministic simulation
+    /// gives its virtual clock, so timestamps (and with them lock TTLs)
+    /// move with simulated time and replay. The TSO never goes backwards
+    /// whatever the clock does.
+    pub fn tso_clock(mut self, clock: impl Fn() -> Duration + Send + Sync + 'static) -> Self {
+        self.tso_clock = TsoClock::new(clock);
         self
     }
 
@@ -502,6 +516,7 @@ impl SimClusterBuilder {
         }
         self.create_regions(&mut state);
         state.api_version = self.api_version;
+        state.clock = self.tso_clock.clone();
         for (name, id) in &self.keyspaces {
             state.keyspaces.push(keyspacepb::KeyspaceMeta {
                 id: *id,
@@ -891,12 +906,41 @@ impl SimCluster {
             })?;
         region.leader = Some(peer.id);
         region.cold = None;
-        if update_pd {
-            region.pd_leader = Some(peer.id);
+        if update_pd && !state.cut_off_from_pd.contains(&to_store) {
+            if let Ok(region) = state.region_mut(region_id) {
+                region.pd_leader = Some(peer.id);
+            }
         }
         drop(state);
         self.shared.faults_changed();
         Ok(())
+    }
+
+    /// Cuts store `store_id` off from PD, or joins them again: a partition
+    /// between a store and PD, as far as this cluster models it. Stores
+    /// and PD share their state here rather than talk, so what the
+    /// partition changes is what PD hears: while cut off, the store's
+    /// heartbeats are lost, and a leader moving to it is not reported
+    /// (PD keeps naming the old one, even for a transfer that asks to
+    /// update PD). Once joined, its first heartbeat reports every Region
+    /// it leads. Clients reach the store as before: a client ↔ store
+    /// partition is the network's to make.
+    pub fn set_store_cut_off_from_pd(&self, store_id: u64, cut_off: bool) {
+        let mut state = self.state();
+        if cut_off {
+            state.cut_off_from_pd.insert(store_id);
+            return;
+        }
+        state.cut_off_from_pd.remove(&store_id);
+        for region in state.regions.values_mut() {
+            let leads = region
+                .leader
+                .and_then(|id| region.peer(id))
+                .is_some_and(|p| p.store_id == store_id);
+            if leads {
+                region.pd_leader = region.leader;
+            }
+        }
     }
 
     /// Sets the leader PD reports for a Region: the peer on `store_id`, or

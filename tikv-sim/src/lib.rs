@@ -72,9 +72,10 @@
 //! `FailedPrecondition`. An unknown store gets an error header; an unknown
 //! Region an empty response, like real PD. A `Tso` request for 0 timestamps,
 //! or for more than the logical part holds, is refused with
-//! `InvalidArgument`. The TSO's physical clock is the wall clock plus an
-//! offset that [`SimCluster::advance_tso_clock`] moves forward, so lock TTLs
-//! expire in tests without waiting. `GetGCSafePoint` and
+//! `InvalidArgument`. The TSO's physical clock is the wall clock (or the
+//! clock given to [`SimClusterBuilder::tso_clock`], a simulation's virtual
+//! one) plus an offset that [`SimCluster::advance_tso_clock`] moves
+//! forward, so lock TTLs expire in tests without waiting. `GetGCSafePoint` and
 //! `UpdateGCSafePoint` keep one safe point that never moves backwards (an
 //! older one is ignored and the current one returned).
 //!

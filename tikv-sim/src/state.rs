@@ -4,6 +4,8 @@
 //! store runs on a request live here as plain synchronous code.
 
 use std::collections::BTreeMap;
+use std::fmt;
+use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use super::counters::{Outcome, StoreCounters};
@@ -13,6 +15,38 @@ use crate::proto::metapb;
 use crate::proto::{errorpb, keyspacepb, kvrpcpb};
 use crate::{Error, Result};
 use tikv_plan_proto::meta::{can_become_leader, key_in_region};
+
+/// The clock the TSO's physical part follows: the time since the UNIX
+/// epoch. The system clock unless a simulation gives its own
+/// ([`SimClusterBuilder::tso_clock`](crate::SimClusterBuilder::tso_clock)).
+#[derive(Clone, Default)]
+pub(crate) struct TsoClock(Option<Arc<dyn Fn() -> Duration + Send + Sync>>);
+
+impl TsoClock {
+    pub(crate) fn new(clock: impl Fn() -> Duration + Send + Sync + 'static) -> Self {
+        TsoClock(Some(Arc::new(clock)))
+    }
+
+    /// The time since the UNIX epoch, on this clock.
+    fn since_epoch(&self) -> Duration {
+        match &self.0 {
+            Some(clock) => clock(),
+            None => SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .unwrap_or_default(),
+        }
+    }
+}
+
+impl fmt::Debug for TsoClock {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(if self.0.is_some() {
+            "TsoClock(given)"
+        } else {
+            "TsoClock(system)"
+        })
+    }
+}
 
 /// How a store hangs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -120,12 +154,16 @@ pub(crate) struct ClusterState {
     pub(crate) pd_leader: usize,
     tso_physical: i64,
     tso_logical: i64,
-    /// Added to the wall clock for the TSO's physical part: tests move time
+    /// What the TSO's physical part follows.
+    pub(crate) clock: TsoClock,
+    /// Added to the clock for the TSO's physical part: tests move time
     /// forward (lock TTLs) without waiting.
     clock_offset_ms: i64,
     /// PD's GC safe point; never moves backwards.
     pub(crate) gc_safe_point: u64,
     pub(crate) shutdown: bool,
+    /// Stores cut off from PD: their heartbeats do not reach it.
+    pub(crate) cut_off_from_pd: std::collections::BTreeSet<u64>,
     /// The API version every store runs (TiKV's `storage.api-version`).
     pub(crate) api_version: kvrpcpb::ApiVersion,
     /// The keyspaces PD knows, `DEFAULT` (id 0) first.
@@ -159,9 +197,11 @@ impl ClusterState {
             pd_leader: 0,
             tso_physical: 0,
             tso_logical: 0,
+            clock: TsoClock::default(),
             clock_offset_ms: 0,
             gc_safe_point: 0,
             shutdown: false,
+            cut_off_from_pd: Default::default(),
             api_version: kvrpcpb::ApiVersion::V1,
             keyspaces: vec![keyspacepb::KeyspaceMeta {
                 id: 0,
@@ -428,14 +468,11 @@ impl ClusterState {
         Ok(new_id)
     }
 
-    /// The TSO's physical clock now: wall-clock milliseconds plus the
+    /// The TSO's physical clock now: the clock's milliseconds plus the
     /// offset tests advanced it by.
     pub(crate) fn clock_ms(&self) -> i64 {
-        let wall = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map(|d| d.as_millis() as i64)
-            .unwrap_or(0);
-        wall.saturating_add(self.clock_offset_ms)
+        let now = i64::try_from(self.clock.since_epoch().as_millis()).unwrap_or(i64::MAX);
+        now.saturating_add(self.clock_offset_ms)
     }
 
     /// Moves the TSO's physical clock forward by `ms` milliseconds.

@@ -329,3 +329,52 @@ async fn dropping_the_cluster_closes_its_ports() {
     })
     .await;
 }
+
+#[tokio::test]
+async fn a_store_cut_off_from_pd_leaves_pd_stale_until_it_joins_again() {
+    let cluster = SimCluster::builder()
+        .stores(3)
+        .split_keys(vec![b"m".to_vec()])
+        .start()
+        .await
+        .unwrap();
+    let left = cluster.region_for_key(b"a").unwrap();
+    let right = cluster.region_for_key(b"z").unwrap();
+    let old = cluster.leader_of(left.id).unwrap();
+    let other = |region: &tikv_sim::proto::metapb::Region, not: u64| {
+        region
+            .peers
+            .iter()
+            .find(|p| p.store_id != not)
+            .unwrap()
+            .store_id
+    };
+    let cut = other(&left, old.store_id);
+    cluster.set_store_cut_off_from_pd(cut, true);
+    // A transfer that would update PD does not reach it from a cut-off
+    // store.
+    cluster.transfer_leader(left.id, cut, true).unwrap();
+    assert_eq!(cluster.leader_of(left.id).unwrap().store_id, cut);
+    assert_eq!(cluster.pd_leader_of(left.id), Some(old));
+    // A store still joined to PD reports as before.
+    let right_old = cluster.leader_of(right.id).unwrap().store_id;
+    let right_new = right
+        .peers
+        .iter()
+        .find(|p| p.store_id != right_old && p.store_id != cut)
+        .unwrap()
+        .store_id;
+    cluster.transfer_leader(right.id, right_new, true).unwrap();
+    assert_eq!(
+        cluster.pd_leader_of(right.id).map(|p| p.store_id),
+        Some(right_new)
+    );
+    // Joined again, the store's heartbeat reports the Region it leads.
+    cluster.set_store_cut_off_from_pd(cut, false);
+    assert_eq!(cluster.pd_leader_of(left.id), cluster.leader_of(left.id));
+    assert_eq!(
+        cluster.pd_leader_of(right.id).map(|p| p.store_id),
+        Some(right_new)
+    );
+    cluster.shutdown().await;
+}

@@ -178,3 +178,50 @@ async fn evenly_split_region_boundaries_decode_as_memcomparable_keys() {
     assert_eq!(decoded_ends, control::even_plain_split_keys(8));
     cluster.shutdown().await;
 }
+
+#[tokio::test]
+async fn a_given_clock_drives_the_physical_part_and_never_turns_it_back() {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::sync::Arc;
+
+    let now_ms = Arc::new(AtomicU64::new(1_700_000_000_000));
+    let clock = Arc::clone(&now_ms);
+    let cluster = SimCluster::builder()
+        .tso_clock(move || Duration::from_millis(clock.load(Ordering::SeqCst)))
+        .start()
+        .await
+        .unwrap();
+    let physical = |ts: u64| ts >> 18;
+    assert_eq!(physical(cluster.current_ts()), 1_700_000_000_000);
+    now_ms.store(1_700_000_000_250, Ordering::SeqCst);
+    let later = cluster.current_ts();
+    assert_eq!(physical(later), 1_700_000_000_250);
+    // A clock that steps back leaves the TSO where it was, still rising.
+    now_ms.store(1_600_000_000_000, Ordering::SeqCst);
+    let after_step_back = cluster.current_ts();
+    assert_eq!(physical(after_step_back), 1_700_000_000_250);
+    assert!(after_step_back > later);
+    // The offset tests add moves on top of the given clock.
+    now_ms.store(1_700_000_000_250, Ordering::SeqCst);
+    cluster.advance_tso_clock(Duration::from_secs(10));
+    assert_eq!(physical(cluster.current_ts()), 1_700_000_010_250);
+    // Over gRPC, PD hands out the same clock.
+    let mut pd = cluster.pd_client(0).await.unwrap();
+    let request = pdpb::TsoRequest {
+        header: header(&cluster),
+        count: 1,
+        dc_location: String::new(),
+    };
+    let answer = pd
+        .tso(futures::stream::iter(vec![request]))
+        .await
+        .unwrap()
+        .into_inner()
+        .next()
+        .await
+        .unwrap()
+        .unwrap();
+    let ts = answer.timestamp.unwrap();
+    assert_eq!(ts.physical, 1_700_000_010_250);
+    cluster.shutdown().await;
+}

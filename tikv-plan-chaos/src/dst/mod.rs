@@ -9,9 +9,15 @@
 //! host `store{s}` on port [`STORE_PORT`]. The cluster's state
 //! ([`SimCluster`]) outlives its hosts: a restarted store serves it again.
 
+mod log;
+mod report;
 mod run;
+mod shrink;
 
-pub use run::{run_raw, state_faults, DstConfig, DstReport, NetFault, CLIENT};
+pub use log::SimLog;
+pub use report::DstReport;
+pub use run::{run, state_faults, DstConfig, DstWorkload, NetFault, CLIENT};
+pub use shrink::{shrink, Shrunk};
 
 use futures::stream::{FuturesUnordered, StreamExt};
 use hyper_util::rt::{TokioExecutor, TokioIo};

@@ -1,25 +1,73 @@
-//! One deterministic run of the raw workload: the chaos suite's workers
-//! and its cluster-state faults inside turmoil, network faults scheduled by
-//! the simulation's driver, and the same history check. Everything that
-//! varies comes from the seed, so a run replays: the same seed gives the
-//! same history, byte for byte.
+//! One deterministic run: the chaos suite's raw workers, its
+//! transactional workloads, or both side by side on disjoint keys, with
+//! its cluster-state faults, inside turmoil; network faults scheduled by
+//! the simulation's driver; and the same history checks (linearizability
+//! for raw KV, anomalies for transactions). Everything that varies comes
+//! from the seed, so a run replays: the same seed gives the same
+//! histories, byte for byte.
 
-use std::collections::BTreeMap;
-use std::fmt::Write as _;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tikv_plan::__internals::with_transport;
-use tikv_plan::{Config, RawClient};
+use tikv_plan::{Config, RawClient, TransactionClient};
+use tikv_sim::codec::encode_bytes;
 use tikv_sim::SimCluster;
 
+use super::report::DstReport;
 use super::{host_cluster, pd_host, store_host, transport};
+use crate::txn::{drops_fired, TxnChaosConfig, TxnChaosReport, TxnKeys, TxnWorkloadRun};
+use crate::txn_history::TxnRecorder;
 use crate::{
-    check_history, key_set, mix_seed, read_back, task_clients, CheckOptions, CheckReport,
-    FaultKind, Injector, InjectorConfig, OpRecord, OpResult, Recorder, Worker, WriteMode,
-    FINAL_READER,
+    check_history, key_set, mix_seed, read_back, task_clients, CheckOptions, FaultKind, Injector,
+    InjectorConfig, OpRecord, OpResult, Recorder, Worker, WriteMode, FINAL_READER,
 };
+
+/// Where the TSO's clock starts, in every run: 2026-01-01 00:00 UTC. A
+/// run's timestamps depend on its seed alone.
+const EPOCH: Duration = Duration::from_secs(1_767_225_600);
+
+/// Which workloads a run drives.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum DstWorkload {
+    /// The raw workload alone (linearizability check).
+    Raw,
+    /// The transactional workloads alone (list-append, bank and long
+    /// pessimistic transactions; anomaly check).
+    Txn,
+    /// Both at once, on disjoint keys of the same cluster.
+    Mixed,
+}
+
+impl DstWorkload {
+    /// Its name in summaries and on the command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            DstWorkload::Raw => "raw",
+            DstWorkload::Txn => "txn",
+            DstWorkload::Mixed => "mixed",
+        }
+    }
+
+    /// The workload named `name`.
+    pub fn parse(name: &str) -> Option<Self> {
+        [DstWorkload::Raw, DstWorkload::Txn, DstWorkload::Mixed]
+            .into_iter()
+            .find(|w| w.name() == name)
+    }
+
+    /// Whether the raw workload runs.
+    pub fn raw(self) -> bool {
+        self != DstWorkload::Txn
+    }
+
+    /// Whether the transactional workloads run.
+    pub fn txn(self) -> bool {
+        self != DstWorkload::Raw
+    }
+}
 
 /// The client host's name.
 pub const CLIENT: &str = "client";
@@ -44,11 +92,17 @@ pub enum NetFault {
     /// One store's host crashes (its connections die with it) and restarts
     /// when the fault ends, serving the data it had.
     CrashStore,
+    /// One store and PD lose every message between them. The simulated
+    /// stores share PD's state rather than send it heartbeats, so the
+    /// partition acts as the cluster models it
+    /// (`SimCluster::set_store_cut_off_from_pd`): a leader moving to the
+    /// store is not reported to PD until the partition heals.
+    PartitionStorePd,
 }
 
 impl NetFault {
     /// Every kind.
-    pub const ALL: [NetFault; 7] = [
+    pub const ALL: [NetFault; 8] = [
         NetFault::PartitionStore,
         NetFault::OneWayToStore,
         NetFault::OneWayFromStore,
@@ -56,6 +110,7 @@ impl NetFault {
         NetFault::HoldStore,
         NetFault::LatencySpike,
         NetFault::CrashStore,
+        NetFault::PartitionStorePd,
     ];
 
     /// Its name in summaries.
@@ -68,29 +123,37 @@ impl NetFault {
             NetFault::HoldStore => "hold_store",
             NetFault::LatencySpike => "latency_spike",
             NetFault::CrashStore => "crash_store",
+            NetFault::PartitionStorePd => "partition_store_pd",
         }
     }
 }
 
 /// The chaos suite's cluster faults that change the cluster's state rather
 /// than its network (the simulated network has its own, [`NetFault`]),
-/// with their default weights.
+/// with their default weights: the raw suite's, then the transactional
+/// ones ([`FaultKind::TXN`]: TSO jumps, dropped answers of transactional
+/// requests), which only a run with transactions applies.
 pub fn state_faults() -> Vec<(FaultKind, u32)> {
+    let txn = InjectorConfig::txn_kinds()
+        .into_iter()
+        .filter(|(kind, _)| FaultKind::TXN.contains(kind));
     InjectorConfig::all_kinds()
         .into_iter()
+        .chain(txn)
         .filter(|(kind, _)| {
-            matches!(
-                kind,
-                FaultKind::Slow
-                    | FaultKind::BusyZero
-                    | FaultKind::BusyWait
-                    | FaultKind::TransferFresh
-                    | FaultKind::TransferStale
-                    | FaultKind::ColdAccept
-                    | FaultKind::ColdNotLeaderFirst
-                    | FaultKind::Split
-                    | FaultKind::HangRespond
-            )
+            FaultKind::TXN.contains(kind)
+                || matches!(
+                    kind,
+                    FaultKind::Slow
+                        | FaultKind::BusyZero
+                        | FaultKind::BusyWait
+                        | FaultKind::TransferFresh
+                        | FaultKind::TransferStale
+                        | FaultKind::ColdAccept
+                        | FaultKind::ColdNotLeaderFirst
+                        | FaultKind::Split
+                        | FaultKind::HangRespond
+                )
         })
         .collect()
 }
@@ -100,13 +163,20 @@ pub fn state_faults() -> Vec<(FaultKind, u32)> {
 pub struct DstConfig {
     /// Decides every choice: the network's, the workload's, the faults'.
     pub seed: u64,
+    /// Which workloads run.
+    pub workload: DstWorkload,
     /// How long the workload runs.
     pub duration: Duration,
-    /// Concurrent workload tasks (clients as in the chaos suite).
+    /// Concurrent raw workload tasks (clients as in the chaos suite).
     pub tasks: usize,
-    /// Keys `k000`, `k001`, …
+    /// Transactional tasks (list-append and bank, as in the
+    /// transactional chaos suite).
+    pub txn_tasks: usize,
+    /// Long pessimistic transaction tasks, besides `txn_tasks`.
+    pub txn_long_tasks: usize,
+    /// Raw keys `k000`, `k001`, …
     pub keys: usize,
-    /// Regions at the start.
+    /// Regions at the start over each workload's keys.
     pub regions: usize,
     /// Stores.
     pub stores: u64,
@@ -125,14 +195,25 @@ pub struct DstConfig {
     /// (`Config::at_least_once_writes`), while the check still expects
     /// each write applied at most once.
     pub resend_undetermined_writes: bool,
+    /// When set, only the network faults with these indices in the run's
+    /// schedule (numbered from 0 in the order the driver draws them) are
+    /// applied; the others are drawn and dropped. Same seed, same set:
+    /// the same run. What [`shrink`] narrows down.
+    pub only_net_faults: Option<BTreeSet<usize>>,
+    /// The same for the cluster-state faults, by injection attempt
+    /// ([`Injector::only`]).
+    pub only_state_faults: Option<BTreeSet<usize>>,
 }
 
 impl Default for DstConfig {
     fn default() -> Self {
         DstConfig {
             seed: 1,
+            workload: DstWorkload::Mixed,
             duration: Duration::from_secs(10),
             tasks: 8,
+            txn_tasks: 6,
+            txn_long_tasks: 2,
             keys: 16,
             regions: 3,
             stores: 3,
@@ -142,148 +223,9 @@ impl Default for DstConfig {
             fault_duration: (Duration::from_millis(100), Duration::from_secs(2)),
             latency: (Duration::from_millis(1), Duration::from_millis(5)),
             resend_undetermined_writes: false,
+            only_net_faults: None,
+            only_state_faults: None,
         }
-    }
-}
-
-/// What a deterministic run did and found.
-#[derive(Debug, Clone)]
-pub struct DstReport {
-    /// The seed.
-    pub seed: u64,
-    /// Workload operations (final reads not included).
-    pub ops: usize,
-    /// Operations that ended undetermined.
-    pub undetermined: usize,
-    /// Network faults applied, by kind.
-    pub net_faults: BTreeMap<NetFault, u64>,
-    /// Cluster-state faults applied, by kind.
-    pub state_faults: BTreeMap<FaultKind, u64>,
-    /// Every fault: start and end (µs on the history's clock) and what.
-    pub fault_log: Vec<(u64, u64, String)>,
-    /// The check of the history.
-    pub check: CheckReport,
-    /// Operations past their bound (abandoned ones included).
-    pub hangs: usize,
-    /// Workload tasks that panicked.
-    pub panics: usize,
-    /// The history, final reads included.
-    pub history: Vec<OpRecord>,
-    /// Simulated time the whole run took.
-    pub simulated: Duration,
-}
-
-impl DstReport {
-    /// No violation, nothing undecided, no hang, no panic.
-    pub fn is_clean(&self) -> bool {
-        self.check.is_clean() && self.hangs == 0 && self.panics == 0
-    }
-
-    /// The history, one record per line: what `same seed, same history`
-    /// compares.
-    pub fn history_text(&self) -> String {
-        let mut out = String::new();
-        for record in &self.history {
-            let _ = writeln!(out, "{record}");
-        }
-        out
-    }
-
-    /// One line of counts.
-    pub fn summary(&self) -> String {
-        let net: Vec<String> = self
-            .net_faults
-            .iter()
-            .map(|(k, n)| format!("{}={n}", k.name()))
-            .collect();
-        let state: Vec<String> = self
-            .state_faults
-            .iter()
-            .map(|(k, n)| format!("{k}={n}"))
-            .collect();
-        format!(
-            "seed={} simulated={:.1}s ops={} undetermined={} net=[{}] state=[{}] non_linearizable_keys={} undecided_keys={} lost_writes={} double_applies={} hangs={} panics={} verdict={}",
-            self.seed,
-            self.simulated.as_secs_f64(),
-            self.ops,
-            self.undetermined,
-            net.join(" "),
-            state.join(" "),
-            self.check.non_linearizable.len(),
-            self.check.undecided.len(),
-            self.check.lost_writes.len(),
-            self.check.double_applies.len(),
-            self.hangs,
-            self.panics,
-            if self.is_clean() { "clean" } else { "VIOLATION" },
-        )
-    }
-
-    /// A readable trace of the first violation: what the checker found,
-    /// then every record and fault within a second of it, in time order.
-    pub fn trace(&self) -> String {
-        let mut out = String::new();
-        let first = self
-            .check
-            .non_linearizable
-            .first()
-            .and_then(|v| v.stuck_at.first().copied())
-            .or_else(|| self.check.lost_writes.first().map(|l| l.write))
-            .or_else(|| {
-                self.check
-                    .double_applies
-                    .first()
-                    .and_then(|d| d.writer.or(d.observations.first().copied()))
-            });
-        // An operation over its bound is no checker finding: anchor the
-        // trace on the longest one instead.
-        let longest = || {
-            self.history
-                .iter()
-                .filter(|r| r.task != FINAL_READER)
-                .max_by_key(|r| r.complete.unwrap_or(u64::MAX).saturating_sub(r.invoke))
-        };
-        let (at, what) = match first.and_then(|id| self.history.get(id)) {
-            Some(at) => (at, "first violation at"),
-            None if self.hangs > 0 => match longest() {
-                Some(at) => (at, "over its bound (the longest operation)"),
-                None => return "no violation\n".to_owned(),
-            },
-            None if !self.is_clean() => {
-                return format!(
-                    "{}\nno single operation to point at: undecided keys {:?}, {} panics\n",
-                    self.summary(),
-                    self.check
-                        .undecided
-                        .iter()
-                        .map(|k| String::from_utf8_lossy(k).into_owned())
-                        .collect::<Vec<_>>(),
-                    self.panics
-                )
-            }
-            None => return "no violation\n".to_owned(),
-        };
-        let _ = writeln!(out, "{}", self.summary());
-        let _ = writeln!(out, "{what}: {at}");
-        let from = at.invoke.saturating_sub(1_000_000);
-        let to = at.complete.unwrap_or(at.invoke) + 1_000_000;
-        let mut lines: Vec<(u64, String)> = Vec::new();
-        for r in &self.history {
-            let end = r.complete.unwrap_or(u64::MAX);
-            if end >= from && r.invoke <= to {
-                lines.push((r.invoke, format!("  op    {r}")));
-            }
-        }
-        for (start, end, what) in &self.fault_log {
-            if *end >= from && *start <= to {
-                lines.push((*start, format!("  fault [{start}..{end}µs] {what}")));
-            }
-        }
-        lines.sort();
-        for (_, line) in lines {
-            let _ = writeln!(out, "{line}");
-        }
-        out
     }
 }
 
@@ -291,12 +233,14 @@ impl DstReport {
 #[derive(Default)]
 struct Outcome {
     history: Vec<OpRecord>,
+    txn: Option<TxnChaosReport>,
     /// The simulated time the history's clock started at.
     origin: Duration,
     hangs: u64,
     panics: usize,
     state_faults: BTreeMap<FaultKind, u64>,
     state_log: Vec<(u64, u64, String)>,
+    state_applied: Vec<usize>,
 }
 
 /// A network fault in force, and how to lift it.
@@ -304,17 +248,54 @@ struct Active {
     until: Duration,
     fault: NetFault,
     store: u64,
-    log: usize,
+    /// Its entry in the fault log; `None` for a fault drawn but dropped
+    /// (`DstConfig::only_net_faults`), which holds its place in the
+    /// schedule without being applied.
+    log: Option<usize>,
 }
 
-/// Runs the raw workload in a deterministic simulation and checks its
-/// history. Same `config`, same report.
-pub fn run_raw(config: &DstConfig) -> crate::Result<DstReport> {
-    let keys = key_set(config.keys.max(1));
+/// The transactional chaos suite's settings for a run's transactional
+/// workloads.
+fn txn_config(config: &DstConfig) -> TxnChaosConfig {
+    TxnChaosConfig {
+        seed: config.seed,
+        duration: config.duration,
+        tasks: config.txn_tasks,
+        long_tasks: config.txn_long_tasks,
+        stores: config.stores,
+        pd_members: 1,
+        regions: config.regions,
+        timeout: Duration::from_millis(250),
+        deadline: Duration::from_secs(3),
+        fault_interval: config.fault_interval,
+        fault_duration: config.fault_duration,
+        ..TxnChaosConfig::default()
+    }
+}
+
+/// Runs the configured workloads in a deterministic simulation and checks
+/// their histories. Same `config`, same report.
+pub fn run(config: &DstConfig) -> crate::Result<DstReport> {
+    let mut keys = key_set(config.keys.max(1));
+    if config.workload.txn() {
+        // A cluster serving transactions must split at memcomparable
+        // encoded keys (the transactional client refuses a Region bound
+        // that does not decode), and the raw workload's Regions split at
+        // its keys: make them encoded keys too. To the raw workload they
+        // are bytes like any other.
+        keys = keys.iter().map(|k| encode_bytes(k)).collect();
+    }
     let regions = config.regions.clamp(1, keys.len());
-    let split_keys: Vec<Vec<u8>> = (1..regions)
-        .filter_map(|i| keys.get(i * keys.len() / regions).cloned())
-        .collect();
+    let txn_keys = TxnKeys::new(&txn_config(config));
+    let mut split_keys: Vec<Vec<u8>> = Vec::new();
+    if config.workload.raw() {
+        split_keys.extend((1..regions).filter_map(|i| keys.get(i * keys.len() / regions).cloned()));
+    }
+    if config.workload.txn() {
+        split_keys.extend(txn_keys.split_keys(config.regions));
+    }
+    split_keys.sort();
+    split_keys.dedup();
     let mut sim = turmoil::Builder::new()
         .simulation_duration(config.duration + Duration::from_secs(600))
         .min_message_latency(config.latency.0)
@@ -324,22 +305,30 @@ pub fn run_raw(config: &DstConfig) -> crate::Result<DstReport> {
     let builder = SimCluster::builder()
         .stores(config.stores.max(1))
         .split_keys(split_keys)
-        .replicas(3);
+        .replicas(3)
+        .tso_clock(|| EPOCH + turmoil::sim_elapsed().unwrap_or_default());
     let (cluster, pd) = host_cluster(&mut sim, builder)?;
     let cluster = Arc::new(cluster);
 
     let stop = Arc::new(AtomicBool::new(false));
     let healed = Arc::new(AtomicBool::new(false));
+    // Network faults wait for the transactional setup (every account's
+    // first balance), which must not fail; the raw workload needs none.
+    let ready = Arc::new(AtomicBool::new(!config.workload.txn()));
     let outcome: Arc<Mutex<Option<Outcome>>> = Arc::default();
     sim.client(
         CLIENT,
         client_host(
             config.clone(),
             keys.clone(),
+            txn_keys,
             pd,
             Arc::clone(&cluster),
-            Arc::clone(&stop),
-            Arc::clone(&healed),
+            Flags {
+                stop: Arc::clone(&stop),
+                healed: Arc::clone(&healed),
+                ready: Arc::clone(&ready),
+            },
             Arc::clone(&outcome),
         ),
     );
@@ -349,10 +338,15 @@ pub fn run_raw(config: &DstConfig) -> crate::Result<DstReport> {
         let (low, high) = (low.as_millis() as u64, high.as_millis() as u64);
         Duration::from_millis(rng.u64(low..=high.max(low)))
     };
-    let mut next = draw(&mut rng, config.fault_interval);
+    let mut next = ready
+        .load(Ordering::SeqCst)
+        .then(|| draw(&mut rng, config.fault_interval));
     let mut active: Vec<Active> = Vec::new();
     let mut log: Vec<(Duration, Option<Duration>, String)> = Vec::new();
     let mut counts: BTreeMap<NetFault, u64> = BTreeMap::new();
+    // Network faults drawn (and not refused as busy), and those applied.
+    let mut drawn = 0;
+    let mut net_applied = Vec::new();
     loop {
         let finished = sim
             .step()
@@ -366,8 +360,8 @@ pub fn run_raw(config: &DstConfig) -> crate::Result<DstReport> {
         while i < active.len() {
             if ending || active[i].until <= now {
                 let a = active.swap_remove(i);
-                lift(&mut sim, &a, config);
-                if let Some(entry) = log.get_mut(a.log) {
+                if let Some(entry) = a.log.and_then(|at| log.get_mut(at)) {
+                    lift(&mut sim, &cluster, &a, config);
                     entry.1 = Some(now);
                 }
             } else {
@@ -380,10 +374,16 @@ pub fn run_raw(config: &DstConfig) -> crate::Result<DstReport> {
             }
             continue;
         }
-        if now < next || config.net_faults.is_empty() {
+        let Some(at) = next else {
+            if ready.load(Ordering::SeqCst) {
+                next = Some(now + draw(&mut rng, config.fault_interval));
+            }
+            continue;
+        };
+        if now < at || config.net_faults.is_empty() {
             continue;
         }
-        next = now + draw(&mut rng, config.fault_interval);
+        next = Some(now + draw(&mut rng, config.fault_interval));
         let fault = config.net_faults[rng.usize(0..config.net_faults.len())];
         let store = rng.u64(1..=config.stores.max(1));
         // One network fault per store (and one for PD, one spike) at a time.
@@ -397,15 +397,32 @@ pub fn run_raw(config: &DstConfig) -> crate::Result<DstReport> {
         if busy {
             continue;
         }
-        let what = apply(&mut sim, fault, store, &mut rng);
-        counts.entry(fault).and_modify(|n| *n += 1).or_insert(1);
+        let index = drawn;
+        drawn += 1;
+        let kept = config
+            .only_net_faults
+            .as_ref()
+            .is_none_or(|only| only.contains(&index));
+        let what = if kept {
+            counts.entry(fault).and_modify(|n| *n += 1).or_insert(1);
+            net_applied.push(index);
+            Some(apply(&mut sim, &cluster, fault, store, &mut rng))
+        } else {
+            if fault == NetFault::LatencySpike {
+                // The draw `apply` would make, so the schedule stays put.
+                rng.u64(50..=400);
+            }
+            None
+        };
         active.push(Active {
             until: now + draw(&mut rng, config.fault_duration),
             fault,
             store,
-            log: log.len(),
+            log: what.is_some().then_some(log.len()),
         });
-        log.push((now, None, what));
+        if let Some(what) = what {
+            log.push((now, None, format!("n{index} {what}")));
+        }
     }
     let end = sim.elapsed();
     drop(sim);
@@ -435,7 +452,8 @@ pub fn run_raw(config: &DstConfig) -> crate::Result<DstReport> {
         mode: WriteMode::AtMostOnce,
         ..CheckOptions::default()
     };
-    let check = check_history(&outcome.history, &keys, &options);
+    let checked: &[Vec<u8>] = if config.workload.raw() { &keys } else { &[] };
+    let check = check_history(&outcome.history, checked, &options);
     let workload = outcome.history.iter().filter(|r| r.task != FINAL_READER);
     let (mut ops, mut undetermined) = (0, 0);
     for r in workload {
@@ -452,6 +470,7 @@ pub fn run_raw(config: &DstConfig) -> crate::Result<DstReport> {
     }
     Ok(DstReport {
         seed: config.seed,
+        workload: config.workload,
         ops,
         undetermined,
         net_faults: counts,
@@ -461,6 +480,9 @@ pub fn run_raw(config: &DstConfig) -> crate::Result<DstReport> {
         hangs: usize::try_from(outcome.hangs).unwrap_or(usize::MAX),
         panics: outcome.panics,
         history: outcome.history,
+        txn: outcome.txn,
+        net_applied,
+        state_applied: outcome.state_applied,
         simulated: end,
     })
 }
@@ -468,6 +490,7 @@ pub fn run_raw(config: &DstConfig) -> crate::Result<DstReport> {
 /// Applies `fault` (to `store` where it names one); returns what it did.
 fn apply(
     sim: &mut turmoil::Sim<'_>,
+    cluster: &SimCluster,
     fault: NetFault,
     store: u64,
     rng: &mut fastrand::Rng,
@@ -485,15 +508,20 @@ fn apply(
             return format!("{} up to {} ms", fault.name(), max.as_millis());
         }
         NetFault::CrashStore => sim.crash(host.as_str()),
+        NetFault::PartitionStorePd => {
+            sim.partition(host.as_str(), pd_host(0).as_str());
+            cluster.set_store_cut_off_from_pd(store, true);
+        }
     }
     match fault {
         NetFault::PartitionPd => format!("{} pd0", fault.name()),
+        NetFault::PartitionStorePd => format!("{} {host} pd0", fault.name()),
         _ => format!("{} {host}", fault.name()),
     }
 }
 
 /// Lifts a network fault.
-fn lift(sim: &mut turmoil::Sim<'_>, active: &Active, config: &DstConfig) {
+fn lift(sim: &mut turmoil::Sim<'_>, cluster: &SimCluster, active: &Active, config: &DstConfig) {
     let host = store_host(active.store);
     match active.fault {
         NetFault::PartitionStore => sim.repair(CLIENT, host.as_str()),
@@ -503,19 +531,34 @@ fn lift(sim: &mut turmoil::Sim<'_>, active: &Active, config: &DstConfig) {
         NetFault::HoldStore => sim.release(CLIENT, host.as_str()),
         NetFault::LatencySpike => sim.set_max_message_latency(config.latency.1),
         NetFault::CrashStore => sim.bounce(host.as_str()),
+        NetFault::PartitionStorePd => {
+            sim.repair(host.as_str(), pd_host(0).as_str());
+            cluster.set_store_cut_off_from_pd(active.store, false);
+        }
     }
 }
 
-/// The client host: the workload's clients and workers, the cluster-state
-/// injector, and after the driver heals the network, the final reads.
-#[allow(clippy::too_many_arguments)]
+/// The signals between the driver and the client host.
+struct Flags {
+    /// Set by the driver when the workload's time is up.
+    stop: Arc<AtomicBool>,
+    /// Set by the driver once it lifted every network fault.
+    healed: Arc<AtomicBool>,
+    /// Set by the client host once the workload runs: network faults wait
+    /// for it.
+    ready: Arc<AtomicBool>,
+}
+
+/// The client host: the workloads' clients and tasks, the cluster-state
+/// injector, and after the driver heals the network, the final reads and
+/// (for transactions) the check.
 async fn client_host(
     config: DstConfig,
     keys: Vec<Vec<u8>>,
+    txn_keys: TxnKeys,
     pd: Vec<String>,
     cluster: Arc<SimCluster>,
-    stop: Arc<AtomicBool>,
-    healed: Arc<AtomicBool>,
+    flags: Flags,
     outcome: Arc<Mutex<Option<Outcome>>>,
 ) -> turmoil::Result {
     // The library's own randomness (backoff jitter) comes from this
@@ -528,41 +571,80 @@ async fn client_host(
     } else {
         Config::default()
     };
-    let short = base
-        .clone()
-        .with_timeout(Duration::from_millis(250))
-        .with_connect_timeout(Duration::from_millis(250))
-        .with_request_deadline(Duration::from_secs(3));
-    let clients = task_clients(config.tasks, &base, &short, |config| {
-        with_transport(transport(), RawClient::new_with_config(pd.clone(), config))
-    })
-    .await?;
     let hangs = Arc::new(AtomicU64::new(0));
     let mut workers = Vec::new();
-    for (task, client) in clients.into_iter().enumerate() {
-        let worker = Worker::new(
-            task,
-            client,
-            Arc::clone(&cluster),
-            Arc::clone(&recorder),
-            config.seed,
-            keys.clone(),
-            4,
-            Duration::from_millis(2),
-        );
-        workers.push(tokio::spawn(
-            worker.run(Arc::clone(&stop), Arc::clone(&hangs)),
-        ));
+    if config.workload.raw() {
+        let short = base
+            .clone()
+            .with_timeout(Duration::from_millis(250))
+            .with_connect_timeout(Duration::from_millis(250))
+            .with_request_deadline(Duration::from_secs(3));
+        let clients = task_clients(config.tasks, &base, &short, |config| {
+            with_transport(transport(), RawClient::new_with_config(pd.clone(), config))
+        })
+        .await?;
+        for (task, client) in clients.into_iter().enumerate() {
+            let worker = Worker::new(
+                task,
+                client,
+                Arc::clone(&cluster),
+                Arc::clone(&recorder),
+                config.seed,
+                keys.clone(),
+                4,
+                Duration::from_millis(2),
+            );
+            workers.push(tokio::spawn(
+                worker.run(Arc::clone(&flags.stop), Arc::clone(&hangs)),
+            ));
+        }
     }
+    let txn_config = txn_config(&config);
+    let connect_txn = |c: Config| {
+        with_transport(
+            transport(),
+            TransactionClient::new_with_config(pd.clone(), c),
+        )
+    };
+    let txn = if config.workload.txn() {
+        let recorder = Arc::new(TxnRecorder::since(recorder.started()));
+        let run = TxnWorkloadRun::start(
+            &txn_config,
+            &txn_keys,
+            &cluster,
+            connect_txn,
+            &flags.stop,
+            recorder,
+        )
+        .await?;
+        Some(run)
+    } else {
+        None
+    };
+    flags.ready.store(true, Ordering::SeqCst);
 
+    let mut kinds = config.state_faults.clone();
+    let mut fault_keys = Vec::new();
+    if config.workload.raw() {
+        fault_keys.extend(keys.iter().cloned());
+    }
+    if config.workload.txn() {
+        fault_keys.extend(txn_keys.encoded());
+    } else {
+        kinds.retain(|(kind, _)| !FaultKind::TXN.contains(kind));
+    }
+    fault_keys.sort();
     let mut injector = Injector::new(InjectorConfig {
         seed: mix_seed(config.seed, 0),
-        kinds: config.state_faults.clone(),
+        kinds,
         interval: config.fault_interval,
         duration: config.fault_duration,
         max_splits: 4,
-        keys: keys.clone(),
+        keys: fault_keys,
     });
+    if let Some(only) = &config.only_state_faults {
+        injector.only(only.clone());
+    }
     let end = tokio::time::Instant::now() + config.duration;
     injector.run(&cluster, end).await;
     let mut panics = 0;
@@ -571,25 +653,49 @@ async fn client_host(
             panics += usize::from(e.is_panic());
         }
     }
-    while !healed.load(Ordering::SeqCst) {
+    let txn = match txn {
+        Some(run) => Some(run.join().await),
+        None => None,
+    };
+    while !flags.healed.load(Ordering::SeqCst) {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
 
     // Every fault is lifted: read every key with a fresh client.
-    let reader = with_transport(transport(), RawClient::new_with_config(pd, base)).await?;
-    read_back(&reader, &keys, &recorder).await;
+    if config.workload.raw() {
+        let reader =
+            with_transport(transport(), RawClient::new_with_config(pd.clone(), base)).await?;
+        read_back(&reader, &keys, &recorder).await;
+    }
+    let txn = match txn {
+        Some(ran) => {
+            ran.read_back(&txn_config, &txn_keys, &cluster, connect_txn)
+                .await?;
+            let drops = drops_fired(&cluster);
+            Some(ran.report(&txn_config, &txn_keys, injector.counts().clone(), drops, 0))
+        }
+        None => None,
+    };
     let state_log = injector
         .windows_since(recorder.started())
         .into_iter()
-        .map(|w| (w.start, w.end, format!("{} {}", w.kind, w.target)))
+        .map(|w| {
+            (
+                w.start,
+                w.end,
+                format!("s{} {} {}", w.attempt, w.kind, w.target),
+            )
+        })
         .collect();
     let done = Outcome {
         history: recorder.records(),
+        txn,
         origin,
         hangs: hangs.load(Ordering::SeqCst),
         panics,
         state_faults: injector.counts().clone(),
         state_log,
+        state_applied: injector.applied_attempts(),
     };
     if let Ok(mut slot) = outcome.lock() {
         *slot = Some(done);
