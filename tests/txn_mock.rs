@@ -235,6 +235,20 @@ fn two_regions() -> Arc<mock::MockPdClient> {
     ]))
 }
 
+/// A prewrite's answer: a write conflict on `key`.
+fn prewrite_conflict(key: &[u8]) -> common::Answer {
+    Ok(Box::new(kvrpcpb::PrewriteResponse {
+        errors: vec![kvrpcpb::KeyError {
+            conflict: Some(kvrpcpb::WriteConflict {
+                key: key.to_vec(),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }],
+        ..Default::default()
+    }))
+}
+
 /// Once the primary's commit succeeded the transaction is committed: a
 /// 1PC or async-commit transaction over two Regions (prewritten as 2PC)
 /// reads back its commit ts without asking PD for a timestamp, so a PD
@@ -278,16 +292,7 @@ async fn a_rollback_whose_primary_fails_leaves_the_secondaries_alone() {
         let any = request.as_any();
         let region = request.context().map_or(0, |c| c.region_id);
         if any.is::<kvrpcpb::PrewriteRequest>() && region == 2 {
-            return Ok(Box::new(kvrpcpb::PrewriteResponse {
-                errors: vec![kvrpcpb::KeyError {
-                    conflict: Some(kvrpcpb::WriteConflict {
-                        key: b"z".to_vec(),
-                        ..Default::default()
-                    }),
-                    ..Default::default()
-                }],
-                ..Default::default()
-            }));
+            return prewrite_conflict(b"z");
         }
         if any.is::<kvrpcpb::BatchRollbackRequest>() && region == 1 {
             return Ok(Box::new(kvrpcpb::BatchRollbackResponse {
@@ -371,16 +376,7 @@ async fn a_conflict_in_a_shard_never_in_doubt_is_a_plain_failure() {
                 return client_timeout();
             }
             if region == 2 {
-                return Ok(Box::new(kvrpcpb::PrewriteResponse {
-                    errors: vec![kvrpcpb::KeyError {
-                        conflict: Some(kvrpcpb::WriteConflict {
-                            key: b"z".to_vec(),
-                            ..Default::default()
-                        }),
-                        ..Default::default()
-                    }],
-                    ..Default::default()
-                }));
+                return prewrite_conflict(b"z");
             }
         }
         accept(peer, request)

@@ -9,14 +9,16 @@
 //! host `store{s}` on port [`STORE_PORT`]. The cluster's state
 //! ([`SimCluster`]) outlives its hosts: a restarted store serves it again.
 
+mod kinds;
 mod log;
 mod report;
 mod run;
 mod shrink;
 
+pub use kinds::{DstWorkload, NetFault};
 pub use log::SimLog;
 pub use report::DstReport;
-pub use run::{run, state_faults, DstConfig, DstWorkload, NetFault, CLIENT};
+pub use run::{run, state_faults, DstConfig, CLIENT};
 pub use shrink::{shrink, Shrunk};
 
 use futures::stream::{FuturesUnordered, StreamExt};

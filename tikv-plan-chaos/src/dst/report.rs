@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::time::Duration;
 
-use super::run::{DstWorkload, NetFault};
+use super::kinds::{DstWorkload, NetFault};
 use crate::txn::{describe_record, TxnChaosReport};
 use crate::{CheckReport, FaultKind, OpRecord, FINAL_READER};
 
