@@ -319,12 +319,66 @@ async fn a_rollback_whose_primary_fails_leaves_the_secondaries_alone() {
         .map(|d| d.context.region_id)
         .collect();
     assert_eq!(rollbacks, [1], "only the primary's Region is rolled back");
+    // Not rolled back, so `rollback()` keeps failing (and trying the
+    // primary) rather than reporting a committed transaction rolled back.
+    assert!(txn.rollback().await.is_err());
+    assert!(txn.rollback().await.is_err());
+    let primary_rollbacks = pd
+        .dispatch_log()
+        .iter()
+        .filter(|d| d.label == "kv_batch_rollback")
+        .count();
+    assert_eq!(primary_rollbacks, 3);
+}
+
+/// A transaction that asked for async commit or 1PC and was answered as
+/// two-phase may be committed already (a re-sent prewrite of a committed
+/// transaction can answer so): a commit timestamp PD does not give then
+/// leaves the outcome undetermined. A plain two-phase transaction, which
+/// cannot be, fails plainly.
+#[tokio::test]
+async fn no_commit_timestamp_after_a_two_phase_answer_to_async_commit_is_undetermined() {
+    for (options, undetermined) in [
+        (
+            TransactionOptions::new_optimistic().use_async_commit(),
+            true,
+        ),
+        (TransactionOptions::new_optimistic().try_one_pc(), true),
+        (TransactionOptions::new_optimistic(), false),
+    ] {
+        let pd = two_regions();
+        let cut = pd.clone();
+        pd.set_dispatch_hook(move |peer, request| {
+            if request.as_any().is::<kvrpcpb::PrewriteRequest>() {
+                // Prewritten (answered as two-phase); PD goes away.
+                cut.fail_timestamps(true);
+            }
+            accept(peer, request)
+        });
+        let client = TransactionClient::new_with_pd_client(pd.clone(), &config());
+        let mut txn = client
+            .begin_with_options(options.drop_check(CheckLevel::None))
+            .await
+            .unwrap();
+        txn.put("a".to_owned(), "1".to_owned()).await.unwrap();
+        txn.put("z".to_owned(), "2".to_owned()).await.unwrap();
+        let err = txn.commit().await.unwrap_err();
+        assert_eq!(
+            matches!(err, Error::UndeterminedError(_)),
+            undetermined,
+            "{err:?}"
+        );
+        assert!(!pd.dispatch_log().iter().any(|d| d.label == "kv_commit"));
+    }
 }
 
 /// A key inserted and deleted again is only checked (`CheckNotExists`),
 /// with no lock: async commit would count the transaction committed
 /// without it, and a reader could commit the transaction before that
-/// check fails. Such a transaction is prewritten for two phases.
+/// check fails; and a re-sent 1PC or async-commit prewrite of a committed
+/// transaction is recognised only through the failing key's commit
+/// record, which such a key never has. Such a transaction is prewritten
+/// for two phases.
 #[tokio::test]
 async fn a_transaction_with_a_checked_only_key_does_not_use_async_commit() {
     let pd = two_regions();
@@ -334,7 +388,7 @@ async fn a_transaction_with_a_checked_only_key_does_not_use_async_commit() {
     pd.set_dispatch_hook(move |peer, request| {
         if let Some(prewrite) = request.as_any().downcast_ref::<kvrpcpb::PrewriteRequest>() {
             seen.fetch_add(1, Ordering::SeqCst);
-            if prewrite.use_async_commit {
+            if prewrite.use_async_commit || prewrite.try_one_pc {
                 seen_async.fetch_add(1, Ordering::SeqCst);
             }
         }
@@ -350,6 +404,17 @@ async fn a_transaction_with_a_checked_only_key_does_not_use_async_commit() {
     txn.delete("z".to_owned()).await.unwrap();
     txn.commit().await.unwrap();
     assert_eq!(prewrites.load(Ordering::SeqCst), 2);
+    assert_eq!(async_prewrites.load(Ordering::SeqCst), 0);
+    // 1PC, with both keys in one Region: the same.
+    let one_pc = TransactionOptions::new_optimistic()
+        .try_one_pc()
+        .drop_check(CheckLevel::None);
+    let mut txn = client.begin_with_options(one_pc).await.unwrap();
+    txn.put("a".to_owned(), "1".to_owned()).await.unwrap();
+    txn.insert("b".to_owned(), "2".to_owned()).await.unwrap();
+    txn.delete("b".to_owned()).await.unwrap();
+    txn.commit().await.unwrap();
+    assert_eq!(prewrites.load(Ordering::SeqCst), 3);
     assert_eq!(async_prewrites.load(Ordering::SeqCst), 0);
     assert!(pd.dispatch_log().iter().any(|d| d.label == "kv_commit"));
     // Without such a key, the same transaction uses async commit.

@@ -574,8 +574,23 @@ impl<PdC: PdClient> Transaction<PdC> {
             }
             _ => return Err(Error::OperationAfterCommitError),
         }
-        let prewritten = self.status == TransactionStatus::StartedCommit;
+        let before = self.status;
+        let prewritten = before == TransactionStatus::StartedCommit;
         self.status = TransactionStatus::StartedRollback;
+        let released = self.release_for_rollback(prewritten).await;
+        if let Err(e) = released {
+            // Not rolled back: a later `rollback()` tries again, prewritten
+            // keys (a primary that may have committed) included.
+            self.status = before;
+            return Err(e);
+        }
+        self.finish(TransactionStatus::Rolledback);
+        Ok(())
+    }
+
+    /// The work of [`rollback`](Self::rollback): releases the pessimistic
+    /// locks, then, once the commit started, the prewritten keys.
+    async fn release_for_rollback(&self, prewritten: bool) -> Result<()> {
         if !self.pessimistic_locked.is_empty() {
             let keys: Vec<Vec<u8>> = self
                 .pessimistic_locked
@@ -596,7 +611,6 @@ impl<PdC: PdClient> Transaction<PdC> {
                 .collect();
             self.rollback_prewritten(primary, keys).await?;
         }
-        self.finish(TransactionStatus::Rolledback);
         Ok(())
     }
 
@@ -959,10 +973,14 @@ impl<PdC: PdClient> Transaction<PdC> {
         // Async commit counts a transaction committed once every key that
         // takes a lock is prewritten, and a reader meeting its locks may
         // commit it then. A `CheckNotExists` key (inserted and deleted
-        // again) takes none, so its check could still fail after that:
-        // such a transaction commits in two phases instead.
-        let async_commit = self.options.async_commit && mutations.iter().all(takes_lock);
-        let one_pc = self.options.try_one_pc;
+        // again) takes none, so its check could still fail after that.
+        // And a re-sent async-commit or 1PC prewrite of a committed
+        // transaction is answered as done only through the commit record
+        // of the key it fails on, which a checked-only key never has. Such
+        // a transaction commits in two phases instead.
+        let checks_only_some = !mutations.iter().all(takes_lock);
+        let async_commit = self.options.async_commit && !checks_only_some;
+        let one_pc = self.options.try_one_pc && !checks_only_some;
         // The keys that hold a lock once prewritten: the commit batches,
         // the async-commit secondaries and the rollback use only these
         // (a `CheckNotExists` key listed as a secondary has no lock, and a
@@ -1061,7 +1079,12 @@ impl<PdC: PdClient> Transaction<PdC> {
                 Ok(Some(Timestamp::from_version(commit_ts)))
             }
             PrewriteOutcome::TwoPhase => {
-                let mut commit_ts = self.commit_primary(&primary).await?;
+                // Asked for async commit or 1PC: the transaction may be
+                // committed already (see below), so failing to get a commit
+                // timestamp says nothing about it.
+                let mut commit_ts = self
+                    .commit_primary(&primary, async_commit || one_pc)
+                    .await?;
                 if async_commit || one_pc {
                     // Asked for async commit or 1PC and answered as 2PC: a
                     // re-sent prewrite of a transaction already committed
@@ -1161,12 +1184,24 @@ impl<PdC: PdClient> Transaction<PdC> {
     }
 
     /// Commits the primary at a fresh timestamp: the commit point.
-    async fn commit_primary(&self, primary: &Key) -> Result<u64> {
+    /// With `maybe_committed` (the prewrite may have committed it
+    /// already), a commit timestamp PD does not give is undetermined.
+    async fn commit_primary(&self, primary: &Key, maybe_committed: bool) -> Result<u64> {
         let start_ts = self.start_ts();
         let mut attempts = 0;
         loop {
             attempts += 1;
-            let commit_ts = self.shared.timestamp().await?.version();
+            let commit_ts = match self.shared.timestamp().await {
+                Ok(ts) => ts.version(),
+                Err(e) if maybe_committed => {
+                    return Err(Error::UndeterminedError(Box::new(Error::StringError(
+                        format!(
+                            "transaction {start_ts} asked for async commit or 1PC and may be committed already (its prewrite was answered as two-phase), and getting a commit timestamp to settle it failed: {e}"
+                        ),
+                    ))))
+                }
+                Err(e) => return Err(e),
+            };
             let request =
                 new_commit_request(vec![primary.as_bytes().to_vec()], start_ts, commit_ts);
             let result = self
