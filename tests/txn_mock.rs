@@ -249,6 +249,34 @@ fn prewrite_conflict(key: &[u8]) -> common::Answer {
     }))
 }
 
+/// Commits `a` and `z` (two Regions) with `options`, every store
+/// accepting; PD stops giving timestamps once a request of type `R` is
+/// sent.
+async fn commit_cutting_pd_at<R: 'static>(
+    options: TransactionOptions,
+) -> (
+    Arc<mock::MockPdClient>,
+    tikv_plan::Result<Option<tikv_plan::Timestamp>>,
+) {
+    let pd = two_regions();
+    let cut = pd.clone();
+    pd.set_dispatch_hook(move |peer, request| {
+        if request.as_any().is::<R>() {
+            cut.fail_timestamps(true);
+        }
+        accept(peer, request)
+    });
+    let client = TransactionClient::new_with_pd_client(pd.clone(), &config());
+    let mut txn = client
+        .begin_with_options(options.drop_check(CheckLevel::None))
+        .await
+        .unwrap();
+    txn.put("a".to_owned(), "1".to_owned()).await.unwrap();
+    txn.put("z".to_owned(), "2".to_owned()).await.unwrap();
+    let committed = txn.commit().await;
+    (pd, committed)
+}
+
 /// Once the primary's commit succeeded the transaction is committed: a
 /// 1PC or async-commit transaction over two Regions (prewritten as 2PC)
 /// reads back its commit ts without asking PD for a timestamp, so a PD
@@ -260,23 +288,8 @@ async fn a_committed_primary_is_not_reported_failed_when_pd_stops_answering() {
         TransactionOptions::new_optimistic().try_one_pc(),
         TransactionOptions::new_optimistic().use_async_commit(),
     ] {
-        let pd = two_regions();
-        let cut = pd.clone();
-        pd.set_dispatch_hook(move |peer, request| {
-            if request.as_any().is::<kvrpcpb::CommitRequest>() {
-                // The primary commits; from now on PD is cut off.
-                cut.fail_timestamps(true);
-            }
-            accept(peer, request)
-        });
-        let client = TransactionClient::new_with_pd_client(pd.clone(), &config());
-        let mut txn = client
-            .begin_with_options(options.drop_check(CheckLevel::None))
-            .await
-            .unwrap();
-        txn.put("a".to_owned(), "1".to_owned()).await.unwrap();
-        txn.put("z".to_owned(), "2".to_owned()).await.unwrap();
-        let committed = txn.commit().await;
+        // The primary commits; from now on PD is cut off.
+        let (pd, committed) = commit_cutting_pd_at::<kvrpcpb::CommitRequest>(options).await;
         assert!(committed.is_ok(), "{committed:?}");
         assert!(pd.dispatch_log().iter().any(|d| d.label == "kv_commit"));
     }
@@ -346,23 +359,9 @@ async fn no_commit_timestamp_after_a_two_phase_answer_to_async_commit_is_undeter
         (TransactionOptions::new_optimistic().try_one_pc(), true),
         (TransactionOptions::new_optimistic(), false),
     ] {
-        let pd = two_regions();
-        let cut = pd.clone();
-        pd.set_dispatch_hook(move |peer, request| {
-            if request.as_any().is::<kvrpcpb::PrewriteRequest>() {
-                // Prewritten (answered as two-phase); PD goes away.
-                cut.fail_timestamps(true);
-            }
-            accept(peer, request)
-        });
-        let client = TransactionClient::new_with_pd_client(pd.clone(), &config());
-        let mut txn = client
-            .begin_with_options(options.drop_check(CheckLevel::None))
-            .await
-            .unwrap();
-        txn.put("a".to_owned(), "1".to_owned()).await.unwrap();
-        txn.put("z".to_owned(), "2".to_owned()).await.unwrap();
-        let err = txn.commit().await.unwrap_err();
+        // Prewritten (answered as two-phase); PD goes away.
+        let (pd, committed) = commit_cutting_pd_at::<kvrpcpb::PrewriteRequest>(options).await;
+        let err = committed.unwrap_err();
         assert_eq!(
             matches!(err, Error::UndeterminedError(_)),
             undetermined,
