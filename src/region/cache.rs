@@ -155,7 +155,7 @@ where
     }
 
     /// Waits for some load in flight (any key), if there is one, before
-    /// starting another: after a hot Region is dropped, concurrent misses
+    /// starting another; returns whether there was one to wait for: after a hot Region is dropped, concurrent misses
     /// for different keys of it mostly need the same answer. Its outcome
     /// is its callers'; this one only wants the cache filled.
     ///
@@ -163,14 +163,14 @@ where
     /// load is dropped with it. (A bare handle would keep an abandoned
     /// load in the map, never polled again, holding whatever it held, PD's
     /// leader-discovery lock included, for good.)
-    pub(crate) async fn wait_for_any(&self) {
+    pub(crate) async fn wait_for_any(&self) -> bool {
         let mut waiter = {
             // The oldest: it finishes first, and the choice does not depend
             // on the map's order (a simulation replays from its seed).
             let in_flight = lock(&self.in_flight);
             let Some((key, (id, shared))) = in_flight.loads.iter().min_by_key(|(_, (id, _))| *id)
             else {
-                return;
+                return false;
             };
             Waiter {
                 flight: self,
@@ -182,8 +182,10 @@ where
         if let Some(shared) = waiter.shared.as_mut() {
             let _ = shared.await;
         }
+        true
     }
 
+    #[cfg_attr(not(any(test, feature = "unstable-internals")), allow(dead_code))]
     /// How many loads are in flight.
     pub(crate) fn in_flight(&self) -> usize {
         lock(&self.in_flight).loads.len()
@@ -592,8 +594,7 @@ impl RegionCache {
         // (N requests for N keys of a Region just dropped): wait for it once
         // and look again, so they cost one PD lookup, not N. At most one
         // extra wait, so an unrelated load delays a miss by one lookup.
-        if self.key_loads.in_flight() > 0 {
-            self.key_loads.wait_for_any().await;
+        if self.key_loads.wait_for_any().await {
             if let Some(region) = self.get_by_key(key) {
                 return Ok(region);
             }

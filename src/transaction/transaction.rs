@@ -978,9 +978,9 @@ impl<PdC: PdClient> Transaction<PdC> {
         // transaction is answered as done only through the commit record
         // of the key it fails on, which a checked-only key never has. Such
         // a transaction commits in two phases instead.
-        let checks_only_some = !mutations.iter().all(takes_lock);
-        let async_commit = self.options.async_commit && !checks_only_some;
-        let one_pc = self.options.try_one_pc && !checks_only_some;
+        let has_checked_only_key = !mutations.iter().all(takes_lock);
+        let async_commit = self.options.async_commit && !has_checked_only_key;
+        let one_pc = self.options.try_one_pc && !has_checked_only_key;
         // The keys that hold a lock once prewritten: the commit batches,
         // the async-commit secondaries and the rollback use only these
         // (a `CheckNotExists` key listed as a secondary has no lock, and a
