@@ -219,6 +219,9 @@ pub(crate) fn string_key_error(error: &mut String) -> Option<Vec<Error>> {
 pub(crate) fn pair_key_errors(pairs: &mut [kvrpcpb::KvPair]) -> Option<Vec<Error>> {
     let errors: Vec<Error> = pairs
         .iter_mut()
+        // Checked before taking: a take moves the whole (large) option,
+        // on every pair of a scan.
+        .filter(|p| p.error.is_some())
         .filter_map(|p| p.error.take())
         .map(|e| Error::KeyError(Box::new(e)))
         .collect();

@@ -66,7 +66,7 @@ use tonic::transport::Channel;
 
 mod stream;
 
-use stream::{lock, BatchStream, Outgoing, Reply};
+use stream::{lock, AnswerType, BatchStream, Outgoing, Reply};
 
 use super::{KvClient, Request};
 use crate::config::{
@@ -75,9 +75,18 @@ use crate::config::{
 use crate::proto::kvrpcpb;
 use crate::proto::tikvpb::batch_commands_request::request::Cmd as RequestCmd;
 use crate::proto::tikvpb::tikv_client::TikvClient;
+use crate::proto::tikvpb::BatchCommandsRequest;
 use crate::security::SecurityManager;
 use crate::{Error, Result};
-use tikv_plan_proto::methods::{unpack_batch_response, KvMethod};
+use prost::bytes::{Buf, Bytes};
+use tikv_plan_proto::answers::{
+    decode_batch_answer, split_batch_response, AnswerError, BatchAnswers,
+};
+use tikv_plan_proto::methods::KvMethod;
+use tonic::client::Grpc;
+use tonic::codec::{Codec, DecodeBuf, Decoder};
+use tonic::codegen::http;
+use tonic_prost::ProstEncoder;
 
 /// The limits of the batched transport (see [`crate::Config::batch_max_size`]
 /// and its neighbours).
@@ -144,16 +153,30 @@ impl BatchOptions {
     }
 }
 
-/// A request as a BatchCommands sub-request, with its method's label, or
-/// None when the batch protocol has no case for it (the wire protocol's
-/// table, [`kv_methods!`](tikv_plan_proto::kv_methods), says which).
-pub(crate) fn to_batch_cmd(req: &dyn Request) -> Option<(RequestCmd, &'static str)> {
+/// Decodes the answer to a request of method `R` straight into its
+/// response type.
+fn decode_answer<R: KvMethod>(
+    answer: Bytes,
+) -> std::result::Result<Box<dyn Any + Send>, AnswerError> {
+    decode_batch_answer::<R>(answer).map(|response| Box::new(response) as Box<dyn Any + Send>)
+}
+
+/// A request as a BatchCommands sub-request, with its method's label and
+/// the decoder of its answer, or None when the batch protocol has no case
+/// for it (the wire protocol's table,
+/// [`kv_methods!`](tikv_plan_proto::kv_methods), says which).
+fn to_batch_cmd(req: &dyn Request) -> Option<(RequestCmd, AnswerType)> {
     let any = req.as_any();
     macro_rules! cases {
         ($($name:ident: $req:ident => $resp:ident, $grpc:literal, $stub:ident,
            [$($case:ident)?], $shape:ident $(($field:ident))?;)*) => {$(
             if let Some(r) = any.downcast_ref::<kvrpcpb::$req>() {
-                return r.to_batch().map(|cmd| (cmd, <kvrpcpb::$req as KvMethod>::LABEL));
+                return r.to_batch().map(|cmd| {
+                    (cmd, AnswerType {
+                        label: <kvrpcpb::$req as KvMethod>::LABEL,
+                        decode: decode_answer::<kvrpcpb::$req>,
+                    })
+                });
             }
         )*};
     }
@@ -161,19 +184,52 @@ pub(crate) fn to_batch_cmd(req: &dyn Request) -> Option<(RequestCmd, &'static st
     None
 }
 
+/// The codec of a BatchCommands stream: requests encoded as prost encodes
+/// them, each response message split into its ids and still-encoded
+/// answers ([`split_batch_response`]), each answer decoded later by the
+/// request that waits for it, as its own type.
+#[derive(Debug, Clone, Copy, Default)]
+struct BatchCodec;
+
+impl Codec for BatchCodec {
+    type Encode = BatchCommandsRequest;
+    type Decode = BatchAnswers;
+    type Encoder = ProstEncoder<BatchCommandsRequest>;
+    type Decoder = BatchCodec;
+
+    fn encoder(&mut self) -> Self::Encoder {
+        ProstEncoder::default()
+    }
+
+    fn decoder(&mut self) -> Self::Decoder {
+        BatchCodec
+    }
+}
+
+impl Decoder for BatchCodec {
+    type Item = BatchAnswers;
+    type Error = tonic::Status;
+
+    fn decode(
+        &mut self,
+        src: &mut DecodeBuf<'_>,
+    ) -> std::result::Result<Option<BatchAnswers>, tonic::Status> {
+        let message = src.copy_to_bytes(src.remaining());
+        // A message prost could not decode fails as tonic fails it.
+        split_batch_response(message)
+            .map(Some)
+            .map_err(|e| tonic::Status::internal(format!("a BatchCommands response: {e}")))
+    }
+}
+
+/// The gRPC path of the stream.
+const BATCH_COMMANDS_PATH: &str = "/tikvpb.Tikv/BatchCommands";
+
 /// How to open another connection to the store.
 #[derive(Clone)]
 pub(crate) struct Dialer {
     pub(crate) security: Arc<SecurityManager>,
     pub(crate) connect_timeout: Duration,
-    pub(crate) max_decoding_message_size: usize,
-}
-
-impl Dialer {
-    /// The client stub over a connection it opened.
-    fn client(&self, channel: Channel) -> TikvClient<Channel> {
-        TikvClient::new(channel).max_decoding_message_size(self.max_decoding_message_size)
-    }
 }
 
 struct Shared {
@@ -187,7 +243,7 @@ struct Shared {
     /// dialer): no request timeout (see
     /// [`SecurityManager::connect_stream_channel`]). Replaced by a fresh
     /// connection when a stream on it stalls (see [`Shared::redial_base`]).
-    stream_base: Mutex<TikvClient<Channel>>,
+    stream_base: Mutex<Channel>,
     /// The largest answer one request may get.
     response_limit: usize,
     dialer: Option<Dialer>,
@@ -210,13 +266,13 @@ impl Drop for Shared {
 impl Shared {
     /// Opens a stream over `client` (`on_base`: the base connection's);
     /// its reader runs in the background.
-    fn open(&self, client: TikvClient<Channel>, on_base: bool) -> Arc<BatchStream> {
+    fn open(&self, channel: Channel, on_base: bool) -> Arc<BatchStream> {
         // A message carries up to a batch of answers, each within the
         // per-answer limit checked in `deliver`.
         let stream_limit = self
             .response_limit
             .saturating_mul(self.options.max_batch_size.max(1));
-        let client = client.max_decoding_message_size(stream_limit);
+        let client = Grpc::new(channel).max_decoding_message_size(stream_limit);
         let stream = BatchStream::with_limit(self.address.clone(), self.response_limit, on_base);
         let outgoing = Outgoing::new(stream.clone(), self.options);
         let task = tokio::spawn(read_responses(stream.clone(), client, outgoing));
@@ -264,11 +320,11 @@ impl Shared {
             let on_base = dialer.is_none();
             let client = match dialer {
                 None => Ok(base),
-                Some(d) => d
-                    .security
-                    .connect_stream_channel(&address, d.connect_timeout, keepalive)
-                    .await
-                    .map(|channel| d.client(channel)),
+                Some(d) => {
+                    d.security
+                        .connect_stream_channel(&address, d.connect_timeout, keepalive)
+                        .await
+                }
             };
             let Some(shared) = weak.upgrade() else {
                 return;
@@ -303,19 +359,27 @@ impl Shared {
             .security
             .lazy_stream_channel(&self.address, dialer.connect_timeout, keepalive)
         {
-            Ok(channel) => *lock(&self.stream_base) = dialer.client(channel),
+            Ok(channel) => *lock(&self.stream_base) = channel,
             Err(e) => tracing::debug!("could not redial the BatchCommands connection: {e}"),
         }
     }
 }
 
 /// Opens the stream and routes its responses until it ends.
-async fn read_responses(
-    stream: Arc<BatchStream>,
-    mut client: TikvClient<Channel>,
-    outgoing: Outgoing,
-) {
-    let mut incoming = match client.batch_commands(outgoing).await {
+async fn read_responses(stream: Arc<BatchStream>, mut client: Grpc<Channel>, outgoing: Outgoing) {
+    // As the generated client's `batch_commands` calls it, with the codec
+    // that leaves each answer encoded for its request.
+    if let Err(e) = client.ready().await {
+        // tonic's own words for a channel that cannot take a call.
+        stream.fail(
+            &tonic::Status::unknown(format!("Service was not ready: {e}")),
+            true,
+        );
+        return;
+    }
+    let path = http::uri::PathAndQuery::from_static(BATCH_COMMANDS_PATH);
+    let call = client.streaming(tonic::Request::new(outgoing), path, BatchCodec);
+    let mut incoming = match call.await {
         Ok(response) => response.into_inner(),
         Err(status) => {
             stream.fail(&status, true);
@@ -381,11 +445,11 @@ impl KvBatchClient {
     /// channel (a client from [`TikvConnect`](super::TikvConnect) opens a
     /// connection for each instead).
     pub fn new(channel: Channel, address: &str, timeout: Duration, options: BatchOptions) -> Self {
-        let client = TikvClient::new(channel)
+        let client = TikvClient::new(channel.clone())
             .max_decoding_message_size(crate::config::DEFAULT_GRPC_MAX_DECODING_MESSAGE_SIZE);
         Self::build(
-            client.clone(),
             client,
+            channel,
             address,
             timeout,
             options,
@@ -396,7 +460,7 @@ impl KvBatchClient {
 
     pub(crate) fn build(
         base: TikvClient<Channel>,
-        stream_base: TikvClient<Channel>,
+        stream_base: Channel,
         address: &str,
         timeout: Duration,
         options: BatchOptions,
@@ -449,7 +513,7 @@ impl KvClient for KvBatchClient {
         if self.shared.unsupported.load(Ordering::Acquire) {
             return self.unary(req).await;
         }
-        let Some((cmd, case)) = to_batch_cmd(req) else {
+        let Some((cmd, answer)) = to_batch_cmd(req) else {
             return self.unary(req).await;
         };
         let id = self.shared.next_id.fetch_add(1, Ordering::Relaxed);
@@ -458,8 +522,8 @@ impl KvClient for KvBatchClient {
         // once (the next pick opens a fresh stream).
         for _ in 0..2 {
             let stream = self.shared.pick();
-            match stream.enqueue(id, cmd, tx) {
-                Ok(()) => return self.wait(req, &stream, id, case, rx).await,
+            match stream.enqueue(id, cmd, tx, answer) {
+                Ok(()) => return self.wait(req, &stream, id, rx).await,
                 Err(back) => (cmd, tx) = *back,
             }
         }
@@ -475,7 +539,6 @@ impl KvBatchClient {
         req: &dyn Request,
         stream: &BatchStream,
         id: u64,
-        case: &'static str,
         rx: oneshot::Receiver<Reply>,
     ) -> Result<Box<dyn Any + Send>> {
         let _entry = Entry { stream, id };
@@ -507,16 +570,7 @@ impl KvBatchClient {
             Ok(Ok(reply)) => reply,
         };
         match reply {
-            Reply::Answer(cmd) => {
-                let (got, resp) = unpack_batch_response(*cmd);
-                if got != case {
-                    return Err(Error::InternalError { message: format!(
-                        "the store at {} answered a {case} request with a {got} response on a BatchCommands stream",
-                        self.shared.address
-                    ) });
-                }
-                Ok(resp)
-            }
+            Reply::Answer(response) => Ok(response),
             Reply::Failed(e) => Err(e),
             // Its stream ended before the connection took it: nothing was
             // sent, so it goes again as a unary call, and fails as such a
@@ -563,18 +617,37 @@ impl KvBatchClient {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::proto::tikvpb::batch_commands_response::response::Cmd as ResponseCmd;
+    use crate::proto::tikvpb::batch_commands_response::{response::Cmd as ResponseCmd, Response};
+    use prost::Message;
 
     #[test]
-    fn every_batch_case_round_trips_its_response_type() {
-        let req = kvrpcpb::PrewriteRequest::default();
-        let (cmd, case) = to_batch_cmd(&req).unwrap();
-        assert!(matches!(cmd, RequestCmd::Prewrite(_)));
-        assert_eq!(case, "kv_prewrite");
-        let (got, resp) = unpack_batch_response(ResponseCmd::Prewrite(Default::default()));
-        assert_eq!(got, "kv_prewrite");
-        assert!(resp.downcast::<kvrpcpb::PrewriteResponse>().is_ok());
-        assert!(to_batch_cmd(&kvrpcpb::RawCasRequest::default()).is_none());
-        assert!(to_batch_cmd(&kvrpcpb::RawGetKeyTtlRequest::default()).is_none());
+    fn every_batch_case_decodes_its_answer_as_its_response_type() {
+        macro_rules! check {
+            ($($name:ident: $req:ident => $resp:ident, $grpc:literal, $stub:ident,
+               [$($case:ident)?], $shape:ident $(($field:ident))?;)*) => {$(
+                let found = to_batch_cmd(&kvrpcpb::$req::default());
+                assert_eq!(found.is_some(), false $(|| stringify!($case) != "")?, stringify!($req));
+                $(
+                    let (cmd, answer) = found.unwrap();
+                    assert!(matches!(cmd, RequestCmd::$case(_)));
+                    assert_eq!(answer.label, <kvrpcpb::$req as KvMethod>::LABEL);
+                    let reply = Response {
+                        cmd: Some(ResponseCmd::$case(Default::default())),
+                    };
+                    let decoded = (answer.decode)(Bytes::from(reply.encode_to_vec())).unwrap();
+                    assert!(decoded.downcast::<kvrpcpb::$resp>().is_ok(), stringify!($resp));
+                )?
+            )*};
+        }
+        tikv_plan_proto::kv_methods!(check);
+        // Another method's answer is refused, never decoded as this one's.
+        let (_, answer) = to_batch_cmd(&kvrpcpb::RawGetRequest::default()).unwrap();
+        let scan = Response {
+            cmd: Some(ResponseCmd::RawScan(Default::default())),
+        };
+        assert!(matches!(
+            (answer.decode)(Bytes::from(scan.encode_to_vec())),
+            Err(AnswerError::OtherCase(_))
+        ));
     }
 }

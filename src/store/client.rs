@@ -152,14 +152,13 @@ impl TikvConnect {
         )?;
         Ok(KvBatchClient::build(
             unary.clone(),
-            TikvClient::new(streams).max_decoding_message_size(self.max_decoding_message_size),
+            streams,
             address,
             self.timeout,
             self.batch,
             Some(Dialer {
                 security: self.security.clone(),
                 connect_timeout: self.connect_timeout,
-                max_decoding_message_size: self.max_decoding_message_size,
             }),
             self.max_decoding_message_size,
         ))

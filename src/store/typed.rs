@@ -20,7 +20,8 @@ use std::time::Duration;
 
 use http_body::Frame;
 use prost::bytes::{Bytes, BytesMut};
-use tikv_plan_proto::methods::KvMethod;
+use tikv_plan_proto::answers::decode_response;
+use tikv_plan_proto::methods::{KvMethod, KvResponse};
 use tonic::codegen::http::{self, HeaderMap, HeaderName, HeaderValue, Method, Uri, Version};
 use tonic::codegen::{Body as HttpBody, Service};
 use tonic::metadata::{MetadataMap, GRPC_CONTENT_TYPE};
@@ -189,7 +190,7 @@ impl HttpBody for OneChunk {
 }
 
 /// Reads a unary call's response: its one message, then its status.
-async fn read_reply<M: prost::Message + Default>(
+async fn read_reply<M: KvResponse>(
     response: http::Response<tonic::body::Body>,
     limit: usize,
     stall_bound: Duration,
@@ -313,7 +314,8 @@ impl Message {
         }
     }
 
-    fn decode<M: prost::Message + Default>(self) -> std::result::Result<M, Status> {
+    /// The message, decoded as an `M` (its pairs' vector sized first).
+    fn decode<M: KvResponse>(self) -> std::result::Result<M, Status> {
         let Some(length) = self.length else {
             return Err(if self.received() == 0 {
                 Status::internal("Missing response message.")
@@ -330,9 +332,9 @@ impl Message {
                 Some(joined) => joined.freeze(),
                 None => self.first,
             };
-            M::decode(whole.slice(PREFIX_LEN..end))
+            decode_response::<M, _>(whole.slice(PREFIX_LEN..end))
         } else {
-            M::decode(self.bytes().get(PREFIX_LEN..end).unwrap_or_default())
+            decode_response::<M, _>(self.bytes().get(PREFIX_LEN..end).unwrap_or_default())
         };
         decoded.map_err(|e| Status::internal(e.to_string()))
     }

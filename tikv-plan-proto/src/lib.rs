@@ -4,9 +4,10 @@
 //! [tikv-plan](https://docs.rs/tikv-plan) and [tikv-sim](https://docs.rs/tikv-sim)
 //! speak, following kvproto's package names, message names and field numbers,
 //! and two wire facts both sides need: TiKV's memcomparable key encoding
-//! ([`codec`]) and its raw range checksum ([`checksum`]); and the table of
+//! ([`codec`]) and its raw range checksum ([`checksum`]); the table of
 //! `tikvpb.Tikv`'s methods ([`methods`], [`kv_methods!`]) that client and
-//! simulator both read.
+//! simulator both read; and a reader of answers that skips the detours of
+//! the generated types ([`answers`]).
 //!
 //! The Rust code is generated from the `.proto` files in `proto/` and checked
 //! in (`src/generated/`), so building this crate runs no `protoc` and no build
@@ -21,6 +22,7 @@
 #![deny(missing_docs)]
 #![forbid(unsafe_code)]
 
+pub mod answers;
 pub mod checksum;
 pub mod codec;
 pub mod meta;

@@ -203,6 +203,14 @@ pub trait KvMethod: prost::Message + Default + Clone + Send + Sync + 'static {
     /// The request as a `BatchCommands` sub-request, or `None` when the
     /// batch protocol has no case for the method.
     fn to_batch(&self) -> Option<RequestCmd>;
+
+    /// The field number of the method's case in
+    /// `BatchCommandsResponse.Response`, or `None` when the batch protocol
+    /// has no case for it (the default). Read off the generated type's own
+    /// encoding, once.
+    fn batch_case_number() -> Option<u32> {
+        None
+    }
 }
 
 /// A `BatchCommands` sub-response as the [`KvMethod::LABEL`] of its method
@@ -291,6 +299,15 @@ macro_rules! implement {
             fn to_batch(&self) -> Option<RequestCmd> {
                 None$(.or(Some(RequestCmd::$case(self.clone()))))?
             }
+
+            $(fn batch_case_number() -> Option<u32> {
+                static NUMBER: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
+                Some(*NUMBER.get_or_init(|| {
+                    let mut encoded = Vec::new();
+                    ResponseCmd::$case(Default::default()).encode(&mut encoded);
+                    crate::answers::case_number(&encoded)
+                }))
+            })?
         }
 
         impl KvResponse for kvrpcpb::$resp {

@@ -15,10 +15,12 @@ use tokio::task::AbortHandle;
 
 use super::BatchOptions;
 use crate::proto::tikvpb::batch_commands_request::request::Cmd as RequestCmd;
-use crate::proto::tikvpb::batch_commands_response::response::Cmd as ResponseCmd;
-use crate::proto::tikvpb::{batch_commands_request, BatchCommandsRequest, BatchCommandsResponse};
+use crate::proto::tikvpb::{batch_commands_request, BatchCommandsRequest};
 use crate::Error;
 use crate::Failure;
+use prost::bytes::Bytes;
+use std::any::Any;
+use tikv_plan_proto::answers::{AnswerError, BatchAnswers};
 
 pub(super) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
@@ -26,7 +28,8 @@ pub(super) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 
 /// What a waiting request receives.
 pub(super) enum Reply {
-    Answer(Box<ResponseCmd>),
+    /// The answer, decoded as the request's response type.
+    Answer(Box<dyn Any + Send>),
     Failed(Error),
     /// The stream ended before the connection took this request: nothing
     /// was sent; send it again (as a unary call).
@@ -36,10 +39,22 @@ pub(super) enum Reply {
     Unsupported,
 }
 
+/// Decodes an encoded answer as one method's response type.
+pub(super) type DecodeAnswer = fn(Bytes) -> std::result::Result<Box<dyn Any + Send>, AnswerError>;
+
+/// What a request's answer is: its method's label (for errors) and the
+/// decoder of its response type.
+#[derive(Clone, Copy)]
+pub(super) struct AnswerType {
+    pub(super) label: &'static str,
+    pub(super) decode: DecodeAnswer,
+}
+
 struct Waiter {
     tx: oneshot::Sender<Reply>,
     /// The connection took the request: it may have reached the store.
     written: bool,
+    answer: AnswerType,
 }
 
 /// The mutable state of one stream.
@@ -117,13 +132,21 @@ impl BatchStream {
         id: u64,
         cmd: RequestCmd,
         tx: oneshot::Sender<Reply>,
+        answer: AnswerType,
     ) -> std::result::Result<(), Box<(RequestCmd, oneshot::Sender<Reply>)>> {
         let waker = {
             let mut core = lock(&self.core);
             if core.closed {
                 return Err(Box::new((cmd, tx)));
             }
-            core.waiting.insert(id, Waiter { tx, written: false });
+            core.waiting.insert(
+                id,
+                Waiter {
+                    tx,
+                    written: false,
+                    answer,
+                },
+            );
             core.queue.push_back((id, cmd));
             core.waker.take()
         };
@@ -154,7 +177,7 @@ impl BatchStream {
 
     /// Hands each answer of a stream message to its request; true when the
     /// stream is closed and nobody waits on it any more (stop reading).
-    pub(super) fn deliver(&self, msg: BatchCommandsResponse) -> bool {
+    pub(super) fn deliver(&self, msg: BatchAnswers) -> bool {
         let mut answered = Vec::with_capacity(msg.request_ids.len());
         let done = {
             let mut core = lock(&self.core);
@@ -169,23 +192,31 @@ impl BatchStream {
         };
         // Sizes and sends (which wake the requests) outside the lock.
         for (id, waiter, resp) in answered {
-            let size = prost::Message::encoded_len(&resp);
-            let reply = match resp.cmd {
+            let size = resp.len();
+            let reply = if size > self.response_limit {
                 // One answer over the limit fails its own request, not the
                 // stream.
-                Some(_) if size > self.response_limit => Reply::Failed(Error::from(Failure::GrpcMessageTooLarge {
+                Reply::Failed(Error::from(Failure::GrpcMessageTooLarge {
                     address: self.address.clone(),
                     limit: self.response_limit,
                     message: format!(
                         "the answer to request {id} of a BatchCommands stream is {size} bytes"
                     ),
                     source: None,
-                })),
-                Some(cmd) => Reply::Answer(Box::new(cmd)),
-                None => Reply::Failed(Error::InternalError { message: format!(
-                    "the store at {} answered request {id} of a BatchCommands stream with an empty response",
-                    self.address
-                ) }),
+                }))
+            } else {
+                // Decoded here, on the reader's thread, from slices of the
+                // message this thread received: the answers of one message
+                // share its buffer and its reference count.
+                match (waiter.answer.decode)(resp) {
+                    Ok(response) => Reply::Answer(response),
+                    Err(e) => Reply::Failed(Error::InternalError {
+                        message: format!(
+                            "the store at {} answered request {id} ({}) of a BatchCommands stream with {e}",
+                            self.address, waiter.answer.label
+                        ),
+                    }),
+                }
             };
             let _ = waiter.tx.send(reply);
         }
@@ -391,7 +422,6 @@ impl Stream for Outgoing {
 mod tests {
     use super::*;
     use crate::proto::kvrpcpb;
-    use crate::proto::tikvpb::batch_commands_response;
     use futures::{FutureExt, StreamExt};
     use std::time::Duration;
 
@@ -401,6 +431,12 @@ mod tests {
             ..Default::default()
         })
     }
+
+    /// Takes any answer as a response of no type.
+    const ANY_ANSWER: AnswerType = AnswerType {
+        label: "test",
+        decode: |_| Ok(Box::new(())),
+    };
 
     fn outgoing(stream: &Arc<BatchStream>, max_batch_size: usize, max_wait: Duration) -> Outgoing {
         Outgoing {
@@ -420,7 +456,7 @@ mod tests {
         (first..first + n)
             .map(|id| {
                 let (tx, rx) = oneshot::channel();
-                assert!(stream.enqueue(id, get(b"k"), tx).is_ok());
+                assert!(stream.enqueue(id, get(b"k"), tx, ANY_ANSWER).is_ok());
                 rx
             })
             .collect()
@@ -545,12 +581,9 @@ mod tests {
         assert_eq!(stream.in_flight(), 2, "the written ones still wait");
         assert_eq!(now_or_never(&mut out), Some(None), "its body ends");
         // A late answer still reaches its request.
-        stream.deliver(BatchCommandsResponse {
+        stream.deliver(BatchAnswers {
             request_ids: vec![2],
-            responses: vec![batch_commands_response::Response {
-                cmd: Some(ResponseCmd::RawGet(Default::default())),
-            }],
-            ..Default::default()
+            responses: vec![Bytes::from_static(b"an answer")],
         });
         assert!(matches!(rx.pop().unwrap().try_recv(), Ok(Reply::Answer(_))));
         assert_eq!(stream.answers(), 1);
