@@ -421,24 +421,57 @@ where
 
 /// Runs one TiKV RPC of `kind` (the request's label, `raw_get`), for
 /// client-rust's `tikv_request_*` series: counted once it ends, ok when the
-/// store answered (a Region error is an answer).
-pub(crate) async fn tikv_rpc<T, F>(kind: &'static str, rpc: F) -> crate::Result<T>
+/// store answered (a Region error is an answer). A future of its own, not
+/// an `async fn`: an `async fn` would keep `rpc` twice in its state (the
+/// argument and the awaited copy), and this one wraps every RPC.
+pub(crate) fn tikv_rpc<T, F>(kind: &'static str, rpc: F) -> TikvRpc<F>
 where
     F: Future<Output = crate::Result<T>>,
 {
-    #[cfg(feature = "prometheus")]
-    {
-        let started = tokio::time::Instant::now();
-        let result = rpc.await;
+    TikvRpc {
+        rpc,
+        kind,
+        started: RpcStart::default(),
+    }
+}
+
+/// When the RPC was first polled (measured only with the metrics on).
+#[cfg(feature = "prometheus")]
+type RpcStart = Option<tokio::time::Instant>;
+#[cfg(not(feature = "prometheus"))]
+type RpcStart = ();
+
+pin_project_lite::pin_project! {
+    /// The future of [`tikv_rpc`].
+    pub(crate) struct TikvRpc<F> {
+        #[pin]
+        rpc: F,
+        kind: &'static str,
+        started: RpcStart,
+    }
+}
+
+impl<T, F> Future for TikvRpc<F>
+where
+    F: Future<Output = crate::Result<T>>,
+{
+    type Output = crate::Result<T>;
+
+    fn poll(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Self::Output> {
+        let this = self.project();
+        #[cfg(feature = "prometheus")]
+        let started = *this.started.get_or_insert_with(tokio::time::Instant::now);
+        let result = std::task::ready!(this.rpc.poll(cx));
+        #[cfg(feature = "prometheus")]
         METRICS
             .compat
-            .tikv_rpc(kind, started.elapsed(), result.is_ok());
-        result
-    }
-    #[cfg(not(feature = "prometheus"))]
-    {
-        let _ = kind;
-        rpc.await
+            .tikv_rpc(this.kind, started.elapsed(), result.is_ok());
+        #[cfg(not(feature = "prometheus"))]
+        let _ = (this.kind, this.started);
+        std::task::Poll::Ready(result)
     }
 }
 

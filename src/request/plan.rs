@@ -184,7 +184,10 @@ impl<Req: KvRequest> Dispatch<Req> {
                 _ => Some(timeout),
             };
             let label = self.request.label();
-            if let Some(result) = self.request.dispatch_typed(grpc, header).await {
+            // Pinned in place: awaited as a temporary, the call's future
+            // would take its room twice in this one.
+            let typed = std::pin::pin!(self.request.dispatch_typed(grpc, header));
+            if let Some(result) = typed.await {
                 return crate::store::timeout_as_error(result, bounded, label, timeout);
             }
         }

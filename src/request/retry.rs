@@ -254,7 +254,9 @@ where
             } else {
                 bound
             };
-            let rpc = plan.execute_mut();
+            // Pinned where it is made: a future bound to a local and then
+            // moved into an await is kept twice in this future's state.
+            let rpc = std::pin::pin!(plan.execute_mut());
             let result = match own_timer {
                 None => timed(now, rpc).await,
                 Some(bound) => match timed(now, tokio::time::timeout(bound, rpc)).await {
@@ -300,15 +302,16 @@ where
             let mut piece = Some((shard, machine, whole));
             let mut pieces = VecDeque::new();
             while let Some((shard, machine, whole)) = piece.take() {
-                let end = self
-                    .run_piece(
-                        template.for_shard(shard, whole),
-                        template,
-                        whole,
-                        machine,
-                        permits,
-                    )
-                    .await;
+                // Pinned in place: awaited as a temporary, the piece's
+                // future would take its room twice in this one.
+                let end = std::pin::pin!(self.run_piece(
+                    template.for_shard(shard, whole),
+                    template,
+                    whole,
+                    machine,
+                    permits,
+                ))
+                .await;
                 match end {
                     PieceEnd::Done(result) => {
                         let stop = self.terminal_on_undetermined
@@ -585,9 +588,11 @@ where
                 // shard's future into it, and the concurrency bound (its pieces
                 // run one after another).
                 if let Some((shard, region)) = shards.pop() {
-                    let results = self
-                        .run_shard(template, shard, region, true, None, scope, deadline)
-                        .await;
+                    // Pinned in place (see `run_shard`).
+                    let results = std::pin::pin!(
+                        self.run_shard(template, shard, region, true, None, scope, deadline)
+                    )
+                    .await;
                     return self.finish(results);
                 }
             }
@@ -599,11 +604,10 @@ where
                 .into_iter()
                 .enumerate()
                 .map(|(index, (shard, region))| async move {
-                    (
-                        index,
-                        self.run_shard(template, shard, region, false, permits, scope, deadline)
-                            .await,
-                    )
+                    let shard =
+                        std::pin::pin!(self
+                            .run_shard(template, shard, region, false, permits, scope, deadline));
+                    (index, shard.await)
                 })
                 .collect();
             while let Some((index, mut results)) = running.next().await {
