@@ -186,8 +186,9 @@ fn to_batch_cmd(req: &dyn Request) -> Option<(RequestCmd, AnswerType)> {
 
 /// The codec of a BatchCommands stream: requests encoded as prost encodes
 /// them, each response message split into its ids and still-encoded
-/// answers ([`split_batch_response`]), each answer decoded later by the
-/// request that waits for it, as its own type.
+/// answers ([`split_batch_response`]); the stream's reader then decodes
+/// each answer as its own request's response type
+/// ([`BatchStream::deliver`]).
 #[derive(Debug, Clone, Copy, Default)]
 struct BatchCodec;
 
@@ -264,7 +265,7 @@ impl Drop for Shared {
 }
 
 impl Shared {
-    /// Opens a stream over `client` (`on_base`: the base connection's);
+    /// Opens a stream over `channel` (`on_base`: the base connection);
     /// its reader runs in the background.
     fn open(&self, channel: Channel, on_base: bool) -> Arc<BatchStream> {
         // A message carries up to a batch of answers, each within the
