@@ -155,9 +155,10 @@ where
     }
 
     /// Waits for some load in flight (any key), if there is one, before
-    /// starting another; returns whether there was one to wait for: after a hot Region is dropped, concurrent misses
-    /// for different keys of it mostly need the same answer. Its outcome
-    /// is its callers'; this one only wants the cache filled.
+    /// starting another, and says whether there was one: after a hot
+    /// Region is dropped, concurrent misses for different keys of it
+    /// mostly need the same answer. Its outcome is its callers'; this one
+    /// only wants the cache filled.
     ///
     /// The wait is a caller like any other: when it gives up last, the
     /// load is dropped with it. (A bare handle would keep an abandoned
@@ -185,8 +186,8 @@ where
         true
     }
 
-    #[cfg_attr(not(any(test, feature = "unstable-internals")), allow(dead_code))]
     /// How many loads are in flight.
+    #[cfg_attr(not(any(test, feature = "unstable-internals")), allow(dead_code))]
     pub(crate) fn in_flight(&self) -> usize {
         lock(&self.in_flight).loads.len()
     }
