@@ -607,17 +607,29 @@ impl StoreService {
 /// `BatchCommandsResponse`.
 const MAX_RESPONSES_PER_MESSAGE: usize = 128;
 
+/// One BatchCommands sub-request being served: its answer (boxed, as the
+/// enum of every answer is large and passes through a channel) or the gRPC
+/// status that leaves it unanswered.
+type BatchServing = std::pin::Pin<
+    Box<dyn std::future::Future<Output = Result<Box<BatchResponseCmd>, Status>> + Send>,
+>;
+
 impl StoreService {
     /// Serves one BatchCommands sub-request exactly as its unary method.
-    async fn serve_batch_cmd(&self, cmd: BatchRequestCmd) -> Result<BatchResponseCmd, Status> {
+    /// Each method's future is boxed at its own size: one future for every
+    /// method would be as large as the largest, and it is moved into a task
+    /// of its own for each sub-request.
+    fn serve_batch_cmd(self, cmd: BatchRequestCmd) -> BatchServing {
         // One arm a method with a batch case, from the wire protocol's table.
         macro_rules! route {
             ($($name:ident: $req:ident => $resp:ident, $grpc:literal, $stub:ident,
                [$($case:ident)?], $shape:ident $(($field:ident))?;)*) => {
                 match cmd {
-                    $($(BatchRequestCmd::$case(r) => {
-                        self.serve_command(r).await.map(BatchResponseCmd::$case)
-                    })?)*
+                    $($(BatchRequestCmd::$case(r) => Box::pin(async move {
+                        self.serve_command(r)
+                            .await
+                            .map(|resp| Box::new(BatchResponseCmd::$case(resp)))
+                    }),)?)*
                 }
             };
         }
@@ -643,7 +655,7 @@ impl StoreService {
         let (out_tx, out_rx) = mpsc::channel(64);
         let service = self.clone();
         tokio::spawn(async move {
-            let (done_tx, mut done_rx) = mpsc::unbounded_channel::<(u64, BatchResponseCmd)>();
+            let (done_tx, mut done_rx) = mpsc::unbounded_channel::<(u64, Box<BatchResponseCmd>)>();
             let mut done_tx = Some(done_tx);
             loop {
                 tokio::select! {
@@ -660,16 +672,16 @@ impl StoreService {
                         service.record_batch(|c| c.record_batch_message(msg.requests.len()));
                         for (id, req) in msg.request_ids.into_iter().zip(msg.requests) {
                             let Some(cmd) = req.cmd else { continue };
-                            let service = service.clone();
+                            let serving = service.clone().serve_batch_cmd(cmd);
+                            let store_id = service.store_id;
                             let done = done.clone();
                             tokio::spawn(async move {
-                                match service.serve_batch_cmd(cmd).await {
+                                match serving.await {
                                     Ok(resp) => {
                                         let _ = done.send((id, resp));
                                     }
                                     Err(status) => tracing::debug!(
-                                        "simulated store {} leaves batch request {id} unanswered: {status}",
-                                        service.store_id
+                                        "simulated store {store_id} leaves batch request {id} unanswered: {status}"
                                     ),
                                 }
                             });
@@ -677,13 +689,19 @@ impl StoreService {
                     }
                     first = done_rx.recv() => {
                         let Some((id, resp)) = first else { break };
-                        let mut msg = BatchCommandsResponse::default();
+                        // The answers ready now go out together.
+                        let count = (done_rx.len() + 1).min(MAX_RESPONSES_PER_MESSAGE);
+                        let mut msg = BatchCommandsResponse {
+                            request_ids: Vec::with_capacity(count),
+                            responses: Vec::with_capacity(count),
+                            ..BatchCommandsResponse::default()
+                        };
                         msg.request_ids.push(id);
-                        msg.responses.push(BatchResponse { cmd: Some(resp) });
-                        while msg.responses.len() < MAX_RESPONSES_PER_MESSAGE {
+                        msg.responses.push(BatchResponse { cmd: Some(*resp) });
+                        while msg.responses.len() < count {
                             let Ok((id, resp)) = done_rx.try_recv() else { break };
                             msg.request_ids.push(id);
-                            msg.responses.push(BatchResponse { cmd: Some(resp) });
+                            msg.responses.push(BatchResponse { cmd: Some(*resp) });
                         }
                         if out_tx.send(Ok(msg)).await.is_err() {
                             break;
