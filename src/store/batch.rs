@@ -66,16 +66,14 @@ use tonic::transport::Channel;
 
 mod stream;
 
-use stream::{lock, AnswerType, BatchStream, Outgoing, Reply};
+use stream::{lock, AnswerType, BatchStream, Outgoing, OutgoingBatch, Reply};
 
 use super::{KvClient, Request};
 use crate::config::{
     DEFAULT_BATCH_MAX_SIZE, DEFAULT_BATCH_MAX_WAIT, DEFAULT_BATCH_STREAMS_PER_STORE,
 };
 use crate::proto::kvrpcpb;
-use crate::proto::tikvpb::batch_commands_request::request::Cmd as RequestCmd;
 use crate::proto::tikvpb::tikv_client::TikvClient;
-use crate::proto::tikvpb::BatchCommandsRequest;
 use crate::security::SecurityManager;
 use crate::{Error, Result};
 use prost::bytes::{Buf, Bytes};
@@ -83,10 +81,10 @@ use tikv_plan_proto::answers::{
     decode_batch_answer, split_batch_response, AnswerError, BatchAnswers,
 };
 use tikv_plan_proto::methods::KvMethod;
+use tikv_plan_proto::requests::{batch_request_len, encode_batch_entry, write_batch_request};
 use tonic::client::Grpc;
-use tonic::codec::{Codec, DecodeBuf, Decoder};
+use tonic::codec::{Codec, DecodeBuf, Decoder, EncodeBuf, Encoder};
 use tonic::codegen::http;
-use tonic_prost::ProstEncoder;
 
 /// The limits of the batched transport (see [`crate::Config::batch_max_size`]
 /// and its neighbours).
@@ -161,18 +159,20 @@ fn decode_answer<R: KvMethod>(
     decode_batch_answer::<R>(answer).map(|response| Box::new(response) as Box<dyn Any + Send>)
 }
 
-/// A request as a BatchCommands sub-request, with its method's label and
-/// the decoder of its answer, or None when the batch protocol has no case
-/// for it (the wire protocol's table,
+/// A request as a BatchCommands sub-request, encoded as its entry in a
+/// `BatchCommandsRequest` (on the caller's task, straight from the request:
+/// no copy of it waits in the queue), with its method's label and the
+/// decoder of its answer; or None when the batch protocol has no case for
+/// it (the wire protocol's table,
 /// [`kv_methods!`](tikv_plan_proto::kv_methods), says which).
-fn to_batch_cmd(req: &dyn Request) -> Option<(RequestCmd, AnswerType)> {
+fn to_batch_entry(req: &dyn Request) -> Option<(Vec<u8>, AnswerType)> {
     let any = req.as_any();
     macro_rules! cases {
         ($($name:ident: $req:ident => $resp:ident, $grpc:literal, $stub:ident,
            [$($case:ident)?], $shape:ident $(($field:ident))?;)*) => {$(
             if let Some(r) = any.downcast_ref::<kvrpcpb::$req>() {
-                return r.to_batch().map(|cmd| {
-                    (cmd, AnswerType {
+                return encode_batch_entry(r).map(|entry| {
+                    (entry, AnswerType {
                         label: <kvrpcpb::$req as KvMethod>::LABEL,
                         decode: decode_answer::<kvrpcpb::$req>,
                     })
@@ -184,26 +184,41 @@ fn to_batch_cmd(req: &dyn Request) -> Option<(RequestCmd, AnswerType)> {
     None
 }
 
-/// The codec of a BatchCommands stream: requests encoded as prost encodes
-/// them, each response message split into its ids and still-encoded
-/// answers ([`split_batch_response`]); the stream's reader then decodes
-/// each answer as its own request's response type
-/// ([`BatchStream::deliver`]).
+/// The codec of a BatchCommands stream: each request message written out
+/// of its requests' encoded entries ([`write_batch_request`]), each
+/// response message split into its ids and still-encoded answers
+/// ([`split_batch_response`]); the stream's reader then decodes each
+/// answer as its own request's response type ([`BatchStream::deliver`]).
 #[derive(Debug, Clone, Copy, Default)]
 struct BatchCodec;
 
 impl Codec for BatchCodec {
-    type Encode = BatchCommandsRequest;
+    type Encode = OutgoingBatch;
     type Decode = BatchAnswers;
-    type Encoder = ProstEncoder<BatchCommandsRequest>;
+    type Encoder = BatchCodec;
     type Decoder = BatchCodec;
 
     fn encoder(&mut self) -> Self::Encoder {
-        ProstEncoder::default()
+        BatchCodec
     }
 
     fn decoder(&mut self) -> Self::Decoder {
         BatchCodec
+    }
+}
+
+impl Encoder for BatchCodec {
+    type Item = OutgoingBatch;
+    type Error = tonic::Status;
+
+    fn encode(
+        &mut self,
+        batch: OutgoingBatch,
+        dst: &mut EncodeBuf<'_>,
+    ) -> std::result::Result<(), tonic::Status> {
+        dst.reserve(batch_request_len(&batch.entries, &batch.request_ids));
+        write_batch_request(&batch.entries, &batch.request_ids, dst);
+        Ok(())
     }
 }
 
@@ -514,18 +529,18 @@ impl KvClient for KvBatchClient {
         if self.shared.unsupported.load(Ordering::Acquire) {
             return self.unary(req).await;
         }
-        let Some((cmd, answer)) = to_batch_cmd(req) else {
+        let Some((entry, answer)) = to_batch_entry(req) else {
             return self.unary(req).await;
         };
         let id = self.shared.next_id.fetch_add(1, Ordering::Relaxed);
-        let (mut cmd, (mut tx, rx)) = (cmd, oneshot::channel());
+        let (mut entry, (mut tx, rx)) = (entry, oneshot::channel());
         // A stream may close between the pick and the enqueue: pick again
         // once (the next pick opens a fresh stream).
         for _ in 0..2 {
             let stream = self.shared.pick();
-            match stream.enqueue(id, cmd, tx, answer) {
+            match stream.enqueue(id, entry, tx, answer) {
                 Ok(()) => return self.wait(req, &stream, id, rx).await,
-                Err(back) => (cmd, tx) = *back,
+                Err(back) => (entry, tx) = back,
             }
         }
         // Every stream picked closed before it could take the request:
@@ -618,19 +633,31 @@ impl KvBatchClient {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::proto::tikvpb::batch_commands_request::request::Cmd as RequestCmd;
     use crate::proto::tikvpb::batch_commands_response::{response::Cmd as ResponseCmd, Response};
+    use crate::proto::tikvpb::BatchCommandsRequest;
     use prost::Message;
 
     #[test]
-    fn every_batch_case_decodes_its_answer_as_its_response_type() {
+    fn every_batch_case_is_written_as_its_case_and_decodes_its_answer_as_its_response_type() {
         macro_rules! check {
             ($($name:ident: $req:ident => $resp:ident, $grpc:literal, $stub:ident,
                [$($case:ident)?], $shape:ident $(($field:ident))?;)*) => {$(
-                let found = to_batch_cmd(&kvrpcpb::$req::default());
+                let found = to_batch_entry(&kvrpcpb::$req::default());
                 assert_eq!(found.is_some(), false $(|| stringify!($case) != "")?, stringify!($req));
                 $(
-                    let (cmd, answer) = found.unwrap();
-                    assert!(matches!(cmd, RequestCmd::$case(_)));
+                    let (entry, answer) = found.unwrap();
+                    // The entry, written out, is a message of this one case.
+                    let mut message = Vec::new();
+                    write_batch_request(&[entry], &[9], &mut message);
+                    let sent = BatchCommandsRequest::decode(&message[..]).unwrap();
+                    assert_eq!(sent.request_ids, vec![9]);
+                    assert!(matches!(
+                        sent.requests[..],
+                        [crate::proto::tikvpb::batch_commands_request::Request {
+                            cmd: Some(RequestCmd::$case(_))
+                        }]
+                    ), stringify!($req));
                     assert_eq!(answer.label, <kvrpcpb::$req as KvMethod>::LABEL);
                     let reply = Response {
                         cmd: Some(ResponseCmd::$case(Default::default())),
@@ -642,7 +669,7 @@ mod tests {
         }
         tikv_plan_proto::kv_methods!(check);
         // Another method's answer is refused, never decoded as this one's.
-        let (_, answer) = to_batch_cmd(&kvrpcpb::RawGetRequest::default()).unwrap();
+        let (_, answer) = to_batch_entry(&kvrpcpb::RawGetRequest::default()).unwrap();
         let scan = Response {
             cmd: Some(ResponseCmd::RawScan(Default::default())),
         };

@@ -6,8 +6,9 @@
 //! and two wire facts both sides need: TiKV's memcomparable key encoding
 //! ([`codec`]) and its raw range checksum ([`checksum`]); the table of
 //! `tikvpb.Tikv`'s methods ([`methods`], [`kv_methods!`]) that client and
-//! simulator both read; and a reader of answers that skips the detours of
-//! the generated types ([`answers`]).
+//! simulator both read; and a writer of batched requests and a reader of
+//! answers that skip the detours of the generated types ([`requests`],
+//! [`answers`]).
 //!
 //! The Rust code is generated from the `.proto` files in `proto/` and checked
 //! in (`src/generated/`), so building this crate runs no `protoc` and no build
@@ -27,6 +28,7 @@ pub mod checksum;
 pub mod codec;
 pub mod meta;
 pub mod methods;
+pub mod requests;
 
 /// Region and store metadata.
 #[allow(missing_docs, clippy::all)]

@@ -211,6 +211,14 @@ pub trait KvMethod: prost::Message + Default + Clone + Send + Sync + 'static {
     fn batch_case_number() -> Option<u32> {
         None
     }
+
+    /// The field number of the method's case in
+    /// `BatchCommandsRequest.Request`, or `None` when the batch protocol has
+    /// no case for it (the default). Read off the generated type's own
+    /// encoding, once.
+    fn batch_request_case_number() -> Option<u32> {
+        None
+    }
 }
 
 /// A `BatchCommands` sub-response as the [`KvMethod::LABEL`] of its method
@@ -305,6 +313,15 @@ macro_rules! implement {
                 Some(*NUMBER.get_or_init(|| {
                     let mut encoded = Vec::new();
                     ResponseCmd::$case(Default::default()).encode(&mut encoded);
+                    crate::answers::case_number(&encoded)
+                }))
+            }
+
+            fn batch_request_case_number() -> Option<u32> {
+                static NUMBER: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
+                Some(*NUMBER.get_or_init(|| {
+                    let mut encoded = Vec::new();
+                    RequestCmd::$case(Default::default()).encode(&mut encoded);
                     crate::answers::case_number(&encoded)
                 }))
             })?

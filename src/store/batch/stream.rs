@@ -14,8 +14,6 @@ use tokio::sync::oneshot;
 use tokio::task::AbortHandle;
 
 use super::BatchOptions;
-use crate::proto::tikvpb::batch_commands_request::request::Cmd as RequestCmd;
-use crate::proto::tikvpb::{batch_commands_request, BatchCommandsRequest};
 use crate::Error;
 use crate::Failure;
 use prost::bytes::Bytes;
@@ -59,9 +57,10 @@ struct Waiter {
 
 /// The mutable state of one stream.
 struct Core {
-    /// Requests not yet taken by the connection (ids of cancelled ones are
-    /// skipped when taken).
-    queue: VecDeque<(u64, RequestCmd)>,
+    /// Requests not yet taken by the connection, each encoded as its entry
+    /// in a `BatchCommandsRequest` (ids of cancelled ones are skipped when
+    /// taken).
+    queue: VecDeque<(u64, Vec<u8>)>,
     /// Every request on the stream that still waits for its answer.
     waiting: HashMap<u64, Waiter>,
     closed: bool,
@@ -130,14 +129,14 @@ impl BatchStream {
     pub(super) fn enqueue(
         &self,
         id: u64,
-        cmd: RequestCmd,
+        entry: Vec<u8>,
         tx: oneshot::Sender<Reply>,
         answer: AnswerType,
-    ) -> std::result::Result<(), Box<(RequestCmd, oneshot::Sender<Reply>)>> {
+    ) -> std::result::Result<(), (Vec<u8>, oneshot::Sender<Reply>)> {
         let waker = {
             let mut core = lock(&self.core);
             if core.closed {
-                return Err(Box::new((cmd, tx)));
+                return Err((entry, tx));
             }
             core.waiting.insert(
                 id,
@@ -147,7 +146,7 @@ impl BatchStream {
                     answer,
                 },
             );
-            core.queue.push_back((id, cmd));
+            core.queue.push_back((id, entry));
             core.waker.take()
         };
         if let Some(w) = waker {
@@ -347,6 +346,15 @@ fn written_error(address: &str, status: &tonic::Status) -> Error {
     Error::GrpcAPI(wrapped)
 }
 
+/// One message of a stream's request body: the encoded entries of its
+/// requests and their ids, in the same order (written out by
+/// [`write_batch_request`](tikv_plan_proto::requests::write_batch_request)).
+#[derive(Debug, Default, PartialEq)]
+pub(super) struct OutgoingBatch {
+    pub(super) entries: Vec<Vec<u8>>,
+    pub(super) request_ids: Vec<u64>,
+}
+
 /// The request body of one stream: each poll takes what is queued.
 pub(super) struct Outgoing {
     stream: Arc<BatchStream>,
@@ -365,7 +373,7 @@ impl Outgoing {
 }
 
 impl Stream for Outgoing {
-    type Item = BatchCommandsRequest;
+    type Item = OutgoingBatch;
 
     fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
         let this = self.get_mut();
@@ -393,19 +401,22 @@ impl Stream for Outgoing {
             }
         }
         this.timer = None;
-        let mut msg = BatchCommandsRequest::default();
-        while msg.requests.len() < max {
-            let Some((id, cmd)) = core.queue.pop_front() else {
+        let count = core.queue.len().min(max);
+        let mut msg = OutgoingBatch {
+            entries: Vec::with_capacity(count),
+            request_ids: Vec::with_capacity(count),
+        };
+        while msg.entries.len() < max {
+            let Some((id, entry)) = core.queue.pop_front() else {
                 break;
             };
             if let Some(waiter) = core.waiting.get_mut(&id) {
                 waiter.written = true;
-                msg.requests
-                    .push(batch_commands_request::Request { cmd: Some(cmd) });
+                msg.entries.push(entry);
                 msg.request_ids.push(id);
             }
         }
-        if msg.requests.is_empty() {
+        if msg.entries.is_empty() {
             // Everything queued was cancelled.
             core.waker = Some(cx.waker().clone());
             return Poll::Pending;
@@ -425,11 +436,12 @@ mod tests {
     use futures::{FutureExt, StreamExt};
     use std::time::Duration;
 
-    fn get(key: &[u8]) -> RequestCmd {
-        RequestCmd::RawGet(kvrpcpb::RawGetRequest {
+    fn get(key: &[u8]) -> Vec<u8> {
+        let request = kvrpcpb::RawGetRequest {
             key: key.to_vec(),
             ..Default::default()
-        })
+        };
+        tikv_plan_proto::requests::encode_batch_entry(&request).unwrap()
     }
 
     /// Takes any answer as a response of no type.
@@ -462,7 +474,7 @@ mod tests {
             .collect()
     }
 
-    fn now_or_never(out: &mut Outgoing) -> Option<Option<BatchCommandsRequest>> {
+    fn now_or_never(out: &mut Outgoing) -> Option<Option<OutgoingBatch>> {
         out.next().now_or_never()
     }
 
@@ -474,6 +486,7 @@ mod tests {
         let _one = queue(&stream, 1, 1);
         let msg = now_or_never(&mut out).flatten().unwrap();
         assert_eq!(msg.request_ids, vec![1]);
+        assert_eq!(msg.entries, vec![get(b"k")], "the request as it was queued");
         let _many = queue(&stream, 2, 7);
         let sizes: Vec<Vec<u64>> = (0..3)
             .map(|_| now_or_never(&mut out).flatten().unwrap().request_ids)
