@@ -526,6 +526,16 @@ impl KvBatchClient {
 #[async_trait]
 impl KvClient for KvBatchClient {
     async fn dispatch(&self, req: &dyn Request) -> Result<Box<dyn Any + Send>> {
+        self.send(req).await
+    }
+}
+
+impl KvBatchClient {
+    /// Sends `req` over a stream (or as a unary call, see the module
+    /// documentation). The body of [`KvClient::dispatch`], callable without
+    /// the trait's boxed future: the store client that holds this one
+    /// awaits it inside its own.
+    pub(crate) async fn send(&self, req: &dyn Request) -> Result<Box<dyn Any + Send>> {
         if self.shared.unsupported.load(Ordering::Acquire) {
             return self.unary(req).await;
         }
@@ -547,9 +557,7 @@ impl KvClient for KvBatchClient {
         // nothing was sent; a unary call it is.
         self.unary(req).await
     }
-}
 
-impl KvBatchClient {
     async fn wait(
         &self,
         req: &dyn Request,

@@ -205,7 +205,7 @@ impl KvRpcClient {
 impl KvClient for KvRpcClient {
     async fn dispatch(&self, req: &dyn Request) -> Result<Box<dyn Any + Send>> {
         if let Some(batch) = &self.batch {
-            return batch.dispatch(req).await;
+            return batch.send(req).await;
         }
         req.dispatch(&self.rpc_client, self.timeout).await
     }
@@ -225,7 +225,7 @@ impl KvClient for KvRpcClient {
             // takes the request out of the stream's table.
             return match bound {
                 Some(bound) if bound < self.timeout => {
-                    match tokio::time::timeout(bound, batch.dispatch(req)).await {
+                    match tokio::time::timeout(bound, batch.send(req)).await {
                         Ok(result) => result,
                         Err(_) => Err(Error::from(Failure::Timeout {
                             what: format!("the {} request", req.label()),
@@ -233,7 +233,7 @@ impl KvClient for KvRpcClient {
                         })),
                     }
                 }
-                _ => batch.dispatch(req).await,
+                _ => batch.send(req).await,
             };
         }
         let Some(bound) = bound else {
