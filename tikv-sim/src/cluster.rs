@@ -19,7 +19,7 @@ use super::pd::PdService;
 use super::state::{
     ClusterState, Cold, ColdMode, HangMode, PdMember, SimRegion, SimStore, TsoClock,
 };
-use super::store::StoreService;
+use super::store::{StoreServer, StoreService};
 use tonic::transport::Channel;
 
 use super::keyspace::KeyspaceService;
@@ -29,7 +29,6 @@ use crate::proto::metapb::{self, PeerRole};
 use crate::proto::pdpb::pd_client::PdClient;
 use crate::proto::pdpb::pd_server::PdServer;
 use crate::proto::tikvpb::tikv_client::TikvClient;
-use crate::proto::tikvpb::tikv_server::TikvServer;
 use crate::{Error, Result};
 use tikv_plan_proto::meta::{can_become_leader, role_can_lead};
 
@@ -256,7 +255,7 @@ fn pd_routes(shared: &Arc<Shared>, member: usize) -> Routes {
 
 /// The gRPC service of store `store_id`.
 fn store_routes(shared: &Arc<Shared>, store_id: u64) -> Routes {
-    Routes::new(TikvServer::new(StoreService {
+    Routes::new(StoreServer::new(StoreService {
         shared: shared.clone(),
         store_id,
     }))

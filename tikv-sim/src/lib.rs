@@ -111,11 +111,12 @@
 //! ([`StoreCounters::replica_reads`]) so tests can prove nobody sets them.
 //!
 //! **BatchCommands.** A store also serves the `tikvpb.Tikv/BatchCommands`
-//! stream as TiKV does: each sub-request is served in its own task exactly
-//! as its unary method (same checks, errors, faults and counters), and the
-//! answers carry their request ids and go out as they finish, several per
-//! message when ready together, so order and grouping differ from the
-//! requests'. A sub-request that ends in a gRPC status (a malformed request
+//! stream as TiKV does: each sub-request is served exactly as its unary
+//! method (same checks, errors, faults and counters), and the answers carry
+//! their request ids and go out as they finish, several per message when
+//! ready together, so order and grouping differ from the requests' (those
+//! of one message that no fault delays are answered together, in one
+//! message; a delayed or hung one is served in a task of its own). A sub-request that ends in a gRPC status (a malformed request
 //! whose response has no error field) gets no answer, as in TiKV; the
 //! client times out. A dropped response resets the store's connections,
 //! so the whole stream fails. [`StoreCounters::batch_streams`],

@@ -110,7 +110,10 @@ fn pairs(kvs: Vec<(Vec<u8>, Vec<u8>)>, key_only: bool) -> Vec<kvrpcpb::KvPair> {
         .collect()
 }
 
+mod server;
 mod txn;
+
+pub(crate) use server::StoreServer;
 
 impl StoreCommand for kvrpcpb::RawGetRequest {
     fn key_outside(&self, region: &metapb::Region) -> Option<Vec<u8>> {
@@ -643,11 +646,14 @@ impl StoreService {
         }
     }
 
-    /// Runs one BatchCommands stream: every sub-request is served in its own
-    /// task, as its unary method would be; answers go out as they finish,
-    /// several per message when they are ready together, so their order and
-    /// grouping differ from the requests'. A sub-request that ends in a gRPC
-    /// status gets no answer at all, as in TiKV (the client times out).
+    /// Runs one BatchCommands stream: every sub-request is served as its
+    /// unary method would be. One that is answered at its first poll (no
+    /// fault delays it) is answered at once, with the others of its message
+    /// that were; the rest are served each in a task of its own, and their
+    /// answers go out as they finish, several per message when they are
+    /// ready together, so order and grouping differ from the requests'. A
+    /// sub-request that ends in a gRPC status gets no answer at all, as in
+    /// TiKV (the client times out).
     fn run_batch_stream(
         &self,
         mut incoming: Streaming<BatchCommandsRequest>,
@@ -670,40 +676,47 @@ impl StoreService {
                         };
                         let Some(done) = &done_tx else { continue };
                         service.record_batch(|c| c.record_batch_message(msg.requests.len()));
+                        let mut answered = Vec::with_capacity(msg.requests.len());
                         for (id, req) in msg.request_ids.into_iter().zip(msg.requests) {
                             let Some(cmd) = req.cmd else { continue };
-                            let serving = service.clone().serve_batch_cmd(cmd);
+                            let mut serving = service.clone().serve_batch_cmd(cmd);
                             let store_id = service.store_id;
-                            let done = done.clone();
-                            tokio::spawn(async move {
-                                match serving.await {
-                                    Ok(resp) => {
-                                        let _ = done.send((id, resp));
-                                    }
-                                    Err(status) => tracing::debug!(
-                                        "simulated store {store_id} leaves batch request {id} unanswered: {status}"
-                                    ),
+                            let unanswered = move |status: Status| tracing::debug!(
+                                "simulated store {store_id} leaves batch request {id} unanswered: {status}"
+                            );
+                            match futures::poll!(&mut serving) {
+                                std::task::Poll::Ready(Ok(resp)) => answered.push((id, resp)),
+                                std::task::Poll::Ready(Err(status)) => unanswered(status),
+                                std::task::Poll::Pending => {
+                                    let done = done.clone();
+                                    tokio::spawn(async move {
+                                        match serving.await {
+                                            Ok(resp) => {
+                                                let _ = done.send((id, resp));
+                                            }
+                                            Err(status) => unanswered(status),
+                                        }
+                                    });
                                 }
-                            });
+                            }
+                        }
+                        let mut answered = answered.into_iter();
+                        while !answered.as_slice().is_empty() {
+                            let count = answered.len().min(MAX_RESPONSES_PER_MESSAGE);
+                            let msg = answers_message(count, answered.by_ref().take(count));
+                            if out_tx.send(Ok(msg)).await.is_err() {
+                                return;
+                            }
                         }
                     }
                     first = done_rx.recv() => {
-                        let Some((id, resp)) = first else { break };
+                        let Some(first) = first else { break };
                         // The answers ready now go out together.
                         let count = (done_rx.len() + 1).min(MAX_RESPONSES_PER_MESSAGE);
-                        let mut msg = BatchCommandsResponse {
-                            request_ids: Vec::with_capacity(count),
-                            responses: Vec::with_capacity(count),
-                            ..BatchCommandsResponse::default()
-                        };
-                        msg.request_ids.push(id);
-                        msg.responses.push(BatchResponse { cmd: Some(*resp) });
-                        while msg.responses.len() < count {
-                            let Ok((id, resp)) = done_rx.try_recv() else { break };
-                            msg.request_ids.push(id);
-                            msg.responses.push(BatchResponse { cmd: Some(*resp) });
-                        }
-                        if out_tx.send(Ok(msg)).await.is_err() {
+                        let ready = std::iter::once(first)
+                            .chain(std::iter::from_fn(|| done_rx.try_recv().ok()))
+                            .take(count);
+                        if out_tx.send(Ok(answers_message(count, ready))).await.is_err() {
                             break;
                         }
                     }
@@ -712,6 +725,24 @@ impl StoreService {
         });
         out_rx
     }
+}
+
+/// One message of a BatchCommands stream's answers (`count`: how many
+/// there are, at most).
+fn answers_message(
+    count: usize,
+    answers: impl Iterator<Item = (u64, Box<BatchResponseCmd>)>,
+) -> BatchCommandsResponse {
+    let mut msg = BatchCommandsResponse {
+        request_ids: Vec::with_capacity(count),
+        responses: Vec::with_capacity(count),
+        ..BatchCommandsResponse::default()
+    };
+    for (id, resp) in answers {
+        msg.request_ids.push(id);
+        msg.responses.push(BatchResponse { cmd: Some(*resp) });
+    }
+    msg
 }
 
 /// The store's gRPC service: `BatchCommands`, and each unary method of the

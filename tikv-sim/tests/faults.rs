@@ -5,6 +5,9 @@ use std::time::Duration;
 
 use tikv_sim::proto::kvrpcpb;
 use tikv_sim::proto::tikvpb::tikv_client::TikvClient;
+use tikv_sim::proto::tikvpb::{
+    batch_commands_request, BatchCommandsRequest, BatchCommandsResponse,
+};
 use tikv_sim::{ColdMode, HangMode, Outcome, SimCluster};
 use tonic::transport::Channel;
 
@@ -376,5 +379,69 @@ async fn a_store_cut_off_from_pd_leaves_pd_stale_until_it_joins_again() {
         cluster.pd_leader_of(right.id).map(|p| p.store_id),
         Some(right_new)
     );
+    cluster.shutdown().await;
+}
+
+/// A BatchCommands message of `RawGet`s with the given ids.
+fn batch_of_gets(ctx: &kvrpcpb::Context, ids: &[u64]) -> BatchCommandsRequest {
+    BatchCommandsRequest {
+        requests: ids
+            .iter()
+            .map(|_| batch_commands_request::Request {
+                cmd: Some(batch_commands_request::request::Cmd::RawGet(get_req(
+                    ctx, b"k",
+                ))),
+            })
+            .collect(),
+        request_ids: ids.to_vec(),
+        ..Default::default()
+    }
+}
+
+/// The next answer message of a BatchCommands stream, bounded by
+/// [`PATIENCE`].
+async fn next_answers(
+    answers: &mut tonic::Streaming<BatchCommandsResponse>,
+) -> BatchCommandsResponse {
+    tokio::time::timeout(PATIENCE, answers.message())
+        .await
+        .expect("an answer in time")
+        .unwrap()
+        .unwrap()
+}
+
+#[tokio::test]
+async fn batch_commands_answers_undelayed_requests_together_and_delayed_ones_after_the_delay() {
+    let cluster = one_region().await;
+    let (store, mut client, ctx) = leader_of_first(&cluster).await;
+    let (tx, rx) = tokio::sync::mpsc::channel(4);
+    let mut answers = client
+        .batch_commands(tokio_stream::wrappers::ReceiverStream::new(rx))
+        .await
+        .unwrap()
+        .into_inner();
+    // Nothing delays them: the three go out in one message, in order.
+    tx.send(batch_of_gets(&ctx, &[1, 2, 3])).await.unwrap();
+    let msg = next_answers(&mut answers).await;
+    assert_eq!(msg.request_ids, vec![1, 2, 3]);
+    assert_eq!(msg.responses.len(), 3);
+    // A slow store: each is served in a task of its own, after the delay.
+    let delay = Duration::from_millis(150);
+    cluster.store_slow(store, delay);
+    let started = std::time::Instant::now();
+    tx.send(batch_of_gets(&ctx, &[4, 5])).await.unwrap();
+    let mut ids = Vec::new();
+    while ids.len() < 2 {
+        ids.extend(next_answers(&mut answers).await.request_ids);
+    }
+    assert!(started.elapsed() >= delay);
+    ids.sort_unstable();
+    assert_eq!(ids, vec![4, 5]);
+    cluster.store_slow(store, Duration::ZERO);
+    // Back to at once, on the same stream.
+    tx.send(batch_of_gets(&ctx, &[6])).await.unwrap();
+    assert_eq!(next_answers(&mut answers).await.request_ids, vec![6]);
+    let served = cluster.counters(store).batch_requests();
+    assert_eq!(served, 6);
     cluster.shutdown().await;
 }

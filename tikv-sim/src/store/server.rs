@@ -1,0 +1,126 @@
+//! The store's gRPC server as it is served: the generated `TikvServer` for
+//! every unary method, and `tikvpb.Tikv/BatchCommands` with a codec of its
+//! own.
+//!
+//! The codec differs from tonic's prost codec in one way: it sizes the
+//! buffer for a response message before encoding it. A BatchCommands
+//! message carries many answers (a scan of 100 pairs is 12 KB each), and
+//! prost, writing into tonic's 8 KB buffer, grows it by doubling, copying
+//! what it had written each time; the encoded bytes are the same.
+
+use std::convert::Infallible;
+use std::task::{Context, Poll};
+
+use prost::Message;
+use tonic::body::Body;
+use tonic::codec::{Codec, DecodeBuf, Decoder, EncodeBuf, Encoder};
+use tonic::codegen::{http, BoxFuture, Service};
+use tonic::server::{Grpc, NamedService, StreamingService};
+use tonic::{Request, Response, Status, Streaming};
+
+use super::StoreService;
+use crate::proto::tikvpb::tikv_server::{Tikv, TikvServer};
+use crate::proto::tikvpb::{BatchCommandsRequest, BatchCommandsResponse};
+
+/// The gRPC path of the stream.
+const BATCH_COMMANDS_PATH: &str = "/tikvpb.Tikv/BatchCommands";
+
+/// The `tikvpb.Tikv` service of one store.
+#[derive(Clone)]
+pub(crate) struct StoreServer {
+    unary: TikvServer<StoreService>,
+    service: StoreService,
+}
+
+impl StoreServer {
+    pub(crate) fn new(service: StoreService) -> Self {
+        StoreServer {
+            unary: TikvServer::new(service.clone()),
+            service,
+        }
+    }
+}
+
+impl NamedService for StoreServer {
+    const NAME: &'static str = <TikvServer<StoreService> as NamedService>::NAME;
+}
+
+impl Service<http::Request<Body>> for StoreServer {
+    type Response = http::Response<Body>;
+    type Error = Infallible;
+    type Future = BoxFuture<Self::Response, Self::Error>;
+
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, req: http::Request<Body>) -> Self::Future {
+        if req.uri().path() != BATCH_COMMANDS_PATH {
+            return self.unary.call(req);
+        }
+        let service = self.service.clone();
+        Box::pin(async move {
+            // tonic's defaults, as the generated server has them: 4 MB for
+            // a request message, no bound on a response message.
+            let mut grpc = Grpc::new(BatchCodec);
+            Ok(grpc.streaming(BatchCommands(service), req).await)
+        })
+    }
+}
+
+/// The BatchCommands method, served by [`Tikv::batch_commands`].
+struct BatchCommands(StoreService);
+
+impl StreamingService<BatchCommandsRequest> for BatchCommands {
+    type Response = BatchCommandsResponse;
+    type ResponseStream = tonic::codegen::BoxStream<BatchCommandsResponse>;
+    type Future = BoxFuture<Response<Self::ResponseStream>, Status>;
+
+    fn call(&mut self, request: Request<Streaming<BatchCommandsRequest>>) -> Self::Future {
+        let service = self.0.clone();
+        Box::pin(async move { service.batch_commands(request).await })
+    }
+}
+
+/// The stream's codec: prost's encoding, into a buffer sized first.
+#[derive(Debug, Clone, Copy, Default)]
+struct BatchCodec;
+
+impl Codec for BatchCodec {
+    type Encode = BatchCommandsResponse;
+    type Decode = BatchCommandsRequest;
+    type Encoder = BatchCodec;
+    type Decoder = BatchCodec;
+
+    fn encoder(&mut self) -> Self::Encoder {
+        BatchCodec
+    }
+
+    fn decoder(&mut self) -> Self::Decoder {
+        BatchCodec
+    }
+}
+
+impl Encoder for BatchCodec {
+    type Item = BatchCommandsResponse;
+    type Error = Status;
+
+    fn encode(&mut self, item: Self::Item, dst: &mut EncodeBuf<'_>) -> Result<(), Status> {
+        dst.reserve(item.encoded_len());
+        item.encode(dst)
+            .map_err(|e| Status::internal(format!("encoding a BatchCommands response: {e}")))
+    }
+}
+
+impl Decoder for BatchCodec {
+    type Item = BatchCommandsRequest;
+    type Error = Status;
+
+    fn decode(&mut self, src: &mut DecodeBuf<'_>) -> Result<Option<Self::Item>, Status> {
+        // A message prost cannot decode fails the call as tonic's codec
+        // fails it.
+        BatchCommandsRequest::decode(src)
+            .map(Some)
+            .map_err(|e| Status::internal(e.to_string()))
+    }
+}
