@@ -80,7 +80,7 @@ use prost::bytes::{Buf, Bytes};
 use tikv_plan_proto::answers::{
     decode_batch_answer, split_batch_response, AnswerError, BatchAnswers,
 };
-use tikv_plan_proto::methods::KvMethod;
+use tikv_plan_proto::methods::{KvMethod, BATCH_COMMANDS_PATH};
 use tikv_plan_proto::requests::{batch_request_len, encode_batch_entry, write_batch_request};
 use tonic::client::Grpc;
 use tonic::codec::{Codec, DecodeBuf, Decoder, EncodeBuf, Encoder};
@@ -237,9 +237,6 @@ impl Decoder for BatchCodec {
             .map_err(|e| tonic::Status::internal(format!("a BatchCommands response: {e}")))
     }
 }
-
-/// The gRPC path of the stream.
-const BATCH_COMMANDS_PATH: &str = "/tikvpb.Tikv/BatchCommands";
 
 /// How to open another connection to the store.
 #[derive(Clone)]

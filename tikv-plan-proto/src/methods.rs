@@ -179,6 +179,10 @@ pub trait KvResponse: prost::Message + Default + Clone + Send + Sync + 'static {
     }
 }
 
+/// The gRPC path of `tikvpb.Tikv`'s BatchCommands stream, which carries
+/// the unary methods' requests in batches.
+pub const BATCH_COMMANDS_PATH: &str = "/tikvpb.Tikv/BatchCommands";
+
 /// A unary method of `tikvpb.Tikv`, named by its request type.
 pub trait KvMethod: prost::Message + Default + Clone + Send + Sync + 'static {
     /// What the store answers.
@@ -360,6 +364,7 @@ mod tests {
             )*};
         }
         crate::kv_methods!(check);
+        assert!(stubs.contains(&format!("\"{BATCH_COMMANDS_PATH}\"")));
     }
 
     #[test]

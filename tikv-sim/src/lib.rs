@@ -116,7 +116,8 @@
 //! their request ids and go out as they finish, several per message when
 //! ready together, so order and grouping differ from the requests' (those
 //! of one message that no fault delays are answered together, in one
-//! message; a delayed or hung one is served in a task of its own). A sub-request that ends in a gRPC status (a malformed request
+//! message; a delayed or hung one is served in a task of its own). A
+//! sub-request that ends in a gRPC status (a malformed request
 //! whose response has no error field) gets no answer, as in TiKV; the
 //! client times out. A dropped response resets the store's connections,
 //! so the whole stream fails. [`StoreCounters::batch_streams`],

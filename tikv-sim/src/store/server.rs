@@ -21,9 +21,7 @@ use tonic::{Request, Response, Status, Streaming};
 use super::StoreService;
 use crate::proto::tikvpb::tikv_server::{Tikv, TikvServer};
 use crate::proto::tikvpb::{BatchCommandsRequest, BatchCommandsResponse};
-
-/// The gRPC path of the stream.
-const BATCH_COMMANDS_PATH: &str = "/tikvpb.Tikv/BatchCommands";
+use tikv_plan_proto::methods::BATCH_COMMANDS_PATH;
 
 /// The `tikvpb.Tikv` service of one store.
 #[derive(Clone)]
