@@ -8,7 +8,9 @@ use std::time::Duration;
 use tikv_plan::codec::encode_bytes;
 use tikv_plan::proto::kvrpcpb::{self, Mutation, Op};
 use tikv_plan::transaction::{as_key_error, HeartbeatOption};
-use tikv_plan::{CheckLevel, Config, Error, TimestampExt, TransactionClient, TransactionOptions};
+use tikv_plan::{
+    CheckLevel, Config, Error, TimestampExt, Transaction, TransactionClient, TransactionOptions,
+};
 use tikv_sim::SimCluster;
 
 async fn cluster(splits: &[&str]) -> SimCluster {
@@ -475,4 +477,117 @@ async fn the_returned_commit_ts_is_the_stored_one_under_dropped_prewrites() {
         }
     }
     cluster.shutdown().await;
+}
+
+/// Every store of `cluster` down (connections refused).
+async fn all_stores_down(cluster: &SimCluster) {
+    for store in cluster.store_ids() {
+        cluster.store_down(store).await;
+    }
+}
+
+async fn all_stores_up(cluster: &SimCluster) {
+    for store in cluster.store_ids() {
+        cluster.store_up(store).await.unwrap();
+    }
+}
+
+/// A client whose calls give up quickly once every store is down.
+async fn impatient_client(cluster: &SimCluster) -> TransactionClient {
+    let config = Config::default()
+        .with_timeout(Duration::from_millis(200))
+        .with_connect_timeout(Duration::from_millis(200))
+        .with_request_deadline(Duration::from_millis(800));
+    client_with(cluster, config).await
+}
+
+#[tokio::test]
+async fn a_transaction_whose_rollback_failed_on_a_fault_drops_without_panicking() {
+    let cluster = cluster(&[]).await;
+    let client = impatient_client(&cluster).await;
+    // The default drop check: `CheckLevel::Panic`.
+    let mut txn = client
+        .begin_with_options(TransactionOptions::new_pessimistic())
+        .await
+        .unwrap();
+    txn.put("k".to_owned(), "v".to_owned()).await.unwrap();
+    assert_eq!(
+        all_locks(&cluster).len(),
+        1,
+        "the put took a pessimistic lock"
+    );
+    all_stores_down(&cluster).await;
+    let e = txn.rollback().await.unwrap_err();
+    assert!(
+        !e.is_undetermined(),
+        "a failed rollback is an ordinary error: {e:?}"
+    );
+    // The rollback was asked for: dropping the transaction is the caller's
+    // intent, not a forgotten transaction, whatever the rollback returned.
+    drop(txn);
+    all_stores_up(&cluster).await;
+    // The lock left behind is a reader's to resolve once its TTL is over.
+    cluster.advance_tso_clock(Duration::from_secs(60));
+    write(&client, "k", "w").await;
+    assert_eq!(read(&client, "k").await, Some(b"w".to_vec()));
+    assert!(all_locks(&cluster).is_empty());
+}
+
+#[tokio::test]
+async fn a_failed_rollback_can_be_retried_and_releases_the_locks() {
+    let cluster = cluster(&[]).await;
+    let client = impatient_client(&cluster).await;
+    let mut txn = client
+        .begin_with_options(TransactionOptions::new_pessimistic())
+        .await
+        .unwrap();
+    txn.put("k".to_owned(), "v".to_owned()).await.unwrap();
+    all_stores_down(&cluster).await;
+    assert!(txn.rollback().await.is_err());
+    all_stores_up(&cluster).await;
+    txn.rollback().await.unwrap();
+    assert!(
+        all_locks(&cluster).is_empty(),
+        "the retried rollback released the lock"
+    );
+    assert_eq!(
+        txn.status(),
+        tikv_plan::transaction::TransactionStatus::Rolledback
+    );
+}
+
+/// The end of README's quick-start loop: commit, and on an ordinary
+/// failure `txn.rollback().await?; return Err(e)`.
+async fn readme_commit_or_roll_back(mut txn: Transaction) -> tikv_plan::Result<()> {
+    match txn.commit().await {
+        Ok(_) => Ok(()),
+        Err(e) if e.is_undetermined() => Err(e),
+        Err(e) => {
+            txn.rollback().await?;
+            Err(e)
+        }
+    }
+}
+
+#[tokio::test]
+async fn the_readme_rollback_pattern_survives_every_store_down() {
+    for options in [
+        TransactionOptions::new_optimistic(),
+        TransactionOptions::new_pessimistic(),
+    ] {
+        let cluster = cluster(&[]).await;
+        let client = impatient_client(&cluster).await;
+        // The default drop check (`CheckLevel::Panic`); a pessimistic put
+        // takes its lock while the stores are up.
+        let mut txn = client.begin_with_options(options).await.unwrap();
+        txn.put("account".to_owned(), "10".to_owned())
+            .await
+            .unwrap();
+        all_stores_down(&cluster).await;
+        // The commit fails, the rollback fails too, `?` returns its error
+        // and drops the transaction: no panic.
+        let e = readme_commit_or_roll_back(txn).await.unwrap_err();
+        assert!(!e.is_undetermined(), "no prewrite was answered: {e:?}");
+        all_stores_up(&cluster).await;
+    }
 }

@@ -174,6 +174,9 @@ pub struct Transaction<PdC: PdClient = PdRpcClient> {
     /// Set when a commit ended undetermined: the error, printed. The
     /// transaction then refuses `commit` and `rollback`.
     undetermined: Option<String>,
+    /// `commit` or `rollback` was called, whatever it returned: the caller
+    /// tried to end the transaction, so dropping it is no mistake to report.
+    end_requested: bool,
 }
 
 impl<PdC: PdClient> Transaction<PdC> {
@@ -198,6 +201,7 @@ impl<PdC: PdClient> Transaction<PdC> {
             start_instant: Instant::now(),
             pessimistic_locked: Default::default(),
             undetermined: None,
+            end_requested: false,
         }
     }
 
@@ -524,6 +528,7 @@ impl<PdC: PdClient> Transaction<PdC> {
     /// before retrying); any other error means the transaction did not
     /// commit, and its locks were rolled back.
     pub async fn commit(&mut self) -> Result<Option<Timestamp>> {
+        self.end_requested = true;
         self.refuse_if_undetermined("commit")?;
         match self.status {
             TransactionStatus::Active | TransactionStatus::StartedCommit => {}
@@ -562,7 +567,20 @@ impl<PdC: PdClient> Transaction<PdC> {
 
     /// Rolls back: releases this transaction's locks. After a commit that
     /// ended undetermined, a rollback fails if the transaction committed.
+    ///
+    /// A rollback that fails (no store answered, say) leaves the
+    /// transaction as it was, so calling `rollback` again retries it.
+    /// Dropping the transaction instead is fine: once `commit` or
+    /// `rollback` was called, the drop check ([`CheckLevel`]) never fires,
+    /// whatever the call returned. The locks a failed rollback left behind
+    /// expire after their TTL, and a reader that meets one resolves it
+    /// through the transaction's primary key first (rolling the primary
+    /// back makes the transaction's fate final before any other key is
+    /// touched); a dropped transaction that still holds pessimistic locks
+    /// also tries once, in the background on the current Tokio runtime,
+    /// to release them, bounded by the request deadline.
     pub async fn rollback(&mut self) -> Result<()> {
+        self.end_requested = true;
         self.refuse_if_undetermined("rollback")?;
         match self.status {
             TransactionStatus::Active
@@ -1484,7 +1502,12 @@ impl<PdC: PdClient> Drop for Transaction<PdC> {
         if self.status == TransactionStatus::Active {
             self.release_locks_in_background();
         }
-        let unfinished = self.status == TransactionStatus::Active && self.buffer.has_mutations();
+        // The check is about the caller's intent: a transaction whose
+        // `commit` or `rollback` was called (and failed, say because every
+        // store was down) was not forgotten, so it is never reported.
+        let unfinished = self.status == TransactionStatus::Active
+            && self.buffer.has_mutations()
+            && !self.end_requested;
         if !unfinished {
             return;
         }

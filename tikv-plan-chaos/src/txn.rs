@@ -46,9 +46,12 @@
 //! report of one run share the run's recorder, clients and key layout.
 
 use std::collections::BTreeMap;
+use std::panic::AssertUnwindSafe;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
+
+use futures::FutureExt;
 
 use super::history::{undetermined_anywhere, FINAL_READER};
 use super::inject::{FaultKind, Injector, InjectorConfig};
@@ -452,7 +455,8 @@ fn options_for(mode: TxnMode) -> TransactionOptions {
         TxnMode::Pessimistic => TransactionOptions::new_pessimistic(),
         TxnMode::PessimisticAsyncCommit => TransactionOptions::new_pessimistic().use_async_commit(),
     }
-    .drop_check(CheckLevel::Warn)
+    // The default drop check (`CheckLevel::Panic`): every transaction is
+    // ended by commit or rollback, so a panic is the client's fault.
 }
 
 /// The transaction or snapshot a read goes to.
@@ -555,6 +559,9 @@ enum Role {
 struct Shared {
     hangs: AtomicU64,
     forced_expiries: AtomicU64,
+    /// Transactions whose run or drop panicked (the client's drop check
+    /// among them); the task goes on with its next transaction.
+    panics: AtomicU64,
 }
 
 /// One workload task.
@@ -586,48 +593,81 @@ impl Worker {
             let invoke = self.recorder.now();
             let mut draft = Draft::default();
             let bound = self.bound;
-            let (workload, mode, result) = match self.role {
-                Role::List => {
-                    let mode = MODES[self.n % MODES.len()];
-                    let result = tokio::time::timeout(bound, self.list_txn(mode, &mut draft)).await;
-                    (TxnWorkload::ListAppend, mode, result)
-                }
-                Role::Bank => {
-                    let audit = self.n % 4 == 3;
-                    let mode = if audit {
-                        if self.rng.bool() {
-                            TxnMode::Snapshot
+            let started = tokio::time::Instant::now();
+            // Each transaction, its drop included (an abandoned one is
+            // dropped inside `timeout`), runs under `catch_unwind`: a panic,
+            // such as the drop check's, is counted and the task goes on.
+            let ran = AssertUnwindSafe(async {
+                match self.role {
+                    Role::List => {
+                        let mode = MODES[self.n % MODES.len()];
+                        let result =
+                            tokio::time::timeout(bound, self.list_txn(mode, &mut draft)).await;
+                        (TxnWorkload::ListAppend, mode, result)
+                    }
+                    Role::Bank => {
+                        let audit = self.n % 4 == 3;
+                        let mode = if audit {
+                            if self.rng.bool() {
+                                TxnMode::Snapshot
+                            } else {
+                                TxnMode::Optimistic
+                            }
                         } else {
-                            TxnMode::Optimistic
-                        }
-                    } else {
-                        MODES[self.n % 5]
-                    };
-                    let result = if audit {
-                        tokio::time::timeout(bound, self.audit_txn(mode, &mut draft)).await
-                    } else {
-                        tokio::time::timeout(bound, self.transfer_txn(mode, &mut draft)).await
-                    };
-                    (TxnWorkload::Bank, mode, result)
+                            MODES[self.n % 5]
+                        };
+                        let result = if audit {
+                            tokio::time::timeout(bound, self.audit_txn(mode, &mut draft)).await
+                        } else {
+                            tokio::time::timeout(bound, self.transfer_txn(mode, &mut draft)).await
+                        };
+                        (TxnWorkload::Bank, mode, result)
+                    }
+                    Role::Long => {
+                        let mode = if self.n.is_multiple_of(2) {
+                            TxnMode::Pessimistic
+                        } else {
+                            TxnMode::PessimisticAsyncCommit
+                        };
+                        let workload = if (self.n / 2).is_multiple_of(2) {
+                            TxnWorkload::Bank
+                        } else {
+                            TxnWorkload::ListAppend
+                        };
+                        let result =
+                            tokio::time::timeout(bound, self.long_txn(mode, workload, &mut draft))
+                                .await;
+                        (workload, mode, result)
+                    }
                 }
-                Role::Long => {
-                    let mode = if self.n.is_multiple_of(2) {
-                        TxnMode::Pessimistic
-                    } else {
-                        TxnMode::PessimisticAsyncCommit
-                    };
-                    let workload = if (self.n / 2).is_multiple_of(2) {
-                        TxnWorkload::Bank
-                    } else {
-                        TxnWorkload::ListAppend
-                    };
-                    let result =
-                        tokio::time::timeout(bound, self.long_txn(mode, workload, &mut draft))
-                            .await;
-                    (workload, mode, result)
-                }
-            };
+            })
+            .catch_unwind()
+            .await;
             self.n += 1;
+            let Ok((workload, mode, result)) = ran else {
+                if started.elapsed() >= bound {
+                    // Abandoned past its bound: the drop check fired on a
+                    // transaction the workload gave up on. A hang.
+                    self.shared.hangs.fetch_add(1, Ordering::SeqCst);
+                } else {
+                    self.shared.panics.fetch_add(1, Ordering::SeqCst);
+                }
+                tracing::warn!("txn chaos: task {} panicked in a transaction", self.task);
+                // What it did is unknown: recorded as abandoned, so the
+                // check takes either outcome.
+                self.recorder.record(TxnRecord {
+                    id: 0,
+                    task: self.task,
+                    workload: TxnWorkload::ListAppend,
+                    mode: TxnMode::Optimistic,
+                    start_ts: draft.start_ts,
+                    invoke,
+                    complete: None,
+                    ops: draft.ops,
+                    outcome: TxnOutcome::Abandoned,
+                });
+                continue;
+            };
             let (outcome, complete) = match result {
                 Ok(outcome) => (outcome, Some(self.recorder.now())),
                 Err(_) => {
@@ -1395,7 +1435,9 @@ impl TxnRan {
             check,
             hangs: usize::try_from(self.shared.hangs.load(Ordering::SeqCst)).unwrap_or(usize::MAX),
             hang_records,
-            panics: self.panics + panics,
+            panics: self.panics
+                + panics
+                + usize::try_from(self.shared.panics.load(Ordering::SeqCst)).unwrap_or(usize::MAX),
             history,
         }
     }

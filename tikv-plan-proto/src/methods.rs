@@ -7,8 +7,6 @@
 //! implements, and, for code that needs one item per method, through
 //! [`kv_methods!`](crate::kv_methods), which hands the table to a macro.
 
-use std::any::Any;
-
 use crate::tikvpb::batch_commands_request::request::Cmd as RequestCmd;
 use crate::tikvpb::batch_commands_response::response::Cmd as ResponseCmd;
 use crate::{errorpb, kvrpcpb};
@@ -225,23 +223,6 @@ pub trait KvMethod: prost::Message + Default + Clone + Send + Sync + 'static {
     }
 }
 
-/// A `BatchCommands` sub-response as the [`KvMethod::LABEL`] of its method
-/// and its typed response (for `downcast`).
-pub fn unpack_batch_response(response: ResponseCmd) -> (&'static str, Box<dyn Any + Send>) {
-    macro_rules! unpack {
-        ($($name:ident: $req:ident => $resp:ident, $grpc:literal, $stub:ident,
-           [$($case:ident)?], $shape:ident $(($field:ident))?;)*) => {
-            match response {
-                $($(ResponseCmd::$case(typed) => {
-                    let typed: kvrpcpb::$resp = typed;
-                    (<kvrpcpb::$req as KvMethod>::LABEL, Box::new(typed))
-                })?)*
-            }
-        };
-    }
-    crate::kv_methods!(unpack)
-}
-
 macro_rules! key_error_accessors {
     (text) => {
         fn text_error_mut(&mut self) -> Option<&mut String> {
@@ -372,9 +353,6 @@ mod tests {
         let cmd = kvrpcpb::PrewriteRequest::default().to_batch();
         assert!(matches!(cmd, Some(RequestCmd::Prewrite(_))));
         assert!(kvrpcpb::RawCasRequest::default().to_batch().is_none());
-        let (label, typed) = unpack_batch_response(ResponseCmd::Prewrite(Default::default()));
-        assert_eq!(label, "kv_prewrite");
-        assert!(typed.downcast::<kvrpcpb::PrewriteResponse>().is_ok());
 
         let mut text = kvrpcpb::RawPutResponse::with_abort("no".into()).unwrap();
         assert_eq!(text.error, "no");
