@@ -84,7 +84,7 @@ async fn multi_shard_results_keep_shard_order() {
     .execute()
     .await
     .unwrap();
-    let got: Vec<Vec<u8>> = got.into_iter().map(|p| p.key).collect();
+    let got: Vec<Vec<u8>> = got.into_iter().map(|p| p.into_key().into()).collect();
     assert_eq!(got, vec![b"a", b"b", b"c", b"d", b"e", b"f"]);
 }
 

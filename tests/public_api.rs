@@ -579,6 +579,17 @@ fn public_api_of(root: &Path) -> Vec<String> {
                 Some((_, trait_path, _)) => {
                     let trait_name = trait_path.segments.last().map(tokens).unwrap_or_default();
                     lines.insert(format!("{feature}impl {trait_name} for {public_name}"));
+                    // What the impl yields (`Merge::Out`, `Process::Out`,
+                    // `KvRequest::Response`): a plan built by hand names it.
+                    for ii in &imp.items {
+                        if let syn::ImplItem::Type(t) = ii {
+                            lines.insert(format!(
+                                "{feature}impl-type {public_name}::<{trait_name}>::{}: {}",
+                                t.ident,
+                                tokens(&t.ty)
+                            ));
+                        }
+                    }
                 }
                 None => {
                     for ii in &imp.items {
@@ -936,6 +947,10 @@ fn the_item_classifier_reads_paths() {
 /// type-checks the same way (same kinds of arguments and result).
 const SIGNATURE_DIFFERENCES: &[(&str, &str)] = &[
     (
+        "crate::request::Collect::<Merge<kvrpcpb::CheckSecondaryLocksResponse>>::Out",
+        "no such impl: see IMPL_DIFFERENCES",
+    ),
+    (
         "crate::request::PlanBuilder::cleanup_locks",
         "see crate::request::PlanBuilder::all_stores",
     ),
@@ -1015,7 +1030,8 @@ const SIGNATURE_DIFFERENCES: &[(&str, &str)] = &[
 ];
 
 /// A member line's key (`method crate::A::name`, `field crate::A.f`,
-/// `variant crate::E::V`, `fn crate::m::f`) and its signature.
+/// `variant crate::E::V`, `fn crate::m::f`, `impl-type crate::A::<Tr>::Out`:
+/// an associated type of a trait impl) and its signature.
 fn member(line: &str) -> Option<(String, String)> {
     let line = match line.strip_prefix('[') {
         Some(rest) => rest.split_once("] ")?.1,
@@ -1041,6 +1057,15 @@ fn member(line: &str) -> Option<(String, String)> {
             let (path, ty) = rest.split_once(": ")?;
             let owner = path.rsplit_once('.').map_or("", |(o, _)| o);
             Some((path.to_owned(), normalize(ty, owner)))
+        }
+        "impl-type" => {
+            let (path, ty) = rest.split_once(": ")?;
+            let owner = path.split("::<").next().unwrap_or(path);
+            // A generated type keeps its module here: what a hand-built
+            // plan yields is `Vec<KvPair>` in client-rust, and the wire
+            // type `kvrpcpb::KvPair` is another type of the same name.
+            let ty = ty.replace("kvrpcpb::", "kvrpcpb_");
+            Some((path.to_owned(), normalize(&ty, owner)))
         }
         "variant" => {
             let end = rest.find('(').unwrap_or(rest.len());
@@ -1198,6 +1223,20 @@ fn client_rust_members_have_our_signatures() {
         stale.is_empty(),
         "SIGNATURE_DIFFERENCES names members that now match: {stale:?}"
     );
+}
+
+#[test]
+fn impl_types_keep_the_wire_module() {
+    let line = |ty: &str| {
+        format!("impl-type crate::request::Collect::<Merge<kvrpcpb::RawScanResponse>>::Out: {ty}")
+    };
+    let (key, ours) = member(&line("Vec<KvPair>")).unwrap();
+    assert_eq!(
+        key,
+        "crate::request::Collect::<Merge<kvrpcpb::RawScanResponse>>::Out"
+    );
+    assert_eq!(ours, member(&line("Vec<crate::KvPair>")).unwrap().1);
+    assert_ne!(ours, member(&line("Vec<kvrpcpb::KvPair>")).unwrap().1);
 }
 
 #[test]

@@ -311,9 +311,10 @@ async fn epoch_not_match_splits_the_shard_and_keeps_order() {
     let got: Vec<(String, String)> = pairs
         .into_iter()
         .map(|p| {
+            let (key, value): (tikv_plan::Key, tikv_plan::Value) = p.into();
             (
-                String::from_utf8(p.key).unwrap(),
-                String::from_utf8(p.value).unwrap(),
+                String::from_utf8(key.into()).unwrap(),
+                String::from_utf8(value).unwrap(),
             )
         })
         .collect();

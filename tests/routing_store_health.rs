@@ -193,7 +193,6 @@ async fn timeouts_after_waiting_for_a_permit_are_consecutive_strikes() {
     // Found in review: a shard's send time was taken before it waited for
     // its permit, so with one permit the later shards' timeouts looked
     // concurrent with the first strike and a hung store was never marked.
-    use tikv_plan::proto::kvrpcpb;
     use tikv_plan::raw_lowering::new_raw_batch_get_request;
     use tikv_plan::request::{Collect, Plan, PlanBuilder};
     let peers = |r: u64| [mock::voter(r * 10 + 1, 1), mock::voter(r * 10 + 2, 2)];
@@ -213,7 +212,7 @@ async fn timeouts_after_waiting_for_a_permit_are_consecutive_strikes() {
             answer
         })
     });
-    let pairs: Vec<kvrpcpb::KvPair> = PlanBuilder::new(
+    let pairs: Vec<tikv_plan::KvPair> = PlanBuilder::new(
         pd.clone(),
         tikv_plan::request::Keyspace::Disable,
         new_raw_batch_get_request(

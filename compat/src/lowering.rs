@@ -102,7 +102,8 @@ pub async fn run(pd_endpoints: Vec<String>, coprocessor: (&str, &str)) -> Result
     .plan()
     .execute()
     .await?;
-    seen.raw_batch_get = found.into_iter().map(KvPair::from).collect();
+    // `Vec<KvPair>`, the crate's pair, as client-rust's `Collect` yields.
+    seen.raw_batch_get = found;
     let range: BoundRange = ("raw-b".to_owned().."raw-c".to_owned()).into();
     PlanBuilder::new(
         pd.clone(),
@@ -133,7 +134,7 @@ pub async fn run(pd_endpoints: Vec<String>, coprocessor: (&str, &str)) -> Result
     .plan()
     .execute()
     .await?;
-    seen.raw_scan_after_delete = scanned.into_iter().map(KvPair::from).collect();
+    seen.raw_scan_after_delete = scanned;
     let (name, version) = coprocessor;
     let request = new_raw_coprocessor_request(
         name.to_owned(),

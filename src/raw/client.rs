@@ -161,6 +161,10 @@ impl<PdC: PdClient> RawClient<PdC> {
         Key::from(pair.key).truncate_keyspace(self.keyspace)
     }
 
+    fn strip_keyspace(&self, pair: KvPair) -> KvPair {
+        pair.truncate_keyspace(self.keyspace)
+    }
+
     /// A client that reads and writes column family `cf`.
     pub fn with_cf(&self, cf: ColumnFamily) -> Self {
         RawClient {
@@ -257,7 +261,7 @@ impl<PdC: PdClient> RawClient<PdC> {
         }
         let request = new_raw_batch_get_request(keys, self.cf_name());
         let pairs = self.run(request, Collect).await?;
-        Ok(pairs.into_iter().map(|p| self.decode_pair(p)).collect())
+        Ok(pairs.into_iter().map(|p| self.strip_keyspace(p)).collect())
     }
 
     /// The remaining time-to-live of `key` in seconds (0: it never expires),
@@ -538,7 +542,7 @@ impl<PdC: PdClient> RawClient<PdC> {
         each_limit: u32,
     ) -> Result<Vec<KvPair>> {
         let pairs = self.batch_scan_inner(ranges, each_limit, false).await?;
-        Ok(pairs.into_iter().map(|p| self.decode_pair(p)).collect())
+        Ok(pairs.into_iter().map(|p| self.strip_keyspace(p)).collect())
     }
 
     /// Up to `each_limit` keys from each range, in the order the ranges are
@@ -549,7 +553,10 @@ impl<PdC: PdClient> RawClient<PdC> {
         each_limit: u32,
     ) -> Result<Vec<Key>> {
         let pairs = self.batch_scan_inner(ranges, each_limit, true).await?;
-        Ok(pairs.into_iter().map(|p| self.decode_key(p)).collect())
+        Ok(pairs
+            .into_iter()
+            .map(|p| p.into_key().truncate_keyspace(self.keyspace))
+            .collect())
     }
 
     /// Overlapping ranges go to separate layers of disjoint ranges (see
@@ -560,13 +567,13 @@ impl<PdC: PdClient> RawClient<PdC> {
         ranges: impl IntoIterator<Item = impl Into<BoundRange>>,
         each_limit: u32,
         key_only: bool,
-    ) -> Result<Vec<kvrpcpb::KvPair>> {
+    ) -> Result<Vec<KvPair>> {
         check_scan_limit(each_limit)?;
         let ranges = ranges
             .into_iter()
             .map(|r| self.encode_range(r))
             .collect::<Result<Vec<_>>>()?;
-        let mut per_range: Vec<Vec<kvrpcpb::KvPair>> = vec![Vec::new(); ranges.len()];
+        let mut per_range: Vec<Vec<KvPair>> = vec![Vec::new(); ranges.len()];
         if each_limit == 0 {
             return Ok(Vec::new());
         }
@@ -584,9 +591,10 @@ impl<PdC: PdClient> RawClient<PdC> {
             // spanning Regions can return more, so cut each range back to its
             // first `each_limit` keys (pairs arrive in key order).
             for pair in pairs {
-                let owner = layer_ranges
-                    .iter()
-                    .position(|(s, e)| pair.key >= *s && (e.is_empty() || pair.key < *e));
+                let owner = layer_ranges.iter().position(|(s, e)| {
+                    let key = pair.key().as_bytes();
+                    key >= s.as_slice() && (e.is_empty() || key < e.as_slice())
+                });
                 if let Some(slot) = owner.map(|k| &mut per_range[layer[k]]) {
                     if (slot.len() as u32) < each_limit {
                         slot.push(pair);

@@ -52,7 +52,7 @@
 //! let _: () = PlanBuilder::new(pd.clone(), tikv_plan::request::Keyspace::Disable, new_raw_delete_request("k".into(), None, false))
 //!     .retry_multi_region(b.clone()).merge(CollectSingle).post_process_default()
 //!     .plan().execute().await?;
-//! let _: Vec<_> = PlanBuilder::new(pd.clone(), tikv_plan::request::Keyspace::Disable, new_raw_batch_get_request(["k".into()].into_iter(), None))
+//! let _: Vec<tikv_plan::KvPair> = PlanBuilder::new(pd.clone(), tikv_plan::request::Keyspace::Disable, new_raw_batch_get_request(["k".into()].into_iter(), None))
 //!     .retry_multi_region(b.clone()).merge(Collect)
 //!     .plan().execute().await?;
 //! let _: () = PlanBuilder::new(pd.clone(), tikv_plan::request::Keyspace::Disable, new_raw_batch_put_request(std::iter::empty(), std::iter::empty(), None, false))
@@ -64,10 +64,10 @@
 //! let _: () = PlanBuilder::new(pd.clone(), tikv_plan::request::Keyspace::Disable, new_raw_delete_range_request(("a".to_owned().."z".to_owned()).into(), None))
 //!     .retry_multi_region(b.clone()).merge(CollectError).post_process_default()
 //!     .plan().execute().await?;
-//! let _: Vec<_> = PlanBuilder::new(pd.clone(), tikv_plan::request::Keyspace::Disable, new_raw_scan_request(("a".to_owned()..).into(), 10, false, false, None))
+//! let _: Vec<tikv_plan::KvPair> = PlanBuilder::new(pd.clone(), tikv_plan::request::Keyspace::Disable, new_raw_scan_request(("a".to_owned()..).into(), 10, false, false, None))
 //!     .retry_multi_region(b.clone()).merge(Collect)
 //!     .plan().execute().await?;
-//! let _: Vec<_> = PlanBuilder::new(pd.clone(), tikv_plan::request::Keyspace::Disable, new_raw_batch_scan_request([("a".to_owned().."c".to_owned()).into()].into_iter(), 10, false, None))
+//! let _: Vec<tikv_plan::KvPair> = PlanBuilder::new(pd.clone(), tikv_plan::request::Keyspace::Disable, new_raw_batch_scan_request([("a".to_owned().."c".to_owned()).into()].into_iter(), 10, false, None))
 //!     .retry_multi_region(b.clone()).merge(Collect)
 //!     .plan().execute().await?;
 //! # Ok(())

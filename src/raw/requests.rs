@@ -24,8 +24,8 @@ use crate::region::RegionWithLeader;
 use crate::request::no_key_errors;
 use crate::request::{Batchable, Collect, DefaultProcessor, KvRequest, Merge, Process, Shardable};
 use crate::store::{RegionStore, Request as _};
-use crate::Key;
 use crate::{Error, Result};
+use crate::{Key, KvPair, Value};
 
 use crate::request::set_context_for_store;
 use crate::request::shard::{key_ranges_shardable, key_set_shardable, single_key_shardable};
@@ -505,26 +505,25 @@ impl Shardable for kvrpcpb::RawDeleteRangeRequest {
     }
 }
 
+/// Every shard's pairs in shard order, each converted to the crate's
+/// [`KvPair`] as its Region's answer is taken (client-rust's `Out`): the
+/// generated pair, with its inline key error, is never copied into a
+/// merged vector.
 fn collect_pairs<R>(
     input: Vec<Result<R>>,
     pairs: impl Fn(R) -> Vec<kvrpcpb::KvPair>,
-) -> Result<Vec<kvrpcpb::KvPair>> {
+) -> Result<Vec<KvPair>> {
     let responses = crate::request::collect_in_order(input)?;
-    let mut parts: Vec<Vec<kvrpcpb::KvPair>> = responses.into_iter().map(pairs).collect();
-    if parts.len() <= 1 {
-        return Ok(parts.pop().unwrap_or_default());
-    }
-    // One allocation of the final length: pairs are large, and growing the
-    // vector as they come copied them several times.
+    let parts: Vec<Vec<kvrpcpb::KvPair>> = responses.into_iter().map(pairs).collect();
     let mut all = Vec::with_capacity(parts.iter().map(Vec::len).sum());
     for part in parts {
-        all.extend(part);
+        all.extend(part.into_iter().map(KvPair::from));
     }
     Ok(all)
 }
 
 impl Merge<kvrpcpb::RawBatchGetResponse> for Collect {
-    type Out = Vec<kvrpcpb::KvPair>;
+    type Out = Vec<KvPair>;
 
     fn merge(&self, input: Vec<Result<kvrpcpb::RawBatchGetResponse>>) -> Result<Self::Out> {
         collect_pairs(input, |r| r.pairs)
@@ -532,7 +531,7 @@ impl Merge<kvrpcpb::RawBatchGetResponse> for Collect {
 }
 
 impl Merge<kvrpcpb::RawScanResponse> for Collect {
-    type Out = Vec<kvrpcpb::KvPair>;
+    type Out = Vec<KvPair>;
 
     fn merge(&self, input: Vec<Result<kvrpcpb::RawScanResponse>>) -> Result<Self::Out> {
         collect_pairs(input, |r| r.kvs)
@@ -540,7 +539,7 @@ impl Merge<kvrpcpb::RawScanResponse> for Collect {
 }
 
 impl Merge<kvrpcpb::RawBatchScanResponse> for Collect {
-    type Out = Vec<kvrpcpb::KvPair>;
+    type Out = Vec<KvPair>;
 
     fn merge(&self, input: Vec<Result<kvrpcpb::RawBatchScanResponse>>) -> Result<Self::Out> {
         collect_pairs(input, |r| r.kvs)
@@ -548,7 +547,7 @@ impl Merge<kvrpcpb::RawBatchScanResponse> for Collect {
 }
 
 impl Process<kvrpcpb::RawGetResponse> for DefaultProcessor {
-    type Out = Option<Vec<u8>>;
+    type Out = Option<Value>;
 
     fn process(&self, input: Result<kvrpcpb::RawGetResponse>) -> Result<Self::Out> {
         let r = no_key_errors(input?)?;
@@ -568,7 +567,7 @@ impl Process<kvrpcpb::RawGetKeyTtlResponse> for DefaultProcessor {
 impl Process<kvrpcpb::RawCasResponse> for DefaultProcessor {
     /// The previous value (`None` if the key did not exist) and whether the
     /// swap happened.
-    type Out = (Option<Vec<u8>>, bool);
+    type Out = (Option<Value>, bool);
 
     fn process(&self, input: Result<kvrpcpb::RawCasResponse>) -> Result<Self::Out> {
         let r = no_key_errors(input?)?;
@@ -577,10 +576,10 @@ impl Process<kvrpcpb::RawCasResponse> for DefaultProcessor {
     }
 }
 
-impl Process<Vec<kvrpcpb::KvPair>> for DefaultProcessor {
-    type Out = Vec<kvrpcpb::KvPair>;
+impl Process<Vec<KvPair>> for DefaultProcessor {
+    type Out = Vec<KvPair>;
 
-    fn process(&self, input: Result<Vec<kvrpcpb::KvPair>>) -> Result<Self::Out> {
+    fn process(&self, input: Result<Vec<KvPair>>) -> Result<Self::Out> {
         input
     }
 }
