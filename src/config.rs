@@ -23,6 +23,12 @@ pub const DEFAULT_KEYSPACE_NAME: &str = "DEFAULT";
 pub const DEFAULT_STORE_COOLDOWN: Duration = Duration::from_secs(10);
 /// Default window in which ServerIsBusy(0) answers from one leader add up.
 pub const DEFAULT_BUSY_PROBE_WINDOW: Duration = Duration::from_secs(5);
+/// HTTP/2 keep-alive of store connections: a PING after this long without
+/// frames from the store (gRPC's and client-go's usual 10 s).
+pub(crate) const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(10);
+/// How long a keep-alive PING may go unanswered before the connection is
+/// closed as dead: 3 s (client-go's).
+pub(crate) const KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(3);
 /// The default overall deadline of one request.
 pub const DEFAULT_REQUEST_DEADLINE: Duration = Duration::from_secs(20);
 /// Default largest number of requests written as one `BatchCommandsRequest`

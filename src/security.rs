@@ -5,11 +5,26 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use std::future::Future;
+use std::pin::Pin;
+
+use hyper_util::client::legacy::connect::HttpConnector;
 use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity};
 
-use crate::config::{SecurityConfig, DEFAULT_CONNECT_TIMEOUT, DEFAULT_REQUEST_TIMEOUT};
+use crate::config::{
+    SecurityConfig, DEFAULT_CONNECT_TIMEOUT, DEFAULT_REQUEST_TIMEOUT, KEEPALIVE_INTERVAL,
+    KEEPALIVE_TIMEOUT,
+};
 use crate::Failure;
 use crate::{Error, ErrorSource, Result};
+
+mod watch;
+
+pub(crate) use watch::ConnectionWatch;
+
+/// A channel being dialled.
+type Connecting =
+    Pin<Box<dyn Future<Output = std::result::Result<Channel, tonic::transport::Error>> + Send>>;
 
 /// Opens gRPC channels with the configured security and bounds.
 #[derive(Clone, Default)]
@@ -221,6 +236,10 @@ impl SecurityManager {
     /// Opens a channel to `address` (`host:port`, or a URL with a scheme).
     /// The whole setup (TCP, TLS and HTTP/2 handshakes) is bounded by
     /// `connect_timeout`; each RPC on the channel by `request_timeout`.
+    ///
+    /// The channel sends HTTP/2 keep-alive PINGs while a call is open (10 s
+    /// of silence, 3 s to answer), so a call on a connection whose peer
+    /// vanished fails when the PING goes unanswered.
     pub async fn connect_channel(
         &self,
         address: &str,
@@ -228,7 +247,25 @@ impl SecurityManager {
         request_timeout: Duration,
     ) -> Result<Channel> {
         let endpoint = self.endpoint(address, connect_timeout, Some(request_timeout))?;
-        self.dial(address, connect_timeout, endpoint).await
+        self.dial(address, connect_timeout, endpoint, None).await
+    }
+
+    /// A store's unary channel: [`SecurityManager::connect_channel`] with
+    /// keep-alive PINGs on an idle connection too, and its connections
+    /// watched by `watch`, so a connection that keep-alive found dead is
+    /// known before the next request waits on it.
+    pub(crate) async fn connect_store_channel(
+        &self,
+        address: &str,
+        connect_timeout: Duration,
+        request_timeout: Duration,
+        watch: &ConnectionWatch,
+    ) -> Result<Channel> {
+        let endpoint = self
+            .endpoint(address, connect_timeout, Some(request_timeout))?
+            .keep_alive_while_idle(true);
+        self.dial(address, connect_timeout, endpoint, Some(watch))
+            .await
     }
 
     /// A channel for long-lived streams (BatchCommands), dialled now: like
@@ -245,9 +282,10 @@ impl SecurityManager {
         address: &str,
         connect_timeout: Duration,
         keepalive: (Duration, Duration),
+        watch: Option<&ConnectionWatch>,
     ) -> Result<Channel> {
         let endpoint = self.stream_endpoint(address, connect_timeout, keepalive)?;
-        self.dial(address, connect_timeout, endpoint).await
+        self.dial(address, connect_timeout, endpoint, watch).await
     }
 
     /// [`SecurityManager::connect_stream_channel`], dialled on first use
@@ -257,13 +295,20 @@ impl SecurityManager {
         address: &str,
         connect_timeout: Duration,
         keepalive: (Duration, Duration),
+        watch: Option<&ConnectionWatch>,
     ) -> Result<Channel> {
         let endpoint = self.stream_endpoint(address, connect_timeout, keepalive)?;
         #[cfg(feature = "unstable-internals")]
         if let Some(transport) = &self.transport {
-            return Ok(endpoint.connect_with_connector_lazy(transport.clone()));
+            return Ok(match watch {
+                Some(w) => endpoint.connect_with_connector_lazy(w.connector(transport.clone())),
+                None => endpoint.connect_with_connector_lazy(transport.clone()),
+            });
         }
-        Ok(endpoint.connect_lazy())
+        Ok(match watch {
+            Some(w) => endpoint.connect_with_connector_lazy(w.connector(tcp(connect_timeout))),
+            None => endpoint.connect_lazy(),
+        })
     }
 
     fn stream_endpoint(
@@ -275,7 +320,38 @@ impl SecurityManager {
         Ok(self
             .endpoint(address, connect_timeout, None)?
             .http2_keep_alive_interval(interval)
-            .keep_alive_timeout(timeout))
+            .keep_alive_timeout(timeout)
+            .keep_alive_while_idle(true))
+    }
+
+    /// Dials `endpoint` over TCP (or the simulated network), its
+    /// connections watched by `watch` when given.
+    fn connecting(
+        &self,
+        endpoint: Endpoint,
+        connect_timeout: Duration,
+        watch: Option<&ConnectionWatch>,
+    ) -> Connecting {
+        let watch = watch.cloned();
+        #[cfg(feature = "unstable-internals")]
+        if let Some(transport) = self.transport.clone() {
+            return match watch {
+                Some(w) => Box::pin(async move {
+                    endpoint
+                        .connect_with_connector(w.connector(transport))
+                        .await
+                }),
+                None => Box::pin(async move { endpoint.connect_with_connector(transport).await }),
+            };
+        }
+        match watch {
+            Some(w) => Box::pin(async move {
+                endpoint
+                    .connect_with_connector(w.connector(tcp(connect_timeout)))
+                    .await
+            }),
+            None => Box::pin(async move { endpoint.connect().await }),
+        }
     }
 
     async fn dial(
@@ -283,15 +359,9 @@ impl SecurityManager {
         address: &str,
         connect_timeout: Duration,
         endpoint: Endpoint,
+        watch: Option<&ConnectionWatch>,
     ) -> Result<Channel> {
-        #[cfg(feature = "unstable-internals")]
-        let connect: std::pin::Pin<Box<dyn std::future::Future<Output = _> + Send>> =
-            match &self.transport {
-                Some(transport) => Box::pin(endpoint.connect_with_connector(transport.clone())),
-                None => Box::pin(endpoint.connect()),
-            };
-        #[cfg(not(feature = "unstable-internals"))]
-        let connect = endpoint.connect();
+        let connect = self.connecting(endpoint, connect_timeout, watch);
         match tokio::time::timeout(connect_timeout, connect).await {
             Ok(Ok(channel)) => Ok(channel),
             Ok(Err(e)) => Err(connect_failed(address, connect_timeout, e)),
@@ -324,7 +394,11 @@ impl SecurityManager {
         if endpoint.uri().port_u16().is_none() {
             return Err(invalid("it has no port".to_owned()));
         }
-        endpoint = endpoint.connect_timeout(connect_timeout).tcp_nodelay(true);
+        endpoint = endpoint
+            .connect_timeout(connect_timeout)
+            .tcp_nodelay(true)
+            .http2_keep_alive_interval(KEEPALIVE_INTERVAL)
+            .keep_alive_timeout(KEEPALIVE_TIMEOUT);
         if let Some(timeout) = request_timeout {
             endpoint = endpoint.timeout(timeout);
         }
@@ -348,6 +422,18 @@ impl SecurityManager {
         }
         Ok(endpoint)
     }
+}
+
+/// The TCP connector tonic builds for an endpoint (`Endpoint::connect`),
+/// made here so its connections can be watched: no HTTP-only check (the
+/// scheme may be https), no Nagle delay, the dial bounded by
+/// `connect_timeout`.
+fn tcp(connect_timeout: Duration) -> HttpConnector {
+    let mut http = HttpConnector::new();
+    http.enforce_http(false);
+    http.set_nodelay(true);
+    http.set_connect_timeout(Some(connect_timeout));
+    http
 }
 
 /// The error of a connect that failed before the client's own timeout: a

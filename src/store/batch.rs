@@ -71,10 +71,11 @@ use stream::{lock, AnswerType, BatchStream, Outgoing, OutgoingBatch, Reply};
 use super::{KvClient, Request};
 use crate::config::{
     DEFAULT_BATCH_MAX_SIZE, DEFAULT_BATCH_MAX_WAIT, DEFAULT_BATCH_STREAMS_PER_STORE,
+    KEEPALIVE_INTERVAL, KEEPALIVE_TIMEOUT,
 };
 use crate::proto::kvrpcpb;
 use crate::proto::tikvpb::tikv_client::TikvClient;
-use crate::security::SecurityManager;
+use crate::security::{ConnectionWatch, SecurityManager};
 use crate::{Error, Result};
 use prost::bytes::{Buf, Bytes};
 use tikv_plan_proto::answers::{
@@ -104,12 +105,6 @@ pub struct BatchOptions {
     /// (and every stream on it) is closed as failed.
     pub keepalive_timeout: Duration,
 }
-
-/// The streams' keep-alive interval: a PING after 10 s of silence (gRPC's
-/// and client-go's usual setting).
-const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(10);
-/// How long a PING may stay unanswered: 3 s.
-const KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(3);
 
 impl Default for BatchOptions {
     fn default() -> Self {
@@ -243,6 +238,8 @@ impl Decoder for BatchCodec {
 pub(crate) struct Dialer {
     pub(crate) security: Arc<SecurityManager>,
     pub(crate) connect_timeout: Duration,
+    /// The store client's watch over its connections.
+    pub(crate) watch: Option<ConnectionWatch>,
 }
 
 struct Shared {
@@ -335,7 +332,12 @@ impl Shared {
                 None => Ok(base),
                 Some(d) => {
                     d.security
-                        .connect_stream_channel(&address, d.connect_timeout, keepalive)
+                        .connect_stream_channel(
+                            &address,
+                            d.connect_timeout,
+                            keepalive,
+                            d.watch.as_ref(),
+                        )
                         .await
                 }
             };
@@ -368,10 +370,12 @@ impl Shared {
     fn redial_base(&self) {
         let Some(dialer) = &self.dialer else { return };
         let keepalive = self.options.keepalive();
-        match dialer
-            .security
-            .lazy_stream_channel(&self.address, dialer.connect_timeout, keepalive)
-        {
+        match dialer.security.lazy_stream_channel(
+            &self.address,
+            dialer.connect_timeout,
+            keepalive,
+            dialer.watch.as_ref(),
+        ) {
             Ok(channel) => *lock(&self.stream_base) = channel,
             Err(e) => tracing::debug!("could not redial the BatchCommands connection: {e}"),
         }

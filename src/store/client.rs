@@ -12,10 +12,10 @@ use super::batch::{BatchOptions, Dialer, KvBatchClient};
 use super::{GrpcChannel, KvClient, KvConnect, Request};
 use crate::config::{
     RpcMode, DEFAULT_CONNECT_TIMEOUT, DEFAULT_GRPC_MAX_DECODING_MESSAGE_SIZE,
-    DEFAULT_REQUEST_TIMEOUT,
+    DEFAULT_REQUEST_TIMEOUT, KEEPALIVE_TIMEOUT,
 };
 use crate::proto::tikvpb::tikv_client::TikvClient;
-use crate::security::SecurityManager;
+use crate::security::{ConnectionWatch, SecurityManager};
 use crate::Failure;
 use crate::{Error, Result};
 
@@ -116,9 +116,10 @@ impl KvConnect for TikvConnect {
     type KvClient = KvRpcClient;
 
     async fn connect(&self, address: &str) -> Result<KvRpcClient> {
+        let watch = ConnectionWatch::new(KEEPALIVE_TIMEOUT);
         let channel = self
             .security
-            .connect_channel(address, self.connect_timeout, self.timeout)
+            .connect_store_channel(address, self.connect_timeout, self.timeout, &watch)
             .await?;
         let grpc = GrpcChannel::new(channel.clone())
             .max_decoding_message_size(self.max_decoding_message_size)
@@ -127,7 +128,7 @@ impl KvConnect for TikvConnect {
             TikvClient::new(channel).max_decoding_message_size(self.max_decoding_message_size);
         let batch = match self.rpc_mode {
             RpcMode::Unary => None,
-            RpcMode::Batched => Some(self.batch_client(address, &rpc_client)?),
+            RpcMode::Batched => Some(self.batch_client(address, &rpc_client, &watch)?),
         };
         Ok(KvRpcClient {
             grpc,
@@ -137,6 +138,7 @@ impl KvConnect for TikvConnect {
             channel_timeout: true,
             batch,
             typed_path: self.typed_path,
+            watch: Some((watch, Arc::from(address))),
         })
     }
 }
@@ -144,11 +146,17 @@ impl KvConnect for TikvConnect {
 impl TikvConnect {
     /// The batched transport to `address`: unary fallbacks over `unary`,
     /// streams on their own connections, opened without a request timeout.
-    fn batch_client(&self, address: &str, unary: &TikvClient<Channel>) -> Result<KvBatchClient> {
+    fn batch_client(
+        &self,
+        address: &str,
+        unary: &TikvClient<Channel>,
+        watch: &ConnectionWatch,
+    ) -> Result<KvBatchClient> {
         let streams = self.security.lazy_stream_channel(
             address,
             self.connect_timeout,
             self.batch.keepalive(),
+            Some(watch),
         )?;
         Ok(KvBatchClient::build(
             unary.clone(),
@@ -159,6 +167,7 @@ impl TikvConnect {
             Some(Dialer {
                 security: self.security.clone(),
                 connect_timeout: self.connect_timeout,
+                watch: Some(watch.clone()),
             }),
             self.max_decoding_message_size,
         ))
@@ -178,6 +187,10 @@ pub struct KvRpcClient {
     batch: Option<KvBatchClient>,
     /// Unary calls use [`grpc`](KvClient::grpc) (the typed path).
     typed_path: bool,
+    /// The watch over this client's connections and the store's address,
+    /// when [`TikvConnect`] opened it: a connection that keep-alive found
+    /// dead fails the next request at once, as not sent.
+    watch: Option<(ConnectionWatch, Arc<str>)>,
 }
 
 impl KvRpcClient {
@@ -191,7 +204,27 @@ impl KvRpcClient {
             channel_timeout: false,
             batch: None,
             typed_path: true,
+            watch: None,
         }
+    }
+
+    /// When keep-alive found one of this client's connections dead since
+    /// the last request: the error that fails this request without sending
+    /// it (the next one reconnects). The routing round then tries the next
+    /// voter and marks the store unreachable, instead of this request
+    /// waiting out a connect timeout against a store that drops packets.
+    fn silently_lost(&self) -> Option<Error> {
+        let (watch, address) = self.watch.as_ref()?;
+        watch.take_silent_loss().then(|| {
+            Error::from(Failure::Connect {
+                address: address.to_string(),
+                message: format!(
+                    "the connection stopped answering HTTP/2 keep-alive PINGs (unanswered \
+                     for {KEEPALIVE_TIMEOUT:?}) and was closed; the request was not sent"
+                ),
+                source: None,
+            })
+        })
     }
 
     #[cfg(test)]
@@ -204,6 +237,9 @@ impl KvRpcClient {
 #[async_trait]
 impl KvClient for KvRpcClient {
     async fn dispatch(&self, req: &dyn Request) -> Result<Box<dyn Any + Send>> {
+        if let Some(lost) = self.silently_lost() {
+            return Err(lost);
+        }
         if let Some(batch) = &self.batch {
             return batch.send(req).await;
         }
@@ -219,6 +255,9 @@ impl KvClient for KvRpcClient {
         req: &dyn Request,
         bound: Option<Duration>,
     ) -> Result<Box<dyn Any + Send>> {
+        if let Some(lost) = self.silently_lost() {
+            return Err(lost);
+        }
         if let Some(batch) = &self.batch {
             // The stream's requests wait at most the client's timeout; a
             // shorter bound (the deadline's) cuts the wait, and dropping it
@@ -245,8 +284,16 @@ impl KvClient for KvRpcClient {
     }
 
     fn grpc(&self) -> Option<(&GrpcChannel, Duration)> {
-        // Batched clients send every request on their streams.
+        // Batched clients send every request on their streams; a lost
+        // connection is reported by `dispatch_within`.
         if self.batch.is_some() || !self.typed_path {
+            return None;
+        }
+        if self
+            .watch
+            .as_ref()
+            .is_some_and(|(w, _)| w.has_silent_loss())
+        {
             return None;
         }
         Some((&self.grpc, self.timeout))

@@ -92,3 +92,47 @@ fn a_partition_from_the_stale_leader_fails_over_to_a_voter() {
     });
     sim.run().unwrap();
 }
+
+/// A store's packets silently stop on the client's idle, already-open
+/// connections (held, not refused: nothing tells the client). The
+/// connections' HTTP/2 keep-alive finds them dead (a PING after 10 s of
+/// silence, unanswered for 3 s), and the next read goes straight to a
+/// voter: no request timeout on the dead connection, no connect timeout
+/// redialling the store. Without keep-alive on the unary channel the read
+/// waited out the request timeout (2 s); with the batched transport, the
+/// redial's connect timeout (1 s). In both transports.
+#[test]
+fn keepalive_finds_a_silent_store_and_the_next_read_goes_straight_to_a_voter() {
+    for mode in [tikv_plan::RpcMode::Unary, tikv_plan::RpcMode::Batched] {
+        let mut sim = simulation(3);
+        let (cluster, pd) = host_cluster(&mut sim, one_region()).unwrap();
+        sim.client("client", async move {
+            let config = Config::default().with_rpc_mode(mode);
+            let client =
+                with_transport(transport(), RawClient::new_with_config(pd, config)).await?;
+            client.put("k".to_owned(), "v".to_owned()).await?;
+            let region = cluster.region_for_key(b"k").expect("a Region").id;
+            // The leader moves to store 2; PD and the client still name 1.
+            cluster.transfer_leader(region, 2, false)?;
+            turmoil::hold("client", store_host(1));
+            // Idle past one keep-alive interval and timeout.
+            tokio::time::sleep(Duration::from_secs(15)).await;
+
+            let started = tokio::time::Instant::now();
+            assert_eq!(client.get("k".to_owned()).await?, Some(b"v".to_vec()));
+            let took = started.elapsed();
+            assert!(
+                took < Duration::from_millis(100),
+                "{mode:?}: the read after keep-alive found store 1 dead took {took:?}; \
+                 a few round trips expected"
+            );
+            let stats = client.routing_stats();
+            assert!(
+                stats.stores_marked_unreachable >= 1,
+                "{mode:?}: store 1 is marked unreachable: {stats:?}"
+            );
+            Ok(())
+        });
+        sim.run().unwrap();
+    }
+}

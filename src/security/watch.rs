@@ -1,0 +1,264 @@
+//! Telling a store connection that its peer stopped answering from one that
+//! was closed on purpose.
+//!
+//! A store's channels send HTTP/2 keep-alive PINGs; hyper closes a
+//! connection whose PING goes unanswered for the keep-alive timeout, but
+//! tonic's channel only reconnects on the next request, which would then
+//! wait out its connect timeout against a store that drops packets. The
+//! connector here wraps each connection's byte stream and notes when bytes
+//! were last written without an answer since. A connection closed on this
+//! side while a write had waited that long for any byte back, with the peer
+//! never having closed it, was given up on by keep-alive (or by a stalled
+//! stream's retirement, for the same reason): the [`ConnectionWatch`] then
+//! holds a silent loss, and the store client fails its next request at
+//! once as not sent, so the round moves on to the next voter and the store
+//! is marked unreachable. That request does not use the channel; the one
+//! after it reconnects as usual.
+
+use std::future::Future;
+use std::io;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use hyper_util::rt::TokioIo;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::time::Instant;
+use tonic::codegen::http::Uri;
+use tonic::codegen::Service;
+
+/// Whether a store's connections were lost silently. Cloned into every
+/// connection of the store's channels (unary and streams).
+#[derive(Debug, Clone)]
+pub(crate) struct ConnectionWatch(Arc<Shared>);
+
+#[derive(Debug)]
+struct Shared {
+    silent_loss: AtomicBool,
+    /// How long a write may wait for any byte back before a local close
+    /// counts as a silent loss: the keep-alive timeout.
+    patience: Duration,
+}
+
+impl ConnectionWatch {
+    /// A watch that counts a connection closed with a write unanswered for
+    /// `patience` as lost silently.
+    pub(crate) fn new(patience: Duration) -> Self {
+        ConnectionWatch(Arc::new(Shared {
+            silent_loss: AtomicBool::new(false),
+            patience,
+        }))
+    }
+
+    /// True when a connection was lost silently since the last
+    /// [`take_silent_loss`](Self::take_silent_loss).
+    pub(crate) fn has_silent_loss(&self) -> bool {
+        self.0.silent_loss.load(Ordering::Acquire)
+    }
+
+    /// True (once) when a connection was lost silently: the caller fails
+    /// one request instead of waiting for the channel to reconnect.
+    pub(crate) fn take_silent_loss(&self) -> bool {
+        self.0.silent_loss.swap(false, Ordering::AcqRel)
+    }
+
+    /// `inner`, with each connection it opens watched.
+    pub(crate) fn connector<C>(&self, inner: C) -> Watched<C> {
+        Watched {
+            inner,
+            watch: self.clone(),
+        }
+    }
+}
+
+/// A connector whose connections report to a [`ConnectionWatch`].
+#[derive(Debug, Clone)]
+pub(crate) struct Watched<C> {
+    inner: C,
+    watch: ConnectionWatch,
+}
+
+impl<C, T> Service<Uri> for Watched<C>
+where
+    C: Service<Uri, Response = TokioIo<T>>,
+    C::Future: Send + 'static,
+    T: AsyncRead + AsyncWrite + Send + Unpin + 'static,
+{
+    type Response = TokioIo<WatchedIo<T>>;
+    type Error = C::Error;
+    type Future = Pin<Box<dyn Future<Output = Result<Self::Response, C::Error>> + Send>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), C::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, uri: Uri) -> Self::Future {
+        let connecting = self.inner.call(uri);
+        let watch = self.watch.clone();
+        Box::pin(async move {
+            let io = connecting.await?.into_inner();
+            Ok(TokioIo::new(WatchedIo {
+                io,
+                watch,
+                unanswered_since: None,
+                peer_closed: false,
+            }))
+        })
+    }
+}
+
+/// A connection's byte stream, watched.
+#[derive(Debug)]
+pub(crate) struct WatchedIo<T> {
+    io: T,
+    watch: ConnectionWatch,
+    /// When bytes were first written with nothing read since.
+    unanswered_since: Option<Instant>,
+    /// The peer ended the connection (end of stream or an error).
+    peer_closed: bool,
+}
+
+impl<T> WatchedIo<T> {
+    fn wrote(&mut self, n: usize) {
+        if n > 0 && self.unanswered_since.is_none() {
+            self.unanswered_since = Some(Instant::now());
+        }
+    }
+}
+
+impl<T> Drop for WatchedIo<T> {
+    fn drop(&mut self) {
+        let waited = self.unanswered_since.map(|since| since.elapsed());
+        if !self.peer_closed && waited.is_some_and(|w| w >= self.watch.0.patience) {
+            self.watch.0.silent_loss.store(true, Ordering::Release);
+        }
+    }
+}
+
+impl<T: AsyncRead + Unpin> AsyncRead for WatchedIo<T> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let before = buf.filled().len();
+        let polled = Pin::new(&mut self.io).poll_read(cx, buf);
+        match &polled {
+            Poll::Ready(Ok(())) if buf.filled().len() > before => self.unanswered_since = None,
+            // End of stream (room to read, nothing read) or an error.
+            Poll::Ready(Ok(())) if buf.remaining() > 0 => self.peer_closed = true,
+            Poll::Ready(Err(_)) => self.peer_closed = true,
+            _ => {}
+        }
+        polled
+    }
+}
+
+impl<T: AsyncWrite + Unpin> AsyncWrite for WatchedIo<T> {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        data: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        let polled = Pin::new(&mut self.io).poll_write(cx, data);
+        if let Poll::Ready(Ok(n)) = polled {
+            self.wrote(n);
+        }
+        polled
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        let polled = Pin::new(&mut self.io).poll_write_vectored(cx, bufs);
+        if let Poll::Ready(Ok(n)) = polled {
+            self.wrote(n);
+        }
+        polled
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.io.is_write_vectored()
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.io).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.io).poll_shutdown(cx)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    fn watched(
+        io: tokio::io::DuplexStream,
+        watch: &ConnectionWatch,
+    ) -> WatchedIo<tokio::io::DuplexStream> {
+        WatchedIo {
+            io,
+            watch: watch.clone(),
+            unanswered_since: None,
+            peer_closed: false,
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_write_unanswered_past_the_patience_then_closed_here_is_a_silent_loss() {
+        let watch = ConnectionWatch::new(Duration::from_secs(3));
+        let (ours, _peer) = tokio::io::duplex(64);
+        let mut io = watched(ours, &watch);
+        io.write_all(b"ping").await.unwrap();
+        tokio::time::advance(Duration::from_secs(3)).await;
+        drop(io);
+        assert!(watch.has_silent_loss());
+        assert!(watch.take_silent_loss());
+        assert!(!watch.take_silent_loss(), "taken once");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_answered_write_or_a_short_wait_is_no_loss() {
+        let watch = ConnectionWatch::new(Duration::from_secs(3));
+        let (ours, mut peer) = tokio::io::duplex(64);
+        let mut io = watched(ours, &watch);
+        io.write_all(b"ping").await.unwrap();
+        peer.write_all(b"ack").await.unwrap();
+        let mut got = [0u8; 3];
+        io.read_exact(&mut got).await.unwrap();
+        tokio::time::advance(Duration::from_secs(10)).await;
+        drop(io);
+        assert!(!watch.has_silent_loss(), "the write was answered");
+
+        let (ours, _peer) = tokio::io::duplex(64);
+        let mut io = watched(ours, &watch);
+        io.write_all(b"ping").await.unwrap();
+        tokio::time::advance(Duration::from_secs(2)).await;
+        drop(io);
+        assert!(
+            !watch.has_silent_loss(),
+            "closed before the patience ran out"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_connection_the_peer_closed_is_no_silent_loss() {
+        let watch = ConnectionWatch::new(Duration::from_secs(3));
+        let (ours, peer) = tokio::io::duplex(64);
+        let mut io = watched(ours, &watch);
+        io.write_all(b"ping").await.unwrap();
+        drop(peer);
+        let mut rest = Vec::new();
+        io.read_to_end(&mut rest).await.unwrap();
+        tokio::time::advance(Duration::from_secs(10)).await;
+        drop(io);
+        assert!(!watch.has_silent_loss(), "the peer closed it");
+    }
+}
