@@ -182,10 +182,16 @@ pub struct Config {
     /// One connection attempt per address at a time. Off lets concurrent
     /// misses each dial.
     pub single_flight_connect: bool,
-    /// The overall deadline of one request: rounds, backoff sleeps and
-    /// waits together (each RPC is also bounded by `timeout`). A request
-    /// that runs out ends with [`Failure::DeadlineExceeded`](crate::Failure::DeadlineExceeded),
-    /// or undetermined for a write that may have been sent.
+    /// The overall deadline of one client call: every request it makes
+    /// (a scan's Regions, a commit's phases, the lock resolution of a
+    /// read), their rounds, backoff sleeps, lock waits and waits for PD
+    /// together (each RPC is also bounded by `timeout`). A call that runs
+    /// out ends with [`Failure::DeadlineExceeded`](crate::Failure::DeadlineExceeded)
+    /// (or [`Failure::Timeout`](crate::Failure::Timeout) for a PD wait it
+    /// cut), or undetermined for a write that may have been sent. The GC
+    /// helpers of `TransactionClient` (`scan_locks`, `resolve_locks`,
+    /// `cleanup_locks`, `gc`, `unsafe_destroy_range`) bound each request
+    /// instead, their work growing with the range.
     pub request_deadline: Duration,
     /// Re-send raw writes (put, delete, batches, delete range) after a
     /// failure that does not prove they never reached a store, as upstream

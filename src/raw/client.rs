@@ -21,6 +21,7 @@ use super::requests::{
 use crate::backoff::Backoff;
 use crate::pd::{PdClient, PdRpcClient};
 use crate::proto::{kvrpcpb, metapb};
+use crate::request::call_deadline;
 use crate::request::scan::{page_of, scan_pages};
 use crate::request::{
     Collect, CollectError, CollectSingle, DefaultProcessor, HasRegionError, KvRequest, Merge, Plan,
@@ -496,7 +497,8 @@ impl<PdC: PdClient> RawClient<PdC> {
     ) -> Result<Vec<kvrpcpb::KvPair>> {
         check_scan_limit(limit)?;
         let (start, end) = self.encode_range(range)?;
-        scan_pages(&start, &end, limit, reverse, |cursor, remaining| {
+        // One deadline for the whole scan, however many Regions it walks.
+        let scan = scan_pages(&start, &end, limit, reverse, |cursor, remaining| {
             let (start, end) = (&start, &end);
             async move {
                 if !reverse {
@@ -507,7 +509,7 @@ impl<PdC: PdClient> RawClient<PdC> {
                     let prefetch = self
                         .rpc
                         .prefetch_regions(&cursor, end, SCAN_PREFETCH_REGIONS);
-                    let _ = tokio::time::timeout(self.routing.request_deadline(), prefetch).await;
+                    let _ = call_deadline::bounded(prefetch).await;
                 }
                 // Reverse: from the cursor (the upper bound) down to the start.
                 let bound = if reverse { start } else { end };
@@ -529,8 +531,8 @@ impl<PdC: PdClient> RawClient<PdC> {
                     .await?;
                 page_of(pieces, |response| response.kvs)
             }
-        })
-        .await
+        });
+        call_deadline::within(self.routing.request_deadline(), scan).await
     }
 
     /// Up to `each_limit` pairs from each range, in the order the ranges are
@@ -573,11 +575,24 @@ impl<PdC: PdClient> RawClient<PdC> {
             .into_iter()
             .map(|r| self.encode_range(r))
             .collect::<Result<Vec<_>>>()?;
-        let mut per_range: Vec<Vec<KvPair>> = vec![Vec::new(); ranges.len()];
         if each_limit == 0 {
             return Ok(Vec::new());
         }
-        for layer in disjoint_layers(&ranges) {
+        // One deadline for every layer's plan.
+        call_deadline::within(self.routing.request_deadline(), async {
+            self.scan_layers(&ranges, each_limit, key_only).await
+        })
+        .await
+    }
+
+    async fn scan_layers(
+        &self,
+        ranges: &[(Vec<u8>, Vec<u8>)],
+        each_limit: u32,
+        key_only: bool,
+    ) -> Result<Vec<KvPair>> {
+        let mut per_range: Vec<Vec<KvPair>> = vec![Vec::new(); ranges.len()];
+        for layer in disjoint_layers(ranges) {
             let layer_ranges: Vec<(Vec<u8>, Vec<u8>)> =
                 layer.iter().map(|&i| ranges[i].clone()).collect();
             let request = new_raw_batch_scan_request(

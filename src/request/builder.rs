@@ -172,7 +172,9 @@ impl<PdC: PdClient, P: Plan> PlanBuilder<PdC, P> {
 
     /// Bounds the whole request: rounds, backoff sleeps and waits together
     /// (default: the routing state's `Config::request_deadline`; without
-    /// routing state, none). A request that runs out ends with
+    /// routing state, none). Run inside a client call (a plan a client
+    /// method builds), the call's own deadline cuts it too. A request that
+    /// runs out ends with
     /// [`Failure::DeadlineExceeded`](crate::Failure::DeadlineExceeded).
     pub fn request_deadline(mut self, deadline: std::time::Duration) -> Self {
         self.request_deadline = Some(deadline);

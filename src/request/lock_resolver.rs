@@ -22,6 +22,7 @@ use std::time::Duration;
 use futures::future::{BoxFuture, FutureExt, Shared};
 use tracing::debug;
 
+use super::call_deadline;
 use super::resolve_in_region::ResolveLockInRegion;
 use crate::backoff::Backoff;
 use crate::pd::PdClient;
@@ -430,7 +431,12 @@ impl<PdC: PdClient> ClientLockResolver<PdC> {
                 .resolve_lock_shared
                 .fetch_add(1, Ordering::Relaxed);
         }
-        future.await.map_err(crate::Error::from_shared)
+        // The shared resolution runs on its own task, beyond the call's
+        // scope: wait for it only until the call's deadline.
+        call_deadline::cut("resolving a lock", async {
+            future.await.map_err(crate::Error::from_shared)
+        })
+        .await
     }
 
     /// Every lock with `start_ts <= max_version` in `[start, end)` (empty

@@ -80,6 +80,7 @@
 
 mod all_stores;
 mod builder;
+pub(crate) mod call_deadline;
 pub(crate) mod cleanup_locks;
 mod engine;
 mod keyspace;

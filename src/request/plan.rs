@@ -187,8 +187,20 @@ impl<Req: KvRequest> Dispatch<Req> {
             // Pinned in place: awaited as a temporary, the call's future
             // would take its room twice in this one.
             let typed = std::pin::pin!(self.request.dispatch_typed(grpc, header));
-            if let Some(result) = typed.await {
-                return crate::store::timeout_as_error(result, bounded, label, timeout);
+            // tonic's timer starts once the channel is ready: a channel
+            // that reconnects first (its connection lost) would add its
+            // connect wait. This timer covers the whole call.
+            match tokio::time::timeout(timeout, typed).await {
+                Ok(Some(result)) => {
+                    return crate::store::timeout_as_error(result, bounded, label, timeout)
+                }
+                Ok(None) => {}
+                Err(_) => {
+                    return Err(Error::from(crate::Failure::Timeout {
+                        what: format!("the {label} request"),
+                        after: timeout,
+                    }))
+                }
             }
         }
         self.send().await

@@ -169,7 +169,8 @@ where
                 ResolvePass::Done => (poll, locks),
                 ResolvePass::Wait(expires_in, alive) => (expires_in.min(poll), alive),
             };
-            if started.elapsed() + sleep > self.deadline {
+            let call_left = super::call_deadline::remaining();
+            if started.elapsed() + sleep > self.deadline || call_left.is_some_and(|l| sleep >= l) {
                 return Err(Error::ResolveLockError(alive));
             }
             tokio::time::sleep(sleep).await;

@@ -216,6 +216,7 @@ where
                 *now,
                 Err(fail_point_error("dispatch", store.store_id(), arg))
             ));
+            let before_permit = *now;
             let permit = match permits {
                 None => None,
                 Some(permits) => match timed(now, permits.acquire()).await {
@@ -242,6 +243,9 @@ where
             // clock was read again if it waited): a timeout strike counts
             // RPCs sent one after another.
             let sent_at = *now;
+            // What is left of the deadline once the permit is held.
+            let deadline_left = deadline_left
+                .map(|left| left.saturating_sub(now.saturating_duration_since(before_permit)));
             // The RPC timeout, cut short by the request's deadline: one
             // bound, kept by the store client's own timer when the plan
             // passes it on, else by a timer here.
@@ -249,8 +253,12 @@ where
                 (Some(timeout), Some(left)) => Some(timeout.min(left)),
                 (timeout, left) => timeout.or(left),
             };
+            // The store client keeps the bound when the plan passes it on;
+            // near the deadline a timer here backs it up, at the deadline:
+            // a transport's timer can start late (a channel reconnecting
+            // first, a stream opening), and the call must end by then.
             let own_timer = if plan.set_rpc_bound(bound) {
-                None
+                deadline_left.filter(|left| Some(*left) <= self.request_timeout.map(|t| t * 4))
             } else {
                 bound
             };
@@ -555,9 +563,18 @@ where
         );
         async move {
             let scope = &RequestScope::new(self.inner.label());
-            let deadline = self.request_deadline.map(|length| Deadline {
-                at: Instant::now() + length,
-                length,
+            // The plan's own deadline, cut to the client call's when the
+            // plan runs inside one (a scan's pages, a commit's phases):
+            // then the deadline's length is what was left of the call's.
+            let now = Instant::now();
+            let own = self.request_deadline.map(|length| now + length);
+            let at = match (own, super::call_deadline::current()) {
+                (Some(own), Some(call)) => Some(own.min(call)),
+                (own, call) => own.or(call),
+            };
+            let deadline = at.map(|at| Deadline {
+                at,
+                length: at.saturating_duration_since(now),
             });
             let shards = match self.inner.cached_shards(&*self.pd_client) {
                 Some(shards) => Ok(shards),

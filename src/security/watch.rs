@@ -6,20 +6,20 @@
 //! tonic's channel only reconnects on the next request, which would then
 //! wait out its connect timeout against a store that drops packets. The
 //! connector here wraps each connection's byte stream and notes when bytes
-//! were last written without an answer since. A connection closed on this
-//! side while a write had waited that long for any byte back, with the peer
-//! never having closed it, was given up on by keep-alive (or by a stalled
-//! stream's retirement, for the same reason): the [`ConnectionWatch`] then
-//! holds a silent loss, and the store client fails its next request at
-//! once as not sent, so the round moves on to the next voter and the store
-//! is marked unreachable. That request does not use the channel; the one
-//! after it reconnects as usual.
+//! last came in and whether any were written since. A connection closed on
+//! this side that had read nothing for the keep-alive interval plus its
+//! timeout, with a write (the PING) waiting for an answer and the peer
+//! never having closed it, was given up on by keep-alive: the
+//! [`ConnectionWatch`] then holds a silent loss, and the store client fails
+//! its next request at once as not sent, so the round moves on to the next
+//! voter and the store is marked unreachable. That request does not use the
+//! channel; the one after it reconnects as usual. A loss older than that
+//! span again is not reported: the store may be back.
 
 use std::future::Future;
 use std::io;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -36,32 +36,52 @@ pub(crate) struct ConnectionWatch(Arc<Shared>);
 
 #[derive(Debug)]
 struct Shared {
-    silent_loss: AtomicBool,
-    /// How long a write may wait for any byte back before a local close
-    /// counts as a silent loss: the keep-alive timeout.
+    /// When a connection was last lost silently, until taken.
+    silent_loss: Mutex<Option<Instant>>,
+    /// How long a connection must have read nothing, with a write waiting
+    /// for an answer, before a local close counts as a silent loss: the
+    /// keep-alive interval plus its timeout, the earliest keep-alive can
+    /// give a connection up.
     patience: Duration,
+    /// How long a silent loss stays news: a store found dead long ago may
+    /// be back, and its next request then reconnects as usual.
+    fresh_for: Duration,
 }
 
 impl ConnectionWatch {
-    /// A watch that counts a connection closed with a write unanswered for
-    /// `patience` as lost silently.
-    pub(crate) fn new(patience: Duration) -> Self {
+    /// A watch that counts a connection closed after `patience` without a
+    /// byte read, a write waiting, as lost silently, and reports such a
+    /// loss for `fresh_for`.
+    pub(crate) fn new(patience: Duration, fresh_for: Duration) -> Self {
         ConnectionWatch(Arc::new(Shared {
-            silent_loss: AtomicBool::new(false),
+            silent_loss: Mutex::new(None),
             patience,
+            fresh_for,
         }))
     }
 
-    /// True when a connection was lost silently since the last
-    /// [`take_silent_loss`](Self::take_silent_loss).
-    pub(crate) fn has_silent_loss(&self) -> bool {
-        self.0.silent_loss.load(Ordering::Acquire)
+    fn loss(&self) -> std::sync::MutexGuard<'_, Option<Instant>> {
+        self.0.silent_loss.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// True (once) when a connection was lost silently: the caller fails
-    /// one request instead of waiting for the channel to reconnect.
+    /// True when a connection was lost silently, recently, since the last
+    /// [`take_silent_loss`](Self::take_silent_loss).
+    pub(crate) fn has_silent_loss(&self) -> bool {
+        self.loss()
+            .is_some_and(|at| at.elapsed() < self.0.fresh_for)
+    }
+
+    /// True (once) when a connection was lost silently, recently: the
+    /// caller fails one request instead of waiting for the channel to
+    /// reconnect.
     pub(crate) fn take_silent_loss(&self) -> bool {
-        self.0.silent_loss.swap(false, Ordering::AcqRel)
+        self.loss()
+            .take()
+            .is_some_and(|at| at.elapsed() < self.0.fresh_for)
+    }
+
+    fn lost(&self) {
+        *self.loss() = Some(Instant::now());
     }
 
     /// `inner`, with each connection it opens watched.
@@ -102,7 +122,8 @@ where
             Ok(TokioIo::new(WatchedIo {
                 io,
                 watch,
-                unanswered_since: None,
+                last_read: Instant::now(),
+                waiting: false,
                 peer_closed: false,
             }))
         })
@@ -114,25 +135,26 @@ where
 pub(crate) struct WatchedIo<T> {
     io: T,
     watch: ConnectionWatch,
-    /// When bytes were first written with nothing read since.
-    unanswered_since: Option<Instant>,
+    /// When bytes last came in (or the connection opened).
+    last_read: Instant,
+    /// Bytes were written since.
+    waiting: bool,
     /// The peer ended the connection (end of stream or an error).
     peer_closed: bool,
 }
 
 impl<T> WatchedIo<T> {
     fn wrote(&mut self, n: usize) {
-        if n > 0 && self.unanswered_since.is_none() {
-            self.unanswered_since = Some(Instant::now());
+        if n > 0 {
+            self.waiting = true;
         }
     }
 }
 
 impl<T> Drop for WatchedIo<T> {
     fn drop(&mut self) {
-        let waited = self.unanswered_since.map(|since| since.elapsed());
-        if !self.peer_closed && waited.is_some_and(|w| w >= self.watch.0.patience) {
-            self.watch.0.silent_loss.store(true, Ordering::Release);
+        if !self.peer_closed && self.waiting && self.last_read.elapsed() >= self.watch.0.patience {
+            self.watch.lost();
         }
     }
 }
@@ -146,7 +168,10 @@ impl<T: AsyncRead + Unpin> AsyncRead for WatchedIo<T> {
         let before = buf.filled().len();
         let polled = Pin::new(&mut self.io).poll_read(cx, buf);
         match &polled {
-            Poll::Ready(Ok(())) if buf.filled().len() > before => self.unanswered_since = None,
+            Poll::Ready(Ok(())) if buf.filled().len() > before => {
+                self.last_read = Instant::now();
+                self.waiting = false;
+            }
             // End of stream (room to read, nothing read) or an error.
             Poll::Ready(Ok(())) if buf.remaining() > 0 => self.peer_closed = true,
             Poll::Ready(Err(_)) => self.peer_closed = true,
@@ -206,14 +231,15 @@ mod tests {
         WatchedIo {
             io,
             watch: watch.clone(),
-            unanswered_since: None,
+            last_read: Instant::now(),
+            waiting: false,
             peer_closed: false,
         }
     }
 
     #[tokio::test(start_paused = true)]
     async fn a_write_unanswered_past_the_patience_then_closed_here_is_a_silent_loss() {
-        let watch = ConnectionWatch::new(Duration::from_secs(3));
+        let watch = ConnectionWatch::new(Duration::from_secs(3), Duration::from_secs(13));
         let (ours, _peer) = tokio::io::duplex(64);
         let mut io = watched(ours, &watch);
         io.write_all(b"ping").await.unwrap();
@@ -222,11 +248,21 @@ mod tests {
         assert!(watch.has_silent_loss());
         assert!(watch.take_silent_loss());
         assert!(!watch.take_silent_loss(), "taken once");
+
+        // A loss that is old news is not reported: the store may be back.
+        let (ours, _peer) = tokio::io::duplex(64);
+        let mut io = watched(ours, &watch);
+        io.write_all(b"ping").await.unwrap();
+        tokio::time::advance(Duration::from_secs(3)).await;
+        drop(io);
+        tokio::time::advance(Duration::from_secs(13)).await;
+        assert!(!watch.has_silent_loss());
+        assert!(!watch.take_silent_loss());
     }
 
     #[tokio::test(start_paused = true)]
     async fn an_answered_write_or_a_short_wait_is_no_loss() {
-        let watch = ConnectionWatch::new(Duration::from_secs(3));
+        let watch = ConnectionWatch::new(Duration::from_secs(3), Duration::from_secs(13));
         let (ours, mut peer) = tokio::io::duplex(64);
         let mut io = watched(ours, &watch);
         io.write_all(b"ping").await.unwrap();
@@ -250,7 +286,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_connection_the_peer_closed_is_no_silent_loss() {
-        let watch = ConnectionWatch::new(Duration::from_secs(3));
+        let watch = ConnectionWatch::new(Duration::from_secs(3), Duration::from_secs(13));
         let (ours, peer) = tokio::io::duplex(64);
         let mut io = watched(ours, &watch);
         io.write_all(b"ping").await.unwrap();

@@ -12,7 +12,7 @@ use super::batch::{BatchOptions, Dialer, KvBatchClient};
 use super::{GrpcChannel, KvClient, KvConnect, Request};
 use crate::config::{
     RpcMode, DEFAULT_CONNECT_TIMEOUT, DEFAULT_GRPC_MAX_DECODING_MESSAGE_SIZE,
-    DEFAULT_REQUEST_TIMEOUT, KEEPALIVE_TIMEOUT,
+    DEFAULT_REQUEST_TIMEOUT, KEEPALIVE_INTERVAL, KEEPALIVE_TIMEOUT,
 };
 use crate::proto::tikvpb::tikv_client::TikvClient;
 use crate::security::{ConnectionWatch, SecurityManager};
@@ -116,7 +116,12 @@ impl KvConnect for TikvConnect {
     type KvClient = KvRpcClient;
 
     async fn connect(&self, address: &str) -> Result<KvRpcClient> {
-        let watch = ConnectionWatch::new(KEEPALIVE_TIMEOUT);
+        // Keep-alive gives a connection up no sooner than its interval plus
+        // its timeout (13 s) after the last frame read, and a healthy one
+        // reads a PING's answer at least every interval (10 s): halfway
+        // between tells the two apart. A loss stays news for 13 s.
+        let patience = KEEPALIVE_INTERVAL + KEEPALIVE_TIMEOUT / 2;
+        let watch = ConnectionWatch::new(patience, KEEPALIVE_INTERVAL + KEEPALIVE_TIMEOUT);
         let channel = self
             .security
             .connect_store_channel(address, self.connect_timeout, self.timeout, &watch)
@@ -279,8 +284,16 @@ impl KvClient for KvRpcClient {
             return req.dispatch(&self.rpc_client, self.timeout).await;
         };
         let timeout = self.timeout.min(bound);
-        let result = req.dispatch(&self.rpc_client, timeout).await;
-        timeout_as_error(result, bound < self.timeout, req.label(), timeout)
+        // tonic's timer starts once the channel is ready; this one also
+        // covers a reconnect the channel makes first, so the plan's bound
+        // holds.
+        match tokio::time::timeout(timeout, req.dispatch(&self.rpc_client, timeout)).await {
+            Ok(result) => timeout_as_error(result, bound < self.timeout, req.label(), timeout),
+            Err(_) => Err(Error::from(Failure::Timeout {
+                what: format!("the {} request", req.label()),
+                after: timeout,
+            })),
+        }
     }
 
     fn grpc(&self) -> Option<(&GrpcChannel, Duration)> {

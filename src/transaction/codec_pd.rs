@@ -13,6 +13,7 @@ use crate::codec::{decode_bytes, encode_bytes};
 use crate::pd::{PdClient, Timestamp};
 use crate::proto::{metapb, pdpb};
 use crate::region::{RegionId, RegionVerId, RegionWithLeader, StoreId};
+use crate::request::call_deadline;
 use crate::store::{RegionStore, Store};
 use crate::Failure;
 use crate::{Error, Result};
@@ -75,8 +76,15 @@ impl<PdC: PdClient> PdClient for CodecPdClient<PdC> {
         self.inner.cached_store_client(store_id)
     }
 
+    /// Bounded by the client call's deadline, as every PD wait of a
+    /// transactional call is (a lock's Region, a timestamp).
     async fn region_for_key(&self, key: &[u8]) -> Result<RegionWithLeader> {
-        decode_region(self.inner.region_for_key(&encode_bytes(key)).await?)
+        let encoded = encode_bytes(key);
+        let region = call_deadline::cut(
+            "finding a key's Region in PD",
+            self.inner.region_for_key(&encoded),
+        );
+        decode_region(region.await?)
     }
 
     /// The inner cache's hit for the key's encoding, its boundaries decoded.
@@ -96,7 +104,8 @@ impl<PdC: PdClient> PdClient for CodecPdClient<PdC> {
     }
 
     async fn get_timestamp(self: Arc<Self>) -> Result<Timestamp> {
-        Arc::clone(&self.inner).get_timestamp().await
+        let timestamp = Arc::clone(&self.inner).get_timestamp();
+        call_deadline::cut("a timestamp from PD's TSO", timestamp).await
     }
 
     async fn update_safepoint(self: Arc<Self>, safe_point: u64) -> Result<bool> {

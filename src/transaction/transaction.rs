@@ -27,6 +27,7 @@ use super::{CodecPdClient, TimestampExt};
 use crate::backoff::Backoff;
 use crate::pd::{PdClient, PdRpcClient, Timestamp};
 use crate::proto::kvrpcpb;
+use crate::request::call_deadline;
 use crate::request::lock_resolver::ClientLockResolver;
 use crate::request::scan::{page_of, scan_pages, ScanPiece};
 use crate::request::{
@@ -116,8 +117,83 @@ impl<PdC: PdClient> TxnShared<PdC> {
             .routing(Arc::clone(&self.routing))
     }
 
+    /// Rolls back prewritten `keys` of transaction `start_ts`, the
+    /// transaction's `primary` first: the primary decides a transaction's
+    /// fate, so once its rollback is definite the others can never commit.
+    /// Should the primary have committed after all, its rollback fails and
+    /// the other keys keep their locks (readers commit them from the
+    /// primary's record) rather than being rolled back under a committed
+    /// primary.
+    pub(crate) async fn rollback_prewritten(
+        &self,
+        start_ts: u64,
+        backoff: Backoff,
+        primary: Option<Key>,
+        keys: Vec<Vec<u8>>,
+    ) -> Result<()> {
+        let listed = |p: &Key| keys.iter().any(|k| k.as_slice() == p.as_bytes());
+        let Some(primary) = primary.filter(|p| keys.len() > 1 && listed(p)) else {
+            return self.batch_rollback(start_ts, backoff, keys).await;
+        };
+        let primary = primary.as_bytes().to_vec();
+        let rest: Vec<Vec<u8>> = keys.into_iter().filter(|k| *k != primary).collect();
+        self.batch_rollback(start_ts, backoff.clone(), vec![primary])
+            .await?;
+        self.batch_rollback(start_ts, backoff, rest).await
+    }
+
+    async fn batch_rollback(
+        &self,
+        start_ts: u64,
+        backoff: Backoff,
+        keys: Vec<Vec<u8>>,
+    ) -> Result<()> {
+        if keys.is_empty() {
+            return Ok(());
+        }
+        self.builder(new_batch_rollback_request(keys, start_ts))
+            .retry_multi_region(backoff)
+            .merge(CollectError)
+            .extract_error()
+            .plan()
+            .execute()
+            .await?;
+        Ok(())
+    }
+
+    /// Releases pessimistic locks of `keys` taken at or below
+    /// `for_update_ts`.
+    pub(crate) async fn pessimistic_rollback(
+        &self,
+        start_ts: u64,
+        backoff: Backoff,
+        keys: Vec<Vec<u8>>,
+        for_update_ts: u64,
+    ) -> Result<()> {
+        if keys.is_empty() {
+            return Ok(());
+        }
+        let request = kvrpcpb::PessimisticRollbackRequest {
+            keys,
+            start_version: start_ts,
+            for_update_ts,
+            ..Default::default()
+        };
+        self.builder(request)
+            .retry_multi_region(backoff)
+            .merge(CollectError)
+            .extract_error()
+            .plan()
+            .execute()
+            .await?;
+        Ok(())
+    }
+
+    /// A timestamp from PD's TSO, by the call's deadline (a call of its
+    /// own when asked outside one: `begin`, `current_timestamp`).
     pub(crate) async fn timestamp(&self) -> Result<Timestamp> {
-        Arc::clone(&self.pd).get_timestamp().await
+        let timestamp = Arc::clone(&self.pd).get_timestamp();
+        call_deadline::within(self.request_deadline, timestamp).await
     }
 
     pub(crate) fn stats(&self) -> TransactionStats {
@@ -260,14 +336,17 @@ impl<PdC: PdClient> Transaction<PdC> {
 
     /// The value of `key`, or `None` when it does not exist.
     pub async fn get(&mut self, key: impl Into<Key>) -> Result<Option<Value>> {
-        self.check_allow_operation()?;
-        let key = self.wire_key(key);
-        if let BufferedRead::Known(v) = self.buffer.get(&key) {
-            return Ok(v);
-        }
-        let value = self.fetch_get(key.clone()).await?;
-        self.buffer.cache(key, value.clone());
-        Ok(value)
+        call_deadline::within(self.shared.request_deadline, async move {
+            self.check_allow_operation()?;
+            let key = self.wire_key(key);
+            if let BufferedRead::Known(v) = self.buffer.get(&key) {
+                return Ok(v);
+            }
+            let value = self.fetch_get(key.clone()).await?;
+            self.buffer.cache(key, value.clone());
+            Ok(value)
+        })
+        .await
     }
 
     /// True when `key` exists.
@@ -280,36 +359,39 @@ impl<PdC: PdClient> Transaction<PdC> {
         &mut self,
         keys: impl IntoIterator<Item = impl Into<Key>>,
     ) -> Result<impl Iterator<Item = KvPair>> {
-        self.check_allow_operation()?;
-        let mut keys: Vec<Key> = keys.into_iter().map(|k| self.wire_key(k)).collect();
-        keys.sort();
-        keys.dedup();
-        let mut out = Vec::new();
-        let mut missing = Vec::new();
-        for key in keys {
-            match self.buffer.get(&key) {
-                BufferedRead::Known(Some(v)) => out.push(KvPair(key, v)),
-                BufferedRead::Known(None) => {}
-                BufferedRead::Unknown => missing.push(key),
-            }
-        }
-        if !missing.is_empty() {
-            let fetched = self.fetch_batch_get(&missing).await?;
-            let mut found = std::collections::BTreeMap::new();
-            for p in fetched {
-                found.insert(p.0, p.1);
-            }
-            for key in missing {
-                let value = found.remove(&key);
-                self.buffer.cache(key.clone(), value.clone());
-                if let Some(v) = value {
-                    out.push(KvPair(key, v));
+        call_deadline::within(self.shared.request_deadline, async move {
+            self.check_allow_operation()?;
+            let mut keys: Vec<Key> = keys.into_iter().map(|k| self.wire_key(k)).collect();
+            keys.sort();
+            keys.dedup();
+            let mut out = Vec::new();
+            let mut missing = Vec::new();
+            for key in keys {
+                match self.buffer.get(&key) {
+                    BufferedRead::Known(Some(v)) => out.push(KvPair(key, v)),
+                    BufferedRead::Known(None) => {}
+                    BufferedRead::Unknown => missing.push(key),
                 }
             }
-        }
-        out.sort_by(|a, b| a.0.cmp(&b.0));
-        let out: Vec<KvPair> = out.into_iter().map(|p| self.caller_pair(p)).collect();
-        Ok(out.into_iter())
+            if !missing.is_empty() {
+                let fetched = self.fetch_batch_get(&missing).await?;
+                let mut found = std::collections::BTreeMap::new();
+                for p in fetched {
+                    found.insert(p.0, p.1);
+                }
+                for key in missing {
+                    let value = found.remove(&key);
+                    self.buffer.cache(key.clone(), value.clone());
+                    if let Some(v) = value {
+                        out.push(KvPair(key, v));
+                    }
+                }
+            }
+            out.sort_by(|a, b| a.0.cmp(&b.0));
+            let out: Vec<KvPair> = out.into_iter().map(|p| self.caller_pair(p)).collect();
+            Ok(out.into_iter())
+        })
+        .await
     }
 
     /// Up to `limit` pairs in `range`, in key order, with this
@@ -367,23 +449,26 @@ impl<PdC: PdClient> Transaction<PdC> {
     /// fresh `for_update_ts` and read its latest value; optimistic ones lock
     /// it at commit and read at the start ts.
     pub async fn get_for_update(&mut self, key: impl Into<Key>) -> Result<Option<Value>> {
-        self.check_writable()?;
-        let key = self.wire_key(key);
-        if !self.is_pessimistic() {
-            self.buffer.lock(key.clone());
-            if let BufferedRead::Known(v) = self.buffer.get(&key) {
-                return Ok(v);
+        call_deadline::within(self.shared.request_deadline, async move {
+            self.check_writable()?;
+            let key = self.wire_key(key);
+            if !self.is_pessimistic() {
+                self.buffer.lock(key.clone());
+                if let BufferedRead::Known(v) = self.buffer.get(&key) {
+                    return Ok(v);
+                }
+                let value = self.fetch_get(key.clone()).await?;
+                self.buffer.cache(key, value.clone());
+                return Ok(value);
             }
-            let value = self.fetch_get(key.clone()).await?;
-            self.buffer.cache(key, value.clone());
-            return Ok(value);
-        }
-        let mut values = self.pessimistic_lock(vec![key.clone()], true).await?;
-        let value = values.pop().and_then(|p| p.1);
-        match self.buffer.written(&key) {
-            BufferedRead::Known(v) => Ok(v),
-            BufferedRead::Unknown => Ok(value),
-        }
+            let mut values = self.pessimistic_lock(vec![key.clone()], true).await?;
+            let value = values.pop().and_then(|p| p.1);
+            match self.buffer.written(&key) {
+                BufferedRead::Known(v) => Ok(v),
+                BufferedRead::Unknown => Ok(value),
+            }
+        })
+        .await
     }
 
     /// [`get_for_update`](Self::get_for_update) for several keys: the pairs
@@ -392,66 +477,78 @@ impl<PdC: PdClient> Transaction<PdC> {
         &mut self,
         keys: impl IntoIterator<Item = impl Into<Key>>,
     ) -> Result<Vec<KvPair>> {
-        self.check_writable()?;
-        let keys: Vec<Key> = keys.into_iter().map(Into::into).collect();
-        if !self.is_pessimistic() {
-            for key in &keys {
-                let wire = self.wire_key(key.clone());
-                self.buffer.lock(wire);
+        call_deadline::within(self.shared.request_deadline, async move {
+            self.check_writable()?;
+            let keys: Vec<Key> = keys.into_iter().map(Into::into).collect();
+            if !self.is_pessimistic() {
+                for key in &keys {
+                    let wire = self.wire_key(key.clone());
+                    self.buffer.lock(wire);
+                }
+                return Ok(self.batch_get(keys).await?.collect());
             }
-            return Ok(self.batch_get(keys).await?.collect());
-        }
-        let keys: Vec<Key> = keys.into_iter().map(|k| self.wire_key(k)).collect();
-        let locked = self.pessimistic_lock(keys, true).await?;
-        Ok(locked
-            .into_iter()
-            .filter_map(|(key, fetched)| {
-                let value = match self.buffer.written(&key) {
-                    BufferedRead::Known(v) => v,
-                    BufferedRead::Unknown => fetched,
-                };
-                value.map(|v| KvPair(key, v))
-            })
-            .map(|p| self.caller_pair(p))
-            .collect())
+            let keys: Vec<Key> = keys.into_iter().map(|k| self.wire_key(k)).collect();
+            let locked = self.pessimistic_lock(keys, true).await?;
+            Ok(locked
+                .into_iter()
+                .filter_map(|(key, fetched)| {
+                    let value = match self.buffer.written(&key) {
+                        BufferedRead::Known(v) => v,
+                        BufferedRead::Unknown => fetched,
+                    };
+                    value.map(|v| KvPair(key, v))
+                })
+                .map(|p| self.caller_pair(p))
+                .collect())
+        })
+        .await
     }
 
     /// Sets `key` to `value`.
     pub async fn put(&mut self, key: impl Into<Key>, value: impl Into<Value>) -> Result<()> {
-        self.check_writable()?;
-        let key = self.wire_key(key);
-        if self.is_pessimistic() {
-            self.pessimistic_lock(vec![key.clone()], false).await?;
-        }
-        self.buffer.put(key, value.into());
-        Ok(())
+        call_deadline::within(self.shared.request_deadline, async move {
+            self.check_writable()?;
+            let key = self.wire_key(key);
+            if self.is_pessimistic() {
+                self.pessimistic_lock(vec![key.clone()], false).await?;
+            }
+            self.buffer.put(key, value.into());
+            Ok(())
+        })
+        .await
     }
 
     /// Inserts `key`: the commit fails if it exists
     /// ([`Error::DuplicateKeyInsertion`] when this transaction wrote it).
     pub async fn insert(&mut self, key: impl Into<Key>, value: impl Into<Value>) -> Result<()> {
-        self.check_writable()?;
-        let key = self.wire_key(key);
-        if self.is_pessimistic() {
-            let mut locked = self.pessimistic_lock(vec![key.clone()], true).await?;
-            if self.buffer.written(&key) == BufferedRead::Unknown
-                && locked.pop().and_then(|p| p.1).is_some()
-            {
-                return Err(Error::DuplicateKeyInsertion);
+        call_deadline::within(self.shared.request_deadline, async move {
+            self.check_writable()?;
+            let key = self.wire_key(key);
+            if self.is_pessimistic() {
+                let mut locked = self.pessimistic_lock(vec![key.clone()], true).await?;
+                if self.buffer.written(&key) == BufferedRead::Unknown
+                    && locked.pop().and_then(|p| p.1).is_some()
+                {
+                    return Err(Error::DuplicateKeyInsertion);
+                }
             }
-        }
-        self.buffer.insert(key, value.into())
+            self.buffer.insert(key, value.into())
+        })
+        .await
     }
 
     /// Deletes `key`.
     pub async fn delete(&mut self, key: impl Into<Key>) -> Result<()> {
-        self.check_writable()?;
-        let key = self.wire_key(key);
-        if self.is_pessimistic() {
-            self.pessimistic_lock(vec![key.clone()], false).await?;
-        }
-        self.buffer.delete(key);
-        Ok(())
+        call_deadline::within(self.shared.request_deadline, async move {
+            self.check_writable()?;
+            let key = self.wire_key(key);
+            if self.is_pessimistic() {
+                self.pessimistic_lock(vec![key.clone()], false).await?;
+            }
+            self.buffer.delete(key);
+            Ok(())
+        })
+        .await
     }
 
     /// Buffers several puts and deletes (locking them first in a
@@ -460,25 +557,28 @@ impl<PdC: PdClient> Transaction<PdC> {
         &mut self,
         mutations: impl IntoIterator<Item = Mutation>,
     ) -> Result<()> {
-        self.check_writable()?;
-        let mutations: Vec<Mutation> = mutations
-            .into_iter()
-            .map(|m| match m {
-                Mutation::Put(k, v) => Mutation::Put(self.wire_key(k), v),
-                Mutation::Delete(k) => Mutation::Delete(self.wire_key(k)),
-            })
-            .collect();
-        if self.is_pessimistic() {
-            let keys = mutations.iter().map(|m| m.key().clone()).collect();
-            self.pessimistic_lock(keys, false).await?;
-        }
-        for m in mutations {
-            match m {
-                Mutation::Put(k, v) => self.buffer.put(k, v),
-                Mutation::Delete(k) => self.buffer.delete(k),
+        call_deadline::within(self.shared.request_deadline, async move {
+            self.check_writable()?;
+            let mutations: Vec<Mutation> = mutations
+                .into_iter()
+                .map(|m| match m {
+                    Mutation::Put(k, v) => Mutation::Put(self.wire_key(k), v),
+                    Mutation::Delete(k) => Mutation::Delete(self.wire_key(k)),
+                })
+                .collect();
+            if self.is_pessimistic() {
+                let keys = mutations.iter().map(|m| m.key().clone()).collect();
+                self.pessimistic_lock(keys, false).await?;
             }
-        }
-        Ok(())
+            for m in mutations {
+                match m {
+                    Mutation::Put(k, v) => self.buffer.put(k, v),
+                    Mutation::Delete(k) => self.buffer.delete(k),
+                }
+            }
+            Ok(())
+        })
+        .await
     }
 
     /// Locks keys without writing them: now in a pessimistic transaction,
@@ -487,34 +587,40 @@ impl<PdC: PdClient> Transaction<PdC> {
         &mut self,
         keys: impl IntoIterator<Item = impl Into<Key>>,
     ) -> Result<()> {
-        self.check_writable()?;
-        let keys: Vec<Key> = keys.into_iter().map(|k| self.wire_key(k)).collect();
-        if self.is_pessimistic() {
-            self.pessimistic_lock(keys, false).await?;
-        } else {
-            for key in keys {
-                self.buffer.lock(key);
+        call_deadline::within(self.shared.request_deadline, async move {
+            self.check_writable()?;
+            let keys: Vec<Key> = keys.into_iter().map(|k| self.wire_key(k)).collect();
+            if self.is_pessimistic() {
+                self.pessimistic_lock(keys, false).await?;
+            } else {
+                for key in keys {
+                    self.buffer.lock(key);
+                }
             }
-        }
-        Ok(())
+            Ok(())
+        })
+        .await
     }
 
     /// Extends the primary lock's TTL; returns the new TTL in ms.
     pub async fn send_heart_beat(&mut self) -> Result<u64> {
-        self.check_allow_operation()?;
-        let locked = &self.pessimistic_locked;
-        let primary = choose_primary(
-            self.buffer.primary_key(),
-            &self.buffer.mutations(|k| locked.contains(k)),
-        )
-        .ok_or(Error::NoPrimaryKey)?;
-        send_heart_beat(
-            &self.shared,
-            &self.options,
-            primary,
-            self.start_ts(),
-            self.start_instant,
-        )
+        call_deadline::within(self.shared.request_deadline, async move {
+            self.check_allow_operation()?;
+            let locked = &self.pessimistic_locked;
+            let primary = choose_primary(
+                self.buffer.primary_key(),
+                &self.buffer.mutations(|k| locked.contains(k)),
+            )
+            .ok_or(Error::NoPrimaryKey)?;
+            send_heart_beat(
+                &self.shared,
+                &self.options,
+                primary,
+                self.start_ts(),
+                self.start_instant,
+            )
+            .await
+        })
         .await
     }
 
@@ -528,41 +634,44 @@ impl<PdC: PdClient> Transaction<PdC> {
     /// before retrying); any other error means the transaction did not
     /// commit, and its locks were rolled back.
     pub async fn commit(&mut self) -> Result<Option<Timestamp>> {
-        self.end_requested = true;
-        self.refuse_if_undetermined("commit")?;
-        match self.status {
-            TransactionStatus::Active | TransactionStatus::StartedCommit => {}
-            // Nothing to write: done.
-            TransactionStatus::ReadOnly => {
+        call_deadline::within(self.shared.request_deadline, async move {
+            self.end_requested = true;
+            self.refuse_if_undetermined("commit")?;
+            match self.status {
+                TransactionStatus::Active | TransactionStatus::StartedCommit => {}
+                // Nothing to write: done.
+                TransactionStatus::ReadOnly => {
+                    self.finish(TransactionStatus::Committed);
+                    return Ok(None);
+                }
+                _ => return Err(Error::OperationAfterCommitError),
+            }
+            self.status = TransactionStatus::StartedCommit;
+            if !self.buffer.has_mutations() {
                 self.finish(TransactionStatus::Committed);
                 return Ok(None);
             }
-            _ => return Err(Error::OperationAfterCommitError),
-        }
-        self.status = TransactionStatus::StartedCommit;
-        if !self.buffer.has_mutations() {
-            self.finish(TransactionStatus::Committed);
-            return Ok(None);
-        }
-        let result = self.two_phase_commit().await;
-        match &result {
-            Ok(_) => self.finish(TransactionStatus::Committed),
-            // Undetermined is terminal: no second commit (it could commit
-            // the keys at a second timestamp), no rollback (it could undo
-            // part of a committed transaction), no heartbeat.
-            Err(e) if e.undetermined_anywhere() => {
-                self.undetermined = Some(e.to_string());
-                let _ = self.ended.send(true);
+            let result = self.two_phase_commit().await;
+            match &result {
+                Ok(_) => self.finish(TransactionStatus::Committed),
+                // Undetermined is terminal: no second commit (it could commit
+                // the keys at a second timestamp), no rollback (it could undo
+                // part of a committed transaction), no heartbeat.
+                Err(e) if e.undetermined_anywhere() => {
+                    self.undetermined = Some(e.to_string());
+                    let _ = self.ended.send(true);
+                }
+                // Failed, its locks rolled back: the heartbeat stops, and a
+                // retried commit starts a new one.
+                Err(_) => {
+                    let _ = self.ended.send(true);
+                    self.ended = watch::channel(false).0;
+                    self.heartbeat_started = false;
+                }
             }
-            // Failed, its locks rolled back: the heartbeat stops, and a
-            // retried commit starts a new one.
-            Err(_) => {
-                let _ = self.ended.send(true);
-                self.ended = watch::channel(false).0;
-                self.heartbeat_started = false;
-            }
-        }
-        result
+            result
+        })
+        .await
     }
 
     /// Rolls back: releases this transaction's locks. After a commit that
@@ -580,30 +689,33 @@ impl<PdC: PdClient> Transaction<PdC> {
     /// also tries once, in the background on the current Tokio runtime,
     /// to release them, bounded by the request deadline.
     pub async fn rollback(&mut self) -> Result<()> {
-        self.end_requested = true;
-        self.refuse_if_undetermined("rollback")?;
-        match self.status {
-            TransactionStatus::Active
-            | TransactionStatus::StartedCommit
-            | TransactionStatus::StartedRollback => {}
-            TransactionStatus::ReadOnly => {
-                self.finish(TransactionStatus::Rolledback);
-                return Ok(());
+        call_deadline::within(self.shared.request_deadline, async move {
+            self.end_requested = true;
+            self.refuse_if_undetermined("rollback")?;
+            match self.status {
+                TransactionStatus::Active
+                | TransactionStatus::StartedCommit
+                | TransactionStatus::StartedRollback => {}
+                TransactionStatus::ReadOnly => {
+                    self.finish(TransactionStatus::Rolledback);
+                    return Ok(());
+                }
+                _ => return Err(Error::OperationAfterCommitError),
             }
-            _ => return Err(Error::OperationAfterCommitError),
-        }
-        let before = self.status;
-        let prewritten = before == TransactionStatus::StartedCommit;
-        self.status = TransactionStatus::StartedRollback;
-        let released = self.release_for_rollback(prewritten).await;
-        if let Err(e) = released {
-            // Not rolled back: a later `rollback()` tries again, prewritten
-            // keys (a primary that may have committed) included.
-            self.status = before;
-            return Err(e);
-        }
-        self.finish(TransactionStatus::Rolledback);
-        Ok(())
+            let before = self.status;
+            let prewritten = before == TransactionStatus::StartedCommit;
+            self.status = TransactionStatus::StartedRollback;
+            let released = self.release_for_rollback(prewritten).await;
+            if let Err(e) = released {
+                // Not rolled back: a later `rollback()` tries again, prewritten
+                // keys (a primary that may have committed) included.
+                self.status = before;
+                return Err(e);
+            }
+            self.finish(TransactionStatus::Rolledback);
+            Ok(())
+        })
+        .await
     }
 
     /// The work of [`rollback`](Self::rollback): releases the pessimistic
@@ -701,26 +813,29 @@ impl<PdC: PdClient> Transaction<PdC> {
         limit: u32,
         reverse: bool,
     ) -> Result<Vec<KvPair>> {
-        self.check_allow_operation()?;
-        if limit > MAX_TXN_SCAN_LIMIT {
-            return Err(Error::from(Failure::InvalidArgument(format!(
-                "scan limit {limit} exceeds the maximum {MAX_TXN_SCAN_LIMIT}; scan in pages"
-            ))));
-        }
-        let range = range.encode_keyspace(self.shared.keyspace, KeyMode::Txn);
-        let (start, end) = range.into_key_range()?;
-        if limit == 0 || (!end.is_empty() && start == end) {
-            return Ok(Vec::new());
-        }
-        // Fetch enough that the local deletes cannot starve the limit.
-        let fetch_limit = limit.saturating_add(self.buffer.deletes_in(&start, &end));
-        let fetched = self
-            .fetch_scan(start.as_bytes(), end.as_bytes(), fetch_limit, reverse)
-            .await?;
-        let merged = self
-            .buffer
-            .merge_scan(fetched, &start, &end, limit, reverse);
-        Ok(merged.into_iter().map(|p| self.caller_pair(p)).collect())
+        call_deadline::within(self.shared.request_deadline, async move {
+            self.check_allow_operation()?;
+            if limit > MAX_TXN_SCAN_LIMIT {
+                return Err(Error::from(Failure::InvalidArgument(format!(
+                    "scan limit {limit} exceeds the maximum {MAX_TXN_SCAN_LIMIT}; scan in pages"
+                ))));
+            }
+            let range = range.encode_keyspace(self.shared.keyspace, KeyMode::Txn);
+            let (start, end) = range.into_key_range()?;
+            if limit == 0 || (!end.is_empty() && start == end) {
+                return Ok(Vec::new());
+            }
+            // Fetch enough that the local deletes cannot starve the limit.
+            let fetch_limit = limit.saturating_add(self.buffer.deletes_in(&start, &end));
+            let fetched = self
+                .fetch_scan(start.as_bytes(), end.as_bytes(), fetch_limit, reverse)
+                .await?;
+            let merged = self
+                .buffer
+                .merge_scan(fetched, &start, &end, limit, reverse);
+            Ok(merged.into_iter().map(|p| self.caller_pair(p)).collect())
+        })
+        .await
     }
 
     async fn fetch_scan(
@@ -882,9 +997,17 @@ impl<PdC: PdClient> Transaction<PdC> {
                     // pessimistic locks at or below it); the locks taken
                     // before stay.
                     let fresh: Vec<Vec<u8>> = keys.iter().map(|k| k.as_bytes().to_vec()).collect();
-                    if let Err(re) = self.pessimistic_rollback(fresh, for_update_ts).await {
-                        warn!("releasing pessimistic locks after a failed lock: {re}");
-                    }
+                    let shared = Arc::clone(&self.shared);
+                    let (start_ts, backoff) = (self.start_ts(), self.region_backoff());
+                    self.beyond_the_call(async move {
+                        let released = shared
+                            .pessimistic_rollback(start_ts, backoff, fresh, for_update_ts)
+                            .await;
+                        if let Err(re) = released {
+                            warn!("releasing pessimistic locks after a failed lock: {re}");
+                        }
+                    })
+                    .await;
                     return Err(Error::PessimisticLockError {
                         inner: Box::new(e),
                         success_keys: Vec::new(),
@@ -925,24 +1048,9 @@ impl<PdC: PdClient> Transaction<PdC> {
     /// Removes this transaction's pessimistic locks on `keys` taken at or
     /// below `for_update_ts`.
     async fn pessimistic_rollback(&self, keys: Vec<Vec<u8>>, for_update_ts: u64) -> Result<()> {
-        if keys.is_empty() {
-            return Ok(());
-        }
-        let request = kvrpcpb::PessimisticRollbackRequest {
-            keys,
-            start_version: self.start_ts(),
-            for_update_ts,
-            ..Default::default()
-        };
         self.shared
-            .builder(request)
-            .retry_multi_region(self.region_backoff())
-            .merge(CollectError)
-            .extract_error()
-            .plan()
-            .execute()
-            .await?;
-        Ok(())
+            .pessimistic_rollback(self.start_ts(), self.region_backoff(), keys, for_update_ts)
+            .await
     }
 
     /// Rolls back prewritten `keys`, the transaction's `primary` first:
@@ -952,29 +1060,9 @@ impl<PdC: PdClient> Transaction<PdC> {
     /// their locks (readers commit them from the primary's record) rather
     /// than being rolled back under a committed primary.
     async fn rollback_prewritten(&self, primary: Option<Key>, keys: Vec<Vec<u8>>) -> Result<()> {
-        let listed = |p: &Key| keys.iter().any(|k| k.as_slice() == p.as_bytes());
-        let Some(primary) = primary.filter(|p| keys.len() > 1 && listed(p)) else {
-            return self.batch_rollback(keys).await;
-        };
-        let primary = primary.as_bytes().to_vec();
-        let rest: Vec<Vec<u8>> = keys.into_iter().filter(|k| *k != primary).collect();
-        self.batch_rollback(vec![primary]).await?;
-        self.batch_rollback(rest).await
-    }
-
-    async fn batch_rollback(&self, keys: Vec<Vec<u8>>) -> Result<()> {
-        if keys.is_empty() {
-            return Ok(());
-        }
         self.shared
-            .builder(new_batch_rollback_request(keys, self.start_ts()))
-            .retry_multi_region(self.region_backoff())
-            .merge(CollectError)
-            .extract_error()
-            .plan()
-            .execute()
-            .await?;
-        Ok(())
+            .rollback_prewritten(self.start_ts(), self.region_backoff(), primary, keys)
+            .await
     }
 
     // ---- commit ----
@@ -1253,24 +1341,45 @@ impl<PdC: PdClient> Transaction<PdC> {
     /// ([txn.md](crate::spec::txn#behaviour-we-require)).
     async fn rollback_after_failed_prewrite(&self, primary: Key, keys: Vec<Vec<u8>>) {
         bump(&self.shared.counters.prewrite_rollbacks);
-        if let Err(e) = self.rollback_prewritten(Some(primary), keys).await {
-            warn!(
-                "rolling back transaction {} after a failed prewrite failed: {e}; its locks expire after their TTL",
-                self.start_ts()
-            );
-        }
-        if !self.pessimistic_locked.is_empty() {
-            let keys = self
-                .pessimistic_locked
-                .iter()
-                .map(|k| k.as_bytes().to_vec())
-                .collect();
-            if let Err(e) = self
-                .pessimistic_rollback(keys, self.options.for_update_ts())
+        let shared = Arc::clone(&self.shared);
+        let (start_ts, backoff) = (self.start_ts(), self.region_backoff());
+        let for_update_ts = self.options.for_update_ts();
+        let locked: Vec<Vec<u8>> = self
+            .pessimistic_locked
+            .iter()
+            .map(|k| k.as_bytes().to_vec())
+            .collect();
+        self.beyond_the_call(async move {
+            if let Err(e) = shared
+                .rollback_prewritten(start_ts, backoff.clone(), Some(primary), keys)
+                .await
+            {
+                warn!(
+                    "rolling back transaction {start_ts} after a failed prewrite failed: {e}; its locks expire after their TTL"
+                );
+            }
+            if let Err(e) = shared
+                .pessimistic_rollback(start_ts, backoff, locked, for_update_ts)
                 .await
             {
                 warn!("releasing pessimistic locks after a failed prewrite failed: {e}");
             }
+        })
+        .await
+    }
+
+    /// Runs `cleanup`, the release of locks a failed write left, on a task
+    /// of its own with a deadline of its own: a write that failed because
+    /// the call's deadline ran out would otherwise leave its locks, the
+    /// cleanup having no time left either. The call waits for it until the
+    /// call's own deadline, then returns and leaves it running.
+    fn beyond_the_call(
+        &self,
+        cleanup: impl std::future::Future<Output = ()> + Send + 'static,
+    ) -> impl std::future::Future<Output = ()> {
+        let task = tokio::spawn(call_deadline::within(self.shared.request_deadline, cleanup));
+        async move {
+            let _ = call_deadline::bounded(task).await;
         }
     }
 

@@ -51,6 +51,9 @@ pub enum FaultKind {
     PdLeaderChange,
     /// A PD member goes down, later back up.
     PdMemberDown,
+    /// PD's leader receives requests (TSO included) and answers none, later
+    /// answers again; it stays leader meanwhile.
+    PdHang,
     /// The TSO's physical clock jumps 1 to 30 seconds forward, so lock TTLs
     /// (measured on it) expire early. Transactional runs only.
     TsoJump,
@@ -77,7 +80,7 @@ pub enum FaultKind {
 impl FaultKind {
     /// Every kind of the raw suite, in report order (the transactional
     /// kinds, [`FaultKind::TXN`], are not among them).
-    pub const ALL: [FaultKind; 19] = [
+    pub const ALL: [FaultKind; 20] = [
         FaultKind::StoreDown,
         FaultKind::HangConnect,
         FaultKind::HangRespond,
@@ -97,6 +100,7 @@ impl FaultKind {
         FaultKind::DropCas,
         FaultKind::PdLeaderChange,
         FaultKind::PdMemberDown,
+        FaultKind::PdHang,
     ];
 
     /// The dropped-response kinds.
@@ -145,6 +149,7 @@ impl FaultKind {
             FaultKind::DropCas => "drop_cas",
             FaultKind::PdLeaderChange => "pd_leader",
             FaultKind::PdMemberDown => "pd_down",
+            FaultKind::PdHang => "pd_hang",
             FaultKind::TsoJump => "tso_jump",
             FaultKind::DropPrewrite => "drop_prewrite",
             FaultKind::DropCommit => "drop_commit",
@@ -215,7 +220,7 @@ impl InjectorConfig {
             .map(|k| {
                 let weight = match k {
                     FaultKind::Split => 1,
-                    FaultKind::PdMemberDown | FaultKind::PdLeaderChange => 2,
+                    FaultKind::PdMemberDown | FaultKind::PdLeaderChange | FaultKind::PdHang => 2,
                     FaultKind::StoreDown | FaultKind::HangConnect | FaultKind::HangRespond => 3,
                     k if k.dropped_method().is_some() => 4,
                     _ => 3,
@@ -289,6 +294,7 @@ enum Heal {
     Unslow(u64),
     Unbusy(u64),
     PdUp(usize),
+    PdUnhang(usize),
     Warm(u64),
 }
 
@@ -418,6 +424,11 @@ impl Injector {
                         tracing::warn!("chaos: PD member {m} did not come back up: {e}");
                     }
                 }
+                Heal::PdUnhang(m) => {
+                    if let Err(e) = cluster.pd_member_unhang(m) {
+                        tracing::warn!("chaos: PD member {m} stayed hung: {e}");
+                    }
+                }
                 Heal::Warm(region) => {
                     if cluster.region(region).is_some() && cluster.leader_of(region).is_none() {
                         if let Some(store) = voter_stores(cluster, region).first() {
@@ -448,6 +459,7 @@ impl Injector {
             if let Err(e) = cluster.pd_member_up(member).await {
                 tracing::warn!("chaos: PD member {member} did not come back up: {e}");
             }
+            let _ = cluster.pd_member_unhang(member);
         }
         for region in cluster.regions() {
             let leader = cluster.leader_of(region.id).map(|p| p.store_id);
@@ -637,12 +649,28 @@ impl Injector {
                         .then(|| format!("PD member {to}"))
                 }
             }
+            FaultKind::PdHang => {
+                let pd_fault = self
+                    .active
+                    .iter()
+                    .any(|(_, h, _)| matches!(h, Heal::PdUp(_) | Heal::PdUnhang(_)));
+                if pd_fault {
+                    None
+                } else {
+                    let member = cluster.pd_leader_index();
+                    let done = cluster.pd_member_hang(member).is_ok();
+                    if done {
+                        self.active.push((heal_at, Heal::PdUnhang(member), index));
+                    }
+                    done.then(|| format!("PD member {member}"))
+                }
+            }
             FaultKind::PdMemberDown => {
                 let members = cluster.pd_endpoints().len();
                 let any_down = self
                     .active
                     .iter()
-                    .any(|(_, h, _)| matches!(h, Heal::PdUp(_)));
+                    .any(|(_, h, _)| matches!(h, Heal::PdUp(_) | Heal::PdUnhang(_)));
                 if members < 2 || any_down {
                     None
                 } else {

@@ -55,6 +55,11 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+/// How far past its request deadline a client call may end before the
+/// suites count it late: the time to notice the deadline and unwind
+/// (timers on a loaded 2-core machine fire late by tens of milliseconds).
+pub const DEADLINE_MARGIN: std::time::Duration = std::time::Duration::from_millis(250);
+
 pub use check::{check_history, CheckOptions, CheckReport, WriteMode};
 pub use error::{Error, Result};
 pub use history::{OpKind, OpRecord, OpResult, Recorder, FINAL_READER};
@@ -156,8 +161,11 @@ pub struct ChaosReport {
     pub drops_fired: u64,
     /// The check of the history.
     pub check: CheckReport,
-    /// Operations that ran past their bound (including abandoned ones).
+    /// Operations that ran past their bound, their client's request
+    /// deadline plus [`DEADLINE_MARGIN`] (including abandoned ones).
     pub hangs: usize,
+    /// The longest operation of the workload.
+    pub slowest_op: std::time::Duration,
     /// Record ids of those operations (the first 20).
     pub hang_records: Vec<usize>,
     /// Workload or injector tasks that panicked.
@@ -187,7 +195,7 @@ impl ChaosReport {
             .map(|k| format!("{k}={}", self.faults.get(k).copied().unwrap_or(0)))
             .collect();
         format!(
-            "seed={} seconds={} ops={} undetermined={} faults={} [{}] drops_fired={} non_linearizable_keys={} undecided_keys={} lost_writes={} double_applies={} double_cas={} hangs={} panics={}",
+            "seed={} seconds={} ops={} undetermined={} faults={} [{}] drops_fired={} non_linearizable_keys={} undecided_keys={} lost_writes={} double_applies={} double_cas={} hangs={} slowest_op={:?} panics={}",
             self.seed,
             self.duration.as_secs(),
             self.ops,
@@ -201,6 +209,7 @@ impl ChaosReport {
             self.check.double_applies.len(),
             self.check.double_cas(),
             self.hangs,
+            self.slowest_op,
             self.panics,
         )
     }
@@ -336,7 +345,6 @@ pub async fn run(config: ChaosConfig) -> Result<ChaosReport> {
         let worker = Worker::new(
             task,
             client,
-            Arc::clone(&cluster),
             Arc::clone(&recorder),
             config.seed,
             keys.clone(),
@@ -409,6 +417,13 @@ pub async fn run(config: ChaosConfig) -> Result<ChaosReport> {
             undetermined += 1;
         }
     }
+    let slowest_op = history
+        .iter()
+        .filter(|r| r.task != FINAL_READER)
+        .filter_map(|r| r.complete.map(|c| c.saturating_sub(r.invoke)))
+        .max()
+        .map(std::time::Duration::from_micros)
+        .unwrap_or_default();
     let hang_records = history
         .iter()
         .filter(|r| r.task != FINAL_READER && matches!(r.result, OpResult::Abandoned))
@@ -432,6 +447,7 @@ pub async fn run(config: ChaosConfig) -> Result<ChaosReport> {
         drops_fired,
         check,
         hangs: usize::try_from(hangs.load(Ordering::SeqCst)).unwrap_or(usize::MAX),
+        slowest_op,
         hang_records,
         panics,
         history,

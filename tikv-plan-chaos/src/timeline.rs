@@ -88,6 +88,7 @@ mod tests {
             drops_fired: 0,
             check: CheckReport::default(),
             hangs: 0,
+            slowest_op: Duration::ZERO,
             hang_records: Vec::new(),
             panics: 0,
             history,

@@ -190,6 +190,15 @@ pub struct TxnChaosReport {
     pub hang_records: Vec<usize>,
     /// Workload or injector tasks that panicked.
     pub panics: usize,
+    /// Client calls (each `get`, `put`, `commit`, `rollback`, `begin`...)
+    /// that took longer than the clients' request deadline plus
+    /// [`DEADLINE_MARGIN`](crate::DEADLINE_MARGIN).
+    pub late_calls: u64,
+    /// The longest client call, and the deadline it had.
+    pub slowest_call: (Duration, Duration),
+    /// Where the first late calls are in the workload, and how long each
+    /// took.
+    pub late_call_sites: Vec<String>,
     /// The history: the setup, the workload, the final reads.
     pub history: Vec<TxnRecord>,
 }
@@ -227,9 +236,9 @@ const MODES: [TxnMode; 6] = [
 const OUTCOMES: [&str; 4] = ["committed", "aborted", "undetermined", "abandoned"];
 
 impl TxnChaosReport {
-    /// No violation, no hang, no panic.
+    /// No violation, no hang, no panic, no call past its deadline.
     pub fn is_clean(&self) -> bool {
-        self.check.is_clean() && self.hangs == 0 && self.panics == 0
+        self.check.is_clean() && self.hangs == 0 && self.panics == 0 && self.late_calls == 0
     }
 
     /// Faults applied, all kinds.
@@ -294,7 +303,7 @@ impl TxnChaosReport {
             .collect::<Vec<_>>()
             .join(" ");
         format!(
-            "seed={} seconds={} txns={} (committed/aborted/undetermined/abandoned) {workloads} [{modes}] long={long} forced_expiries={} undetermined={} faults={} [{faults}] drops_fired={} heartbeats={}/{} lock_checks={} violations={} hangs={} panics={}",
+            "seed={} seconds={} txns={} (committed/aborted/undetermined/abandoned) {workloads} [{modes}] long={long} forced_expiries={} undetermined={} faults={} [{faults}] drops_fired={} heartbeats={}/{} lock_checks={} violations={} hangs={} panics={} late_calls={} slowest_call={:?}/{:?}",
             self.seed,
             self.duration.as_secs(),
             self.transactions,
@@ -308,6 +317,9 @@ impl TxnChaosReport {
             self.check.violations.len(),
             self.hangs,
             self.panics,
+            self.late_calls,
+            self.slowest_call.0,
+            self.slowest_call.1,
         )
     }
 
@@ -329,6 +341,9 @@ impl TxnChaosReport {
         }
         for id in &self.hang_records {
             out.push_str(&format!("over its bound: {}\n", record(*id)));
+        }
+        for site in &self.late_call_sites {
+            out.push_str(&format!("a call past its deadline: {site}\n"));
         }
         out
     }
@@ -468,15 +483,15 @@ enum Reader<'a> {
 impl Reader<'_> {
     async fn get(&mut self, key: Vec<u8>) -> Result<Option<Vec<u8>>> {
         match self {
-            Reader::Txn(t) => t.get(key).await,
-            Reader::Snap(s) => s.get(key).await,
+            Reader::Txn(t) => timed(t.get(key)).await,
+            Reader::Snap(s) => timed(s.get(key)).await,
         }
     }
 
     async fn batch_get(&mut self, keys: Vec<Vec<u8>>) -> Result<BTreeMap<Vec<u8>, Vec<u8>>> {
         let pairs: Vec<tikv_plan::KvPair> = match self {
-            Reader::Txn(t) => t.batch_get(keys).await?.collect(),
-            Reader::Snap(s) => s.batch_get(keys).await?.collect(),
+            Reader::Txn(t) => timed(t.batch_get(keys)).await?.collect(),
+            Reader::Snap(s) => timed(s.batch_get(keys)).await?.collect(),
         };
         Ok(pairs_map(pairs))
     }
@@ -486,8 +501,8 @@ impl Reader<'_> {
         // really is absent.
         const LIMIT: u32 = 10_000;
         let pairs: Vec<tikv_plan::KvPair> = match self {
-            Reader::Txn(t) => t.scan(start..end, LIMIT).await?.collect(),
-            Reader::Snap(s) => s.scan(start..end, LIMIT).await?.collect(),
+            Reader::Txn(t) => timed(t.scan(start..end, LIMIT)).await?.collect(),
+            Reader::Snap(s) => timed(s.scan(start..end, LIMIT)).await?.collect(),
         };
         Ok(pairs_map(pairs))
     }
@@ -516,12 +531,12 @@ struct Draft {
 /// back: the transaction is dropped.
 async fn finish(mut txn: Transaction, body: Result<()>) -> TxnOutcome {
     if let Err(e) = body {
-        let _ = txn.rollback().await;
+        let _ = timed(txn.rollback()).await;
         return TxnOutcome::Aborted {
             error: e.to_string(),
         };
     }
-    match txn.commit().await {
+    match timed(txn.commit()).await {
         Ok(ts) => TxnOutcome::Committed {
             commit_ts: ts.map(|t| t.version()),
         },
@@ -532,7 +547,7 @@ async fn finish(mut txn: Transaction, body: Result<()>) -> TxnOutcome {
             }
         }
         Err(e) => {
-            let _ = txn.rollback().await;
+            let _ = timed(txn.rollback()).await;
             TxnOutcome::Aborted {
                 error: e.to_string(),
             }
@@ -557,11 +572,58 @@ enum Role {
 /// Counters the tasks share.
 #[derive(Default)]
 struct Shared {
+    /// Every workload call's latency against the deadline.
+    clock: Arc<CallClock>,
     hangs: AtomicU64,
     forced_expiries: AtomicU64,
     /// Transactions whose run or drop panicked (the client's drop check
     /// among them); the task goes on with its next transaction.
     panics: AtomicU64,
+}
+
+/// Each client call's latency against the clients' request deadline.
+#[derive(Debug, Default)]
+struct CallClock {
+    deadline: Duration,
+    late: AtomicU64,
+    slowest_micros: AtomicU64,
+    /// The first late calls: where in the workload, and how long they took.
+    late_sites: std::sync::Mutex<Vec<String>>,
+}
+
+tokio::task_local! {
+    /// The clock of the workload task this runs in.
+    static CALL_CLOCK: Arc<CallClock>;
+}
+
+/// Awaits one client call, timing it on the task's [`CallClock`]: a call
+/// must end within its request deadline plus [`DEADLINE_MARGIN`]
+/// (`crate::DEADLINE_MARGIN`), whatever the faults.
+#[track_caller]
+fn timed<F: std::future::Future>(call: F) -> impl std::future::Future<Output = F::Output> {
+    let site = std::panic::Location::caller();
+    async move {
+        let started = tokio::time::Instant::now();
+        let output = call.await;
+        let took = started.elapsed();
+        let _ = CALL_CLOCK.try_with(|clock| {
+            let micros = u64::try_from(took.as_micros()).unwrap_or(u64::MAX);
+            clock.slowest_micros.fetch_max(micros, Ordering::SeqCst);
+            if took > clock.deadline + crate::DEADLINE_MARGIN {
+                clock.late.fetch_add(1, Ordering::SeqCst);
+                let line = format!("{}:{} took {took:?}", site.file(), site.line());
+                tracing::warn!(
+                    "txn chaos: the call at {line}, over its deadline of {:?}",
+                    clock.deadline
+                );
+                let mut sites = clock.late_sites.lock().unwrap_or_else(|e| e.into_inner());
+                if sites.len() < 20 {
+                    sites.push(line);
+                }
+            }
+        });
+        output
+    }
 }
 
 /// One workload task.
@@ -597,52 +659,62 @@ impl Worker {
             // Each transaction, its drop included (an abandoned one is
             // dropped inside `timeout`), runs under `catch_unwind`: a panic,
             // such as the drop check's, is counted and the task goes on.
-            let ran = AssertUnwindSafe(async {
-                match self.role {
-                    Role::List => {
-                        let mode = MODES[self.n % MODES.len()];
-                        let result =
-                            tokio::time::timeout(bound, self.list_txn(mode, &mut draft)).await;
-                        (TxnWorkload::ListAppend, mode, result)
-                    }
-                    Role::Bank => {
-                        let audit = self.n % 4 == 3;
-                        let mode = if audit {
-                            if self.rng.bool() {
-                                TxnMode::Snapshot
-                            } else {
-                                TxnMode::Optimistic
+            let clock = Arc::clone(&self.shared.clock);
+            let ran = CALL_CLOCK
+                .scope(
+                    clock,
+                    AssertUnwindSafe(async {
+                        match self.role {
+                            Role::List => {
+                                let mode = MODES[self.n % MODES.len()];
+                                let result =
+                                    tokio::time::timeout(bound, self.list_txn(mode, &mut draft))
+                                        .await;
+                                (TxnWorkload::ListAppend, mode, result)
                             }
-                        } else {
-                            MODES[self.n % 5]
-                        };
-                        let result = if audit {
-                            tokio::time::timeout(bound, self.audit_txn(mode, &mut draft)).await
-                        } else {
-                            tokio::time::timeout(bound, self.transfer_txn(mode, &mut draft)).await
-                        };
-                        (TxnWorkload::Bank, mode, result)
-                    }
-                    Role::Long => {
-                        let mode = if self.n.is_multiple_of(2) {
-                            TxnMode::Pessimistic
-                        } else {
-                            TxnMode::PessimisticAsyncCommit
-                        };
-                        let workload = if (self.n / 2).is_multiple_of(2) {
-                            TxnWorkload::Bank
-                        } else {
-                            TxnWorkload::ListAppend
-                        };
-                        let result =
-                            tokio::time::timeout(bound, self.long_txn(mode, workload, &mut draft))
+                            Role::Bank => {
+                                let audit = self.n % 4 == 3;
+                                let mode = if audit {
+                                    if self.rng.bool() {
+                                        TxnMode::Snapshot
+                                    } else {
+                                        TxnMode::Optimistic
+                                    }
+                                } else {
+                                    MODES[self.n % 5]
+                                };
+                                let result = if audit {
+                                    tokio::time::timeout(bound, self.audit_txn(mode, &mut draft))
+                                        .await
+                                } else {
+                                    tokio::time::timeout(bound, self.transfer_txn(mode, &mut draft))
+                                        .await
+                                };
+                                (TxnWorkload::Bank, mode, result)
+                            }
+                            Role::Long => {
+                                let mode = if self.n.is_multiple_of(2) {
+                                    TxnMode::Pessimistic
+                                } else {
+                                    TxnMode::PessimisticAsyncCommit
+                                };
+                                let workload = if (self.n / 2).is_multiple_of(2) {
+                                    TxnWorkload::Bank
+                                } else {
+                                    TxnWorkload::ListAppend
+                                };
+                                let result = tokio::time::timeout(
+                                    bound,
+                                    self.long_txn(mode, workload, &mut draft),
+                                )
                                 .await;
-                        (workload, mode, result)
-                    }
-                }
-            })
-            .catch_unwind()
-            .await;
+                                (workload, mode, result)
+                            }
+                        }
+                    })
+                    .catch_unwind(),
+                )
+                .await;
             self.n += 1;
             let Ok((workload, mode, result)) = ran else {
                 if started.elapsed() >= bound {
@@ -721,13 +793,13 @@ impl Worker {
     }
 
     async fn begin(&self, options: TransactionOptions, draft: &mut Draft) -> Result<Transaction> {
-        let txn = self.client.begin_with_options(options).await?;
+        let txn = timed(self.client.begin_with_options(options)).await?;
         draft.start_ts = Some(txn.start_timestamp().version());
         Ok(txn)
     }
 
     async fn snapshot(&self, draft: &mut Draft) -> Result<Snapshot> {
-        let ts = self.client.current_timestamp().await?;
+        let ts = timed(self.client.current_timestamp()).await?;
         draft.start_ts = Some(ts.version());
         Ok(self.client.snapshot(
             ts,
@@ -849,7 +921,7 @@ impl Worker {
                 // A locking read: at a fresh for_update_ts in a
                 // pessimistic transaction, at start_ts (and checked at
                 // commit) in an optimistic one.
-                let value = txn.get_for_update(key.clone()).await?;
+                let value = timed(txn.get_for_update(key.clone())).await?;
                 draft.ops.push(TxnOp::Read {
                     key: key.clone(),
                     list: value.as_deref().map(decode_list),
@@ -861,16 +933,16 @@ impl Worker {
             }
         }
         if !reads.is_empty() && self.rng.u32(0..4) == 0 {
-            txn.lock_keys(reads.clone()).await?;
+            timed(txn.lock_keys(reads.clone())).await?;
         }
         let batch = appends.len() >= 2 && self.rng.bool();
         let mut pending = Vec::new();
         for key in appends {
             let locking = pessimistic || self.rng.u32(0..4) == 0;
             let value = if locking {
-                txn.get_for_update(key.clone()).await?
+                timed(txn.get_for_update(key.clone())).await?
             } else {
-                txn.get(key.clone()).await?
+                timed(txn.get(key.clone())).await?
             };
             let read = value.as_deref().map(decode_list);
             draft.ops.push(TxnOp::Read {
@@ -887,9 +959,9 @@ impl Worker {
                 continue;
             }
             if value.is_none() && self.rng.bool() {
-                txn.insert(key.clone(), bytes).await?;
+                timed(txn.insert(key.clone(), bytes)).await?;
             } else {
-                txn.put(key.clone(), bytes).await?;
+                timed(txn.put(key.clone(), bytes)).await?;
             }
             draft.ops.push(TxnOp::Append { key, element });
         }
@@ -898,7 +970,7 @@ impl Worker {
                 .iter()
                 .map(|(key, _, bytes)| Mutation::Put(key.clone().into(), bytes.clone()))
                 .collect();
-            txn.batch_mutate(mutations).await?;
+            timed(txn.batch_mutate(mutations)).await?;
             for (key, element, _) in pending {
                 draft.ops.push(TxnOp::Append { key, element });
             }
@@ -908,8 +980,8 @@ impl Worker {
             let scratch = self.scratch.clone();
             let key = self.pick(&scratch).to_vec();
             let element = self.element();
-            txn.insert(key.clone(), encode_list(&[element])).await?;
-            txn.delete(key).await?;
+            timed(txn.insert(key.clone(), encode_list(&[element]))).await?;
+            timed(txn.delete(key)).await?;
         }
         Ok(())
     }
@@ -944,13 +1016,13 @@ impl Worker {
     ) -> Result<()> {
         let pessimistic = mode.is_pessimistic();
         let (a, b) = if pessimistic {
-            let a = txn.get_for_update(from.clone()).await?;
+            let a = timed(txn.get_for_update(from.clone())).await?;
             draft.ops.push(TxnOp::ReadBalance {
                 key: from.clone(),
                 balance: a.as_deref().map(decode_balance),
                 locking: true,
             });
-            let b = txn.get_for_update(to.clone()).await?;
+            let b = timed(txn.get_for_update(to.clone())).await?;
             draft.ops.push(TxnOp::ReadBalance {
                 key: to.clone(),
                 balance: b.as_deref().map(decode_balance),
@@ -964,8 +1036,8 @@ impl Worker {
                     .await?;
                 (found.remove(&from), found.remove(&to))
             } else {
-                let a = txn.get(from.clone()).await?;
-                let b = txn.get(to.clone()).await?;
+                let a = timed(txn.get(from.clone())).await?;
+                let b = timed(txn.get(to.clone())).await?;
                 (a, b)
             };
             for (key, value) in [(&from, &a), (&to, &b)] {
@@ -1015,7 +1087,7 @@ impl Worker {
             }
         } else {
             for (key, balance) in [first, second] {
-                txn.put(key.clone(), balance.to_string()).await?;
+                timed(txn.put(key.clone(), balance.to_string())).await?;
                 draft.ops.push(TxnOp::WriteBalance { key, balance });
             }
         }
@@ -1087,14 +1159,14 @@ impl Worker {
         match workload {
             TxnWorkload::Bank => {
                 let (from, to) = self.account_pair();
-                let a = txn.get_for_update(from.clone()).await?;
+                let a = timed(txn.get_for_update(from.clone())).await?;
                 let a = a.as_deref().map(decode_balance);
                 draft.ops.push(TxnOp::ReadBalance {
                     key: from.clone(),
                     balance: a,
                     locking: true,
                 });
-                let b = txn.get_for_update(to.clone()).await?;
+                let b = timed(txn.get_for_update(to.clone())).await?;
                 let b = b.as_deref().map(decode_balance);
                 draft.ops.push(TxnOp::ReadBalance {
                     key: to.clone(),
@@ -1117,7 +1189,7 @@ impl Worker {
             TxnWorkload::ListAppend => {
                 let lists = self.lists.clone();
                 let key = self.pick(&lists).to_vec();
-                let value = txn.get_for_update(key.clone()).await?;
+                let value = timed(txn.get_for_update(key.clone())).await?;
                 let read = value.as_deref().map(decode_list);
                 draft.ops.push(TxnOp::Read {
                     key: key.clone(),
@@ -1128,7 +1200,7 @@ impl Worker {
                 let element = self.element();
                 let mut list = read.unwrap_or_default();
                 list.push(element);
-                txn.put(key.clone(), encode_list(&list)).await?;
+                timed(txn.put(key.clone(), encode_list(&list))).await?;
                 draft.ops.push(TxnOp::Append { key, element });
                 Ok(())
             }
@@ -1271,7 +1343,13 @@ impl TxnWorkloadRun {
         // deadline, and lock waits are bounded by it too; long ones also
         // hold.
         let bound = config.deadline * 10 + config.long_hold.1 + Duration::from_secs(5);
-        let shared = Arc::new(Shared::default());
+        let shared = Arc::new(Shared {
+            clock: Arc::new(CallClock {
+                deadline: config.deadline,
+                ..CallClock::default()
+            }),
+            ..Shared::default()
+        });
         let mut clients = vec![shared_client.clone()];
         let mut workers = Vec::new();
         for task in 0..config.tasks + config.long_tasks {
@@ -1435,6 +1513,18 @@ impl TxnRan {
             check,
             hangs: usize::try_from(self.shared.hangs.load(Ordering::SeqCst)).unwrap_or(usize::MAX),
             hang_records,
+            late_calls: self.shared.clock.late.load(Ordering::SeqCst),
+            late_call_sites: self
+                .shared
+                .clock
+                .late_sites
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .clone(),
+            slowest_call: (
+                Duration::from_micros(self.shared.clock.slowest_micros.load(Ordering::SeqCst)),
+                self.shared.clock.deadline,
+            ),
             panics: self.panics
                 + panics
                 + usize::try_from(self.shared.panics.load(Ordering::SeqCst)).unwrap_or(usize::MAX),

@@ -10,7 +10,6 @@ use std::time::Duration;
 use futures::future::BoxFuture;
 use futures::FutureExt;
 use tikv_plan::{Config, RawClient};
-use tikv_sim::SimCluster;
 
 use crate::{mix_seed, OpKind, OpResult, Recorder, FINAL_READER};
 
@@ -22,7 +21,8 @@ pub(crate) struct TaskClient {
     /// The same client (shared connections and caches) without atomic
     /// mode: TiKV cannot delete a range atomically.
     pub(crate) plain: RawClient,
-    /// The request deadline plus one RPC timeout plus a second.
+    /// The request deadline plus [`DEADLINE_MARGIN`](crate::DEADLINE_MARGIN):
+    /// every call, a scan across Regions included, ends by then.
     pub(crate) bound: Duration,
 }
 
@@ -42,7 +42,7 @@ where
     Fut: std::future::Future<Output = Result<RawClient, tikv_plan::Error>>,
 {
     let make = |config: &Config| {
-        let bound = config.request_deadline + config.timeout + Duration::from_secs(1);
+        let bound = config.request_deadline + crate::DEADLINE_MARGIN;
         let raw = connect(config.clone());
         async move {
             let plain = raw.await?;
@@ -93,7 +93,6 @@ pub(crate) async fn read_back(reader: &RawClient, keys: &[Vec<u8>], recorder: &R
 pub(crate) struct Worker {
     task: usize,
     client: TaskClient,
-    cluster: Arc<SimCluster>,
     recorder: Arc<Recorder>,
     rng: fastrand::Rng,
     keys: Vec<Vec<u8>>,
@@ -113,7 +112,6 @@ impl Worker {
     pub(crate) fn new(
         task: usize,
         client: TaskClient,
-        cluster: Arc<SimCluster>,
         recorder: Arc<Recorder>,
         seed: u64,
         keys: Vec<Vec<u8>>,
@@ -123,7 +121,6 @@ impl Worker {
         Worker {
             task,
             client,
-            cluster,
             recorder,
             rng: fastrand::Rng::with_seed(mix_seed(seed, task as u64 + 1)),
             hot_keys: hot_keys.min(keys.len()),
@@ -138,7 +135,9 @@ impl Worker {
     pub(crate) async fn run(mut self, stop: Arc<AtomicBool>, hangs: Arc<AtomicU64>) {
         while !stop.load(Ordering::SeqCst) {
             let kind = self.next_op();
-            let bound = self.bound_of(&kind);
+            // The client's deadline plus the margin, for every kind (a scan
+            // across Regions included).
+            let bound = self.client.bound;
             let invoke = self.recorder.now();
             // Generous: an operation past `bound` is already a failure;
             // this only keeps a stuck one from stalling the run.
@@ -171,27 +170,6 @@ impl Worker {
                 let pause = self.rng.u64(0..=self.pause.as_millis() as u64);
                 tokio::time::sleep(Duration::from_millis(pause)).await;
             }
-        }
-    }
-
-    /// The bound of one operation: scans walk Regions one plan at a time,
-    /// so theirs is per Region the range overlaps (one more for a split
-    /// during the walk).
-    fn bound_of(&self, kind: &OpKind) -> Duration {
-        match kind {
-            OpKind::Scan { start, end, .. } => {
-                let overlapping = self
-                    .cluster
-                    .regions()
-                    .iter()
-                    .filter(|r| {
-                        (r.end_key.is_empty() || r.end_key.as_slice() > start.as_slice())
-                            && (end.is_empty() || r.start_key.as_slice() < end.as_slice())
-                    })
-                    .count() as u32;
-                self.client.bound * (overlapping + 1)
-            }
-            _ => self.client.bound,
         }
     }
 

@@ -268,6 +268,7 @@ fn register_pd_member(shared: &Shared, member: usize, address: String) {
         member_id: PD_MEMBER_ID_BASE + member as u64,
         address,
         up: true,
+        hung: false,
     });
 }
 
@@ -1072,6 +1073,32 @@ impl SimCluster {
         if let Some(m) = self.state().pd_members.get_mut(index) {
             m.up = true;
         }
+        Ok(())
+    }
+
+    /// Makes PD member `index` hang: it accepts connections and receives
+    /// requests (TSO streams included) but answers none until
+    /// [`pd_member_unhang`](Self::pd_member_unhang); it stays leader if it
+    /// led. A client sees its own timeouts, and a client call its deadline.
+    pub fn pd_member_hang(&self, index: usize) -> Result<()> {
+        self.set_pd_hung(index, true)
+    }
+
+    /// Ends PD member `index`'s hang: the requests it held are answered.
+    pub fn pd_member_unhang(&self, index: usize) -> Result<()> {
+        self.set_pd_hung(index, false)
+    }
+
+    fn set_pd_hung(&self, index: usize, hung: bool) -> Result<()> {
+        {
+            let mut state = self.state();
+            let member = state
+                .pd_members
+                .get_mut(index)
+                .ok_or_else(|| Error::InvalidArgument(format!("there is no PD member {index}")))?;
+            member.hung = hung;
+        }
+        self.shared.faults_changed();
         Ok(())
     }
 

@@ -32,6 +32,7 @@
 //! | `gc-safe-point` | answers `ok SAFE_POINT`, PD's GC safe point |
 //! | `reset-counters` | zero every counter |
 //! | `pd-leader INDEX` / `pd-down INDEX` / `pd-up INDEX` | PD member leadership, down, up |
+//! | `pd-hang INDEX` / `pd-unhang INDEX` | a PD member receives requests and answers none, until lifted |
 //!
 //! `KEY` is taken literally, or as hex bytes when written `0x...`. Keys in
 //! answers are printed with non-printable bytes as `\xNN`.
@@ -187,7 +188,7 @@ const HELP: &str = "commands: help | stores | regions | region KEY | down STORE 
 hang STORE connect|respond | unhang STORE | slow STORE MS | busy STORE MS|off | \
 transfer REGION STORE [stale] | pd-view REGION STORE|none | cold REGION [accept|not-leader-first] | \
 split KEY | drop STORE METHOD | counters STORE | reset-counters | pd-leader INDEX | pd-down INDEX | pd-up INDEX | \
-locks [START [END]] | versions KEY | advance-clock MS | gc-safe-point";
+pd-hang INDEX | pd-unhang INDEX | locks [START [END]] | versions KEY | advance-clock MS | gc-safe-point";
 
 /// Runs one command line against `cluster` and returns the whole answer
 /// (data lines, then `ok ...` or `error: ...`), newline-terminated.
@@ -372,6 +373,8 @@ async fn run(cluster: &SimCluster, line: &str) -> Result<String> {
                 .pd_member_up(parse_num("member index", words.next())?)
                 .await?
         }
+        "pd-hang" => cluster.pd_member_hang(parse_num("member index", words.next())?)?,
+        "pd-unhang" => cluster.pd_member_unhang(parse_num("member index", words.next())?)?,
         other => {
             return Err(Error::InvalidArgument(format!(
                 "unknown command {other:?}; try help"

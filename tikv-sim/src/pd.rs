@@ -71,6 +71,51 @@ fn check_tso_count(count: u32) -> Result<(), Status> {
 }
 
 impl PdService {
+    /// One TSO answer, once the member does not hang.
+    async fn timestamp(&self, req: pdpb::TsoRequest) -> Result<pdpb::TsoResponse, Status> {
+        self.wait_out_hang().await?;
+        let mut state = self.leader_state(req.header.as_ref())?;
+        check_tso_count(req.count)?;
+        let (physical, logical) = state.next_timestamp(req.count);
+        Ok(pdpb::TsoResponse {
+            header: header(state.cluster_id),
+            count: req.count,
+            timestamp: Some(pdpb::Timestamp {
+                physical,
+                logical,
+                suffix_bits: 0,
+            }),
+        })
+    }
+
+    /// Waits while this member hangs ([`SimCluster::pd_member_hang`](crate::SimCluster::pd_member_hang)):
+    /// the request was received and is never answered until the hang is
+    /// lifted, as a PD whose process stalls (a long GC pause, a stuck
+    /// disk under etcd) answers nothing. Fails (an answer never delivered:
+    /// the connection is gone) when the member goes down or the cluster
+    /// shuts down meanwhile.
+    async fn wait_out_hang(&self) -> Result<(), Status> {
+        let mut changes = self.shared.faults.subscribe();
+        loop {
+            {
+                let state = self.shared.lock();
+                if state.shutdown {
+                    return Err(Status::unavailable("simulated cluster shut down"));
+                }
+                match state.pd_members.get(self.member) {
+                    Some(m) if !m.up => {
+                        return Err(Status::unavailable("simulated PD member is down"))
+                    }
+                    Some(m) if m.hung => {}
+                    _ => return Ok(()),
+                }
+            }
+            if changes.changed().await.is_err() {
+                return Err(Status::unavailable("simulated cluster shut down"));
+            }
+        }
+    }
+
     /// Locks the state after checking this member leads and the request
     /// belongs to this cluster.
     fn leader_state(
@@ -127,6 +172,7 @@ impl Pd for PdService {
         &self,
         _request: Request<pdpb::GetMembersRequest>,
     ) -> Result<Response<pdpb::GetMembersResponse>, Status> {
+        self.wait_out_hang().await?;
         let state = self.shared.lock();
         let members = (0..state.pd_members.len())
             .filter_map(|i| member_info(&state, i))
@@ -148,20 +194,9 @@ impl Pd for PdService {
         request: Request<Streaming<pdpb::TsoRequest>>,
     ) -> Result<Response<Self::TsoStream>, Status> {
         let service = self.clone();
-        let responses = request.into_inner().map(move |req| {
-            let req = req?;
-            let mut state = service.leader_state(req.header.as_ref())?;
-            check_tso_count(req.count)?;
-            let (physical, logical) = state.next_timestamp(req.count);
-            Ok(pdpb::TsoResponse {
-                header: header(state.cluster_id),
-                count: req.count,
-                timestamp: Some(pdpb::Timestamp {
-                    physical,
-                    logical,
-                    suffix_bits: 0,
-                }),
-            })
+        let responses = request.into_inner().then(move |req| {
+            let service = service.clone();
+            async move { service.timestamp(req?).await }
         });
         Ok(Response::new(Box::pin(responses)))
     }
@@ -171,6 +206,7 @@ impl Pd for PdService {
         request: Request<pdpb::GetStoreRequest>,
     ) -> Result<Response<pdpb::GetStoreResponse>, Status> {
         let req = request.into_inner();
+        self.wait_out_hang().await?;
         let state = self.leader_state(req.header.as_ref())?;
         let store = Self::store_meta(&state, req.store_id);
         let header = match store {
@@ -193,6 +229,7 @@ impl Pd for PdService {
         request: Request<pdpb::GetAllStoresRequest>,
     ) -> Result<Response<pdpb::GetAllStoresResponse>, Status> {
         let req = request.into_inner();
+        self.wait_out_hang().await?;
         let state = self.leader_state(req.header.as_ref())?;
         let stores = state
             .stores
@@ -210,6 +247,7 @@ impl Pd for PdService {
         request: Request<pdpb::GetRegionRequest>,
     ) -> Result<Response<pdpb::GetRegionResponse>, Status> {
         let req = request.into_inner();
+        self.wait_out_hang().await?;
         let state = self.leader_state(req.header.as_ref())?;
         let (region, leader) = match state.region_for_key(&req.region_key) {
             Some(r) => (Some(r.meta.clone()), r.pd_leader.and_then(|id| r.peer(id))),
@@ -223,6 +261,7 @@ impl Pd for PdService {
         request: Request<pdpb::GetRegionByIdRequest>,
     ) -> Result<Response<pdpb::GetRegionResponse>, Status> {
         let req = request.into_inner();
+        self.wait_out_hang().await?;
         let state = self.leader_state(req.header.as_ref())?;
         let (region, leader) = match state.regions.get(&req.region_id) {
             Some(r) => (Some(r.meta.clone()), r.pd_leader.and_then(|id| r.peer(id))),
@@ -239,6 +278,7 @@ impl Pd for PdService {
         request: Request<pdpb::GetRegionRequest>,
     ) -> Result<Response<pdpb::GetRegionResponse>, Status> {
         let req = request.into_inner();
+        self.wait_out_hang().await?;
         let state = self.leader_state(req.header.as_ref())?;
         let regions = state.regions_in_key_order();
         let prev = regions
@@ -262,6 +302,7 @@ impl Pd for PdService {
         request: Request<pdpb::ScanRegionsRequest>,
     ) -> Result<Response<pdpb::ScanRegionsResponse>, Status> {
         let req = request.into_inner();
+        self.wait_out_hang().await?;
         let state = self.leader_state(req.header.as_ref())?;
         let limit = usize::try_from(req.limit)
             .ok()
@@ -299,6 +340,7 @@ impl Pd for PdService {
         request: Request<pdpb::GetGcSafePointRequest>,
     ) -> Result<Response<pdpb::GetGcSafePointResponse>, Status> {
         let req = request.into_inner();
+        self.wait_out_hang().await?;
         let state = self.leader_state(req.header.as_ref())?;
         Ok(Response::new(pdpb::GetGcSafePointResponse {
             header: header(state.cluster_id),
@@ -311,6 +353,7 @@ impl Pd for PdService {
         request: Request<pdpb::UpdateGcSafePointRequest>,
     ) -> Result<Response<pdpb::UpdateGcSafePointResponse>, Status> {
         let req = request.into_inner();
+        self.wait_out_hang().await?;
         let mut state = self.leader_state(req.header.as_ref())?;
         // Like PD, the safe point never moves backwards: an older one is
         // ignored and the current one returned.

@@ -141,6 +141,8 @@ pub(crate) struct PdMember {
     pub(crate) member_id: u64,
     pub(crate) address: String,
     pub(crate) up: bool,
+    /// Receives requests and answers none until lifted.
+    pub(crate) hung: bool,
 }
 
 /// The whole simulated cluster's state.

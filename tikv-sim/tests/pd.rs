@@ -308,3 +308,44 @@ async fn tso_refuses_a_count_pd_refuses() {
     assert!(resp.timestamp.unwrap().logical >= i64::from(most));
     cluster.shutdown().await;
 }
+
+#[tokio::test]
+async fn a_hung_pd_member_receives_requests_and_answers_them_once_unhung() {
+    let cluster = SimCluster::builder().stores(1).start().await.unwrap();
+    let mut pd = cluster.pd_client(0).await.unwrap();
+    cluster.pd_member_hang(0).unwrap();
+    assert_eq!(cluster.pd_leader_index(), 0, "a hung leader stays leader");
+    let request = pdpb::GetRegionRequest {
+        header: header(&cluster),
+        region_key: b"k".to_vec(),
+        ..Default::default()
+    };
+    let mut lookup = Box::pin(pd.get_region(request));
+    // Held, not refused: no answer comes while the member hangs (the wait
+    // only ever ends by its own timer).
+    let waited = tokio::time::timeout(std::time::Duration::from_millis(200), &mut lookup).await;
+    assert!(waited.is_err(), "a hung PD answered: {waited:?}");
+    let mut tso = cluster.pd_client(0).await.unwrap();
+    let mut stamps = tso
+        .tso(futures::stream::iter([pdpb::TsoRequest {
+            header: header(&cluster),
+            count: 1,
+            dc_location: String::new(),
+        }]))
+        .await
+        .unwrap()
+        .into_inner();
+    let first = tokio::time::timeout(std::time::Duration::from_millis(200), stamps.next()).await;
+    assert!(first.is_err(), "a hung PD handed out a timestamp");
+
+    cluster.pd_member_unhang(0).unwrap();
+    let region = lookup.await.unwrap().into_inner();
+    assert!(region.region.is_some(), "the held lookup is answered");
+    let stamp = stamps.next().await.unwrap().unwrap();
+    assert!(
+        stamp.timestamp.is_some(),
+        "the held TSO request is answered"
+    );
+    assert!(cluster.pd_member_hang(7).is_err(), "no member 7");
+    cluster.shutdown().await;
+}

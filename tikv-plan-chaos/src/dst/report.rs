@@ -90,11 +90,12 @@ impl DstReport {
             .collect();
         let txn = match &self.txn {
             Some(t) => format!(
-                " txns={} txn_undetermined={} txn_violations={} txn_hangs={} txn_panics={}",
+                " txns={} txn_undetermined={} txn_violations={} txn_hangs={} txn_late_calls={} txn_panics={}",
                 t.transactions,
                 t.undetermined,
                 t.check.violations.len(),
                 t.hangs,
+                t.late_calls,
                 t.panics
             ),
             None => String::new(),

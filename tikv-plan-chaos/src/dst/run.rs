@@ -58,6 +58,7 @@ pub fn state_faults() -> Vec<(FaultKind, u32)> {
                         | FaultKind::ColdNotLeaderFirst
                         | FaultKind::Split
                         | FaultKind::HangRespond
+                        | FaultKind::PdHang
                 )
         })
         .collect()
@@ -492,7 +493,6 @@ async fn client_host(
             let worker = Worker::new(
                 task,
                 client,
-                Arc::clone(&cluster),
                 Arc::clone(&recorder),
                 config.seed,
                 keys.clone(),
