@@ -189,8 +189,9 @@ impl<Req: KvRequest> Dispatch<Req> {
             let typed = std::pin::pin!(self.request.dispatch_typed(grpc, header));
             // tonic's timer starts once the channel is ready: a channel
             // that reconnects first (its connection lost) would add its
-            // connect wait. This timer covers the whole call.
-            match tokio::time::timeout(timeout, typed).await {
+            // connect wait. This timer covers the whole call, a moment
+            // after tonic's, so an ordinary timeout is still tonic's.
+            match tokio::time::timeout(timeout + crate::store::BACKSTOP_SLACK, typed).await {
                 Ok(Some(result)) => {
                     return crate::store::timeout_as_error(result, bounded, label, timeout)
                 }

@@ -258,7 +258,9 @@ where
             // a transport's timer can start late (a channel reconnecting
             // first, a stream opening), and the call must end by then.
             let own_timer = if plan.set_rpc_bound(bound) {
-                deadline_left.filter(|left| Some(*left) <= self.request_timeout.map(|t| t * 4))
+                deadline_left
+                    .filter(|left| Some(*left) <= self.request_timeout.map(|t| t * 4))
+                    .map(|left| left + crate::store::BACKSTOP_SLACK)
             } else {
                 bound
             };

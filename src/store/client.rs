@@ -284,10 +284,11 @@ impl KvClient for KvRpcClient {
             return req.dispatch(&self.rpc_client, self.timeout).await;
         };
         let timeout = self.timeout.min(bound);
-        // tonic's timer starts once the channel is ready; this one also
-        // covers a reconnect the channel makes first, so the plan's bound
-        // holds.
-        match tokio::time::timeout(timeout, req.dispatch(&self.rpc_client, timeout)).await {
+        // tonic's timer starts once the channel is ready; this one, a
+        // moment after it, also covers a reconnect the channel makes
+        // first, so the plan's bound holds.
+        let backstop = timeout + BACKSTOP_SLACK;
+        match tokio::time::timeout(backstop, req.dispatch(&self.rpc_client, timeout)).await {
             Ok(result) => timeout_as_error(result, bound < self.timeout, req.label(), timeout),
             Err(_) => Err(Error::from(Failure::Timeout {
                 what: format!("the {} request", req.label()),
@@ -316,6 +317,12 @@ impl KvClient for KvRpcClient {
         self.channel_timeout
     }
 }
+
+/// How much later than a transport's own timer a backstop timer fires: an
+/// RPC that times out in the ordinary way fails with the transport's error
+/// (tonic's `Cancelled` with `TimeoutExpired`), and the backstop fires
+/// only when the transport's timer started late.
+pub(crate) const BACKSTOP_SLACK: Duration = Duration::from_millis(1);
 
 /// When the plan's bound (not the client's own timeout) was the RPC's
 /// timer (`bounded`), reports tonic's timeout as [`Failure::Timeout`](crate::Failure::Timeout), what a

@@ -10,10 +10,10 @@ mod typed;
 pub(crate) use batch::BatchOptions;
 #[cfg(feature = "unstable-internals")]
 pub use client::set_typed_path;
-pub(crate) use client::timeout_as_error;
 #[cfg(test)]
 pub(crate) use client::KvRpcClient;
 pub use client::TikvConnect;
+pub(crate) use client::{timeout_as_error, BACKSTOP_SLACK};
 #[cfg(test)]
 mod tests;
 pub use request::Request;
