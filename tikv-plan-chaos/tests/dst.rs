@@ -195,9 +195,11 @@ fn a_violation_shrinks_to_fewer_faults_and_replays() {
         duration: Duration::from_secs(3),
         ..DstConfig::default()
     };
-    let shrunk = (1..=10)
+    // The first violating seed is 3 with batched calls and 15 with unary
+    // ones (after PD hangs joined the schedule).
+    let shrunk = (1..=20)
         .find_map(|seed| shrink(&buggy(seed)).unwrap())
-        .expect("ten short seeds find the re-sent writes");
+        .expect("twenty short seeds find the re-sent writes");
     let report = &shrunk.report;
     assert!(!report.is_clean());
     let (net, state) = (report.net_applied.len(), report.state_applied.len());
