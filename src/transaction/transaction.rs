@@ -1443,26 +1443,19 @@ impl<PdC: PdClient> Transaction<PdC> {
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             return;
         };
-        let request = kvrpcpb::PessimisticRollbackRequest {
-            keys: self
-                .pessimistic_locked
-                .iter()
-                .map(|k| k.as_bytes().to_vec())
-                .collect(),
-            start_version: self.start_ts(),
-            for_update_ts: self.options.for_update_ts(),
-            ..Default::default()
-        };
-        let plan = self
-            .shared
-            .builder(request)
-            .retry_multi_region(self.region_backoff())
-            .merge(CollectError)
-            .extract_error()
-            .plan();
-        let start_ts = self.start_ts();
+        let keys: Vec<Vec<u8>> = self
+            .pessimistic_locked
+            .iter()
+            .map(|k| k.as_bytes().to_vec())
+            .collect();
+        let shared = Arc::clone(&self.shared);
+        let (start_ts, backoff) = (self.start_ts(), self.region_backoff());
+        let for_update_ts = self.options.for_update_ts();
         runtime.spawn(async move {
-            if let Err(e) = plan.execute().await {
+            let released = shared
+                .pessimistic_rollback(start_ts, backoff, keys, for_update_ts)
+                .await;
+            if let Err(e) = released {
                 warn!("releasing the locks of dropped transaction {start_ts} failed: {e}");
             }
         });
