@@ -242,19 +242,20 @@ impl KvRpcClient {
 #[async_trait]
 impl KvClient for KvRpcClient {
     async fn dispatch(&self, req: &dyn Request) -> Result<Box<dyn Any + Send>> {
-        if let Some(lost) = self.silently_lost() {
-            return Err(lost);
-        }
-        if let Some(batch) = &self.batch {
-            return batch.send(req).await;
-        }
-        req.dispatch(&self.rpc_client, self.timeout).await
+        self.dispatch_within(req, None).await
     }
 
-    /// One timer: tonic's own, set to the smaller of the client's timeout
-    /// and `bound`. When `bound` is the smaller, tonic's timeout is reported
-    /// as [`Failure::Timeout`](crate::Failure::Timeout) (what a timer around the RPC reported), so the
-    /// classification and the error the caller sees stay the same.
+    /// One timer: the transport's own, set to the smaller of the client's
+    /// timeout and `bound`. When `bound` is the smaller, the transport's
+    /// timeout is reported as [`Failure::Timeout`](crate::Failure::Timeout)
+    /// (what a timer around the RPC reported), so the classification and
+    /// the error the caller sees stay the same.
+    ///
+    /// A backstop timer a moment after the transport's covers the whole
+    /// call on every path: tonic's timer starts only once its channel is
+    /// ready and a stream's once the request is queued, so a channel that
+    /// reconnects first (a unary call, or a batched request that falls
+    /// back to one) would add its connect wait to the bound.
     async fn dispatch_within(
         &self,
         req: &dyn Request,
@@ -263,37 +264,34 @@ impl KvClient for KvRpcClient {
         if let Some(lost) = self.silently_lost() {
             return Err(lost);
         }
-        if let Some(batch) = &self.batch {
-            // The stream's requests wait at most the client's timeout; a
-            // shorter bound (the deadline's) cuts the wait, and dropping it
-            // takes the request out of the stream's table.
-            return match bound {
-                Some(bound) if bound < self.timeout => {
-                    match tokio::time::timeout(bound, batch.send(req)).await {
-                        Ok(result) => result,
-                        Err(_) => Err(Error::from(Failure::Timeout {
-                            what: format!("the {} request", req.label()),
-                            after: bound,
-                        })),
-                    }
-                }
-                _ => batch.send(req).await,
-            };
-        }
-        let Some(bound) = bound else {
-            return req.dispatch(&self.rpc_client, self.timeout).await;
+        let (timeout, bounded) = match bound {
+            Some(bound) if bound < self.timeout => (bound, true),
+            _ => (self.timeout, false),
         };
-        let timeout = self.timeout.min(bound);
-        // tonic's timer starts once the channel is ready; this one, a
-        // moment after it, also covers a reconnect the channel makes
-        // first, so the plan's bound holds.
-        let backstop = timeout + BACKSTOP_SLACK;
-        match tokio::time::timeout(backstop, req.dispatch(&self.rpc_client, timeout)).await {
-            Ok(result) => timeout_as_error(result, bound < self.timeout, req.label(), timeout),
-            Err(_) => Err(Error::from(Failure::Timeout {
+        let backstop_fired = || {
+            Error::from(Failure::Timeout {
                 what: format!("the {} request", req.label()),
                 after: timeout,
-            })),
+            })
+        };
+        if let Some(batch) = &self.batch {
+            // The stream's requests wait at most the client's timeout; a
+            // shorter bound cuts the wait, and dropping the send takes the
+            // request out of the stream's table.
+            let timer = if bounded {
+                timeout
+            } else {
+                timeout + BACKSTOP_SLACK
+            };
+            return match tokio::time::timeout(timer, batch.send(req)).await {
+                Ok(result) => result,
+                Err(_) => Err(backstop_fired()),
+            };
+        }
+        let backstop = timeout + BACKSTOP_SLACK;
+        match tokio::time::timeout(backstop, req.dispatch(&self.rpc_client, timeout)).await {
+            Ok(result) => timeout_as_error(result, bounded, req.label(), timeout),
+            Err(_) => Err(backstop_fired()),
         }
     }
 

@@ -604,6 +604,7 @@ fn timed<F: std::future::Future>(call: F) -> impl std::future::Future<Output = F
     let site = std::panic::Location::caller();
     async move {
         let started = tokio::time::Instant::now();
+        tracing::debug!("txn chaos: a call at {}:{}", site.file(), site.line());
         let output = call.await;
         let took = started.elapsed();
         let _ = CALL_CLOCK.try_with(|clock| {

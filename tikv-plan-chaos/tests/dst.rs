@@ -183,6 +183,25 @@ fn more_seeds_that_found_a_committed_transaction_reported_failed_replay_clean() 
     }
 }
 
+/// Seeds that found a transactional call 250-650 ms past its deadline
+/// once every call was timed (`get_for_update`, `get`, `rollback`): a
+/// batched request whose stream ended before taking it went again as a
+/// unary call, and that call's timer (tonic's) started only once the
+/// store's channel had reconnected; with the store crashed, the reconnect
+/// failed after 1.7 s. The store client's backstop timer now covers every
+/// path of a request, batched or not. Each replays its run, now clean.
+#[test]
+fn seeds_that_found_a_late_batched_call_replay_clean() {
+    for seed in [32, 125, 128, 532, 919] {
+        let report = run(&DstConfig {
+            seed,
+            ..DstConfig::default()
+        })
+        .unwrap();
+        assert!(report.is_clean(), "seed {seed}: {}", report.trace());
+    }
+}
+
 /// Shrinking: a violating run (the deliberate re-sent-writes bug) keeps
 /// only the faults it needs to still violate, and the shorter schedule
 /// replays from its options.

@@ -72,8 +72,11 @@ impl Subscriber for SimLog {
     fn event(&self, event: &Event<'_>) {
         let at = turmoil::sim_elapsed().unwrap_or_default();
         let metadata = event.metadata();
+        // The tokio task an event ran on, so one call's events can be
+        // picked out of many tasks' (`t-` outside a task).
+        let task = tokio::task::try_id().map_or_else(|| "-".to_string(), |id| id.to_string());
         let mut line = Line(format!(
-            "[{:>10}µs {:5} {}]",
+            "[{:>10}µs {:5} t{task} {}]",
             at.as_micros(),
             metadata.level(),
             metadata.target()
