@@ -520,7 +520,23 @@ impl KvBatchClient {
     }
 
     async fn unary(&self, req: &dyn Request) -> Result<Box<dyn Any + Send>> {
-        req.dispatch(&self.shared.base, self.shared.timeout).await
+        self.unary_within(req, self.shared.timeout).await
+    }
+
+    /// A unary call bounded by `timeout`: tonic's timer, backed by one a
+    /// moment later that also covers the channel's reconnect (tonic's
+    /// starts only once the channel is ready, and a request whose stream
+    /// ended may go to a store whose connection is gone).
+    async fn unary_within(
+        &self,
+        req: &dyn Request,
+        timeout: Duration,
+    ) -> Result<Box<dyn Any + Send>> {
+        let call = req.dispatch(&self.shared.base, timeout);
+        match tokio::time::timeout(timeout + crate::store::BACKSTOP_SLACK, call).await {
+            Ok(result) => result,
+            Err(_) => Err(self.timed_out(req, timeout)),
+        }
     }
 }
 
@@ -623,7 +639,7 @@ impl KvBatchClient {
         if left.is_zero() {
             return Err(self.timed_out(req, timeout));
         }
-        req.dispatch(&self.shared.base, left).await
+        self.unary_within(req, left).await
     }
 
     /// A request that ran out of its timeout fails as a unary call that

@@ -251,11 +251,11 @@ impl KvClient for KvRpcClient {
     /// (what a timer around the RPC reported), so the classification and
     /// the error the caller sees stay the same.
     ///
-    /// A backstop timer a moment after the transport's covers the whole
-    /// call on every path: tonic's timer starts only once its channel is
-    /// ready and a stream's once the request is queued, so a channel that
-    /// reconnects first (a unary call, or a batched request that falls
-    /// back to one) would add its connect wait to the bound.
+    /// A backstop timer a moment after tonic's covers every unary call,
+    /// a batched request's fallback to one included
+    /// ([`KvBatchClient`]): tonic's timer starts only once its channel is
+    /// ready, so a channel that reconnects first would add its connect
+    /// wait to the bound.
     async fn dispatch_within(
         &self,
         req: &dyn Request,
@@ -275,15 +275,15 @@ impl KvClient for KvRpcClient {
             })
         };
         if let Some(batch) = &self.batch {
-            // The stream's requests wait at most the client's timeout; a
-            // shorter bound cuts the wait, and dropping the send takes the
-            // request out of the stream's table.
-            let timer = if bounded {
-                timeout
-            } else {
-                timeout + BACKSTOP_SLACK
-            };
-            return match tokio::time::timeout(timer, batch.send(req)).await {
+            // The stream's requests wait at most the client's timeout (a
+            // timer from the moment the request is queued; a unary call it
+            // falls back to has a backstop of its own); a shorter bound
+            // cuts the wait, and dropping the send takes the request out
+            // of the stream's table.
+            if !bounded {
+                return batch.send(req).await;
+            }
+            return match tokio::time::timeout(timeout, batch.send(req)).await {
                 Ok(result) => result,
                 Err(_) => Err(backstop_fired()),
             };

@@ -188,8 +188,9 @@ fn more_seeds_that_found_a_committed_transaction_reported_failed_replay_clean() 
 /// batched request whose stream ended before taking it went again as a
 /// unary call, and that call's timer (tonic's) started only once the
 /// store's channel had reconnected; with the store crashed, the reconnect
-/// failed after 1.7 s. The store client's backstop timer now covers every
-/// path of a request, batched or not. Each replays its run, now clean.
+/// failed after 1.7 s. That unary call now has a backstop timer of its
+/// own, as the store client's other unary calls do. Each replays its run,
+/// now clean.
 #[test]
 fn seeds_that_found_a_late_batched_call_replay_clean() {
     for seed in [32, 125, 128, 532, 919] {
