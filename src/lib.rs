@@ -30,8 +30,11 @@
 //! 7. [`region`] (Regions, candidates, caches);
 //! 8. [`store`] (store connections), then [`pd`] (the PD client, which hands
 //!    out store clients);
-//! 9. [`request`] (the plan, its routing engine, the `ResolveLock` stage,
-//!    which reaches the lock resolver through the `LockResolve` trait);
+//! 9. [`request`], in three folders, bottom up: `routing` (the pure
+//!    routing engine and the client-wide routing state), `plan` (the plan
+//!    stages, the engine's async driver, the `ResolveLock` stage, which
+//!    reaches a lock resolver through the `LockResolve` trait), `locks`
+//!    (the lock resolvers and GC's `CleanupLocks`);
 //! 10. [`raw`] and [`transaction`] (the clients; neither uses the other);
 //! 11. `mock` (test doubles over everything).
 //!

@@ -36,7 +36,7 @@ pub(crate) enum Counter {
     Undetermined,
 }
 
-/// One routing counter was bumped (routing_state/counters.rs).
+/// One routing counter was bumped (request/routing/state/counters.rs).
 #[inline]
 pub(crate) fn routing_event(counter: Counter) {
     #[cfg(feature = "prometheus")]

@@ -3,6 +3,13 @@
 //! module of its own layer or above. This reads every `crate::` path in the
 //! code of `src/` (comments and `#[cfg(test)]` modules aside: tests may
 //! reach anywhere) and fails on one that runs against the order.
+//!
+//! Inside a module split into folders (`SUB_LAYERS`), the folders are
+//! layers too: a file names another folder's file by its path
+//! (`crate::request::plan::builder::PlanBuilder`), never through the
+//! module's front door (`crate::request::PlanBuilder`) or a folder's
+//! re-exports, and only folders below its own; and only a `mod.rs` (a
+//! folder's door) re-exports.
 
 use std::collections::BTreeMap;
 mod source_files;
@@ -32,13 +39,19 @@ const LAYERS: &[&[&str]] = &[
     // Store connections, then PD (which hands out store clients).
     &["store"],
     &["pd"],
-    // The plan and its routing engine.
+    // The plan and its routing engine, in folders (`SUB_LAYERS`).
     &["request"],
     // The clients.
     &["raw", "transaction"],
     // Test doubles over everything.
     &["mock"],
 ];
+
+/// Modules split into folders, each folder a layer, from the bottom up:
+/// in `request`, the pure routing engine, then the plan stages that drive
+/// it, then lock resolution, which builds plans. The module's `mod.rs` is
+/// its front door and may name them all. Keep in step with `src/lib.rs`.
+const SUB_LAYERS: &[(&str, &[&str])] = &[("request", &["routing", "plan", "locks"])];
 
 /// Modules of one layer that may use each other: the error type carries keys
 /// and ranges (`RegionForRangeNotFound { range: BoundRange }`, as in
@@ -55,8 +68,8 @@ fn layer_of(module: &str) -> Option<usize> {
     LAYERS.iter().position(|layer| layer.contains(&module))
 }
 
-/// The top-level module a file of `src/` belongs to (`src/request/plan.rs`
-/// → `request`).
+/// The top-level module a file of `src/` belongs to
+/// (`src/request/plan/base.rs` → `request`).
 fn module_of(src: &Path, file: &Path) -> String {
     let relative = file.strip_prefix(src).unwrap();
     let first = relative.components().next().unwrap().as_os_str();
@@ -190,6 +203,92 @@ fn violations(
     found
 }
 
+/// The folder of a split module a file is in (`src/request/plan/base.rs`
+/// → `("request", "plan")`); `None` for a file outside the folders (the
+/// module's `mod.rs`, its front door).
+fn folder_of(relative: &str) -> Option<(&'static str, &'static str)> {
+    let mut parts = relative.trim_start_matches("src/").split('/');
+    let module = parts.next()?;
+    let folder = parts.next()?;
+    parts.next()?;
+    let (name, folders) = SUB_LAYERS.iter().find(|(name, _)| *name == module)?;
+    let folder = folders.iter().find(|f| **f == folder)?;
+    Some((name, folder))
+}
+
+/// Every import inside a split module against its folders' order, as
+/// `file:line: what`.
+fn sub_violations(files: &[(String, String, String)]) -> Vec<String> {
+    let mut found = Vec::new();
+    for (name, _, source) in files {
+        let Some((module, folder)) = folder_of(name) else {
+            continue;
+        };
+        let folders = SUB_LAYERS
+            .iter()
+            .find(|(m, _)| *m == module)
+            .map(|(_, f)| *f)
+            .unwrap_or(&[]);
+        let rank = |f: &str| folders.iter().position(|x| *x == f);
+        let door = name.ends_with("/mod.rs");
+        let prefix = format!("crate::{module}::");
+        for (number, line) in code_lines(source) {
+            let at = format!("{name}:{number}");
+            if line.contains("super::super") {
+                found.push(format!(
+                    "{at}: leaves its folder with `super::super`; name the file as \
+                     `crate::{module}::<folder>::<file>`"
+                ));
+            }
+            let trimmed = line.trim_start();
+            let reexport = ["pub use ", "pub(crate) use ", "pub(super) use "]
+                .iter()
+                .any(|p| trimmed.starts_with(p));
+            if reexport && !door && trimmed.contains("::") {
+                found.push(format!(
+                    "{at}: re-exports; only a folder's `mod.rs` is a door, so name the \
+                     item where it is defined"
+                ));
+            }
+            let mut rest = line;
+            while let Some(found_at) = rest.find(&prefix) {
+                let before = rest[..found_at].chars().last();
+                rest = &rest[found_at + prefix.len()..];
+                // `$crate::` in a macro body is expanded where the macro is
+                // used, outside the folders.
+                if before == Some('$') || before.is_some_and(|c| c.is_alphanumeric() || c == '_') {
+                    continue;
+                }
+                let segment: String = rest
+                    .chars()
+                    .take_while(|c| c.is_alphanumeric() || *c == '_')
+                    .collect();
+                let Some(to) = rank(&segment) else {
+                    found.push(format!(
+                        "{at}: names `crate::{module}::{segment}` through the module's front \
+                         door; name the folder and file"
+                    ));
+                    continue;
+                };
+                if Some(to) > rank(folder) {
+                    found.push(format!(
+                        "{at}: `{module}::{folder}` uses `{module}::{segment}`, which is not \
+                         below it"
+                    ));
+                }
+                let after = &rest[segment.len()..];
+                let next = after.strip_prefix("::").and_then(|a| a.chars().next());
+                if next.is_some_and(|c| c.is_uppercase()) {
+                    found.push(format!(
+                        "{at}: names an item through `{module}::{segment}`'s door; name its file"
+                    ));
+                }
+            }
+        }
+    }
+    found
+}
+
 #[test]
 fn no_import_runs_against_the_layers() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
@@ -216,7 +315,8 @@ fn no_import_runs_against_the_layers() {
         })
         .collect();
     assert!(files.len() > 40, "only {} files read", files.len());
-    let found = violations(&files, &reexports);
+    let mut found = violations(&files, &reexports);
+    found.extend(sub_violations(&files));
     assert!(
         found.is_empty(),
         "imports against the layers (see src/lib.rs):\n  {}",
@@ -255,4 +355,61 @@ fn the_checker_sees_imports_against_the_layers() {
     assert_eq!(found.len(), 2, "{found:#?}");
     assert!(found[0].contains("`transaction` uses `raw`"), "{found:#?}");
     assert!(found[1].contains("`store` uses `raw`"), "{found:#?}");
+}
+
+#[test]
+fn the_checker_sees_imports_against_the_folders() {
+    let file = |path: &str, source: &str| {
+        (
+            format!("src/{path}"),
+            "request".to_owned(),
+            source.to_owned(),
+        )
+    };
+    let files = vec![
+        // Down, by file: fine.
+        file(
+            "request/locks/x.rs",
+            "use crate::request::plan::builder::PlanBuilder;\n",
+        ),
+        // Up: caught.
+        file(
+            "request/plan/x.rs",
+            "use crate::request::locks::cleanup_locks::CleanupLocks;\n",
+        ),
+        // Through the front door: caught.
+        file("request/routing/x.rs", "use crate::request::PlanBuilder;\n"),
+        // Through a folder's door: caught.
+        file("request/locks/x.rs", "use crate::request::plan::Plan;\n"),
+        // Out of the folder by `super::super`: caught.
+        file(
+            "request/routing/state/x.rs",
+            "use super::super::round::X;\n",
+        ),
+        // A re-export outside a door: caught.
+        file("request/plan/x.rs", "pub(crate) use super::retry::Retry;\n"),
+        // Macro text, the front door and test modules: fine.
+        file(
+            "request/plan/shard.rs",
+            "impl $crate::request::Shardable for X {}\n",
+        ),
+        file(
+            "request/mod.rs",
+            "pub use locks::cleanup_locks::CleanupLocks;\nuse crate::request::X;\n",
+        ),
+        file(
+            "request/plan/y.rs",
+            "#[cfg(test)]\nmod tests {\n    use crate::request::locks::L;\n}\n",
+        ),
+    ];
+    let found = sub_violations(&files);
+    assert_eq!(found.len(), 5, "{found:#?}");
+    assert!(
+        found[0].contains("`request::plan` uses `request::locks`"),
+        "{found:#?}"
+    );
+    assert!(found[1].contains("front door"), "{found:#?}");
+    assert!(found[2].contains("`request::plan`'s door"), "{found:#?}");
+    assert!(found[3].contains("super::super"), "{found:#?}");
+    assert!(found[4].contains("re-exports"), "{found:#?}");
 }

@@ -65,7 +65,7 @@ async fn events_reach_a_log_logger_when_no_subscriber_is_installed() {
     assert!(
         ours.iter()
             .any(|(level, target, message)| *level == log::Level::Info
-                && target == "tikv_plan::request::engine"
+                && target == "tikv_plan::request::routing::engine"
                 && message.contains("it is now the cached leader")),
         "{ours:#?}"
     );

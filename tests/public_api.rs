@@ -75,14 +75,20 @@ fn has_attr(attrs: &[Attribute], name: &str) -> bool {
 
 /// The file holding `mod name;` declared in a module whose own file is
 /// `file` (a `mod.rs`/`lib.rs` owns its directory, `x.rs` owns `x/`).
-fn module_file(file: &Path, name: &str, path_attr: Option<String>) -> PathBuf {
+/// The folder where the modules `file` declares live.
+fn module_dir(file: &Path) -> PathBuf {
     let parent = file.parent().unwrap_or(Path::new("."));
     let stem = file.file_stem().and_then(|s| s.to_str()).unwrap_or("");
-    let dir = if stem == "mod" || stem == "lib" {
+    if stem == "mod" || stem == "lib" {
         parent.to_path_buf()
     } else {
         parent.join(stem)
-    };
+    }
+}
+
+fn module_file(file: &Path, name: &str, path_attr: Option<String>) -> PathBuf {
+    let parent = file.parent().unwrap_or(Path::new("."));
+    let dir = module_dir(file);
     if let Some(explicit) = path_attr {
         return parent.join(explicit);
     }
@@ -145,9 +151,11 @@ fn load(
                             generated: true,
                         });
                     } else {
-                        // An inline module's children live beside the file.
+                        // An inline module's children live in a folder named
+                        // for it, as if it were that folder's `mod.rs`.
+                        let folder = module_dir(file).join(m.ident.to_string()).join("mod.rs");
                         load(
-                            file,
+                            &folder,
                             inline.clone(),
                             child_path,
                             child_reachable,

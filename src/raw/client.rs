@@ -21,8 +21,8 @@ use super::requests::{
 use crate::backoff::Backoff;
 use crate::pd::{PdClient, PdRpcClient};
 use crate::proto::{kvrpcpb, metapb};
-use crate::request::call_deadline;
-use crate::request::scan::{page_of, scan_pages};
+use crate::request::plan::call_deadline;
+use crate::request::plan::scan::{page_of, scan_pages};
 use crate::request::{
     Collect, CollectError, CollectSingle, DefaultProcessor, HasRegionError, KvRequest, Merge, Plan,
     PlanBuilder, Process, RoutingState, RoutingStats, Shardable,

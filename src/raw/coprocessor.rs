@@ -114,7 +114,7 @@ impl Shardable for RawCoprocessorRequest {
         &self,
         pd_client: &Arc<PdC>,
     ) -> Result<Vec<(Self::Shard, RegionWithLeader)>> {
-        crate::request::shard::key_range_shards(pd_client, &self.inner.ranges).await
+        crate::request::plan::shard::key_range_shards(pd_client, &self.inner.ranges).await
     }
 
     fn apply_shard(&mut self, shard: Self::Shard) {

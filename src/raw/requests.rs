@@ -27,8 +27,8 @@ use crate::store::{RegionStore, Request as _};
 use crate::{Error, Result};
 use crate::{Key, KvPair, Value};
 
+use crate::request::plan::shard::{key_ranges_shardable, key_set_shardable, single_key_shardable};
 use crate::request::set_context_for_store;
-use crate::request::shard::{key_ranges_shardable, key_set_shardable, single_key_shardable};
 use crate::Failure;
 
 /// The size of the pairs one `raw_batch_put` RPC carries at most (keys plus
@@ -491,7 +491,7 @@ impl Shardable for kvrpcpb::RawDeleteRangeRequest {
         &self,
         pd_client: &Arc<PdC>,
     ) -> Result<Vec<(Self::Shard, RegionWithLeader)>> {
-        crate::request::shard::range_shards(pd_client, &self.start_key, &self.end_key).await
+        crate::request::plan::shard::range_shards(pd_client, &self.start_key, &self.end_key).await
     }
 
     fn apply_shard(&mut self, (start_key, end_key): Self::Shard) {

@@ -14,7 +14,7 @@
 //! and the shard's retry engine, one state machine that owns a shard's whole
 //! retry state and turns each event (a store mapped, a candidate answered, a
 //! sleep over) into the next step and its cache effects, as data (the
-//! `engine` module; its docs list every transition; the decisions it makes
+//! `routing::engine` module; its docs list every transition; the decisions it makes
 //! where [routing.md](crate::spec::routing) leaves room are below).
 //! [`RetryableMultiRegion`] is the thin async shell that performs those steps
 //! and effects; it has no routing `if` of its own. [`RoutingState`] is the
@@ -78,44 +78,71 @@
 //! listed in [`docs/behaviours.md`](crate::spec::behaviours);
 //! `tests/plan_docs.rs` checks that each named test exists.
 
-mod all_stores;
-mod builder;
-pub(crate) mod call_deadline;
-pub(crate) mod cleanup_locks;
-mod engine;
-mod keyspace;
-pub(crate) mod lock_resolver;
-pub(crate) mod lock_rules;
-pub mod plan;
-mod region_error;
-mod request_shape;
-mod resolve_in_region;
-mod resolve_lock;
-mod responses;
-mod retry;
-mod retry_options;
-mod round;
-pub(crate) mod routing_state;
-pub(crate) mod scan;
-pub(crate) mod shard;
-mod traits;
+//!
+//! # Layout
+//!
+//! Three folders, each with one job, bottom up; a folder uses its own files
+//! and the folders below it, and only this file re-exports:
+//!
+//! - `routing/`: the pure routing engine (the shard's state machine, the
+//!   candidate round, the Region-error table) and the client-wide routing
+//!   state. It knows nothing of plans.
+//! - `plan/`: the plan stages and their builder, sharding and scans, and
+//!   [`RetryableMultiRegion`], the async driver of the routing engine. The
+//!   [`ResolveLock`] stage reaches a lock resolver through a trait.
+//! - `locks/`: lock resolution, the transactional client's resolver and
+//!   GC's [`LockResolver`](crate::transaction::LockResolver) with its
+//!   [`CleanupLocks`](plan::CleanupLocks) stage.
 
-pub use all_stores::StoreRequest;
-pub use builder::PlanBuilder;
-pub(crate) use keyspace::load_keyspace;
-pub use keyspace::{EncodeKeyspace, KeyMode, Keyspace, TruncateKeyspace};
-pub(crate) use plan::collect_in_order;
-pub use plan::{
+pub(crate) mod locks;
+mod routing;
+
+/// Plan stages, client-rust's `request::plan`: [`Dispatch`] sends one
+/// request to one store, [`RetryableMultiRegion`] shards it and runs the
+/// routing engine per shard, [`MergeResponse`], [`ProcessResponse`] and
+/// [`ExtractError`] shape the results.
+pub mod plan {
+    pub(crate) mod all_stores;
+    pub(crate) mod base;
+    pub(crate) mod builder;
+    pub(crate) mod call_deadline;
+    pub(crate) mod keyspace;
+    pub(crate) mod request_shape;
+    pub(crate) mod resolve_lock;
+    mod responses;
+    pub(crate) mod retry;
+    pub(crate) mod retry_options;
+    pub(crate) mod scan;
+    pub(crate) mod shard;
+    pub(crate) mod traits;
+
+    pub use super::locks::cleanup_locks::{CleanupLocks, CleanupLocksResult};
+    pub use all_stores::RetryableAllStores;
+    pub use base::{
+        Collect, CollectError, CollectSingle, DefaultProcessor, Dispatch, ExtractError, Merge,
+        MergeResponse, Plan, PreserveShard, Process, ProcessResponse, ResponseWithShard,
+    };
+    pub use resolve_lock::{CollectWithShard, ResolveLock};
+    pub use retry::RetryableMultiRegion;
+}
+
+pub(crate) use locks::client_lock_resolver::{resolve_locks_once, ClientLockResolver};
+pub use plan::all_stores::StoreRequest;
+pub(crate) use plan::base::collect_in_order;
+pub use plan::base::{
     Collect, CollectError, CollectSingle, DefaultProcessor, Dispatch, ExtractError, Merge,
     MergeResponse, Plan, Process, ProcessResponse, ResponseWithShard,
 };
-pub use request_shape::{HasNextBatch, NextBatch, RangeRequest, SingleKey};
-pub(crate) use resolve_lock::{CollectPieces, HasLocks, LockResolve, ResolvePass};
-pub use resolve_lock::{CollectWithShard, ResolveLock};
-pub use retry::RetryableMultiRegion;
-pub use retry_options::RetryOptions;
-pub use routing_state::{RoutingState, RoutingStats};
-pub(crate) use traits::{no_key_errors, strongest_shard_error};
-pub use traits::{
+pub use plan::builder::PlanBuilder;
+pub(crate) use plan::keyspace::load_keyspace;
+pub use plan::keyspace::{EncodeKeyspace, KeyMode, Keyspace, TruncateKeyspace};
+pub use plan::request_shape::{HasNextBatch, NextBatch, RangeRequest, SingleKey};
+pub(crate) use plan::resolve_lock::CollectPieces;
+pub use plan::resolve_lock::{CollectWithShard, ResolveLock};
+pub use plan::retry::RetryableMultiRegion;
+pub use plan::retry_options::RetryOptions;
+pub(crate) use plan::traits::{no_key_errors, strongest_shard_error};
+pub use plan::traits::{
     set_context_for_store, Batchable, HasKeyErrors, HasRegionError, KvRequest, Shardable,
 };
+pub use routing::state::{RoutingState, RoutingStats};

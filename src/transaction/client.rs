@@ -8,9 +8,9 @@ use super::{CodecPdClient, Snapshot, TimestampExt, Transaction, TransactionOptio
 use crate::backoff::Backoff;
 use crate::pd::{PdClient, PdRpcClient, Timestamp};
 use crate::proto::kvrpcpb;
-use crate::request::cleanup_locks::ResolveLocksOptions;
-use crate::request::lock_resolver::{resolve_locks_once, ClientLockResolver};
+use crate::request::locks::cleanup_locks::ResolveLocksOptions;
 use crate::request::plan::CleanupLocksResult;
+use crate::request::{resolve_locks_once, ClientLockResolver};
 use crate::request::{
     EncodeKeyspace, KeyMode, Keyspace, RoutingState, RoutingStats, TruncateKeyspace,
 };

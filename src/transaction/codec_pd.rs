@@ -13,7 +13,7 @@ use crate::codec::{decode_bytes, encode_bytes};
 use crate::pd::{PdClient, Timestamp};
 use crate::proto::{metapb, pdpb};
 use crate::region::{RegionId, RegionVerId, RegionWithLeader, StoreId};
-use crate::request::call_deadline;
+use crate::request::plan::call_deadline;
 use crate::store::{RegionStore, Store};
 use crate::Failure;
 use crate::{Error, Result};

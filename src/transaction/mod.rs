@@ -26,7 +26,7 @@ mod client;
 /// The status GC's [`LockResolver::check_txn_status`] returns (client-rust
 /// returns these too, without a path to name them by).
 pub mod gc {
-    pub use crate::request::cleanup_locks::{TransactionStatus, TransactionStatusKind};
+    pub use crate::request::locks::lock_resolver::{TransactionStatus, TransactionStatusKind};
 }
 mod codec_pd;
 pub mod lowering;
@@ -39,8 +39,9 @@ mod transaction;
 
 /// client-rust's name for a lock as TiKV reports it.
 pub use crate::proto::kvrpcpb::LockInfo as ProtoLockInfo;
-pub use crate::request::cleanup_locks::{LockResolver, ResolveLocksContext, ResolveLocksOptions};
-pub use crate::request::lock_resolver::LockStats;
+pub use crate::request::locks::cleanup_locks::ResolveLocksOptions;
+pub use crate::request::locks::client_lock_resolver::LockStats;
+pub use crate::request::locks::lock_resolver::{LockResolver, ResolveLocksContext};
 /// client-rust's name for [`TransactionClient`].
 pub use client::TransactionClient as Client;
 pub use client::TransactionClient;

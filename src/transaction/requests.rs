@@ -1,7 +1,7 @@
 //! Transactional requests for the plan: constructors, and the `KvRequest`,
 //! `Shardable` and `Batchable` implementations of every transactional
 //! request the client sends (their responses' checks are read from the
-//! wire table, in `request/responses.rs`) ([wire.md](crate::spec::wire#transactional-kvrpcpb-for-txnmd) has
+//! wire table, in `request/plan/responses.rs`) ([wire.md](crate::spec::wire#transactional-kvrpcpb-for-txnmd) has
 //! their fields, [txn.md](crate::spec::txn) their meaning).
 //!
 //! Keys on the wire are the caller's keys; the Regions the plan shards by
@@ -25,7 +25,7 @@ use async_trait::async_trait;
 use crate::pd::PdClient;
 use crate::proto::kvrpcpb;
 use crate::region::RegionWithLeader;
-use crate::request::shard::{key_set_shardable, single_key_shardable};
+use crate::request::plan::shard::{key_set_shardable, single_key_shardable};
 use crate::request::{set_context_for_store, Batchable, KvRequest, Shardable};
 use crate::store::{RegionStore, Request as _};
 use crate::{Error, Key, Result};
@@ -497,7 +497,7 @@ impl Shardable for kvrpcpb::ScanLockRequest {
         pd_client: &Arc<PdC>,
     ) -> Result<Vec<(Self::Shard, RegionWithLeader)>> {
         // Every Region of the range: `limit` is per Region.
-        crate::request::shard::range_shards(pd_client, &self.start_key, &self.end_key).await
+        crate::request::plan::shard::range_shards(pd_client, &self.start_key, &self.end_key).await
     }
 
     fn apply_shard(&mut self, (start_key, end_key): Self::Shard) {
@@ -611,7 +611,8 @@ pub fn new_scan_lock_request(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::request::{HasKeyErrors, HasLocks};
+    use crate::request::plan::resolve_lock::HasLocks;
+    use crate::request::HasKeyErrors;
 
     #[test]
     fn locks_are_taken_out_and_other_errors_stay() {

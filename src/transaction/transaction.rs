@@ -27,9 +27,9 @@ use super::{CodecPdClient, TimestampExt};
 use crate::backoff::Backoff;
 use crate::pd::{PdClient, PdRpcClient, Timestamp};
 use crate::proto::kvrpcpb;
-use crate::request::call_deadline;
-use crate::request::lock_resolver::ClientLockResolver;
-use crate::request::scan::{page_of, scan_pages, ScanPiece};
+use crate::request::plan::call_deadline;
+use crate::request::plan::scan::{page_of, scan_pages, ScanPiece};
+use crate::request::ClientLockResolver;
 use crate::request::{
     CollectError, CollectPieces, CollectSingle, Dispatch, KvRequest, Plan, PlanBuilder,
     ResponseWithShard, RoutingState,
@@ -79,7 +79,7 @@ pub struct TransactionStats {
     /// Automatic heartbeats that failed (logged).
     pub heartbeat_failures: u64,
     /// Lock resolution.
-    pub locks: crate::request::lock_resolver::LockStats,
+    pub locks: crate::request::locks::client_lock_resolver::LockStats,
 }
 
 #[derive(Debug, Default)]

@@ -10,7 +10,7 @@ use crate::pd::PdClient;
 use crate::store::Store;
 use crate::{Error, Result};
 
-use super::plan::{Dispatch, Plan};
+use super::base::{Dispatch, Plan};
 use super::traits::{HasKeyErrors, HasRegionError, KvRequest};
 
 /// A request (or plan) aimed at one store.

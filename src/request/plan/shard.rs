@@ -3,12 +3,12 @@
 //! (sorted, deduplicated, grouped by Region and, for transactional
 //! requests, cut into batches of at most a size), and a list of key ranges
 //! (cut at Region boundaries). Each is a macro that implements
-//! [`Shardable`](super::Shardable) for the request types given to it; the
+//! [`Shardable`](super::traits::Shardable) for the request types given to it; the
 //! work is in the functions below, written once.
 
 use std::sync::Arc;
 
-use super::Batchable;
+use super::traits::Batchable;
 use crate::pd::PdClient;
 use crate::proto::kvrpcpb;
 use crate::region::RegionWithLeader;
@@ -122,14 +122,14 @@ macro_rules! single_key_shardable {
                 &self,
                 pd_client: &::std::sync::Arc<PdC>,
             ) -> $crate::Result<Vec<(Self::Shard, $crate::region::RegionWithLeader)>> {
-                $crate::request::shard::key_shard(pd_client, &self.$key).await
+                $crate::request::plan::shard::key_shard(pd_client, &self.$key).await
             }
 
             fn cached_shards<PdC: $crate::pd::PdClient>(
                 &self,
                 pd_client: &PdC,
             ) -> Option<Vec<(Self::Shard, $crate::region::RegionWithLeader)>> {
-                $crate::request::shard::cached_key_shard(pd_client, &self.$key)
+                $crate::request::plan::shard::cached_key_shard(pd_client, &self.$key)
             }
 
             fn apply_shard(&mut self, shard: Self::Shard) {
@@ -176,7 +176,7 @@ macro_rules! key_set_shardable {
                 &self,
                 pd_client: &::std::sync::Arc<PdC>,
             ) -> $crate::Result<Vec<(Self::Shard, $crate::region::RegionWithLeader)>> {
-                $crate::request::shard::key_set_shards(pd_client, &self.keys, $size).await
+                $crate::request::plan::shard::key_set_shards(pd_client, &self.keys, $size).await
             }
 
             fn apply_shard(&mut self, shard: Self::Shard) {
@@ -212,7 +212,7 @@ macro_rules! key_ranges_shardable {
                 &self,
                 pd_client: &::std::sync::Arc<PdC>,
             ) -> $crate::Result<Vec<(Self::Shard, $crate::region::RegionWithLeader)>> {
-                $crate::request::shard::key_range_shards(pd_client, &self.ranges).await
+                $crate::request::plan::shard::key_range_shards(pd_client, &self.ranges).await
             }
 
             fn apply_shard(&mut self, shard: Self::Shard) {

@@ -15,11 +15,11 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::region::{RegionId, StoreId};
+use crate::telemetry::Counter;
 use crate::Config;
 
 use busy::BusySuspicions;
 pub(crate) use busy::{BusyVerdict, ProbeOutcome, ProbeTicket, ProbeWaiter};
-pub(crate) use counters::Counter;
 use counters::Counters;
 pub use counters::RoutingStats;
 pub(crate) use store_health::StoreHealth;

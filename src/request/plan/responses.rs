@@ -5,8 +5,8 @@
 
 use tikv_plan_proto::methods::KvResponse;
 
-use super::traits::{pair_key_errors, string_key_error};
-use super::{HasKeyErrors, HasLocks, HasRegionError};
+use super::resolve_lock::HasLocks;
+use super::traits::{pair_key_errors, string_key_error, HasKeyErrors, HasRegionError};
 use crate::proto::{errorpb, kvrpcpb};
 use crate::Error;
 

@@ -9,14 +9,15 @@ use crate::store::RegionStore;
 use crate::Config;
 
 use super::all_stores::{RetryableAllStores, StoreRequest};
-use super::keyspace::Keyspace;
-use super::plan::{
+use super::base::{
     DefaultProcessor, Dispatch, ExtractError, Merge, MergeResponse, Plan, PreserveShard, Process,
     ProcessResponse,
 };
+use super::keyspace::Keyspace;
+use super::resolve_lock::{HasLocks, LockResolve, ResolveLock};
 use super::retry::RetryableMultiRegion;
-use super::routing_state::RoutingState;
 use super::traits::{HasKeyErrors, HasRegionError, KvRequest, Shardable};
+use crate::request::routing::state::RoutingState;
 use crate::Result;
 
 /// Builds a request plan: dispatch, leader-first retries with voter fallback
@@ -70,7 +71,7 @@ pub struct PlanBuilder<PdC: PdClient, P: Plan> {
 impl<PdC: PdClient, Req: KvRequest> PlanBuilder<PdC, Dispatch<Req>> {
     /// Starts a plan for `request` in `keyspace` (client-rust's signature):
     /// the request's context gets the keyspace's API version and id; its keys
-    /// must already be encoded ([`EncodeKeyspace`](super::EncodeKeyspace)).
+    /// must already be encoded ([`EncodeKeyspace`](crate::request::EncodeKeyspace)).
     /// A request whose replay is unsafe (see
     /// [`KvRequest::terminal_on_dispatch_error`]) starts with
     /// `terminal_on_dispatch_error` and `terminal_on_undetermined` set.
@@ -111,7 +112,10 @@ impl<PdC: PdClient, Req: KvRequest> PlanBuilder<PdC, Dispatch<Req>> {
 impl<PdC: PdClient, P: Plan> PlanBuilder<PdC, P> {
     /// Wraps the plan built so far in the next stage, moving it (a stage
     /// never needs a copy of the request).
-    fn map_plan<Q: Plan>(self, wrap: impl FnOnce(P) -> Q) -> PlanBuilder<PdC, Q> {
+    pub(in crate::request) fn map_plan<Q: Plan>(
+        self,
+        wrap: impl FnOnce(P) -> Q,
+    ) -> PlanBuilder<PdC, Q> {
         PlanBuilder {
             pd_client: self.pd_client,
             plan: wrap(self.plan),
@@ -124,6 +128,16 @@ impl<PdC: PdClient, P: Plan> PlanBuilder<PdC, P> {
             request_deadline: self.request_deadline,
             commit_point: self.commit_point,
         }
+    }
+
+    /// The PD client the plan routes through.
+    pub(in crate::request) fn pd_client(&self) -> &Arc<PdC> {
+        &self.pd_client
+    }
+
+    /// The client-wide routing state, when [`routing`](Self::routing) gave one.
+    pub(in crate::request) fn routing_state(&self) -> Option<&Arc<RoutingState>> {
+        self.routing.as_ref()
     }
 
     /// Shares the client-wide routing state (store health, busy suspicion,
@@ -256,91 +270,29 @@ impl<PdC: PdClient, P: Plan> PlanBuilder<PdC, P> {
         })
     }
 
-    /// Resolves the locks the plan meets and re-runs it (client-rust's
-    /// signature): `timestamp` is the reading transaction's start ts (0 for
-    /// a writer, which must not push others' `min_commit_ts`), `keyspace`
-    /// the one the resolver's requests run in. Live locks are waited out by
-    /// their TTL within the request deadline (see
-    /// [`ResolveLock`](super::ResolveLock)); with no `backoff`
-    /// ([`Backoff::no_backoff`]) nothing is resolved and the locks met are
-    /// returned as [`Error::ResolveLockError`](crate::Error::ResolveLockError).
-    ///
-    /// The resolver routes through this builder's PD client (and its routing
-    /// state, when [`routing`](Self::routing) gave one), so lock keys must be
-    /// in the form that PD client locates, as the plan's own keys are.
-    pub fn resolve_lock(
-        self,
-        timestamp: crate::pd::Timestamp,
-        backoff: Backoff,
-        keyspace: Keyspace,
-    ) -> PlanBuilder<PdC, super::ResolveLock<P, PdC>>
-    where
-        P::Result: super::HasLocks,
-    {
-        let routing = self
-            .routing
-            .clone()
-            .unwrap_or_else(|| Arc::new(RoutingState::new(&Config::default())));
-        let resolver = Arc::new(super::lock_resolver::ClientLockResolver::new(
-            Arc::clone(&self.pd_client),
-            routing,
-            crate::backoff::DEFAULT_REGION_BACKOFF,
-            keyspace,
-        ));
-        let caller_start_ts = crate::pd::TimestampExt::version(&timestamp);
-        self.resolve_lock_with(resolver, caller_start_ts, backoff)
-    }
-
     /// [`resolve_lock`](Self::resolve_lock) with a resolver of the caller's
     /// (the transactional client's, shared by all its requests, so a
     /// resolution is shared per transaction and Region).
     pub(crate) fn resolve_lock_with(
         self,
-        resolver: Arc<dyn super::LockResolve>,
+        resolver: Arc<dyn LockResolve>,
         caller_start_ts: u64,
         backoff: Backoff,
-    ) -> PlanBuilder<PdC, super::ResolveLock<P, PdC>>
+    ) -> PlanBuilder<PdC, ResolveLock<P, PdC>>
     where
-        P::Result: super::HasLocks,
+        P::Result: HasLocks,
     {
         let deadline = self
             .request_deadline
             .or_else(|| self.routing.as_ref().map(|r| r.request_deadline()))
             .unwrap_or(crate::config::DEFAULT_REQUEST_DEADLINE);
-        self.map_plan(|inner| super::ResolveLock {
+        self.map_plan(|inner| ResolveLock {
             inner,
             resolver,
             caller_start_ts,
             deadline,
             backoff,
             pd: std::marker::PhantomData,
-        })
-    }
-
-    /// Cleans up the locks the plan's `ScanLock` finds, Region by Region
-    /// (GC: running transactions are rolled back; see
-    /// [`CleanupLocks`](super::plan::CleanupLocks)). Put
-    /// `retry_multi_region` after it, as client-rust does.
-    pub fn cleanup_locks(
-        self,
-        ctx: super::cleanup_locks::ResolveLocksContext,
-        options: super::cleanup_locks::ResolveLocksOptions,
-        backoff: Backoff,
-        keyspace: Keyspace,
-    ) -> PlanBuilder<PdC, super::plan::CleanupLocks<P, PdC>>
-    where
-        P: Shardable + super::NextBatch,
-        P::Result: super::HasLocks + super::HasNextBatch + HasRegionError + HasKeyErrors,
-    {
-        let pd_client = Arc::clone(&self.pd_client);
-        self.map_plan(|inner| super::plan::CleanupLocks {
-            inner,
-            ctx,
-            options,
-            store: None,
-            pd_client,
-            keyspace,
-            backoff,
         })
     }
 

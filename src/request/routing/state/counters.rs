@@ -4,7 +4,7 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-pub(crate) use crate::telemetry::Counter;
+use crate::telemetry::Counter;
 
 /// A snapshot of the routing counters.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]

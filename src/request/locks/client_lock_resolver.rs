@@ -22,20 +22,21 @@ use std::time::Duration;
 use futures::future::{BoxFuture, FutureExt, Shared};
 use tracing::debug;
 
-use super::call_deadline;
+use super::lock_rules::{lock_until_expired_ms, secondaries_outcome, SecondariesOutcome};
 use super::resolve_in_region::ResolveLockInRegion;
 use crate::backoff::Backoff;
 use crate::pd::PdClient;
 use crate::pd::TimestampExt;
 use crate::proto::kvrpcpb;
 use crate::region::RegionVerId;
-use crate::request::lock_rules::{lock_until_expired_ms, secondaries_outcome, SecondariesOutcome};
-pub(crate) use crate::request::ResolvePass;
-use crate::request::{
-    CollectError, CollectSingle, Plan, PlanBuilder, ResponseWithShard, RoutingState,
-};
-use crate::request::{Keyspace, LockResolve};
-use crate::Result;
+use crate::request::plan::base::{CollectError, CollectSingle, Dispatch, Plan, ResponseWithShard};
+use crate::request::plan::builder::PlanBuilder;
+use crate::request::plan::call_deadline;
+use crate::request::plan::keyspace::Keyspace;
+use crate::request::plan::resolve_lock::{HasLocks, LockResolve, ResolveLock, ResolvePass};
+use crate::request::plan::traits::KvRequest;
+use crate::request::routing::state::RoutingState;
+use crate::{Config, Result};
 
 /// How long a resolver waits before asking again about a transaction whose
 /// primary has neither lock nor record yet (its prewrite may be in flight),
@@ -149,7 +150,7 @@ pub(crate) struct ClientLockResolver<PdC: PdClient> {
 impl<PdC: PdClient> ClientLockResolver<PdC> {
     /// A resolver over `pd`: the transactional client's (which encodes
     /// keys), or the PD client of a plan built with
-    /// [`PlanBuilder::resolve_lock`](super::PlanBuilder::resolve_lock),
+    /// [`PlanBuilder::resolve_lock`](crate::request::PlanBuilder::resolve_lock),
     /// which locates lock keys as it locates the plan's own. Its requests
     /// carry `keyspace` in their context; lock keys are used as TiKV
     /// reports them (with the keyspace prefix).
@@ -180,10 +181,7 @@ impl<PdC: PdClient> ClientLockResolver<PdC> {
         }
     }
 
-    fn builder<Req: crate::request::KvRequest>(
-        &self,
-        request: Req,
-    ) -> PlanBuilder<PdC, crate::request::Dispatch<Req>> {
+    fn builder<Req: KvRequest>(&self, request: Req) -> PlanBuilder<PdC, Dispatch<Req>> {
         PlanBuilder::new(Arc::clone(&self.pd), self.keyspace, request)
             .routing(Arc::clone(&self.routing))
     }
@@ -519,6 +517,45 @@ pub async fn resolve_locks_once<PdC: PdClient>(
     match resolver.resolve_locks(locks, 0).await? {
         ResolvePass::Done => Ok(Vec::new()),
         ResolvePass::Wait(_, alive) => Ok(alive),
+    }
+}
+
+/// Lock resolution as a builder step (client-rust's; it lives here, beside
+/// the resolver it builds).
+impl<PdC: PdClient, P: Plan> PlanBuilder<PdC, P> {
+    /// Resolves the locks the plan meets and re-runs it (client-rust's
+    /// signature): `timestamp` is the reading transaction's start ts (0 for
+    /// a writer, which must not push others' `min_commit_ts`), `keyspace`
+    /// the one the resolver's requests run in. Live locks are waited out by
+    /// their TTL within the request deadline (see
+    /// [`ResolveLock`](crate::request::ResolveLock)); with no `backoff`
+    /// ([`Backoff::no_backoff`]) nothing is resolved and the locks met are
+    /// returned as [`Error::ResolveLockError`](crate::Error::ResolveLockError).
+    ///
+    /// The resolver routes through this builder's PD client (and its routing
+    /// state, when [`routing`](PlanBuilder::routing) gave one), so lock keys must be
+    /// in the form that PD client locates, as the plan's own keys are.
+    pub fn resolve_lock(
+        self,
+        timestamp: crate::pd::Timestamp,
+        backoff: Backoff,
+        keyspace: Keyspace,
+    ) -> PlanBuilder<PdC, ResolveLock<P, PdC>>
+    where
+        P::Result: HasLocks,
+    {
+        let routing = self
+            .routing_state()
+            .cloned()
+            .unwrap_or_else(|| Arc::new(RoutingState::new(&Config::default())));
+        let resolver = Arc::new(ClientLockResolver::new(
+            Arc::clone(self.pd_client()),
+            routing,
+            crate::backoff::DEFAULT_REGION_BACKOFF,
+            keyspace,
+        ));
+        let caller_start_ts = crate::pd::TimestampExt::version(&timestamp);
+        self.resolve_lock_with(resolver, caller_start_ts, backoff)
     }
 }
 

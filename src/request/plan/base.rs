@@ -1,7 +1,6 @@
-//! Plan stages: [`Dispatch`] sends one request to one store,
-//! [`RetryableMultiRegion`] (in `retry.rs`)
-//! shards it and runs the retry engine per shard, [`MergeResponse`],
-//! [`ProcessResponse`] and [`ExtractError`] shape the results.
+//! The [`Plan`] trait and the stages that need no routing: [`Dispatch`]
+//! sends one request to one store; [`MergeResponse`], [`ProcessResponse`]
+//! and [`ExtractError`] shape the results.
 
 use std::marker::PhantomData;
 use std::sync::Arc;
@@ -14,54 +13,6 @@ use crate::store::{KvClient, RegionStore};
 use crate::{Error, Result};
 
 use super::traits::{strongest_shard_error, HasKeyErrors, HasRegionError, KvRequest, Shardable};
-
-pub use super::all_stores::RetryableAllStores;
-pub use super::cleanup_locks::CleanupLocks;
-pub use super::resolve_lock::{CollectWithShard, ResolveLock};
-pub use super::retry::RetryableMultiRegion;
-
-/// What [`TransactionClient::cleanup_locks`](crate::TransactionClient::cleanup_locks)
-/// did (client-rust's `CleanupLocksResult`). `cleanup_locks` itself returns
-/// its failures as `Err` and leaves both error fields `None`; they are here
-/// for plans of the caller's own that carry a cleanup's errors in the result
-/// ([`HasRegionError`] and [`HasKeyErrors`] take them out, as for a
-/// response).
-#[derive(Debug, Default)]
-pub struct CleanupLocksResult {
-    /// A Region error that ended the cleanup of a Region.
-    pub region_error: Option<crate::proto::errorpb::Error>,
-    /// Key errors met while resolving.
-    pub key_error: Option<Vec<Error>>,
-    /// How many locks were resolved.
-    pub resolved_locks: usize,
-}
-
-/// A copy keeps the errors too (as their kind and text where an error
-/// cannot be copied whole; client-rust's copy drops them).
-impl Clone for CleanupLocksResult {
-    fn clone(&self) -> Self {
-        CleanupLocksResult {
-            region_error: self.region_error.clone(),
-            key_error: self
-                .key_error
-                .as_ref()
-                .map(|errors| errors.iter().map(Error::duplicate).collect()),
-            resolved_locks: self.resolved_locks,
-        }
-    }
-}
-
-impl HasRegionError for CleanupLocksResult {
-    fn region_error(&mut self) -> Option<crate::proto::errorpb::Error> {
-        self.region_error.take()
-    }
-}
-
-impl HasKeyErrors for CleanupLocksResult {
-    fn key_errors(&mut self) -> Option<Vec<Error>> {
-        self.key_error.take()
-    }
-}
 
 /// A stage of a request plan. Executing it runs the request to completion.
 #[async_trait]

@@ -4,7 +4,7 @@
 //! [`ShardMachine`] owns the whole retry state of a shard: the Region it
 //! routes to, the backoff budget and attempt count, the current candidate
 //! round, the per-shard busy count and the busy probe it runs. The async
-//! shell ([`RetryableMultiRegion`](super::RetryableMultiRegion)) feeds it
+//! shell ([`RetryableMultiRegion`](crate::request::RetryableMultiRegion)) feeds it
 //! [`Event`]s (a store was mapped, a candidate answered, a sleep finished,
 //! ...) and does what it answers: the next I/O step as a [`Next`], and the
 //! cache and health work as [`Effect`]s, drained in order before the step.
@@ -29,7 +29,7 @@
 //! | resharding | [`Event::Resharded`] | new round on the reloaded Region |
 //!
 //! The decisions this crate makes where [routing.md](crate::spec::routing)
-//! leaves room are listed in the [`request`](super) module docs, "Decisions".
+//! leaves room are listed in the [`request`](crate::request) module docs, "Decisions".
 //!
 //! This file is long because it is the whole retry state machine of a shard:
 //! every routing decision in one place, by design
@@ -49,8 +49,9 @@ use crate::Error;
 
 use super::region_error::{RegionErrorAction, RegionErrorStep};
 use super::round::{BusyProbeCount, CandidateRound, CandidateStep};
-use super::routing_state::{BusyVerdict, Counter, ProbeOutcome, ProbeTicket, ProbeWaiter};
+use super::state::{BusyVerdict, ProbeOutcome, ProbeTicket, ProbeWaiter};
 use crate::classify::{classify_dispatch_error, DispatchFailure};
+use crate::telemetry::Counter;
 use crate::Failure;
 
 /// What the whole request (all its shards) shares: the one busy probe it may

@@ -17,8 +17,8 @@ use crate::pd::PdClient;
 use crate::proto::kvrpcpb;
 use crate::{Error, Result};
 
-use super::plan::{collect_in_order, Merge, Plan, ResponseWithShard};
-use super::Shardable;
+use super::base::{collect_in_order, Merge, Plan, ResponseWithShard};
+use super::traits::Shardable;
 use crate::region::RegionWithLeader;
 use crate::store::RegionStore;
 
@@ -47,7 +47,7 @@ pub enum ResolvePass {
 
 /// Who resolves the locks a plan met: the transactional client's
 /// resolver (one per client, shared by its requests), or the one
-/// [`PlanBuilder::resolve_lock`](super::PlanBuilder::resolve_lock) makes.
+/// [`PlanBuilder::resolve_lock`](crate::request::PlanBuilder::resolve_lock) makes.
 pub trait LockResolve: Send + Sync + 'static {
     /// One pass over `locks` met by a request of a transaction at
     /// `caller_start_ts` (0 for writers, which must not push others'
@@ -80,7 +80,7 @@ pub struct ResolveLock<P: Plan, PdC: PdClient> {
     pub caller_start_ts: u64,
     /// The bound on the whole stage.
     pub deadline: Duration,
-    /// The lock schedule of the caller's [`RetryOptions`](super::RetryOptions).
+    /// The lock schedule of the caller's [`RetryOptions`](crate::request::RetryOptions).
     /// No backoff ([`Backoff::no_backoff`], what
     /// [`TransactionOptions::no_resolve_locks`](crate::TransactionOptions::no_resolve_locks)
     /// sets) turns resolution off: the locks met are returned as

@@ -5,6 +5,9 @@
 use crate::proto::kvrpcpb;
 use crate::store::Request;
 
+use super::base::Dispatch;
+use super::traits::KvRequest;
+
 /// A request about one key.
 pub trait SingleKey {
     /// The key, as sent (keyspace-encoded when in a keyspace).
@@ -98,7 +101,7 @@ impl HasNextBatch for kvrpcpb::ScanLockResponse {
     }
 }
 
-impl<Req: crate::request::KvRequest + NextBatch> NextBatch for crate::request::Dispatch<Req> {
+impl<Req: KvRequest + NextBatch> NextBatch for Dispatch<Req> {
     fn next_batch(&mut self, range: (Vec<u8>, Vec<u8>)) {
         self.request.next_batch(range);
     }

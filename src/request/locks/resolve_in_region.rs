@@ -3,9 +3,9 @@
 
 use async_trait::async_trait;
 
-use super::shard::single_key_shardable;
-use super::KvRequest;
 use crate::proto::kvrpcpb;
+use crate::request::plan::shard::single_key_shardable;
+use crate::request::plan::traits::KvRequest;
 use crate::{Key, Result};
 
 /// `KvResolveLock` for every lock of one transaction in the Region that

@@ -5,7 +5,8 @@
 
 use std::future::Future;
 
-use super::{strongest_shard_error, HasKeyErrors, ResponseWithShard};
+use super::base::ResponseWithShard;
+use super::traits::{strongest_shard_error, HasKeyErrors};
 use crate::Result;
 
 /// What one page of a scan returned: its items, and where the walk goes on

@@ -1,5 +1,5 @@
 //! [`RetryableMultiRegion`]: the async shell around the shard retry engine
-//! ([`ShardMachine`](super::engine::ShardMachine)). It shards the request,
+//! ([`ShardMachine`](crate::request::routing::engine::ShardMachine)). It shards the request,
 //! runs each shard's machine, and performs what the machine decides: maps
 //! stores, dispatches, sleeps, reshards, and applies cache and health
 //! effects. It makes no routing decision of its own.
@@ -13,17 +13,16 @@ use tokio::sync::Semaphore;
 use tokio::time::Instant;
 use tracing::Instrument;
 
+use super::base::Plan;
+use super::traits::{strongest_shard_error, HasRegionError, Shardable};
 use crate::backoff::Backoff;
 use crate::pd::PdClient;
 use crate::region::RegionWithLeader;
+use crate::request::routing::engine as machine;
+use crate::request::routing::state::{BusyVerdict, ProbeOutcome, RoutingState};
 use crate::store::RegionStore;
-use crate::Failure;
-use crate::{Error, Result};
-
-use super::engine::{Deadline, Effect, EnginePolicy, Event, Next, RequestScope, ShardMachine};
-use super::plan::Plan;
-use super::routing_state::{ProbeOutcome, RoutingState};
-use super::traits::{strongest_shard_error, HasRegionError, Shardable};
+use crate::{Error, Failure, Result};
+use machine::{Deadline, Effect, EnginePolicy, Event, Next, RequestScope, ShardMachine};
 
 /// Shards a plan by Region and runs leader-first candidate rounds with voter
 /// fallback for each shard ([routing.md, "One round, per
@@ -489,7 +488,7 @@ where
                             leader_peer_id,
                             may_probe,
                         )),
-                        None => Event::BusyVerdict(super::routing_state::BusyVerdict::Ordinary),
+                        None => Event::BusyVerdict(BusyVerdict::Ordinary),
                     },
                     Next::WaitForProbe(waiter, bound) => Event::ProbeWaited(match bound {
                         None => timed(&mut now, waiter.outcome()).await,

@@ -11,7 +11,7 @@ use proptest::prelude::*;
 use super::*;
 use crate::proto::metapb::PeerRole;
 use crate::region::can_become_leader;
-use crate::request::routing_state::RoutingState;
+use crate::request::routing::state::RoutingState;
 use crate::Config;
 use crate::Failure;
 
