@@ -203,17 +203,53 @@ fn violations(
     found
 }
 
-/// The folder of a split module a file is in (`src/request/plan/base.rs`
-/// → `("request", "plan")`); `None` for a file outside the folders (the
-/// module's `mod.rs`, its front door).
-fn folder_of(relative: &str) -> Option<(&'static str, &'static str)> {
+/// Where a file of `src/` stands in a split module: `Some((module,
+/// Some(folder)))` in one of its folders (`src/request/plan/base.rs` →
+/// `("request", Some("plan"))`), `Some((module, None))` directly in the
+/// module's own folder (its `mod.rs`, the front door, or a stray file), and
+/// `None` outside split modules.
+fn folder_of(relative: &str) -> Option<(&'static str, Option<&str>)> {
     let mut parts = relative.trim_start_matches("src/").split('/');
     let module = parts.next()?;
-    let folder = parts.next()?;
-    parts.next()?;
-    let (name, folders) = SUB_LAYERS.iter().find(|(name, _)| *name == module)?;
-    let folder = folders.iter().find(|f| **f == folder)?;
-    Some((name, folder))
+    let (name, _) = SUB_LAYERS.iter().find(|(name, _)| *name == module)?;
+    let first = parts.next()?;
+    Some((name, parts.next().map(|_| first)))
+}
+
+/// The first segment of each item of a `{a::b, C}` group that starts
+/// `group` (the text after its `{`).
+fn group_heads(group: &str) -> Vec<String> {
+    group
+        .split('}')
+        .next()
+        .unwrap_or("")
+        .split(',')
+        .map(|item| {
+            item.trim()
+                .split("::")
+                .next()
+                .unwrap_or("")
+                .trim()
+                .to_owned()
+        })
+        .filter(|head| !head.is_empty())
+        .collect()
+}
+
+/// The item names a path reaches after `rest` (the text after `X::`): the
+/// next segment, or each first segment of a group.
+fn next_segments(rest: &str) -> Vec<String> {
+    match rest.strip_prefix('{') {
+        Some(group) => group_heads(group),
+        None => vec![rest
+            .chars()
+            .take_while(|c| c.is_alphanumeric() || *c == '_')
+            .collect()],
+    }
+}
+
+fn is_item(segment: &str) -> bool {
+    segment.chars().next().is_some_and(|c| c.is_uppercase())
 }
 
 /// Every import inside a split module against its folders' order, as
@@ -230,6 +266,21 @@ fn sub_violations(files: &[(String, String, String)]) -> Vec<String> {
             .map(|(_, f)| *f)
             .unwrap_or(&[]);
         let rank = |f: &str| folders.iter().position(|x| *x == f);
+        let Some(folder) = folder else {
+            if !name.ends_with(&format!("src/{module}/mod.rs")) {
+                found.push(format!(
+                    "{name}: stands beside the front door of `{module}`; put it in one of its \
+                     folders {folders:?}"
+                ));
+            }
+            continue;
+        };
+        let Some(own) = rank(folder) else {
+            found.push(format!(
+                "{name}: folder `{module}::{folder}` is in no sub-layer of tests/layers.rs"
+            ));
+            continue;
+        };
         let door = name.ends_with("/mod.rs");
         let prefix = format!("crate::{module}::");
         for (number, line) in code_lines(source) {
@@ -241,13 +292,31 @@ fn sub_violations(files: &[(String, String, String)]) -> Vec<String> {
                 ));
             }
             let trimmed = line.trim_start();
-            let reexport = ["pub use ", "pub(crate) use ", "pub(super) use "]
-                .iter()
-                .any(|p| trimmed.starts_with(p));
+            let reexport = trimmed.starts_with("pub") && trimmed.contains(" use ");
             if reexport && !door && trimmed.contains("::") {
                 found.push(format!(
                     "{at}: re-exports; only a folder's `mod.rs` is a door, so name the \
                      item where it is defined"
+                ));
+            }
+            // `super::Item` in a file reaches the folder's door (in `plan/`,
+            // the public `request::plan` module, which re-exports from
+            // above); a file names the file.
+            if !door {
+                let mut rest = line;
+                while let Some(found_at) = rest.find("super::") {
+                    rest = &rest[found_at + "super::".len()..];
+                    if next_segments(rest).iter().any(|s| is_item(s)) {
+                        found.push(format!(
+                            "{at}: names an item through its folder's door (`super::`); name \
+                             its file"
+                        ));
+                    }
+                }
+            }
+            if line.contains("crate::{") && line.contains(&format!("{module}::")) {
+                found.push(format!(
+                    "{at}: reaches `{module}` inside a `crate::{{..}}` group; write the path out"
                 ));
             }
             let mut rest = line;
@@ -259,26 +328,30 @@ fn sub_violations(files: &[(String, String, String)]) -> Vec<String> {
                 if before == Some('$') || before.is_some_and(|c| c.is_alphanumeric() || c == '_') {
                     continue;
                 }
+                for segment in next_segments(rest) {
+                    let Some(to) = rank(&segment) else {
+                        found.push(format!(
+                            "{at}: names `crate::{module}::{segment}` through the module's \
+                             front door; name the folder and file"
+                        ));
+                        continue;
+                    };
+                    if to > own {
+                        found.push(format!(
+                            "{at}: `{module}::{folder}` uses `{module}::{segment}`, which is \
+                             not below it"
+                        ));
+                    }
+                }
                 let segment: String = rest
                     .chars()
                     .take_while(|c| c.is_alphanumeric() || *c == '_')
                     .collect();
-                let Some(to) = rank(&segment) else {
-                    found.push(format!(
-                        "{at}: names `crate::{module}::{segment}` through the module's front \
-                         door; name the folder and file"
-                    ));
+                if segment.is_empty() {
                     continue;
-                };
-                if Some(to) > rank(folder) {
-                    found.push(format!(
-                        "{at}: `{module}::{folder}` uses `{module}::{segment}`, which is not \
-                         below it"
-                    ));
                 }
-                let after = &rest[segment.len()..];
-                let next = after.strip_prefix("::").and_then(|a| a.chars().next());
-                if next.is_some_and(|c| c.is_uppercase()) {
+                let after = rest[segment.len()..].strip_prefix("::").unwrap_or("");
+                if next_segments(after).iter().any(|s| is_item(s)) {
                     found.push(format!(
                         "{at}: names an item through `{module}::{segment}`'s door; name its file"
                     ));
@@ -315,6 +388,14 @@ fn no_import_runs_against_the_layers() {
         })
         .collect();
     assert!(files.len() > 40, "only {} files read", files.len());
+    let in_folders = files
+        .iter()
+        .filter(|(name, _, _)| folder_of(name).is_some_and(|(_, f)| f.is_some()))
+        .count();
+    assert!(
+        in_folders > 20,
+        "only {in_folders} files of split modules read"
+    );
     let mut found = violations(&files, &reexports);
     found.extend(sub_violations(&files));
     assert!(
@@ -366,11 +447,13 @@ fn the_checker_sees_imports_against_the_folders() {
             source.to_owned(),
         )
     };
-    let files = vec![
-        // Down, by file: fine.
+    let files =
+        vec![
+        // Down or in the same folder, by file: fine.
         file(
             "request/locks/x.rs",
-            "use crate::request::plan::builder::PlanBuilder;\n",
+            "use crate::request::plan::builder::PlanBuilder;\nuse crate::request::locks::y::Y;\n\
+             use super::lock_rules::{a, B};\n",
         ),
         // Up: caught.
         file(
@@ -379,23 +462,30 @@ fn the_checker_sees_imports_against_the_folders() {
         ),
         // Through the front door: caught.
         file("request/routing/x.rs", "use crate::request::PlanBuilder;\n"),
-        // Through a folder's door: caught.
+        // Through a folder's door, by path or in a group: caught.
         file("request/locks/x.rs", "use crate::request::plan::Plan;\n"),
+        file(
+            "request/locks/x.rs",
+            "use crate::request::plan::{base::Plan, CleanupLocks};\n",
+        ),
+        // Through the own folder's door: caught.
+        file("request/plan/x.rs", "use super::{retry::R, CleanupLocks};\n"),
         // Out of the folder by `super::super`: caught.
-        file(
-            "request/routing/state/x.rs",
-            "use super::super::round::X;\n",
-        ),
+        file("request/routing/state/x.rs", "use super::super::round::X;\n"),
         // A re-export outside a door: caught.
-        file("request/plan/x.rs", "pub(crate) use super::retry::Retry;\n"),
-        // Macro text, the front door and test modules: fine.
-        file(
-            "request/plan/shard.rs",
-            "impl $crate::request::Shardable for X {}\n",
-        ),
+        file("request/plan/x.rs", "pub(crate) use super::retry::retry;\n"),
+        // A file beside the front door, a folder of no sub-layer: caught.
+        file("request/stray.rs", "use crate::request::X;\n"),
+        file("request/other/x.rs", ""),
+        // Macro text, the front door, a folder's door and test modules: fine.
+        file("request/plan/shard.rs", "impl $crate::request::Shardable for X {}\n"),
         file(
             "request/mod.rs",
             "pub use locks::cleanup_locks::CleanupLocks;\nuse crate::request::X;\n",
+        ),
+        file(
+            "request/routing/state/mod.rs",
+            "pub(crate) use busy::{Busy, Probe};\n",
         ),
         file(
             "request/plan/y.rs",
@@ -403,13 +493,19 @@ fn the_checker_sees_imports_against_the_folders() {
         ),
     ];
     let found = sub_violations(&files);
-    assert_eq!(found.len(), 5, "{found:#?}");
-    assert!(
-        found[0].contains("`request::plan` uses `request::locks`"),
-        "{found:#?}"
-    );
-    assert!(found[1].contains("front door"), "{found:#?}");
-    assert!(found[2].contains("`request::plan`'s door"), "{found:#?}");
-    assert!(found[3].contains("super::super"), "{found:#?}");
-    assert!(found[4].contains("re-exports"), "{found:#?}");
+    let expected = [
+        "`request::plan` uses `request::locks`",
+        "front door",
+        "`request::plan`'s door",
+        "`request::plan`'s door",
+        "its folder's door (`super::`)",
+        "super::super",
+        "re-exports",
+        "beside the front door",
+        "no sub-layer",
+    ];
+    assert_eq!(found.len(), expected.len(), "{found:#?}");
+    for (found, expected) in found.iter().zip(expected) {
+        assert!(found.contains(expected), "{found} should say {expected}");
+    }
 }

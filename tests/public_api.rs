@@ -73,9 +73,8 @@ fn has_attr(attrs: &[Attribute], name: &str) -> bool {
     attrs.iter().any(|a| a.path().is_ident(name))
 }
 
-/// The file holding `mod name;` declared in a module whose own file is
-/// `file` (a `mod.rs`/`lib.rs` owns its directory, `x.rs` owns `x/`).
-/// The folder where the modules `file` declares live.
+/// The folder where the modules `file` declares live (a `mod.rs`/`lib.rs`
+/// owns its directory, `x.rs` owns `x/`).
 fn module_dir(file: &Path) -> PathBuf {
     let parent = file.parent().unwrap_or(Path::new("."));
     let stem = file.file_stem().and_then(|s| s.to_str()).unwrap_or("");
@@ -86,6 +85,8 @@ fn module_dir(file: &Path) -> PathBuf {
     }
 }
 
+/// The file holding `mod name;` declared in a module whose own file is
+/// `file`.
 fn module_file(file: &Path, name: &str, path_attr: Option<String>) -> PathBuf {
     let parent = file.parent().unwrap_or(Path::new("."));
     let dir = module_dir(file);

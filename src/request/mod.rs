@@ -81,8 +81,10 @@
 //!
 //! # Layout
 //!
-//! Three folders, each with one job, bottom up; a folder uses its own files
-//! and the folders below it, and only this file re-exports:
+//! Three folders, each with one job, bottom up. A file uses the files of its
+//! own folder and of the folders below it, each by its path; this file is
+//! the module's one front door, and only a folder's `mod.rs` re-exports
+//! (`tests/layers.rs` checks all of it):
 //!
 //! - `routing/`: the pure routing engine (the shard's state machine, the
 //!   candidate round, the Region-error table) and the client-wide routing

@@ -4,11 +4,12 @@
 use std::sync::Arc;
 
 use super::transaction::{TransactionStats, TxnShared};
-use super::{CodecPdClient, Snapshot, TimestampExt, Transaction, TransactionOptions};
+use super::{
+    CodecPdClient, ResolveLocksOptions, Snapshot, TimestampExt, Transaction, TransactionOptions,
+};
 use crate::backoff::Backoff;
 use crate::pd::{PdClient, PdRpcClient, Timestamp};
 use crate::proto::kvrpcpb;
-use crate::request::locks::cleanup_locks::ResolveLocksOptions;
 use crate::request::plan::CleanupLocksResult;
 use crate::request::{resolve_locks_once, ClientLockResolver};
 use crate::request::{

@@ -318,8 +318,8 @@ impl Merge<CleanupLocksResult> for Collect {
     }
 }
 
-/// GC's cleanup as a builder step (client-rust's; it lives here, beside
-/// the stage it builds).
+// GC's cleanup as a builder step (client-rust's), beside the stage it
+// builds.
 impl<PdC: PdClient, P: Plan> PlanBuilder<PdC, P> {
     /// Cleans up the locks the plan's `ScanLock` finds, Region by Region
     /// (GC: running transactions are rolled back; see

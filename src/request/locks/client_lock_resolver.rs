@@ -11,8 +11,9 @@
 //!
 //! The decisions are pure functions over the answers: [`txn_status`] and
 //! [`secondaries_outcome`]; [`ClientLockResolver`] only carries them out.
-//! GC's cleanup (client-rust's `LockResolver`, which rolls back live
-//! transactions) is the plan stage [`CleanupLocks`](crate::request::plan::CleanupLocks).
+//! GC's resolver, client-rust's `LockResolver`, which rolls back live
+//! transactions, is another: [`LockResolver`](super::lock_resolver::LockResolver),
+//! run Region by Region by the [`CleanupLocks`](crate::request::plan::CleanupLocks) stage.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -520,8 +521,8 @@ pub async fn resolve_locks_once<PdC: PdClient>(
     }
 }
 
-/// Lock resolution as a builder step (client-rust's; it lives here, beside
-/// the resolver it builds).
+// Lock resolution as a builder step (client-rust's), beside the resolver
+// it builds.
 impl<PdC: PdClient, P: Plan> PlanBuilder<PdC, P> {
     /// Resolves the locks the plan meets and re-runs it (client-rust's
     /// signature): `timestamp` is the reading transaction's start ts (0 for

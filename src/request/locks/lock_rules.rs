@@ -1,6 +1,6 @@
 //! The pure rules for what TiKV's lock-status answers mean, shared by the
-//! transactional client's lock resolver and the GC cleanup stage
-//! ([`CleanupLocks`](super::cleanup_locks::CleanupLocks)): lock expiry on the TSO's
+//! transactional client's lock resolver and GC's
+//! [`LockResolver`](super::lock_resolver::LockResolver): lock expiry on the TSO's
 //! physical clock, and what an async-commit transaction's secondaries say
 //! (with the missing-lock rule of [txn.md, "Known upstream
 //! defects"](crate::spec::txn#known-upstream-defects-not-to-copy-client-rust-040)).

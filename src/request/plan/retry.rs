@@ -18,11 +18,11 @@ use super::traits::{strongest_shard_error, HasRegionError, Shardable};
 use crate::backoff::Backoff;
 use crate::pd::PdClient;
 use crate::region::RegionWithLeader;
-use crate::request::routing::engine as machine;
+use crate::request::routing::engine;
 use crate::request::routing::state::{BusyVerdict, ProbeOutcome, RoutingState};
 use crate::store::RegionStore;
 use crate::{Error, Failure, Result};
-use machine::{Deadline, Effect, EnginePolicy, Event, Next, RequestScope, ShardMachine};
+use engine::{Deadline, Effect, EnginePolicy, Event, Next, RequestScope, ShardMachine};
 
 /// Shards a plan by Region and runs leader-first candidate rounds with voter
 /// fallback for each shard ([routing.md, "One round, per

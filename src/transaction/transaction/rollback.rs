@@ -24,7 +24,7 @@ impl<PdC: PdClient> Transaction<PdC> {
     /// A rollback that fails (no store answered, say) leaves the
     /// transaction as it was, so calling `rollback` again retries it.
     /// Dropping the transaction instead is fine: once `commit` or
-    /// `rollback` was called, the drop check ([`CheckLevel`]) never fires,
+    /// `rollback` was called, the drop check ([`CheckLevel`](crate::CheckLevel)) never fires,
     /// whatever the call returned. The locks a failed rollback left behind
     /// expire after their TTL, and a reader that meets one resolves it
     /// through the transaction's primary key first (rolling the primary
