@@ -19,6 +19,7 @@
 use std::future::Future;
 use std::io;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -38,6 +39,9 @@ pub(crate) struct ConnectionWatch(Arc<Shared>);
 struct Shared {
     /// When a connection was last lost silently, until taken.
     silent_loss: Mutex<Option<Instant>>,
+    /// `silent_loss` may hold a loss: every request asks, and most find
+    /// none without taking the lock.
+    maybe_lost: AtomicBool,
     /// How long a connection must have read nothing, with a write waiting
     /// for an answer, before a local close counts as a silent loss: the
     /// keep-alive interval plus its timeout, the earliest keep-alive can
@@ -55,6 +59,7 @@ impl ConnectionWatch {
     pub(crate) fn new(patience: Duration, fresh_for: Duration) -> Self {
         ConnectionWatch(Arc::new(Shared {
             silent_loss: Mutex::new(None),
+            maybe_lost: AtomicBool::new(false),
             patience,
             fresh_for,
         }))
@@ -67,21 +72,29 @@ impl ConnectionWatch {
     /// True when a connection was lost silently, recently, since the last
     /// [`take_silent_loss`](Self::take_silent_loss).
     pub(crate) fn has_silent_loss(&self) -> bool {
-        self.loss()
-            .is_some_and(|at| at.elapsed() < self.0.fresh_for)
+        self.0.maybe_lost.load(Ordering::Acquire)
+            && self
+                .loss()
+                .is_some_and(|at| at.elapsed() < self.0.fresh_for)
     }
 
     /// True (once) when a connection was lost silently, recently: the
     /// caller fails one request instead of waiting for the channel to
     /// reconnect.
     pub(crate) fn take_silent_loss(&self) -> bool {
-        self.loss()
-            .take()
+        if !self.0.maybe_lost.load(Ordering::Acquire) {
+            return false;
+        }
+        let mut loss = self.loss();
+        self.0.maybe_lost.store(false, Ordering::Release);
+        loss.take()
             .is_some_and(|at| at.elapsed() < self.0.fresh_for)
     }
 
     fn lost(&self) {
-        *self.loss() = Some(Instant::now());
+        let mut loss = self.loss();
+        *loss = Some(Instant::now());
+        self.0.maybe_lost.store(true, Ordering::Release);
     }
 
     /// `inner`, with each connection it opens watched.
