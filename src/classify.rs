@@ -103,7 +103,7 @@ pub fn classify_grpc_error(status: &tonic::Status) -> DispatchFailure {
 /// the store path and the PD path both ask it.
 ///
 /// It relies only on what tonic exposes stably, never on hyper's or h2's
-/// error types (issue 13), checked per failure class over real sockets in
+/// error types, checked per failure class over real sockets in
 /// `src/store/tests/transport_classes.rs`:
 ///
 /// - `tonic::ConnectError` (a refused or failed dial, a TLS handshake) or an

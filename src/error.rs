@@ -198,8 +198,10 @@ pub enum Error {
 }
 
 /// The underlying error of a failure the crate wrapped (a transport error,
-/// an I/O error, a status, or another [`Error`]), shared so that [`Error`]
-/// stays `Clone`.
+/// an I/O error, a status, or another [`Error`]), shared (an `Arc`): the
+/// copies the crate makes of one failure, such as a failed Region load
+/// handed to every caller that waited for it, keep the same underlying
+/// error. [`Error`] itself is not `Clone`.
 ///
 /// It is what [`std::error::Error::source`] returns for the variants that
 /// have a `source` field, and it hands out the wrapped error itself, so a

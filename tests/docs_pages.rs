@@ -5,6 +5,8 @@
 //! front page, and the pages carry no internal bookkeeping (issue numbers,
 //! the maintainers' folders, commit hashes as history).
 
+mod source_files;
+
 use std::path::{Path, PathBuf};
 
 fn root() -> &'static Path {
@@ -194,6 +196,45 @@ fn pages_carry_no_internal_bookkeeping() {
     assert!(
         found.is_empty(),
         "user-facing pages name:\n{}",
+        found.join("\n")
+    );
+}
+
+/// Code comments are read by the next developer, who cannot look up the
+/// project's tracker: a comment says what the code does and why, not
+/// which issue asked for it.
+#[test]
+fn code_comments_name_no_issue_number() {
+    let mut found = Vec::new();
+    let folders = [
+        "src",
+        "tests",
+        "benches",
+        "examples",
+        "tikv-plan-proto/src",
+        "tikv-sim/src",
+        "tikv-sim/tests",
+        "tikv-plan-chaos/src",
+        "tikv-plan-chaos/tests",
+        "compat/src",
+    ];
+    let mut read = 0;
+    for folder in folders {
+        for file in source_files::rust_files(&root().join(folder)) {
+            read += 1;
+            let text = std::fs::read_to_string(&file).unwrap();
+            for (n, line) in text.lines().enumerate() {
+                let comment = line.trim_start().starts_with("//");
+                if comment && bookkeeping(line) == Some("an issue number") {
+                    found.push(format!("{}:{}: {line}", file.display(), n + 1));
+                }
+            }
+        }
+    }
+    assert!(read > 100, "only {read} source files read");
+    assert!(
+        found.is_empty(),
+        "comments that name an issue:\n{}",
         found.join("\n")
     );
 }

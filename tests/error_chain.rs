@@ -1,4 +1,4 @@
-//! Errors keep their causes (issue 13): `std::error::Error::source` leads
+//! Errors keep their causes: `std::error::Error::source` leads
 //! from the error a caller gets, which names the Region, store or address,
 //! down to the root cause (an `io::Error` and its kind, tonic's timeout, a
 //! gRPC status), over real sockets on 127.0.0.1 and the simulated cluster.

@@ -335,7 +335,7 @@ async fn all_stores_excludes_tombstones_and_stores_can_be_missing() {
 
 #[tokio::test]
 async fn concurrent_callers_share_a_failed_leader_discovery() {
-    // Issue 8: during a PD outage K concurrent callers wait about one
+    // During a PD outage K concurrent callers wait about one
     // caller's bound, not K of them: a caller that waited for a discovery
     // takes its failure instead of running another.
     let pd = FakePd::start(1, 9).await;

@@ -141,7 +141,7 @@ async fn epoch_not_match_regions_replace_overlapping_cache_entries() {
 
 #[tokio::test]
 async fn the_mock_orders_epochs_like_the_real_cache() {
-    // Issue 9: the mock once compared epochs lexicographically and took
+    // The mock once compared epochs lexicographically and took
     // (version 2, conf_ver 0) over (1, 5), which the real cache refuses. It
     // now holds the real `RegionCache`.
     let pd = Arc::new(MockPdClient::new(vec![{

@@ -1,4 +1,4 @@
-//! Property tests of the whole plan through the public mock (issue 9): for
+//! Property tests of the whole plan through the public mock: for
 //! random answer sequences, every dispatched request is a leader request
 //! (`replica_read` and `stale_read` never set), goes only to peers that can
 //! lead, carries the cached Region's id and epoch, and a write is never

@@ -92,7 +92,7 @@ async fn reads_keep_ordinary_retries() {
 
 #[tokio::test(start_paused = true)]
 async fn a_write_that_may_have_been_delivered_is_undetermined_and_never_resent() {
-    // Issue 8: every raw write follows the rule CAS always had.
+    // Every raw write follows the rule CAS always had.
     let pd = three_voters();
     let routing = routing();
     pd.set_dispatch_hook(|peer, req| {

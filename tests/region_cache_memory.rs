@@ -1,9 +1,9 @@
 //! Memory of the Region cache, measured with a counting allocator: what one
 //! cached Region costs (the Region, its keys and peers, both indexes, the
 //! eviction queue), that a hit allocates nothing, and that the capacity
-//! bounds the total (issue 8: maps that only grow are bounded).
+//! bounds the total (maps that only grow are bounded).
 //!
-//! Issue 14 budgets 300 bytes per Region at a realistic shape: three
+//! The budget is 300 bytes per Region at a realistic shape: three
 //! voters, the first leading, and boundaries of 16 and of 24 bytes (TiDB
 //! record keys are `t` + table id + `_r` + handle, 19 bytes raw). Two
 //! figures are checked against it: the bytes requested from the allocator,

@@ -250,7 +250,7 @@ async fn a_request_split_after_its_probe_does_not_probe_again() {
 
 #[tokio::test(start_paused = true)]
 async fn one_busy_probe_per_request_across_shards_of_one_region() {
-    // Issue 9, third gap: a batch put split by size into three shards of the
+    // A batch put split by size into three shards of the
     // same Region. The leader answers ServerIsBusy(0) throughout and the
     // followers say NotLeader, so every probe is inconclusive. The request
     // probes once, whichever shard gets there first, with the suspicion
@@ -306,7 +306,7 @@ async fn one_busy_probe_per_request_across_shards_of_one_region() {
 
 #[tokio::test(start_paused = true)]
 async fn an_hour_of_busy_backoff_is_capped_and_the_deadline_ends_the_request() {
-    // Issue 8: a store answering "back off for an hour" parks the request
+    // A store answering "back off for an hour" parks the request
     // for at most MAX_BUSY_BACKOFF a time, and the request deadline ends it.
     let pd = three_voters();
     let routing = Arc::new(RoutingState::new(

@@ -332,7 +332,7 @@ async fn leaderless_region_starts_with_first_voter() {
 
 #[tokio::test(start_paused = true)]
 async fn timed_out_leader_and_not_leader_voters_reload_the_region() {
-    // Issue 9, first gap: the cached leader 11 times out, voters 12 and 13
+    // The cached leader 11 times out, voters 12 and 13
     // say NotLeader without a hint. PD already knows peer 14 on store 4
     // leads. A leader that could not answer counts with the voters: the
     // Region is reloaded and the request reaches 14, instead of asking

@@ -136,7 +136,7 @@ async fn timeout_strikes_mark_store_unreachable_without_invalidation() {
 
 #[tokio::test(start_paused = true)]
 async fn a_stores_deadline_exceeded_answer_is_no_timeout_strike() {
-    // Issue 9: `DeadlineExceeded` comes from the store, so the store
+    // `DeadlineExceeded` comes from the store, so the store
     // answered; only a client-side timeout is a strike.
     let peers = |r: u64| [mock::voter(r * 10 + 1, 1), mock::voter(r * 10 + 2, 2)];
     let pd = Arc::new(MockPdClient::new(vec![
@@ -190,7 +190,7 @@ async fn unreachable_store_is_tried_first_again_after_cooldown() {
 
 #[tokio::test(start_paused = true)]
 async fn timeouts_after_waiting_for_a_permit_are_consecutive_strikes() {
-    // Found in review: a shard's send time was taken before it waited for
+    // A shard's send time was taken before it waited for
     // its permit, so with one permit the later shards' timeouts looked
     // concurrent with the first strike and a hung store was never marked.
     use tikv_plan::raw_lowering::new_raw_batch_get_request;

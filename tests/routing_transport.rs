@@ -200,7 +200,7 @@ async fn rpc_is_bounded_by_the_request_timeout() {
 
 #[tokio::test(start_paused = true)]
 async fn transport_failure_then_a_fatal_status_drops_the_region_route() {
-    // Issue 9, second gap: the leader's transport failed, then a voter
+    // The leader's transport failed, then a voter
     // answered a status that is returned to the caller. The round ended
     // without success after a routing failure: the Region route goes too
     // (routing.md, "One round").

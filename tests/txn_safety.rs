@@ -1,4 +1,4 @@
-//! Transactions never lose a committed update (issue 21): each rule of
+//! Transactions never lose a committed update: each rule of
 //! txn.md's "Behaviour we require" that a lost update hid behind, end to end
 //! against the simulated cluster (real gRPC on 127.0.0.1; lock TTLs expire on
 //! the simulated TSO clock, moved with `advance_tso_clock`).

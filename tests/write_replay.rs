@@ -1,4 +1,4 @@
-//! The two ways a re-sent raw write broke linearizability (issue 8), over
+//! The two ways a re-sent raw write broke linearizability, over
 //! the simulated cluster: a write whose response was lost was applied a
 //! second time, and a write that timed out was re-sent to a new leader while
 //! its first copy could still land. Both now end `Failure::Undetermined` with

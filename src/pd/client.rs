@@ -453,7 +453,7 @@ mod tests {
 
     #[test]
     fn connection_counters_are_bounded() {
-        // Issue 8: one entry per address ever dialled would grow forever.
+        // One entry per address ever dialled would grow forever.
         let counts: ConnectCountMap = Arc::default();
         for i in 0..(3 * MAX_COUNTED_ADDRESSES) {
             count(&counts, &format!("store-{i}:20160"), |c| c.attempts += 1);

@@ -851,7 +851,7 @@ mod tests {
 
     #[test]
     fn a_malformed_range_from_pd_is_cached_without_panicking() {
-        // Before issue 14, an end key at or before the start key made the
+        // An end key at or before the start key once made the
         // overlap search call `range` with inverted bounds, which panics.
         let cache = RegionCache::new();
         assert!(cache.insert(region(1, b"a", b"c", 1, 1)));
@@ -1185,7 +1185,7 @@ mod tests {
 
     #[test]
     fn the_cache_holds_at_most_its_capacity_dropping_the_oldest() {
-        // Issue 8: a map that only grows is bounded.
+        // A map that only grows is bounded.
         let cache = RegionCache::with_capacity(100);
         for i in 0..1_000u32 {
             let start = i.to_be_bytes();
@@ -1215,7 +1215,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_hot_region_dropped_then_missed_by_many_keys_costs_one_load() {
-        // Issue 8: N concurrent requests for N different keys of a Region
+        // N concurrent requests for N different keys of a Region
         // just invalidated cause O(1) PD lookups, not N.
         let cache = RegionCache::new();
         let hot = region(1, b"a", b"z", 1, 1);
@@ -1239,7 +1239,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_load_the_cache_refuses_as_older_is_not_handed_out() {
-        // Issue 8: PD answered from an older view than the cache holds.
+        // PD answered from an older view than the cache holds.
         let cache = RegionCache::new();
         let newer = region(1, b"a", b"m", 1, 5);
         cache.insert(newer.clone());

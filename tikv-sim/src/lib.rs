@@ -81,8 +81,8 @@
 //!
 //! # Stores
 //!
-//! A store serves every raw method. It runs its checks in this order
-//! (issue 4), answering with the first that fails:
+//! A store serves every raw method. It runs its checks in this order,
+//! answering with the first that fails:
 //!
 //! 1. **busy** ([`SimCluster::store_busy`]): `ServerIsBusy` with the
 //!    configured `estimated_wait_ms`, before any Region or leader check;

@@ -264,7 +264,7 @@ impl ClusterState {
         regions
     }
 
-    /// Runs a store's checks on a request, in the order of issue 4: busy,
+    /// Runs a store's checks on a request, in this order: busy,
     /// Region on this store, store and peer match, epoch, key range, leader.
     /// On success returns the Region id to apply the request to. A leader
     /// request reaching a voter of a cold Region makes it campaign.

@@ -399,7 +399,7 @@ fn shared_busy_verdicts_drive_probe_wait_and_ordinary_paths() {
 
 #[test]
 fn a_probe_granted_after_another_shard_probed_is_not_run() {
-    // Found in review: `may_probe` is read when the machine reports busy,
+    // `may_probe` is read when the machine reports busy,
     // the verdict comes after the shell's awaits, and another shard of the
     // same request may have probed in between. The second ticket is dropped.
     let routing = Arc::new(RoutingState::new(&Config::default()));

@@ -461,7 +461,7 @@ mod tests {
             }
         );
         assert!(!a.busy_zero_wait);
-        // Issue 8: a store asking for an hour gets the cap.
+        // A store asking for an hour gets the cap.
         let a = decide_region_error(&busy(3_600_000, 20), &cached());
         assert_eq!(
             a.step,

@@ -896,7 +896,7 @@ mod tests {
 
     #[test]
     fn a_timed_out_leader_counts_with_voters_that_all_said_not_leader() {
-        // The gap of issue 9: leader timed out, every voter said NotLeader
+        // The gap this closes: leader timed out, every voter said NotLeader
         // without a hint. Nobody claims the Region: reload it.
         let r = region(3, Some(1));
         let mut round = Round::new(&r, CandidateOrder::LeaderFirst);

@@ -1,5 +1,5 @@
 //! A stream-level HTTP/2 error (`RST_STREAM`) on one request is not a
-//! connection failure (issue 8): it classifies as `StreamReset`, which keeps
+//! connection failure: it classifies as `StreamReset`, which keeps
 //! the store's shared channel and caches, and the next request on the same
 //! channel goes through without a new connection. Over real loopback
 //! sockets, against a minimal HTTP/2 server written with `h2`.

@@ -1,6 +1,6 @@
 //! One test per transport failure class, over real sockets on 127.0.0.1,
 //! pinning both what tonic reports (the status code and what its source
-//! chain holds) and how the router classifies it (issue 13). The
+//! chain holds) and how the router classifies it. The
 //! classifier reads only tonic's own types, std `io::Error` kinds and status
 //! codes, never hyper's or h2's error types; if a tonic (or hyper, h2)
 //! upgrade changes how one of these failures surfaces, the test of that

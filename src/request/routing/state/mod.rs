@@ -194,7 +194,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn busy_suspicions_expire_with_their_window() {
-        // Issue 8: the map holds the Regions busy within one window, not
+        // The map holds the Regions busy within one window, not
         // every Region that was ever busy.
         let s = state();
         for region in 0..10_000 {
@@ -215,7 +215,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_late_answer_cannot_erase_a_newer_unreachable_mark() {
-        // Issue 8: an RPC sent before the store was marked unreachable
+        // An RPC sent before the store was marked unreachable
         // answers afterwards; that proves nothing about the store now.
         let h = StoreHealth::new(Duration::from_secs(10), 2);
         let sent = Instant::now();
@@ -244,7 +244,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn concurrent_timeouts_are_one_strike() {
-        // Issue 9: RPCs in flight together that time out together are one
+        // RPCs in flight together that time out together are one
         // slow moment, not consecutive strikes.
         let h = StoreHealth::new(Duration::from_secs(10), 2);
         let sent = Instant::now();
