@@ -235,7 +235,7 @@ impl SecurityManager {
 
     /// Opens a channel to `address` (`host:port`, or a URL with a scheme).
     /// The whole setup (TCP, TLS and HTTP/2 handshakes) is bounded by
-    /// `connect_timeout`; each RPC on the channel by `request_timeout`.
+    /// `connect_timeout`; each RPC on the channel by `rpc_timeout`.
     ///
     /// The channel sends HTTP/2 keep-alive PINGs while a call is open (10 s
     /// of silence, 3 s to answer), so a call on a connection whose peer
@@ -244,9 +244,9 @@ impl SecurityManager {
         &self,
         address: &str,
         connect_timeout: Duration,
-        request_timeout: Duration,
+        rpc_timeout: Duration,
     ) -> Result<Channel> {
-        let endpoint = self.endpoint(address, connect_timeout, Some(request_timeout))?;
+        let endpoint = self.endpoint(address, connect_timeout, Some(rpc_timeout))?;
         self.dial(address, connect_timeout, endpoint, None).await
     }
 
@@ -258,18 +258,18 @@ impl SecurityManager {
         &self,
         address: &str,
         connect_timeout: Duration,
-        request_timeout: Duration,
+        rpc_timeout: Duration,
         watch: &ConnectionWatch,
     ) -> Result<Channel> {
         let endpoint = self
-            .endpoint(address, connect_timeout, Some(request_timeout))?
+            .endpoint(address, connect_timeout, Some(rpc_timeout))?
             .keep_alive_while_idle(true);
         self.dial(address, connect_timeout, endpoint, Some(watch))
             .await
     }
 
     /// A channel for long-lived streams (BatchCommands), dialled now: like
-    /// [`SecurityManager::connect_channel`] but with no request timeout,
+    /// [`SecurityManager::connect_channel`] but with no RPC timeout,
     /// and with HTTP/2 keep-alive (`keepalive`: the PING interval and how
     /// long one may go unanswered), so a connection whose peer is gone
     /// fails its streams instead of leaving them silent. tonic's request
@@ -377,7 +377,7 @@ impl SecurityManager {
         &self,
         address: &str,
         connect_timeout: Duration,
-        request_timeout: Option<Duration>,
+        rpc_timeout: Option<Duration>,
     ) -> Result<Endpoint> {
         let scheme = if self.tls.is_some() { "https" } else { "http" };
         let url = if address.contains("://") {
@@ -399,7 +399,7 @@ impl SecurityManager {
             .tcp_nodelay(true)
             .http2_keep_alive_interval(KEEPALIVE_INTERVAL)
             .keep_alive_timeout(KEEPALIVE_TIMEOUT);
-        if let Some(timeout) = request_timeout {
+        if let Some(timeout) = rpc_timeout {
             endpoint = endpoint.timeout(timeout);
         }
         #[cfg(feature = "unstable-internals")]

@@ -90,7 +90,7 @@ async fn silent_store() -> (String, tokio::task::JoinHandle<()>) {
 }
 
 #[tokio::test]
-async fn silent_store_is_bounded_by_the_request_timeout() {
+async fn silent_store_is_bounded_by_the_rpc_timeout() {
     let (addr, server) = silent_store().await;
     let timeout = Duration::from_millis(400);
     let client = connector(timeout, Duration::from_millis(400))

@@ -484,7 +484,7 @@ async fn learners_and_witnesses_never_receive_requests() {
 }
 
 #[tokio::test]
-async fn hanging_leader_is_bounded_by_the_request_timeout() {
+async fn hanging_leader_is_bounded_by_the_rpc_timeout() {
     let cluster = cluster().await;
     let client = client(&cluster).await;
     client.put("b1", "v").await.unwrap();

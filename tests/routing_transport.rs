@@ -167,7 +167,7 @@ async fn transport_status_with_io_source_is_a_routing_failure() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn rpc_is_bounded_by_the_request_timeout() {
+async fn rpc_is_bounded_by_the_rpc_timeout() {
     use std::sync::Arc;
     use std::time::Duration;
     use tikv_plan::request::RoutingState;

@@ -31,7 +31,7 @@ use crate::{Error, ErrorSource, Result};
 /// the members for the leader again (a connect and an RPC) before it
 /// connects to the leader and sends the call (another connect and RPC), so
 /// the total is bounded by about
-/// `(max_attempts + 1) * 2 * (connect timeout + request timeout)` plus these
+/// `(max_attempts + 1) * 2 * (connect timeout + RPC timeout)` plus these
 /// delays.
 pub const PD_RETRY_BACKOFF: Backoff = Backoff::no_jitter_backoff(50, 400, 3);
 
@@ -250,7 +250,7 @@ fn authority(url: &str) -> &str {
 /// a transport error, a timeout or `Unavailable` drops that connection and
 /// asks the members again, with backoff ([`PD_RETRY_BACKOFF`]); when no
 /// member can be reached the call fails with [`Failure::PdUnavailable`](crate::Failure::PdUnavailable).
-/// Every RPC is bounded by the request timeout.
+/// Every RPC is bounded by the RPC timeout.
 #[derive(Debug)]
 pub struct Cluster {
     /// The endpoints the user gave.
@@ -624,7 +624,7 @@ impl Cluster {
 
     /// Sends one RPC to the leader, following leader changes: a failure
     /// that calls for a new leader drops the connection, backs off and asks
-    /// the members again. Each attempt is bounded by the request timeout;
+    /// the members again. Each attempt is bounded by the RPC timeout;
     /// a PD header error is returned as [`Failure::Pd`](crate::Failure::Pd).
     async fn call<T, F, Fut>(&self, what: &str, counter: &AtomicU64, mut rpc: F) -> Result<T>
     where

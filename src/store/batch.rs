@@ -533,7 +533,7 @@ impl KvBatchClient {
         timeout: Duration,
     ) -> Result<Box<dyn Any + Send>> {
         let call = req.dispatch(&self.shared.base, timeout);
-        match tokio::time::timeout(timeout + crate::store::BACKSTOP_SLACK, call).await {
+        match crate::store::with_backstop(timeout, call).await {
             Ok(result) => result,
             Err(_) => Err(self.timed_out(req, timeout)),
         }

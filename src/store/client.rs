@@ -264,10 +264,7 @@ impl KvClient for KvRpcClient {
         if let Some(lost) = self.silently_lost() {
             return Err(lost);
         }
-        let (timeout, bounded) = match bound {
-            Some(bound) if bound < self.timeout => (bound, true),
-            _ => (self.timeout, false),
-        };
+        let (timeout, bounded) = call_timeout(bound, self.timeout);
         let backstop_fired = || {
             Error::from(Failure::Timeout {
                 what: format!("the {} request", req.label()),
@@ -288,8 +285,7 @@ impl KvClient for KvRpcClient {
                 Err(_) => Err(backstop_fired()),
             };
         }
-        let backstop = timeout + BACKSTOP_SLACK;
-        match tokio::time::timeout(backstop, req.dispatch(&self.rpc_client, timeout)).await {
+        match with_backstop(timeout, req.dispatch(&self.rpc_client, timeout)).await {
             Ok(result) => timeout_as_error(result, bounded, req.label(), timeout),
             Err(_) => Err(backstop_fired()),
         }
@@ -321,6 +317,27 @@ impl KvClient for KvRpcClient {
 /// (tonic's `Cancelled` with `TimeoutExpired`), and the backstop fires
 /// only when the transport's timer started late.
 pub(crate) const BACKSTOP_SLACK: Duration = Duration::from_millis(1);
+
+/// `call` under a backstop timer [`BACKSTOP_SLACK`] after its own
+/// `timeout`: it also covers what the transport's timer does not (a
+/// channel reconnecting before tonic starts its timer).
+pub(crate) fn with_backstop<F: std::future::Future>(
+    timeout: Duration,
+    call: F,
+) -> tokio::time::Timeout<F> {
+    tokio::time::timeout(timeout + BACKSTOP_SLACK, call)
+}
+
+/// The one timeout of an RPC bounded by the plan's `bound` on a store
+/// client whose own timeout is `own`: the smaller of the two, and whether
+/// it is the plan's bound (`bounded`: then a timeout is the plan's,
+/// reported as a client timeout; see [`timeout_as_error`]).
+pub(crate) fn call_timeout(bound: Option<Duration>, own: Duration) -> (Duration, bool) {
+    match bound {
+        Some(bound) if bound < own => (bound, true),
+        _ => (own, false),
+    }
+}
 
 /// When the plan's bound (not the client's own timeout) was the RPC's
 /// timer (`bounded`), reports tonic's timeout as [`Failure::Timeout`](crate::Failure::Timeout), what a

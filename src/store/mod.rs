@@ -13,7 +13,7 @@ pub use client::set_typed_path;
 #[cfg(test)]
 pub(crate) use client::KvRpcClient;
 pub use client::TikvConnect;
-pub(crate) use client::{timeout_as_error, BACKSTOP_SLACK};
+pub(crate) use client::{call_timeout, timeout_as_error, with_backstop, BACKSTOP_SLACK};
 #[cfg(test)]
 mod tests;
 pub use request::Request;

@@ -37,7 +37,7 @@ pub trait Plan: Sized + Clone + Sync + Send + 'static {
         self.execute()
     }
 
-    /// Bounds the plan's next RPC by `bound` (the request timeout cut short
+    /// Bounds the plan's next RPC by `bound` (the RPC timeout cut short
     /// by the deadline). Returns true when the plan hands the bound to its
     /// store client, which then keeps the RPC's only timer; false (the
     /// default) when the caller must bound [`execute`](Self::execute)
@@ -126,10 +126,7 @@ impl<Req: KvRequest> Dispatch<Req> {
             // One timer: the smaller of the client's timeout and the
             // plan's bound; sent as `grpc-timeout` unless it is the
             // client's own and the channel keeps that one already.
-            let (timeout, bounded) = match self.rpc_bound {
-                Some(bound) if bound < own_timeout => (bound, true),
-                _ => (own_timeout, false),
-            };
+            let (timeout, bounded) = crate::store::call_timeout(self.rpc_bound, own_timeout);
             let header = match client {
                 Some(c) if !bounded && c.grpc_enforces_timeout() => None,
                 _ => Some(timeout),
@@ -142,7 +139,7 @@ impl<Req: KvRequest> Dispatch<Req> {
             // that reconnects first (its connection lost) would add its
             // connect wait. This timer covers the whole call, a moment
             // after tonic's, so an ordinary timeout is still tonic's.
-            match tokio::time::timeout(timeout + crate::store::BACKSTOP_SLACK, typed).await {
+            match crate::store::with_backstop(timeout, typed).await {
                 Ok(Some(result)) => {
                     return crate::store::timeout_as_error(result, bounded, label, timeout)
                 }

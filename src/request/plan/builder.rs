@@ -6,7 +6,6 @@ use std::sync::Arc;
 use crate::backoff::Backoff;
 use crate::pd::PdClient;
 use crate::store::RegionStore;
-use crate::Config;
 
 use super::all_stores::{RetryableAllStores, StoreRequest};
 use super::base::{
@@ -17,6 +16,7 @@ use super::keyspace::Keyspace;
 use super::resolve_lock::{HasLocks, LockResolve, ResolveLock};
 use super::retry::RetryableMultiRegion;
 use super::traits::{HasKeyErrors, HasRegionError, KvRequest, Shardable};
+use crate::request::routing::policy::RequestPolicy;
 use crate::request::routing::state::RoutingState;
 use crate::Result;
 
@@ -59,13 +59,11 @@ pub struct PlanBuilder<PdC: PdClient, P: Plan> {
     pd_client: Arc<PdC>,
     plan: P,
     routing: Option<Arc<RoutingState>>,
-    terminal_on_dispatch_error: bool,
-    terminal_on_undetermined: bool,
+    /// The request's policy as the builder's steps set it; the routing
+    /// state's defaults fill what is left unset when the retry stage is
+    /// built.
+    policy: RequestPolicy,
     preserve_region_results: bool,
-    max_concurrency: Option<usize>,
-    request_timeout: Option<std::time::Duration>,
-    request_deadline: Option<std::time::Duration>,
-    commit_point: bool,
 }
 
 impl<PdC: PdClient, Req: KvRequest> PlanBuilder<PdC, Dispatch<Req>> {
@@ -82,18 +80,13 @@ impl<PdC: PdClient, Req: KvRequest> PlanBuilder<PdC, Dispatch<Req>> {
             keyspace.apply_to_context(&mut context);
             request.set_context(context);
         }
-        let replay_unsafe = request.terminal_on_dispatch_error();
+        let policy = RequestPolicy::for_request(request.terminal_on_dispatch_error());
         PlanBuilder {
             pd_client,
             plan: Dispatch::new(request),
             routing: None,
-            terminal_on_dispatch_error: replay_unsafe,
-            terminal_on_undetermined: replay_unsafe,
+            policy,
             preserve_region_results: false,
-            max_concurrency: None,
-            request_timeout: None,
-            request_deadline: None,
-            commit_point: false,
         }
     }
 }
@@ -120,13 +113,8 @@ impl<PdC: PdClient, P: Plan> PlanBuilder<PdC, P> {
             pd_client: self.pd_client,
             plan: wrap(self.plan),
             routing: self.routing,
-            terminal_on_dispatch_error: self.terminal_on_dispatch_error,
-            terminal_on_undetermined: self.terminal_on_undetermined,
+            policy: self.policy,
             preserve_region_results: self.preserve_region_results,
-            max_concurrency: self.max_concurrency,
-            request_timeout: self.request_timeout,
-            request_deadline: self.request_deadline,
-            commit_point: self.commit_point,
         }
     }
 
@@ -150,14 +138,14 @@ impl<PdC: PdClient, P: Plan> PlanBuilder<PdC, P> {
     /// Once the request may have been sent, dispatch errors are returned as
     /// undetermined and never replayed on another peer.
     pub fn terminal_on_dispatch_error(mut self) -> Self {
-        self.terminal_on_dispatch_error = true;
+        self.policy.never_resend();
         self
     }
 
     /// An undetermined outcome ends the request at once and wins over
     /// determinate errors of other shards.
     pub fn terminal_on_undetermined(mut self) -> Self {
-        self.terminal_on_undetermined = true;
+        self.policy.terminal_on_undetermined = true;
         self
     }
 
@@ -171,16 +159,17 @@ impl<PdC: PdClient, P: Plan> PlanBuilder<PdC, P> {
     /// Bounds the RPCs this request has in flight at once (default: the
     /// routing state's `Config::max_concurrency`, else the config default).
     pub fn max_concurrency(mut self, limit: usize) -> Self {
-        self.max_concurrency = Some(limit.max(1));
+        self.policy.max_concurrency = Some(limit.max(1));
         self
     }
 
     /// Bounds each RPC of the plan (default: the routing state's
     /// `Config::timeout`; without routing state, only the store client's own
     /// bound applies). An RPC that exceeds it counts as a client timeout:
-    /// next candidate, caches kept.
-    pub fn request_timeout(mut self, timeout: std::time::Duration) -> Self {
-        self.request_timeout = Some(timeout);
+    /// next candidate, caches kept. The whole request is bounded by
+    /// [`request_deadline`](Self::request_deadline).
+    pub fn rpc_timeout(mut self, timeout: std::time::Duration) -> Self {
+        self.policy.rpc_timeout = Some(timeout);
         self
     }
 
@@ -191,7 +180,7 @@ impl<PdC: PdClient, P: Plan> PlanBuilder<PdC, P> {
     /// runs out ends with
     /// [`Failure::DeadlineExceeded`](crate::Failure::DeadlineExceeded).
     pub fn request_deadline(mut self, deadline: std::time::Duration) -> Self {
-        self.request_deadline = Some(deadline);
+        self.policy.deadline = Some(deadline);
         self
     }
 
@@ -201,8 +190,7 @@ impl<PdC: PdClient, P: Plan> PlanBuilder<PdC, P> {
     /// idempotent writes of callers that prefer availability; see
     /// [`Config::at_least_once_writes`](crate::Config::at_least_once_writes).
     pub fn at_least_once(mut self) -> Self {
-        self.terminal_on_dispatch_error = false;
-        self.terminal_on_undetermined = false;
+        self.policy.at_least_once();
         self
     }
 
@@ -215,7 +203,7 @@ impl<PdC: PdClient, P: Plan> PlanBuilder<PdC, P> {
     /// right"](crate::spec::txn#behaviour-we-require)). A definite answer
     /// (success or a key error) clears it.
     pub fn commit_point(mut self) -> Self {
-        self.commit_point = true;
+        self.policy.mark_commit_point();
         self
     }
 
@@ -237,37 +225,28 @@ impl<PdC: PdClient, P: Plan> PlanBuilder<PdC, P> {
         P: Shardable,
         P::Result: HasRegionError,
     {
-        let max_concurrency = self.max_concurrency.unwrap_or_else(|| {
-            self.routing
-                .as_ref()
-                .map(|r| r.max_concurrency())
-                .unwrap_or_else(|| Config::default().max_concurrency)
-        });
+        let policy = self.resolved_policy();
         let pd_client = Arc::clone(&self.pd_client);
         let routing = self.routing.clone();
-        let terminal_on_dispatch_error = self.terminal_on_dispatch_error;
-        let terminal_on_undetermined = self.terminal_on_undetermined;
         let preserve_region_results = self.preserve_region_results;
-        let request_timeout = self
-            .request_timeout
-            .or_else(|| self.routing.as_ref().map(|r| r.request_timeout()));
-        let request_deadline = self
-            .request_deadline
-            .or_else(|| self.routing.as_ref().map(|r| r.request_deadline()));
-        let commit_point = self.commit_point;
         self.map_plan(|inner| RetryableMultiRegion {
             inner,
             pd_client,
             backoff,
             routing,
-            terminal_on_dispatch_error,
-            terminal_on_undetermined,
+            policy,
             preserve_region_results,
-            max_concurrency,
-            request_timeout,
-            request_deadline,
-            commit_point,
         })
+    }
+
+    /// The policy as set, with the routing state's defaults for what is
+    /// unset (without routing state: no RPC timeout or deadline of the
+    /// plan's own, the config's default concurrency).
+    fn resolved_policy(&self) -> RequestPolicy {
+        match &self.routing {
+            Some(routing) => self.policy.or_defaults(routing.policy_defaults()),
+            None => self.policy,
+        }
     }
 
     /// [`resolve_lock`](Self::resolve_lock) with a resolver of the caller's
@@ -282,10 +261,7 @@ impl<PdC: PdClient, P: Plan> PlanBuilder<PdC, P> {
     where
         P::Result: HasLocks,
     {
-        let deadline = self
-            .request_deadline
-            .or_else(|| self.routing.as_ref().map(|r| r.request_deadline()))
-            .unwrap_or(crate::config::DEFAULT_REQUEST_DEADLINE);
+        let deadline = self.resolved_policy().deadline_or_default();
         self.map_plan(|inner| ResolveLock {
             inner,
             resolver,

@@ -22,7 +22,8 @@ use crate::request::routing::engine;
 use crate::request::routing::state::{BusyVerdict, ProbeOutcome, RoutingState};
 use crate::store::RegionStore;
 use crate::{Error, Failure, Result};
-use engine::{Deadline, Effect, EnginePolicy, Event, Next, RequestScope, ShardMachine};
+use crate::request::routing::policy::RequestPolicy;
+use engine::{Deadline, Effect, Event, Next, RequestScope, ShardMachine};
 
 /// Shards a plan by Region and runs leader-first candidate rounds with voter
 /// fallback for each shard ([routing.md, "One round, per
@@ -37,29 +38,12 @@ pub struct RetryableMultiRegion<P: Plan + Shardable, PdC: PdClient> {
     pub backoff: Backoff,
     /// Client-wide routing state; `None` behaves per request like upstream.
     pub(crate) routing: Option<Arc<RoutingState>>,
-    /// Once the request may have been sent, a dispatch error is returned as
-    /// undetermined, never replayed.
-    pub(crate) terminal_on_dispatch_error: bool,
-    /// An undetermined outcome ends the whole request at once and wins over
-    /// determinate errors of other shards.
-    pub(crate) terminal_on_undetermined: bool,
+    /// Replay safety, concurrency and time bounds, as the builder resolved
+    /// them; each shard's engine gets a copy.
+    pub(crate) policy: RequestPolicy,
     /// Keep every shard's result, errors included, instead of failing the
     /// request on the first error.
     pub preserve_region_results: bool,
-    /// How many RPCs the request may have in flight at once.
-    pub(crate) max_concurrency: usize,
-    /// A bound on each RPC on top of the store client's own (which
-    /// [`TikvConnect`](crate::store::TikvConnect) sets); `None` leaves it to
-    /// the store client.
-    pub(crate) request_timeout: Option<std::time::Duration>,
-    /// The overall deadline of the request (rounds, sleeps and waits
-    /// together); `None` for none.
-    pub(crate) request_deadline: Option<std::time::Duration>,
-    /// A commit point: re-sent like an idempotent request, but a final
-    /// failure after an attempt that may have been delivered is
-    /// undetermined ([txn.md, "Undetermined, done
-    /// right"](crate::spec::txn#behaviour-we-require)).
-    pub(crate) commit_point: bool,
 }
 
 impl<P: Plan + Shardable, PdC: PdClient> Clone for RetryableMultiRegion<P, PdC> {
@@ -69,13 +53,8 @@ impl<P: Plan + Shardable, PdC: PdClient> Clone for RetryableMultiRegion<P, PdC> 
             pd_client: Arc::clone(&self.pd_client),
             backoff: self.backoff.clone(),
             routing: self.routing.clone(),
-            terminal_on_dispatch_error: self.terminal_on_dispatch_error,
-            terminal_on_undetermined: self.terminal_on_undetermined,
+            policy: self.policy,
             preserve_region_results: self.preserve_region_results,
-            max_concurrency: self.max_concurrency,
-            request_timeout: self.request_timeout,
-            request_deadline: self.request_deadline,
-            commit_point: self.commit_point,
         }
     }
 }
@@ -108,14 +87,6 @@ where
     P::Result: HasRegionError,
     PdC: PdClient,
 {
-    fn policy(&self) -> EnginePolicy {
-        EnginePolicy {
-            terminal_on_dispatch_error: self.terminal_on_dispatch_error,
-            shared_busy_probe: self.routing.as_ref().is_some_and(|r| r.shares_busy_probe()),
-            commit_point: self.commit_point,
-        }
-    }
-
     /// Performs one effect the engine decided on.
     async fn perform(&self, effect: Effect) {
         let routing = self.routing.as_deref();
@@ -245,23 +216,14 @@ where
             // What is left of the deadline once the permit is held.
             let deadline_left = deadline_left
                 .map(|left| left.saturating_sub(now.saturating_duration_since(before_permit)));
-            // The RPC timeout, cut short by the request's deadline: one
-            // bound, kept by the store client's own timer when the plan
-            // passes it on, else by a timer here.
-            let bound = match (self.request_timeout, deadline_left) {
-                (Some(timeout), Some(left)) => Some(timeout.min(left)),
-                (timeout, left) => timeout.or(left),
-            };
-            // The store client keeps the bound when the plan passes it on;
-            // near the deadline a timer here backs it up, at the deadline:
-            // a transport's timer can start late (a channel reconnecting
-            // first, a stream opening), and the call must end by then.
-            let own_timer = if plan.set_rpc_bound(bound) {
-                deadline_left
-                    .filter(|left| Some(*left) <= self.request_timeout.map(|t| t * 4))
-                    .map(|left| left + crate::store::BACKSTOP_SLACK)
+            // One bound, kept by the store client's own timer when the plan
+            // passes it on (with a backstop here near the deadline), else by
+            // a timer here.
+            let bound = self.policy.rpc_bound(deadline_left);
+            let own_timer = if plan.set_rpc_bound(bound.bound) {
+                bound.backstop
             } else {
-                bound
+                bound.bound
             };
             // Pinned where it is made: a future bound to a local and then
             // moved into an await is kept twice in this future's state.
@@ -304,7 +266,7 @@ where
             let machine = Box::new(ShardMachine::new(
                 region,
                 self.backoff.clone(),
-                self.policy(),
+                self.policy,
                 deadline,
                 scope,
             ));
@@ -323,7 +285,7 @@ where
                 .await;
                 match end {
                     PieceEnd::Done(result) => {
-                        let stop = self.terminal_on_undetermined
+                        let stop = self.policy.terminal_on_undetermined
                             && matches!(&result, Err(e) if e.is_undetermined());
                         results.push(result);
                         if stop {
@@ -568,7 +530,7 @@ where
             // plan runs inside one (a scan's pages, a commit's phases):
             // then the deadline's length is what was left of the call's.
             let now = Instant::now();
-            let own = self.request_deadline.map(|length| now + length);
+            let own = self.policy.deadline.map(|length| now + length);
             let at = match (own, super::call_deadline::current()) {
                 (Some(own), Some(call)) => Some(own.min(call)),
                 (own, call) => own.or(call),
@@ -614,7 +576,7 @@ where
                     return self.finish(results);
                 }
             }
-            let permits = Semaphore::new(self.max_concurrency.max(1));
+            let permits = Semaphore::new(self.policy.concurrency());
             let permits = Some(&permits);
             let mut slots: Vec<Option<Vec<Result<P::Result>>>> = Vec::with_capacity(shards.len());
             slots.resize_with(shards.len(), || None);
@@ -652,7 +614,7 @@ where
     /// With `terminal_on_undetermined`, fails with the first undetermined
     /// outcome among `results` (taking it out); otherwise does nothing.
     fn return_undetermined(&self, results: &mut Vec<Result<P::Result>>) -> Result<()> {
-        if self.terminal_on_undetermined {
+        if self.policy.terminal_on_undetermined {
             if let Some(pos) = results
                 .iter()
                 .position(|r| matches!(r, Err(e) if e.is_undetermined()))

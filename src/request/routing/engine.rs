@@ -47,6 +47,7 @@ use crate::proto::{errorpb, metapb};
 use crate::region::{CandidateOrder, RegionVerId, RegionWithLeader, StoreId};
 use crate::Error;
 
+use super::policy::RequestPolicy;
 use super::region_error::{RegionErrorAction, RegionErrorStep};
 use super::round::{BusyProbeCount, CandidateRound, CandidateStep};
 use super::state::{BusyVerdict, ProbeOutcome, ProbeTicket, ProbeWaiter};
@@ -81,23 +82,6 @@ impl RequestScope {
     fn take_probe(&self) -> bool {
         !self.probed.swap(true, Ordering::Relaxed)
     }
-}
-
-/// The plan's switches that shape the engine's decisions.
-#[derive(Debug, Clone, Copy, Default)]
-pub(crate) struct EnginePolicy {
-    /// Once the request may have been sent, a dispatch error is returned as
-    /// undetermined, never replayed.
-    pub(crate) terminal_on_dispatch_error: bool,
-    /// The `ServerIsBusy(0)` suspicion lives in the client-wide routing
-    /// state ([`Next::ReportBusy`]) instead of the shard.
-    pub(crate) shared_busy_probe: bool,
-    /// A commit point ([txn.md, "Undetermined, done
-    /// right"](crate::spec::txn#behaviour-we-require)): the request may be
-    /// re-sent (it is idempotent at the store), but once an attempt may have
-    /// been delivered without an answer, a final failure is undetermined, never
-    /// a plain error.
-    pub(crate) commit_point: bool,
 }
 
 /// The request's overall deadline: when it ends, and the configured length
@@ -274,7 +258,7 @@ pub(crate) struct ShardMachine<'r> {
     /// Attempts made so far (1 for the first round; each spent backoff step
     /// or immediate retry adds one).
     attempts: u32,
-    policy: EnginePolicy,
+    policy: RequestPolicy,
     deadline: Option<Deadline>,
     /// The time of the event being handled.
     now: Instant,
@@ -303,7 +287,7 @@ impl<'r> ShardMachine<'r> {
     pub(crate) fn new(
         region: RegionWithLeader,
         backoff: Backoff,
-        policy: EnginePolicy,
+        policy: RequestPolicy,
         deadline: Option<Deadline>,
         request: &'r RequestScope,
     ) -> Self {
@@ -441,7 +425,7 @@ impl<'r> ShardMachine<'r> {
         // has no definite failure: the outcome is unknown.
         let result = match (result, self.maybe_delivered) {
             (Err(cause), Some((region_id, store_id)))
-                if self.policy.commit_point && !cause.is_undetermined() =>
+                if self.policy.commit_point() && !cause.is_undetermined() =>
             {
                 Err(Error::from(Failure::Undetermined {
                     region_id,
@@ -620,7 +604,7 @@ impl<'r> ShardMachine<'r> {
             &self.region,
             error,
             failure,
-            self.policy.terminal_on_dispatch_error,
+            self.policy.terminal_on_dispatch_error(),
         );
         self.after_candidate(step)
     }
@@ -702,7 +686,7 @@ impl<'r> ShardMachine<'r> {
                     self.maybe_delivered
                         .get_or_insert((self.region.id(), store_id));
                 }
-                if action.undetermined && self.policy.terminal_on_dispatch_error {
+                if action.undetermined && self.policy.terminal_on_dispatch_error() {
                     // The store itself cannot tell whether the write was
                     // applied: never re-sent.
                     if action.invalidate_region {

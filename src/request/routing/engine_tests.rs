@@ -11,6 +11,7 @@ use proptest::prelude::*;
 use super::*;
 use crate::proto::metapb::PeerRole;
 use crate::region::can_become_leader;
+use crate::request::routing::policy::Replay;
 use crate::request::routing::state::RoutingState;
 use crate::Config;
 use crate::Failure;
@@ -102,8 +103,8 @@ fn backoff(attempts: u32) -> Backoff {
     Backoff::no_jitter_backoff(2, 100, attempts)
 }
 
-fn policy() -> EnginePolicy {
-    EnginePolicy::default()
+fn policy() -> RequestPolicy {
+    RequestPolicy::default()
 }
 
 /// A machine, the effects of every transition so far (probe tickets are
@@ -116,7 +117,7 @@ struct Run<'r> {
 }
 
 impl<'r> Run<'r> {
-    fn new(region: RegionWithLeader, policy: EnginePolicy, scope: &'r RequestScope) -> Self {
+    fn new(region: RegionWithLeader, policy: RequestPolicy, scope: &'r RequestScope) -> Self {
         Run {
             m: ShardMachine::new(region, backoff(3), policy, None, scope),
             effects: Vec::new(),
@@ -127,7 +128,7 @@ impl<'r> Run<'r> {
 
     fn with_deadline(
         region: RegionWithLeader,
-        policy: EnginePolicy,
+        policy: RequestPolicy,
         scope: &'r RequestScope,
         length: Duration,
     ) -> Self {
@@ -273,8 +274,8 @@ fn gap_routing_failure_then_plain_failure_drops_the_region() {
     }
     assert_eq!(run.region_invalidations(), 1, "{:?}", run.effects);
     // Undetermined after a routing failure: the same.
-    let policy = EnginePolicy {
-        terminal_on_dispatch_error: true,
+    let policy = RequestPolicy {
+        replay: Replay::Never,
         ..policy()
     };
     let mut run = Run::new(region3(Some(11)), policy, &scope);
@@ -289,7 +290,7 @@ fn gap_routing_failure_then_plain_failure_drops_the_region() {
     }
     assert_eq!(run.region_invalidations(), 1);
     // A fatal answer without any routing failure keeps the caches.
-    let mut run = Run::new(region3(Some(11)), EnginePolicy::default(), &scope);
+    let mut run = Run::new(region3(Some(11)), RequestPolicy::default(), &scope);
     run.start();
     assert!(matches!(run.fail(fatal()), Next::Done(Err(_))));
     assert_eq!(run.region_invalidations(), 0);
@@ -347,7 +348,7 @@ fn busy_probe_is_followers_only_and_ignores_a_hint_naming_the_leader() {
 fn shared_busy_verdicts_drive_probe_wait_and_ordinary_paths() {
     let routing = Arc::new(RoutingState::new(&Config::default()));
     let scope = RequestScope::default();
-    let shared = EnginePolicy {
+    let shared = RequestPolicy {
         shared_busy_probe: true,
         ..policy()
     };
@@ -404,7 +405,7 @@ fn a_probe_granted_after_another_shard_probed_is_not_run() {
     // same request may have probed in between. The second ticket is dropped.
     let routing = Arc::new(RoutingState::new(&Config::default()));
     let scope = RequestScope::default();
-    let shared = EnginePolicy {
+    let shared = RequestPolicy {
         shared_busy_probe: true,
         ..policy()
     };
@@ -618,8 +619,8 @@ fn an_undetermined_result_ends_a_write_and_retries_a_read() {
         ..Default::default()
     };
     let scope = RequestScope::default();
-    let write = EnginePolicy {
-        terminal_on_dispatch_error: true,
+    let write = RequestPolicy {
+        replay: Replay::Never,
         ..policy()
     };
     let mut run = Run::new(region3(Some(11)), write, &scope);
@@ -644,8 +645,8 @@ fn an_undetermined_result_ends_a_write_and_retries_a_read() {
 #[test]
 fn a_commit_point_is_resent_but_a_final_failure_after_possible_delivery_is_undetermined() {
     let scope = RequestScope::default();
-    let commit = EnginePolicy {
-        commit_point: true,
+    let commit = RequestPolicy {
+        replay: Replay::CommitPoint,
         ..policy()
     };
     // The leader's answer is lost; the voters are re-asked (idempotent),
@@ -1506,10 +1507,16 @@ fn check_scenario(s: &Scenario) -> Result<(), TestCaseError> {
         forks: 0,
         deadline,
     };
-    let policy = EnginePolicy {
-        terminal_on_dispatch_error: s.terminal_on_dispatch_error,
+    // Never re-sending is the stricter rule: it wins over a commit point.
+    let replay = match (s.terminal_on_dispatch_error, s.commit_point) {
+        (true, _) => Replay::Never,
+        (false, true) => Replay::CommitPoint,
+        (false, false) => Replay::Resend,
+    };
+    let policy = RequestPolicy {
+        replay,
         shared_busy_probe: s.shared_busy_probe,
-        commit_point: s.commit_point,
+        ..RequestPolicy::default()
     };
     let mut runs: Vec<ShardRun<'_>> = (0..s.shards)
         .map(|_| {

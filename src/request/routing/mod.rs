@@ -6,6 +6,7 @@
 //! lives in `plan/`.
 
 pub(crate) mod engine;
+pub(crate) mod policy;
 pub(crate) mod region_error;
 pub(crate) mod round;
 pub(crate) mod state;

@@ -451,7 +451,7 @@ async fn late_headers_store(hold: Duration) -> String {
 /// first answer, failing every request written on it at once. Streams open
 /// on a channel without it; each request keeps its own timeout.
 #[tokio::test]
-async fn a_stream_outlives_the_request_timeout_until_its_first_answer() {
+async fn a_stream_outlives_the_rpc_timeout_until_its_first_answer() {
     let timeout = Duration::from_millis(1000);
     // The first request times out on its own at 1 s; the second, sent at
     // 0.5 s, waits until 1.5 s; the answers come at 1.2 s.

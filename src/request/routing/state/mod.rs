@@ -15,6 +15,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::region::{RegionId, StoreId};
+use crate::request::routing::policy::RequestPolicy;
 use crate::telemetry::Counter;
 use crate::Config;
 
@@ -45,10 +46,9 @@ fn write<T>(l: &RwLock<T>) -> RwLockWriteGuard<'_, T> {
 #[derive(Debug)]
 pub struct RoutingState {
     store_health: Option<StoreHealth>,
-    shared_busy_probe: bool,
-    max_concurrency: usize,
-    request_timeout: Duration,
-    request_deadline: Duration,
+    /// The client's defaults of every request's policy (concurrency, RPC
+    /// timeout, deadline, busy-probe sharing), from its [`Config`].
+    defaults: RequestPolicy,
     busy: Arc<BusySuspicions>,
     counters: Counters,
 }
@@ -60,10 +60,13 @@ impl RoutingState {
             store_health: config
                 .store_health
                 .then(|| StoreHealth::new(config.store_cooldown, config.store_timeout_strikes)),
-            shared_busy_probe: config.shared_busy_probe,
-            max_concurrency: config.max_concurrency.max(1),
-            request_timeout: config.timeout,
-            request_deadline: config.request_deadline,
+            defaults: RequestPolicy {
+                max_concurrency: Some(config.max_concurrency.max(1)),
+                rpc_timeout: Some(config.timeout),
+                deadline: Some(config.request_deadline),
+                shared_busy_probe: config.shared_busy_probe,
+                ..RequestPolicy::default()
+            },
             busy: Arc::new(BusySuspicions::new(config.busy_probe_window)),
             counters: Counters::default(),
         }
@@ -74,24 +77,25 @@ impl RoutingState {
         self.counters.snapshot()
     }
 
-    /// True when the ServerIsBusy(0) suspicion is shared across requests.
-    pub(crate) fn shares_busy_probe(&self) -> bool {
-        self.shared_busy_probe
+    /// The client's defaults of a request's policy.
+    pub(crate) fn policy_defaults(&self) -> &RequestPolicy {
+        &self.defaults
     }
 
     /// The configured per-request concurrency limit.
     pub fn max_concurrency(&self) -> usize {
-        self.max_concurrency
+        self.defaults.concurrency()
     }
 
-    /// The configured bound on one RPC.
-    pub fn request_timeout(&self) -> Duration {
-        self.request_timeout
+    /// The configured bound on one RPC
+    /// ([`Config::timeout`](crate::Config::timeout)).
+    pub fn rpc_timeout(&self) -> Duration {
+        self.defaults.rpc_timeout.unwrap_or_default()
     }
 
     /// The configured overall deadline of one request.
     pub fn request_deadline(&self) -> Duration {
-        self.request_deadline
+        self.defaults.deadline_or_default()
     }
 
     pub(crate) fn count(&self, counter: Counter) {
