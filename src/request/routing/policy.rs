@@ -226,6 +226,12 @@ mod tests {
             "the store client's own, shorter timeout is its own"
         );
         let unbounded = RequestPolicy::default().rpc_bound(None);
-        assert_eq!(unbounded, RpcBound { bound: None, backstop: None });
+        assert_eq!(
+            unbounded,
+            RpcBound {
+                bound: None,
+                backstop: None
+            }
+        );
     }
 }
