@@ -19,10 +19,10 @@ use crate::backoff::Backoff;
 use crate::pd::PdClient;
 use crate::region::RegionWithLeader;
 use crate::request::routing::engine;
+use crate::request::routing::policy::RequestPolicy;
 use crate::request::routing::state::{BusyVerdict, ProbeOutcome, RoutingState};
 use crate::store::RegionStore;
 use crate::{Error, Failure, Result};
-use crate::request::routing::policy::RequestPolicy;
 use engine::{Deadline, Effect, Event, Next, RequestScope, ShardMachine};
 
 /// Shards a plan by Region and runs leader-first candidate rounds with voter
