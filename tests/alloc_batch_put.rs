@@ -1,7 +1,8 @@
 //! A large batch put allocates in proportion to its size, not to its size
-//! times its number of shards: every shard's request is built from a
-//! payload-free template and the shard's own pairs, and re-aimed (not
-//! copied) per attempt.
+//! times its number of shards: every shard's request is built without the
+//! other shards' pairs (`Shardable::clone_then_apply_shard`), and re-aimed
+//! (not copied) per attempt. The plan here is built as a caller builds one,
+//! with `PlanBuilder::new`.
 //!
 //! A counting global allocator (this binary's own) adds up every byte
 //! allocated while the plan is built and run (a reallocation counts its new
@@ -13,11 +14,9 @@
 //! error field); the entries sorted, grouped by Region and batched (~0.4×);
 //! and per shard a fixed cost that does not grow with the payload: the
 //! shard's retry-loop future (each inner future held once, pinned where it
-//! is made) and its small boxes, under 1× at 16 KB shards. Measured: 2.99×
-//! for 2,000 pairs, 2.70× for 50,000 (3,388 RPCs); 3.30× and 2.89× while
-//! each level of that future held its inner one twice. Copying the whole request per
-//! shard, as the plan did before, allocated 289× for 2,000 pairs (601 MB for
-//! 2 MB; the 50 MB batch would need ~160 GB).
+//! is made) and its small boxes, under 1× at 16 KB shards. Copying the
+//! whole request per shard instead allocates about 300× for 2,000 pairs
+//! (docs/benchmarks.md has the measurements).
 //!
 //! The test runs alone in its binary: the counter is process-wide, and the
 //! one test here runs the two sizes one after the other (the small one

@@ -193,6 +193,11 @@ fn load(
     });
 }
 
+/// The module of the sealed traits: `pub` so public items may name them in
+/// bounds, out of every user's reach, so that their impls (what the crate's
+/// own stages offer its retry stage) are not part of the public API.
+const SEALED_MODULE: &str = "crate::request::plan::stage";
+
 fn join(path: &[String]) -> String {
     if path.is_empty() {
         "crate".to_owned()
@@ -558,6 +563,22 @@ fn public_api_of(root: &Path) -> Vec<String> {
         }
     }
 
+    // The sealed traits (see SEALED_MODULE): their impls are no part of
+    // the public API.
+    let sealed_traits: BTreeSet<String> = modules
+        .iter()
+        .filter(|m| join(&m.path) == SEALED_MODULE)
+        .flat_map(|m| &m.items)
+        .filter_map(|item| match item {
+            Item::Trait(t) => Some(t.ident.to_string()),
+            _ => None,
+        })
+        .collect();
+    assert!(
+        !sealed_traits.is_empty(),
+        "no traits found in {SEALED_MODULE}: update SEALED_MODULE"
+    );
+
     // Inherent methods and trait impls of shown types, wherever the impl is.
     for module in &modules {
         for item in &module.items {
@@ -586,6 +607,10 @@ fn public_api_of(root: &Path) -> Vec<String> {
             let feature = gate(&[module.features.clone(), features_of(&imp.attrs)].concat());
             match &imp.trait_ {
                 Some((_, trait_path, _)) => {
+                    let ident = trait_path.segments.last().map(|s| s.ident.to_string());
+                    if ident.is_some_and(|i| sealed_traits.contains(&i)) {
+                        continue;
+                    }
                     let trait_name = trait_path.segments.last().map(tokens).unwrap_or_default();
                     lines.insert(format!("{feature}impl {trait_name} for {public_name}"));
                     // What the impl yields (`Merge::Out`, `Process::Out`,

@@ -22,7 +22,9 @@ pub fn new_raw_checksum_request(ranges: Vec<(Vec<u8>, Vec<u8>)>) -> kvrpcpb::Raw
 
 impl KvRequest for kvrpcpb::RawChecksumRequest {
     type Response = kvrpcpb::RawChecksumResponse;
+}
 
+impl crate::request::TypedCall for kvrpcpb::RawChecksumRequest {
     fn dispatch_typed<'a>(
         &'a mut self,
         grpc: &'a crate::store::GrpcChannel,

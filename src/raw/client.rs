@@ -24,10 +24,11 @@ use crate::proto::{kvrpcpb, metapb};
 use crate::request::plan::call_deadline;
 use crate::request::plan::scan::{page_of, scan_pages};
 use crate::request::{
-    Collect, CollectError, CollectSingle, DefaultProcessor, HasRegionError, KvRequest, Merge, Plan,
-    PlanBuilder, Process, RoutingState, RoutingStats, Shardable,
+    Collect, CollectError, CollectSingle, DefaultProcessor, HasRegionError, Merge, Plan,
+    PlanBuilder, Process, RoutingState, RoutingStats,
 };
 use crate::request::{EncodeKeyspace, KeyMode, Keyspace, TruncateKeyspace};
+use crate::request::{FastDispatch, ShardPayload, Stage, TypedCall};
 use crate::Failure;
 use crate::{BoundRange, ColumnFamily, Config, Error, Key, KvPair, Result, Value};
 
@@ -202,11 +203,8 @@ impl<PdC: PdClient> RawClient<PdC> {
         ColumnFamily::request_field(self.cf)
     }
 
-    fn builder<Req: crate::request::KvRequest>(
-        &self,
-        request: Req,
-    ) -> PlanBuilder<PdC, crate::request::Dispatch<Req>> {
-        let builder = PlanBuilder::new(Arc::clone(&self.rpc), self.keyspace, request)
+    fn builder<Req: TypedCall>(&self, request: Req) -> PlanBuilder<PdC, FastDispatch<Req>> {
+        let builder = PlanBuilder::fast(Arc::clone(&self.rpc), self.keyspace, request)
             .routing(Arc::clone(&self.routing));
         if self.at_least_once_writes {
             builder.at_least_once()
@@ -223,26 +221,22 @@ impl<PdC: PdClient> RawClient<PdC> {
         merge: M,
     ) -> Result<<DefaultProcessor as Process<M::Out>>::Out>
     where
-        Req: KvRequest + Shardable,
+        Req: TypedCall + ShardPayload,
         Req::Response: HasRegionError + Sync,
         M: Merge<Req::Response>,
         DefaultProcessor: Process<M::Out>,
     {
-        // The plan `.merge(merge).post_process_default()` would build, run
-        // without the boxed `Plan::execute` of each stage: the retrying
-        // stage is awaited here and its results merged and processed as
-        // those stages do. Its future is boxed once, so the caller's future
-        // stays small (a caller moves it at least twice before polling it;
-        // callgrind counts fewer instructions per get this way).
         let plan = self
             .builder(request)
             .retry_multi_region(self.backoff.clone())
+            .merge(merge)
+            .post_process_default()
             .plan();
-        let merged = match Box::pin(plan.run()).await {
-            Ok(results) => merge.merge(results),
-            Err(error) => Err(error),
-        };
-        DefaultProcessor.process(merged)
+        // The stages run as one future (`Stage::run`), without the box of
+        // each stage's `Plan::execute`; that future is boxed once, so the
+        // caller's future stays small (a caller moves it at least twice
+        // before polling it).
+        Box::pin(plan.run()).await
     }
 
     /// The value of `key`, or `None` when it does not exist.

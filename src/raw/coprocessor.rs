@@ -85,7 +85,9 @@ impl KvRequest for RawCoprocessorRequest {
             self.inner.ranges.len()
         )
     }
+}
 
+impl crate::request::TypedCall for RawCoprocessorRequest {
     fn dispatch_typed<'a>(
         &'a mut self,
         grpc: &'a GrpcChannel,
@@ -99,17 +101,6 @@ impl KvRequest for RawCoprocessorRequest {
 impl Shardable for RawCoprocessorRequest {
     type Shard = Vec<kvrpcpb::KeyRange>;
 
-    fn template(&self) -> Self {
-        RawCoprocessorRequest {
-            inner: kvrpcpb::RawCoprocessorRequest {
-                ranges: Vec::new(),
-                data: Vec::new(),
-                ..self.inner.clone()
-            },
-            data_builder: Arc::clone(&self.data_builder),
-        }
-    }
-
     async fn shards<PdC: PdClient>(
         &self,
         pd_client: &Arc<PdC>,
@@ -121,6 +112,20 @@ impl Shardable for RawCoprocessorRequest {
         self.inner.ranges = shard;
     }
 
+    /// Built without the ranges and data: only the shard's own are copied.
+    fn clone_then_apply_shard(&self, shard: Self::Shard) -> Self {
+        let mut request = RawCoprocessorRequest {
+            inner: kvrpcpb::RawCoprocessorRequest {
+                ranges: Vec::new(),
+                data: Vec::new(),
+                ..self.inner.clone()
+            },
+            data_builder: Arc::clone(&self.data_builder),
+        };
+        request.apply_shard(shard);
+        request
+    }
+
     /// Targets the Region's peer and builds the plugin's data for the
     /// Region and its pieces of the ranges.
     fn apply_store(&mut self, store: &RegionStore) -> Result<()> {
@@ -130,6 +135,8 @@ impl Shardable for RawCoprocessorRequest {
         Ok(())
     }
 }
+
+impl crate::request::ShardPayload for RawCoprocessorRequest {}
 
 /// A wire range as a key range (an empty end: the end of the key space).
 pub(crate) fn key_range(range: &kvrpcpb::KeyRange) -> Range<Key> {

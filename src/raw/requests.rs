@@ -217,7 +217,9 @@ macro_rules! kv_request {
     ($req:ty, $resp:ty) => {
         impl KvRequest for $req {
             type Response = $resp;
+        }
 
+        impl crate::request::TypedCall for $req {
             fn dispatch_typed<'a>(
                 &'a mut self,
                 grpc: &'a crate::store::GrpcChannel,
@@ -249,17 +251,19 @@ macro_rules! write_request {
                 true
             }
 
+            fn describe(&self) -> String {
+                let $r = self;
+                format!("{} of {}", self.label(), $keys)
+            }
+        }
+
+        impl crate::request::TypedCall for $req {
             fn dispatch_typed<'a>(
                 &'a mut self,
                 grpc: &'a crate::store::GrpcChannel,
                 timeout: Option<std::time::Duration>,
             ) -> impl std::future::Future<Output = Option<Result<Self::Response>>> + Send + 'a {
                 crate::store::send_typed(self, grpc, timeout)
-            }
-
-            fn describe(&self) -> String {
-                let $r = self;
-                format!("{} of {}", self.label(), $keys)
             }
         }
     };
@@ -357,24 +361,6 @@ impl Batchable for kvrpcpb::RawBatchPutRequest {
 impl Shardable for kvrpcpb::RawBatchPutRequest {
     type Shard = Vec<PairWithTtl>;
 
-    /// Without the pairs; `ttls` keeps one entry when the pairs carry TTLs,
-    /// as the mark [`apply_shard`](Shardable::apply_shard) reads.
-    fn template(&self) -> Self {
-        kvrpcpb::RawBatchPutRequest {
-            context: self.context.clone(),
-            pairs: Vec::new(),
-            cf: self.cf.clone(),
-            #[allow(deprecated)]
-            ttl: self.ttl,
-            for_cas: self.for_cas,
-            ttls: if self.ttls.is_empty() {
-                Vec::new()
-            } else {
-                vec![0]
-            },
-        }
-    }
-
     async fn shards<PdC: PdClient>(
         &self,
         pd_client: &Arc<PdC>,
@@ -427,11 +413,34 @@ impl Shardable for kvrpcpb::RawBatchPutRequest {
             .collect();
     }
 
+    /// Built without the pairs (`ttls` keeps one entry when the pairs
+    /// carry TTLs, as the mark [`apply_shard`](Shardable::apply_shard)
+    /// reads); only the shard's own pairs are copied.
+    fn clone_then_apply_shard(&self, shard: Self::Shard) -> Self {
+        let mut request = kvrpcpb::RawBatchPutRequest {
+            context: self.context.clone(),
+            pairs: Vec::new(),
+            cf: self.cf.clone(),
+            #[allow(deprecated)]
+            ttl: self.ttl,
+            for_cas: self.for_cas,
+            ttls: if self.ttls.is_empty() {
+                Vec::new()
+            } else {
+                vec![0]
+            },
+        };
+        request.apply_shard(shard);
+        request
+    }
+
     fn apply_store(&mut self, store: &RegionStore) -> Result<()> {
         set_context_for_store(self, store);
         Ok(())
     }
 }
+
+impl crate::request::ShardPayload for kvrpcpb::RawBatchPutRequest {}
 
 #[async_trait]
 impl Shardable for kvrpcpb::RawScanRequest {
@@ -473,6 +482,8 @@ impl Shardable for kvrpcpb::RawScanRequest {
     }
 }
 
+impl crate::request::ShardPayload for kvrpcpb::RawScanRequest {}
+
 key_ranges_shardable!(
     kvrpcpb::RawBatchScanRequest {
         each_limit,
@@ -504,6 +515,8 @@ impl Shardable for kvrpcpb::RawDeleteRangeRequest {
         Ok(())
     }
 }
+
+impl crate::request::ShardPayload for kvrpcpb::RawDeleteRangeRequest {}
 
 /// Every shard's pairs in shard order, each converted to the crate's
 /// [`KvPair`] as its Region's answer is taken (client-rust's `Out`): the

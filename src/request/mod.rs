@@ -91,7 +91,12 @@
 //!   state. It knows nothing of plans.
 //! - `plan/`: the plan stages and their builder, sharding and scans, and
 //!   [`RetryableMultiRegion`], the async driver of the routing engine. The
-//!   [`ResolveLock`] stage reaches a lock resolver through a trait.
+//!   [`ResolveLock`] stage reaches a lock resolver through a trait. What the
+//!   crate's own stages and requests offer the retry stage beyond the public
+//!   traits (a chain of stages run as one future, the typed gRPC path, a
+//!   single key's shard from the cache) is in sealed traits (`stage.rs`);
+//!   the clients build their plans on `FastDispatch` (`fast_dispatch.rs`),
+//!   a caller's own plan on [`Dispatch`], through the same stages.
 //! - `locks/`: lock resolution, the transactional client's resolver and
 //!   GC's [`LockResolver`](crate::transaction::LockResolver) with its
 //!   [`CleanupLocks`](plan::CleanupLocks) stage.
@@ -108,6 +113,7 @@ pub mod plan {
     pub(crate) mod base;
     pub(crate) mod builder;
     pub(crate) mod call_deadline;
+    pub(crate) mod fast_dispatch;
     pub(crate) mod keyspace;
     pub(crate) mod request_shape;
     pub(crate) mod resolve_lock;
@@ -116,6 +122,7 @@ pub mod plan {
     pub(crate) mod retry_options;
     pub(crate) mod scan;
     pub(crate) mod shard;
+    pub(crate) mod stage;
     pub(crate) mod traits;
 
     pub use super::locks::cleanup_locks::{CleanupLocks, CleanupLocksResult};
@@ -136,6 +143,7 @@ pub use plan::base::{
     MergeResponse, Plan, Process, ProcessResponse, ResponseWithShard,
 };
 pub use plan::builder::PlanBuilder;
+pub(crate) use plan::fast_dispatch::FastDispatch;
 pub(crate) use plan::keyspace::load_keyspace;
 pub use plan::keyspace::{EncodeKeyspace, KeyMode, Keyspace, TruncateKeyspace};
 pub use plan::request_shape::{HasNextBatch, NextBatch, RangeRequest, SingleKey};
@@ -143,6 +151,7 @@ pub(crate) use plan::resolve_lock::CollectPieces;
 pub use plan::resolve_lock::{CollectWithShard, ResolveLock};
 pub use plan::retry::RetryableMultiRegion;
 pub use plan::retry_options::RetryOptions;
+pub(crate) use plan::stage::{ShardPayload, Stage, TypedCall};
 pub(crate) use plan::traits::{no_key_errors, strongest_shard_error};
 pub use plan::traits::{
     set_context_for_store, Batchable, HasKeyErrors, HasRegionError, KvRequest, Shardable,

@@ -187,10 +187,10 @@ pub struct KvRpcClient {
     grpc: GrpcChannel,
     timeout: Duration,
     /// The channel bounds every call by `timeout` itself (it was built by
-    /// [`TikvConnect`]); see [`KvClient::grpc_enforces_timeout`].
+    /// [`TikvConnect`]); see [`TypedChannel::enforces_timeout`].
     channel_timeout: bool,
     batch: Option<KvBatchClient>,
-    /// Unary calls use [`grpc`](KvClient::grpc) (the typed path).
+    /// Unary calls take the typed path ([`typed_channel`]).
     typed_path: bool,
     /// The watch over this client's connections and the store's address,
     /// when [`TikvConnect`] opened it: a connection that keep-alive found
@@ -230,6 +230,35 @@ impl KvRpcClient {
                 source: None,
             })
         })
+    }
+
+    /// The channel of the typed path (a request sent with its own response
+    /// type, no `Box<dyn Any>`), when unary calls take it: no batched
+    /// stream, and no connection found dead since the last request (that
+    /// request goes through `dispatch_within`, which reports the loss).
+    fn typed_channel(&self) -> Option<TypedChannel<'_>> {
+        if self.batch.is_some() || !self.typed_path {
+            return None;
+        }
+        if self
+            .watch
+            .as_ref()
+            .is_some_and(|(w, _)| w.has_silent_loss())
+        {
+            return None;
+        }
+        Some(TypedChannel {
+            grpc: &self.grpc,
+            timeout: self.timeout,
+            enforces_timeout: self.channel_timeout,
+        })
+    }
+
+    /// True when the channel bounds every call by the client's timeout on
+    /// its own ([`TypedChannel::enforces_timeout`]).
+    #[cfg(test)]
+    pub(crate) fn enforces_timeout(&self) -> bool {
+        self.channel_timeout
     }
 
     #[cfg(test)]
@@ -290,26 +319,27 @@ impl KvClient for KvRpcClient {
             Err(_) => Err(backstop_fired()),
         }
     }
+}
 
-    fn grpc(&self) -> Option<(&GrpcChannel, Duration)> {
-        // Batched clients send every request on their streams; a lost
-        // connection is reported by `dispatch_within`.
-        if self.batch.is_some() || !self.typed_path {
-            return None;
-        }
-        if self
-            .watch
-            .as_ref()
-            .is_some_and(|(w, _)| w.has_silent_loss())
-        {
-            return None;
-        }
-        Some((&self.grpc, self.timeout))
-    }
+/// The typed path of a store client (see [`typed_channel`]).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct TypedChannel<'a> {
+    /// The gRPC channel.
+    pub(crate) grpc: &'a GrpcChannel,
+    /// The client's own timeout of each RPC.
+    pub(crate) timeout: Duration,
+    /// The channel bounds every call by `timeout` on its own (tonic's
+    /// endpoint timeout), so a call carries a `grpc-timeout` header only
+    /// when a shorter bound applies; otherwise every call carries it.
+    pub(crate) enforces_timeout: bool,
+}
 
-    fn grpc_enforces_timeout(&self) -> bool {
-        self.channel_timeout
-    }
+/// The typed path of `client`, when it is the crate's own gRPC client and
+/// its unary calls take that path; `None` sends the request through
+/// [`KvClient::dispatch_within`].
+pub(crate) fn typed_channel(client: &(dyn KvClient + Send + Sync)) -> Option<TypedChannel<'_>> {
+    let client: &dyn Any = client;
+    client.downcast_ref::<KvRpcClient>()?.typed_channel()
 }
 
 /// How much later than a transport's own timer a backstop timer fires: an

@@ -13,7 +13,9 @@ pub use client::set_typed_path;
 #[cfg(test)]
 pub(crate) use client::KvRpcClient;
 pub use client::TikvConnect;
-pub(crate) use client::{call_timeout, timeout_as_error, with_backstop, BACKSTOP_SLACK};
+pub(crate) use client::{
+    call_timeout, timeout_as_error, typed_channel, with_backstop, BACKSTOP_SLACK,
+};
 #[cfg(test)]
 mod tests;
 pub use request::Request;
@@ -33,27 +35,12 @@ use crate::Result;
 
 /// Sends one request to one store and returns its response, type-erased.
 /// The plan downcasts the response back to the request's response type.
+/// (`Any`: a client is an owned value; the crate's own gRPC client is
+/// recognised by its type.)
 #[async_trait]
-pub trait KvClient {
+pub trait KvClient: Any {
     /// Sends `req` and waits for its response.
     async fn dispatch(&self, req: &dyn Request) -> Result<Box<dyn Any + Send>>;
-
-    /// The gRPC channel behind this client and its request timeout, for the
-    /// typed path (a request sent with its own response type, no
-    /// `Box<dyn Any>`); `None` (the default) sends every request through
-    /// [`dispatch`](Self::dispatch).
-    fn grpc(&self) -> Option<(&GrpcChannel, Duration)> {
-        None
-    }
-
-    /// True when the channel of [`grpc`](Self::grpc) bounds every call by
-    /// the timeout `grpc` returns on its own (tonic's endpoint timeout), so
-    /// a call carries a `grpc-timeout` header only when a shorter bound
-    /// applies. False (the default): every call carries the header, which
-    /// tonic enforces on the client side too.
-    fn grpc_enforces_timeout(&self) -> bool {
-        false
-    }
 
     /// Sends `req`, bounded by `bound` as well as by the client's own
     /// timeout, with one timer for the RPC. The default bounds

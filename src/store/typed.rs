@@ -89,7 +89,7 @@ const DECODE_SHARED_ABOVE: usize = 512;
 /// them is bounded by the same timeout again, from the stall (a response's
 /// body and trailers normally follow its headers at once, so the fast path
 /// sets no timer for it); `Some` always (the shape
-/// [`KvRequest::dispatch_typed`](crate::request::KvRequest::dispatch_typed)
+/// [`TypedCall::dispatch_typed`](crate::request::TypedCall::dispatch_typed)
 /// returns, so that method is this future, not a wrapper around it). The
 /// request is only read: it stays the plan's for a retry. One `async fn`
 /// for the whole call: each nested future would be one more copy of the

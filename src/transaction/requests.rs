@@ -70,17 +70,19 @@ macro_rules! txn_request {
         impl KvRequest for $req {
             type Response = $resp;
 
+            fn describe(&self) -> String {
+                let $r = self;
+                format!("{} of {}", self.label(), $describe)
+            }
+        }
+
+        impl crate::request::TypedCall for $req {
             fn dispatch_typed<'a>(
                 &'a mut self,
                 grpc: &'a crate::store::GrpcChannel,
                 timeout: Option<std::time::Duration>,
             ) -> impl std::future::Future<Output = Option<Result<Self::Response>>> + Send + 'a {
                 crate::store::send_typed(self, grpc, timeout)
-            }
-
-            fn describe(&self) -> String {
-                let $r = self;
-                format!("{} of {}", self.label(), $describe)
             }
         }
     };
@@ -245,81 +247,6 @@ impl Batchable for kvrpcpb::PrewriteRequest {
 impl Shardable for kvrpcpb::PrewriteRequest {
     type Shard = Vec<PrewriteItem>;
 
-    /// Without the mutations; `pessimistic_actions` keeps one entry when
-    /// the mutations carry actions, as a mark. The secondaries stay (the
-    /// primary's shard needs them; [`for_shard`](Shardable::for_shard)
-    /// copies them into that shard only). 1PC stays requested only when no
-    /// key repeats: a deduplicated request is not the whole transaction.
-    fn template(&self) -> Self {
-        let mut try_one_pc = self.try_one_pc;
-        if try_one_pc {
-            let mut keys: Vec<&[u8]> = self.mutations.iter().map(|m| &m.key[..]).collect();
-            keys.sort_unstable();
-            if keys.windows(2).any(|w| w[0] == w[1]) {
-                try_one_pc = false;
-            }
-        }
-        kvrpcpb::PrewriteRequest {
-            context: self.context.clone(),
-            mutations: Vec::new(),
-            primary_lock: self.primary_lock.clone(),
-            start_version: self.start_version,
-            lock_ttl: self.lock_ttl,
-            skip_constraint_check: self.skip_constraint_check,
-            pessimistic_actions: if self.pessimistic_actions.is_empty() {
-                Vec::new()
-            } else {
-                vec![0]
-            },
-            txn_size: self.txn_size,
-            for_update_ts: self.for_update_ts,
-            min_commit_ts: self.min_commit_ts,
-            use_async_commit: self.use_async_commit,
-            secondaries: self.secondaries.clone(),
-            try_one_pc,
-            max_commit_ts: self.max_commit_ts,
-            assertion_level: self.assertion_level,
-            // Rebuilt for each shard from its items.
-            for_update_ts_constraints: Vec::new(),
-            txn_file_chunks: self.txn_file_chunks.clone(),
-        }
-    }
-
-    /// 1PC only for the whole transaction in one request; the secondaries
-    /// only on the primary's shard.
-    fn for_shard(&self, shard: Self::Shard, whole: bool) -> Self {
-        let holds_primary = shard.iter().any(|i| i.mutation.key == self.primary_lock);
-        let pessimistic_actions = if self.pessimistic_actions.is_empty() {
-            Vec::new()
-        } else {
-            shard.iter().map(|i| i.pessimistic_action).collect()
-        };
-        let for_update_ts_constraints = shard_constraints(&shard);
-        kvrpcpb::PrewriteRequest {
-            context: self.context.clone(),
-            mutations: shard.into_iter().map(|i| i.mutation).collect(),
-            primary_lock: self.primary_lock.clone(),
-            start_version: self.start_version,
-            lock_ttl: self.lock_ttl,
-            skip_constraint_check: self.skip_constraint_check,
-            pessimistic_actions,
-            txn_size: self.txn_size,
-            for_update_ts: self.for_update_ts,
-            min_commit_ts: self.min_commit_ts,
-            use_async_commit: self.use_async_commit,
-            secondaries: if holds_primary {
-                self.secondaries.clone()
-            } else {
-                Vec::new()
-            },
-            try_one_pc: self.try_one_pc && whole,
-            max_commit_ts: self.max_commit_ts,
-            assertion_level: self.assertion_level,
-            for_update_ts_constraints,
-            txn_file_chunks: self.txn_file_chunks.clone(),
-        }
-    }
-
     async fn shards<PdC: PdClient>(
         &self,
         pd_client: &Arc<PdC>,
@@ -373,9 +300,58 @@ impl Shardable for kvrpcpb::PrewriteRequest {
         self.mutations = shard.into_iter().map(|i| i.mutation).collect();
     }
 
+    /// Built from the shard's items, without a copy of the other
+    /// mutations. 1PC stays requested only when the shard holds every
+    /// mutation (the shards are deduplicated: a request whose keys repeat is
+    /// not the whole transaction in one piece); the secondaries only on the
+    /// primary's shard.
+    fn clone_then_apply_shard(&self, shard: Self::Shard) -> Self {
+        let complete = shard.len() == self.mutations.len();
+        let holds_primary = shard.iter().any(|i| i.mutation.key == self.primary_lock);
+        let pessimistic_actions = if self.pessimistic_actions.is_empty() {
+            Vec::new()
+        } else {
+            shard.iter().map(|i| i.pessimistic_action).collect()
+        };
+        let for_update_ts_constraints = shard_constraints(&shard);
+        kvrpcpb::PrewriteRequest {
+            context: self.context.clone(),
+            mutations: shard.into_iter().map(|i| i.mutation).collect(),
+            primary_lock: self.primary_lock.clone(),
+            start_version: self.start_version,
+            lock_ttl: self.lock_ttl,
+            skip_constraint_check: self.skip_constraint_check,
+            pessimistic_actions,
+            txn_size: self.txn_size,
+            for_update_ts: self.for_update_ts,
+            min_commit_ts: self.min_commit_ts,
+            use_async_commit: self.use_async_commit,
+            secondaries: if holds_primary {
+                self.secondaries.clone()
+            } else {
+                Vec::new()
+            },
+            try_one_pc: self.try_one_pc && complete,
+            max_commit_ts: self.max_commit_ts,
+            assertion_level: self.assertion_level,
+            for_update_ts_constraints,
+            txn_file_chunks: self.txn_file_chunks.clone(),
+        }
+    }
+
     fn apply_store(&mut self, store: &RegionStore) -> Result<()> {
         set_context_for_store(self, store);
         Ok(())
+    }
+}
+
+impl crate::request::ShardPayload for kvrpcpb::PrewriteRequest {
+    /// 1PC only for the whole transaction in one request: not for a shard
+    /// of several, nor for a piece a reload split off.
+    fn for_shard(&self, shard: Self::Shard, whole: bool) -> Self {
+        let mut request = self.clone_then_apply_shard(shard);
+        request.try_one_pc &= whole;
+        request
     }
 }
 
@@ -401,25 +377,6 @@ impl Batchable for kvrpcpb::PessimisticLockRequest {
 impl Shardable for kvrpcpb::PessimisticLockRequest {
     type Shard = Vec<LockItem>;
 
-    fn template(&self) -> Self {
-        kvrpcpb::PessimisticLockRequest {
-            context: self.context.clone(),
-            mutations: Vec::new(),
-            primary_lock: self.primary_lock.clone(),
-            start_version: self.start_version,
-            lock_ttl: self.lock_ttl,
-            for_update_ts: self.for_update_ts,
-            is_first_lock: self.is_first_lock,
-            wait_timeout: self.wait_timeout,
-            force: self.force,
-            return_values: self.return_values,
-            min_commit_ts: self.min_commit_ts,
-            check_existence: self.check_existence,
-            lock_only_if_exists: self.lock_only_if_exists,
-            wake_up_mode: self.wake_up_mode,
-        }
-    }
-
     async fn shards<PdC: PdClient>(
         &self,
         pd_client: &Arc<PdC>,
@@ -441,11 +398,35 @@ impl Shardable for kvrpcpb::PessimisticLockRequest {
         self.mutations = shard.into_iter().map(|i| i.0).collect();
     }
 
+    /// Built without the mutations: only the shard's own are copied.
+    fn clone_then_apply_shard(&self, shard: Self::Shard) -> Self {
+        let mut request = kvrpcpb::PessimisticLockRequest {
+            context: self.context.clone(),
+            mutations: Vec::new(),
+            primary_lock: self.primary_lock.clone(),
+            start_version: self.start_version,
+            lock_ttl: self.lock_ttl,
+            for_update_ts: self.for_update_ts,
+            is_first_lock: self.is_first_lock,
+            wait_timeout: self.wait_timeout,
+            force: self.force,
+            return_values: self.return_values,
+            min_commit_ts: self.min_commit_ts,
+            check_existence: self.check_existence,
+            lock_only_if_exists: self.lock_only_if_exists,
+            wake_up_mode: self.wake_up_mode,
+        };
+        request.apply_shard(shard);
+        request
+    }
+
     fn apply_store(&mut self, store: &RegionStore) -> Result<()> {
         set_context_for_store(self, store);
         Ok(())
     }
 }
+
+impl crate::request::ShardPayload for kvrpcpb::PessimisticLockRequest {}
 
 /// A scan (or lock scan) serves one Region piece: the first Region of its
 /// range in scan direction; the caller continues from the piece's end.
@@ -488,6 +469,8 @@ impl Shardable for kvrpcpb::ScanRequest {
     }
 }
 
+impl crate::request::ShardPayload for kvrpcpb::ScanRequest {}
+
 #[async_trait]
 impl Shardable for kvrpcpb::ScanLockRequest {
     type Shard = (Vec<u8>, Vec<u8>);
@@ -510,6 +493,8 @@ impl Shardable for kvrpcpb::ScanLockRequest {
         Ok(())
     }
 }
+
+impl crate::request::ShardPayload for kvrpcpb::ScanLockRequest {}
 
 /// A transactional read at `version`.
 pub fn new_get_request(key: Vec<u8>, version: u64) -> kvrpcpb::GetRequest {
@@ -613,6 +598,7 @@ mod tests {
     use super::*;
     use crate::request::plan::resolve_lock::HasLocks;
     use crate::request::HasKeyErrors;
+    use crate::request::ShardPayload;
 
     #[test]
     fn locks_are_taken_out_and_other_errors_stay() {
@@ -666,13 +652,15 @@ mod tests {
             ..Default::default()
         };
         let shards = request.shards(&pd).await.unwrap();
-        let template = request.template();
         let built: Vec<_> = shards
             .into_iter()
             .map(|(shard, _)| {
                 let mut applied = request.clone();
                 applied.apply_shard(shard.clone());
-                let built = template.for_shard(shard, false);
+                // Built without a copy of the other mutations, it is the
+                // request a whole copy with the shard applied would be.
+                assert_eq!(request.clone_then_apply_shard(shard.clone()), applied);
+                let built = ShardPayload::for_shard(&request, shard, false);
                 assert_eq!(
                     applied.for_update_ts_constraints,
                     built.for_update_ts_constraints

@@ -27,8 +27,8 @@ use crate::backoff::Backoff;
 use crate::pd::{PdClient, PdRpcClient, Timestamp};
 use crate::request::plan::call_deadline;
 use crate::request::ClientLockResolver;
-use crate::request::{Dispatch, KvRequest, PlanBuilder, RoutingState};
 use crate::request::{EncodeKeyspace, KeyMode, Keyspace, TruncateKeyspace};
+use crate::request::{FastDispatch, PlanBuilder, RoutingState, TypedCall};
 use crate::{Error, Key, KvPair, Result, Value};
 
 /// The largest `limit` a transactional scan accepts.
@@ -83,11 +83,11 @@ pub(crate) struct TxnShared<PdC: PdClient> {
 }
 
 impl<PdC: PdClient> TxnShared<PdC> {
-    pub(crate) fn builder<Req: KvRequest>(
+    pub(crate) fn builder<Req: TypedCall>(
         &self,
         request: Req,
-    ) -> PlanBuilder<CodecPdClient<PdC>, Dispatch<Req>> {
-        PlanBuilder::new(Arc::clone(&self.pd), self.keyspace, request)
+    ) -> PlanBuilder<CodecPdClient<PdC>, FastDispatch<Req>> {
+        PlanBuilder::fast(Arc::clone(&self.pd), self.keyspace, request)
             .routing(Arc::clone(&self.routing))
     }
 

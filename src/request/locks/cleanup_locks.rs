@@ -66,6 +66,7 @@ use crate::request::plan::builder::PlanBuilder;
 use crate::request::plan::keyspace::Keyspace;
 use crate::request::plan::request_shape::{HasNextBatch, NextBatch};
 use crate::request::plan::resolve_lock::HasLocks;
+use crate::request::plan::stage::{ShardStage, Stage};
 use crate::request::plan::traits::{HasKeyErrors, HasRegionError, Shardable};
 use crate::store::RegionStore;
 use crate::{Error, Result};
@@ -267,6 +268,15 @@ where
     }
 }
 
+impl<P: Plan + Shardable + NextBatch, PdC: PdClient> Stage for CleanupLocks<P, PdC>
+where
+    P::Result: HasLocks + HasNextBatch + HasKeyErrors + HasRegionError,
+{
+    fn run(&self) -> impl std::future::Future<Output = Result<Self::Result>> + Send + '_ {
+        self.execute()
+    }
+}
+
 #[async_trait]
 impl<P: Plan + Shardable + Send + Sync, PdC: PdClient> Shardable for CleanupLocks<P, PdC> {
     type Shard = P::Shard;
@@ -282,12 +292,21 @@ impl<P: Plan + Shardable + Send + Sync, PdC: PdClient> Shardable for CleanupLock
         self.inner.apply_shard(shard);
     }
 
-    fn template(&self) -> Self {
-        CleanupLocks {
-            inner: self.inner.template(),
-            store: None,
-            ..self.clone()
-        }
+    fn apply_store(&mut self, store: &RegionStore) -> Result<()> {
+        self.store = Some(store.clone());
+        self.inner.apply_store(store)
+    }
+}
+
+impl<P: ShardStage + NextBatch + Send + Sync, PdC: PdClient> ShardStage for CleanupLocks<P, PdC>
+where
+    P::Result: HasLocks + HasNextBatch + HasKeyErrors + HasRegionError,
+{
+    fn cached_shards<PdC2: PdClient>(
+        &self,
+        _pd_client: &PdC2,
+    ) -> Option<Vec<(Self::Shard, RegionWithLeader)>> {
+        None
     }
 
     fn for_shard(&self, shard: Self::Shard, whole: bool) -> Self {
@@ -296,11 +315,6 @@ impl<P: Plan + Shardable + Send + Sync, PdC: PdClient> Shardable for CleanupLock
             store: None,
             ..self.clone()
         }
-    }
-
-    fn apply_store(&mut self, store: &RegionStore) -> Result<()> {
-        self.store = Some(store.clone());
-        self.inner.apply_store(store)
     }
 }
 

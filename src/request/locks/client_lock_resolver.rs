@@ -30,12 +30,13 @@ use crate::pd::PdClient;
 use crate::pd::TimestampExt;
 use crate::proto::kvrpcpb;
 use crate::region::RegionVerId;
-use crate::request::plan::base::{CollectError, CollectSingle, Dispatch, Plan, ResponseWithShard};
+use crate::request::plan::base::{CollectError, CollectSingle, Plan, ResponseWithShard};
 use crate::request::plan::builder::PlanBuilder;
 use crate::request::plan::call_deadline;
+use crate::request::plan::fast_dispatch::FastDispatch;
 use crate::request::plan::keyspace::Keyspace;
 use crate::request::plan::resolve_lock::{HasLocks, LockResolve, ResolveLock, ResolvePass};
-use crate::request::plan::traits::KvRequest;
+use crate::request::plan::stage::TypedCall;
 use crate::request::routing::state::RoutingState;
 use crate::{Config, Result};
 
@@ -182,8 +183,8 @@ impl<PdC: PdClient> ClientLockResolver<PdC> {
         }
     }
 
-    fn builder<Req: KvRequest>(&self, request: Req) -> PlanBuilder<PdC, Dispatch<Req>> {
-        PlanBuilder::new(Arc::clone(&self.pd), self.keyspace, request)
+    fn builder<Req: TypedCall>(&self, request: Req) -> PlanBuilder<PdC, FastDispatch<Req>> {
+        PlanBuilder::fast(Arc::clone(&self.pd), self.keyspace, request)
             .routing(Arc::clone(&self.routing))
     }
 

@@ -314,7 +314,7 @@ impl LockResolver {
                 ..Default::default()
             };
             let answers: Vec<ResponseWithShard<kvrpcpb::CheckSecondaryLocksResponse, _>> =
-                PlanBuilder::new(Arc::clone(pd_client), keyspace, request)
+                PlanBuilder::fast(Arc::clone(pd_client), keyspace, request)
                     .preserve_shard()
                     .retry_multi_region(DEFAULT_REGION_BACKOFF)
                     .merge(CollectError)
@@ -364,7 +364,7 @@ impl LockResolver {
             is_txn_file,
             ..Default::default()
         };
-        let mut status = PlanBuilder::new(Arc::clone(&pd_client), keyspace, request)
+        let mut status = PlanBuilder::fast(Arc::clone(&pd_client), keyspace, request)
             .retry_multi_region(DEFAULT_REGION_BACKOFF)
             .merge(CollectSingle)
             .post_process_default()

@@ -53,6 +53,16 @@ impl crate::store::Request for ResolveLockInRegion {
 impl KvRequest for ResolveLockInRegion {
     type Response = kvrpcpb::ResolveLockResponse;
 
+    fn describe(&self) -> String {
+        format!(
+            "kv_resolve_lock of transaction {} in the Region of {:?}",
+            self.request.start_version,
+            Key::from(self.key.clone())
+        )
+    }
+}
+
+impl crate::request::plan::stage::TypedCall for ResolveLockInRegion {
     // The trait's signature, spelt out.
     #[allow(clippy::manual_async_fn)]
     fn dispatch_typed<'a>(
@@ -61,14 +71,6 @@ impl KvRequest for ResolveLockInRegion {
         timeout: Option<std::time::Duration>,
     ) -> impl std::future::Future<Output = Option<Result<Self::Response>>> + Send + 'a {
         crate::store::send_typed(&self.request, grpc, timeout)
-    }
-
-    fn describe(&self) -> String {
-        format!(
-            "kv_resolve_lock of transaction {} in the Region of {:?}",
-            self.request.start_version,
-            Key::from(self.key.clone())
-        )
     }
 }
 

@@ -2,8 +2,10 @@
 //! sends one request to one store; [`MergeResponse`], [`ProcessResponse`]
 //! and [`ExtractError`] shape the results.
 
+use std::future::Future;
 use std::marker::PhantomData;
 use std::sync::Arc;
+use std::time::Duration;
 
 use async_trait::async_trait;
 
@@ -12,6 +14,7 @@ use crate::region::RegionWithLeader;
 use crate::store::{KvClient, RegionStore};
 use crate::{Error, Result};
 
+use super::stage::{ShardStage, Stage};
 use super::traits::{strongest_shard_error, HasKeyErrors, HasRegionError, KvRequest, Shardable};
 
 /// A stage of a request plan. Executing it runs the request to completion.
@@ -29,24 +32,6 @@ pub trait Plan: Sized + Clone + Sync + Send + 'static {
         "the request".to_owned()
     }
 
-    /// Runs the plan once, as the retry loop does per attempt: like
-    /// [`execute`](Self::execute), but the plan may lend its request to the
-    /// RPC (the typed path moves it to tonic and takes it back). The
-    /// default runs `execute`.
-    fn execute_mut(&mut self) -> impl std::future::Future<Output = Result<Self::Result>> + Send {
-        self.execute()
-    }
-
-    /// Bounds the plan's next RPC by `bound` (the RPC timeout cut short
-    /// by the deadline). Returns true when the plan hands the bound to its
-    /// store client, which then keeps the RPC's only timer; false (the
-    /// default) when the caller must bound [`execute`](Self::execute)
-    /// itself.
-    fn set_rpc_bound(&mut self, bound: Option<std::time::Duration>) -> bool {
-        let _ = bound;
-        false
-    }
-
     /// The request's method name (`raw_get`, ...) for metrics and spans.
     fn label(&self) -> &'static str {
         "request"
@@ -61,9 +46,9 @@ pub struct Dispatch<Req: KvRequest> {
     pub request: Req,
     /// The client of the target store; set by [`Shardable::apply_store`].
     pub kv_client: Option<Arc<dyn KvClient + Send + Sync>>,
-    /// The bound of the next RPC (see [`Plan::set_rpc_bound`]); `None`
-    /// leaves it to the store client's own timeout.
-    pub(crate) rpc_bound: Option<std::time::Duration>,
+    /// The bound of the next RPC; `None` leaves it to the store client's
+    /// own timeout.
+    pub(crate) rpc_bound: Option<Duration>,
 }
 
 impl<Req: KvRequest> Dispatch<Req> {
@@ -94,91 +79,73 @@ impl<Req: KvRequest> Plan for Dispatch<Req> {
         self.request.describe()
     }
 
-    fn set_rpc_bound(&mut self, bound: Option<std::time::Duration>) -> bool {
-        self.rpc_bound = bound;
-        true
-    }
-
-    /// The typed path when the store client offers one (the gRPC client):
-    /// the response comes back with its own type, and the request is
-    /// encoded once, straight into the HTTP body of the call.
-    /// Otherwise [`execute`](Plan::execute).
-    // Not `async fn`: `#[async_trait]` on this impl would box it.
-    #[allow(clippy::manual_async_fn)]
-    fn execute_mut(&mut self) -> impl std::future::Future<Output = Result<Self::Result>> + Send {
-        crate::telemetry::tikv_rpc(self.request.label(), self.send_mut())
-    }
-
     fn label(&self) -> &'static str {
         self.request.label()
     }
 
     async fn execute(&self) -> Result<Self::Result> {
-        crate::telemetry::tikv_rpc(self.request.label(), self.send()).await
+        self.run().await
     }
 }
 
-impl<Req: KvRequest> Dispatch<Req> {
-    /// [`Plan::execute_mut`] without the metrics.
-    async fn send_mut(&mut self) -> Result<Req::Response> {
-        let client = self.kv_client.as_ref();
-        if let Some((grpc, own_timeout)) = client.and_then(|c| c.grpc()) {
-            // One timer: the smaller of the client's timeout and the
-            // plan's bound; sent as `grpc-timeout` unless it is the
-            // client's own and the channel keeps that one already.
-            let (timeout, bounded) = crate::store::call_timeout(self.rpc_bound, own_timeout);
-            let header = match client {
-                Some(c) if !bounded && c.grpc_enforces_timeout() => None,
-                _ => Some(timeout),
-            };
-            let label = self.request.label();
-            // Pinned in place: awaited as a temporary, the call's future
-            // would take its room twice in this one.
-            let typed = std::pin::pin!(self.request.dispatch_typed(grpc, header));
-            // tonic's timer starts once the channel is ready: a channel
-            // that reconnects first (its connection lost) would add its
-            // connect wait. This timer covers the whole call, a moment
-            // after tonic's, so an ordinary timeout is still tonic's.
-            match crate::store::with_backstop(timeout, typed).await {
-                Ok(Some(result)) => {
-                    return crate::store::timeout_as_error(result, bounded, label, timeout)
-                }
-                Ok(None) => {}
-                Err(_) => {
-                    return Err(Error::from(crate::Failure::Timeout {
-                        what: format!("the {label} request"),
-                        after: timeout,
-                    }))
-                }
-            }
-        }
-        self.send().await
+impl<Req: KvRequest> Stage for Dispatch<Req> {
+    fn run(&self) -> impl Future<Output = Result<Self::Result>> + Send + '_ {
+        crate::telemetry::tikv_rpc(
+            self.request.label(),
+            send(self.kv_client.as_ref(), &self.request, self.rpc_bound),
+        )
     }
 
-    /// [`Plan::execute`] without the metrics.
-    async fn send(&self) -> Result<Req::Response> {
-        let client = self
-            .kv_client
-            .as_ref()
-            .ok_or_else(|| Error::InternalError {
-                message: format!(
-                    "{} was dispatched before a store was chosen",
-                    self.request.label()
-                ),
-            })?;
-        let response = client
-            .dispatch_within(&self.request, self.rpc_bound)
-            .await?;
-        response
-            .downcast::<Req::Response>()
-            .map(|b| *b)
-            .map_err(|_| Error::InternalError {
-                message: format!(
-                    "the store client answered {} with a response of another type",
-                    self.request.label()
-                ),
-            })
+    fn set_rpc_bound(&mut self, bound: Option<Duration>) -> bool {
+        self.rpc_bound = bound;
+        true
     }
+}
+
+/// Any request, the caller's own included: its shards are looked up, and
+/// each shard's request is the request's
+/// [`clone_then_apply_shard`](Shardable::clone_then_apply_shard).
+impl<Req: KvRequest + Shardable> ShardStage for Dispatch<Req> {
+    fn cached_shards<PdC: PdClient>(
+        &self,
+        _pd_client: &PdC,
+    ) -> Option<Vec<(Self::Shard, RegionWithLeader)>> {
+        None
+    }
+
+    fn for_shard(&self, shard: Self::Shard, _whole: bool) -> Self {
+        Dispatch {
+            request: self.request.clone_then_apply_shard(shard),
+            kv_client: None,
+            rpc_bound: self.rpc_bound,
+        }
+    }
+}
+
+/// Sends `request` with `client` (the store chosen by `apply_store`),
+/// bounded by `bound` as well as by the client's own timeout, and downcasts
+/// the answer to the request's response type.
+pub(crate) async fn send<Req: KvRequest>(
+    client: Option<&Arc<dyn KvClient + Send + Sync>>,
+    request: &Req,
+    bound: Option<Duration>,
+) -> Result<Req::Response> {
+    let client = client.ok_or_else(|| Error::InternalError {
+        message: format!(
+            "{} was dispatched before a store was chosen",
+            request.label()
+        ),
+    })?;
+    let response = client.dispatch_within(request, bound).await?;
+    response
+        .downcast::<Req::Response>()
+        .map(|b| *b)
+        .map_err(|_| Error::InternalError {
+            message: format!(
+                "the store client answered {} with a response of another type",
+                request.label()
+            ),
+        })
 }
 
 #[async_trait]
@@ -194,29 +161,6 @@ impl<Req: KvRequest + Shardable> Shardable for Dispatch<Req> {
 
     fn apply_shard(&mut self, shard: Self::Shard) {
         self.request.apply_shard(shard);
-    }
-
-    fn cached_shards<PdC: PdClient>(
-        &self,
-        pd_client: &PdC,
-    ) -> Option<Vec<(Self::Shard, RegionWithLeader)>> {
-        self.request.cached_shards(pd_client)
-    }
-
-    fn template(&self) -> Self {
-        Dispatch {
-            request: self.request.template(),
-            kv_client: None,
-            rpc_bound: self.rpc_bound,
-        }
-    }
-
-    fn for_shard(&self, shard: Self::Shard, whole: bool) -> Self {
-        Dispatch {
-            request: self.request.for_shard(shard, whole),
-            kv_client: None,
-            rpc_bound: self.rpc_bound,
-        }
     }
 
     fn apply_store(&mut self, store: &RegionStore) -> Result<()> {
@@ -251,15 +195,22 @@ pub struct PreserveShard<P: Plan + Shardable> {
     pub shard: Option<P::Shard>,
 }
 
+impl<P: Plan + Shardable> PreserveShard<P> {
+    /// The shard last applied, which the response is paired with.
+    fn applied_shard(&self) -> Result<P::Shard> {
+        self.shard.clone().ok_or_else(|| Error::InternalError {
+            message: "PreserveShard ran without a shard; use it under RetryableMultiRegion"
+                .to_owned(),
+        })
+    }
+}
+
 #[async_trait]
 impl<P: Plan + Shardable> Plan for PreserveShard<P> {
     type Result = ResponseWithShard<P::Result, P::Shard>;
 
     async fn execute(&self) -> Result<Self::Result> {
-        let shard = self.shard.clone().ok_or_else(|| Error::InternalError {
-            message: "PreserveShard ran without a shard; use it under RetryableMultiRegion"
-                .to_owned(),
-        })?;
+        let shard = self.applied_shard()?;
         let response = self.inner.execute().await?;
         Ok(ResponseWithShard(response, shard))
     }
@@ -268,25 +219,42 @@ impl<P: Plan + Shardable> Plan for PreserveShard<P> {
         self.inner.describe()
     }
 
-    fn set_rpc_bound(&mut self, bound: Option<std::time::Duration>) -> bool {
-        self.inner.set_rpc_bound(bound)
-    }
-
-    // Not `async fn`: `#[async_trait]` on this impl would box it.
-    #[allow(clippy::manual_async_fn)]
-    fn execute_mut(&mut self) -> impl std::future::Future<Output = Result<Self::Result>> + Send {
-        async move {
-            let shard = self.shard.clone().ok_or_else(|| Error::InternalError {
-                message: "PreserveShard ran without a shard; use it under RetryableMultiRegion"
-                    .to_owned(),
-            })?;
-            let response = self.inner.execute_mut().await?;
-            Ok(ResponseWithShard(response, shard))
-        }
-    }
-
     fn label(&self) -> &'static str {
         self.inner.label()
+    }
+}
+
+impl<P: Stage + Shardable> Stage for PreserveShard<P> {
+    async fn run(&self) -> Result<Self::Result> {
+        let shard = self.applied_shard()?;
+        let response = self.inner.run().await?;
+        Ok(ResponseWithShard(response, shard))
+    }
+
+    async fn run_mut(&mut self) -> Result<Self::Result> {
+        let shard = self.applied_shard()?;
+        let response = self.inner.run_mut().await?;
+        Ok(ResponseWithShard(response, shard))
+    }
+
+    fn set_rpc_bound(&mut self, bound: Option<Duration>) -> bool {
+        self.inner.set_rpc_bound(bound)
+    }
+}
+
+impl<P: ShardStage + Send + Sync> ShardStage for PreserveShard<P> {
+    fn cached_shards<PdC: PdClient>(
+        &self,
+        pd_client: &PdC,
+    ) -> Option<Vec<(Self::Shard, RegionWithLeader)>> {
+        self.inner.cached_shards(pd_client)
+    }
+
+    fn for_shard(&self, shard: Self::Shard, whole: bool) -> Self {
+        PreserveShard {
+            shard: Some(shard.clone()),
+            inner: self.inner.for_shard(shard, whole),
+        }
     }
 }
 
@@ -304,27 +272,6 @@ impl<P: Plan + Shardable + Send + Sync> Shardable for PreserveShard<P> {
     fn apply_shard(&mut self, shard: Self::Shard) {
         self.shard = Some(shard.clone());
         self.inner.apply_shard(shard);
-    }
-
-    fn cached_shards<PdC: PdClient>(
-        &self,
-        pd_client: &PdC,
-    ) -> Option<Vec<(Self::Shard, RegionWithLeader)>> {
-        self.inner.cached_shards(pd_client)
-    }
-
-    fn template(&self) -> Self {
-        PreserveShard {
-            inner: self.inner.template(),
-            shard: None,
-        }
-    }
-
-    fn for_shard(&self, shard: Self::Shard, whole: bool) -> Self {
-        PreserveShard {
-            shard: Some(shard.clone()),
-            inner: self.inner.for_shard(shard, whole),
-        }
     }
 
     fn apply_store(&mut self, store: &RegionStore) -> Result<()> {
@@ -369,6 +316,14 @@ impl<In: Send + 'static, P: Plan<Result = Vec<Result<In>>>, M: Merge<In>> Plan
 
     async fn execute(&self) -> Result<Self::Result> {
         self.merge.merge(self.inner.execute().await?)
+    }
+}
+
+impl<In: Send + 'static, P: Stage<Result = Vec<Result<In>>>, M: Merge<In>> Stage
+    for MergeResponse<P, In, M>
+{
+    async fn run(&self) -> Result<Self::Result> {
+        self.merge.merge(self.inner.run().await?)
     }
 }
 
@@ -455,6 +410,12 @@ impl<P: Plan, Pr: Process<P::Result>> Plan for ProcessResponse<P, Pr> {
     }
 }
 
+impl<P: Stage, Pr: Process<P::Result>> Stage for ProcessResponse<P, Pr> {
+    async fn run(&self) -> Result<Self::Result> {
+        self.processor.process(self.inner.run().await)
+    }
+}
+
 /// The processing each response type has by default (a raw get's value, a
 /// CAS's previous value and outcome, ...).
 #[derive(Debug, Clone, Copy, Default)]
@@ -476,6 +437,19 @@ where
 
     async fn execute(&self) -> Result<Self::Result> {
         let mut result = self.inner.execute().await?;
+        match result.key_errors() {
+            Some(errors) => Err(strongest_shard_error(errors)),
+            None => Ok(result),
+        }
+    }
+}
+
+impl<P: Stage> Stage for ExtractError<P>
+where
+    P::Result: HasKeyErrors,
+{
+    async fn run(&self) -> Result<Self::Result> {
+        let mut result = self.inner.run().await?;
         match result.key_errors() {
             Some(errors) => Err(strongest_shard_error(errors)),
             None => Ok(result),

@@ -12,9 +12,11 @@ use super::base::{
     DefaultProcessor, Dispatch, ExtractError, Merge, MergeResponse, Plan, PreserveShard, Process,
     ProcessResponse,
 };
+use super::fast_dispatch::FastDispatch;
 use super::keyspace::Keyspace;
 use super::resolve_lock::{HasLocks, LockResolve, ResolveLock};
 use super::retry::RetryableMultiRegion;
+use super::stage::{ShardStage, TypedCall};
 use super::traits::{HasKeyErrors, HasRegionError, KvRequest, Shardable};
 use crate::request::routing::policy::RequestPolicy;
 use crate::request::routing::state::RoutingState;
@@ -74,16 +76,38 @@ impl<PdC: PdClient, Req: KvRequest> PlanBuilder<PdC, Dispatch<Req>> {
     /// [`KvRequest::terminal_on_dispatch_error`]) starts with
     /// `terminal_on_dispatch_error` and `terminal_on_undetermined` set.
     pub fn new(pd_client: Arc<PdC>, keyspace: Keyspace, mut request: Req) -> Self {
-        // API v1 needs nothing: the default context already says V1.
-        if keyspace != Keyspace::Disable {
-            let mut context = request.context().cloned().unwrap_or_default();
-            keyspace.apply_to_context(&mut context);
-            request.set_context(context);
-        }
+        in_keyspace(keyspace, &mut request);
         let policy = RequestPolicy::for_request(request.terminal_on_dispatch_error());
+        PlanBuilder::start(pd_client, Dispatch::new(request), policy)
+    }
+}
+
+impl<PdC: PdClient, Req: TypedCall> PlanBuilder<PdC, FastDispatch<Req>> {
+    /// [`new`](PlanBuilder::new) for the crate's own requests: the plan
+    /// sends the request on the typed gRPC path when it can, and shards it
+    /// without copying its payload.
+    pub(crate) fn fast(pd_client: Arc<PdC>, keyspace: Keyspace, mut request: Req) -> Self {
+        in_keyspace(keyspace, &mut request);
+        let policy = RequestPolicy::for_request(request.terminal_on_dispatch_error());
+        PlanBuilder::start(pd_client, FastDispatch::new(request), policy)
+    }
+}
+
+/// Gives `request`'s context the keyspace's API version and id.
+fn in_keyspace<Req: KvRequest>(keyspace: Keyspace, request: &mut Req) {
+    // API v1 needs nothing: the default context already says V1.
+    if keyspace != Keyspace::Disable {
+        let mut context = request.context().cloned().unwrap_or_default();
+        keyspace.apply_to_context(&mut context);
+        request.set_context(context);
+    }
+}
+
+impl<PdC: PdClient, P: Plan> PlanBuilder<PdC, P> {
+    fn start(pd_client: Arc<PdC>, plan: P, policy: RequestPolicy) -> Self {
         PlanBuilder {
             pd_client,
-            plan: Dispatch::new(request),
+            plan,
             routing: None,
             policy,
             preserve_region_results: false,
@@ -222,7 +246,7 @@ impl<PdC: PdClient, P: Plan> PlanBuilder<PdC, P> {
         backoff: Backoff,
     ) -> PlanBuilder<PdC, RetryableMultiRegion<P, PdC>>
     where
-        P: Shardable,
+        P: ShardStage,
         P::Result: HasRegionError,
     {
         let policy = self.resolved_policy();
@@ -281,7 +305,7 @@ impl<PdC: PdClient, P: Plan> PlanBuilder<PdC, P> {
         backoff: Backoff,
     ) -> PlanBuilder<PdC, RetryableMultiRegion<P, PdC>>
     where
-        P: Shardable,
+        P: ShardStage,
         P::Result: HasRegionError,
     {
         self.preserve_region_results().retry_multi_region(backoff)

@@ -18,6 +18,7 @@ use crate::proto::kvrpcpb;
 use crate::{Error, Result};
 
 use super::base::{collect_in_order, Merge, Plan, ResponseWithShard};
+use super::stage::{ShardStage, Stage};
 use super::traits::Shardable;
 use crate::region::RegionWithLeader;
 use crate::store::RegionStore;
@@ -135,13 +136,6 @@ where
         self.inner.label()
     }
 
-    // Under a retry stage (client-rust's order: `resolve_lock` before
-    // `retry_multi_region`), each RPC of the inner plan keeps its own bound;
-    // the waiting is bounded by `deadline`, not by one RPC's timeout.
-    fn set_rpc_bound(&mut self, bound: Option<Duration>) -> bool {
-        self.inner.set_rpc_bound(bound)
-    }
-
     async fn execute(&self) -> Result<Self::Result> {
         let started = Instant::now();
         let mut poll = FIRST_LOCK_POLL;
@@ -179,6 +173,22 @@ where
     }
 }
 
+impl<P: Stage, PdC: PdClient> Stage for ResolveLock<P, PdC>
+where
+    P::Result: HasLocks,
+{
+    fn run(&self) -> impl std::future::Future<Output = Result<Self::Result>> + Send + '_ {
+        self.execute()
+    }
+
+    // Under a retry stage (client-rust's order: `resolve_lock` before
+    // `retry_multi_region`), each RPC of the inner plan keeps its own bound;
+    // the waiting is bounded by `deadline`, not by one RPC's timeout.
+    fn set_rpc_bound(&mut self, bound: Option<Duration>) -> bool {
+        self.inner.set_rpc_bound(bound)
+    }
+}
+
 /// Client-rust's order, `resolve_lock` before `retry_multi_region`: the
 /// stage is sharded with the request it wraps, and resolves the locks each
 /// Region's answer carries before the retry stage sees it.
@@ -197,6 +207,15 @@ impl<P: Plan + Shardable + Send + Sync, PdC: PdClient> Shardable for ResolveLock
         self.inner.apply_shard(shard);
     }
 
+    fn apply_store(&mut self, store: &RegionStore) -> Result<()> {
+        self.inner.apply_store(store)
+    }
+}
+
+impl<P: ShardStage + Send + Sync, PdC: PdClient> ShardStage for ResolveLock<P, PdC>
+where
+    P::Result: HasLocks,
+{
     fn cached_shards<PdC2: PdClient>(
         &self,
         pd_client: &PdC2,
@@ -204,22 +223,11 @@ impl<P: Plan + Shardable + Send + Sync, PdC: PdClient> Shardable for ResolveLock
         self.inner.cached_shards(pd_client)
     }
 
-    fn template(&self) -> Self {
-        ResolveLock {
-            inner: self.inner.template(),
-            ..self.clone()
-        }
-    }
-
     fn for_shard(&self, shard: Self::Shard, whole: bool) -> Self {
         ResolveLock {
             inner: self.inner.for_shard(shard, whole),
             ..self.clone()
         }
-    }
-
-    fn apply_store(&mut self, store: &RegionStore) -> Result<()> {
-        self.inner.apply_store(store)
     }
 }
 

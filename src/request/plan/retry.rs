@@ -14,6 +14,7 @@ use tokio::time::Instant;
 use tracing::Instrument;
 
 use super::base::Plan;
+use super::stage::{ShardStage, Stage};
 use super::traits::{strongest_shard_error, HasRegionError, Shardable};
 use crate::backoff::Backoff;
 use crate::pd::PdClient;
@@ -83,7 +84,7 @@ enum PieceEnd<'r, P: Plan + Shardable> {
 
 impl<P, PdC> RetryableMultiRegion<P, PdC>
 where
-    P: Plan + Shardable,
+    P: ShardStage,
     P::Result: HasRegionError,
     PdC: PdClient,
 {
@@ -227,7 +228,7 @@ where
             };
             // Pinned where it is made: a future bound to a local and then
             // moved into an await is kept twice in this future's state.
-            let rpc = std::pin::pin!(plan.execute_mut());
+            let rpc = std::pin::pin!(plan.run_mut());
             let result = match own_timer {
                 None => timed(now, rpc).await,
                 Some(bound) => match timed(now, tokio::time::timeout(bound, rpc)).await {
@@ -248,7 +249,7 @@ where
     #[allow(clippy::too_many_arguments, clippy::manual_async_fn)]
     fn run_shard<'a>(
         &'a self,
-        template: &'a P,
+        whole_plan: &'a P,
         shard: P::Shard,
         region: RegionWithLeader,
         whole: bool,
@@ -276,8 +277,8 @@ where
                 // Pinned in place: awaited as a temporary, the piece's
                 // future would take its room twice in this one.
                 let end = std::pin::pin!(self.run_piece(
-                    template.for_shard(shard, whole),
-                    template,
+                    whole_plan.for_shard(shard, whole),
+                    whole_plan,
                     whole,
                     machine,
                     permits,
@@ -308,13 +309,13 @@ where
 
     /// Drives one piece's machine: performs its effects and steps until it
     /// is done or must be split. `plan` is the piece's request, built once
-    /// from the template and re-aimed at each candidate.
+    /// from the whole plan and re-aimed at each candidate.
     // Not `async fn`: see `dispatch_candidate`.
     #[allow(clippy::manual_async_fn)]
     fn run_piece<'a>(
         &'a self,
         mut plan: P,
-        template: &'a P,
+        whole_plan: &'a P,
         whole: bool,
         mut machine: Box<ShardMachine<'a>>,
         permits: Option<&'a Semaphore>,
@@ -417,7 +418,7 @@ where
                         Some(Err(error)) => Event::ReshardFailed(error),
                         Some(Ok(mut new)) if new.len() == 1 => match new.pop() {
                             Some((reloaded_shard, region)) => {
-                                plan = template.for_shard(reloaded_shard, whole);
+                                plan = whole_plan.for_shard(reloaded_shard, whole);
                                 Event::Resharded(region)
                             }
                             None => Event::ReshardFailed(Error::InternalError {
@@ -494,30 +495,41 @@ where
 #[async_trait]
 impl<P, PdC> Plan for RetryableMultiRegion<P, PdC>
 where
-    P: Plan + Shardable,
+    P: ShardStage,
     P::Result: HasRegionError,
     PdC: PdClient,
 {
     type Result = Vec<Result<P::Result>>;
 
     async fn execute(&self) -> Result<Self::Result> {
-        self.run().await
+        self.run_shards().await
+    }
+}
+
+impl<P, PdC> Stage for RetryableMultiRegion<P, PdC>
+where
+    P: ShardStage,
+    P::Result: HasRegionError,
+    PdC: PdClient,
+{
+    fn run(&self) -> impl std::future::Future<Output = Result<Self::Result>> + Send + '_ {
+        self.run_shards()
     }
 }
 
 impl<P, PdC> RetryableMultiRegion<P, PdC>
 where
-    P: Plan + Shardable,
+    P: ShardStage,
     P::Result: HasRegionError,
     PdC: PdClient,
 {
-    /// What [`execute`](Plan::execute) does, as a future of its own type:
-    /// the clients' single calls await it in place, so their requests skip
-    /// the box (and the copy of this future into it) that the trait method
-    /// costs. It runs in the request's `request` span.
-    pub(crate) fn run(
+    /// What [`execute`](Plan::execute) and [`Stage::run`] do, as a future
+    /// of its own type: a client's call awaits it inside its other stages'
+    /// futures, without the box (and the copy of this future into it) that
+    /// the trait method costs. It runs in the request's `request` span.
+    fn run_shards(
         &self,
-    ) -> impl std::future::Future<Output = Result<Vec<Result<P::Result>>>> + '_ {
+    ) -> impl std::future::Future<Output = Result<Vec<Result<P::Result>>>> + Send + '_ {
         let span = tracing::debug_span!(
             "request",
             method = self.inner.label(),
@@ -557,11 +569,10 @@ where
                 },
             };
             let mut shards = scope.observer.sharded(shards, RegionWithLeader::id)?;
-            // What every shard's request shares; each shard's request is built
-            // from it and the shard's own payload, never from a copy of the
-            // whole request.
-            let template = self.inner.template();
-            let template = &template;
+            // Each shard's request is built from the whole plan and the
+            // shard's own payload (`ShardStage::for_shard`), never from a
+            // copy of the whole request.
+            let whole_plan = &self.inner;
             if shards.len() == 1 {
                 // One shard (every single-key request): run it in place, without
                 // the per-shard task of `FuturesUnordered`, the move of the
@@ -570,7 +581,7 @@ where
                 if let Some((shard, region)) = shards.pop() {
                     // Pinned in place (see `run_shard`).
                     let results = std::pin::pin!(
-                        self.run_shard(template, shard, region, true, None, scope, deadline)
+                        self.run_shard(whole_plan, shard, region, true, None, scope, deadline)
                     )
                     .await;
                     return self.finish(results);
@@ -586,7 +597,7 @@ where
                 .map(|(index, (shard, region))| async move {
                     let shard =
                         std::pin::pin!(self
-                            .run_shard(template, shard, region, false, permits, scope, deadline));
+                            .run_shard(whole_plan, shard, region, false, permits, scope, deadline));
                     (index, shard.await)
                 })
                 .collect();
@@ -607,7 +618,7 @@ where
 
 impl<P, PdC> RetryableMultiRegion<P, PdC>
 where
-    P: Plan + Shardable,
+    P: ShardStage,
     P::Result: HasRegionError,
     PdC: PdClient,
 {

@@ -109,9 +109,8 @@ pub(crate) async fn range_shards<PdC: PdClient>(
 }
 
 /// `Shardable` for requests on one key: `Request => key_field`, and, where
-/// given, `keeping { fields }`: every other field but `context`, so the
-/// template leaves the key out (the request is then built with one copy of
-/// the key, not three).
+/// given, `keeping { fields }`: every other field but `context`, so a
+/// shard's request is built with one copy of the key, not two.
 macro_rules! single_key_shardable {
     ($($req:ty => $key:ident $(keeping { $($field:ident),* })?),* $(,)?) => {$(
         #[::async_trait::async_trait]
@@ -125,22 +124,15 @@ macro_rules! single_key_shardable {
                 $crate::request::plan::shard::key_shard(pd_client, &self.$key).await
             }
 
-            fn cached_shards<PdC: $crate::pd::PdClient>(
-                &self,
-                pd_client: &PdC,
-            ) -> Option<Vec<(Self::Shard, $crate::region::RegionWithLeader)>> {
-                $crate::request::plan::shard::cached_key_shard(pd_client, &self.$key)
-            }
-
             fn apply_shard(&mut self, shard: Self::Shard) {
                 self.$key = shard;
             }
 
             $(
-                fn template(&self) -> Self {
+                fn clone_then_apply_shard(&self, shard: Self::Shard) -> Self {
                     Self {
                         context: self.context.clone(),
-                        $key: Vec::new(),
+                        $key: shard,
                         $($field: self.$field.clone(),)*
                     }
                 }
@@ -150,6 +142,16 @@ macro_rules! single_key_shardable {
                 $crate::request::set_context_for_store(self, store);
                 Ok(())
             }
+        }
+
+        impl $crate::request::ShardPayload for $req {
+            fn cached_shards<PdC: $crate::pd::PdClient>(
+                &self,
+                pd_client: &PdC,
+            ) -> Option<Vec<(Self::Shard, $crate::region::RegionWithLeader)>> {
+                $crate::request::plan::shard::cached_key_shard(pd_client, &self.$key)
+            }
+
         }
     )*};
 }
@@ -163,15 +165,6 @@ macro_rules! key_set_shardable {
         impl $crate::request::Shardable for $req {
             type Shard = Vec<Vec<u8>>;
 
-            #[allow(clippy::clone_on_copy)]
-            fn template(&self) -> Self {
-                Self {
-                    context: self.context.clone(),
-                    keys: Vec::new(),
-                    $($field: self.$field.clone(),)*
-                }
-            }
-
             async fn shards<PdC: $crate::pd::PdClient>(
                 &self,
                 pd_client: &::std::sync::Arc<PdC>,
@@ -183,11 +176,22 @@ macro_rules! key_set_shardable {
                 self.keys = shard;
             }
 
+            #[allow(clippy::clone_on_copy)]
+            fn clone_then_apply_shard(&self, shard: Self::Shard) -> Self {
+                Self {
+                    context: self.context.clone(),
+                    keys: shard,
+                    $($field: self.$field.clone(),)*
+                }
+            }
+
             fn apply_store(&mut self, store: &$crate::store::RegionStore) -> $crate::Result<()> {
                 $crate::request::set_context_for_store(self, store);
                 Ok(())
             }
         }
+
+        impl $crate::request::ShardPayload for $req {}
     )*};
 }
 
@@ -198,15 +202,6 @@ macro_rules! key_ranges_shardable {
         #[::async_trait::async_trait]
         impl $crate::request::Shardable for $req {
             type Shard = Vec<$crate::proto::kvrpcpb::KeyRange>;
-
-            #[allow(clippy::clone_on_copy)]
-            fn template(&self) -> Self {
-                Self {
-                    context: self.context.clone(),
-                    ranges: Vec::new(),
-                    $($field: self.$field.clone(),)*
-                }
-            }
 
             async fn shards<PdC: $crate::pd::PdClient>(
                 &self,
@@ -219,11 +214,22 @@ macro_rules! key_ranges_shardable {
                 self.ranges = shard;
             }
 
+            #[allow(clippy::clone_on_copy)]
+            fn clone_then_apply_shard(&self, shard: Self::Shard) -> Self {
+                Self {
+                    context: self.context.clone(),
+                    ranges: shard,
+                    $($field: self.$field.clone(),)*
+                }
+            }
+
             fn apply_store(&mut self, store: &$crate::store::RegionStore) -> $crate::Result<()> {
                 $crate::request::set_context_for_store(self, store);
                 Ok(())
             }
         }
+
+        impl $crate::request::ShardPayload for $req {}
     )*};
 }
 

@@ -1,15 +1,13 @@
 //! The traits a request implements to travel through a plan.
 
-use std::future::Future;
 use std::sync::Arc;
-use std::time::Duration;
 
 use async_trait::async_trait;
 
 use crate::pd::PdClient;
 use crate::proto::{errorpb, kvrpcpb};
 use crate::region::RegionWithLeader;
-use crate::store::{GrpcChannel, RegionStore, Request};
+use crate::store::{RegionStore, Request};
 use crate::{Error, Result};
 
 /// A TiKV request with a typed response, ready for a plan.
@@ -31,25 +29,6 @@ pub trait KvRequest: Request + Sized + Clone + Sync + Send + 'static {
     fn describe(&self) -> String {
         self.label().to_owned()
     }
-
-    /// Sends the request on the typed gRPC path (see
-    /// [`KvClient::grpc`](crate::store::KvClient::grpc)): with its own
-    /// response type, handed to tonic as its encoding (a large request
-    /// without a copy of its payload) and kept for a retry.
-    /// `None` (the default) when the request type has no typed call; the
-    /// plan then sends it through `KvClient::dispatch`. Every request of
-    /// the wire protocol has one. `timeout` is sent as the call's
-    /// `grpc-timeout` (and enforced by tonic); `None` when the channel
-    /// enforces the client's timeout itself
-    /// ([`KvClient::grpc_enforces_timeout`](crate::store::KvClient::grpc_enforces_timeout)).
-    fn dispatch_typed<'a>(
-        &'a mut self,
-        grpc: &'a GrpcChannel,
-        timeout: Option<Duration>,
-    ) -> impl Future<Output = Option<Result<Self::Response>>> + Send + 'a {
-        let _ = (grpc, timeout);
-        std::future::ready(None)
-    }
 }
 
 /// A request that can be split by Region into shards.
@@ -67,45 +46,16 @@ pub trait Shardable {
     /// Narrows the request to one shard.
     fn apply_shard(&mut self, shard: Self::Shard);
 
-    /// The shards [`shards`](Self::shards) would return, when the Region
-    /// cache answers them all without waiting
-    /// ([`PdClient::cached_region_for_key`]); `None` (the default) sends
-    /// the plan to `shards`. A single-key request answers from the cache,
-    /// so its common case skips the boxed futures of the async lookup.
-    fn cached_shards<PdC: PdClient>(
-        &self,
-        pd_client: &PdC,
-    ) -> Option<Vec<(Self::Shard, RegionWithLeader)>> {
-        let _ = pd_client;
-        None
-    }
-
-    /// The request without its payload (keys, pairs, mutations, ranges):
-    /// what every shard shares (context, options). The plan builds each
-    /// shard's request from it with [`for_shard`](Self::for_shard), so the
-    /// whole request is copied neither per shard nor per attempt.
-    ///
-    /// The default is a plain copy, right for a request whose payload is
-    /// small (a single key); batch requests leave the payload out.
-    fn template(&self) -> Self
+    /// A copy of the request narrowed to `shard` (client-rust's method):
+    /// what the retry stage sends for each shard. The default copies the
+    /// whole request and applies the shard; the crate's requests with a
+    /// large payload (batches of keys, pairs, mutations, ranges) build the
+    /// copy without it, so a request is copied neither per shard nor per
+    /// attempt.
+    fn clone_then_apply_shard(&self, shard: Self::Shard) -> Self
     where
-        Self: Clone + Sized,
+        Self: Sized + Clone,
     {
-        self.clone()
-    }
-
-    /// The request for one shard, built from a [`template`](Self::template)
-    /// (`self`) and the shard's own payload, which is moved in. `whole` is
-    /// true when the shard is the whole request: the request had one shard
-    /// and no reload split it (a prewrite may then commit in one phase).
-    ///
-    /// The default copies the template and applies the shard with
-    /// [`apply_shard`](Self::apply_shard).
-    fn for_shard(&self, shard: Self::Shard, whole: bool) -> Self
-    where
-        Self: Clone + Sized,
-    {
-        let _ = whole;
         let mut request = self.clone();
         request.apply_shard(shard);
         request

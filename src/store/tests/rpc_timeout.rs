@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use crate::classify::{classify_dispatch_error, DispatchFailure};
 use crate::proto::kvrpcpb;
-use crate::request::{Dispatch, Plan};
+use crate::request::{FastDispatch, Stage};
 use crate::store::client::KvRpcClient;
 use crate::store::{KvClient, KvConnect, TikvConnect};
 use crate::SecurityManager;
@@ -26,13 +26,15 @@ async fn raw_get(
     context: &kvrpcpb::Context,
     key: &[u8],
 ) -> crate::Result<kvrpcpb::RawGetResponse> {
-    let mut plan = Dispatch::new(kvrpcpb::RawGetRequest {
-        context: Some(context.clone()),
-        key: key.to_vec(),
-        ..Default::default()
-    });
-    plan.kv_client = Some(client);
-    plan.execute_mut().await
+    let mut plan = FastDispatch::with_client(
+        kvrpcpb::RawGetRequest {
+            context: Some(context.clone()),
+            key: key.to_vec(),
+            ..Default::default()
+        },
+        client,
+    );
+    plan.run_mut().await
 }
 
 #[tokio::test]
@@ -61,7 +63,7 @@ async fn both_kinds_of_client_bound_a_silent_store_by_their_timeout() {
     );
     let connected = connect.connect(&address).await.unwrap();
     assert!(
-        connected.grpc_enforces_timeout(),
+        connected.enforces_timeout(),
         "TikvConnect's channel keeps the timeout"
     );
     // The caller's channel has no timeout of its own.
@@ -72,7 +74,7 @@ async fn both_kinds_of_client_bound_a_silent_store_by_their_timeout() {
         .unwrap();
     let own = KvRpcClient::new(channel, TIMEOUT);
     assert!(
-        !own.grpc_enforces_timeout(),
+        !own.enforces_timeout(),
         "a caller's channel needs the header"
     );
     let clients: [(&str, Arc<dyn KvClient + Send + Sync>); 2] = [

@@ -12,7 +12,7 @@ use std::time::Duration;
 use crate::classify::{classify_grpc_error, DispatchFailure};
 use crate::proto::kvrpcpb;
 use crate::proto::tikvpb::tikv_client::TikvClient;
-use crate::request::KvRequest;
+use crate::request::TypedCall;
 use crate::store::GrpcChannel;
 use crate::Error;
 use crate::Failure;

@@ -1,0 +1,165 @@
+//! [`FastDispatch`]: the [`Dispatch`](super::base::Dispatch) stage of the
+//! crate's own requests. It does what `Dispatch` does, and on top sends
+//! the request on the typed gRPC path when the store client offers one,
+//! answers a single key's shard from the Region cache, and tells a
+//! prewrite whether its shard is the whole transaction.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+
+use crate::pd::PdClient;
+use crate::region::RegionWithLeader;
+use crate::store::{KvClient, RegionStore};
+use crate::{Error, Failure, Result};
+
+use super::base::{send, Plan};
+use super::stage::{ShardPayload, ShardStage, Stage, TypedCall};
+use super::traits::Shardable;
+
+/// Sends one of the crate's own requests to the store client set by
+/// `apply_store`.
+#[derive(Clone)]
+pub(crate) struct FastDispatch<Req: TypedCall> {
+    request: Req,
+    kv_client: Option<Arc<dyn KvClient + Send + Sync>>,
+    /// The bound of the next RPC; `None` leaves it to the store client's
+    /// own timeout.
+    rpc_bound: Option<Duration>,
+}
+
+impl<Req: TypedCall> FastDispatch<Req> {
+    /// A dispatch of `request`, not yet targeted at a store.
+    pub(crate) fn new(request: Req) -> Self {
+        FastDispatch {
+            request,
+            kv_client: None,
+            rpc_bound: None,
+        }
+    }
+
+    /// A dispatch of `request` aimed at `client` (tests that send to a
+    /// store directly).
+    #[cfg(test)]
+    pub(crate) fn with_client(request: Req, client: Arc<dyn KvClient + Send + Sync>) -> Self {
+        FastDispatch {
+            request,
+            kv_client: Some(client),
+            rpc_bound: None,
+        }
+    }
+
+    /// Sends the request: on the typed path when the store client offers
+    /// one (the response comes back with its own type, and the request is
+    /// encoded once, straight into the HTTP body of the call), else through
+    /// the client's `dispatch_within`.
+    async fn send_mut(&mut self) -> Result<Req::Response> {
+        if let Some(typed) = self
+            .kv_client
+            .as_deref()
+            .and_then(crate::store::typed_channel)
+        {
+            // One timer: the smaller of the client's timeout and the
+            // plan's bound; sent as `grpc-timeout` unless it is the
+            // client's own and the channel keeps that one already.
+            let (timeout, bounded) = crate::store::call_timeout(self.rpc_bound, typed.timeout);
+            let header = (bounded || !typed.enforces_timeout).then_some(timeout);
+            let label = self.request.label();
+            // Pinned in place: awaited as a temporary, the call's future
+            // would take its room twice in this one.
+            let call = std::pin::pin!(self.request.dispatch_typed(typed.grpc, header));
+            // tonic's timer starts once the channel is ready: a channel
+            // that reconnects first (its connection lost) would add its
+            // connect wait. This timer covers the whole call, a moment
+            // after tonic's, so an ordinary timeout is still tonic's.
+            match crate::store::with_backstop(timeout, call).await {
+                Ok(Some(result)) => {
+                    return crate::store::timeout_as_error(result, bounded, label, timeout)
+                }
+                Ok(None) => {}
+                Err(_) => {
+                    return Err(Error::from(Failure::Timeout {
+                        what: format!("the {label} request"),
+                        after: timeout,
+                    }))
+                }
+            }
+        }
+        send(self.kv_client.as_ref(), &self.request, self.rpc_bound).await
+    }
+}
+
+#[async_trait]
+impl<Req: TypedCall> Plan for FastDispatch<Req> {
+    type Result = Req::Response;
+
+    fn describe(&self) -> String {
+        self.request.describe()
+    }
+
+    fn label(&self) -> &'static str {
+        self.request.label()
+    }
+
+    async fn execute(&self) -> Result<Self::Result> {
+        self.run().await
+    }
+}
+
+impl<Req: TypedCall> Stage for FastDispatch<Req> {
+    fn run(&self) -> impl Future<Output = Result<Self::Result>> + Send + '_ {
+        crate::telemetry::tikv_rpc(
+            self.request.label(),
+            send(self.kv_client.as_ref(), &self.request, self.rpc_bound),
+        )
+    }
+
+    fn run_mut(&mut self) -> impl Future<Output = Result<Self::Result>> + Send + '_ {
+        crate::telemetry::tikv_rpc(self.request.label(), self.send_mut())
+    }
+
+    fn set_rpc_bound(&mut self, bound: Option<Duration>) -> bool {
+        self.rpc_bound = bound;
+        true
+    }
+}
+
+impl<Req: TypedCall + ShardPayload> ShardStage for FastDispatch<Req> {
+    fn cached_shards<PdC: PdClient>(
+        &self,
+        pd_client: &PdC,
+    ) -> Option<Vec<(Self::Shard, RegionWithLeader)>> {
+        ShardPayload::cached_shards(&self.request, pd_client)
+    }
+
+    fn for_shard(&self, shard: Self::Shard, whole: bool) -> Self {
+        FastDispatch {
+            request: ShardPayload::for_shard(&self.request, shard, whole),
+            kv_client: None,
+            rpc_bound: self.rpc_bound,
+        }
+    }
+}
+
+#[async_trait]
+impl<Req: TypedCall + Shardable> Shardable for FastDispatch<Req> {
+    type Shard = Req::Shard;
+
+    async fn shards<PdC: PdClient>(
+        &self,
+        pd_client: &Arc<PdC>,
+    ) -> Result<Vec<(Self::Shard, RegionWithLeader)>> {
+        self.request.shards(pd_client).await
+    }
+
+    fn apply_shard(&mut self, shard: Self::Shard) {
+        self.request.apply_shard(shard);
+    }
+
+    fn apply_store(&mut self, store: &RegionStore) -> Result<()> {
+        self.kv_client = Some(Arc::clone(&store.client));
+        self.request.apply_store(store)
+    }
+}
