@@ -18,7 +18,8 @@
 //! the bottom up:
 //!
 //! 1. [`proto`] (the wire types of `tikv-plan-proto`), [`codec`], [`spec`],
-//!    [`guide`] (the last two documentation only);
+//!    [`guide`] (the last two documentation only), `sync` (locks that
+//!    survive a panic elsewhere);
 //! 2. `ids` (Region and store identities, re-exported by [`region`]);
 //! 3. `kv` and `error`, one unit: the error carries keys and ranges, and
 //!    the key types' fallible conversions return it;
@@ -80,6 +81,7 @@ pub mod request;
 mod security;
 pub mod spec;
 pub mod store;
+mod sync;
 mod telemetry;
 pub mod transaction;
 

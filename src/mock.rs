@@ -37,7 +37,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -47,6 +47,7 @@ use crate::proto::metapb::PeerRole;
 use crate::proto::{errorpb, kvrpcpb, metapb};
 use crate::region::{CachedRegion, RegionCache, RegionId, RegionVerId, RegionWithLeader, StoreId};
 use crate::store::{KvClient, RegionStore, Request, Store};
+use crate::sync::lock;
 use crate::Failure;
 use crate::{Error, Result};
 use tikv_plan_proto::methods::KvResponse;
@@ -57,10 +58,6 @@ pub type DispatchFuture = Pin<Box<dyn Future<Output = Result<Box<dyn Any + Send>
 type RequestHook = Arc<dyn Fn(&dyn Request) -> DispatchFuture + Send + Sync>;
 type PeerDispatchHook = Arc<dyn Fn(&metapb::Peer, &dyn Request) -> DispatchFuture + Send + Sync>;
 type MappingHook = Arc<dyn Fn(&metapb::Peer) -> Option<Error> + Send + Sync>;
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
-}
 
 /// A [`KvClient`] whose answers come from a closure.
 #[derive(Clone)]

@@ -40,7 +40,7 @@ type ConnectCountMap = Arc<Mutex<BTreeMap<String, ConnectCounts>>>;
 pub(crate) const MAX_COUNTED_ADDRESSES: usize = 1024;
 
 fn count(counts: &ConnectCountMap, address: &str, update: impl FnOnce(&mut ConnectCounts)) {
-    let mut counts = counts.lock().unwrap_or_else(|e| e.into_inner());
+    let mut counts = crate::sync::lock(counts);
     if !counts.contains_key(address) && counts.len() >= MAX_COUNTED_ADDRESSES {
         if let Some(evicted) = counts.keys().next().cloned() {
             counts.remove(&evicted);
@@ -173,9 +173,7 @@ impl<KvC: KvConnect> PdRpcClient<KvC> {
 
     /// Connection counters for one store address.
     pub fn connect_counts(&self, address: &str) -> ConnectCounts {
-        self.connect_counts
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
+        crate::sync::lock(&self.connect_counts)
             .get(address)
             .copied()
             .unwrap_or_default()
@@ -228,11 +226,7 @@ impl<KvC: KvConnect> PdRpcClient<KvC> {
     }
 
     fn cached_connection(&self, address: &str) -> Option<Arc<KvC::KvClient>> {
-        self.connections
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .get(address)
-            .cloned()
+        crate::sync::read(&self.connections).get(address).cloned()
     }
 
     /// The client for `address`: cached, or opened now. With single-flight
@@ -256,10 +250,7 @@ impl<KvC: KvConnect> PdRpcClient<KvC> {
                 )
                 .await?,
             );
-            connections
-                .write()
-                .unwrap_or_else(|e| e.into_inner())
-                .insert(owned_address, Arc::clone(&client));
+            crate::sync::write(&connections).insert(owned_address, Arc::clone(&client));
             Ok(client)
         };
         if self.single_flight_connect {
@@ -384,10 +375,7 @@ impl<KvC: KvConnect> PdClient for PdRpcClient<KvC> {
 
     async fn invalidate_store_cache(&self, store_id: StoreId) {
         if let Some(store) = self.stores.remove(store_id) {
-            self.connections
-                .write()
-                .unwrap_or_else(|e| e.into_inner())
-                .remove(&store.address);
+            crate::sync::write(&self.connections).remove(&store.address);
         }
     }
 
@@ -458,7 +446,7 @@ mod tests {
         for i in 0..(3 * MAX_COUNTED_ADDRESSES) {
             count(&counts, &format!("store-{i}:20160"), |c| c.attempts += 1);
         }
-        let counts = counts.lock().unwrap_or_else(|e| e.into_inner());
+        let counts = crate::sync::lock(&counts);
         assert_eq!(counts.len(), MAX_COUNTED_ADDRESSES);
         let last = format!("store-{}:20160", 3 * MAX_COUNTED_ADDRESSES - 1);
         assert_eq!(counts.get(&last).map(|c| c.attempts), Some(1));

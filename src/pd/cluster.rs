@@ -740,14 +740,11 @@ impl Cluster {
     }
 
     fn read_leader(&self) -> Option<Arc<LeaderConnection>> {
-        self.leader
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone()
+        crate::sync::read(&self.leader).clone()
     }
 
     fn drop_leader(&self, generation: u64) {
-        let mut leader = self.leader.write().unwrap_or_else(|e| e.into_inner());
+        let mut leader = crate::sync::write(&self.leader);
         if leader.as_ref().is_some_and(|c| c.generation == generation) {
             info!("dropping the PD leader connection (generation {generation}); the next call rediscovers the leader");
             *leader = None;
@@ -786,7 +783,7 @@ impl Cluster {
             }
         };
         outcome.failure = None;
-        *self.leader.write().unwrap_or_else(|e| e.into_inner()) = Some(Arc::clone(&leader));
+        *crate::sync::write(&self.leader) = Some(Arc::clone(&leader));
         Ok(leader)
     }
 
@@ -825,11 +822,7 @@ impl Cluster {
     /// Asks every known endpoint for the members at once, checks the cluster
     /// ids, and connects to the first reported leader that accepts.
     async fn discover_leader(&self) -> Result<LeaderConnection> {
-        let endpoints = self
-            .endpoints
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone();
+        let endpoints = crate::sync::read(&self.endpoints).clone();
         let answers =
             futures::future::join_all(endpoints.iter().map(|e| self.fetch_members(e))).await;
         let mut expected = self.cluster_id();
@@ -924,7 +917,7 @@ impl Cluster {
     /// next discovery, so a leader change to a member the user did not list
     /// is still followed.
     fn remember_members(&self, urls: Vec<String>) {
-        let mut endpoints = self.endpoints.write().unwrap_or_else(|e| e.into_inner());
+        let mut endpoints = crate::sync::write(&self.endpoints);
         for url in urls {
             if !url.is_empty() && !endpoints.iter().any(|e| authority(e) == authority(&url)) {
                 endpoints.push(url);

@@ -14,28 +14,15 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
 use std::future::Future;
 use std::hash::{Hash, Hasher};
 use std::ops::Bound;
-use std::sync::{Arc, Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::sync::{Arc, Mutex, RwLock};
 
 use futures::future::{BoxFuture, FutureExt, Shared};
 
 use super::{CachedRegion, RegionId, RegionVerId, RegionWithLeader, StoreId};
 use crate::proto::metapb;
+use crate::sync::{lock, read, write};
 use crate::Failure;
 use crate::Result;
-
-// A poisoned lock only means another thread panicked while holding it; the
-// maps stay structurally valid, so keep using them rather than panicking too.
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-fn read<T>(l: &RwLock<T>) -> RwLockReadGuard<'_, T> {
-    l.read().unwrap_or_else(|e| e.into_inner())
-}
-
-fn write<T>(l: &RwLock<T>) -> RwLockWriteGuard<'_, T> {
-    l.write().unwrap_or_else(|e| e.into_inner())
-}
 
 /// A load several callers wait on: its error is shared (`Error` is not
 /// `Clone`), and each caller gets it back with [`Error::from_shared`].

@@ -66,7 +66,7 @@ impl ConnectionWatch {
     }
 
     fn loss(&self) -> std::sync::MutexGuard<'_, Option<Instant>> {
-        self.0.silent_loss.lock().unwrap_or_else(|e| e.into_inner())
+        crate::sync::lock(&self.0.silent_loss)
     }
 
     /// True when a connection was lost silently, recently, since the last

@@ -66,7 +66,8 @@ use tonic::transport::Channel;
 
 mod stream;
 
-use stream::{lock, AnswerType, BatchStream, Outgoing, OutgoingBatch, Reply};
+use crate::sync::lock;
+use stream::{AnswerType, BatchStream, Outgoing, OutgoingBatch, Reply};
 
 use super::{KvClient, Request};
 use crate::config::{

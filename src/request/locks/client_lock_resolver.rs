@@ -371,7 +371,7 @@ impl<PdC: PdClient> ClientLockResolver<PdC> {
         let region = self.pd.region_for_key(&lock.key).await?;
         let slot = (lock.lock_version, region.ver_id());
         let (future, joined) = {
-            let mut in_flight = self.in_flight.lock().unwrap_or_else(|e| e.into_inner());
+            let mut in_flight = crate::sync::lock(&self.in_flight);
             match in_flight.get(&slot) {
                 Some(f) => (f.clone(), true),
                 None => {
@@ -399,10 +399,7 @@ impl<PdC: PdClient> ClientLockResolver<PdC> {
                             .execute()
                             .await
                             .map(|_| ());
-                        this.in_flight
-                            .lock()
-                            .unwrap_or_else(|e| e.into_inner())
-                            .remove(&slot2);
+                        crate::sync::lock(&this.in_flight).remove(&slot2);
                         result
                     }
                     .boxed();
@@ -657,11 +654,7 @@ mod tests {
             2,
             "the resolution finished"
         );
-        assert!(resolver
-            .in_flight
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .is_empty());
+        assert!(crate::sync::lock(&resolver.in_flight).is_empty());
     }
 
     #[test]

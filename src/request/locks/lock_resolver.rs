@@ -19,6 +19,7 @@ use crate::request::plan::base::{
 use crate::request::plan::builder::PlanBuilder;
 use crate::request::plan::keyspace::Keyspace;
 use crate::store::RegionStore;
+use crate::sync::lock;
 use crate::{Error, Result};
 
 /// A transaction's status as `CheckTxnStatus` reported it, as client-rust's
@@ -131,33 +132,27 @@ pub struct ResolveLocksContext {
     clean_regions: Arc<Mutex<HashMap<u64, HashSet<RegionVerId>>>>,
 }
 
-/// Locks a map, ignoring poisoning (a panic elsewhere leaves the map
-/// consistent: every update is one insert).
-fn locked<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
-}
-
 impl ResolveLocksContext {
     /// The remembered status of transaction `txn_id`.
     pub async fn get_resolved(&self, txn_id: u64) -> Option<Arc<TransactionStatus>> {
-        locked(&self.resolved).get(&txn_id).cloned()
+        lock(&self.resolved).get(&txn_id).cloned()
     }
 
     /// Remembers the status of transaction `txn_id`.
     pub async fn save_resolved(&mut self, txn_id: u64, txn_status: Arc<TransactionStatus>) {
-        locked(&self.resolved).insert(txn_id, txn_status);
+        lock(&self.resolved).insert(txn_id, txn_status);
     }
 
     /// True when `txn_id`'s locks in `region` were resolved already.
     pub async fn is_region_cleaned(&self, txn_id: u64, region: &RegionVerId) -> bool {
-        locked(&self.clean_regions)
+        lock(&self.clean_regions)
             .get(&txn_id)
             .is_some_and(|regions| regions.contains(region))
     }
 
     /// Remembers that `txn_id`'s locks in `region` are resolved.
     pub async fn save_cleaned_region(&mut self, txn_id: u64, region: RegionVerId) {
-        locked(&self.clean_regions)
+        lock(&self.clean_regions)
             .entry(txn_id)
             .or_default()
             .insert(region);

@@ -6,7 +6,7 @@
 use std::collections::{HashMap, VecDeque};
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, Waker};
 
 use futures::Stream;
@@ -14,15 +14,12 @@ use tokio::sync::oneshot;
 use tokio::task::AbortHandle;
 
 use super::BatchOptions;
+use crate::sync::lock;
 use crate::Error;
 use crate::Failure;
 use prost::bytes::Bytes;
 use std::any::Any;
 use tikv_plan_proto::answers::{AnswerError, BatchAnswers};
-
-pub(super) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
-}
 
 /// What a waiting request receives.
 pub(super) enum Reply {

@@ -9,8 +9,8 @@ use tokio::time::Instant;
 
 use crate::region::RegionId;
 
-use super::lock;
 use crate::request::routing::round::BUSY_ANSWERS_BEFORE_PROBE;
+use crate::sync::lock;
 
 /// The outcome of a busy probe, as its waiters see it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

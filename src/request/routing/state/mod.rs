@@ -9,7 +9,7 @@ mod busy;
 mod counters;
 mod store_health;
 
-use std::sync::{Arc, Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -24,20 +24,6 @@ pub(crate) use busy::{BusyVerdict, ProbeOutcome, ProbeTicket, ProbeWaiter};
 use counters::Counters;
 pub use counters::RoutingStats;
 pub(crate) use store_health::StoreHealth;
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    // A panic while holding these locks cannot leave the maps inconsistent
-    // (each update is one insert or field write), so poisoning is ignored.
-    m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
-}
-
-fn read<T>(l: &RwLock<T>) -> RwLockReadGuard<'_, T> {
-    l.read().unwrap_or_else(|poisoned| poisoned.into_inner())
-}
-
-fn write<T>(l: &RwLock<T>) -> RwLockWriteGuard<'_, T> {
-    l.write().unwrap_or_else(|poisoned| poisoned.into_inner())
-}
 
 /// Routing knowledge shared by all requests of one client: store health, the
 /// `ServerIsBusy(0)` suspicion, and counters. Create one per client, wrap it

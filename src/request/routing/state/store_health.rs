@@ -11,7 +11,7 @@ use tokio::time::Instant;
 
 use crate::region::StoreId;
 
-use super::{read, write};
+use crate::sync::{read, write};
 
 #[derive(Debug, Clone, Copy, Default)]
 struct StoreHealthEntry {
