@@ -13,7 +13,7 @@
 //! ## Layers
 //!
 //! The modules form layers; a module uses its own files and the layers
-//! below it, never a module of its own layer or above (`tests/layers.rs`
+//! below it, never a module of its own layer or above (`tests/hygiene/layers.rs`
 //! reads every `crate::` path and fails on one against this order). From
 //! the bottom up:
 //!

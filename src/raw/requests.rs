@@ -451,24 +451,13 @@ impl Shardable for kvrpcpb::RawScanRequest {
         &self,
         pd_client: &Arc<PdC>,
     ) -> Result<Vec<(Self::Shard, RegionWithLeader)>> {
-        if !self.reverse {
-            let region = pd_client.region_for_key(&self.start_key).await?;
-            let piece = crate::region::clip_to_region(&self.start_key, &self.end_key, &region);
-            return Ok(vec![(piece, region)]);
-        }
-        // Reverse: upper bound `start_key` (exclusive), lower `end_key`.
-        let (lower, upper) = (self.end_key.clone(), self.start_key.clone());
-        let regions = pd_client
-            .regions_for_range(lower.clone(), upper.clone())
-            .await?;
-        let region = regions
-            .into_iter()
-            .last()
-            .ok_or_else(|| Error::InternalError {
-                message: "PD returned no Region for a scan range".to_owned(),
-            })?;
-        let (lo, hi) = crate::region::clip_to_region(&lower, &upper, &region);
-        Ok(vec![((hi, lo), region)])
+        crate::request::plan::shard::scan_piece(
+            pd_client,
+            &self.start_key,
+            &self.end_key,
+            self.reverse,
+        )
+        .await
     }
 
     fn apply_shard(&mut self, (start_key, end_key): Self::Shard) {

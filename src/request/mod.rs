@@ -76,7 +76,7 @@
 //! Every behaviour of [routing.md](crate::spec::routing), every decision the
 //! engine makes where the spec leaves room, and the test that shows each, are
 //! listed in [`docs/behaviours.md`](crate::spec::behaviours);
-//! `tests/plan_docs.rs` checks that each named test exists.
+//! `tests/hygiene/plan_docs.rs` checks that each named test exists.
 
 //!
 //! # Layout
@@ -84,7 +84,7 @@
 //! Three folders, each with one job, bottom up. A file uses the files of its
 //! own folder and of the folders below it, each by its path; this file is
 //! the module's one front door, and only a folder's `mod.rs` re-exports
-//! (`tests/layers.rs` checks all of it):
+//! (`tests/hygiene/layers.rs` checks all of it):
 //!
 //! - `routing/`: the pure routing engine (the shard's state machine, the
 //!   candidate round, the Region-error table) and the client-wide routing

@@ -12,7 +12,7 @@ use super::traits::Batchable;
 use crate::pd::PdClient;
 use crate::proto::kvrpcpb;
 use crate::region::RegionWithLeader;
-use crate::Result;
+use crate::{Error, Result};
 
 /// The one shard of a single-key request.
 pub(crate) async fn key_shard<PdC: PdClient>(
@@ -106,6 +106,36 @@ pub(crate) async fn range_shards<PdC: PdClient>(
         .into_iter()
         .flat_map(|(region, pieces)| pieces.into_iter().map(move |piece| (piece, region.clone())))
         .collect())
+}
+
+/// The one Region piece a scan serves next, as `(start_key, end_key)` in
+/// the request's own convention: forward, the first Region of
+/// `[start, end)`; in reverse (`start` the exclusive upper bound, `end` the
+/// lower), the last Region of `[end, start)`. The caller continues from the
+/// piece's end.
+pub(crate) async fn scan_piece<PdC: PdClient>(
+    pd_client: &Arc<PdC>,
+    start: &[u8],
+    end: &[u8],
+    reverse: bool,
+) -> Result<Vec<((Vec<u8>, Vec<u8>), RegionWithLeader)>> {
+    if !reverse {
+        let region = pd_client.region_for_key(start).await?;
+        let piece = crate::region::clip_to_region(start, end, &region);
+        return Ok(vec![(piece, region)]);
+    }
+    let (lower, upper) = (end.to_vec(), start.to_vec());
+    let regions = pd_client
+        .regions_for_range(lower.clone(), upper.clone())
+        .await?;
+    let region = regions
+        .into_iter()
+        .last()
+        .ok_or_else(|| Error::InternalError {
+            message: "PD returned no Region for a scan range".to_owned(),
+        })?;
+    let (lo, hi) = crate::region::clip_to_region(&lower, &upper, &region);
+    Ok(vec![((hi, lo), region)])
 }
 
 /// `Shardable` for requests on one key: `Request => key_field`, and, where

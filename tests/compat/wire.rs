@@ -145,7 +145,7 @@ fn pd_region_response_and_tso() {
 
 #[test]
 fn grpc_paths_match_tikv_and_pd() {
-    let tikv = include_str!("../tikv-plan-proto/src/generated/tikvpb.rs");
+    let tikv = include_str!("../../tikv-plan-proto/src/generated/tikvpb.rs");
     for method in [
         "RawGet",
         "RawBatchGet",
@@ -163,7 +163,7 @@ fn grpc_paths_match_tikv_and_pd() {
         let path = format!("\"/tikvpb.Tikv/{method}\"");
         assert!(tikv.contains(&path), "missing {path}");
     }
-    let pd = include_str!("../tikv-plan-proto/src/generated/pdpb.rs");
+    let pd = include_str!("../../tikv-plan-proto/src/generated/pdpb.rs");
     for method in [
         "GetMembers",
         "Tso",

@@ -2,13 +2,11 @@
 //! follower probe").
 #![cfg(feature = "mock")]
 
-mod common;
-
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::*;
+use crate::common::*;
 use tikv_plan::mock;
 use tikv_plan::request::RoutingState;
 use tikv_plan::Failure;
@@ -232,7 +230,7 @@ async fn a_request_split_after_its_probe_does_not_probe_again() {
         ),
     )
     .routing(routing.clone())
-    .retry_multi_region(common::backoff())
+    .retry_multi_region(crate::common::backoff())
     .merge(Collect)
     .plan()
     .execute()

@@ -5,11 +5,9 @@
 //! fragment names a heading of its page and that no doc comment names a
 //! markdown file the package does not ship.
 
-mod source_files;
-
 use std::path::{Path, PathBuf};
 
-use source_files::rust_files;
+use crate::source_files::rust_files;
 
 /// The pages of `tikv_plan::spec`, by module name.
 const PAGES: [&str; 4] = ["routing", "txn", "wire", "behaviours"];

@@ -12,11 +12,10 @@
 //! folder's door) re-exports.
 
 use std::collections::BTreeMap;
-mod source_files;
 
 use std::path::Path;
 
-use source_files::rust_files;
+use crate::source_files::rust_files;
 
 /// From the bottom up. Keep in step with `src/lib.rs`.
 const LAYERS: &[&[&str]] = &[
@@ -179,7 +178,7 @@ fn violations(
     for (name, module, source) in files {
         let Some(from) = layer_of(module) else {
             found.push(format!(
-                "{name}: module `{module}` is in no layer of tests/layers.rs"
+                "{name}: module `{module}` is in no layer of tests/hygiene/layers.rs"
             ));
             continue;
         };
@@ -278,7 +277,7 @@ fn sub_violations(files: &[(String, String, String)]) -> Vec<String> {
         };
         let Some(own) = rank(folder) else {
             found.push(format!(
-                "{name}: folder `{module}::{folder}` is in no sub-layer of tests/layers.rs"
+                "{name}: folder `{module}::{folder}` is in no sub-layer of tests/hygiene/layers.rs"
             ));
             continue;
         };

@@ -19,6 +19,22 @@ fn unit_test_files(root: &Path, module: &[&str]) -> Vec<PathBuf> {
     files
 }
 
+/// The files an integration test module named `file` may be: `tests/file.rs`
+/// and `tests/<binary>/file.rs`.
+fn test_files(root: &Path, file: &str) -> Vec<PathBuf> {
+    let tests = root.join("tests");
+    let mut files = vec![tests.join(format!("{file}.rs"))];
+    if let Ok(dir) = std::fs::read_dir(&tests) {
+        files.extend(
+            dir.filter_map(|e| e.ok())
+                .map(|e| e.path())
+                .filter(|p| p.is_dir())
+                .map(|d| d.join(format!("{file}.rs"))),
+        );
+    }
+    files
+}
+
 #[test]
 fn behaviour_table_names_existing_tests() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
@@ -28,9 +44,9 @@ fn behaviour_table_names_existing_tests() {
         for name in line.split('`').skip(1).step_by(2) {
             let parts: Vec<&str> = name.split("::").collect();
             let (files, test) = match parts.as_slice() {
-                [file, test] if !file.contains(' ') => {
-                    (vec![root.join("tests").join(format!("{file}.rs"))], *test)
-                }
+                // A test of `tests/`: a binary of its own, or a module of a
+                // binary's folder (`tests/routing/routing_fallback.rs`).
+                [file, test] if !file.contains(' ') => (test_files(root, file), *test),
                 [module @ .., "tests", test] if !module.is_empty() => {
                     (unit_test_files(root, module), *test)
                 }

@@ -2,9 +2,7 @@
 //! shard" and "Connections").
 #![cfg(feature = "mock")]
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use tikv_plan::mock::{self, MappingFailure};
 use tikv_plan::proto::metapb;
 use tikv_plan::Error;

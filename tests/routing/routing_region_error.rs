@@ -2,13 +2,11 @@
 //! cached leader").
 #![cfg(feature = "mock")]
 
-mod common;
-
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::*;
+use crate::common::*;
 use tikv_plan::mock::{self, MockPdClient};
 use tikv_plan::proto::{errorpb, kvrpcpb, metapb};
 use tikv_plan::raw_lowering::new_raw_batch_get_request;

@@ -1,9 +1,7 @@
 //! Fail points before store mapping and before dispatch.
 #![cfg(all(feature = "mock", feature = "failpoints"))]
 
-mod common;
-
-use common::*;
+use crate::common::*;
 
 /// Fail points are process-wide: tests that configure them run one at a
 /// time.

@@ -5,8 +5,6 @@
 //! front page, and the pages carry no internal bookkeeping (issue numbers,
 //! the maintainers' folders, commit hashes as history).
 
-mod source_files;
-
 use std::path::{Path, PathBuf};
 
 fn root() -> &'static Path {
@@ -220,7 +218,7 @@ fn code_comments_name_no_issue_number() {
     ];
     let mut read = 0;
     for folder in folders {
-        for file in source_files::rust_files(&root().join(folder)) {
+        for file in crate::source_files::rust_files(&root().join(folder)) {
             read += 1;
             let text = std::fs::read_to_string(&file).unwrap();
             for (n, line) in text.lines().enumerate() {

@@ -1,11 +1,9 @@
 //! Cancellation (routing.md, "Cancellation").
 #![cfg(feature = "mock")]
 
-mod common;
-
 use std::time::Duration;
 
-use common::*;
+use crate::common::*;
 
 #[tokio::test(start_paused = true)]
 async fn dropping_request_mid_round_contacts_no_one_and_leaks_no_permit() {

@@ -1,9 +1,7 @@
 //! gRPC failures during dispatch (routing.md, "gRPC error classification").
 #![cfg(feature = "mock")]
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use tikv_plan::Failure;
 use tikv_plan::{Backoff, Error};
 
@@ -27,7 +25,7 @@ async fn transport_failure_invalidates_store_and_region() {
     // A round that succeeds on a voter drops only the failed store. (Fresh
     // routing state: store 1 is cooling down in the old one.)
     let pd = three_voters();
-    let routing = common::routing();
+    let routing = crate::common::routing();
     pd.set_dispatch_hook(|peer, req| {
         if peer.id == 11 {
             unavailable()

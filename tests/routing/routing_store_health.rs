@@ -1,12 +1,10 @@
 //! Client-wide store health (routing.md, "Store health").
 #![cfg(feature = "mock")]
 
-mod common;
-
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::*;
+use crate::common::*;
 use tikv_plan::mock::{self, MappingFailure, MockPdClient};
 use tikv_plan::request::RoutingState;
 use tikv_plan::Config;

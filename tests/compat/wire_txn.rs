@@ -269,7 +269,7 @@ fn gc_safe_point_fields() {
 
 #[test]
 fn transactional_grpc_paths_match_tikv_and_pd() {
-    let tikv = include_str!("../tikv-plan-proto/src/generated/tikvpb.rs");
+    let tikv = include_str!("../../tikv-plan-proto/src/generated/tikvpb.rs");
     for method in [
         "KvGet",
         "KvScan",
@@ -292,7 +292,7 @@ fn transactional_grpc_paths_match_tikv_and_pd() {
         let path = format!("\"/tikvpb.Tikv/{method}\"");
         assert!(tikv.contains(&path), "missing {path}");
     }
-    let pd = include_str!("../tikv-plan-proto/src/generated/pdpb.rs");
+    let pd = include_str!("../../tikv-plan-proto/src/generated/pdpb.rs");
     for method in ["GetGCSafePoint", "UpdateGCSafePoint"] {
         let path = format!("\"/pdpb.PD/{method}\"");
         assert!(pd.contains(&path), "missing {path}");

@@ -1,12 +1,10 @@
 //! Replay safety (routing.md, "Replay safety").
 #![cfg(feature = "mock")]
 
-mod common;
-
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::*;
+use crate::common::*;
 use tikv_plan::mock::{self, MappingFailure, MockPdClient};
 use tikv_plan::proto::kvrpcpb;
 use tikv_plan::raw_lowering::{new_cas_request, new_raw_batch_put_request};

@@ -2,11 +2,9 @@
 //! "One round, per shard").
 #![cfg(feature = "mock")]
 
-mod common;
-
 use std::sync::Arc;
 
-use common::*;
+use crate::common::*;
 use tikv_plan::mock::{self, MappingFailure, MockPdClient};
 use tikv_plan::proto::kvrpcpb;
 use tikv_plan::raw_lowering::new_raw_get_request;

@@ -2,13 +2,11 @@
 //! batch splitting (routing.md, "Invariants" and "Replay safety").
 #![cfg(feature = "mock")]
 
-mod common;
-
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::*;
+use crate::common::*;
 use tikv_plan::mock::{self, MockPdClient};
 use tikv_plan::proto::kvrpcpb;
 use tikv_plan::raw_lowering::{new_raw_batch_get_request, new_raw_batch_put_request};

@@ -5,12 +5,10 @@
 //! sent again once an attempt may have reached a store.
 #![cfg(feature = "mock")]
 
-mod common;
-
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 
-use common::*;
+use crate::common::*;
 use proptest::prelude::*;
 use tikv_plan::mock::{self, MockPdClient};
 use tikv_plan::proto::{errorpb, metapb};

@@ -7,12 +7,12 @@
 //! For each public type it lists the public fields, enum variants, inherent
 //! methods and the traits implemented for it; for each trait its items.
 //! Generated protobuf modules (`proto::*`) are listed by name only: their
-//! shape is the `.proto` files', checked by `tests/wire.rs`.
+//! shape is the `.proto` files', checked by `tests/compat/wire.rs`.
 //!
 //! When the API changes on purpose, regenerate the list and commit it:
 //!
 //! ```text
-//! UPDATE_PUBLIC_API=1 cargo test --all-features --test public_api
+//! UPDATE_PUBLIC_API=1 cargo test --all-features --test hygiene public_api
 //! ```
 //!
 //! A second check holds the list to tikv-client 0.4.0's items plus the
@@ -685,7 +685,7 @@ fn public_api_matches_the_checked_in_list() {
         added.is_empty() && removed.is_empty(),
         "the public API changed.\n\nadded:\n  {}\n\nremoved:\n  {}\n\n\
          If this is deliberate, regenerate {SNAPSHOT} with\n  \
-         UPDATE_PUBLIC_API=1 cargo test --all-features --test public_api\n\
+         UPDATE_PUBLIC_API=1 cargo test --all-features --test hygiene public_api\n\
          and commit it (say why in CHANGELOG.md).",
         added
             .iter()
@@ -722,7 +722,7 @@ fn the_lister_sees_public_items_and_skips_private_ones() {
 /// tikv-client 0.4.0's public items (kind and path), as this lister reads
 /// its sources. Regenerate from an unpacked copy of the crate with
 /// `CLIENT_RUST_SRC=<path>/tikv-client-0.4.0 UPDATE_PUBLIC_API=1 cargo test
-/// --all-features --test public_api`.
+/// --all-features --test hygiene public_api`.
 const CLIENT_RUST_ITEMS: &str = "tests/public-api-tikv-client-0.4.0.txt";
 
 /// Our public items that tikv-client 0.4.0 does not have: a path (an item

@@ -3,13 +3,11 @@
 //! definite answer from the voter that accepts clears it.
 #![cfg(feature = "mock")]
 
-mod common;
-
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{accept, client_timeout, region_error, three_voters};
+use crate::common::{accept, client_timeout, region_error, three_voters};
 use tikv_plan::mock;
 use tikv_plan::proto::{errorpb, kvrpcpb};
 use tikv_plan::{
@@ -236,7 +234,7 @@ fn two_regions() -> Arc<mock::MockPdClient> {
 }
 
 /// A prewrite's answer: a write conflict on `key`.
-fn prewrite_conflict(key: &[u8]) -> common::Answer {
+fn prewrite_conflict(key: &[u8]) -> crate::common::Answer {
     Ok(Box::new(kvrpcpb::PrewriteResponse {
         errors: vec![kvrpcpb::KeyError {
             conflict: Some(kvrpcpb::WriteConflict {

@@ -1,0 +1,24 @@
+//! Routing: leader-first rounds with voter fallback, Region errors, store
+//! health, the busy probe, replay safety and the plan stages, against the
+//! mock cluster and the simulator.
+//!
+//! One test binary of several modules, each the file of its name.
+
+#[path = "../common/mod.rs"]
+mod common;
+
+mod plan_cancel;
+mod plan_mock;
+mod plan_multi;
+mod plan_properties;
+mod plan_replay;
+mod plan_stages;
+mod routing_busy;
+mod routing_failpoints;
+mod routing_fallback;
+mod routing_mapping;
+mod routing_region_error;
+mod routing_sim;
+mod routing_store_health;
+mod routing_transport;
+mod write_replay;

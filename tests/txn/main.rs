@@ -1,0 +1,16 @@
+//! Transactions: optimistic and pessimistic, async commit and 1PC, locks and
+//! their resolution, timestamps, safety on drop, the bank invariant.
+//!
+//! One test binary of several modules, each the file of its name.
+
+#[path = "../common/mod.rs"]
+mod common;
+
+mod txn_bank;
+mod txn_client;
+mod txn_keyspace;
+mod txn_locks;
+mod txn_mock;
+mod txn_modes;
+mod txn_safety;
+mod txn_tso;
