@@ -91,6 +91,18 @@ impl<KvC: KvConnect> std::fmt::Debug for PdRpcClient<KvC> {
 }
 
 impl PdRpcClient<TikvConnect> {
+    /// [`connect`](Self::connect) for the clients' constructors: the
+    /// endpoints (anything that turns into a `String`) are checked first,
+    /// so a malformed one fails with a sentence saying what is wrong.
+    pub(crate) async fn connect_endpoints<S: Into<String>>(
+        pd_endpoints: Vec<S>,
+        config: &Config,
+    ) -> Result<Self> {
+        let endpoints: Vec<String> = pd_endpoints.into_iter().map(Into::into).collect();
+        super::validate_pd_endpoints(&endpoints)?;
+        Self::connect(&endpoints, config).await
+    }
+
     /// Connects to PD through `pd_endpoints` and opens store connections
     /// with [`TikvConnect`], using the timeouts and security of `config`.
     pub async fn connect(pd_endpoints: &[String], config: &Config) -> Result<Self> {

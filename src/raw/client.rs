@@ -100,13 +100,8 @@ impl RawClient<PdRpcClient> {
         pd_endpoints: Vec<S>,
         config: Config,
     ) -> Result<Self> {
-        let endpoints: Vec<String> = pd_endpoints.into_iter().map(Into::into).collect();
-        crate::pd::validate_pd_endpoints(&endpoints)?;
-        let rpc = Arc::new(PdRpcClient::connect(&endpoints, &config).await?);
-        let keyspace = match &config.keyspace {
-            None => Keyspace::Disable,
-            Some(name) => crate::request::load_keyspace(&*rpc, name).await?,
-        };
+        let rpc = Arc::new(PdRpcClient::connect_endpoints(pd_endpoints, &config).await?);
+        let keyspace = crate::request::configured_keyspace(&*rpc, &config).await?;
         Ok(Self::new_with_pd_client(rpc, &config).with_keyspace(keyspace))
     }
 }
@@ -233,10 +228,10 @@ impl<PdC: PdClient> RawClient<PdC> {
             .post_process_default()
             .plan();
         // The stages run as one future (`Stage::run`), without the box of
-        // each stage's `Plan::execute`; that future is boxed once, so the
-        // caller's future stays small (a caller moves it at least twice
-        // before polling it).
-        Box::pin(plan.run()).await
+        // each stage's `Plan::execute`: the retrying stage's future is the
+        // one boxed, so the caller's future stays small (a caller moves it
+        // at least twice before polling it).
+        plan.run().await
     }
 
     /// The value of `key`, or `None` when it does not exist.

@@ -129,10 +129,11 @@ pub mod plan {
     pub use all_stores::RetryableAllStores;
     pub use base::{
         Collect, CollectError, CollectSingle, DefaultProcessor, Dispatch, ExtractError, Merge,
-        MergeResponse, Plan, PreserveShard, Process, ProcessResponse, ResponseWithShard,
+        MergeResponse, PreserveShard, Process, ProcessResponse, ResponseWithShard,
     };
     pub use resolve_lock::{CollectWithShard, ResolveLock};
     pub use retry::RetryableMultiRegion;
+    pub use traits::Plan;
 }
 
 pub(crate) use locks::client_lock_resolver::{resolve_locks_once, ClientLockResolver};
@@ -140,11 +141,11 @@ pub use plan::all_stores::StoreRequest;
 pub(crate) use plan::base::collect_in_order;
 pub use plan::base::{
     Collect, CollectError, CollectSingle, DefaultProcessor, Dispatch, ExtractError, Merge,
-    MergeResponse, Plan, Process, ProcessResponse, ResponseWithShard,
+    MergeResponse, Process, ProcessResponse, ResponseWithShard,
 };
 pub use plan::builder::PlanBuilder;
 pub(crate) use plan::fast_dispatch::FastDispatch;
-pub(crate) use plan::keyspace::load_keyspace;
+pub(crate) use plan::keyspace::configured_keyspace;
 pub use plan::keyspace::{EncodeKeyspace, KeyMode, Keyspace, TruncateKeyspace};
 pub use plan::request_shape::{HasNextBatch, NextBatch, RangeRequest, SingleKey};
 pub(crate) use plan::resolve_lock::CollectPieces;
@@ -154,6 +155,6 @@ pub use plan::retry_options::RetryOptions;
 pub(crate) use plan::stage::{ShardPayload, Stage, TypedCall};
 pub(crate) use plan::traits::{no_key_errors, strongest_shard_error};
 pub use plan::traits::{
-    set_context_for_store, Batchable, HasKeyErrors, HasRegionError, KvRequest, Shardable,
+    set_context_for_store, Batchable, HasKeyErrors, HasRegionError, KvRequest, Plan, Shardable,
 };
 pub use routing::state::{RoutingState, RoutingStats};

@@ -60,13 +60,8 @@ impl TransactionClient<PdRpcClient> {
         pd_endpoints: Vec<S>,
         config: Config,
     ) -> Result<Self> {
-        let endpoints: Vec<String> = pd_endpoints.into_iter().map(Into::into).collect();
-        crate::pd::validate_pd_endpoints(&endpoints)?;
-        let rpc = Arc::new(PdRpcClient::connect(&endpoints, &config).await?);
-        let keyspace = match &config.keyspace {
-            None => Keyspace::Disable,
-            Some(name) => crate::request::load_keyspace(&*rpc, name).await?,
-        };
+        let rpc = Arc::new(PdRpcClient::connect_endpoints(pd_endpoints, &config).await?);
+        let keyspace = crate::request::configured_keyspace(&*rpc, &config).await?;
         Ok(Self::build(rpc, &config, keyspace))
     }
 
@@ -86,9 +81,7 @@ impl TransactionClient<PdRpcClient> {
                  to work inside that keyspace"
             ))));
         }
-        let endpoints: Vec<String> = pd_endpoints.into_iter().map(Into::into).collect();
-        crate::pd::validate_pd_endpoints(&endpoints)?;
-        let rpc = Arc::new(PdRpcClient::connect(&endpoints, &config).await?);
+        let rpc = Arc::new(PdRpcClient::connect_endpoints(pd_endpoints, &config).await?);
         Ok(Self::build(rpc, &config, Keyspace::ApiV2NoPrefix))
     }
 }

@@ -30,13 +30,14 @@ use crate::pd::PdClient;
 use crate::pd::TimestampExt;
 use crate::proto::kvrpcpb;
 use crate::region::RegionVerId;
-use crate::request::plan::base::{CollectError, CollectSingle, Plan, ResponseWithShard};
+use crate::request::plan::base::{CollectError, CollectSingle, ResponseWithShard};
 use crate::request::plan::builder::PlanBuilder;
 use crate::request::plan::call_deadline;
 use crate::request::plan::fast_dispatch::FastDispatch;
 use crate::request::plan::keyspace::Keyspace;
 use crate::request::plan::resolve_lock::{HasLocks, LockResolve, ResolveLock, ResolvePass};
 use crate::request::plan::stage::TypedCall;
+use crate::request::plan::traits::Plan;
 use crate::request::routing::state::RoutingState;
 use crate::{Config, Result};
 

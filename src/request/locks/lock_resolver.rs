@@ -14,10 +14,11 @@ use crate::pd::{PdClient, Timestamp, TimestampExt};
 use crate::proto::kvrpcpb;
 use crate::region::RegionVerId;
 use crate::request::plan::base::{
-    CollectError, CollectSingle, DefaultProcessor, Plan, Process, ResponseWithShard,
+    CollectError, CollectSingle, DefaultProcessor, Process, ResponseWithShard,
 };
 use crate::request::plan::builder::PlanBuilder;
 use crate::request::plan::keyspace::Keyspace;
+use crate::request::plan::traits::Plan;
 use crate::store::RegionStore;
 use crate::sync::lock;
 use crate::{Error, Result};

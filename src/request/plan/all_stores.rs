@@ -10,7 +10,8 @@ use crate::pd::PdClient;
 use crate::store::Store;
 use crate::{Error, Result};
 
-use super::base::{Dispatch, Plan};
+use super::base::Dispatch;
+use super::traits::Plan;
 use super::traits::{HasKeyErrors, HasRegionError, KvRequest};
 
 /// A request (or plan) aimed at one store.

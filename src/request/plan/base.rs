@@ -1,4 +1,4 @@
-//! The [`Plan`] trait and the stages that need no routing: [`Dispatch`]
+//! The stages that need no routing: [`Dispatch`]
 //! sends one request to one store; [`MergeResponse`], [`ProcessResponse`]
 //! and [`ExtractError`] shape the results.
 
@@ -15,28 +15,9 @@ use crate::store::{KvClient, RegionStore};
 use crate::{Error, Result};
 
 use super::stage::{ShardStage, Stage};
-use super::traits::{strongest_shard_error, HasKeyErrors, HasRegionError, KvRequest, Shardable};
-
-/// A stage of a request plan. Executing it runs the request to completion.
-#[async_trait]
-pub trait Plan: Sized + Clone + Sync + Send + 'static {
-    /// What the plan produces.
-    type Result: Send;
-
-    /// Runs the plan.
-    async fn execute(&self) -> Result<Self::Result>;
-
-    /// What the plan sends, for errors that must name it (an undetermined
-    /// write names its keys or range).
-    fn describe(&self) -> String {
-        "the request".to_owned()
-    }
-
-    /// The request's method name (`raw_get`, ...) for metrics and spans.
-    fn label(&self) -> &'static str {
-        "request"
-    }
-}
+use super::traits::{
+    strongest_shard_error, HasKeyErrors, HasRegionError, KvRequest, Plan, Shardable,
+};
 
 /// Sends a request to the store client set by `apply_store`, and downcasts
 /// the answer to the request's response type.

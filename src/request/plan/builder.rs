@@ -9,7 +9,7 @@ use crate::store::RegionStore;
 
 use super::all_stores::{RetryableAllStores, StoreRequest};
 use super::base::{
-    DefaultProcessor, Dispatch, ExtractError, Merge, MergeResponse, Plan, PreserveShard, Process,
+    DefaultProcessor, Dispatch, ExtractError, Merge, MergeResponse, PreserveShard, Process,
     ProcessResponse,
 };
 use super::fast_dispatch::FastDispatch;
@@ -17,7 +17,7 @@ use super::keyspace::Keyspace;
 use super::resolve_lock::{HasLocks, LockResolve, ResolveLock};
 use super::retry::RetryableMultiRegion;
 use super::stage::{ShardStage, TypedCall};
-use super::traits::{HasKeyErrors, HasRegionError, KvRequest, Shardable};
+use super::traits::{HasKeyErrors, HasRegionError, KvRequest, Plan, Shardable};
 use crate::request::routing::policy::RequestPolicy;
 use crate::request::routing::state::RoutingState;
 use crate::Result;

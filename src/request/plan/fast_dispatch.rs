@@ -15,9 +15,9 @@ use crate::region::RegionWithLeader;
 use crate::store::{KvClient, RegionStore};
 use crate::{Error, Failure, Result};
 
-use super::base::{send, Plan};
+use super::base::send;
 use super::stage::{ShardPayload, ShardStage, Stage, TypedCall};
-use super::traits::Shardable;
+use super::traits::{Plan, Shardable};
 
 /// Sends one of the crate's own requests to the store client set by
 /// `apply_store`.

@@ -221,6 +221,18 @@ impl<T: TruncateKeyspace> TruncateKeyspace for Vec<T> {
     }
 }
 
+/// The keyspace `config` names, resolved through PD
+/// ([`load_keyspace`]), or [`Keyspace::Disable`] (API v1) when it names none.
+pub(crate) async fn configured_keyspace<PdC: crate::pd::PdClient>(
+    pd: &PdC,
+    config: &crate::Config,
+) -> crate::Result<Keyspace> {
+    match &config.keyspace {
+        None => Ok(Keyspace::Disable),
+        Some(name) => load_keyspace(pd, name).await,
+    }
+}
+
 /// Resolves a keyspace name through PD; a keyspace that exists but is not
 /// enabled cannot be used either.
 pub(crate) async fn load_keyspace<PdC: crate::pd::PdClient>(

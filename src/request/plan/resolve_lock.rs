@@ -17,8 +17,9 @@ use crate::pd::PdClient;
 use crate::proto::kvrpcpb;
 use crate::{Error, Result};
 
-use super::base::{collect_in_order, Merge, Plan, ResponseWithShard};
+use super::base::{collect_in_order, Merge, ResponseWithShard};
 use super::stage::{ShardStage, Stage};
+use super::traits::Plan;
 use super::traits::Shardable;
 use crate::region::RegionWithLeader;
 use crate::store::RegionStore;

@@ -13,9 +13,8 @@ use tokio::sync::Semaphore;
 use tokio::time::Instant;
 use tracing::Instrument;
 
-use super::base::Plan;
 use super::stage::{ShardStage, Stage};
-use super::traits::{strongest_shard_error, HasRegionError, Shardable};
+use super::traits::{strongest_shard_error, HasRegionError, Plan, Shardable};
 use crate::backoff::Backoff;
 use crate::pd::PdClient;
 use crate::region::RegionWithLeader;
@@ -512,8 +511,11 @@ where
     P::Result: HasRegionError,
     PdC: PdClient,
 {
+    /// The retrying future, boxed: it is large (every shard's state), and
+    /// the stages that wrap it (merge, process) then hold a pointer, not a
+    /// copy of it moved into each of their futures.
     fn run(&self) -> impl std::future::Future<Output = Result<Self::Result>> + Send + '_ {
-        self.run_shards()
+        Box::pin(self.run_shards())
     }
 }
 

@@ -18,8 +18,7 @@ use crate::region::RegionWithLeader;
 use crate::store::GrpcChannel;
 use crate::Result;
 
-use super::base::Plan;
-use super::traits::{KvRequest, Shardable};
+use super::traits::{KvRequest, Plan, Shardable};
 
 /// A plan stage as the crate runs it.
 pub trait Stage: Plan {

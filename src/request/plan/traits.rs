@@ -1,4 +1,4 @@
-//! The traits a request implements to travel through a plan.
+//! The traits of a plan and of the requests that travel through one.
 
 use std::sync::Arc;
 
@@ -9,6 +9,27 @@ use crate::proto::{errorpb, kvrpcpb};
 use crate::region::RegionWithLeader;
 use crate::store::{RegionStore, Request};
 use crate::{Error, Result};
+
+/// A stage of a request plan. Executing it runs the request to completion.
+#[async_trait]
+pub trait Plan: Sized + Clone + Sync + Send + 'static {
+    /// What the plan produces.
+    type Result: Send;
+
+    /// Runs the plan.
+    async fn execute(&self) -> Result<Self::Result>;
+
+    /// What the plan sends, for errors that must name it (an undetermined
+    /// write names its keys or range).
+    fn describe(&self) -> String {
+        "the request".to_owned()
+    }
+
+    /// The request's method name (`raw_get`, ...) for metrics and spans.
+    fn label(&self) -> &'static str {
+        "request"
+    }
+}
 
 /// A TiKV request with a typed response, ready for a plan.
 pub trait KvRequest: Request + Sized + Clone + Sync + Send + 'static {
