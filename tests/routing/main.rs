@@ -14,7 +14,6 @@ mod plan_properties;
 mod plan_replay;
 mod plan_stages;
 mod routing_busy;
-mod routing_failpoints;
 mod routing_fallback;
 mod routing_mapping;
 mod routing_region_error;

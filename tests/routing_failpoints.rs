@@ -1,7 +1,9 @@
 //! Fail points before store mapping and before dispatch.
 #![cfg(all(feature = "mock", feature = "failpoints"))]
 
-use crate::common::*;
+mod common;
+
+use common::*;
 
 /// Fail points are process-wide: tests that configure them run one at a
 /// time.
