@@ -10,7 +10,11 @@
 //! valgrind --tool=callgrind target/release/examples/profile_ops get 3000
 //! ```
 //!
-//! (instructions of the second run minus the first, over 2000). Modes:
+//! (instructions of the second run minus the first, over 2000). An
+//! optional third argument, TASKS, splits the operations over that many
+//! concurrent tasks on the one thread (`get 3000 64`), so the count covers
+//! what concurrency adds: the batched stream's queue, wake-ups, futures
+//! that wait side by side. Modes:
 //! `get` and `put` through `RawClient`, `bare-get` through `TikvClient`
 //! aimed at the Region's leader by hand, `batch-get` of 100 keys over 8
 //! Regions through `RawClient`. Both the client and the simulated
@@ -24,7 +28,7 @@ use tikv_plan::proto::tikvpb::tikv_client::TikvClient;
 use tikv_plan::RawClient;
 use tikv_sim::SimCluster;
 
-const USAGE: &str = "usage: profile_ops get|put|bare-get|batch-get COUNT";
+const USAGE: &str = "usage: profile_ops get|put|bare-get|batch-get COUNT [TASKS]";
 
 fn main() -> ExitCode {
     let mut args = std::env::args().skip(1);
@@ -36,6 +40,14 @@ fn main() -> ExitCode {
         eprintln!("COUNT must be a number\n{USAGE}");
         return ExitCode::from(2);
     };
+    let tasks = match args.next().map(|t| t.parse::<usize>()) {
+        None => 1,
+        Some(Ok(tasks)) if tasks > 0 => tasks,
+        Some(_) => {
+            eprintln!("TASKS must be a positive number\n{USAGE}");
+            return ExitCode::from(2);
+        }
+    };
     if !["get", "put", "bare-get", "batch-get"].contains(&mode.as_str()) {
         eprintln!("unknown mode {mode:?}\n{USAGE}");
         return ExitCode::from(2);
@@ -44,7 +56,7 @@ fn main() -> ExitCode {
         .enable_all()
         .build()
         .expect("a tokio runtime");
-    match runtime.block_on(run(&mode, count)) {
+    match runtime.block_on(run(mode, count, tasks)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("profile_ops: {e}");
@@ -53,7 +65,9 @@ fn main() -> ExitCode {
     }
 }
 
-async fn run(mode: &str, count: usize) -> Result<(), Box<dyn std::error::Error>> {
+type Failure = Box<dyn std::error::Error + Send + Sync>;
+
+async fn run(mode: String, count: usize, tasks: usize) -> Result<(), Failure> {
     // For `batch-get`, eight Regions split at "k1".."k7", the batch's keys
     // spread over all; one Region otherwise.
     let splits = if mode == "batch-get" {
@@ -94,8 +108,55 @@ async fn run(mode: &str, count: usize) -> Result<(), Box<dyn std::error::Error>>
         peer: Some(leader),
         ..Default::default()
     };
-    for _ in 0..count {
-        match mode {
+    // Each task runs its share of the operations one after another; the
+    // tasks run side by side on the runtime's one thread.
+    let work = std::sync::Arc::new(Work {
+        mode,
+        client,
+        bare,
+        context,
+        key,
+        batch,
+    });
+    let mut running = Vec::with_capacity(tasks);
+    for task in 0..tasks {
+        let share = count / tasks + usize::from(task < count % tasks);
+        let work = std::sync::Arc::clone(&work);
+        running.push(tokio::spawn(async move {
+            for _ in 0..share {
+                work.once().await?;
+            }
+            Ok::<(), Failure>(())
+        }));
+    }
+    for task in running {
+        task.await??;
+    }
+    Ok(())
+}
+
+/// What every task shares: the clients and the keys.
+struct Work {
+    mode: String,
+    client: RawClient,
+    bare: TikvClient<tonic::transport::Channel>,
+    context: kvrpcpb::Context,
+    key: Vec<u8>,
+    batch: Vec<Vec<u8>>,
+}
+
+impl Work {
+    /// One operation of the mode.
+    async fn once(&self) -> Result<(), Failure> {
+        let Work {
+            mode,
+            client,
+            bare,
+            context,
+            key,
+            batch,
+        } = self;
+        match mode.as_str() {
             "get" => {
                 client.get(key.clone()).await?.ok_or("the key is gone")?;
             }
@@ -121,6 +182,6 @@ async fn run(mode: &str, count: usize) -> Result<(), Box<dyn std::error::Error>>
                 }
             }
         }
+        Ok(())
     }
-    Ok(())
 }

@@ -1,4 +1,4 @@
-//! [`FastDispatch`]: the [`Dispatch`](super::base::Dispatch) stage of the
+//! [`FastDispatch`]: the [`Dispatch`] stage of the
 //! crate's own requests. It does what `Dispatch` does, and on top sends
 //! the request on the typed gRPC path when the store client offers one,
 //! answers a single key's shard from the Region cache, and tells a
@@ -12,64 +12,57 @@ use async_trait::async_trait;
 
 use crate::pd::PdClient;
 use crate::region::RegionWithLeader;
-use crate::store::{KvClient, RegionStore};
+use crate::store::RegionStore;
 use crate::{Error, Failure, Result};
 
-use super::base::send;
+use super::base::{send, Dispatch};
 use super::stage::{ShardPayload, ShardStage, Stage, TypedCall};
 use super::traits::{Plan, Shardable};
 
 /// Sends one of the crate's own requests to the store client set by
-/// `apply_store`.
+/// `apply_store`: a [`Dispatch`] (whose state, sharding and sending it
+/// uses) that takes the typed path when it can.
 #[derive(Clone)]
-pub(crate) struct FastDispatch<Req: TypedCall> {
-    request: Req,
-    kv_client: Option<Arc<dyn KvClient + Send + Sync>>,
-    /// The bound of the next RPC; `None` leaves it to the store client's
-    /// own timeout.
-    rpc_bound: Option<Duration>,
-}
+pub(crate) struct FastDispatch<Req: TypedCall>(Dispatch<Req>);
 
 impl<Req: TypedCall> FastDispatch<Req> {
     /// A dispatch of `request`, not yet targeted at a store.
     pub(crate) fn new(request: Req) -> Self {
-        FastDispatch {
-            request,
-            kv_client: None,
-            rpc_bound: None,
-        }
+        FastDispatch(Dispatch::new(request))
     }
 
     /// A dispatch of `request` aimed at `client` (tests that send to a
     /// store directly).
     #[cfg(test)]
-    pub(crate) fn with_client(request: Req, client: Arc<dyn KvClient + Send + Sync>) -> Self {
-        FastDispatch {
-            request,
-            kv_client: Some(client),
-            rpc_bound: None,
-        }
+    pub(crate) fn with_client(
+        request: Req,
+        client: Arc<dyn crate::store::KvClient + Send + Sync>,
+    ) -> Self {
+        let mut dispatch = Dispatch::new(request);
+        dispatch.kv_client = Some(client);
+        FastDispatch(dispatch)
     }
 
     /// Sends the request: on the typed path when the store client offers
     /// one (the response comes back with its own type, and the request is
-    /// encoded once, straight into the HTTP body of the call), else through
-    /// the client's `dispatch_within`.
+    /// encoded once, straight into the HTTP body of the call), else as
+    /// [`Dispatch`] does, through the client's `dispatch_within`.
     async fn send_mut(&mut self) -> Result<Req::Response> {
-        if let Some(typed) = self
-            .kv_client
-            .as_deref()
-            .and_then(crate::store::typed_channel)
-        {
+        let Dispatch {
+            request,
+            kv_client,
+            rpc_bound,
+        } = &mut self.0;
+        if let Some(typed) = kv_client.as_deref().and_then(crate::store::typed_channel) {
             // One timer: the smaller of the client's timeout and the
             // plan's bound; sent as `grpc-timeout` unless it is the
             // client's own and the channel keeps that one already.
-            let (timeout, bounded) = crate::store::call_timeout(self.rpc_bound, typed.timeout);
+            let (timeout, bounded) = crate::store::call_timeout(*rpc_bound, typed.timeout);
             let header = (bounded || !typed.enforces_timeout).then_some(timeout);
-            let label = self.request.label();
+            let label = request.label();
             // Pinned in place: awaited as a temporary, the call's future
             // would take its room twice in this one.
-            let call = std::pin::pin!(self.request.dispatch_typed(typed.grpc, header));
+            let call = std::pin::pin!(request.dispatch_typed(typed.grpc, header));
             // tonic's timer starts once the channel is ready: a channel
             // that reconnects first (its connection lost) would add its
             // connect wait. This timer covers the whole call, a moment
@@ -87,42 +80,41 @@ impl<Req: TypedCall> FastDispatch<Req> {
                 }
             }
         }
-        send(self.kv_client.as_ref(), &self.request, self.rpc_bound).await
+        send(kv_client.as_ref(), request, *rpc_bound).await
     }
 }
+
+// The traits below forward to the `Dispatch` inside, but for `run_mut`
+// (the typed path) and `for_shard` (the request's own way to shard).
 
 #[async_trait]
 impl<Req: TypedCall> Plan for FastDispatch<Req> {
     type Result = Req::Response;
 
     fn describe(&self) -> String {
-        self.request.describe()
+        self.0.describe()
     }
 
     fn label(&self) -> &'static str {
-        self.request.label()
+        self.0.label()
     }
 
     async fn execute(&self) -> Result<Self::Result> {
-        self.run().await
+        self.0.run().await
     }
 }
 
 impl<Req: TypedCall> Stage for FastDispatch<Req> {
     fn run(&self) -> impl Future<Output = Result<Self::Result>> + Send + '_ {
-        crate::telemetry::tikv_rpc(
-            self.request.label(),
-            send(self.kv_client.as_ref(), &self.request, self.rpc_bound),
-        )
+        self.0.run()
     }
 
     fn run_mut(&mut self) -> impl Future<Output = Result<Self::Result>> + Send + '_ {
-        crate::telemetry::tikv_rpc(self.request.label(), self.send_mut())
+        crate::telemetry::tikv_rpc(self.0.request.label(), self.send_mut())
     }
 
     fn set_rpc_bound(&mut self, bound: Option<Duration>) -> bool {
-        self.rpc_bound = bound;
-        true
+        self.0.set_rpc_bound(bound)
     }
 }
 
@@ -131,15 +123,13 @@ impl<Req: TypedCall + ShardPayload> ShardStage for FastDispatch<Req> {
         &self,
         pd_client: &PdC,
     ) -> Option<Vec<(Self::Shard, RegionWithLeader)>> {
-        ShardPayload::cached_shards(&self.request, pd_client)
+        ShardPayload::cached_shards(&self.0.request, pd_client)
     }
 
     fn for_shard(&self, shard: Self::Shard, whole: bool) -> Self {
-        FastDispatch {
-            request: ShardPayload::for_shard(&self.request, shard, whole),
-            kv_client: None,
-            rpc_bound: self.rpc_bound,
-        }
+        let mut dispatch = Dispatch::new(ShardPayload::for_shard(&self.0.request, shard, whole));
+        dispatch.rpc_bound = self.0.rpc_bound;
+        FastDispatch(dispatch)
     }
 }
 
@@ -151,15 +141,14 @@ impl<Req: TypedCall + Shardable> Shardable for FastDispatch<Req> {
         &self,
         pd_client: &Arc<PdC>,
     ) -> Result<Vec<(Self::Shard, RegionWithLeader)>> {
-        self.request.shards(pd_client).await
+        self.0.shards(pd_client).await
     }
 
     fn apply_shard(&mut self, shard: Self::Shard) {
-        self.request.apply_shard(shard);
+        self.0.apply_shard(shard);
     }
 
     fn apply_store(&mut self, store: &RegionStore) -> Result<()> {
-        self.kv_client = Some(Arc::clone(&store.client));
-        self.request.apply_store(store)
+        self.0.apply_store(store)
     }
 }
