@@ -356,6 +356,23 @@ impl Error {
         None
     }
 
+    /// The deadlock TiKV's detector reported, when this error is (or
+    /// carries) one: a pessimistic lock request of this transaction would
+    /// have closed a cycle of transactions waiting for each other's locks.
+    /// Nothing was locked by that request; roll the transaction back and
+    /// run it again (the other transactions of the cycle proceed). The
+    /// answer's `wait_chain` names the transactions and keys of the cycle.
+    pub fn deadlock(&self) -> Option<&kvrpcpb::Deadlock> {
+        match self {
+            Error::KeyError(e) => e.deadlock.as_ref(),
+            Error::PessimisticLockError { inner, .. } => inner.deadlock(),
+            Error::MultipleKeyErrors(errors) | Error::ExtractedErrors(errors) => {
+                errors.iter().find_map(Error::deadlock)
+            }
+            _ => None,
+        }
+    }
+
     /// True for an outcome that may or may not have been applied.
     pub fn is_undetermined(&self) -> bool {
         matches!(self, Error::UndeterminedError(_))

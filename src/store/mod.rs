@@ -5,6 +5,7 @@
 mod batch;
 mod client;
 mod request;
+mod server_wait;
 mod typed;
 
 pub(crate) use batch::BatchOptions;
@@ -19,6 +20,8 @@ pub(crate) use client::{
 #[cfg(test)]
 mod tests;
 pub use request::Request;
+pub(crate) use server_wait::fit_server_wait;
+pub(crate) use server_wait::DEFAULT_SERVER_LOCK_WAIT;
 pub(crate) use typed::send_typed;
 pub(crate) use typed::GrpcChannel;
 

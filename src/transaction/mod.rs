@@ -47,7 +47,7 @@ pub use client::TransactionClient as Client;
 pub use client::TransactionClient;
 pub(crate) use codec_pd::CodecPdClient;
 pub use options::{
-    CheckLevel, HeartbeatOption, Mutation, TransactionOptions, DEFAULT_LOCK_TTL, MAX_TTL,
+    CheckLevel, HeartbeatOption, LockWait, Mutation, TransactionOptions, DEFAULT_LOCK_TTL, MAX_TTL,
 };
 pub use requests::as_key_error;
 pub use snapshot::Snapshot;

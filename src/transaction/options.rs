@@ -97,6 +97,50 @@ impl AsRef<Key> for Mutation {
     }
 }
 
+/// How long a pessimistic transaction's lock request waits on the server
+/// for another transaction's lock (an extension; client-rust always asks
+/// for the server's default). TiKV holds the request until the lock is
+/// released or the wait runs out, and detects deadlocks among waiting
+/// transactions (see [`Error::deadlock`](crate::Error::deadlock)).
+///
+/// The client fits the wait into each RPC: at most half of its bound (the
+/// per-RPC timeout, or what is left of the call's deadline when that is
+/// shorter), so a request that waits as asked is answered by the server
+/// and never mistaken for a dead store. For waits longer than half of
+/// [`Config::timeout`](crate::Config::timeout), raise the timeout.
+///
+/// ```
+/// use std::time::Duration;
+/// use tikv_plan::transaction::{LockWait, TransactionOptions};
+/// let options = TransactionOptions::new_pessimistic()
+///     .lock_wait(LockWait::Timeout(Duration::from_millis(200)));
+/// assert_eq!(options.lock_wait_policy(), LockWait::Timeout(Duration::from_millis(200)));
+/// ```
+#[derive(Clone, Copy, PartialEq, Eq, Debug, Default)]
+pub enum LockWait {
+    /// The server's `wait-for-lock-timeout` (TiKV's default: 1 s), as
+    /// client-rust asks (`wait_timeout` 0).
+    #[default]
+    ServerDefault,
+    /// No wait: a locked key is answered at once (`KeyIsLocked`), and the
+    /// client resolves or polls the lock itself.
+    NoWait,
+    /// Up to this long (the server caps it at its own setting).
+    Timeout(Duration),
+}
+
+impl LockWait {
+    /// The request's `wait_timeout` field: 0 for the server's default, -1
+    /// for no wait, else milliseconds (at least one).
+    pub fn wait_timeout(self) -> i64 {
+        match self {
+            LockWait::ServerDefault => 0,
+            LockWait::NoWait => -1,
+            LockWait::Timeout(wait) => i64::try_from(wait.as_millis()).unwrap_or(i64::MAX).max(1),
+        }
+    }
+}
+
 /// Options of a transaction, builder style.
 ///
 /// ```
@@ -115,6 +159,7 @@ pub struct TransactionOptions {
     pub(crate) retry_options: RetryOptions,
     pub(crate) check_level: CheckLevel,
     pub(crate) heartbeat_option: HeartbeatOption,
+    pub(crate) lock_wait: LockWait,
 }
 
 impl Default for TransactionOptions {
@@ -135,6 +180,7 @@ impl TransactionOptions {
             retry_options: RetryOptions::default_optimistic(),
             check_level: CheckLevel::Panic,
             heartbeat_option: HeartbeatOption::FixedTime(DEFAULT_HEARTBEAT_INTERVAL),
+            lock_wait: LockWait::ServerDefault,
         }
     }
 
@@ -206,6 +252,19 @@ impl TransactionOptions {
     pub fn heartbeat_option(mut self, heartbeat_option: HeartbeatOption) -> TransactionOptions {
         self.heartbeat_option = heartbeat_option;
         self
+    }
+
+    /// Sets how long lock requests wait on the server for other
+    /// transactions' locks (default: the server's default).
+    #[must_use]
+    pub fn lock_wait(mut self, wait: LockWait) -> TransactionOptions {
+        self.lock_wait = wait;
+        self
+    }
+
+    /// How long lock requests wait on the server (see [`LockWait`]).
+    pub fn lock_wait_policy(&self) -> LockWait {
+        self.lock_wait
     }
 
     /// True for a pessimistic transaction.

@@ -842,6 +842,10 @@ const EXTENSIONS: &[(&str, &str)] = &[
          returns the same struct and enum without a path to name them by",
     ),
     ("crate::transaction::LockStats", "lock resolution stats"),
+    (
+        "crate::transaction::LockWait",
+        "how long lock requests wait on the server for other transactions' locks",
+    ),
     ("crate::transaction::TransactionStats", "transaction stats"),
     (
         "crate::transaction::TransactionStatus",

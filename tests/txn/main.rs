@@ -9,6 +9,7 @@ mod common;
 mod txn_bank;
 mod txn_client;
 mod txn_keyspace;
+mod txn_lock_wait;
 mod txn_locks;
 mod txn_mock;
 mod txn_modes;

@@ -220,6 +220,7 @@ pub struct SimClusterBuilder {
     api_version: kvrpcpb::ApiVersion,
     keyspaces: Vec<(String, u32)>,
     tso_clock: TsoClock,
+    lock_wait: crate::LockWaitConfig,
 }
 
 impl Default for SimClusterBuilder {
@@ -236,6 +237,7 @@ impl Default for SimClusterBuilder {
             api_version: kvrpcpb::ApiVersion::V1,
             keyspaces: Vec::new(),
             tso_clock: TsoClock::default(),
+            lock_wait: crate::LockWaitConfig::default(),
         }
     }
 }
@@ -338,6 +340,13 @@ impl SimClusterBuilder {
     /// The cluster id in every PD header (default [`DEFAULT_CLUSTER_ID`]).
     pub fn cluster_id(mut self, id: u64) -> Self {
         self.cluster_id = id;
+        self
+    }
+
+    /// The stores' lock-wait settings (TiKV's `pessimistic-txn` section;
+    /// default: its defaults, a 1 s wait and a 20 ms wake-up delay).
+    pub fn lock_wait(mut self, config: crate::LockWaitConfig) -> Self {
+        self.lock_wait = config;
         self
     }
 
@@ -516,6 +525,7 @@ impl SimClusterBuilder {
         }
         self.create_regions(&mut state);
         state.api_version = self.api_version;
+        state.lock_waits.config = self.lock_wait;
         state.clock = self.tso_clock.clone();
         for (name, id) in &self.keyspaces {
             state.keyspaces.push(keyspacepb::KeyspaceMeta {
@@ -633,7 +643,7 @@ impl SimCluster {
         SimClusterBuilder::default()
     }
 
-    fn state(&self) -> MutexGuard<'_, ClusterState> {
+    pub(crate) fn state(&self) -> MutexGuard<'_, ClusterState> {
         self.shared.lock()
     }
 

@@ -219,6 +219,7 @@ mod counters;
 mod data;
 mod error;
 mod keyspace;
+mod lock_wait;
 mod mvcc;
 mod net;
 mod pd;
@@ -233,6 +234,9 @@ pub use cluster::{
 pub use counters::{Outcome, StoreCounters};
 pub use error::{Error, Result};
 pub use keyspace::DEFAULT_KEYSPACE_NAME;
+pub use lock_wait::{
+    key_hash, LockWaitConfig, LockWaitStats, DEFAULT_WAIT_FOR_LOCK_TIMEOUT, DEFAULT_WAKE_UP_DELAY,
+};
 /// The wire types the simulator serves (re-exported, so a test needs no
 /// second dependency to build requests).
 pub use tikv_plan_proto as proto;

@@ -154,6 +154,10 @@ pub(crate) struct Mvcc {
     /// The largest timestamp any read used: async-commit and 1PC commit
     /// after it, so no reader that already looked misses the commit.
     max_ts: u64,
+    /// The locks removed by the command being applied: (encoded key, the
+    /// lock's start ts, its commit ts or 0 for a rollback). The store
+    /// takes them after each command to wake the lock's waiters.
+    released: Vec<(Vec<u8>, u64, u64)>,
 }
 
 /// The physical (millisecond) part of a timestamp.
@@ -470,8 +474,9 @@ impl Mvcc {
             LockKind::Put => WriteKind::Put,
             LockKind::Delete => WriteKind::Delete,
             LockKind::Lock => WriteKind::Lock,
+            // TiKV releases it as a rollback (commit ts 0).
             LockKind::Pessimistic => {
-                self.locks.remove(key);
+                self.unlock(key, 0);
                 return;
             }
         };
@@ -485,7 +490,20 @@ impl Mvcc {
             write.overlapped_rollback = old.rolls_back(commit_ts, commit_ts);
         }
         writes.insert(commit_ts, write);
-        self.locks.remove(key);
+        self.unlock(key, commit_ts);
+    }
+
+    /// Removes the lock on `key`, if any, and notes its release (at
+    /// `commit_ts`; 0 for a rollback) for its waiters.
+    fn unlock(&mut self, key: &[u8], commit_ts: u64) {
+        if let Some(lock) = self.locks.remove(key) {
+            self.released.push((key.to_vec(), lock.start_ts, commit_ts));
+        }
+    }
+
+    /// The locks released since the last call (see `released`).
+    pub(crate) fn take_released(&mut self) -> Vec<(Vec<u8>, u64, u64)> {
+        std::mem::take(&mut self.released)
     }
 
     /// Rolls back `start_ts` on `key`: removes its lock and value and
@@ -500,7 +518,7 @@ impl Mvcc {
     /// collapses rollbacks, so it treats every rollback as protected.
     fn rollback_key(&mut self, key: &[u8], start_ts: u64) -> Result<(), KeyError> {
         if self.locks.get(key).is_some_and(|l| l.start_ts == start_ts) {
-            self.locks.remove(key);
+            self.unlock(key, 0);
             self.remove_data(key, start_ts);
         } else {
             match self.txn_record(key, start_ts) {
@@ -1169,7 +1187,7 @@ impl Mvcc {
             }
             if lock_expired(&lock, req.current_ts) {
                 if req.resolving_pessimistic_lock && lock.kind == LockKind::Pessimistic {
-                    self.locks.remove(&key);
+                    self.unlock(&key, 0);
                     return answer(Action::TtlExpirePessimisticRollback);
                 }
                 let _ = self.rollback_key(&key, start_ts);
@@ -1462,7 +1480,7 @@ impl Mvcc {
                     && l.for_update_ts <= req.for_update_ts
             });
             if doomed {
-                self.locks.remove(&key);
+                self.unlock(&key, 0);
             }
         }
         kvrpcpb::PessimisticRollbackResponse::default()
@@ -1581,6 +1599,7 @@ impl Mvcc {
             writes: below(&mut self.writes, split_key),
             data: below(&mut self.data, split_key),
             max_ts: self.max_ts,
+            released: Vec::new(),
         }
     }
 }

@@ -170,6 +170,8 @@ pub(crate) struct ClusterState {
     pub(crate) api_version: kvrpcpb::ApiVersion,
     /// The keyspaces PD knows, `DEFAULT` (id 0) first.
     pub(crate) keyspaces: Vec<keyspacepb::KeyspaceMeta>,
+    /// Pessimistic lock requests waiting for locks, and the wait-for graph.
+    pub(crate) lock_waits: crate::lock_wait::LockWaits,
 }
 
 /// The number of bits of the logical part of a timestamp.
@@ -211,6 +213,7 @@ impl ClusterState {
                 state: keyspacepb::KeyspaceState::Enabled as i32,
                 ..Default::default()
             }],
+            lock_waits: Default::default(),
         }
     }
 

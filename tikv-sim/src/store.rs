@@ -16,6 +16,7 @@ use tonic::{Request, Response, Status, Streaming};
 
 use super::counters::Outcome;
 use super::data::column_family;
+use super::lock_wait::{WaitAnswer, WaitAsk};
 use super::state::{HangMode, SimRegion};
 use super::Shared;
 use crate::proto::tikvpb::batch_commands_request::request::Cmd as BatchRequestCmd;
@@ -35,11 +36,9 @@ pub(crate) struct StoreService {
     pub(crate) store_id: u64,
 }
 
-/// A request the simulated store can serve (raw in this file, transactional
-/// in `txn.rs`).
-/// A command of the simulated store: a method of the wire protocol's table
-/// ([`KvMethod`], which names its response, label and error fields) and
-/// what the store does with it.
+/// A command of the simulated store (raw in this file, transactional in
+/// `txn.rs`): a method of the wire protocol's table ([`KvMethod`], which
+/// names its response, label and error fields) and what the store does.
 pub(super) trait StoreCommand: KvMethod {
     /// The first key of the request that lies outside `region`, if any.
     fn key_outside(&self, region: &metapb::Region) -> Option<Vec<u8>>;
@@ -50,6 +49,13 @@ pub(super) trait StoreCommand: KvMethod {
     /// (`UnsafeDestroyRange`): it then skips the Region checks.
     fn store_wide(&self) -> bool {
         false
+    }
+    /// For a request that may wait for a lock (a pessimistic lock request
+    /// answered with another transaction's lock): what it waits on, and
+    /// how to answer it with the key error its wait ends in.
+    fn lock_wait(&self, response: &Self::Response) -> Option<(WaitAsk, WaitAnswer<Self>)> {
+        let _ = response;
+        None
     }
 }
 
@@ -465,7 +471,9 @@ impl StoreService {
         }
         self.wait_out_hang(C::LABEL).await?;
 
-        let verdict = {
+        // Locks the command released; their waiters are woken.
+        let mut released = Vec::new();
+        let (verdict, waiting) = {
             let mut state = self.shared.lock();
             if let Some(ctx) = command.context() {
                 if let Some(store) = state.stores.get_mut(&self.store_id) {
@@ -488,6 +496,7 @@ impl StoreService {
                 let mut result = Ok(None);
                 for region in regions.iter_mut() {
                     result = command.apply(region, now).map(Some);
+                    released.extend(region.mvcc.take_released());
                     if result.is_err() {
                         break;
                     }
@@ -512,17 +521,21 @@ impl StoreService {
                                 Verdict::Status(Status::internal("region vanished")),
                                 Outcome::Invalid,
                             ),
-                            Some(region) => match command.apply(region, now) {
-                                Ok(mut resp) => {
-                                    let outcome = if resp.has_key_error() {
-                                        Outcome::KeyError
-                                    } else {
-                                        Outcome::Ok
-                                    };
-                                    (Verdict::Answer(resp), outcome)
+                            Some(region) => {
+                                let applied = command.apply(region, now);
+                                released.extend(region.mvcc.take_released());
+                                match applied {
+                                    Ok(mut resp) => {
+                                        let outcome = if resp.has_key_error() {
+                                            Outcome::KeyError
+                                        } else {
+                                            Outcome::Ok
+                                        };
+                                        (Verdict::Answer(resp), outcome)
+                                    }
+                                    Err(message) => Self::key_error_verdict::<C>(message),
                                 }
-                                Err(message) => Self::key_error_verdict::<C>(message),
-                            },
+                            }
                         }
                     }
                 }
@@ -540,6 +553,13 @@ impl StoreService {
                 }
                 store.counters.record(C::LABEL, outcome);
             }
+            let now = Instant::now();
+            self.shared.wake_released(&mut state, released, now);
+            // A request that met a lock may wait for it (or close a cycle).
+            let waiting = match &mut verdict {
+                Verdict::Answer(response) => state.lock_waits.meet(&command, response, now),
+                _ => None,
+            };
             tracing::debug!(
                 "simulated store {} answered {} for region {} with {}",
                 self.store_id,
@@ -547,8 +567,11 @@ impl StoreService {
                 command.context().map(|c| c.region_id).unwrap_or(0),
                 outcome.name()
             );
-            verdict
+            (verdict, waiting)
         };
+        if let Some((ask, wait, answer)) = waiting {
+            return Ok(answer(self.shared.wait_for_lock(&ask, wait).await));
+        }
         match verdict {
             Verdict::Answer(resp) => Ok(resp),
             Verdict::Status(status) => Err(status),

@@ -53,6 +53,8 @@ impl<Req: TypedCall> FastDispatch<Req> {
             kv_client,
             rpc_bound,
         } = &mut self.0;
+        // A lock request's wait on the server fits in this attempt's bound.
+        crate::store::fit_server_wait(request, *rpc_bound);
         if let Some(typed) = kv_client.as_deref().and_then(crate::store::typed_channel) {
             // One timer: the smaller of the client's timeout and the
             // plan's bound; sent as `grpc-timeout` unless it is the

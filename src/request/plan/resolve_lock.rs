@@ -141,8 +141,18 @@ where
         let started = Instant::now();
         let mut poll = FIRST_LOCK_POLL;
         let mut resolved_before = false;
+        // The live locks of the last pass, while they are waited out.
+        let mut standing: Option<Vec<crate::proto::kvrpcpb::LockInfo>> = None;
         loop {
-            let mut result = self.inner.execute().await?;
+            let mut result = match self.inner.execute().await {
+                Ok(result) => result,
+                // The call's deadline ran out while the locks were waited
+                // out: they still stand, and that is the answer.
+                Err(_) if standing.is_some() && call_deadline_passed() => {
+                    return Err(Error::ResolveLockError(standing.unwrap_or_default()))
+                }
+                Err(e) => return Err(e),
+            };
             let locks = result.take_locks();
             if locks.is_empty() {
                 return Ok(result);
@@ -150,10 +160,18 @@ where
             if self.backoff.is_none() {
                 return Err(Error::ResolveLockError(locks));
             }
-            let (sleep, alive) = match Arc::clone(&self.resolver)
+            let pass = match Arc::clone(&self.resolver)
                 .resolve_pass(locks.clone(), self.caller_start_ts)
-                .await?
+                .await
             {
+                Ok(pass) => pass,
+                // The call's deadline ran out while the locks were looked
+                // at (a server that held the request for them took most of
+                // it): they still stand, and that is the answer.
+                Err(_) if call_deadline_passed() => return Err(Error::ResolveLockError(locks)),
+                Err(e) => return Err(e),
+            };
+            let (sleep, alive) = match pass {
                 // Resolved: re-run at once, unless locks came back right
                 // after a resolution (a store that still reports them);
                 // then poll like a live lock instead of spinning.
@@ -170,8 +188,14 @@ where
             }
             tokio::time::sleep(sleep).await;
             poll = (poll * 2).min(MAX_LOCK_POLL);
+            standing = Some(alive);
         }
     }
+}
+
+/// True when the client call's deadline has passed.
+fn call_deadline_passed() -> bool {
+    super::call_deadline::remaining().is_some_and(|left| left.is_zero())
 }
 
 impl<P: Stage, PdC: PdClient> Stage for ResolveLock<P, PdC>

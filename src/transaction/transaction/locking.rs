@@ -208,6 +208,8 @@ impl<PdC: PdClient> Transaction<PdC> {
                 lock_ttl: MAX_TTL,
                 for_update_ts,
                 is_first_lock: first_lock,
+                // Fitted into each attempt's bound when sent.
+                wait_timeout: self.options.lock_wait.wait_timeout(),
                 return_values: need_value,
                 min_commit_ts: for_update_ts + 1,
                 ..Default::default()

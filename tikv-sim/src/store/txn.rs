@@ -6,8 +6,9 @@
 
 use tokio::time::Instant;
 
-use super::{first_outside, scan_bounds, scan_start_outside, StoreCommand};
+use super::{first_outside, scan_bounds, scan_start_outside, StoreCommand, WaitAnswer};
 use crate::codec::encode_bytes;
+use crate::lock_wait::WaitAsk;
 use crate::proto::{kvrpcpb, metapb};
 use crate::state::SimRegion;
 
@@ -127,9 +128,44 @@ txn_command!(kvrpcpb::ResolveLockRequest,
     keys: |s| s.keys.iter().map(Vec::as_slice),
     apply: |s, region| region.mvcc.resolve_lock(s));
 
-txn_command!(kvrpcpb::PessimisticLockRequest,
-    keys: |s| s.mutations.iter().map(|m| m.key.as_slice()),
-    apply: |s, region| region.mvcc.pessimistic_lock(s));
+impl StoreCommand for kvrpcpb::PessimisticLockRequest {
+    fn key_outside(&self, region: &metapb::Region) -> Option<Vec<u8>> {
+        first_encoded_outside(region, self.mutations.iter().map(|m| m.key.as_slice()))
+    }
+    fn apply(&self, region: &mut SimRegion, _: Instant) -> Result<Self::Response, String> {
+        Ok(region.mvcc.pessimistic_lock(self))
+    }
+    /// The request stops at the first key locked by another transaction
+    /// (taking none of its keys) and may wait for that lock.
+    fn lock_wait(&self, response: &Self::Response) -> Option<(WaitAsk, WaitAnswer<Self>)> {
+        let [error] = response.errors.as_slice() else {
+            return None;
+        };
+        let lock = error.locked.as_ref()?;
+        if lock.lock_version == self.start_version {
+            return None;
+        }
+        let ask = WaitAsk {
+            start_ts: self.start_version,
+            wait_timeout: self.wait_timeout,
+            is_first_lock: self.is_first_lock,
+            raw_key: lock.key.clone(),
+            encoded_key: encode_bytes(&lock.key),
+            primary: self.primary_lock.clone(),
+            resource_group_tag: self
+                .context
+                .as_ref()
+                .map(|c| c.resource_group_tag.clone())
+                .unwrap_or_default(),
+            lock: lock.clone(),
+        };
+        let answer: WaitAnswer<Self> = |error| kvrpcpb::PessimisticLockResponse {
+            errors: vec![error],
+            ..Default::default()
+        };
+        Some((ask, answer))
+    }
+}
 
 txn_command!(kvrpcpb::PessimisticRollbackRequest,
     keys: |s| s.keys.iter().map(Vec::as_slice),
