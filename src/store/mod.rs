@@ -21,7 +21,6 @@ pub(crate) use client::{
 mod tests;
 pub use request::Request;
 pub(crate) use server_wait::fit_server_wait;
-pub(crate) use server_wait::DEFAULT_SERVER_LOCK_WAIT;
 pub(crate) use typed::send_typed;
 pub(crate) use typed::GrpcChannel;
 

@@ -17,12 +17,14 @@
 //! fault with its start and end, every operation with its start,
 //! duration, kind and outcome; see `ChaosReport::timeline_csv`).
 //!
-//! `txn`: list-append, bank and long pessimistic transactions while every
-//! fault (TSO jumps and dropped transactional answers included) is injected
-//! and healed, then a check of the history for lost updates, aborted or
-//! intermediate reads, cycles and broken invariants. Options: `--seed N`,
-//! `--seconds N`, `--tasks N` (list and bank tasks), `--long-tasks N`,
-//! `--batched` or `--unary`, `--dump FILE` (the whole history, one
+//! `txn`: list-append, bank, long pessimistic and hot (deadlock-prone)
+//! pessimistic transactions while every fault (TSO jumps and dropped
+//! transactional answers included) is injected and healed, then a check of
+//! the history for lost updates, aborted or intermediate reads, cycles and
+//! broken invariants. Options: `--seed N`, `--seconds N`, `--tasks N` (list
+//! and bank tasks), `--long-tasks N`, `--hot-tasks N` (pessimistic
+//! transfers over three accounts, locked in random order), `--batched` or
+//! `--unary`, `--dump FILE` (the whole history, one
 //! transaction a line).
 //!
 //! `dst`: one deterministic simulation run (see `tikv_plan_chaos::dst`):
@@ -395,6 +397,7 @@ async fn run_txn(args: Vec<String>) -> bool {
             "--seconds" => config.duration = Duration::from_secs(parse(&arg, args.next())),
             "--tasks" => config.tasks = parse(&arg, args.next()),
             "--long-tasks" => config.long_tasks = parse(&arg, args.next()),
+            "--hot-tasks" => config.hot_tasks = parse(&arg, args.next()),
             "--batched" => config.rpc_mode = RpcMode::Batched,
             "--unary" => config.rpc_mode = RpcMode::Unary,
             "--dump" => dump = args.next(),
@@ -402,8 +405,8 @@ async fn run_txn(args: Vec<String>) -> bool {
         }
     }
     println!(
-        "txn chaos: seed {} for {:?}, {} tasks and {} long pessimistic ones, {:?} requests",
-        config.seed, config.duration, config.tasks, config.long_tasks, config.rpc_mode
+        "txn chaos: seed {} for {:?}, {} tasks, {} long pessimistic ones and {} hot transfers, {:?} requests",
+        config.seed, config.duration, config.tasks, config.long_tasks, config.hot_tasks, config.rpc_mode
     );
     let started = Instant::now();
     let report = match tikv_plan_chaos::txn::run(config).await {

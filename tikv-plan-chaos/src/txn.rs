@@ -64,7 +64,7 @@ use tikv_plan::{
     TransactionClient, TransactionOptions,
 };
 use tikv_sim::codec::encode_bytes;
-use tikv_sim::{Outcome, SimCluster};
+use tikv_sim::{LockWaitStats, Outcome, SimCluster};
 
 /// The task of the transaction that gives every account its initial
 /// balance, before the workload starts.
@@ -85,6 +85,10 @@ pub struct TxnChaosConfig {
     pub tasks: usize,
     /// Tasks running long pessimistic transactions (besides `tasks`).
     pub long_tasks: usize,
+    /// Tasks running pessimistic transfers among the first
+    /// [`HOT_ACCOUNTS`] accounts only, locking the two in random order
+    /// (besides `tasks`): contended, and prone to deadlock.
+    pub hot_tasks: usize,
     /// List keys `list/00`, `list/01`, …
     pub list_keys: usize,
     /// Scratch keys `list/x0`, … (inserted and deleted in one transaction,
@@ -132,6 +136,7 @@ impl Default for TxnChaosConfig {
             duration: Duration::from_secs(10),
             tasks: 8,
             long_tasks: 2,
+            hot_tasks: 4,
             list_keys: 8,
             scratch_keys: 3,
             accounts: 8,
@@ -182,6 +187,11 @@ pub struct TxnChaosReport {
     pub heartbeats: (u64, u64),
     /// `CheckTxnStatus` calls of the workload clients' lock resolution.
     pub lock_checks: u64,
+    /// The stores' lock waiting: requests that waited, were woken, timed
+    /// out, or were answered with a deadlock.
+    pub lock_waits: LockWaitStats,
+    /// Workload transactions that ended aborted by a deadlock.
+    pub deadlock_aborts: usize,
     /// The check of the history.
     pub check: TxnCheckReport,
     /// Transactions abandoned past their bound.
@@ -303,7 +313,7 @@ impl TxnChaosReport {
             .collect::<Vec<_>>()
             .join(" ");
         format!(
-            "seed={} seconds={} txns={} (committed/aborted/undetermined/abandoned) {workloads} [{modes}] long={long} forced_expiries={} undetermined={} faults={} [{faults}] drops_fired={} heartbeats={}/{} lock_checks={} violations={} hangs={} panics={} late_calls={} slowest_call={:?}/{:?}",
+            "seed={} seconds={} txns={} (committed/aborted/undetermined/abandoned) {workloads} [{modes}] long={long} forced_expiries={} undetermined={} faults={} [{faults}] drops_fired={} heartbeats={}/{} lock_checks={} lock_waits={}/{}/{} deadlocks={}/{} violations={} hangs={} panics={} late_calls={} slowest_call={:?}/{:?}",
             self.seed,
             self.duration.as_secs(),
             self.transactions,
@@ -314,6 +324,11 @@ impl TxnChaosReport {
             self.heartbeats.0,
             self.heartbeats.1,
             self.lock_checks,
+            self.lock_waits.waits,
+            self.lock_waits.woken,
+            self.lock_waits.timed_out,
+            self.lock_waits.deadlocks,
+            self.deadlock_aborts,
             self.check.violations.len(),
             self.hangs,
             self.panics,
@@ -561,12 +576,17 @@ fn aborted(e: &Error) -> TxnOutcome {
     }
 }
 
+/// The accounts the hot-transfer tasks move money between.
+pub const HOT_ACCOUNTS: usize = 3;
+
 /// What a workload task runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Role {
     List,
     Bank,
     Long,
+    /// Pessimistic transfers over a few accounts.
+    Hot,
 }
 
 /// Counters the tasks share.
@@ -691,6 +711,19 @@ impl Worker {
                                     tokio::time::timeout(bound, self.transfer_txn(mode, &mut draft))
                                         .await
                                 };
+                                (TxnWorkload::Bank, mode, result)
+                            }
+                            Role::Hot => {
+                                let mode = if self.n.is_multiple_of(2) {
+                                    TxnMode::Pessimistic
+                                } else {
+                                    TxnMode::PessimisticAsyncCommit
+                                };
+                                let result = tokio::time::timeout(
+                                    bound,
+                                    self.transfer_txn(mode, &mut draft),
+                                )
+                                .await;
                                 (TxnWorkload::Bank, mode, result)
                             }
                             Role::Long => {
@@ -1353,8 +1386,10 @@ impl TxnWorkloadRun {
         });
         let mut clients = vec![shared_client.clone()];
         let mut workers = Vec::new();
-        for task in 0..config.tasks + config.long_tasks {
-            let role = if task >= config.tasks {
+        for task in 0..config.tasks + config.long_tasks + config.hot_tasks {
+            let role = if task >= config.tasks + config.long_tasks {
+                Role::Hot
+            } else if task >= config.tasks {
                 Role::Long
             } else if task % 2 == 0 {
                 Role::List
@@ -1379,7 +1414,11 @@ impl TxnWorkloadRun {
                 rng: fastrand::Rng::with_seed(mix_seed(config.seed, task as u64 + 1)),
                 lists: keys.lists.clone(),
                 scratch: keys.scratch.clone(),
-                accounts: keys.accounts.clone(),
+                accounts: if role == Role::Hot {
+                    keys.accounts.iter().take(HOT_ACCOUNTS).cloned().collect()
+                } else {
+                    keys.accounts.clone()
+                },
                 seq: 0,
                 n: task,
                 bound,
@@ -1458,6 +1497,7 @@ impl TxnRan {
         keys: &TxnKeys,
         faults: BTreeMap<FaultKind, u64>,
         drops_fired: u64,
+        lock_waits: LockWaitStats,
         panics: usize,
     ) -> TxnChaosReport {
         let mut heartbeats = (0, 0);
@@ -1477,6 +1517,7 @@ impl TxnRan {
 
         let mut by_mode = BTreeMap::new();
         let mut undetermined = 0;
+        let mut deadlock_aborts = 0;
         let mut transactions = 0;
         let mut hang_records = Vec::new();
         for r in history
@@ -1487,8 +1528,9 @@ impl TxnRan {
             *by_mode
                 .entry((r.workload, r.mode, outcome_name(&r.outcome)))
                 .or_insert(0) += 1;
-            match r.outcome {
+            match &r.outcome {
                 TxnOutcome::Undetermined { .. } => undetermined += 1,
+                TxnOutcome::Aborted { error } if error.contains("deadlock") => deadlock_aborts += 1,
                 TxnOutcome::Abandoned if hang_records.len() < 20 => hang_records.push(r.id),
                 _ => {}
             }
@@ -1511,6 +1553,8 @@ impl TxnRan {
             drops_fired,
             heartbeats,
             lock_checks,
+            lock_waits,
+            deadlock_aborts,
             check,
             hangs: usize::try_from(self.shared.hangs.load(Ordering::SeqCst)).unwrap_or(usize::MAX),
             hang_records,
@@ -1578,17 +1622,20 @@ pub async fn run(config: TxnChaosConfig) -> crate::Result<TxnChaosReport> {
     // transaction has ended.
     ran.read_back(&config, &keys, &cluster, connect).await?;
     let drops = drops_fired(&cluster);
+    let lock_waits = cluster.lock_wait_stats();
     cluster.shutdown().await;
 
     let faults = injector.map(|i| i.counts().clone()).unwrap_or_default();
-    tokio::task::spawn_blocking(move || ran.report(&config, &keys, faults, drops, panics))
-        .await
-        .map_err(|e| {
-            Error::InternalError {
-                message: format!("the history check failed: {e}"),
-            }
-            .into()
-        })
+    tokio::task::spawn_blocking(move || {
+        ran.report(&config, &keys, faults, drops, lock_waits, panics)
+    })
+    .await
+    .map_err(|e| {
+        Error::InternalError {
+            message: format!("the history check failed: {e}"),
+        }
+        .into()
+    })
 }
 
 /// Gives every account `balance` in one optimistic transaction (no fault

@@ -80,6 +80,8 @@ pub struct DstConfig {
     pub txn_tasks: usize,
     /// Long pessimistic transaction tasks, besides `txn_tasks`.
     pub txn_long_tasks: usize,
+    /// Hot (deadlock-prone) pessimistic transfer tasks.
+    pub txn_hot_tasks: usize,
     /// Raw keys `k000`, `k001`, …
     pub keys: usize,
     /// Regions at the start over each workload's keys.
@@ -120,6 +122,7 @@ impl Default for DstConfig {
             tasks: 8,
             txn_tasks: 6,
             txn_long_tasks: 2,
+            txn_hot_tasks: 2,
             keys: 16,
             regions: 3,
             stores: 3,
@@ -168,6 +171,7 @@ fn txn_config(config: &DstConfig) -> TxnChaosConfig {
         duration: config.duration,
         tasks: config.txn_tasks,
         long_tasks: config.txn_long_tasks,
+        hot_tasks: config.txn_hot_tasks,
         stores: config.stores,
         pd_members: 1,
         regions: config.regions,
@@ -577,7 +581,15 @@ async fn client_host(
             ran.read_back(&txn_config, &txn_keys, &cluster, connect_txn)
                 .await?;
             let drops = drops_fired(&cluster);
-            Some(ran.report(&txn_config, &txn_keys, injector.counts().clone(), drops, 0))
+            let waits = cluster.lock_wait_stats();
+            Some(ran.report(
+                &txn_config,
+                &txn_keys,
+                injector.counts().clone(),
+                drops,
+                waits,
+                0,
+            ))
         }
         None => None,
     };
