@@ -458,3 +458,39 @@ async fn a_conflict_in_a_shard_never_in_doubt_is_a_plain_failure() {
         .iter()
         .any(|d| d.label == "kv_batch_rollback"));
 }
+
+#[tokio::test]
+async fn every_resent_attempt_is_marked_a_retry_and_the_first_is_not() {
+    let pd = three_voters();
+    // What each prewrite attempt said about itself, in order.
+    let flags = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let seen = flags.clone();
+    pd.set_dispatch_hook(move |peer, request| {
+        if let Some(prewrite) = request.as_any().downcast_ref::<kvrpcpb::PrewriteRequest>() {
+            let retry = prewrite
+                .context
+                .as_ref()
+                .is_some_and(|c| c.is_retry_request);
+            let mut flags = seen.lock().unwrap_or_else(|e| e.into_inner());
+            flags.push(retry);
+            // The leader's first answer is lost: the prewrite goes again
+            // (a prewrite is safe to re-send), to the next voter.
+            if flags.len() == 1 {
+                return client_timeout();
+            }
+        }
+        accept(peer, request)
+    });
+    let client = TransactionClient::new_with_pd_client(pd.clone(), &config());
+    let options = TransactionOptions::new_pessimistic().drop_check(CheckLevel::None);
+    let mut txn = client.begin_with_options(options).await.unwrap();
+    txn.put("k".to_owned(), "v".to_owned()).await.unwrap();
+    txn.commit().await.unwrap();
+    let flags = flags.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    assert!(flags.len() >= 2, "{flags:?}");
+    assert!(!flags[0], "the first attempt is no retry: {flags:?}");
+    assert!(
+        flags[1..].iter().all(|f| *f),
+        "every later one is: {flags:?}"
+    );
+}

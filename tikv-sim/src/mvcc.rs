@@ -912,11 +912,18 @@ impl Mvcc {
             }
             holds_pessimistic_lock = true;
         } else if pessimistic_check {
-            // TiKV (`amend_pessimistic_lock`) would lock the key anyway when
-            // no record at or above the start ts exists; the sim always
-            // answers the missing lock (see the module notes in txn.md:
-            // the prewrite's pessimistic check is what finds a lost lock).
-            return Err(pessimistic_lock_not_found(start_ts, &m.key));
+            // The pessimistic lock is missing. TiKV (`amend_pessimistic_lock`)
+            // locks the key anyway when no record of any kind sits at or
+            // above the start ts (nothing can have been written since the
+            // lock would have been taken); else the lock was lost, unless
+            // this transaction already committed the key
+            // (`check_committed_record_on_err`).
+            if self.newest_write(key).is_some_and(|(c, _)| c >= start_ts) {
+                return match self.txn_record(key, start_ts) {
+                    TxnRecord::Committed(commit_ts) => Ok(PrewriteStep::Committed(commit_ts)),
+                    _ => Err(pessimistic_lock_not_found(start_ts, &m.key)),
+                };
+            }
         }
         let skip_constraint_check = if !pessimistic_txn {
             req.skip_constraint_check
@@ -930,11 +937,16 @@ impl Mvcc {
         };
         if !skip_constraint_check {
             self.check_for_newer_version(req, m, key, action)?;
-        } else if !holds_pessimistic_lock {
-            // TiKV would write a new lock here even for a transaction
-            // already finished on the key (it relies on its cache of
-            // committed transactions to turn the check on); the sim always
-            // looks, so a finished transaction never locks the key again.
+        } else if !holds_pessimistic_lock && !pessimistic_txn {
+            // An optimistic prewrite told to skip the constraint check
+            // (tikv-plan never asks): TiKV would write the lock without
+            // looking; the sim still finds this transaction's own commit or
+            // rollback record. A pessimistic transaction's key without a
+            // lock (an amended one, or `SkipPessimisticCheck` on a request
+            // not marked as a retry) is locked without looking, as TiKV
+            // does when its cache of committed transactions does not know
+            // the transaction: only `Context.is_retry_request` turns the
+            // check on.
             match self.txn_record(key, start_ts) {
                 TxnRecord::Committed(commit_ts) => return Ok(PrewriteStep::Committed(commit_ts)),
                 TxnRecord::RolledBack => {
@@ -1159,21 +1171,35 @@ impl Mvcc {
         if req.caller_start_ts != u64::MAX {
             self.observe_read_ts(req.caller_start_ts);
         }
-        if let Some(lock) = self
+        let mut lock = self
             .locks
             .get(&key)
             .filter(|l| l.start_ts == start_ts)
-            .cloned()
+            .cloned();
+        // `verify_is_primary`: the key holds a lock of the transaction but
+        // not its primary. TiKV removes a pessimistic one (a lock left by a
+        // retried statement) unless the caller is resolving pessimistic
+        // locks, and then answers as for a missing lock; any other is a
+        // `PrimaryMismatch`.
+        if let Some(found) = lock
+            .as_ref()
+            .filter(|l| req.verify_is_primary && l.primary != req.primary_key)
         {
-            if req.verify_is_primary && lock.primary != req.primary_key {
+            if req.resolving_pessimistic_lock || found.kind != LockKind::Pessimistic {
                 return kvrpcpb::CheckTxnStatusResponse {
-                    error: Some(abort(format!(
-                        "PrimaryMismatch: key {:?} is not the primary of transaction {start_ts}; its primary is {:?}",
-                        req.primary_key, lock.primary
-                    ))),
+                    error: Some(KeyError {
+                        primary_mismatch: Some(kvrpcpb::PrimaryMismatch {
+                            lock_info: Some(found.info(&req.primary_key)),
+                        }),
+                        ..Default::default()
+                    }),
                     ..Default::default()
                 };
             }
+            self.unlock(&key, 0);
+            lock = None;
+        }
+        if let Some(lock) = lock {
             let uncommitted = |lock: &Lock, action: Action| kvrpcpb::CheckTxnStatusResponse {
                 lock_ttl: lock.ttl,
                 action: action as i32,

@@ -599,3 +599,68 @@ async fn pessimistic_rollback_keeps_newer_locks() {
     assert!(cluster.versions(b"a").is_empty());
     cluster.shutdown().await;
 }
+
+/// TiKV's `actions/check_txn_status.rs` with `verify_is_primary`: a lock of
+/// the transaction on a key that is not its primary is a `PrimaryMismatch`
+/// carrying the lock, except a pessimistic one when the caller is not
+/// resolving pessimistic locks: that one is removed (and its waiters
+/// woken), and the answer is the missing lock's.
+#[tokio::test]
+async fn check_txn_status_verifying_the_primary() {
+    let cluster = cluster().await;
+    let start = tso(&cluster).await;
+    // `s` holds a pessimistic lock whose primary is `p`.
+    let (mut c, ctx) = client_for(&cluster, b"s").await;
+    let locked = c
+        .kv_pessimistic_lock(kvrpcpb::PessimisticLockRequest {
+            context: Some(ctx),
+            mutations: vec![Mutation {
+                op: Op::PessimisticLock as i32,
+                key: b"s".to_vec(),
+                ..Default::default()
+            }],
+            primary_lock: b"p".to_vec(),
+            start_version: start,
+            for_update_ts: start,
+            lock_ttl: 3_000,
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(locked.errors.is_empty());
+    let verify = |resolving: bool| {
+        move |r: &mut kvrpcpb::CheckTxnStatusRequest| {
+            r.verify_is_primary = true;
+            r.resolving_pessimistic_lock = resolving;
+        }
+    };
+    // Resolving pessimistic locks: a mismatch, with the lock.
+    let mismatch = check_txn_status(&cluster, b"s", start, verify(true)).await;
+    let info = mismatch
+        .error
+        .and_then(|e| e.primary_mismatch)
+        .and_then(|m| m.lock_info)
+        .expect("a primary mismatch with the lock");
+    assert_eq!(
+        (info.key.as_slice(), info.primary_lock.as_slice()),
+        (&b"s"[..], &b"p"[..])
+    );
+    assert_eq!(cluster.locks(b"", b"").len(), 1);
+    // Otherwise the stale pessimistic lock goes, and the answer is the
+    // missing lock's (`TxnNotFound`: `rollback_if_not_exist` is unset).
+    let gone = check_txn_status(&cluster, b"s", start, verify(false)).await;
+    assert!(cluster.locks(b"", b"").is_empty(), "{gone:?}");
+    assert!(
+        gone.error
+            .as_ref()
+            .is_some_and(|e| e.txn_not_found.is_some()),
+        "{gone:?}"
+    );
+    // A prewritten lock is never removed so: always a mismatch.
+    let other = tso(&cluster).await;
+    prewrite(&cluster, prewrite_req(vec![put(b"t", b"v")], b"q", other)).await;
+    let mismatch = check_txn_status(&cluster, b"t", other, verify(false)).await;
+    assert!(mismatch.error.and_then(|e| e.primary_mismatch).is_some());
+    cluster.shutdown().await;
+}

@@ -713,8 +713,19 @@ async fn pessimistic_locks_conflict_return_values_and_roll_back() {
     assert_eq!(locks[0].key, b"x".to_vec());
     assert_eq!(locks[0].lock_type, Op::PessimisticLock as i32);
 
-    // Prewrite with DoPessimisticCheck on a key never locked fails.
+    // Prewrite with DoPessimisticCheck on a key never locked: TiKV amends
+    // the lock when nothing was written to the key at or after the start
+    // ts...
     let mut req = prewrite_req(vec![put(b"q", b"v")], b"x", t2);
+    req.for_update_ts = t2;
+    req.pessimistic_actions = vec![1];
+    let amended = prewrite(&cluster, req).await;
+    assert!(amended.errors.is_empty(), "{:?}", amended.errors);
+    let q = cluster.locks(b"q", b"q\0");
+    assert_eq!((q.len(), q[0].lock_version), (1, t2));
+    // ...and answers the lost lock when something was.
+    write(&cluster, b"w", b"newer").await;
+    let mut req = prewrite_req(vec![put(b"w", b"v")], b"x", t2);
     req.for_update_ts = t2;
     req.pessimistic_actions = vec![1];
     let missing = prewrite(&cluster, req).await;

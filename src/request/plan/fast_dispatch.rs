@@ -21,14 +21,21 @@ use super::traits::{Plan, Shardable};
 
 /// Sends one of the crate's own requests to the store client set by
 /// `apply_store`: a [`Dispatch`] (whose state, sharding and sending it
-/// uses) that takes the typed path when it can.
+/// uses) that takes the typed path when it can, fits a lock request's
+/// server-side wait into each attempt's bound, and marks every attempt
+/// after the first as a retry (`Context.is_retry_request`, which TiKV reads
+/// to check a re-sent pessimistic prewrite against newer writes).
 #[derive(Clone)]
-pub(crate) struct FastDispatch<Req: TypedCall>(Dispatch<Req>);
+pub(crate) struct FastDispatch<Req: TypedCall>(Dispatch<Req>, Sent);
+
+/// Whether a dispatch has sent its request before.
+#[derive(Clone, Copy, Default)]
+pub(crate) struct Sent(bool);
 
 impl<Req: TypedCall> FastDispatch<Req> {
     /// A dispatch of `request`, not yet targeted at a store.
     pub(crate) fn new(request: Req) -> Self {
-        FastDispatch(Dispatch::new(request))
+        FastDispatch(Dispatch::new(request), Sent::default())
     }
 
     /// A dispatch of `request` aimed at `client` (tests that send to a
@@ -40,7 +47,7 @@ impl<Req: TypedCall> FastDispatch<Req> {
     ) -> Self {
         let mut dispatch = Dispatch::new(request);
         dispatch.kv_client = Some(client);
-        FastDispatch(dispatch)
+        FastDispatch(dispatch, Sent::default())
     }
 
     /// Sends the request: on the typed path when the store client offers
@@ -55,6 +62,11 @@ impl<Req: TypedCall> FastDispatch<Req> {
         } = &mut self.0;
         // A lock request's wait on the server fits in this attempt's bound.
         crate::store::fit_server_wait(request, *rpc_bound);
+        if std::mem::replace(&mut self.1 .0, true) {
+            if let Some(context) = request.context_mut() {
+                context.is_retry_request = true;
+            }
+        }
         if let Some(typed) = kv_client.as_deref().and_then(crate::store::typed_channel) {
             // One timer: the smaller of the client's timeout and the
             // plan's bound; sent as `grpc-timeout` unless it is the
@@ -131,7 +143,7 @@ impl<Req: TypedCall + ShardPayload> ShardStage for FastDispatch<Req> {
     fn for_shard(&self, shard: Self::Shard, whole: bool) -> Self {
         let mut dispatch = Dispatch::new(ShardPayload::for_shard(&self.0.request, shard, whole));
         dispatch.rpc_bound = self.0.rpc_bound;
-        FastDispatch(dispatch)
+        FastDispatch(dispatch, Sent::default())
     }
 }
 
