@@ -4,7 +4,7 @@
 //!
 //! ```text
 //! tikv-plan-perf --sim PATH/TO/tikv-sim [--quick] [--rounds N] [--window-ms MS]
-//!                [--only throughput|faults|failover|dead-store] [--label TEXT]
+//!                [--only throughput|faults|failover|dead-store|contention] [--label TEXT]
 //!                [--csv-dir DIR]
 //! ```
 //!
@@ -13,6 +13,7 @@
 //! builds everything in release and runs it; see `perf/README.md`.
 
 mod clients;
+mod contention;
 mod csv;
 mod faults;
 mod report;
@@ -45,6 +46,9 @@ struct Plan {
     throughput: bool,
     failover: bool,
     dead_store: bool,
+    /// Deadlock trials and hot rows (`--only contention`; not in the
+    /// default run).
+    contention: bool,
     failover_trials: usize,
     failover_cap: Duration,
     dead_store_trials: usize,
@@ -62,12 +66,18 @@ struct Plan {
 }
 
 const USAGE: &str = "usage: tikv-plan-perf --sim PATH [--quick] [--rounds N] [--window-ms MS] \
-[--only throughput|faults|failover|dead-store] [--label TEXT] \
+[--only throughput|faults|failover|dead-store|contention] [--label TEXT] \
 [--clients plan,unary,unary-tonic,bare,upstream] [--ops get,put,batch_get,scan] [--tasks 1,64] \
 [--csv-dir DIR]";
 
 /// The values `--only` takes.
-const ONLY: [&str; 4] = ["throughput", "faults", "failover", "dead-store"];
+const ONLY: [&str; 5] = [
+    "throughput",
+    "faults",
+    "failover",
+    "dead-store",
+    "contention",
+];
 
 fn parse_args(args: impl Iterator<Item = String>) -> Result<Plan, String> {
     let mut sim = None;
@@ -124,6 +134,7 @@ fn parse_args(args: impl Iterator<Item = String>) -> Result<Plan, String> {
         throughput: only.is_none() || only.as_deref() == Some("throughput"),
         failover: matches!(only.as_deref(), None | Some("faults") | Some("failover")),
         dead_store: matches!(only.as_deref(), None | Some("faults") | Some("dead-store")),
+        contention: only.as_deref() == Some("contention"),
         failover_trials: if quick { 1 } else { 3 },
         failover_cap: Duration::from_secs(if quick { 5 } else { 30 }),
         dead_store_trials: if quick { 1 } else { 2 },
@@ -371,6 +382,11 @@ async fn run(plan: Plan) -> Result<(), String> {
     }
     if plan.failover || plan.dead_store {
         faults(&plan, &kinds, &info).await?;
+    }
+    if plan.contention {
+        let trials = if plan.quick { 3 } else { 20 };
+        let window = plan.window * 5;
+        contention::run(&plan.sim, &kinds, trials, window).await?;
     }
     Ok(())
 }

@@ -19,8 +19,10 @@ use crate::{Error, Key, KvPair, Result, Value};
 use super::Transaction;
 
 /// How many times a pessimistic lock is tried at a fresh `for_update_ts`
-/// after write conflicts.
-pub(super) const PESSIMISTIC_LOCK_ATTEMPTS: u32 = 8;
+/// after write conflicts (TiDB's `pessimistic-txn.max-retry-count`). Under
+/// TiKV's lock waiting every waiter woken by a release gets a write
+/// conflict, so a hot key needs many; the call's deadline bounds them too.
+pub(super) const PESSIMISTIC_LOCK_ATTEMPTS: u32 = 256;
 
 /// True for a write conflict, alone or among several errors: the key
 /// errors of one request (`MultipleKeyErrors`, as when every Region of a
@@ -198,9 +200,18 @@ impl<PdC: PdClient> Transaction<PdC> {
         // transaction retries at a fresh for_update_ts instead of failing.
         // These keys were never held, so no read of ours is made stale.
         let mut attempts = 0;
+        // The for_update_ts of the last attempt sent (0: none yet).
+        let mut sent_at = 0;
         let (result, for_update_ts) = loop {
             attempts += 1;
-            let for_update_ts = self.shared.timestamp().await?.version();
+            // A timestamp that cannot be had (the call's deadline passed
+            // between attempts) ends the lock like a failed attempt: what
+            // the last attempt locked is released below.
+            let for_update_ts = match self.shared.timestamp().await {
+                Ok(ts) => ts.version(),
+                Err(e) => break (Err(e), sent_at),
+            };
+            sent_at = for_update_ts;
             let request = kvrpcpb::PessimisticLockRequest {
                 mutations: mutations.clone(),
                 primary_lock: primary.as_bytes().to_vec(),
