@@ -98,7 +98,8 @@ async fn a_deadlock_fails_the_closing_lock_at_once_and_the_other_transaction_com
     assert!(err.to_string().contains("deadlock"), "{err}");
 
     // t2 rolls back, as the docs say to; t1 is woken, retries its lock at
-    // a new for_update_ts and commits, well within one server wait.
+    // a new for_update_ts and commits, well within one server wait; then
+    // t2's work runs again.
     t2.rollback().await.unwrap();
     t1_task.await.unwrap().unwrap();
     assert!(
@@ -108,6 +109,12 @@ async fn a_deadlock_fails_the_closing_lock_at_once_and_the_other_transaction_com
     );
     assert_eq!(read(&client, "a").await, Some(b"t1".to_vec()));
     assert_eq!(read(&client, "z").await, Some(b"t1".to_vec()));
+    // The loser runs again, now alone, and commits.
+    let mut again = client.begin_with_options(pessimistic()).await.unwrap();
+    again.put("z".to_owned(), "t2".to_owned()).await.unwrap();
+    again.put("a".to_owned(), "t2".to_owned()).await.unwrap();
+    again.commit().await.unwrap();
+    assert_eq!(read(&client, "a").await, Some(b"t2".to_vec()));
     let stats = cluster.lock_wait_stats();
     assert_eq!((stats.deadlocks, stats.woken), (1, 1));
     cluster.shutdown().await;

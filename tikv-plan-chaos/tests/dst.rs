@@ -256,3 +256,24 @@ fn seeds_that_found_a_partial_async_commit_and_a_hung_scan_replay_clean() {
         assert!(report.is_clean(), "seed {seed}: {}", report.trace());
     }
 }
+
+/// The seed the first exploration with TiKV's lock waiting, deadlock
+/// detection and missing-lock amending found (a lost append): a writer's
+/// lock resolution met a pessimistic-async-commit transaction's expired
+/// pessimistic primary and its prewritten secondaries in one pass. The
+/// primary was checked with `resolving_pessimistic_lock` (TiKV removed it
+/// and wrote no rollback), and that answer was reused for the secondaries,
+/// which were rolled back; the transaction's own prewrite of the primary
+/// then came, TiKV wrote the lock anyway (no newer record), and the commit
+/// was reported with its secondaries gone. A prewritten lock now gets a
+/// status check of its own. Replays its run, now clean.
+#[test]
+fn the_seed_that_found_a_pessimistic_answer_reused_for_prewritten_locks_replays_clean() {
+    let report = run(&DstConfig {
+        seed: 455,
+        duration: Duration::from_secs(10),
+        ..DstConfig::default()
+    })
+    .unwrap();
+    assert!(report.is_clean(), "seed 455: {}", report.trace());
+}

@@ -57,7 +57,7 @@ pub fn primary_not_found_wait(lock: &kvrpcpb::LockInfo, current_version: u64) ->
     if left == 0 {
         return None;
     }
-    if lock.lock_type == kvrpcpb::Op::PessimisticLock as i32 {
+    if is_pessimistic(lock) {
         Some(left)
     } else {
         Some(left.min(PRIMARY_NOT_FOUND_RECHECK.as_millis() as u64))
@@ -150,6 +150,11 @@ pub(crate) struct ClientLockResolver<PdC: PdClient> {
     counters: LockCounters,
 }
 
+/// True for a pessimistic lock (not yet prewritten).
+fn is_pessimistic(lock: &kvrpcpb::LockInfo) -> bool {
+    lock.lock_type == kvrpcpb::Op::PessimisticLock as i32
+}
+
 impl<PdC: PdClient> ClientLockResolver<PdC> {
     /// A resolver over `pd`: the transactional client's (which encodes
     /// keys), or the PD client of a plan built with
@@ -199,13 +204,21 @@ impl<PdC: PdClient> ClientLockResolver<PdC> {
     ) -> Result<ResolvePass> {
         let mut alive = Vec::new();
         let mut wait_ms = u64::MAX;
-        let mut statuses: HashMap<u64, TxnStatus> = HashMap::new();
+        // One status per transaction and kind of lock: a pessimistic lock
+        // is checked with `resolving_pessimistic_lock`, and TiKV's answer
+        // to that (an expired pessimistic primary removed, no rollback
+        // written) says nothing about the transaction's prewritten locks.
+        // Its prewrite may still come (TiKV then writes the primary's lock
+        // anyway) and commit; so a prewritten lock of the same
+        // transaction gets a check of its own.
+        let mut statuses: HashMap<(u64, bool), TxnStatus> = HashMap::new();
         for lock in locks {
-            let status = match statuses.get(&lock.lock_version) {
+            let slot = (lock.lock_version, is_pessimistic(&lock));
+            let status = match statuses.get(&slot) {
                 Some(s) => s.clone(),
                 None => {
                     let s = self.txn_status_of(&lock, caller_start_ts).await?;
-                    statuses.insert(lock.lock_version, s.clone());
+                    statuses.insert(slot, s.clone());
                     s
                 }
             };
@@ -316,7 +329,7 @@ impl<PdC: PdClient> ClientLockResolver<PdC> {
             current_ts: current,
             rollback_if_not_exist: not_found_wait.is_none(),
             force_sync_commit,
-            resolving_pessimistic_lock: lock.lock_type == kvrpcpb::Op::PessimisticLock as i32,
+            resolving_pessimistic_lock: is_pessimistic(lock),
             is_txn_file: lock.is_txn_file,
             ..Default::default()
         };
@@ -352,7 +365,7 @@ impl<PdC: PdClient> ClientLockResolver<PdC> {
     /// `lock.key` (commit at `commit_ts`, or roll back with 0); concurrent
     /// callers for the same transaction and Region share one request.
     async fn resolve_key(self: &Arc<Self>, lock: &kvrpcpb::LockInfo, commit_ts: u64) -> Result<()> {
-        if lock.lock_type == kvrpcpb::Op::PessimisticLock as i32 {
+        if is_pessimistic(lock) {
             // A pessimistic lock of a finished transaction is a leftover.
             let request = kvrpcpb::PessimisticRollbackRequest {
                 keys: vec![lock.key.clone()],
