@@ -5,6 +5,7 @@
 
 #[path = "../common/mod.rs"]
 mod common;
+mod support;
 
 mod txn_bank;
 mod txn_client;

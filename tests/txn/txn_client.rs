@@ -5,48 +5,16 @@
 
 use std::time::Duration;
 
+use crate::support::{client, client_with, cluster, optimistic, read};
 use tikv_plan::codec::encode_bytes;
 use tikv_plan::transaction::{as_key_error, TransactionStatus};
 use tikv_plan::Failure;
 use tikv_plan::{
-    CheckLevel, Config, Error, Key, KvPair, Mutation, TimestampExt, TransactionClient,
-    TransactionOptions,
+    CheckLevel, Config, Error, Key, KvPair, Mutation, TimestampExt, TransactionOptions,
 };
 use tikv_sim::{Outcome, SimCluster};
 
 /// A three-store cluster whose Regions split at the encodings of `splits`.
-async fn cluster(splits: &[&str]) -> SimCluster {
-    SimCluster::builder()
-        .stores(3)
-        .replicas(3)
-        .split_keys(splits.iter().map(|k| encode_bytes(k.as_bytes())).collect())
-        .start()
-        .await
-        .unwrap()
-}
-
-async fn client(cluster: &SimCluster) -> TransactionClient {
-    client_with(cluster, Config::default()).await
-}
-
-async fn client_with(cluster: &SimCluster, config: Config) -> TransactionClient {
-    TransactionClient::new_with_config(cluster.pd_endpoints(), config)
-        .await
-        .unwrap()
-}
-
-fn optimistic() -> TransactionOptions {
-    TransactionOptions::new_optimistic().drop_check(CheckLevel::Warn)
-}
-
-async fn read(client: &TransactionClient, key: &str) -> Option<Vec<u8>> {
-    let mut snapshot = client.snapshot(
-        client.current_timestamp().await.unwrap(),
-        TransactionOptions::new_optimistic(),
-    );
-    snapshot.get(key.to_owned()).await.unwrap()
-}
-
 fn total(cluster: &SimCluster, method: &str, outcome: Outcome) -> u64 {
     cluster
         .store_ids()

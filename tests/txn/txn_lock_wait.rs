@@ -7,38 +7,10 @@
 
 use std::time::Duration;
 
-use tikv_plan::codec::encode_bytes;
-use tikv_plan::transaction::{CheckLevel, LockWait};
-use tikv_plan::{Config, Error, TimestampExt, TransactionClient, TransactionOptions};
+use crate::support::{client_with, cluster, pessimistic, read};
+use tikv_plan::transaction::LockWait;
+use tikv_plan::{Config, Error, TimestampExt, TransactionOptions};
 use tikv_sim::{key_hash, SimCluster};
-
-async fn cluster(splits: &[&str]) -> SimCluster {
-    SimCluster::builder()
-        .stores(3)
-        .replicas(3)
-        .split_keys(splits.iter().map(|k| encode_bytes(k.as_bytes())).collect())
-        .start()
-        .await
-        .unwrap()
-}
-
-async fn client_with(cluster: &SimCluster, config: Config) -> TransactionClient {
-    TransactionClient::new_with_config(cluster.pd_endpoints(), config)
-        .await
-        .unwrap()
-}
-
-fn pessimistic() -> TransactionOptions {
-    TransactionOptions::new_pessimistic().drop_check(CheckLevel::Warn)
-}
-
-async fn read(client: &TransactionClient, key: &str) -> Option<Vec<u8>> {
-    let mut snapshot = client.snapshot(
-        client.current_timestamp().await.unwrap(),
-        TransactionOptions::new_optimistic(),
-    );
-    snapshot.get(key.to_owned()).await.unwrap()
-}
 
 /// Waits (on the paused clock) until `n` lock requests wait on the server.
 async fn until_waiting(cluster: &SimCluster, n: usize) {

@@ -7,6 +7,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::support::cluster;
 use tikv_plan::codec::encode_bytes;
 use tikv_plan::pd::PdRpcClient;
 use tikv_plan::proto::kvrpcpb::{self, Mutation, Op};
@@ -20,16 +21,6 @@ use tikv_plan::{
     Backoff, Config, Error, Timestamp, TimestampExt, TransactionClient, TransactionOptions,
 };
 use tikv_sim::SimCluster;
-
-async fn cluster(splits: &[&str]) -> SimCluster {
-    SimCluster::builder()
-        .stores(3)
-        .replicas(3)
-        .split_keys(splits.iter().map(|k| encode_bytes(k.as_bytes())).collect())
-        .start()
-        .await
-        .unwrap()
-}
 
 async fn client(cluster: &SimCluster, deadline: Duration) -> TransactionClient {
     TransactionClient::new_with_config(

@@ -3,22 +3,10 @@
 
 use std::time::Duration;
 
-use tikv_plan::codec::encode_bytes;
+use crate::support::{cluster, pessimistic, read};
 use tikv_plan::transaction::HeartbeatOption;
-use tikv_plan::{
-    CheckLevel, Config, Error, KvPair, TimestampExt, TransactionClient, TransactionOptions,
-};
+use tikv_plan::{Config, Error, KvPair, TimestampExt, TransactionClient, TransactionOptions};
 use tikv_sim::{Outcome, SimCluster};
-
-async fn cluster(splits: &[&str]) -> SimCluster {
-    SimCluster::builder()
-        .stores(3)
-        .replicas(3)
-        .split_keys(splits.iter().map(|k| encode_bytes(k.as_bytes())).collect())
-        .start()
-        .await
-        .unwrap()
-}
 
 async fn client(cluster: &SimCluster, deadline: Duration) -> TransactionClient {
     TransactionClient::new_with_config(
@@ -27,18 +15,6 @@ async fn client(cluster: &SimCluster, deadline: Duration) -> TransactionClient {
     )
     .await
     .unwrap()
-}
-
-fn pessimistic() -> TransactionOptions {
-    TransactionOptions::new_pessimistic().drop_check(CheckLevel::Warn)
-}
-
-async fn read(client: &TransactionClient, key: &str) -> Option<Vec<u8>> {
-    let mut snapshot = client.snapshot(
-        client.current_timestamp().await.unwrap(),
-        TransactionOptions::new_optimistic(),
-    );
-    snapshot.get(key.to_owned()).await.unwrap()
 }
 
 /// Waits (bounded) until the background secondary commits are done.

@@ -5,49 +5,12 @@
 
 use std::time::Duration;
 
+use crate::support::{client, client_with, cluster, optimistic, pessimistic, read};
 use tikv_plan::codec::encode_bytes;
 use tikv_plan::proto::kvrpcpb::{self, Mutation, Op};
 use tikv_plan::transaction::{as_key_error, HeartbeatOption};
-use tikv_plan::{
-    CheckLevel, Config, Error, TimestampExt, Transaction, TransactionClient, TransactionOptions,
-};
+use tikv_plan::{Config, Error, TimestampExt, Transaction, TransactionClient, TransactionOptions};
 use tikv_sim::SimCluster;
-
-async fn cluster(splits: &[&str]) -> SimCluster {
-    SimCluster::builder()
-        .stores(3)
-        .replicas(3)
-        .split_keys(splits.iter().map(|k| encode_bytes(k.as_bytes())).collect())
-        .start()
-        .await
-        .unwrap()
-}
-
-async fn client_with(cluster: &SimCluster, config: Config) -> TransactionClient {
-    TransactionClient::new_with_config(cluster.pd_endpoints(), config)
-        .await
-        .unwrap()
-}
-
-async fn client(cluster: &SimCluster) -> TransactionClient {
-    client_with(cluster, Config::default()).await
-}
-
-fn optimistic() -> TransactionOptions {
-    TransactionOptions::new_optimistic().drop_check(CheckLevel::Warn)
-}
-
-fn pessimistic() -> TransactionOptions {
-    TransactionOptions::new_pessimistic().drop_check(CheckLevel::Warn)
-}
-
-async fn read(client: &TransactionClient, key: &str) -> Option<Vec<u8>> {
-    let mut snapshot = client.snapshot(
-        client.current_timestamp().await.unwrap(),
-        TransactionOptions::new_optimistic(),
-    );
-    snapshot.get(key.to_owned()).await.unwrap()
-}
 
 async fn write(client: &TransactionClient, key: &str, value: &str) {
     let mut txn = client.begin_with_options(optimistic()).await.unwrap();

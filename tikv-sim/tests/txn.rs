@@ -9,7 +9,6 @@ mod txn_support;
 
 use std::time::Duration;
 
-use tikv_sim::codec::encode_bytes;
 use tikv_sim::proto::kvrpcpb::{self, Action, KeyError, Mutation, Op};
 use tikv_sim::proto::pdpb;
 use tikv_sim::{Outcome, SimCluster};
@@ -17,13 +16,7 @@ use txn_support::*;
 
 /// A cluster whose Regions split at the encodings of `plain_splits`.
 async fn cluster(plain_splits: &[&[u8]]) -> SimCluster {
-    SimCluster::builder()
-        .stores(3)
-        .replicas(3)
-        .split_keys(plain_splits.iter().map(|k| encode_bytes(k)).collect())
-        .start()
-        .await
-        .unwrap()
+    cluster_split_at(plain_splits).await
 }
 
 fn mutation(op: Op, key: &[u8]) -> Mutation {

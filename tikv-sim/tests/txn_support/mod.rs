@@ -1,5 +1,6 @@
 //! Helpers shared by the tests that drive the simulated cluster's
-//! transactional gRPC API by hand (`sim_txn.rs`, `sim_mvcc_rules.rs`).
+//! transactional gRPC API by hand (`txn.rs`, `mvcc_rules.rs`,
+//! `lock_wait.rs`).
 
 #![allow(dead_code)]
 
@@ -10,6 +11,18 @@ use tikv_sim::proto::pdpb;
 use tikv_sim::proto::tikvpb::tikv_client::TikvClient;
 use tikv_sim::SimCluster;
 use tonic::transport::Channel;
+
+/// Three stores and replicas, Regions split at the encodings of
+/// `plain_splits`.
+pub async fn cluster_split_at(plain_splits: &[&[u8]]) -> SimCluster {
+    SimCluster::builder()
+        .stores(3)
+        .replicas(3)
+        .split_keys(plain_splits.iter().map(|k| encode_bytes(k)).collect())
+        .start()
+        .await
+        .unwrap()
+}
 
 /// The leader store of the Region holding transactional `key`, and a
 /// correct context for it.
