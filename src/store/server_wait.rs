@@ -32,9 +32,13 @@ const MIN_SERVER_WAIT: Duration = Duration::from_millis(10);
 /// other half is for the answer and what the caller does next): a lock
 /// request asks for the shorter of its wait and that, explicitly (the
 /// server's default may be longer), and for none when less than
-/// [`MIN_SERVER_WAIT`] fits. Only ever shortens: each attempt's bound is at most
-/// the last one's. Without a bound nothing changes.
-pub(crate) fn fit_server_wait(request: &mut dyn Any, bound: Option<Duration>) {
+/// [`MIN_SERVER_WAIT`] fits. Only ever shortens: each attempt's bound is
+/// at most the last one's. Without a bound nothing changes.
+///
+/// Generic, so that for every other request type the check is decided at
+/// compile time and costs the fast path nothing.
+pub(crate) fn fit_server_wait<R: Any>(request: &mut R, bound: Option<Duration>) {
+    let request: &mut dyn Any = request;
     let (Some(lock), Some(bound)) = (
         request.downcast_mut::<kvrpcpb::PessimisticLockRequest>(),
         bound,

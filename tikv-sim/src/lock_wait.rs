@@ -220,7 +220,7 @@ impl LockWaits {
         now: Instant,
     ) -> Option<(WaitAsk, Waiting, WaitAnswer<C>)> {
         let (ask, answer) = command.lock_wait(response)?;
-        match self.enter(ask.clone(), now) {
+        match self.enter(&ask, now) {
             Entered::NoWait => None,
             Entered::Deadlock(error) => {
                 *response = answer(*error);
@@ -232,7 +232,7 @@ impl LockWaits {
 
     /// A request met a lock: it waits, or fails with a deadlock, or does
     /// not wait at all.
-    pub(crate) fn enter(&mut self, ask: WaitAsk, now: Instant) -> Entered {
+    pub(crate) fn enter(&mut self, ask: &WaitAsk, now: Instant) -> Entered {
         let Some(wait) = self.wait_for(ask.wait_timeout) else {
             return Entered::NoWait;
         };
@@ -240,7 +240,7 @@ impl LockWaits {
         let hash = key_hash(&ask.raw_key);
         let mut in_graph = false;
         if !ask.is_first_lock {
-            if let Some(error) = self.detect(&ask, hash, now) {
+            if let Some(error) = self.detect(ask, hash, now) {
                 self.stats.deadlocks += 1;
                 return Entered::Deadlock(Box::new(error));
             }
@@ -260,7 +260,7 @@ impl LockWaits {
         self.stats.waits += 1;
         Entered::Waiting(Waiting {
             ticket: Ticket {
-                encoded_key: ask.encoded_key,
+                encoded_key: ask.encoded_key.clone(),
                 start_ts: ask.start_ts,
                 token,
                 holder,

@@ -81,6 +81,16 @@ async fn take(cluster: &SimCluster, keys: &[&[u8]], start: u64, first: bool) {
     assert!(response.errors.is_empty(), "{:?}", response.errors);
 }
 
+/// Two Regions split at `m`; transaction `t1` holds `a` and `t2` holds
+/// `z`, each as its first lock.
+async fn two_holders() -> (SimCluster, u64, u64) {
+    let cluster = cluster(&[b"m"]).await;
+    let (t1, t2) = (tso(&cluster).await, tso(&cluster).await);
+    take(&cluster, &[b"a"], t1, true).await;
+    take(&cluster, &[b"z"], t2, true).await;
+    (cluster, t1, t2)
+}
+
 /// Waits (on the paused clock) until `n` requests wait for locks.
 async fn until_waiting(cluster: &SimCluster, n: usize) {
     for _ in 0..10_000 {
@@ -289,11 +299,8 @@ async fn a_multi_key_request_waits_on_its_first_locked_key_holding_none() {
 
 #[tokio::test(start_paused = true)]
 async fn two_transactions_waiting_for_each_other_are_a_deadlock_for_the_second() {
-    // `a` and `b` in different Regions (and leaders on different stores).
-    let cluster = cluster(&[b"m"]).await;
-    let (t1, t2) = (tso(&cluster).await, tso(&cluster).await);
-    take(&cluster, &[b"a"], t1, true).await;
-    take(&cluster, &[b"z"], t2, true).await;
+    // `a` and `z` in different Regions (and leaders on different stores).
+    let (cluster, t1, t2) = two_holders().await;
     // t1 waits for t2's `z`: not its first lock, so it joins the graph.
     let mut request = lock_request(&[b"z"], t1, 0);
     request.primary_lock = b"a".to_vec();
@@ -369,10 +376,7 @@ async fn a_three_transaction_cycle_is_found_and_the_chain_runs_from_the_holder()
 
 #[tokio::test(start_paused = true)]
 async fn a_first_lock_never_joins_the_graph_so_it_is_never_a_deadlock() {
-    let cluster = cluster(&[b"m"]).await;
-    let (t1, t2) = (tso(&cluster).await, tso(&cluster).await);
-    take(&cluster, &[b"a"], t1, true).await;
-    take(&cluster, &[b"z"], t2, true).await;
+    let (cluster, t1, t2) = two_holders().await;
     // t1's wait is marked as its first lock (as a client would mark it
     // wrongly here): no edge, so t2's wait closes no cycle.
     let mut request = lock_request(&[b"z"], t1, 0);
@@ -389,10 +393,7 @@ async fn a_first_lock_never_joins_the_graph_so_it_is_never_a_deadlock() {
 
 #[tokio::test(start_paused = true)]
 async fn an_edge_goes_when_its_waiter_stops_waiting() {
-    let cluster = cluster(&[b"m"]).await;
-    let (t1, t2) = (tso(&cluster).await, tso(&cluster).await);
-    take(&cluster, &[b"a"], t1, true).await;
-    take(&cluster, &[b"z"], t2, true).await;
+    let (cluster, t1, t2) = two_holders().await;
     // t1 waited for `z` and gave up (timed out): its edge is gone, so t2's
     // wait for `a` is no deadlock.
     let response = send_lock(&cluster, lock_request(&[b"z"], t1, 100)).await;

@@ -146,12 +146,7 @@ where
         loop {
             let mut result = match self.inner.execute().await {
                 Ok(result) => result,
-                // The call's deadline ran out while the locks were waited
-                // out: they still stand, and that is the answer.
-                Err(_) if standing.is_some() && call_deadline_passed() => {
-                    return Err(Error::ResolveLockError(standing.unwrap_or_default()))
-                }
-                Err(e) => return Err(e),
+                Err(e) => return Err(out_of_time(e, standing)),
             };
             let locks = result.take_locks();
             if locks.is_empty() {
@@ -165,11 +160,7 @@ where
                 .await
             {
                 Ok(pass) => pass,
-                // The call's deadline ran out while the locks were looked
-                // at (a server that held the request for them took most of
-                // it): they still stand, and that is the answer.
-                Err(_) if call_deadline_passed() => return Err(Error::ResolveLockError(locks)),
-                Err(e) => return Err(e),
+                Err(e) => return Err(out_of_time(e, Some(locks))),
             };
             let (sleep, alive) = match pass {
                 // Resolved: re-run at once, unless locks came back right
@@ -193,9 +184,16 @@ where
     }
 }
 
-/// True when the client call's deadline has passed.
-fn call_deadline_passed() -> bool {
-    super::call_deadline::remaining().is_some_and(|left| left.is_zero())
+/// The error of a lock-resolving loop that failed with `error` while
+/// `standing` locks were in its way: when the client call's deadline has
+/// passed (a server that held a request for them took most of it), the
+/// locks still stand, and that is the answer; otherwise `error`.
+fn out_of_time(error: Error, standing: Option<Vec<crate::proto::kvrpcpb::LockInfo>>) -> Error {
+    let passed = super::call_deadline::remaining().is_some_and(|left| left.is_zero());
+    match standing {
+        Some(locks) if passed => Error::ResolveLockError(locks),
+        _ => error,
+    }
 }
 
 impl<P: Stage, PdC: PdClient> Stage for ResolveLock<P, PdC>

@@ -204,11 +204,12 @@ impl<PdC: PdClient> Transaction<PdC> {
         let mut sent_at = 0;
         let (result, for_update_ts) = loop {
             attempts += 1;
-            // A timestamp that cannot be had (the call's deadline passed
-            // between attempts) ends the lock like a failed attempt: what
-            // the last attempt locked is released below.
+            // A timestamp that cannot be had after an attempt was sent (the
+            // call's deadline passed between attempts) ends the lock like a
+            // failed attempt: what that attempt locked is released below.
             let for_update_ts = match self.shared.timestamp().await {
                 Ok(ts) => ts.version(),
+                Err(e) if sent_at == 0 => return Err(e),
                 Err(e) => break (Err(e), sent_at),
             };
             sent_at = for_update_ts;
