@@ -15,6 +15,8 @@ use super::codec;
 use super::counters::StoreCounters;
 use super::mvcc::MvccVersion;
 use super::net::{bind, Endpoint};
+
+mod shape;
 use super::pd::PdService;
 use super::state::{
     ClusterState, Cold, ColdMode, HangMode, PdMember, SimRegion, SimStore, TsoClock,

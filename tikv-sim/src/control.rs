@@ -24,6 +24,11 @@
 //! | `pd-view REGION STORE` / `pd-view REGION none` | set the leader PD reports |
 //! | `cold REGION [accept\|not-leader-first]` | lose the leader, PD keeps it; a voter campaigns on a leader request (default `accept`) |
 //! | `split KEY` | split the Region holding `KEY`; answers `ok NEW_REGION_ID` |
+//! | `merge SOURCE TARGET` | merge Region `SOURCE` into the adjacent Region `TARGET` (peers on the same stores, both led) |
+//! | `add-peer REGION STORE [learner]` | add a voter (or a learner) on `STORE`; answers `ok NEW_PEER_ID` |
+//! | `promote REGION STORE` | make the learner on `STORE` a voter |
+//! | `remove-peer REGION STORE` | remove the peer on `STORE` (a leader hands leadership to another voter first) |
+//! | `move-store STORE [ADDR]` | restart `STORE` at `ADDR` (default: a free port); PD names the new address; answers `ok ADDRESS` |
 //! | `drop STORE METHOD` | apply the next `METHOD` request (e.g. `raw_compare_and_swap`) then reset the connections |
 //! | `counters STORE` | one line `METHOD OUTCOME COUNT` per counter (raw and transactional methods), then `replica_read N`, `stale_read N` |
 //! | `locks [START [END]]` | one line per transactional lock with its key in `[START, END)` (unencoded keys; default: all): key, primary, start_ts, type, ttl, for_update_ts, min_commit_ts, async commit |
@@ -187,7 +192,8 @@ fn lock_line(lock: &kvrpcpb::LockInfo) -> String {
 const HELP: &str = "commands: help | stores | regions | region KEY | down STORE | up STORE | \
 hang STORE connect|respond | unhang STORE | slow STORE MS | busy STORE MS|off | \
 transfer REGION STORE [stale] | pd-view REGION STORE|none | cold REGION [accept|not-leader-first] | \
-split KEY | drop STORE METHOD | counters STORE | reset-counters | pd-leader INDEX | pd-down INDEX | pd-up INDEX | \
+split KEY | merge SOURCE TARGET | add-peer REGION STORE [learner] | promote REGION STORE | \
+remove-peer REGION STORE | move-store STORE [ADDR] | drop STORE METHOD | counters STORE | reset-counters | pd-leader INDEX | pd-down INDEX | pd-up INDEX | \
 pd-hang INDEX | pd-unhang INDEX | locks [START [END]] | versions KEY | advance-clock MS | gc-safe-point";
 
 /// Runs one command line against `cluster` and returns the whole answer
@@ -306,6 +312,45 @@ async fn run(cluster: &SimCluster, line: &str) -> Result<String> {
         "split" => {
             let key = parse_key(words.next().unwrap_or(""))?;
             result = cluster.split_region(&key)?.to_string();
+        }
+        "merge" => {
+            let source: u64 = parse_num("source region id", words.next())?;
+            let target: u64 = parse_num("target region id", words.next())?;
+            cluster.merge_regions(source, target)?;
+        }
+        "add-peer" => {
+            let region: u64 = parse_num("region id", words.next())?;
+            let store = known_store(cluster, words.next())?;
+            let role = match words.next() {
+                None | Some("voter") => PeerRole::Voter,
+                Some("learner") => PeerRole::Learner,
+                Some(other) => {
+                    return Err(Error::InvalidArgument(format!(
+                        "expected voter, learner or nothing after the store, not {other:?}"
+                    )))
+                }
+            };
+            result = cluster.add_peer(region, store, role)?.to_string();
+        }
+        "promote" => {
+            let region: u64 = parse_num("region id", words.next())?;
+            cluster.promote_learner(region, known_store(cluster, words.next())?)?;
+        }
+        "remove-peer" => {
+            let region: u64 = parse_num("region id", words.next())?;
+            cluster.remove_peer(region, known_store(cluster, words.next())?)?;
+        }
+        "move-store" => {
+            let store = known_store(cluster, words.next())?;
+            let to = match words.next() {
+                None => None,
+                Some(addr) => Some(addr.parse().map_err(|_| {
+                    Error::InvalidArgument(format!(
+                        "{addr:?} is not an address; write it as 127.0.0.1:PORT"
+                    ))
+                })?),
+            };
+            result = cluster.move_store(store, to).await?;
         }
         "drop" => {
             let store = known_store(cluster, words.next())?;

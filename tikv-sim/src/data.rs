@@ -179,6 +179,13 @@ impl RegionData {
         }
         below
     }
+
+    /// Takes in the data of an adjacent Region merging into this one.
+    pub(crate) fn absorb(&mut self, other: RegionData) {
+        for (cf, map) in other.cfs {
+            self.cfs.entry(cf).or_default().extend(map);
+        }
+    }
 }
 
 #[cfg(test)]

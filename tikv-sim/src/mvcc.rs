@@ -1628,6 +1628,14 @@ impl Mvcc {
             released: Vec::new(),
         }
     }
+
+    /// Takes in the data, locks and max ts of a Region merging into this one.
+    pub(crate) fn absorb(&mut self, other: Mvcc) {
+        self.locks.extend(other.locks);
+        self.writes.extend(other.writes);
+        self.data.extend(other.data);
+        self.max_ts = self.max_ts.max(other.max_ts);
+    }
 }
 
 /// What a prewrite does on one key.

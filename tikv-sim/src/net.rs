@@ -302,6 +302,21 @@ impl Endpoint {
         }
     }
 
+    /// Moves this endpoint to the address `listener` is bound to, and
+    /// accepts there when `accept` (else it stays down, to come up on the
+    /// new address). Call after [`Endpoint::down`]. Returns the new address.
+    pub(crate) fn rebind(&mut self, listener: TcpListener, accept: bool) -> Result<SocketAddr> {
+        self.addr = listener.local_addr().map_err(|e| Error::Connect {
+            address: self.addr.to_string(),
+            message: format!("cannot read the bound address: {e}"),
+            source: Some(Box::new(e)),
+        })?;
+        if accept {
+            self.up(listener);
+        }
+        Ok(self.addr)
+    }
+
     /// Freezes (`true`) or thaws (`false`) the server's network: open
     /// connections stop moving bytes, the accept loop pauses and the
     /// listen backlog is filled so new TCP connects hang.

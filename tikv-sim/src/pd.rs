@@ -141,14 +141,32 @@ impl PdService {
         region: Option<metapb::Region>,
         leader: Option<metapb::Peer>,
     ) -> pdpb::GetRegionResponse {
+        let down_peers = region
+            .as_ref()
+            .map(|r| Self::down_peers(state, r))
+            .unwrap_or_default();
         pdpb::GetRegionResponse {
             header: header(state.cluster_id),
             region,
             leader,
-            down_peers: Vec::new(),
+            down_peers,
             pending_peers: Vec::new(),
             ..Default::default()
         }
+    }
+
+    /// The Region's peers on stores that are down, as PD reports peers
+    /// whose store stopped heartbeating.
+    fn down_peers(state: &ClusterState, region: &metapb::Region) -> Vec<pdpb::PeerStats> {
+        region
+            .peers
+            .iter()
+            .filter(|p| state.stores.get(&p.store_id).is_some_and(|s| !s.up))
+            .map(|p| pdpb::PeerStats {
+                peer: Some(*p),
+                down_seconds: 1,
+            })
+            .collect()
     }
 
     fn store_meta(state: &ClusterState, store_id: u64) -> Option<metapb::Store> {
@@ -328,7 +346,7 @@ impl Pd for PdService {
             response.regions.push(pdpb::Region {
                 region: Some(r.meta.clone()),
                 leader,
-                down_peers: Vec::new(),
+                down_peers: Self::down_peers(&state, &r.meta),
                 pending_peers: Vec::new(),
             });
         }
