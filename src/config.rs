@@ -17,6 +17,9 @@ pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
 pub const DEFAULT_GRPC_MAX_DECODING_MESSAGE_SIZE: usize = 4 * 1024 * 1024;
 /// How many Regions a cache holds by default (`Config::region_cache_capacity`).
 pub const DEFAULT_REGION_CACHE_CAPACITY: usize = 1_000_000;
+/// How long a cached Region lives without use by default
+/// (`Config::region_cache_ttl`): ten minutes, as client-go.
+pub const DEFAULT_REGION_CACHE_TTL: Duration = Duration::from_secs(600);
 /// The name of the keyspace PD creates by default.
 pub const DEFAULT_KEYSPACE_NAME: &str = "DEFAULT";
 /// Default time an unreachable store is avoided before it is tried first again.
@@ -203,6 +206,13 @@ pub struct Config {
     /// How many Regions the client caches at most; past it, the Regions
     /// cached longest ago are dropped (and reloaded from PD when needed).
     pub region_cache_capacity: usize,
+    /// How long a cached Region lives without use before it is reloaded
+    /// from PD ([`DEFAULT_REGION_CACHE_TTL`]). Each use extends it; a
+    /// Region PD reported with a down peer is reloaded once it runs out even
+    /// while in use. Up to a tenth more is added at random, so Regions
+    /// loaded together are not reloaded together. Counted in tenths of a
+    /// second, at least one.
+    pub region_cache_ttl: Duration,
     /// Unary calls or BatchCommands streams ([`RpcMode`]).
     pub rpc_mode: RpcMode,
     /// In batched mode: the most requests written as one message on a
@@ -239,6 +249,7 @@ impl Default for Config {
             request_deadline: DEFAULT_REQUEST_DEADLINE,
             at_least_once_writes: false,
             region_cache_capacity: DEFAULT_REGION_CACHE_CAPACITY,
+            region_cache_ttl: DEFAULT_REGION_CACHE_TTL,
             rpc_mode: RpcMode::default(),
             batch_max_size: DEFAULT_BATCH_MAX_SIZE,
             batch_streams_per_store: DEFAULT_BATCH_STREAMS_PER_STORE,
@@ -327,6 +338,13 @@ impl Config {
     /// (at-least-once writes; see [`Config::at_least_once_writes`]).
     pub fn with_at_least_once_writes(mut self) -> Self {
         self.at_least_once_writes = true;
+        self
+    }
+
+    /// Sets how long a cached Region lives without use
+    /// ([`region_cache_ttl`](Self::region_cache_ttl)).
+    pub fn with_region_cache_ttl(mut self, ttl: Duration) -> Self {
+        self.region_cache_ttl = ttl;
         self
     }
 

@@ -98,7 +98,7 @@ pub mod mock;
 #[cfg(feature = "unstable-internals")]
 #[doc(hidden)]
 pub mod __internals {
-    pub use crate::region::cache::RegionCache;
+    pub use crate::region::cache::{LoadedRegion, RegionCache};
     pub use crate::security::transport::{with_transport, Dial, Io, Transport};
     pub use crate::store::set_typed_path;
 }

@@ -149,7 +149,8 @@ impl<KvC: KvConnect> PdRpcClient<KvC> {
             tso: TimestampOracle::new(Arc::clone(&cluster)),
             cluster,
             kv_connect: Arc::new(kv_connect),
-            regions: RegionCache::with_capacity(config.region_cache_capacity),
+            regions: RegionCache::with_capacity(config.region_cache_capacity)
+                .with_ttl(config.region_cache_ttl),
             stores: StoreCache::new(),
             connections: Arc::new(RwLock::new(BTreeMap::new())),
             connecting: SingleFlight::default(),

@@ -21,6 +21,7 @@ use crate::classify::{classify_status_source, DispatchFailure};
 use crate::proto::keyspacepb::{self, keyspace_client::KeyspaceClient as KeyspaceGrpcClient};
 use crate::proto::metapb;
 use crate::proto::pdpb::{self, pd_client::PdClient as PdGrpcClient};
+use crate::region::cache::LoadedRegion;
 use crate::region::{RegionId, RegionWithLeader, StoreId};
 use crate::security::SecurityManager;
 use crate::Failure;
@@ -346,7 +347,7 @@ impl Cluster {
     /// The Region containing `key`, with PD's view of its leader.
     /// [`Error::RegionForKeyNotFound`] when PD has none; [`Failure::Pd`](crate::Failure::Pd) when
     /// PD answers with a Region that does not hold `key`.
-    pub async fn get_region(&self, key: &[u8]) -> Result<RegionWithLeader> {
+    pub async fn get_region(&self, key: &[u8]) -> Result<LoadedRegion> {
         let timeout = self.timeout;
         let response = self
             .call(
@@ -366,12 +367,16 @@ impl Cluster {
             )
             .await;
         let not_found = || Error::RegionForKeyNotFound { key: key.to_vec() };
-        super::region_holding_key(region_from_response(response, not_found)?, key)
+        let loaded = region_from_response(response, not_found)?;
+        Ok(LoadedRegion {
+            region: super::region_holding_key(loaded.region, key)?,
+            ..loaded
+        })
     }
 
     /// The Region with id `region_id`, with PD's view of its leader.
     /// [`Failure::RegionNotFoundInPd`](crate::Failure::RegionNotFoundInPd) when PD has none.
-    pub async fn get_region_by_id(&self, region_id: RegionId) -> Result<RegionWithLeader> {
+    pub async fn get_region_by_id(&self, region_id: RegionId) -> Result<LoadedRegion> {
         let timeout = self.timeout;
         let response = self
             .call(
@@ -942,7 +947,7 @@ fn is_cluster_id_mismatch(error: &Error) -> bool {
 fn region_from_response(
     response: Result<pdpb::GetRegionResponse>,
     not_found: impl FnOnce() -> Error,
-) -> Result<RegionWithLeader> {
+) -> Result<LoadedRegion> {
     let response = match response {
         Err(e)
             if matches!(
@@ -960,7 +965,10 @@ fn region_from_response(
     let region = response.region.ok_or_else(not_found)?;
     // PD sends a default peer (id 0) when it knows no leader.
     let leader = response.leader.filter(|l| l.id != 0);
-    Ok(RegionWithLeader::new(region, leader))
+    Ok(LoadedRegion {
+        region: RegionWithLeader::new(region, leader),
+        has_down_peers: !response.down_peers.is_empty(),
+    })
 }
 
 #[cfg(test)]
@@ -1032,8 +1040,21 @@ mod tests {
             },
         )
         .unwrap();
-        assert_eq!(no_leader.id(), 3);
-        assert_eq!(no_leader.leader, None);
+        assert_eq!(no_leader.region.id(), 3);
+        assert_eq!(no_leader.region.leader, None);
+        assert!(!no_leader.has_down_peers);
+        let down = region_from_response(
+            Ok(pdpb::GetRegionResponse {
+                region: Some(metapb::Region::default()),
+                down_peers: vec![pdpb::PeerStats::default()],
+                ..Default::default()
+            }),
+            || Error::InternalError {
+                message: String::new(),
+            },
+        )
+        .unwrap();
+        assert!(down.has_down_peers);
     }
 
     #[test]

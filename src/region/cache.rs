@@ -10,175 +10,19 @@
 //! as client-rust and tokio keep them; the code is under 800.
 
 use std::borrow::Borrow;
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
+use std::collections::{BTreeSet, HashMap, HashSet, VecDeque};
 use std::future::Future;
 use std::hash::{Hash, Hasher};
 use std::ops::Bound;
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
 
-use futures::future::{BoxFuture, FutureExt, Shared};
-
+pub(crate) use super::single_flight::SingleFlight;
 use super::{CachedRegion, RegionId, RegionVerId, RegionWithLeader, StoreId};
 use crate::proto::metapb;
-use crate::sync::{lock, read, write};
+use crate::sync::{read, write};
 use crate::Failure;
 use crate::Result;
-
-/// A load several callers wait on: its error is shared (`Error` is not
-/// `Clone`), and each caller gets it back with [`Error::from_shared`].
-type SharedLoad<V> = Shared<BoxFuture<'static, Result<V, Arc<crate::Error>>>>;
-
-/// Runs at most one load per key at a time: concurrent callers with the same
-/// key await the same future and get the same result, error included. The
-/// entry is removed once the load finishes, so a failure is not remembered,
-/// and also when every caller has given up (dropped its future), which
-/// drops the load itself: nothing runs on behind an abandoned lookup.
-pub(crate) struct SingleFlight<K, V> {
-    in_flight: Mutex<InFlight<K, V>>,
-}
-
-struct InFlight<K, V> {
-    /// Ordered, so that dropping the map (the client going away) ends the
-    /// loads in a reproducible order (a simulation replays from its seed).
-    loads: BTreeMap<K, (u64, SharedLoad<V>)>,
-    next_id: u64,
-}
-
-impl<K, V> Default for SingleFlight<K, V> {
-    fn default() -> Self {
-        SingleFlight {
-            in_flight: Mutex::new(InFlight {
-                loads: BTreeMap::new(),
-                next_id: 0,
-            }),
-        }
-    }
-}
-
-impl<K, V> std::fmt::Debug for SingleFlight<K, V> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("SingleFlight")
-            .field("in_flight", &lock(&self.in_flight).loads.len())
-            .finish()
-    }
-}
-
-/// One caller's share of a load. Dropping it (the load finished, or the
-/// caller was cancelled) removes the entry once the load is done or no
-/// other caller waits for it.
-struct Waiter<'a, K: Ord, V> {
-    flight: &'a SingleFlight<K, V>,
-    key: K,
-    id: u64,
-    shared: Option<SharedLoad<V>>,
-}
-
-impl<K: Ord, V> Drop for Waiter<'_, K, V> {
-    fn drop(&mut self) {
-        // Give up our own handle first, so the count below sees only the
-        // map's and other callers' handles.
-        self.shared = None;
-        let mut in_flight = lock(&self.flight.in_flight);
-        let finished_or_abandoned = match in_flight.loads.get(&self.key) {
-            // Only our own load: a newer one for the same key may have
-            // started after this one finished.
-            Some((id, shared)) if *id == self.id => {
-                shared.peek().is_some() || shared.strong_count() == Some(1)
-            }
-            _ => false,
-        };
-        if finished_or_abandoned {
-            in_flight.loads.remove(&self.key);
-        }
-    }
-}
-
-impl<K, V> SingleFlight<K, V>
-where
-    K: Ord + Clone,
-    V: Clone + Send + Sync + 'static,
-{
-    /// Returns `cached()` if it has a value; otherwise joins the load in
-    /// flight for `key`, or starts `load()` if there is none.
-    ///
-    /// `cached` is evaluated under the same lock that guards the in-flight
-    /// map. A load that stores its result (in a cache `cached` reads) before
-    /// it finishes therefore leaves no window in which a caller sees neither
-    /// the stored value nor the load in flight.
-    pub(crate) async fn run<C, L, Fut>(&self, key: K, cached: C, load: L) -> Result<V>
-    where
-        C: FnOnce() -> Option<V>,
-        L: FnOnce() -> Fut,
-        Fut: Future<Output = Result<V>> + Send + 'static,
-    {
-        let mut waiter = {
-            let mut in_flight = lock(&self.in_flight);
-            if let Some(value) = cached() {
-                return Ok(value);
-            }
-            let (id, shared) = match in_flight.loads.get(&key) {
-                Some((id, shared)) => (*id, shared.clone()),
-                None => {
-                    let id = in_flight.next_id;
-                    in_flight.next_id += 1;
-                    let shared = load().map(|r| r.map_err(Arc::new)).boxed().shared();
-                    in_flight.loads.insert(key.clone(), (id, shared.clone()));
-                    (id, shared)
-                }
-            };
-            Waiter {
-                flight: self,
-                key,
-                id,
-                shared: Some(shared),
-            }
-        };
-        match waiter.shared.as_mut() {
-            Some(shared) => shared.await.map_err(crate::Error::from_shared),
-            None => Err(crate::Error::InternalError {
-                message: "a single-flight load lost its future".to_owned(),
-            }),
-        }
-    }
-
-    /// Waits for some load in flight (any key), if there is one, before
-    /// starting another, and says whether there was one: after a hot
-    /// Region is dropped, concurrent misses for different keys of it
-    /// mostly need the same answer. Its outcome is its callers'; this one
-    /// only wants the cache filled.
-    ///
-    /// The wait is a caller like any other: when it gives up last, the
-    /// load is dropped with it. (A bare handle would keep an abandoned
-    /// load in the map, never polled again, holding whatever it held, PD's
-    /// leader-discovery lock included, for good.)
-    pub(crate) async fn wait_for_any(&self) -> bool {
-        let mut waiter = {
-            // The oldest: it finishes first, and the choice does not depend
-            // on the map's order (a simulation replays from its seed).
-            let in_flight = lock(&self.in_flight);
-            let Some((key, (id, shared))) = in_flight.loads.iter().min_by_key(|(_, (id, _))| *id)
-            else {
-                return false;
-            };
-            Waiter {
-                flight: self,
-                key: key.clone(),
-                id: *id,
-                shared: Some(shared.clone()),
-            }
-        };
-        if let Some(shared) = waiter.shared.as_mut() {
-            let _ = shared.await;
-        }
-        true
-    }
-
-    /// How many loads are in flight.
-    #[cfg_attr(not(any(test, feature = "unstable-internals")), allow(dead_code))]
-    pub(crate) fn in_flight(&self) -> usize {
-        lock(&self.in_flight).loads.len()
-    }
-}
 
 /// A cached Region in the start-key index, ordered by its start key. The
 /// index holds the same allocation as the id index, so the key bytes are
@@ -268,6 +112,51 @@ struct RegionMap {
     capacity: usize,
     /// This cache's share of the Region cache size metric.
     gauge: crate::telemetry::CacheGauge,
+    /// How long a cached Region lives without use.
+    ttl: RegionTtl,
+}
+
+/// How long a cached Region lives ([`Config::region_cache_ttl`](crate::Config::region_cache_ttl)):
+/// a Region unused for the TTL, plus up to a tenth of it as jitter (so
+/// Regions loaded together do not all expire together), is dropped and
+/// loaded again from PD on its next use. Each use extends the life; a
+/// Region PD reported with a down peer is not extended. Times are tenths
+/// of a second on tokio's clock from the cache's creation.
+#[derive(Debug, Clone, Copy)]
+struct RegionTtl {
+    base: tokio::time::Instant,
+    ttl: u32,
+    jitter: u32,
+}
+
+impl RegionTtl {
+    fn new(ttl: Duration) -> Self {
+        let tenths = u32::try_from(ttl.as_millis() / 100)
+            .unwrap_or(u32::MAX)
+            .max(1);
+        RegionTtl {
+            base: tokio::time::Instant::now(),
+            ttl: tenths,
+            jitter: tenths / 10,
+        }
+    }
+
+    fn now(&self) -> u32 {
+        u32::try_from(self.base.elapsed().as_millis() / 100).unwrap_or(u32::MAX)
+    }
+
+    fn deadline(&self, now: u32) -> u32 {
+        now.saturating_add(self.ttl)
+            .saturating_add(fastrand::u32(0..=self.jitter))
+    }
+
+    /// True while `region` has not expired; a use extends its life.
+    fn alive(&self, region: &CachedRegion) -> bool {
+        let now = self.now();
+        region
+            .expiry
+            .alive_at(now, self.ttl, region.expires_anyway, || self.deadline(now))
+    }
 }
 
 impl Default for RegionMap {
@@ -279,11 +168,12 @@ impl Default for RegionMap {
             next_stamp: 0,
             capacity: DEFAULT_REGION_CACHE_CAPACITY,
             gauge: Default::default(),
+            ttl: RegionTtl::new(DEFAULT_REGION_CACHE_TTL),
         }
     }
 }
 
-pub use crate::config::DEFAULT_REGION_CACHE_CAPACITY;
+pub use crate::config::{DEFAULT_REGION_CACHE_CAPACITY, DEFAULT_REGION_CACHE_TTL};
 
 impl RegionMap {
     fn get_by_key(&self, key: &[u8]) -> Option<&Arc<CachedRegion>> {
@@ -296,6 +186,17 @@ impl RegionMap {
 
     fn get_by_id(&self, id: RegionId) -> Option<&Arc<CachedRegion>> {
         self.by_id.get(&id).map(|ById(region)| region)
+    }
+
+    /// [`get_by_key`](Self::get_by_key) for a lookup that routes: an
+    /// expired Region is a miss, and a hit extends its life.
+    fn live_by_key(&self, key: &[u8]) -> Option<&Arc<CachedRegion>> {
+        self.get_by_key(key).filter(|r| self.ttl.alive(r))
+    }
+
+    /// [`get_by_id`](Self::get_by_id) for a lookup that routes.
+    fn live_by_id(&self, id: RegionId) -> Option<&Arc<CachedRegion>> {
+        self.get_by_id(id).filter(|r| self.ttl.alive(r))
     }
 
     fn len(&self) -> usize {
@@ -404,6 +305,7 @@ impl RegionMap {
                 region.set_leader(Some(leader));
             }
         }
+        region.expiry.set(self.ttl.deadline(self.ttl.now()));
         region.stamp = self.next_stamp;
         self.next_stamp = self.next_stamp.wrapping_add(1);
         self.inserted.push_back(Inserted {
@@ -484,18 +386,27 @@ impl RegionCache {
     /// (a count every task reading the Region would otherwise bump).
     pub fn region_with_leader_by_key(&self, key: &[u8]) -> Option<RegionWithLeader> {
         read(&self.map)
-            .get_by_key(key)
+            .live_by_key(key)
             .map(|region| region.to_region_with_leader())
     }
 
-    /// The cached Region containing `key`: a shared handle, no copy.
+    /// The cached Region containing `key`: a shared handle, no copy. A
+    /// Region past its TTL is not returned.
     pub fn get_by_key(&self, key: &[u8]) -> Option<Arc<CachedRegion>> {
-        read(&self.map).get_by_key(key).cloned()
+        read(&self.map).live_by_key(key).cloned()
     }
 
-    /// The cached Region with this id: a shared handle, no copy.
+    /// The cached Region with this id: a shared handle, no copy. A Region
+    /// past its TTL is not returned.
     pub fn get_by_id(&self, id: RegionId) -> Option<Arc<CachedRegion>> {
-        read(&self.map).get_by_id(id).cloned()
+        read(&self.map).live_by_id(id).cloned()
+    }
+
+    /// Sets how long a cached Region lives without use (see
+    /// [`Config::region_cache_ttl`](crate::Config::region_cache_ttl)).
+    pub fn with_ttl(self, ttl: Duration) -> Self {
+        write(&self.map).ttl = RegionTtl::new(ttl);
+        self
     }
 
     /// How many Regions are cached.
@@ -567,10 +478,15 @@ impl RegionCache {
     /// The Region containing `key`: from the cache, or from `load` (whose
     /// result is inserted). Concurrent misses on the same key share one
     /// `load`; a failed load is returned to all of them and not cached.
-    pub async fn get_or_load_by_key<L, Fut>(&self, key: &[u8], load: L) -> Result<Arc<CachedRegion>>
+    pub async fn get_or_load_by_key<L, Fut, R>(
+        &self,
+        key: &[u8],
+        load: L,
+    ) -> Result<Arc<CachedRegion>>
     where
         L: FnOnce(Vec<u8>) -> Fut,
-        Fut: Future<Output = Result<RegionWithLeader>> + Send + 'static,
+        Fut: Future<Output = Result<R>> + Send + 'static,
+        R: Into<LoadedRegion>,
     {
         // A hit needs neither the single-flight lock nor a copy of the key.
         if let Some(region) = self.get_by_key(key) {
@@ -596,7 +512,7 @@ impl RegionCache {
                     let owned_key = key.to_vec();
                     let loading = load(owned_key.clone());
                     async move {
-                        let region = loading.await?;
+                        let region = loading.await?.into();
                         accept_loaded(&map, region, |m| m.get_by_key(&owned_key).cloned())
                     }
                 },
@@ -607,14 +523,15 @@ impl RegionCache {
     /// The Region with id `id`: from the cache, or from `load` (whose result
     /// is inserted). Concurrent misses on the same id share one `load`; a
     /// failed load is returned to all of them and not cached.
-    pub async fn get_or_load_by_id<L, Fut>(
+    pub async fn get_or_load_by_id<L, Fut, R>(
         &self,
         id: RegionId,
         load: L,
     ) -> Result<Arc<CachedRegion>>
     where
         L: FnOnce(RegionId) -> Fut,
-        Fut: Future<Output = Result<RegionWithLeader>> + Send + 'static,
+        Fut: Future<Output = Result<R>> + Send + 'static,
+        R: Into<LoadedRegion>,
     {
         if let Some(region) = self.get_by_id(id) {
             crate::telemetry::region_cache_lookup(true);
@@ -629,7 +546,7 @@ impl RegionCache {
                 || {
                     let loading = load(id);
                     async move {
-                        let region = loading.await?;
+                        let region = loading.await?.into();
                         accept_loaded(&map, region, |m| m.get_by_id(id).cloned())
                     }
                 },
@@ -651,20 +568,45 @@ impl RegionCache {
 /// Region.
 fn accept_loaded(
     map: &RwLock<RegionMap>,
-    region: RegionWithLeader,
+    loaded: LoadedRegion,
     cached: impl FnOnce(&RegionMap) -> Option<Arc<CachedRegion>>,
 ) -> Result<Arc<CachedRegion>> {
+    let LoadedRegion {
+        region,
+        has_down_peers,
+    } = loaded;
     let region_id = region.id();
     tracing::debug!(
-        "region {region_id}: loaded from PD, epoch {:?}",
+        "region {region_id}: loaded from PD, epoch {:?}, down peers: {has_down_peers}",
         region.epoch()
     );
-    let region = CachedRegion::from(region);
+    let mut region = CachedRegion::from(region);
+    region.expires_anyway = has_down_peers;
     let mut map = write(map);
     if let Some(inserted) = map.insert(region, true) {
         return Ok(inserted);
     }
     cached(&map).ok_or(crate::Error::from(Failure::StaleRegion { region_id }))
+}
+
+/// A Region as PD answered a lookup: the Region with its leader, and
+/// whether PD reported any of its peers down (such a Region expires from
+/// the cache after its TTL even while in use).
+#[derive(Debug, Clone)]
+pub struct LoadedRegion {
+    /// The Region and PD's leader.
+    pub region: RegionWithLeader,
+    /// PD's `down_peers` was not empty.
+    pub has_down_peers: bool,
+}
+
+impl From<RegionWithLeader> for LoadedRegion {
+    fn from(region: RegionWithLeader) -> Self {
+        LoadedRegion {
+            region,
+            has_down_peers: false,
+        }
+    }
 }
 
 /// Store metadata by store id, with single-flight loads.
@@ -995,7 +937,7 @@ mod tests {
         // Now cached: no further load for any key of the Region.
         let r = cache
             .get_or_load_by_key(b"c", |_| async {
-                Err(Error::InternalError {
+                Err::<RegionWithLeader, _>(Error::InternalError {
                     message: "no".into(),
                 })
             })
@@ -1293,5 +1235,80 @@ mod tests {
             .await
             .unwrap();
         assert_eq!(loads.load(Ordering::SeqCst), 2);
+    }
+
+    /// Steps the paused clock by `secs` seconds.
+    async fn pass(secs: f64) {
+        tokio::time::advance(Duration::from_secs_f64(secs)).await;
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_unused_region_expires_after_its_ttl_and_a_used_one_lives_on() {
+        // TTL 10 s: each Region lives 10 to 11 s past its last use.
+        let cache = RegionCache::new().with_ttl(Duration::from_secs(10));
+        cache.insert(region(1, b"a", b"m", 1, 1));
+        cache.insert(region(2, b"m", b"", 1, 1));
+        pass(9.9).await;
+        assert_eq!(ids(&cache, &[b"b", b"x"]), vec![Some(1), Some(2)]);
+        // Region 1 is used every 4 s; region 2 was last used at 9.9 s.
+        for _ in 0..5 {
+            pass(4.0).await;
+            assert_eq!(ids(&cache, &[b"b"]), vec![Some(1)]);
+        }
+        assert_eq!(ids(&cache, &[b"x"]), vec![None]);
+        assert!(cache.get_by_id(2).is_none());
+        // Expired is a miss: the load brings it back, with a new life.
+        let loaded = cache
+            .get_or_load_by_key(b"x", |_| async { Ok(region(2, b"m", b"", 1, 1)) })
+            .await
+            .unwrap();
+        assert_eq!(loaded.id(), 2);
+        pass(9.9).await;
+        assert_eq!(ids(&cache, &[b"x"]), vec![Some(2)]);
+        // Not used for longer than TTL plus jitter: gone, by key and by id.
+        pass(11.1).await;
+        assert_eq!(ids(&cache, &[b"b", b"x"]), vec![None, None]);
+        assert!(cache.get_by_id(1).is_none());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_region_with_a_down_peer_expires_after_its_ttl_even_in_use() {
+        let cache = RegionCache::new().with_ttl(Duration::from_secs(10));
+        let down = LoadedRegion {
+            region: region(1, b"a", b"m", 1, 1),
+            has_down_peers: true,
+        };
+        cache
+            .get_or_load_by_key(b"b", move |_| async move { Ok(down) })
+            .await
+            .unwrap();
+        cache
+            .get_or_load_by_key(b"x", |_| async { Ok(region(2, b"m", b"", 1, 1)) })
+            .await
+            .unwrap();
+        for _ in 0..3 {
+            pass(3.0).await;
+            assert_eq!(ids(&cache, &[b"b", b"x"]), vec![Some(1), Some(2)]);
+        }
+        pass(2.1).await;
+        assert_eq!(ids(&cache, &[b"b", b"x"]), vec![None, Some(2)]);
+        // Reloaded without down peers, it lives on by use again.
+        cache.insert(region(1, b"a", b"m", 1, 1));
+        for _ in 0..5 {
+            pass(4.0).await;
+            assert_eq!(ids(&cache, &[b"b"]), vec![Some(1)]);
+        }
+    }
+
+    #[test]
+    fn a_leader_update_keeps_the_regions_life() {
+        let cache = RegionCache::new().with_ttl(Duration::from_secs(10));
+        cache.insert(region(1, b"a", b"", 1, 1));
+        let before = cache.get_by_id(1).unwrap();
+        let ver = before.ver_id();
+        assert!(cache.update_leader(ver, &peer(12, 2)));
+        let after = cache.get_by_id(1).unwrap();
+        assert_eq!(after.leader().unwrap().store_id, 2);
+        assert_eq!(after.expiry.deadline(), before.expiry.deadline());
     }
 }

@@ -2,6 +2,8 @@
 //! holds it, compact and immutable, handed out as `Arc<CachedRegion>` so
 //! that a cache hit costs a reference count rather than a copy.
 
+use std::sync::atomic::{AtomicU32, Ordering};
+
 use smallvec::SmallVec;
 
 use super::{key_in_range, RegionId, RegionVerId, RegionWithLeader, StoreId};
@@ -40,7 +42,10 @@ const OTHER_LEADER: u16 = u16::MAX - 1;
 #[derive(Debug, Clone)]
 pub struct CachedRegion {
     /// Where the start key ends in `keys`.
-    start_len: usize,
+    start_len: u32,
+    /// When the cache drops this Region unless it is used (see
+    /// [`Expiry`]); not part of the Region, so equality ignores it.
+    pub(super) expiry: Expiry,
     /// The start key followed by the end key.
     keys: SmallVec<[u8; INLINE_KEY_BYTES]>,
     pub(super) id: RegionId,
@@ -59,6 +64,58 @@ pub struct CachedRegion {
     /// False when PD sent no epoch (it reads as zero, and converts back to
     /// none).
     has_epoch: bool,
+    /// PD reported a down peer: use does not extend the life in the cache,
+    /// so the Region is reloaded once its TTL has run out.
+    pub(super) expires_anyway: bool,
+}
+
+/// A cached Region's deadline, in tenths of a second on the cache's clock
+/// (a `u32` of them lasts 13 years). Read on every hit, written at most
+/// once a second per Region: a hot Region's cache line is not bounced
+/// between cores by every lookup.
+#[derive(Debug, Default)]
+pub(crate) struct Expiry(AtomicU32);
+
+impl Clone for Expiry {
+    fn clone(&self) -> Self {
+        Expiry(AtomicU32::new(self.0.load(Ordering::Relaxed)))
+    }
+}
+
+/// A refresh within this many tenths of a second of the last is skipped.
+const REFRESH_STEP: u32 = 10;
+
+impl Expiry {
+    /// The deadline.
+    #[cfg(test)]
+    pub(crate) fn deadline(&self) -> u32 {
+        self.0.load(Ordering::Relaxed)
+    }
+
+    /// Sets the deadline.
+    pub(crate) fn set(&self, deadline: u32) {
+        self.0.store(deadline, Ordering::Relaxed);
+    }
+
+    /// True while the deadline has not passed at `now`. A live entry that
+    /// is not `fixed` gets a new deadline from `refresh` when `now + ttl`
+    /// is a second or more past the current one.
+    pub(crate) fn alive_at(
+        &self,
+        now: u32,
+        ttl: u32,
+        fixed: bool,
+        refresh: impl FnOnce() -> u32,
+    ) -> bool {
+        let deadline = self.0.load(Ordering::Relaxed);
+        if now > deadline {
+            return false;
+        }
+        if !fixed && now.saturating_add(ttl) >= deadline.saturating_add(REFRESH_STEP) {
+            self.0.store(refresh(), Ordering::Relaxed);
+        }
+        true
+    }
 }
 
 impl PartialEq for CachedRegion {
@@ -100,13 +157,13 @@ impl CachedRegion {
 
     /// The first key of the Region.
     pub fn start_key(&self) -> &[u8] {
-        self.keys.get(..self.start_len).unwrap_or_default()
+        self.keys.get(..self.start_len as usize).unwrap_or_default()
     }
 
     /// The end key of the Region (exclusive); empty means the end of the key
     /// space.
     pub fn end_key(&self) -> &[u8] {
-        self.keys.get(self.start_len..).unwrap_or_default()
+        self.keys.get(self.start_len as usize..).unwrap_or_default()
     }
 
     /// True when `key` lies in `[start_key, end_key)`.
@@ -218,7 +275,9 @@ impl From<RegionWithLeader> for CachedRegion {
         keys.extend_from_slice(&region.end_key);
         let epoch = region.region_epoch.unwrap_or_default();
         let mut cached = CachedRegion {
-            start_len: region.start_key.len(),
+            // A key longer than 4 GiB cannot come over gRPC.
+            start_len: u32::try_from(region.start_key.len()).unwrap_or(u32::MAX),
+            expiry: Expiry::default(),
             keys,
             id: region.id,
             conf_ver: epoch.conf_ver,
@@ -229,6 +288,7 @@ impl From<RegionWithLeader> for CachedRegion {
             stamp: 0,
             leader: NO_LEADER,
             has_epoch: region.region_epoch.is_some(),
+            expires_anyway: false,
         };
         cached.set_leader(leader);
         cached

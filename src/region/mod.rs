@@ -4,6 +4,7 @@
 
 pub(crate) mod cache;
 mod cached;
+mod single_flight;
 
 pub(crate) use cache::SingleFlight;
 pub(crate) use cache::{RegionCache, StoreCache};

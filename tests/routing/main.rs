@@ -17,6 +17,7 @@ mod routing_busy;
 mod routing_fallback;
 mod routing_mapping;
 mod routing_region_error;
+mod routing_shape;
 mod routing_sim;
 mod routing_store_health;
 mod routing_transport;

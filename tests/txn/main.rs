@@ -15,4 +15,5 @@ mod txn_locks;
 mod txn_mock;
 mod txn_modes;
 mod txn_safety;
+mod txn_shape;
 mod txn_tso;

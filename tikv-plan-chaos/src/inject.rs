@@ -10,6 +10,10 @@ use tokio::time::Instant;
 use tikv_plan::proto::metapb::PeerRole;
 use tikv_sim::{ColdMode, HangMode, SimCluster};
 
+mod scheduler;
+
+pub use scheduler::DEFAULT_SCHEDULER_PAUSE;
+
 /// Every fault the injector applies.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum FaultKind {
@@ -35,6 +39,13 @@ pub enum FaultKind {
     ColdNotLeaderFirst,
     /// A Region splits.
     Split,
+    /// A Region merges into its neighbour (PD's merge scheduler).
+    Merge,
+    /// A Region's peer moves to another store, or is replaced on its own,
+    /// in three conf changes (add a learner, promote it, remove a peer).
+    PeerMove,
+    /// A store restarts at a new address (not on a simulated network).
+    StoreMove,
     /// The response to the next `raw_put` is dropped after applying it.
     DropPut,
     /// The same for `raw_batch_put`.
@@ -80,7 +91,7 @@ pub enum FaultKind {
 impl FaultKind {
     /// Every kind of the raw suite, in report order (the transactional
     /// kinds, [`FaultKind::TXN`], are not among them).
-    pub const ALL: [FaultKind; 20] = [
+    pub const ALL: [FaultKind; 23] = [
         FaultKind::StoreDown,
         FaultKind::HangConnect,
         FaultKind::HangRespond,
@@ -92,6 +103,9 @@ impl FaultKind {
         FaultKind::ColdAccept,
         FaultKind::ColdNotLeaderFirst,
         FaultKind::Split,
+        FaultKind::Merge,
+        FaultKind::PeerMove,
+        FaultKind::StoreMove,
         FaultKind::DropPut,
         FaultKind::DropBatchPut,
         FaultKind::DropDelete,
@@ -141,6 +155,9 @@ impl FaultKind {
             FaultKind::ColdAccept => "cold_accept",
             FaultKind::ColdNotLeaderFirst => "cold_not_leader_first",
             FaultKind::Split => "split",
+            FaultKind::Merge => "merge",
+            FaultKind::PeerMove => "peer_move",
+            FaultKind::StoreMove => "store_move",
             FaultKind::DropPut => "drop_put",
             FaultKind::DropBatchPut => "drop_batch_put",
             FaultKind::DropDelete => "drop_delete",
@@ -203,8 +220,14 @@ pub struct InjectorConfig {
     pub interval: (Duration, Duration),
     /// How long a healable fault lasts is drawn from this range.
     pub duration: (Duration, Duration),
-    /// The most splits it makes.
+    /// The most Regions a split may bring the cluster to, above the count
+    /// it started with (merges make room for more).
     pub max_splits: usize,
+    /// PD's schedulers, for the whole run: the pause between two of their
+    /// moves (a leader transfer, a merge, a split or a peer move, drawn
+    /// evenly) is drawn from this range, apart from the faults' pacing.
+    /// `None`: the cluster changes shape only by the faults drawn.
+    pub scheduler: Option<(Duration, Duration)>,
     /// Keys it may split at and aim dropped responses at (the Region
     /// leader holding one of them gets the order). Region boundaries are
     /// wire keys: a transactional run passes its keys encoded
@@ -219,7 +242,8 @@ impl InjectorConfig {
             .iter()
             .map(|k| {
                 let weight = match k {
-                    FaultKind::Split => 1,
+                    FaultKind::Split | FaultKind::Merge | FaultKind::StoreMove => 1,
+                    FaultKind::PeerMove => 2,
                     FaultKind::PdMemberDown | FaultKind::PdLeaderChange | FaultKind::PdHang => 2,
                     FaultKind::StoreDown | FaultKind::HangConnect | FaultKind::HangRespond => 3,
                     k if k.dropped_method().is_some() => 4,
@@ -314,7 +338,8 @@ pub struct Injector {
     active: Vec<(Instant, Heal, usize)>,
     /// Every fault applied, in order.
     log: Vec<Applied>,
-    splits: usize,
+    /// The Region count at the first injection.
+    base_regions: Option<usize>,
     /// Kinds not applied yet: tried first, in turn, so a short run still
     /// applies every kind.
     untried: std::collections::VecDeque<FaultKind>,
@@ -339,7 +364,7 @@ impl Injector {
             counts: BTreeMap::new(),
             active: Vec::new(),
             log: Vec::new(),
-            splits: 0,
+            base_regions: None,
             attempts: 0,
             only: None,
         }
@@ -389,10 +414,18 @@ impl Injector {
     }
 
     /// Applies and heals faults until `stop`, then heals everything.
+    /// The scheduler ([`InjectorConfig::scheduler`]) runs between them.
     pub async fn run(&mut self, cluster: &SimCluster, stop: Instant) {
+        let mut next_move = self.next_scheduler_move();
         while Instant::now() < stop {
             let pause = self.draw(self.config.interval);
-            tokio::time::sleep_until((Instant::now() + pause).min(stop)).await;
+            let wake = (Instant::now() + pause).min(stop);
+            while let Some(at) = next_move.filter(|at| *at < wake) {
+                tokio::time::sleep_until(at).await;
+                self.scheduler_move(cluster).await;
+                next_move = self.next_scheduler_move();
+            }
+            tokio::time::sleep_until(wake).await;
             self.heal_due(cluster, false).await;
             if Instant::now() >= stop {
                 break;
@@ -521,7 +554,13 @@ impl Injector {
     }
 
     async fn inject_one(&mut self, cluster: &SimCluster) {
-        let Some(kind) = self.pick_kind() else { return };
+        if let Some(kind) = self.pick_kind() {
+            self.apply(cluster, kind).await;
+        }
+    }
+
+    /// Applies one fault of `kind` (one injection attempt).
+    async fn apply(&mut self, cluster: &SimCluster, kind: FaultKind) {
         let heal_at = Instant::now() + self.draw(self.config.duration);
         let attempt = self.attempts;
         self.attempts += 1;
@@ -618,19 +657,23 @@ impl Injector {
                 done.then(|| format!("region {region}"))
             }
             FaultKind::Split => {
-                if self.splits >= self.config.max_splits {
+                let regions = cluster.regions().len();
+                let base = *self.base_regions.get_or_insert(regions);
+                if regions >= base + self.config.max_splits {
                     None
                 } else {
                     match self.random_key() {
-                        Some(key) => {
-                            let done = cluster.split_region(&key).is_ok();
-                            self.splits += usize::from(done);
-                            done.then(|| format!("at {}", key.escape_ascii()))
-                        }
+                        Some(key) => cluster
+                            .split_region(&key)
+                            .is_ok()
+                            .then(|| format!("at {}", key.escape_ascii())),
                         None => None,
                     }
                 }
             }
+            FaultKind::Merge => self.merge(cluster).await,
+            FaultKind::PeerMove => self.peer_move(cluster).await,
+            FaultKind::StoreMove => self.store_move(cluster).await,
             FaultKind::PdLeaderChange => {
                 let members = cluster.pd_endpoints().len();
                 let leader = cluster.pd_leader_index();

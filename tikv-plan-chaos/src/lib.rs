@@ -63,7 +63,7 @@ pub const DEADLINE_MARGIN: std::time::Duration = std::time::Duration::from_milli
 pub use check::{check_history, CheckOptions, CheckReport, WriteMode};
 pub use error::{Error, Result};
 pub use history::{OpKind, OpRecord, OpResult, Recorder, FINAL_READER};
-pub use inject::{FaultKind, FaultWindow, Injector, InjectorConfig};
+pub use inject::{FaultKind, FaultWindow, Injector, InjectorConfig, DEFAULT_SCHEDULER_PAUSE};
 
 use tikv_plan::{Config, RawClient};
 use tikv_sim::{Outcome, SimCluster};
@@ -107,6 +107,10 @@ pub struct ChaosConfig {
     pub fault_duration: (Duration, Duration),
     /// The most splits.
     pub max_splits: usize,
+    /// PD's schedulers moving leaders, merging, splitting and moving peers
+    /// for the whole run: the pause between two moves, or `None` for off
+    /// ([`InjectorConfig::scheduler`]).
+    pub scheduler: Option<(Duration, Duration)>,
     /// A pause drawn from `0..=op_pause` between one task's operations.
     pub op_pause: Duration,
     /// Checker options (the write mode follows `at_least_once_writes`).
@@ -132,6 +136,7 @@ impl Default for ChaosConfig {
             fault_interval: (Duration::from_millis(20), Duration::from_millis(120)),
             fault_duration: (Duration::from_millis(100), Duration::from_millis(1200)),
             max_splits: 8,
+            scheduler: Some(DEFAULT_SCHEDULER_PAUSE),
             op_pause: Duration::from_millis(2),
             check: CheckOptions::default(),
         }
@@ -290,6 +295,7 @@ pub(crate) async fn run_injector(
             interval: (Duration::ZERO, Duration::ZERO),
             duration: (Duration::ZERO, Duration::ZERO),
             max_splits: 0,
+            scheduler: None,
             keys: Vec::new(),
         })
         .heal_all(cluster)
@@ -362,6 +368,7 @@ pub async fn run(config: ChaosConfig) -> Result<ChaosReport> {
         interval: config.fault_interval,
         duration: config.fault_duration,
         max_splits: config.max_splits,
+        scheduler: config.scheduler,
         keys: keys.clone(),
     });
     let end = tokio::time::Instant::now() + config.duration;

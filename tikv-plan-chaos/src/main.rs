@@ -51,6 +51,10 @@
 //! `dst` but `--seed`. It prints each violating seed with its counts, then
 //! how many seeds ran, how many violated, and seeds per second.
 //!
+//! Every mode runs PD's schedulers for the whole run (about four moves a
+//! second: leader transfers, merges, splits and peer moves, drawn evenly,
+//! beside the faults); `--no-scheduler` turns them off.
+//!
 //! The last line of output is the counts.
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -129,6 +133,7 @@ fn dst_config(args: Vec<String>) -> (DstConfig, Vec<(String, Option<String>)>) {
                 });
             }
             "--resend-writes" => config.resend_undetermined_writes = true,
+            "--no-scheduler" => config.scheduler = None,
             "--only-net" => config.only_net_faults = Some(index_list(&arg, args.next())),
             "--only-state" => config.only_state_faults = Some(index_list(&arg, args.next())),
             "--shrink" => rest.push((arg, None)),
@@ -324,6 +329,7 @@ async fn run_raw(args: Vec<String>) -> bool {
             "--keys" => config.keys = parse(&arg, args.next()),
             "--hot-keys" => config.hot_keys = parse(&arg, args.next()),
             "--at-least-once" => config.at_least_once_writes = true,
+            "--no-scheduler" => config.scheduler = None,
             "--max-states" => config.check.max_states_per_key = parse(&arg, args.next()),
             "--batched" => config.rpc_mode = RpcMode::Batched,
             "--unary" => config.rpc_mode = RpcMode::Unary,
@@ -398,6 +404,7 @@ async fn run_txn(args: Vec<String>) -> bool {
             "--tasks" => config.tasks = parse(&arg, args.next()),
             "--long-tasks" => config.long_tasks = parse(&arg, args.next()),
             "--hot-tasks" => config.hot_tasks = parse(&arg, args.next()),
+            "--no-scheduler" => config.scheduler = None,
             "--batched" => config.rpc_mode = RpcMode::Batched,
             "--unary" => config.rpc_mode = RpcMode::Unary,
             "--dump" => dump = args.next(),

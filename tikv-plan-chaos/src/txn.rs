@@ -118,6 +118,10 @@ pub struct TxnChaosConfig {
     pub fault_duration: (Duration, Duration),
     /// The most splits.
     pub max_splits: usize,
+    /// PD's schedulers moving leaders, merging, splitting and moving peers
+    /// for the whole run: the pause between two moves, or `None` for off
+    /// ([`InjectorConfig::scheduler`]).
+    pub scheduler: Option<(Duration, Duration)>,
     /// A pause drawn from `0..=txn_pause` between one task's transactions.
     pub txn_pause: Duration,
     /// How long a long pessimistic transaction holds its locks, drawn from
@@ -151,6 +155,7 @@ impl Default for TxnChaosConfig {
             fault_interval: (Duration::from_millis(20), Duration::from_millis(120)),
             fault_duration: (Duration::from_millis(100), Duration::from_millis(1200)),
             max_splits: 6,
+            scheduler: Some(crate::DEFAULT_SCHEDULER_PAUSE),
             txn_pause: Duration::from_millis(3),
             long_hold: (Duration::from_millis(300), Duration::from_millis(1500)),
             long_expire_percent: 50,
@@ -1613,6 +1618,7 @@ pub async fn run(config: TxnChaosConfig) -> crate::Result<TxnChaosReport> {
         interval: config.fault_interval,
         duration: config.fault_duration,
         max_splits: config.max_splits,
+        scheduler: config.scheduler,
         keys: keys.encoded(),
     });
     let end = tokio::time::Instant::now() + config.duration;

@@ -173,6 +173,18 @@
 //! stale), [`set_pd_leader`](SimCluster::set_pd_leader),
 //! [`make_cold`](SimCluster::make_cold),
 //! [`split_region`](SimCluster::split_region),
+//! [`merge_regions`](SimCluster::merge_regions) (the source's range, data
+//! and locks join the adjacent target, whose version becomes one more than
+//! the larger of the two after the source's PrepareMerge; the source's
+//! stores answer `RegionNotFound`),
+//! [`add_peer`](SimCluster::add_peer),
+//! [`promote_learner`](SimCluster::promote_learner) and
+//! [`remove_peer`](SimCluster::remove_peer) (conf_ver + 1 each; a removed
+//! peer's store answers `RegionNotFound`; a removed leader hands
+//! leadership to another voter first),
+//! [`move_store`](SimCluster::move_store) (the store restarts at a new
+//! address and PD names it; another store taking the old address answers
+//! `StoreNotMatch` to requests meant for it),
 //! [`drop_next_response`](SimCluster::drop_next_response) (the next served
 //! request of that method is applied, then the store resets all its
 //! connections, so the client sees a transport error: an undetermined
@@ -181,6 +193,8 @@
 //! [`pd_transfer_leader`](SimCluster::pd_transfer_leader),
 //! [`pd_member_down`](SimCluster::pd_member_down) and
 //! [`pd_member_up`](SimCluster::pd_member_up).
+//!
+//! PD reports the peers of a store that is down as `down_peers`.
 //!
 //! # Counters
 //!

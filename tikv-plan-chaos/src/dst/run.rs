@@ -57,6 +57,8 @@ pub fn state_faults() -> Vec<(FaultKind, u32)> {
                         | FaultKind::ColdAccept
                         | FaultKind::ColdNotLeaderFirst
                         | FaultKind::Split
+                        | FaultKind::Merge
+                        | FaultKind::PeerMove
                         | FaultKind::HangRespond
                         | FaultKind::PdHang
                 )
@@ -96,6 +98,10 @@ pub struct DstConfig {
     pub fault_interval: (Duration, Duration),
     /// How long a fault lasts is drawn from this.
     pub fault_duration: (Duration, Duration),
+    /// PD's schedulers moving leaders, merging, splitting and moving peers
+    /// for the whole run: the pause between two moves, or `None` for off
+    /// ([`InjectorConfig::scheduler`]).
+    pub scheduler: Option<(Duration, Duration)>,
     /// Each message's one-way latency is drawn from this.
     pub latency: (Duration, Duration),
     /// A deliberate bug, for showing the simulation finds one: the clients
@@ -130,6 +136,7 @@ impl Default for DstConfig {
             state_faults: state_faults(),
             fault_interval: (Duration::from_millis(50), Duration::from_millis(400)),
             fault_duration: (Duration::from_millis(100), Duration::from_secs(2)),
+            scheduler: Some(crate::DEFAULT_SCHEDULER_PAUSE),
             latency: (Duration::from_millis(1), Duration::from_millis(5)),
             resend_undetermined_writes: false,
             only_net_faults: None,
@@ -549,6 +556,7 @@ async fn client_host(
         interval: config.fault_interval,
         duration: config.fault_duration,
         max_splits: 4,
+        scheduler: config.scheduler,
         keys: fault_keys,
     });
     if let Some(only) = &config.only_state_faults {

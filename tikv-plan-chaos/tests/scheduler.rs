@@ -1,0 +1,67 @@
+//! PD's schedulers as a fault: for a whole run they move leaders, merge,
+//! split and move peers, and leave a cluster whose Regions still tile the
+//! key space, each led by a voter PD names.
+
+use std::time::Duration;
+
+use tikv_plan::proto::metapb::PeerRole;
+use tikv_plan_chaos::{FaultKind, Injector, InjectorConfig};
+use tikv_sim::SimCluster;
+use tokio::time::Instant;
+
+#[tokio::test(start_paused = true)]
+async fn the_scheduler_keeps_changing_the_cluster_and_leaves_it_whole() {
+    let cluster = SimCluster::builder()
+        .stores(4)
+        .split_keys(vec![b"f".to_vec(), b"m".to_vec(), b"t".to_vec()])
+        .replicas(3)
+        .start()
+        .await
+        .unwrap();
+    let mut injector = Injector::new(InjectorConfig {
+        seed: 7,
+        kinds: Vec::new(),
+        interval: (Duration::from_millis(100), Duration::from_millis(100)),
+        duration: (Duration::from_millis(100), Duration::from_millis(100)),
+        max_splits: 6,
+        scheduler: Some((Duration::from_millis(10), Duration::from_millis(30))),
+        keys: (b'a'..=b'z').map(|c| vec![c]).collect(),
+    });
+    injector
+        .run(&cluster, Instant::now() + Duration::from_secs(30))
+        .await;
+
+    let counts = injector.counts();
+    for kind in [
+        FaultKind::TransferFresh,
+        FaultKind::Merge,
+        FaultKind::Split,
+        FaultKind::PeerMove,
+    ] {
+        let n = counts.get(&kind).copied().unwrap_or(0);
+        assert!(n >= 50, "{kind}: {n} in 30 s: {counts:?}");
+    }
+    // No other fault was drawn.
+    assert_eq!(counts.len(), 4, "{counts:?}");
+    // At most the initial 4 Regions plus 6.
+    let mut regions = cluster.regions();
+    assert!(regions.len() <= 10, "{}", regions.len());
+    regions.sort_by(|a, b| a.start_key.cmp(&b.start_key));
+    assert!(regions[0].start_key.is_empty());
+    assert!(regions.last().unwrap().end_key.is_empty());
+    for pair in regions.windows(2) {
+        assert_eq!(pair[0].end_key, pair[1].start_key, "{regions:?}");
+    }
+    for region in &regions {
+        let voters = region
+            .peers
+            .iter()
+            .filter(|p| p.role == PeerRole::Voter as i32)
+            .count();
+        assert_eq!(voters, 3, "{region:?}");
+        let leader = cluster.leader_of(region.id).unwrap();
+        assert!(region.peers.contains(&leader));
+        assert_eq!(cluster.pd_leader_of(region.id), Some(leader));
+    }
+    cluster.shutdown().await;
+}
