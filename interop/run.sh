@@ -2,7 +2,8 @@
 # Interop check: builds tikv-sim and this crate, starts a 3-store, 4-Region
 # simulated cluster on a free port, runs the standard Rust TiKV client
 # (tikv-client from crates.io) against its PD address, raw KV then
-# transactions, and stops the sim.
+# transactions, merges the first two Regions through the sim's control port
+# and runs both again, and stops the sim.
 # Exits with the interop program's status.
 #
 # Target dirs can be overridden: SIM_TARGET_DIR (tikv-plan) and
@@ -49,10 +50,47 @@ if [[ "$line" != pd=* || -z "$pd" ]]; then
 fi
 echo "tikv-sim is up: $line ($(grep -m1 '^control=' "$workdir/sim.err" || echo 'control=?'))" >&2
 
+control="$(grep -m1 '^control=' "$workdir/sim.err" | cut -d= -f2)"
+
+# Sends one command line to the sim's control port; prints the answer and
+# fails unless it ends in ok.
+control() {
+    local host="${control%:*}" port="${control##*:}" answer
+    exec 4<>"/dev/tcp/$host/$port"
+    printf '%s\n' "$1" >&4
+    IFS= read -r -t 10 answer <&4 || answer="error: no answer from the control port"
+    while [[ "$answer" != ok* && "$answer" != error:* ]]; do
+        printf '%s\n' "$answer"
+        IFS= read -r -t 10 answer <&4 || answer="error: no answer from the control port"
+    done
+    exec 4<&-
+    printf '%s\n' "$answer"
+    [[ "$answer" == ok* ]]
+}
+
+run_clients() {
+    "$interop_target/debug/tikv-plan-interop" --pd "$pd" &&
+        "$interop_target/debug/tikv-plan-interop-txn" --pd "$pd"
+}
+
 status=0
-"$interop_target/debug/tikv-plan-interop" --pd "$pd" || status=$?
+echo "pass 1: 4 Regions" >&2
+run_clients || status=$?
 if [[ "$status" == 0 ]]; then
-    "$interop_target/debug/tikv-plan-interop-txn" --pd "$pd" || status=$?
+    # Merge the second Region into the first, then run both programs
+    # again: the data they left behind now sits in a merged Region with a
+    # new epoch. (The last Region is left alone: a raw scan of tikv-client
+    # 0.4.0 whose range ends in the last Region starts over at the empty
+    # key, see src/main.rs, so merging into it would fail a check for the
+    # client's reason, not the sim's.)
+    mapfile -t ids < <(control regions | awk '/^region /{print $2}')
+    if [[ "${#ids[@]}" != 4 ]]; then
+        echo "expected 4 Regions, the sim lists ${#ids[@]}" >&2
+        exit 1
+    fi
+    control "merge ${ids[1]} ${ids[0]}" >&2 || exit 1
+    echo "pass 2: the first two Regions merged" >&2
+    run_clients || status=$?
 fi
 exec 3<&-
 exit "$status"

@@ -65,3 +65,35 @@ async fn the_scheduler_keeps_changing_the_cluster_and_leaves_it_whole() {
     }
     cluster.shutdown().await;
 }
+
+/// With no fault but PD's schedulers (leader transfers, merges, splits and
+/// peer moves, four times faster than in the suites), every operation of
+/// the raw workload succeeds: a cluster that only changes shape never
+/// fails a request, and the history is linearizable.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_cluster_that_only_changes_shape_fails_no_request() {
+    let report = tikv_plan_chaos::run(tikv_plan_chaos::ChaosConfig {
+        seed: 5,
+        duration: Duration::from_secs(10),
+        tasks: 8,
+        keys: 24,
+        faults: Vec::new(),
+        scheduler: Some((Duration::from_millis(10), Duration::from_millis(110))),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    println!("{}", report.summary());
+    assert!(report.is_clean(), "{}", report.describe_violations());
+    let moves: u64 = report.faults.values().sum();
+    assert!(moves >= 100, "{}", report.summary());
+    let failed: Vec<String> = report
+        .history
+        .iter()
+        .filter_map(|op| match &op.result {
+            tikv_plan_chaos::OpResult::Failed { .. } => Some(format!("{op:?}")),
+            _ => None,
+        })
+        .collect();
+    assert!(failed.is_empty(), "{} failed: {failed:#?}", failed.len());
+}
