@@ -208,10 +208,10 @@ pub struct Config {
     pub region_cache_capacity: usize,
     /// How long a cached Region lives without use before it is reloaded
     /// from PD ([`DEFAULT_REGION_CACHE_TTL`]). Each use extends it; a
-    /// Region PD reported with a down peer is reloaded once it runs out even
-    /// while in use. Up to a tenth more is added at random, so Regions
-    /// loaded together are not reloaded together. Counted in tenths of a
-    /// second, at least one.
+    /// Region PD reported with a down peer (on a lookup by key or id) is
+    /// reloaded once it runs out even while in use. Up to a tenth more is
+    /// added at random, so Regions loaded together are not reloaded
+    /// together. Counted in tenths of a second, at least one.
     pub region_cache_ttl: Duration,
     /// Unary calls or BatchCommands streams ([`RpcMode`]).
     pub rpc_mode: RpcMode,

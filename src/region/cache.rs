@@ -145,9 +145,16 @@ impl RegionTtl {
         u32::try_from(self.base.elapsed().as_millis() / 100).unwrap_or(u32::MAX)
     }
 
+    /// A new deadline: the TTL from `now`, plus a jitter below a tenth of
+    /// it.
     fn deadline(&self, now: u32) -> u32 {
         now.saturating_add(self.ttl)
-            .saturating_add(fastrand::u32(0..=self.jitter))
+            .saturating_add(fastrand::u32(0..self.jitter.max(1)))
+    }
+
+    /// True once `region`'s deadline has passed (its life is not touched).
+    fn expired(&self, region: &CachedRegion) -> bool {
+        self.now() > region.expiry.deadline()
     }
 
     /// True while `region` has not expired; a use extends its life.
@@ -271,7 +278,10 @@ impl RegionMap {
                     );
                     return None;
                 }
-                if !replace_equal && epoch == cached_epoch {
+                // An equal epoch keeps the cached entry (and its leader),
+                // unless that entry has expired: then it is as good as
+                // absent, and this one takes its place with a new life.
+                if !replace_equal && epoch == cached_epoch && !self.ttl.expired(cached) {
                     return None;
                 }
                 cached.leader().copied()
@@ -1300,15 +1310,30 @@ mod tests {
         }
     }
 
-    #[test]
-    fn a_leader_update_keeps_the_regions_life() {
+    #[tokio::test(start_paused = true)]
+    async fn a_leader_update_keeps_the_regions_life() {
         let cache = RegionCache::new().with_ttl(Duration::from_secs(10));
         cache.insert(region(1, b"a", b"", 1, 1));
-        let before = cache.get_by_id(1).unwrap();
-        let ver = before.ver_id();
-        assert!(cache.update_leader(ver, &peer(12, 2)));
-        let after = cache.get_by_id(1).unwrap();
+        let stored = |cache: &RegionCache| read(&cache.map).get_by_id(1).cloned().unwrap();
+        let before = stored(&cache).expiry.deadline();
+        // Later, so a new life would be a later deadline.
+        pass(5.0).await;
+        assert!(cache.update_leader(stored(&cache).ver_id(), &peer(12, 2)));
+        let after = stored(&cache);
         assert_eq!(after.leader().unwrap().store_id, 2);
-        assert_eq!(after.expiry.deadline(), before.expiry.deadline());
+        assert_eq!(after.expiry.deadline(), before);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_expired_region_is_replaced_by_an_equal_epoch() {
+        let cache = RegionCache::new().with_ttl(Duration::from_secs(10));
+        cache.insert(region(1, b"a", b"", 1, 1));
+        // Live: an equal epoch from a scan or EpochNotMatch keeps it.
+        assert!(!cache.insert_if_newer(region(1, b"a", b"", 1, 1)));
+        pass(11.0).await;
+        assert!(cache.get_by_id(1).is_none());
+        // Expired: the equal epoch takes its place, with a new life.
+        assert!(cache.insert_if_newer(region(1, b"a", b"", 1, 1)));
+        assert_eq!(ids(&cache, &[b"b"]), vec![Some(1)]);
     }
 }

@@ -87,7 +87,6 @@ const REFRESH_STEP: u32 = 10;
 
 impl Expiry {
     /// The deadline.
-    #[cfg(test)]
     pub(crate) fn deadline(&self) -> u32 {
         self.0.load(Ordering::Relaxed)
     }
@@ -99,7 +98,8 @@ impl Expiry {
 
     /// True while the deadline has not passed at `now`. A live entry that
     /// is not `fixed` gets a new deadline from `refresh` when `now + ttl`
-    /// is a second or more past the current one.
+    /// is a second (half the TTL, if that is less) or more past the
+    /// current one.
     pub(crate) fn alive_at(
         &self,
         now: u32,
@@ -111,7 +111,9 @@ impl Expiry {
         if now > deadline {
             return false;
         }
-        if !fixed && now.saturating_add(ttl) >= deadline.saturating_add(REFRESH_STEP) {
+        // A TTL under two seconds refreshes at half its length instead.
+        let step = REFRESH_STEP.min(ttl / 2).max(1);
+        if !fixed && now.saturating_add(ttl) >= deadline.saturating_add(step) {
             self.0.store(refresh(), Ordering::Relaxed);
         }
         true

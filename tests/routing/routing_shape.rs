@@ -51,18 +51,25 @@ async fn value(client: &RawClient, key: &str) -> Option<String> {
 async fn a_merged_region_replaces_both_cached_regions() {
     let cluster = cluster(3).await;
     let client = client(&cluster).await;
+    let other = self::client(&cluster).await;
     for key in ["a", "h", "p"] {
         client.put(key.to_owned(), key.to_owned()).await.unwrap();
+        other.get(key.to_owned()).await.unwrap();
     }
     let source = cluster.region_for_key(b"h").unwrap().id;
     let target = cluster.region_for_key(b"p").unwrap().id;
     cluster.merge_regions(source, target).unwrap();
+    cluster.reset_counters();
 
-    // The source's range: its stores no longer have it.
+    // The source's range first: its stores no longer have it.
     assert_eq!(value(&client, "h").await.as_deref(), Some("h"));
-    assert!(counted(&cluster, "raw_get", Outcome::RegionNotFound) >= 1);
-    // The target's range: the old epoch learns the merged Region.
-    client.put("q".to_owned(), "q".to_owned()).await.unwrap();
+    assert_eq!(counted(&cluster, "raw_get", Outcome::RegionNotFound), 1);
+    // The target's range first (the other client): its old epoch learns the
+    // merged Region from EpochNotMatch, which covers the source's range too.
+    other.put("q".to_owned(), "q".to_owned()).await.unwrap();
+    assert_eq!(counted(&cluster, "raw_put", Outcome::EpochNotMatch), 1);
+    assert_eq!(value(&other, "h").await.as_deref(), Some("h"));
+    assert_eq!(counted(&cluster, "raw_get", Outcome::RegionNotFound), 1);
     assert_eq!(value(&client, "q").await.as_deref(), Some("q"));
     // Batches and scans cross the merged range in one piece.
     let got = client

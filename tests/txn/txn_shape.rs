@@ -71,7 +71,8 @@ async fn lock_resolution_finds_locks_in_a_merged_region() {
     let source = region_of(&cluster, "h");
     let target = region_of(&cluster, "p");
     // The reader has both Regions cached before they merge.
-    assert_eq!(read(&client, "a").await, None);
+    assert_eq!(read(&client, "j").await, None);
+    assert_eq!(read(&client, "r").await, None);
     cluster.merge_regions(source, target).unwrap();
     assert_eq!(read(&client, "p").await, Some(b"value-p".to_vec()));
     assert!(cluster.locks(b"", b"").is_empty());

@@ -338,7 +338,7 @@ pub struct Injector {
     active: Vec<(Instant, Heal, usize)>,
     /// Every fault applied, in order.
     log: Vec<Applied>,
-    /// The Region count at the first injection.
+    /// The Region count when the run started.
     base_regions: Option<usize>,
     /// Kinds not applied yet: tried first, in turn, so a short run still
     /// applies every kind.
@@ -416,6 +416,7 @@ impl Injector {
     /// Applies and heals faults until `stop`, then heals everything.
     /// The scheduler ([`InjectorConfig::scheduler`]) runs between them.
     pub async fn run(&mut self, cluster: &SimCluster, stop: Instant) {
+        self.base_regions.get_or_insert(cluster.regions().len());
         let mut next_move = self.next_scheduler_move();
         while Instant::now() < stop {
             let pause = self.draw(self.config.interval);

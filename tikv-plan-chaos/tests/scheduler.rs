@@ -59,6 +59,8 @@ async fn the_scheduler_keeps_changing_the_cluster_and_leaves_it_whole() {
             .filter(|p| p.role == PeerRole::Voter as i32)
             .count();
         assert_eq!(voters, 3, "{region:?}");
+        // Every move finished: no learner is left behind.
+        assert_eq!(region.peers.len(), 3, "{region:?}");
         let leader = cluster.leader_of(region.id).unwrap();
         assert!(region.peers.contains(&leader));
         assert_eq!(cluster.pd_leader_of(region.id), Some(leader));

@@ -14,8 +14,9 @@ use tonic::service::Routes;
 use super::codec;
 use super::counters::StoreCounters;
 use super::mvcc::MvccVersion;
-use super::net::{bind, Endpoint};
+use super::net::{bind, Endpoint, PeerPorts};
 
+mod clients;
 mod shape;
 use super::pd::PdService;
 use super::state::{
@@ -98,6 +99,8 @@ pub(crate) struct Shared {
     pub(crate) faults: watch::Sender<u64>,
     stores: Mutex<BTreeMap<u64, Endpoint>>,
     pd: Mutex<Vec<Endpoint>>,
+    /// The ports of the stores' own connections to each other.
+    pub(crate) peers: PeerPorts,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -259,10 +262,13 @@ fn pd_routes(shared: &Arc<Shared>, member: usize) -> Routes {
 
 /// The gRPC service of store `store_id`.
 fn store_routes(shared: &Arc<Shared>, store_id: u64) -> Routes {
-    Routes::new(StoreServer::new(StoreService {
-        shared: shared.clone(),
-        store_id,
-    }))
+    Routes::new(StoreServer::new(
+        StoreService {
+            shared: shared.clone(),
+            store_id,
+        },
+        shared.peers.clone(),
+    ))
 }
 
 /// Announces PD member `member` at `address`.
@@ -449,7 +455,8 @@ impl SimClusterBuilder {
                 (0, Some(a)) => a,
                 _ => loopback_any_port(),
             };
-            let endpoint = Endpoint::start(addr, pd_routes(&shared, member)).await?;
+            let endpoint =
+                Endpoint::start(addr, pd_routes(&shared, member), shared.peers.clone()).await?;
             let address = endpoint.addr().to_string();
             lock(&shared.pd).push(endpoint);
             register_pd_member(&shared, member, address);
@@ -460,7 +467,9 @@ impl SimClusterBuilder {
                 .get(&store_id)
                 .copied()
                 .unwrap_or_else(loopback_any_port);
-            let endpoint = Endpoint::start(addr, store_routes(&shared, store_id)).await?;
+            let endpoint =
+                Endpoint::start(addr, store_routes(&shared, store_id), shared.peers.clone())
+                    .await?;
             let address = endpoint.addr().to_string();
             lock(&shared.stores).insert(store_id, endpoint);
             if let Some(s) = shared.lock().stores.get_mut(&store_id) {
@@ -521,6 +530,7 @@ impl SimClusterBuilder {
                     slow: Duration::ZERO,
                     busy: None,
                     drop_next: Vec::new(),
+                    client_cut: None,
                     counters: StoreCounters::default(),
                 },
             );
@@ -544,6 +554,7 @@ impl SimClusterBuilder {
             faults,
             stores: Mutex::new(BTreeMap::new()),
             pd: Mutex::new(Vec::new()),
+            peers: PeerPorts::default(),
         }))
     }
 
@@ -686,7 +697,7 @@ impl SimCluster {
             return "unknown".to_owned();
         };
         format!(
-            "{} busy={} slow={}ms hang={}",
+            "{} busy={} slow={}ms hang={} clients={}",
             if s.up { "up" } else { "down" },
             s.busy
                 .map(|w| w.to_string())
@@ -696,6 +707,11 @@ impl SimCluster {
                 None => "-",
                 Some(HangMode::Connect) => "connect",
                 Some(HangMode::Respond) => "respond",
+            },
+            match s.client_cut {
+                None => "-",
+                Some(crate::ClientCut::Refuse) => "refused",
+                Some(crate::ClientCut::Drop) => "dropped",
             }
         )
     }

@@ -29,8 +29,9 @@
 //! | `promote REGION STORE` | make the learner on `STORE` a voter |
 //! | `remove-peer REGION STORE` | remove the peer on `STORE` (a leader hands leadership to another voter first) |
 //! | `move-store STORE [ADDR]` | restart `STORE` at `ADDR` (default: a free port); PD names the new address; answers `ok ADDRESS` |
+//! | `cut-clients STORE [refuse\|drop]` / `uncut-clients STORE` | cut the store off from clients (their connections reset, or stop moving bytes) while other stores still reach it and it keeps leading; a call forwarded through another store (`tikv-forwarded-host`) gets through / end the cut |
 //! | `drop STORE METHOD` | apply the next `METHOD` request (e.g. `raw_compare_and_swap`) then reset the connections |
-//! | `counters STORE` | one line `METHOD OUTCOME COUNT` per counter (raw and transactional methods), then `replica_read N`, `stale_read N` |
+//! | `counters STORE` | one line `METHOD OUTCOME COUNT` per counter (raw and transactional methods), then `replica_read N`, `stale_read N`, `forwarded N FAILED` (calls this store proxied, and those whose target it could not reach) |
 //! | `locks [START [END]]` | one line per transactional lock with its key in `[START, END)` (unencoded keys; default: all): key, primary, start_ts, type, ttl, for_update_ts, min_commit_ts, async commit |
 //! | `versions KEY` | the lock of a transactional key, if any, then one line per write record, newest first: commit_ts, start_ts, kind, value |
 //! | `advance-clock MS` | move the TSO's physical clock forward by `MS` milliseconds (lock TTLs expire without waiting) |
@@ -52,7 +53,7 @@ use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 const MAX_COMMAND_LINE: u64 = 4096;
 use tokio::net::TcpListener;
 
-use super::{ColdMode, HangMode, SimCluster};
+use super::{ClientCut, ColdMode, HangMode, SimCluster};
 use crate::proto::kvrpcpb;
 use crate::proto::metapb::{self, PeerRole};
 use crate::{Error, Result};
@@ -193,7 +194,8 @@ const HELP: &str = "commands: help | stores | regions | region KEY | down STORE 
 hang STORE connect|respond | unhang STORE | slow STORE MS | busy STORE MS|off | \
 transfer REGION STORE [stale] | pd-view REGION STORE|none | cold REGION [accept|not-leader-first] | \
 split KEY | merge SOURCE TARGET | add-peer REGION STORE [learner] | promote REGION STORE | \
-remove-peer REGION STORE | move-store STORE [ADDR] | drop STORE METHOD | counters STORE | reset-counters | pd-leader INDEX | pd-down INDEX | pd-up INDEX | \
+remove-peer REGION STORE | move-store STORE [ADDR] | cut-clients STORE [refuse|drop] | uncut-clients STORE | \
+drop STORE METHOD | counters STORE | reset-counters | pd-leader INDEX | pd-down INDEX | pd-up INDEX | \
 pd-hang INDEX | pd-unhang INDEX | locks [START [END]] | versions KEY | advance-clock MS | gc-safe-point";
 
 /// Runs one command line against `cluster` and returns the whole answer
@@ -352,6 +354,22 @@ async fn run(cluster: &SimCluster, line: &str) -> Result<String> {
             };
             result = cluster.move_store(store, to).await?;
         }
+        "cut-clients" => {
+            let store = known_store(cluster, words.next())?;
+            let cut = match words.next() {
+                None | Some("refuse") => ClientCut::Refuse,
+                Some("drop") => ClientCut::Drop,
+                Some(other) => {
+                    return Err(Error::InvalidArgument(format!(
+                        "a cut refuses or drops, not {other:?}"
+                    )))
+                }
+            };
+            cluster.cut_store_from_clients(store, Some(cut))?;
+        }
+        "uncut-clients" => {
+            cluster.cut_store_from_clients(known_store(cluster, words.next())?, None)?;
+        }
         "drop" => {
             let store = known_store(cluster, words.next())?;
             let method = words
@@ -367,6 +385,8 @@ async fn run(cluster: &SimCluster, line: &str) -> Result<String> {
             }
             let _ = writeln!(out, "replica_read {}", counters.replica_reads());
             let _ = writeln!(out, "stale_read {}", counters.stale_reads());
+            let (forwarded, failed) = counters.forwarded();
+            let _ = writeln!(out, "forwarded {forwarded} {failed}");
         }
         "reset-counters" => cluster.reset_counters(),
         "locks" => {

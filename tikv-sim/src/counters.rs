@@ -68,6 +68,8 @@ pub struct StoreCounters {
     batch_streams: u64,
     batch_messages: u64,
     batch_requests: u64,
+    forwarded: u64,
+    forward_failures: u64,
 }
 
 impl StoreCounters {
@@ -147,6 +149,21 @@ impl StoreCounters {
     /// its method and outcome, like a unary request).
     pub fn batch_requests(&self) -> u64 {
         self.batch_requests
+    }
+
+    /// How many calls this store proxied to another store because their
+    /// metadata named it in `tikv-forwarded-host` (a BatchCommands stream
+    /// counts once), and how many of them could not reach the target.
+    pub fn forwarded(&self) -> (u64, u64) {
+        (self.forwarded, self.forward_failures)
+    }
+
+    pub(crate) fn record_forward(&mut self, failed: bool) {
+        if failed {
+            self.forward_failures += 1;
+        } else {
+            self.forwarded += 1;
+        }
     }
 
     pub(crate) fn record_batch_stream(&mut self) {

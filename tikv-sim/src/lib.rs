@@ -184,7 +184,8 @@
 //! leadership to another voter first),
 //! [`move_store`](SimCluster::move_store) (the store restarts at a new
 //! address and PD names it; another store taking the old address answers
-//! `StoreNotMatch` to requests meant for it),
+//! `StoreNotMatch` to requests meant for it when it holds their Region,
+//! else `RegionNotFound`, the check before),
 //! [`drop_next_response`](SimCluster::drop_next_response) (the next served
 //! request of that method is applied, then the store resets all its
 //! connections, so the client sees a transport error: an undetermined
@@ -195,6 +196,21 @@
 //! [`pd_member_up`](SimCluster::pd_member_up).
 //!
 //! PD reports the peers of a store that is down as `down_peers`.
+//!
+//! # Forwarding and a store cut off from clients
+//!
+//! As TiKV's server does, a store receiving a call whose metadata carries
+//! [`FORWARDED_HOST`] (`tikv-forwarded-host`) naming another address
+//! proxies it there over gRPC — a unary call, or a whole `BatchCommands`
+//! stream — without the header, and returns the target's answer; a target
+//! it cannot reach is a gRPC `Unavailable` status, never a Region error.
+//! [`StoreCounters::forwarded`] counts the calls a store proxied.
+//! [`SimCluster::cut_store_from_clients`] cuts one store off from clients
+//! ([`ClientCut::Refuse`]: their connections reset; [`ClientCut::Drop`]:
+//! they stop moving bytes) while the other stores still reach it and it
+//! keeps leading: the client-side half of "the leader is unreachable".
+//! (On a cluster hosted on a simulated network, partition that network
+//! instead; its stores cannot forward yet.)
 //!
 //! # Counters
 //!
@@ -256,7 +272,9 @@ pub use lock_wait::{
 pub use tikv_plan_proto as proto;
 
 pub use mvcc::MvccVersion;
+pub use net::ClientCut;
 pub use state::{ColdMode, HangMode};
+pub use store::FORWARDED_HOST;
 pub use store::{COPROCESSOR_PLUGIN, COPROCESSOR_PLUGIN_VERSION};
 
 /// The version string the simulated stores report to PD clients.

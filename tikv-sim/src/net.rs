@@ -34,28 +34,27 @@ pub(crate) enum NetState {
 
 type ChangeFuture = Pin<Box<dyn Future<Output = bool> + Send>>;
 
-/// A TCP connection whose I/O obeys its server's [`NetState`].
-pub(crate) struct SimConn {
-    inner: TcpStream,
+/// One watched [`NetState`]: the state a connection's generation is in,
+/// and a wake-up armed for its next change.
+struct Gate {
     net: watch::Receiver<NetState>,
     change: Option<ChangeFuture>,
     sender_gone: bool,
 }
 
-impl SimConn {
-    fn new(inner: TcpStream, net: watch::Receiver<NetState>) -> Self {
-        SimConn {
-            inner,
+impl Gate {
+    fn new(net: watch::Receiver<NetState>) -> Self {
+        Gate {
             net,
             change: None,
             sender_gone: false,
         }
     }
 
-    /// Ready(Ok) when I/O may proceed, Ready(Err) when the connection is
-    /// killed, Pending while frozen. Always leaves a change notification
-    /// armed, so an idle connection wakes up when it is killed or frozen.
-    fn gate(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+    /// The state now (Killed once the generation is gone). Always leaves a
+    /// change notification armed, so an idle connection wakes up when it
+    /// is killed or frozen.
+    fn state(&mut self, cx: &mut Context<'_>) -> NetState {
         loop {
             let state = if self.sender_gone {
                 NetState::Killed
@@ -75,14 +74,46 @@ impl SimConn {
                     continue;
                 }
             }
-            return match state {
-                NetState::Open => Poll::Ready(Ok(())),
-                NetState::Frozen => Poll::Pending,
-                NetState::Killed => Poll::Ready(Err(io::Error::new(
-                    io::ErrorKind::ConnectionReset,
-                    "simulated connection reset",
-                ))),
-            };
+            return state;
+        }
+    }
+}
+
+/// A TCP connection whose I/O obeys its server's [`NetState`], and for a
+/// client's connection also the server's cut from clients.
+pub(crate) struct SimConn {
+    inner: TcpStream,
+    net: Gate,
+    /// `None` for a connection another simulated server opened (a
+    /// forwarding store), which a cut from clients leaves alone.
+    cut: Option<Gate>,
+}
+
+impl SimConn {
+    fn new(
+        inner: TcpStream,
+        net: watch::Receiver<NetState>,
+        cut: Option<watch::Receiver<NetState>>,
+    ) -> Self {
+        SimConn {
+            inner,
+            net: Gate::new(net),
+            cut: cut.map(Gate::new),
+        }
+    }
+
+    /// Ready(Ok) when I/O may proceed, Ready(Err) when the connection is
+    /// killed, Pending while frozen: the worse of its two gates.
+    fn gate(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let net = self.net.state(cx);
+        let cut = self.cut.as_mut().map_or(NetState::Open, |g| g.state(cx));
+        match (net, cut) {
+            (NetState::Killed, _) | (_, NetState::Killed) => Poll::Ready(Err(io::Error::new(
+                io::ErrorKind::ConnectionReset,
+                "simulated connection reset",
+            ))),
+            (NetState::Frozen, _) | (_, NetState::Frozen) => Poll::Pending,
+            (NetState::Open, NetState::Open) => Poll::Ready(Ok(())),
         }
     }
 }
@@ -148,6 +179,16 @@ pub(crate) struct Endpoint {
     current: Arc<Mutex<watch::Receiver<NetState>>>,
     /// The state new connections start in (Frozen during a connect hang).
     new_conn_state: NetState,
+    /// The generation of clients' connections as a cut from clients sees
+    /// them ([`Endpoint::set_client_cut`]); other servers' connections
+    /// ignore it.
+    cut_net: watch::Sender<NetState>,
+    cut_current: Arc<Mutex<watch::Receiver<NetState>>>,
+    /// How clients are cut off, if they are.
+    client_cut: Option<ClientCut>,
+    /// Local ports of the connections simulated servers opened to each
+    /// other: a connection from one of them is not a client's.
+    peers: PeerPorts,
     /// False while the accept loop must not accept (connect hang).
     accepting: watch::Sender<bool>,
     /// Our own connections that keep the backlog full during a connect
@@ -162,7 +203,11 @@ pub(crate) struct Endpoint {
 
 impl Endpoint {
     /// Binds `addr` (port 0 picks a free port) and serves `routes` on it.
-    pub(crate) async fn start(addr: SocketAddr, routes: Routes) -> Result<Endpoint> {
+    pub(crate) async fn start(
+        addr: SocketAddr,
+        routes: Routes,
+        peers: PeerPorts,
+    ) -> Result<Endpoint> {
         let listener = bind(addr).await?;
         let addr = listener.local_addr().map_err(|e| Error::Connect {
             address: addr.to_string(),
@@ -183,6 +228,7 @@ impl Endpoint {
             }
         });
         let (net, net_rx) = watch::channel(NetState::Open);
+        let (cut_net, cut_rx) = watch::channel(NetState::Open);
         let (accepting, _) = watch::channel(true);
         let mut endpoint = Endpoint {
             addr,
@@ -190,6 +236,10 @@ impl Endpoint {
             net,
             current: Arc::new(Mutex::new(net_rx)),
             new_conn_state: NetState::Open,
+            cut_net,
+            cut_current: Arc::new(Mutex::new(cut_rx)),
+            client_cut: None,
+            peers,
             accepting,
             fillers: Vec::new(),
             listener: None,
@@ -216,6 +266,8 @@ impl Endpoint {
         self.listener = Some(listener.clone());
         let conn_tx = self.conn_tx.clone();
         let current = self.current.clone();
+        let cut_current = self.cut_current.clone();
+        let peers = self.peers.clone();
         let mut accepting = self.accepting.subscribe();
         self.accept_task = Some(tokio::spawn(async move {
             loop {
@@ -245,12 +297,10 @@ impl Endpoint {
                     },
                 };
                 let _ = stream.set_nodelay(true);
-                let net_rx = match current.lock() {
-                    Ok(rx) => rx.clone(),
-                    Err(poisoned) => poisoned.into_inner().clone(),
-                };
+                let net_rx = receiver(&current);
+                let cut_rx = (!peers.is_peer(&stream)).then(|| receiver(&cut_current));
                 if conn_tx
-                    .send(Ok(SimConn::new(stream, net_rx)))
+                    .send(Ok(SimConn::new(stream, net_rx, cut_rx)))
                     .await
                     .is_err()
                 {
@@ -317,6 +367,44 @@ impl Endpoint {
         Ok(self.addr)
     }
 
+    /// Cuts the server off from clients (`Some`), or joins them again
+    /// (`None`); connections other simulated servers open (forwarding) are
+    /// not affected. [`ClientCut::Refuse`] resets every client connection
+    /// and each new one at once; lifted, new connections work.
+    /// [`ClientCut::Drop`] freezes them (packets dropped); lifted, they
+    /// move again.
+    pub(crate) fn set_client_cut(&mut self, cut: Option<ClientCut>) {
+        match cut {
+            Some(ClientCut::Refuse) => self.new_cut_generation(NetState::Killed),
+            Some(ClientCut::Drop) => {
+                if self.client_cut == Some(ClientCut::Refuse) {
+                    self.new_cut_generation(NetState::Frozen);
+                } else {
+                    self.cut_net.send_replace(NetState::Frozen);
+                }
+            }
+            None => match self.client_cut {
+                Some(ClientCut::Refuse) => self.new_cut_generation(NetState::Open),
+                _ => {
+                    self.cut_net.send_replace(NetState::Open);
+                }
+            },
+        }
+        self.client_cut = cut;
+    }
+
+    /// Kills every client connection's cut gate; new client connections
+    /// start in `state`.
+    fn new_cut_generation(&mut self, state: NetState) {
+        self.cut_net.send_replace(NetState::Killed);
+        let (net, rx) = watch::channel(state);
+        self.cut_net = net;
+        match self.cut_current.lock() {
+            Ok(mut current) => *current = rx,
+            Err(poisoned) => *poisoned.into_inner() = rx,
+        }
+    }
+
     /// Freezes (`true`) or thaws (`false`) the server's network: open
     /// connections stop moving bytes, the accept loop pauses and the
     /// listen backlog is filled so new TCP connects hang.
@@ -350,7 +438,8 @@ impl Endpoint {
         let mut cx = Context::from_waker(Waker::noop());
         while let Poll::Ready(Ok((stream, _))) = listener.poll_accept(&mut cx) {
             let _ = stream.set_nodelay(true);
-            let conn = SimConn::new(stream, self.net.subscribe());
+            let cut_rx = (!self.peers.is_peer(&stream)).then(|| receiver(&self.cut_current));
+            let conn = SimConn::new(stream, self.net.subscribe(), cut_rx);
             if self.conn_tx.try_send(Ok(conn)).is_err() {
                 tracing::debug!(
                     "simulated server {}: dropped a queued connection",
@@ -398,6 +487,56 @@ impl Endpoint {
 impl Drop for Endpoint {
     fn drop(&mut self) {
         self.stop();
+    }
+}
+
+/// A receiver of the generation `current` holds.
+fn receiver(current: &Mutex<watch::Receiver<NetState>>) -> watch::Receiver<NetState> {
+    match current.lock() {
+        Ok(rx) => rx.clone(),
+        Err(poisoned) => poisoned.into_inner().clone(),
+    }
+}
+
+/// How a server cut off from clients treats their connections.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ClientCut {
+    /// Every client connection is reset at once, new ones as soon as they
+    /// are accepted (a firewall that rejects).
+    Refuse,
+    /// Client connections stop moving bytes (a firewall that drops).
+    Drop,
+}
+
+/// The local ports of connections the simulated servers opened to each
+/// other (a store forwarding a call), shared by the whole cluster: an
+/// accepted connection from one of them is not a client's.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct PeerPorts(Arc<Mutex<std::collections::HashSet<u16>>>);
+
+impl PeerPorts {
+    fn is_peer(&self, stream: &TcpStream) -> bool {
+        let Ok(peer) = stream.peer_addr() else {
+            return false;
+        };
+        match self.0.lock() {
+            Ok(ports) => ports.contains(&peer.port()),
+            Err(poisoned) => poisoned.into_inner().contains(&peer.port()),
+        }
+    }
+
+    /// Records (`true`) or forgets a local port of a server's own
+    /// connection.
+    pub(crate) fn mark(&self, port: u16, peer: bool) {
+        let mut ports = match self.0.lock() {
+            Ok(ports) => ports,
+            Err(poisoned) => poisoned.into_inner(),
+        };
+        if peer {
+            ports.insert(port);
+        } else {
+            ports.remove(&port);
+        }
     }
 }
 

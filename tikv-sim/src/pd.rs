@@ -158,9 +158,12 @@ impl PdService {
     /// The Region's peers on stores that are down, as PD reports peers
     /// whose store stopped heartbeating.
     fn down_peers(state: &ClusterState, region: &metapb::Region) -> Vec<pdpb::PeerStats> {
+        // The leader reports the others; it never lists itself.
+        let leader = state.regions.get(&region.id).and_then(|r| r.leader);
         region
             .peers
             .iter()
+            .filter(|p| Some(p.id) != leader)
             .filter(|p| state.stores.get(&p.store_id).is_some_and(|s| !s.up))
             .map(|p| pdpb::PeerStats {
                 peer: Some(*p),

@@ -83,6 +83,8 @@ pub(crate) struct SimStore {
     pub(crate) busy: Option<u32>,
     /// Methods whose next served response is dropped.
     pub(crate) drop_next: Vec<String>,
+    /// How clients are cut off from the store, if they are.
+    pub(crate) client_cut: Option<crate::net::ClientCut>,
     pub(crate) counters: StoreCounters,
 }
 

@@ -228,13 +228,13 @@ async fn conf_changes_move_conf_ver_and_a_removed_peer_is_gone_from_its_store() 
         b"1"
     );
 
-    // The last voter stays.
+    // The last voter stays: no quorum would be left.
     let voters: Vec<u64> = now.peers.iter().map(|p| p.store_id).collect();
     for store in &voters[1..] {
         cluster.remove_peer(region.id, *store).unwrap();
     }
     let err = cluster.remove_peer(region.id, voters[0]).unwrap_err();
-    assert!(err.to_string().contains("last voter"), "{err}");
+    assert!(err.to_string().contains("no quorum"), "{err}");
     cluster.shutdown().await;
 }
 
@@ -326,6 +326,22 @@ async fn the_control_port_drives_shape_changes() {
         "ok\n"
     );
     assert!(run("merge 1 2".to_owned()).await.starts_with("error: "));
+    let left = cluster.region_for_key(b"h").unwrap().id;
+    let right = cluster.region_for_key(b"p").unwrap().id;
+    // With four stores, the two sit on different stores: refused.
+    assert!(run(format!("merge {left} {right}"))
+        .await
+        .contains("move peers first"));
+    // On three stores every Region has the same peers: merged.
+    let three = self::cluster(3).await;
+    let (left, right) = (
+        three.region_for_key(b"h").unwrap().id,
+        three.region_for_key(b"p").unwrap().id,
+    );
+    let merged = tikv_sim::control::execute(&three, &format!("merge {left} {right}")).await;
+    assert_eq!(merged, "ok\n");
+    assert!(three.region(left).is_none());
+    three.shutdown().await;
     let moved = run(format!("move-store {spare}")).await;
     assert_eq!(
         moved.trim_end().strip_prefix("ok "),
@@ -334,5 +350,31 @@ async fn the_control_port_drives_shape_changes() {
     assert!(run("move-store 1 nowhere".to_owned())
         .await
         .contains("is not an address"));
+    cluster.shutdown().await;
+}
+
+#[tokio::test]
+async fn unsafe_shape_changes_are_refused_as_tikv_and_pd_refuse_them() {
+    let cluster = cluster(3).await;
+    let source = cluster.region_for_key(b"h").unwrap().id;
+    let target = cluster.region_for_key(b"p").unwrap().id;
+    // A peer down: PD does not merge, TiKV does not remove a voter that
+    // would leave no live quorum.
+    cluster.store_down(3).await;
+    let err = cluster.merge_regions(source, target).unwrap_err();
+    assert!(err.to_string().contains("down"), "{err}");
+    let err = cluster.remove_peer(source, 2).unwrap_err();
+    assert!(err.to_string().contains("no quorum"), "{err}");
+    cluster.store_up(3).await.unwrap();
+    // A cold Region takes no conf change: there is no leader to propose it.
+    tikv_sim::control::execute(&cluster, &format!("cold {source}")).await;
+    let err = cluster.remove_peer(source, 2).unwrap_err();
+    assert!(err.to_string().contains("no leader"), "{err}");
+    assert!(cluster.add_peer(source, 2, PeerRole::Learner).is_err());
+    assert!(cluster.merge_regions(source, target).is_err());
+    // A store does not move onto its own address.
+    let own = cluster.store_addr(1).unwrap().parse().unwrap();
+    assert!(cluster.move_store(1, Some(own)).await.is_err());
+    assert_eq!(cluster.store_addr(1).unwrap(), own.to_string());
     cluster.shutdown().await;
 }

@@ -8,7 +8,11 @@
 //!   conf_ver is unchanged. The source's peers are destroyed, so its
 //!   stores answer `RegionNotFound` for it.
 //! * Every conf change moves conf_ver by one and leaves the version alone.
-//!   A removed peer is destroyed: its store answers `RegionNotFound`.
+//!   A removed peer is destroyed: its store answers `RegionNotFound`. A
+//!   conf change needs the Region's leader, and a removal must leave a
+//!   quorum of live voters.
+//! * A merge needs both Regions led, with the same peers (store and role)
+//!   all up.
 
 use std::net::SocketAddr;
 
@@ -22,10 +26,28 @@ fn invalid(message: String) -> Error {
     Error::InvalidArgument(message)
 }
 
-fn store_set(region: &SimRegion) -> Vec<u64> {
-    let mut stores: Vec<u64> = region.meta.peers.iter().map(|p| p.store_id).collect();
+/// The Region's peers as (store, role) pairs, sorted: two Regions merge
+/// only when these are equal (TiKV's same-peers check).
+fn store_set(region: &SimRegion) -> Vec<(u64, i32)> {
+    let mut stores: Vec<(u64, i32)> = region
+        .meta
+        .peers
+        .iter()
+        .map(|p| (p.store_id, p.role))
+        .collect();
     stores.sort_unstable();
     stores
+}
+
+/// A conf change is proposed through the leader: a cold Region takes none.
+fn needs_leader(region: &SimRegion) -> Result<()> {
+    match region.leader {
+        Some(_) => Ok(()),
+        None => Err(invalid(format!(
+            "region {} has no leader; a conf change is proposed through the leader",
+            region.meta.id
+        ))),
+    }
 }
 
 fn bump_conf_ver(region: &mut SimRegion) {
@@ -59,7 +81,7 @@ impl ClusterState {
         }
         if store_set(source) != store_set(target) {
             return Err(invalid(format!(
-                "regions {source_id} and {target_id} have peers on different stores ({:?} and {:?}); move peers first, as PD does",
+                "regions {source_id} and {target_id} have different peers (store, role: {:?} and {:?}); move peers first, as PD does",
                 store_set(source),
                 store_set(target)
             )));
@@ -68,6 +90,19 @@ impl ClusterState {
             if region.leader.is_none() {
                 return Err(invalid(format!(
                     "region {id} has no leader; a merge needs both Regions led"
+                )));
+            }
+            // PD's merge checker skips a Region with a down peer, and
+            // PrepareMerge waits for every peer to catch up.
+            if let Some(down) = region
+                .meta
+                .peers
+                .iter()
+                .find(|p| !self.store_up(p.store_id))
+            {
+                return Err(invalid(format!(
+                    "region {id} has a peer on store {}, which is down; a merge needs every peer up",
+                    down.store_id
                 )));
             }
         }
@@ -110,6 +145,7 @@ impl ClusterState {
                 "a peer is added as a voter or a learner, not {role:?}"
             )));
         }
+        needs_leader(self.region_mut(region_id)?)?;
         if self
             .region_mut(region_id)?
             .peer_on_store(store_id)
@@ -134,6 +170,7 @@ impl ClusterState {
     /// Makes the Region's learner on `store_id` a voter.
     pub(crate) fn promote_learner(&mut self, region_id: u64, store_id: u64) -> Result<()> {
         let region = self.region_mut(region_id)?;
+        needs_leader(region)?;
         let peer = region
             .meta
             .peers
@@ -155,31 +192,45 @@ impl ClusterState {
     /// is cut off from PD.
     pub(crate) fn remove_peer(&mut self, region_id: u64, store_id: u64) -> Result<()> {
         let cut_off = self.cut_off_from_pd.clone();
+        let up: std::collections::BTreeSet<u64> = self
+            .stores
+            .iter()
+            .filter(|(_, s)| s.up)
+            .map(|(id, _)| *id)
+            .collect();
         let region = self.region_mut(region_id)?;
+        needs_leader(region)?;
         let peer = region.peer_on_store(store_id).ok_or_else(|| {
             invalid(format!(
                 "region {region_id} has no peer on store {store_id}"
             ))
         })?;
-        let successor = region
+        // The voters left must still make a quorum of live ones: TiKV
+        // refuses an unsafe conf change.
+        let voters: Vec<metapb::Peer> = region
             .meta
             .peers
             .iter()
-            .find(|p| p.id != peer.id && can_become_leader(p))
-            .copied();
-        let Some(successor) = successor else {
+            .filter(|p| p.id != peer.id && can_become_leader(p))
+            .copied()
+            .collect();
+        let live = voters.iter().filter(|p| up.contains(&p.store_id)).count();
+        if voters.is_empty() || live * 2 <= voters.len() {
             return Err(invalid(format!(
-                "peer {} is the last voter of region {region_id}; add a voter before removing it",
-                peer.id
+                "removing peer {} of region {region_id} would leave {live} live voter(s) of {}: no quorum; bring stores up or add a voter first",
+                peer.id,
+                voters.len()
             )));
-        };
-        if region.leader == Some(peer.id) {
-            region.leader = Some(successor.id);
-            if !cut_off.contains(&successor.store_id) {
-                region.pd_leader = Some(successor.id);
-            }
         }
-        if region.pd_leader == Some(peer.id) {
+        if region.leader == Some(peer.id) {
+            // PD moves leadership to a live voter first.
+            let successor = voters.iter().find(|p| up.contains(&p.store_id)).copied();
+            region.leader = successor.map(|p| p.id);
+            let told = successor.is_some_and(|p| !cut_off.contains(&p.store_id));
+            if region.pd_leader == Some(peer.id) && told {
+                region.pd_leader = region.leader;
+            }
+        } else if region.pd_leader == Some(peer.id) {
             region.pd_leader = region.leader;
         }
         if let Some(cold) = region.cold.as_mut() {
@@ -190,6 +241,10 @@ impl ClusterState {
         region.meta.peers.retain(|p| p.id != peer.id);
         bump_conf_ver(region);
         Ok(())
+    }
+
+    fn store_up(&self, store_id: u64) -> bool {
+        self.stores.get(&store_id).is_some_and(|s| s.up)
     }
 }
 
@@ -224,7 +279,10 @@ impl SimCluster {
 
     /// Removes a Region's peer on `store_id` (conf_ver + 1); the store then
     /// answers `RegionNotFound` for the Region. Removing the leader first
-    /// moves leadership to another voter; the last voter cannot be removed.
+    /// moves leadership to a live voter. Refused, as TiKV refuses an unsafe
+    /// conf change, when the voters left would not hold a quorum of live
+    /// ones, and for a Region without a leader (a conf change is proposed
+    /// through it); adding and promoting need a leader too.
     pub fn remove_peer(&self, region_id: u64, store_id: u64) -> Result<()> {
         self.state().remove_peer(region_id, store_id)?;
         self.shared.faults_changed();
@@ -235,7 +293,8 @@ impl SimCluster {
     /// connections reset, it listens only there, and PD's store record
     /// names the new address. Another store may later take the old
     /// address ([`SimCluster::move_store`] again): a request meant for this
-    /// store that reaches it gets `StoreNotMatch`. Returns the new address.
+    /// store that reaches it gets `StoreNotMatch` (when that store holds the
+    /// Region; else `RegionNotFound`, checked first). Returns the new address.
     /// A hosted cluster ([`SimClusterBuilder::build_hosted`](crate::SimClusterBuilder::build_hosted))
     /// has no listener of its own to move.
     pub async fn move_store(&self, store_id: u64, to: Option<SocketAddr>) -> Result<String> {
@@ -251,13 +310,17 @@ impl SimCluster {
             )));
         };
         let to = to.unwrap_or_else(|| SocketAddr::new(old_addr.ip(), 0));
+        if to == old_addr {
+            return Err(invalid(format!("store {store_id} already listens on {to}")));
+        }
+        // The new address first: a failure leaves the store where it was.
+        let listener = bind(to).await?;
         let accept_task = lock(&self.shared.stores)
             .get_mut(&store_id)
             .and_then(|e| e.down());
         if let Some(task) = accept_task {
             let _ = task.await;
         }
-        let listener = bind(to).await?;
         let address = match lock(&self.shared.stores).get_mut(&store_id) {
             Some(e) => e.rebind(listener, was_up)?,
             None => return Err(Error::StoreNotFound { store_id }),

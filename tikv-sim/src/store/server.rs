@@ -18,7 +18,9 @@ use tonic::codegen::{http, BoxFuture, Service};
 use tonic::server::{Grpc, NamedService, StreamingService};
 use tonic::{Request, Response, Status, Streaming};
 
+use super::forward::{Forwarder, FORWARD_LABEL};
 use super::StoreService;
+use crate::net::PeerPorts;
 use crate::proto::tikvpb::tikv_server::{Tikv, TikvServer};
 use crate::proto::tikvpb::{BatchCommandsRequest, BatchCommandsResponse};
 use tikv_plan_proto::methods::BATCH_COMMANDS_PATH;
@@ -28,13 +30,15 @@ use tikv_plan_proto::methods::BATCH_COMMANDS_PATH;
 pub(crate) struct StoreServer {
     unary: TikvServer<StoreService>,
     service: StoreService,
+    forwarder: Forwarder,
 }
 
 impl StoreServer {
-    pub(crate) fn new(service: StoreService) -> Self {
+    pub(crate) fn new(service: StoreService, peers: PeerPorts) -> Self {
         StoreServer {
             unary: TikvServer::new(service.clone()),
             service,
+            forwarder: Forwarder::new(peers),
         }
     }
 }
@@ -53,6 +57,20 @@ impl Service<http::Request<Body>> for StoreServer {
     }
 
     fn call(&mut self, req: http::Request<Body>) -> Self::Future {
+        if let Some(target) = Forwarder::target(&req) {
+            if self.service.address().as_deref() != Some(target.as_str()) {
+                let (service, forwarder) = (self.service.clone(), self.forwarder.clone());
+                return Box::pin(async move {
+                    // A store that hangs answers nothing, forwarded or not.
+                    if let Err(status) = service.wait_out_hang(FORWARD_LABEL).await {
+                        return Ok(status.into_http());
+                    }
+                    let answer = forwarder.forward(&target, req).await;
+                    service.record_forward(answer.is_err());
+                    Ok(answer.unwrap_or_else(|status| status.into_http()))
+                });
+            }
+        }
         if req.uri().path() != BATCH_COMMANDS_PATH {
             return self.unary.call(req);
         }
