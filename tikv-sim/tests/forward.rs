@@ -27,6 +27,8 @@ struct Setup {
     follower: u64,
     /// A leader request for the Region.
     ctx: kvrpcpb::Context,
+    /// The leader's store's address, what `tikv-forwarded-host` names.
+    leader_addr: String,
 }
 
 async fn setup() -> Setup {
@@ -40,11 +42,13 @@ async fn setup() -> Setup {
     let leader = cluster.leader_of(region).unwrap().store_id;
     let follower = leader % 3 + 1;
     let ctx = cluster.context(region, leader).unwrap();
+    let leader_addr = cluster.store_addr(leader).unwrap();
     Setup {
         cluster,
         leader,
         follower,
         ctx,
+        leader_addr,
     }
 }
 
@@ -90,8 +94,8 @@ async fn a_unary_call_naming_another_store_is_answered_by_that_store() {
         leader,
         follower,
         ctx,
+        leader_addr,
     } = setup().await;
-    let leader_addr = cluster.store_addr(leader).unwrap();
     let mut via_follower = client_of(&cluster, follower).await;
     // Without the header the follower answers for itself: the request is
     // for the leader's store.
@@ -136,8 +140,8 @@ async fn a_batch_commands_stream_naming_another_store_is_proxied_whole() {
         leader,
         follower,
         ctx,
+        leader_addr,
     } = setup().await;
-    let leader_addr = cluster.store_addr(leader).unwrap();
     let mut via_follower = client_of(&cluster, follower).await;
     let (tx, rx) = tokio::sync::mpsc::channel(4);
     let mut answers = via_follower
@@ -188,8 +192,8 @@ async fn a_target_that_cannot_be_reached_is_a_grpc_error_not_a_region_error() {
         leader,
         follower,
         ctx,
+        leader_addr,
     } = setup().await;
-    let leader_addr = cluster.store_addr(leader).unwrap();
     cluster.store_down(leader).await;
     let mut via_follower = client_of(&cluster, follower).await;
     let status = via_follower
@@ -217,8 +221,8 @@ async fn a_store_cut_off_from_clients_keeps_leading_and_takes_forwarded_calls() 
         leader,
         follower,
         ctx,
+        leader_addr,
     } = setup().await;
-    let leader_addr = cluster.store_addr(leader).unwrap();
     let region = ctx.region_id;
     let mut direct = client_of(&cluster, leader).await;
     // A connection the client already has is cut too.
@@ -280,6 +284,7 @@ async fn the_control_port_cuts_clients_and_counts_forwarded_calls() {
         leader,
         follower,
         ctx,
+        leader_addr,
     } = setup().await;
     let run = |line: String| {
         let cluster = &cluster;
@@ -292,7 +297,6 @@ async fn the_control_port_cuts_clients_and_counts_forwarded_calls() {
         .starts_with("error: "));
     assert_eq!(run(format!("uncut-clients {leader}")).await, "ok\n");
     assert!(cluster.store_fault_text(leader).contains("clients=-"));
-    let leader_addr = cluster.store_addr(leader).unwrap();
     client_of(&cluster, follower)
         .await
         .raw_get(forwarded(get(&ctx), &leader_addr))
