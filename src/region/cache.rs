@@ -596,7 +596,12 @@ fn accept_loaded(
     if let Some(inserted) = map.insert(region, true) {
         return Ok(inserted);
     }
-    cached(&map).ok_or(crate::Error::from(Failure::StaleRegion { region_id }))
+    let newer = cached(&map).ok_or(crate::Error::from(Failure::StaleRegion { region_id }))?;
+    // What PD knows is older than this entry: it stays the best route
+    // there is, with a new life (were it expired, every lookup would ask
+    // PD again for the same older answer).
+    newer.expiry.set(map.ttl.deadline(map.ttl.now()));
+    Ok(newer)
 }
 
 /// A Region as PD answered a lookup: the Region with its leader, and
@@ -1334,6 +1339,23 @@ mod tests {
         assert!(cache.get_by_id(1).is_none());
         // Expired: the equal epoch takes its place, with a new life.
         assert!(cache.insert_if_newer(region(1, b"a", b"", 1, 1)));
+        assert_eq!(ids(&cache, &[b"b"]), vec![Some(1)]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_older_answer_from_pd_renews_the_newer_expired_entry() {
+        let cache = RegionCache::new().with_ttl(Duration::from_secs(10));
+        cache.insert(region(1, b"a", b"", 1, 2));
+        pass(11.0).await;
+        assert!(cache.get_by_id(1).is_none());
+        // PD still answers with the version before: refused, and the
+        // cached, newer one is handed out with a new life.
+        let got = cache
+            .get_or_load_by_key(b"b", |_| async { Ok(region(1, b"a", b"", 1, 1)) })
+            .await
+            .unwrap();
+        assert_eq!(got.epoch().version, 2);
+        pass(9.0).await;
         assert_eq!(ids(&cache, &[b"b"]), vec![Some(1)]);
     }
 }
