@@ -143,42 +143,39 @@ impl Service<http::Uri> for PeerConnector {
             };
             socket.bind(SocketAddr::new(target.ip(), 0))?;
             let port = socket.local_addr()?.port();
-            peers.mark(port, true);
-            let stream = PeerStream {
-                inner: None,
-                port,
-                peers,
-            };
-            let mut stream = stream;
-            let connected = socket.connect(target).await?;
-            let _ = connected.set_nodelay(true);
-            stream.inner = Some(connected);
-            Ok(TokioIo::new(stream))
+            // Marked before connecting, so the target never takes it for a
+            // client's; unmarked when the connection (or the attempt) ends.
+            let mark = PortMark::new(peers, port);
+            let inner = socket.connect(target).await?;
+            let _ = inner.set_nodelay(true);
+            Ok(TokioIo::new(PeerStream { inner, _mark: mark }))
         })
     }
 }
 
-/// A forwarding store's connection; its port stops counting as a peer's
-/// when it closes.
-struct PeerStream {
-    inner: Option<TcpStream>,
-    port: u16,
+/// A local port recorded as a peer's while this lives.
+struct PortMark {
     peers: PeerPorts,
+    port: u16,
 }
 
-impl Drop for PeerStream {
+impl PortMark {
+    fn new(peers: PeerPorts, port: u16) -> Self {
+        peers.mark(port, true);
+        PortMark { peers, port }
+    }
+}
+
+impl Drop for PortMark {
     fn drop(&mut self) {
         self.peers.mark(self.port, false);
     }
 }
 
-impl PeerStream {
-    fn inner(&mut self) -> io::Result<Pin<&mut TcpStream>> {
-        self.inner
-            .as_mut()
-            .map(Pin::new)
-            .ok_or_else(|| io::Error::new(io::ErrorKind::NotConnected, "not connected"))
-    }
+/// A forwarding store's connection, its port marked as a peer's.
+struct PeerStream {
+    inner: TcpStream,
+    _mark: PortMark,
 }
 
 impl AsyncRead for PeerStream {
@@ -187,10 +184,7 @@ impl AsyncRead for PeerStream {
         cx: &mut Context<'_>,
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
-        match self.inner() {
-            Ok(inner) => inner.poll_read(cx, buf),
-            Err(e) => Poll::Ready(Err(e)),
-        }
+        Pin::new(&mut self.inner).poll_read(cx, buf)
     }
 }
 
@@ -200,24 +194,15 @@ impl AsyncWrite for PeerStream {
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
-        match self.inner() {
-            Ok(inner) => inner.poll_write(cx, buf),
-            Err(e) => Poll::Ready(Err(e)),
-        }
+        Pin::new(&mut self.inner).poll_write(cx, buf)
     }
 
     fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        match self.inner() {
-            Ok(inner) => inner.poll_flush(cx),
-            Err(e) => Poll::Ready(Err(e)),
-        }
+        Pin::new(&mut self.inner).poll_flush(cx)
     }
 
     fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        match self.inner() {
-            Ok(inner) => inner.poll_shutdown(cx),
-            Err(e) => Poll::Ready(Err(e)),
-        }
+        Pin::new(&mut self.inner).poll_shutdown(cx)
     }
 }
 
