@@ -26,6 +26,9 @@ pub const DEFAULT_KEYSPACE_NAME: &str = "DEFAULT";
 pub const DEFAULT_STORE_COOLDOWN: Duration = Duration::from_secs(10);
 /// Default window in which ServerIsBusy(0) answers from one leader add up.
 pub const DEFAULT_BUSY_PROBE_WINDOW: Duration = Duration::from_secs(5);
+/// How often a store the client reaches only through a proxy is probed
+/// directly ([`Config::forwarding_probe_interval`]).
+pub const DEFAULT_FORWARDING_PROBE_INTERVAL: Duration = Duration::from_secs(1);
 /// HTTP/2 keep-alive of store connections: a PING after this long without
 /// frames from the store (gRPC's and client-go's usual 10 s).
 pub(crate) const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(10);
@@ -185,6 +188,19 @@ pub struct Config {
     /// One connection attempt per address at a time. Off lets concurrent
     /// misses each dial.
     pub single_flight_connect: bool,
+    /// Forward leader requests through a reachable voter's store when this
+    /// client cannot reach a live leader's store ([routing.md,
+    /// "Forwarding"](crate::spec::routing#forwarding-beyond); TiKV's
+    /// `tikv-forwarded-host`, client-go's `EnableForwarding`). On by
+    /// default: it changes nothing while every store is reachable, and
+    /// without it a client cut off from one store fails every request that
+    /// store leads for as long as the cut lasts. Off restores that.
+    pub forwarding: bool,
+    /// How often a store reached only through a proxy is probed directly
+    /// (one cheap call, bounded by `connect_timeout`); the first answer
+    /// ends forwarding to it. A store still cut off after 10 minutes of
+    /// probes is left to the next request that fails to reach it.
+    pub forwarding_probe_interval: Duration,
     /// The overall deadline of one client call: every request it makes
     /// (a scan's Regions, a commit's phases, the lock resolution of a
     /// read), their rounds, backoff sleeps, lock waits and waits for PD
@@ -246,6 +262,8 @@ impl Default for Config {
             shared_busy_probe: true,
             busy_probe_window: DEFAULT_BUSY_PROBE_WINDOW,
             single_flight_connect: true,
+            forwarding: true,
+            forwarding_probe_interval: DEFAULT_FORWARDING_PROBE_INTERVAL,
             request_deadline: DEFAULT_REQUEST_DEADLINE,
             at_least_once_writes: false,
             region_cache_capacity: DEFAULT_REGION_CACHE_CAPACITY,
@@ -378,9 +396,11 @@ impl Config {
     }
 
     /// Turns every routing extension beyond upstream off (store health,
-    /// shared busy probe, single-flight connect), for comparisons.
+    /// shared busy probe, single-flight connect, forwarding), for
+    /// comparisons.
     pub fn upstream_routing(mut self) -> Self {
         self.store_health = false;
+        self.forwarding = false;
         self.shared_busy_probe = false;
         self.single_flight_connect = false;
         self

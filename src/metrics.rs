@@ -38,6 +38,9 @@ pub(crate) struct Metrics {
     pub(crate) connect_timeouts: IntCounter,
     pub(crate) stores_marked_unreachable: IntCounter,
     pub(crate) undetermined: IntCounter,
+    pub(crate) forwarded_requests: IntCounter,
+    pub(crate) proxies_chosen: IntCounter,
+    pub(crate) forwarding_probes: IntCounter,
     pub(crate) rpcs_in_flight: IntGauge,
     pub(crate) region_cache_lookups: IntCounterVec,
     pub(crate) region_cache_regions: IntGauge,
@@ -255,6 +258,18 @@ impl Metrics {
                 "tikv_plan_undetermined_total",
                 "Shards that ended undetermined: a write that may have been applied, never re-sent.",
             ),
+            forwarded_requests: counter(
+                "tikv_plan_forwarded_requests_total",
+                "Leader requests sent through a proxy store (tikv-forwarded-host).",
+            ),
+            proxies_chosen: counter(
+                "tikv_plan_proxies_chosen_total",
+                "Proxy stores chosen for a store this client could not reach.",
+            ),
+            forwarding_probes: counter(
+                "tikv_plan_forwarding_probes_total",
+                "Direct probes of a store reached only through a proxy.",
+            ),
             rpcs_in_flight: gauge(
                 "tikv_plan_rpcs_in_flight",
                 "Store RPCs in flight now.",
@@ -296,7 +311,7 @@ impl Metrics {
     }
 
     fn collectors(&self) -> impl Iterator<Item = Box<dyn prometheus::core::Collector>> {
-        let own: [Box<dyn prometheus::core::Collector>; 17] = [
+        let own: [Box<dyn prometheus::core::Collector>; 20] = [
             Box::new(self.requests.clone()),
             Box::new(self.request_duration.clone()),
             Box::new(self.store_rpcs.clone()),
@@ -308,6 +323,9 @@ impl Metrics {
             Box::new(self.connect_timeouts.clone()),
             Box::new(self.stores_marked_unreachable.clone()),
             Box::new(self.undetermined.clone()),
+            Box::new(self.forwarded_requests.clone()),
+            Box::new(self.proxies_chosen.clone()),
+            Box::new(self.forwarding_probes.clone()),
             Box::new(self.rpcs_in_flight.clone()),
             Box::new(self.region_cache_lookups.clone()),
             Box::new(self.region_cache_regions.clone()),

@@ -34,6 +34,9 @@ pub(crate) enum Counter {
     RegionInvalidation,
     ConnectTimeout,
     Undetermined,
+    Forwarded,
+    ProxyChosen,
+    ForwardingProbe,
 }
 
 /// One routing counter was bumped (request/routing/state/counters.rs).
@@ -50,6 +53,9 @@ pub(crate) fn routing_event(counter: Counter) {
             Counter::RegionInvalidation => m.region_invalidations.inc(),
             Counter::ConnectTimeout => m.connect_timeouts.inc(),
             Counter::Undetermined => m.undetermined.inc(),
+            Counter::Forwarded => m.forwarded_requests.inc(),
+            Counter::ProxyChosen => m.proxies_chosen.inc(),
+            Counter::ForwardingProbe => m.forwarding_probes.inc(),
         }
     }
     #[cfg(not(feature = "prometheus"))]
@@ -239,8 +245,17 @@ pub(crate) fn attempt_span(
         peer = peer.id,
         attempt,
         role = if is_leader { "leader" } else { "fallback" },
+        via = tracing::field::Empty,
         outcome = tracing::field::Empty,
     )
+}
+
+/// The attempt in `span` is forwarded by the store `proxy`.
+#[inline]
+pub(crate) fn attempt_via(span: &Span, proxy: StoreId) {
+    if !span.is_disabled() {
+        span.record("via", proxy);
+    }
 }
 
 /// The attempt in `span` at `store_id` ended with `outcome`: records it on

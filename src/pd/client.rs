@@ -17,7 +17,7 @@ use crate::region::{
     StoreId,
 };
 use crate::security::SecurityManager;
-use crate::store::{KvConnect, RegionStore, Store, TikvConnect};
+use crate::store::{KvClient, KvConnect, RegionStore, Store, TikvConnect};
 use crate::Failure;
 use crate::{Error, Result};
 
@@ -33,6 +33,10 @@ pub struct ConnectCounts {
 }
 
 type ConnectCountMap = Arc<Mutex<BTreeMap<String, ConnectCounts>>>;
+
+/// Clients that reach a store through a proxy, by (proxy address, target
+/// address).
+type ForwardedClients<KvC> = BTreeMap<(String, String), Arc<<KvC as KvConnect>::KvClient>>;
 
 /// How many store addresses keep connection counters. Stores come and go
 /// over a client's life; past this many, an address seen before makes room
@@ -71,6 +75,9 @@ pub struct PdRpcClient<KvC: KvConnect = TikvConnect> {
     /// the client goes away (a simulation replays from its seed).
     connections: Arc<RwLock<BTreeMap<String, Arc<KvC::KvClient>>>>,
     connecting: SingleFlight<String, Arc<KvC::KvClient>>,
+    /// Connections to a proxy store that forward every call to another
+    /// store, by (proxy address, target address).
+    forwarded: Arc<RwLock<ForwardedClients<KvC>>>,
     connect_counts: ConnectCountMap,
     single_flight_connect: bool,
     /// Timestamps from one batched `Tso` stream.
@@ -154,6 +161,7 @@ impl<KvC: KvConnect> PdRpcClient<KvC> {
             stores: StoreCache::new(),
             connections: Arc::new(RwLock::new(BTreeMap::new())),
             connecting: SingleFlight::default(),
+            forwarded: Arc::new(RwLock::new(BTreeMap::new())),
             connect_counts: Arc::new(Mutex::new(BTreeMap::new())),
             single_flight_connect: config.single_flight_connect,
         })
@@ -280,6 +288,42 @@ impl<KvC: KvConnect> PdRpcClient<KvC> {
     }
 }
 
+impl<KvC: KvConnect> PdRpcClient<KvC> {
+    fn cached_forwarded(&self, proxy: &str, target: &str) -> Option<Arc<KvC::KvClient>> {
+        crate::sync::read(&self.forwarded)
+            .get(&(proxy.to_owned(), target.to_owned()))
+            .cloned()
+    }
+
+    /// The client that reaches the store at `target` through the store at
+    /// `proxy`: cached, or opened now (one attempt per pair at a time).
+    async fn forwarded_client(&self, proxy: &str, target: &str) -> Result<Arc<KvC::KvClient>> {
+        if let Some(client) = self.cached_forwarded(proxy, target) {
+            return Ok(client);
+        }
+        let forwarded = Arc::clone(&self.forwarded);
+        let kv_connect = Arc::clone(&self.kv_connect);
+        let (owned_proxy, owned_target) = (proxy.to_owned(), target.to_owned());
+        let open = async move {
+            let client = Arc::new(
+                crate::telemetry::connect(
+                    "forwarding store",
+                    &owned_proxy,
+                    kv_connect.connect_forwarded(&owned_proxy, &owned_target),
+                )
+                .await?,
+            );
+            crate::sync::write(&forwarded).insert((owned_proxy, owned_target), Arc::clone(&client));
+            Ok(client)
+        };
+        // Not an address: a key of its own in the single flight.
+        let key = format!("{proxy} forwarding to {target}");
+        self.connecting
+            .run(key, || self.cached_forwarded(proxy, target), || open)
+            .await
+    }
+}
+
 #[async_trait]
 impl<KvC: KvConnect> PdClient for PdRpcClient<KvC> {
     type KvClient = KvC::KvClient;
@@ -302,6 +346,50 @@ impl<KvC: KvConnect> PdClient for PdRpcClient<KvC> {
             }
         };
         Ok(RegionStore::new(region, peer, client))
+    }
+
+    async fn map_peer_through_proxy(
+        self: Arc<Self>,
+        region: RegionWithLeader,
+        peer: metapb::Peer,
+        proxy: StoreId,
+    ) -> Result<RegionStore> {
+        let target = self.store(peer.store_id).await?;
+        let proxy = self.store(proxy).await?;
+        let client = self
+            .forwarded_client(&proxy.address, &target.address)
+            .await?;
+        Ok(RegionStore::new(region, peer, client))
+    }
+
+    async fn probe_store(
+        &self,
+        store_id: StoreId,
+        via: Option<StoreId>,
+        bound: std::time::Duration,
+    ) -> Result<()> {
+        let probe = async {
+            let target = self.store(store_id).await?;
+            let client = match via {
+                None => self.kv_client(&target.address).await?,
+                Some(proxy) => {
+                    let proxy = self.store(proxy).await?;
+                    self.forwarded_client(&proxy.address, &target.address)
+                        .await?
+                }
+            };
+            client
+                .dispatch_within(&crate::store::liveness_probe(), Some(bound))
+                .await
+                .map(drop)
+        };
+        match tokio::time::timeout(bound, probe).await {
+            Ok(result) => result,
+            Err(_) => Err(Error::from(Failure::Timeout {
+                what: format!("the liveness probe of store {store_id}"),
+                after: bound,
+            })),
+        }
     }
 
     async fn region_for_key(&self, key: &[u8]) -> Result<RegionWithLeader> {

@@ -59,6 +59,17 @@ fn not_holding_key(key: &[u8], id: RegionId, start: &[u8], end: &[u8]) -> Error 
     })
 }
 
+/// The error of a [`PdClient`] that cannot forward or probe.
+fn forwarding_unsupported(store_id: StoreId) -> Error {
+    Error::from(Failure::Connect {
+        address: format!("store {store_id}"),
+        message: "this PD client cannot forward calls through another store or probe a store; \
+                  nothing was sent"
+            .to_owned(),
+        source: None,
+    })
+}
+
 /// What the request plan needs from PD and the caches in front of it.
 ///
 /// Method names and meanings follow client-rust, plus
@@ -86,6 +97,34 @@ pub trait PdClient: Send + Sync + 'static {
         region: RegionWithLeader,
         peer: metapb::Peer,
     ) -> Result<RegionStore>;
+
+    /// Maps a Region and one of its peers to a client that reaches that
+    /// peer's store through the store `proxy`, which forwards every call
+    /// ([routing.md, "Forwarding"](crate::spec::routing#forwarding-beyond)).
+    /// The default cannot forward and fails without sending anything.
+    async fn map_peer_through_proxy(
+        self: Arc<Self>,
+        region: RegionWithLeader,
+        peer: metapb::Peer,
+        proxy: StoreId,
+    ) -> Result<RegionStore> {
+        let _ = (region, proxy);
+        Err(forwarding_unsupported(peer.store_id))
+    }
+
+    /// Sends one cheap call to the store `store_id`, directly or (`via`)
+    /// forwarded through another store, within `bound`: any answer, a
+    /// Region error included, proves the store reachable that way. The
+    /// default cannot probe and fails.
+    async fn probe_store(
+        &self,
+        store_id: StoreId,
+        via: Option<StoreId>,
+        bound: std::time::Duration,
+    ) -> Result<()> {
+        let _ = (via, bound);
+        Err(forwarding_unsupported(store_id))
+    }
 
     /// The client of the store `store_id` when both the store and its
     /// connection are cached and the store is usable, without waiting: the

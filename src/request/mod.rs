@@ -114,6 +114,7 @@ pub mod plan {
     pub(crate) mod builder;
     pub(crate) mod call_deadline;
     pub(crate) mod fast_dispatch;
+    mod forward_probe;
     pub(crate) mod keyspace;
     pub(crate) mod request_shape;
     pub(crate) mod resolve_lock;

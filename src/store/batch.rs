@@ -62,6 +62,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use tokio::sync::oneshot;
+use tonic::metadata::AsciiMetadataValue;
 use tonic::transport::Channel;
 
 mod stream;
@@ -264,6 +265,10 @@ struct Shared {
     /// The store does not serve BatchCommands.
     unsupported: AtomicBool,
     next_id: AtomicU64,
+    /// The address every stream and unary call asks the store to forward
+    /// to (`tikv-forwarded-host`), when this client goes through a proxy:
+    /// one set of streams per (proxy, target).
+    forwarded_host: Option<AsciiMetadataValue>,
 }
 
 impl Drop for Shared {
@@ -286,7 +291,12 @@ impl Shared {
         let client = Grpc::new(channel).max_decoding_message_size(stream_limit);
         let stream = BatchStream::with_limit(self.address.clone(), self.response_limit, on_base);
         let outgoing = Outgoing::new(stream.clone(), self.options);
-        let task = tokio::spawn(read_responses(stream.clone(), client, outgoing));
+        let task = tokio::spawn(read_responses(
+            stream.clone(),
+            client,
+            outgoing,
+            self.forwarded_host.clone(),
+        ));
         stream.set_reader(task.abort_handle());
         stream
     }
@@ -384,7 +394,12 @@ impl Shared {
 }
 
 /// Opens the stream and routes its responses until it ends.
-async fn read_responses(stream: Arc<BatchStream>, mut client: Grpc<Channel>, outgoing: Outgoing) {
+async fn read_responses(
+    stream: Arc<BatchStream>,
+    mut client: Grpc<Channel>,
+    outgoing: Outgoing,
+    forwarded_host: Option<AsciiMetadataValue>,
+) {
     // As the generated client's `batch_commands` calls it, with the codec
     // that leaves each answer encoded for its request.
     if let Err(e) = client.ready().await {
@@ -396,7 +411,13 @@ async fn read_responses(stream: Arc<BatchStream>, mut client: Grpc<Channel>, out
         return;
     }
     let path = http::uri::PathAndQuery::from_static(BATCH_COMMANDS_PATH);
-    let call = client.streaming(tonic::Request::new(outgoing), path, BatchCodec);
+    let mut request = tonic::Request::new(outgoing);
+    if let Some(host) = forwarded_host {
+        request
+            .metadata_mut()
+            .insert(super::request::FORWARDED_HOST, host);
+    }
+    let call = client.streaming(request, path, BatchCodec);
     let mut incoming = match call.await {
         Ok(response) => response.into_inner(),
         Err(status) => {
@@ -498,8 +519,18 @@ impl KvBatchClient {
                 opening: AtomicBool::new(false),
                 unsupported: AtomicBool::new(false),
                 next_id: AtomicU64::new(1),
+                forwarded_host: None,
             }),
         }
+    }
+
+    /// A client, just built, whose streams and unary calls all ask the
+    /// store to forward them to `host`.
+    pub(crate) fn forwarded_to(mut self, host: AsciiMetadataValue) -> Self {
+        if let Some(shared) = Arc::get_mut(&mut self.shared) {
+            shared.forwarded_host = Some(host);
+        }
+        self
     }
 
     #[cfg(test)]
@@ -533,7 +564,11 @@ impl KvBatchClient {
         req: &dyn Request,
         timeout: Duration,
     ) -> Result<Box<dyn Any + Send>> {
-        let call = req.dispatch(&self.shared.base, timeout);
+        let call = req.dispatch_forwarded(
+            &self.shared.base,
+            timeout,
+            self.shared.forwarded_host.as_ref(),
+        );
         match crate::store::with_backstop(timeout, call).await {
             Ok(result) => result,
             Err(_) => Err(self.timed_out(req, timeout)),

@@ -6,6 +6,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
+use tonic::codegen::http::HeaderValue;
+use tonic::metadata::AsciiMetadataValue;
 use tonic::transport::Channel;
 
 use super::batch::{BatchOptions, Dialer, KvBatchClient};
@@ -116,6 +118,25 @@ impl KvConnect for TikvConnect {
     type KvClient = KvRpcClient;
 
     async fn connect(&self, address: &str) -> Result<KvRpcClient> {
+        self.open(address, None).await
+    }
+
+    /// A connection to the store at `proxy` whose every call asks that
+    /// store to forward it to the store at `target` (TiKV's
+    /// `tikv-forwarded-host`): unary calls and BatchCommands streams alike,
+    /// its streams its own.
+    async fn connect_forwarded(&self, proxy: &str, target: &str) -> Result<KvRpcClient> {
+        self.open(proxy, Some(target)).await
+    }
+}
+
+impl TikvConnect {
+    /// Opens a client to `address`, forwarding to `target` when given.
+    async fn open(&self, address: &str, target: Option<&str>) -> Result<KvRpcClient> {
+        let forwarded_host = match target {
+            None => None,
+            Some(target) => Some(forwarded_host(target)?),
+        };
         // Keep-alive gives a connection up no sooner than its interval plus
         // its timeout (13 s) after the last frame read, and a healthy one
         // reads a PING's answer at least every interval (10 s): halfway
@@ -126,14 +147,23 @@ impl KvConnect for TikvConnect {
             .security
             .connect_store_channel(address, self.connect_timeout, self.timeout, &watch)
             .await?;
-        let grpc = GrpcChannel::new(channel.clone())
+        let mut grpc = GrpcChannel::new(channel.clone())
             .max_decoding_message_size(self.max_decoding_message_size)
             .timeout(self.timeout);
+        if let Some((_, header)) = &forwarded_host {
+            grpc = grpc.forwarded_to(header.clone());
+        }
         let rpc_client =
             TikvClient::new(channel).max_decoding_message_size(self.max_decoding_message_size);
         let batch = match self.rpc_mode {
             RpcMode::Unary => None,
-            RpcMode::Batched => Some(self.batch_client(address, &rpc_client, &watch)?),
+            RpcMode::Batched => {
+                let batch = self.batch_client(address, &rpc_client, &watch)?;
+                Some(match &forwarded_host {
+                    Some((host, _)) => batch.forwarded_to(host.clone()),
+                    None => batch,
+                })
+            }
         };
         Ok(KvRpcClient {
             grpc,
@@ -144,8 +174,25 @@ impl KvConnect for TikvConnect {
             batch,
             typed_path: self.typed_path,
             watch: Some((watch, Arc::from(address))),
+            forwarded_host: forwarded_host.map(|(host, _)| host),
         })
     }
+}
+
+/// The `tikv-forwarded-host` value naming `target`: an address that is not
+/// valid in gRPC metadata is an error, and nothing is sent.
+fn forwarded_host(target: &str) -> Result<(AsciiMetadataValue, HeaderValue)> {
+    let metadata = AsciiMetadataValue::try_from(target).ok();
+    let header = HeaderValue::from_str(target).ok();
+    metadata.zip(header).ok_or_else(|| {
+        Error::from(Failure::Connect {
+            address: target.to_owned(),
+            message: "the store's address cannot be carried in gRPC metadata \
+                      (tikv-forwarded-host), so no call can be forwarded to it"
+                .to_owned(),
+            source: None,
+        })
+    })
 }
 
 impl TikvConnect {
@@ -196,6 +243,9 @@ pub struct KvRpcClient {
     /// when [`TikvConnect`] opened it: a connection that keep-alive found
     /// dead fails the next request at once, as not sent.
     watch: Option<(ConnectionWatch, Arc<str>)>,
+    /// The store every call asks this client's store to forward it to,
+    /// when it goes through a proxy.
+    forwarded_host: Option<AsciiMetadataValue>,
 }
 
 impl KvRpcClient {
@@ -210,7 +260,14 @@ impl KvRpcClient {
             batch: None,
             typed_path: true,
             watch: None,
+            forwarded_host: None,
         }
+    }
+
+    /// True when every call of this client is forwarded by its store to
+    /// another one.
+    pub fn is_forwarded(&self) -> bool {
+        self.forwarded_host.is_some()
     }
 
     /// When keep-alive found one of this client's connections dead since
@@ -314,7 +371,8 @@ impl KvClient for KvRpcClient {
                 Err(_) => Err(backstop_fired()),
             };
         }
-        match with_backstop(timeout, req.dispatch(&self.rpc_client, timeout)).await {
+        let call = req.dispatch_forwarded(&self.rpc_client, timeout, self.forwarded_host.as_ref());
+        match with_backstop(timeout, call).await {
             Ok(result) => timeout_as_error(result, bounded, req.label(), timeout),
             Err(_) => Err(backstop_fired()),
         }

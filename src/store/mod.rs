@@ -19,6 +19,7 @@ pub(crate) use client::{
 };
 #[cfg(test)]
 mod tests;
+pub(crate) use request::liveness_probe;
 pub use request::Request;
 pub(crate) use server_wait::fit_server_wait;
 pub(crate) use typed::send_typed;
@@ -75,6 +76,22 @@ pub trait KvConnect: Sized + Send + Sync + 'static {
 
     /// Opens a client to `address`, bounded by the connect timeout.
     async fn connect(&self, address: &str) -> Result<Self::KvClient>;
+
+    /// Opens a client to the store at `proxy` whose every call asks that
+    /// store to forward it to the store at `target` (TiKV's
+    /// `tikv-forwarded-host`, [routing.md,
+    /// "Forwarding"](crate::spec::routing#forwarding-beyond)). The default
+    /// cannot forward: it fails without sending anything, and the routing
+    /// round goes on as if the proxy could not be reached.
+    async fn connect_forwarded(&self, proxy: &str, target: &str) -> Result<Self::KvClient> {
+        Err(crate::Error::from(Failure::Connect {
+            address: proxy.to_owned(),
+            message: format!(
+                "this connector cannot forward calls (to {target}) through another store"
+            ),
+            source: None,
+        }))
+    }
 }
 
 /// A client to one store, as returned by `PdClient::all_stores`.

@@ -35,7 +35,50 @@ pub trait Request: Any + Sync + Send + 'static {
     fn context_mut(&mut self) -> Option<&mut kvrpcpb::Context> {
         None
     }
+
+    /// Sends the request with `client`, bounded by `timeout`, asking the
+    /// store to forward it to `forwarded_host` (the gRPC metadata
+    /// `tikv-forwarded-host`) when one is given. Every request of the wire
+    /// protocol implements it; the default, for a request type of your own,
+    /// sends it as [`dispatch`](Self::dispatch) does and refuses to forward
+    /// it, so such a request never reaches the proxy's own store as if it
+    /// were meant for it.
+    #[doc(hidden)]
+    async fn dispatch_forwarded(
+        &self,
+        client: &TikvClient<Channel>,
+        timeout: Duration,
+        forwarded_host: Option<&tonic::metadata::AsciiMetadataValue>,
+    ) -> Result<Box<dyn Any + Send>> {
+        match forwarded_host {
+            None => self.dispatch(client, timeout).await,
+            Some(host) => Err(crate::Error::from(crate::Failure::Connect {
+                address: format!("{host:?}"),
+                message: format!(
+                    "the {} request is not one of the wire protocol's, so it cannot be \
+                     forwarded through another store; it was not sent",
+                    self.label()
+                ),
+                source: None,
+            })),
+        }
+    }
 }
+
+/// The cheapest call a store answers: a raw get in Region 0, which no
+/// store holds, so any store answers it at once with `RegionNotFound`
+/// (or any other answer); an answer of any kind proves the store (or the
+/// route through a proxy) reachable.
+pub(crate) fn liveness_probe() -> kvrpcpb::RawGetRequest {
+    kvrpcpb::RawGetRequest {
+        context: Some(kvrpcpb::Context::default()),
+        ..Default::default()
+    }
+}
+
+/// The gRPC metadata key that asks a store to forward a call to the store
+/// at the address it holds (TiKV's `tikv-forwarded-host`).
+pub(crate) const FORWARDED_HOST: &str = "tikv-forwarded-host";
 
 /// `Request` for every method of the wire protocol's table
 /// ([`kv_methods!`](tikv_plan_proto::kv_methods)).
@@ -49,10 +92,22 @@ macro_rules! impl_requests {
                 client: &TikvClient<Channel>,
                 timeout: Duration,
             ) -> Result<Box<dyn Any + Send>> {
+                self.dispatch_forwarded(client, timeout, None).await
+            }
+
+            async fn dispatch_forwarded(
+                &self,
+                client: &TikvClient<Channel>,
+                timeout: Duration,
+                forwarded_host: Option<&tonic::metadata::AsciiMetadataValue>,
+            ) -> Result<Box<dyn Any + Send>> {
                 let mut req = tonic::Request::new(self.clone());
                 // tonic enforces the grpc-timeout header on the client side
                 // too, so an unanswered RPC ends with `TimeoutExpired`.
                 req.set_timeout(timeout);
+                if let Some(host) = forwarded_host {
+                    req.metadata_mut().insert(FORWARDED_HOST, host.clone());
+                }
                 let resp: kvrpcpb::$resp = client.clone().$stub(req).await?.into_inner();
                 Ok(Box::new(resp) as Box<dyn Any + Send>)
             }

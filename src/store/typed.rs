@@ -39,6 +39,9 @@ pub struct GrpcChannel {
     channel: Channel,
     max_decoding_message_size: usize,
     timeout: Duration,
+    /// The address every call asks the store to forward it to
+    /// (`tikv-forwarded-host`), when the channel goes through a proxy.
+    forwarded_host: Option<HeaderValue>,
 }
 
 impl GrpcChannel {
@@ -49,7 +52,15 @@ impl GrpcChannel {
             channel,
             max_decoding_message_size: DEFAULT_GRPC_MAX_DECODING_MESSAGE_SIZE,
             timeout: DEFAULT_REQUEST_TIMEOUT,
+            forwarded_host: None,
         }
+    }
+
+    /// Every call on this channel asks its store to forward it to `host`
+    /// (the gRPC metadata `tikv-forwarded-host`).
+    pub(crate) fn forwarded_to(mut self, host: HeaderValue) -> Self {
+        self.forwarded_host = Some(host);
+        self
     }
 
     /// Sets the request timeout (`Config::timeout`'s default until set).
@@ -99,7 +110,8 @@ pub(crate) async fn send_typed<R: KvMethod>(
     grpc: &GrpcChannel,
     timeout: Option<Duration>,
 ) -> Option<Result<R::Response>> {
-    let http_request = match encode_request(request, R::PATH, timeout) {
+    let http_request = match encode_request(request, R::PATH, timeout, grpc.forwarded_host.as_ref())
+    {
         Ok(http_request) => http_request,
         Err(status) => return Some(Err(status.into())),
     };
@@ -124,6 +136,7 @@ fn encode_request<M: prost::Message>(
     message: &M,
     path: &'static str,
     timeout: Option<Duration>,
+    forwarded_host: Option<&HeaderValue>,
 ) -> std::result::Result<http::Request<tonic::body::Body>, Status> {
     let length = message.encoded_len();
     let prefix_length = u32::try_from(length).map_err(|_| {
@@ -145,6 +158,9 @@ fn encode_request<M: prost::Message>(
     headers.insert(http::header::CONTENT_TYPE, GRPC_CONTENT_TYPE);
     if let Some(timeout) = timeout {
         headers.insert(GRPC_TIMEOUT, timeout_header(timeout));
+    }
+    if let Some(host) = forwarded_host {
+        headers.insert(FORWARDED_HOST_HEADER, host.clone());
     }
     Ok(request)
 }
@@ -442,6 +458,9 @@ fn format_timeout(timeout: Duration) -> HeaderValue {
 /// The header that carries a call's timeout.
 const GRPC_TIMEOUT: HeaderName = HeaderName::from_static("grpc-timeout");
 
+/// `tikv-forwarded-host` as a header name.
+const FORWARDED_HOST_HEADER: HeaderName = HeaderName::from_static(super::request::FORWARDED_HOST);
+
 /// The header of a call's status code.
 const GRPC_STATUS: HeaderName = HeaderName::from_static("grpc-status");
 
@@ -621,6 +640,7 @@ mod tests {
             &request,
             kvrpcpb::RawGetRequest::PATH,
             Some(Duration::from_secs(2)),
+            None,
         )
         .unwrap();
         assert_eq!(http_request.uri().path(), "/tikvpb.Tikv/RawGet");

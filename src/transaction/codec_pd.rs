@@ -68,6 +68,26 @@ impl<PdC: PdClient> PdClient for CodecPdClient<PdC> {
             .await
     }
 
+    async fn map_peer_through_proxy(
+        self: Arc<Self>,
+        region: RegionWithLeader,
+        peer: metapb::Peer,
+        proxy: StoreId,
+    ) -> Result<RegionStore> {
+        Arc::clone(&self.inner)
+            .map_peer_through_proxy(region, peer, proxy)
+            .await
+    }
+
+    async fn probe_store(
+        &self,
+        store_id: StoreId,
+        via: Option<StoreId>,
+        bound: std::time::Duration,
+    ) -> Result<()> {
+        self.inner.probe_store(store_id, via, bound).await
+    }
+
     // Stores are not keyed: the inner client's cached handle is the answer.
     fn cached_store_client(
         &self,

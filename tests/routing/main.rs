@@ -15,6 +15,7 @@ mod plan_replay;
 mod plan_stages;
 mod routing_busy;
 mod routing_fallback;
+mod routing_forward;
 mod routing_mapping;
 mod routing_region_error;
 mod routing_shape;

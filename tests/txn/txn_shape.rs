@@ -89,7 +89,7 @@ async fn lock_resolution_finds_locks_in_a_merged_region() {
     cluster.shutdown().await;
 }
 
-async fn crashed_prewrite(cluster: &SimCluster, primary: &str, keys: &[&str]) -> u64 {
+pub(crate) async fn crashed_prewrite(cluster: &SimCluster, primary: &str, keys: &[&str]) -> u64 {
     let start = cluster.current_ts();
     for key in keys {
         let region = region_of(cluster, key);

@@ -2,7 +2,6 @@
 //! simulated cluster has, heals each after a seeded while, and counts them.
 
 use std::collections::BTreeMap;
-use std::fmt;
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -10,204 +9,12 @@ use tokio::time::Instant;
 use tikv_plan::proto::metapb::PeerRole;
 use tikv_sim::{ColdMode, HangMode, SimCluster};
 
+mod kinds;
+mod network;
 mod scheduler;
 
+pub use kinds::FaultKind;
 pub use scheduler::DEFAULT_SCHEDULER_PAUSE;
-
-/// Every fault the injector applies.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum FaultKind {
-    /// A store goes down (connections refused and reset), later back up.
-    StoreDown,
-    /// A store's network freezes ([`HangMode::Connect`]).
-    HangConnect,
-    /// A store receives requests and does not answer ([`HangMode::Respond`]).
-    HangRespond,
-    /// A store adds latency to every request.
-    Slow,
-    /// A store answers `ServerIsBusy` with a zero wait.
-    BusyZero,
-    /// A store answers `ServerIsBusy` with a non-zero wait.
-    BusyWait,
-    /// Leadership moves and PD learns of it.
-    TransferFresh,
-    /// Leadership moves and PD keeps naming the old leader.
-    TransferStale,
-    /// A Region loses its leader; a woken voter serves at once.
-    ColdAccept,
-    /// A Region loses its leader; a woken voter first answers `NotLeader`.
-    ColdNotLeaderFirst,
-    /// A Region splits.
-    Split,
-    /// A Region merges into its neighbour (PD's merge scheduler).
-    Merge,
-    /// A Region's peer moves to another store, or is replaced on its own,
-    /// in three conf changes (add a learner, promote it, remove a peer).
-    PeerMove,
-    /// A store restarts at a new address (not on a simulated network).
-    StoreMove,
-    /// The response to the next `raw_put` is dropped after applying it.
-    DropPut,
-    /// The same for `raw_batch_put`.
-    DropBatchPut,
-    /// The same for `raw_delete`.
-    DropDelete,
-    /// The same for `raw_batch_delete`.
-    DropBatchDelete,
-    /// The same for `raw_delete_range`.
-    DropDeleteRange,
-    /// The same for `raw_compare_and_swap`.
-    DropCas,
-    /// PD leadership moves to another member.
-    PdLeaderChange,
-    /// A PD member goes down, later back up.
-    PdMemberDown,
-    /// PD's leader receives requests (TSO included) and answers none, later
-    /// answers again; it stays leader meanwhile.
-    PdHang,
-    /// The TSO's physical clock jumps 1 to 30 seconds forward, so lock TTLs
-    /// (measured on it) expire early. Transactional runs only.
-    TsoJump,
-    /// The response to the next `KvPrewrite` is dropped after applying it.
-    DropPrewrite,
-    /// The same for `KvCommit`.
-    DropCommit,
-    /// The same for `KvBatchRollback`.
-    DropBatchRollback,
-    /// The same for `KvResolveLock`.
-    DropResolveLock,
-    /// The same for `KvPessimisticLock`.
-    DropPessimisticLock,
-    /// The same for `KvPessimisticRollback`.
-    DropPessimisticRollback,
-    /// The same for `KvCheckTxnStatus`.
-    DropCheckTxnStatus,
-    /// The same for `KvCheckSecondaryLocks`.
-    DropCheckSecondaryLocks,
-    /// The same for `KvTxnHeartBeat` (a heartbeat that fails).
-    DropTxnHeartBeat,
-}
-
-impl FaultKind {
-    /// Every kind of the raw suite, in report order (the transactional
-    /// kinds, [`FaultKind::TXN`], are not among them).
-    pub const ALL: [FaultKind; 23] = [
-        FaultKind::StoreDown,
-        FaultKind::HangConnect,
-        FaultKind::HangRespond,
-        FaultKind::Slow,
-        FaultKind::BusyZero,
-        FaultKind::BusyWait,
-        FaultKind::TransferFresh,
-        FaultKind::TransferStale,
-        FaultKind::ColdAccept,
-        FaultKind::ColdNotLeaderFirst,
-        FaultKind::Split,
-        FaultKind::Merge,
-        FaultKind::PeerMove,
-        FaultKind::StoreMove,
-        FaultKind::DropPut,
-        FaultKind::DropBatchPut,
-        FaultKind::DropDelete,
-        FaultKind::DropBatchDelete,
-        FaultKind::DropDeleteRange,
-        FaultKind::DropCas,
-        FaultKind::PdLeaderChange,
-        FaultKind::PdMemberDown,
-        FaultKind::PdHang,
-    ];
-
-    /// The dropped-response kinds.
-    pub const DROPS: [FaultKind; 6] = [
-        FaultKind::DropPut,
-        FaultKind::DropBatchPut,
-        FaultKind::DropDelete,
-        FaultKind::DropBatchDelete,
-        FaultKind::DropDeleteRange,
-        FaultKind::DropCas,
-    ];
-
-    /// The kinds only transactional runs use, in report order.
-    pub const TXN: [FaultKind; 10] = [
-        FaultKind::TsoJump,
-        FaultKind::DropPrewrite,
-        FaultKind::DropCommit,
-        FaultKind::DropBatchRollback,
-        FaultKind::DropResolveLock,
-        FaultKind::DropPessimisticLock,
-        FaultKind::DropPessimisticRollback,
-        FaultKind::DropCheckTxnStatus,
-        FaultKind::DropCheckSecondaryLocks,
-        FaultKind::DropTxnHeartBeat,
-    ];
-
-    /// The name the report prints.
-    pub fn name(self) -> &'static str {
-        match self {
-            FaultKind::StoreDown => "down",
-            FaultKind::HangConnect => "hang_connect",
-            FaultKind::HangRespond => "hang_respond",
-            FaultKind::Slow => "slow",
-            FaultKind::BusyZero => "busy0",
-            FaultKind::BusyWait => "busy_wait",
-            FaultKind::TransferFresh => "transfer",
-            FaultKind::TransferStale => "transfer_stale",
-            FaultKind::ColdAccept => "cold_accept",
-            FaultKind::ColdNotLeaderFirst => "cold_not_leader_first",
-            FaultKind::Split => "split",
-            FaultKind::Merge => "merge",
-            FaultKind::PeerMove => "peer_move",
-            FaultKind::StoreMove => "store_move",
-            FaultKind::DropPut => "drop_put",
-            FaultKind::DropBatchPut => "drop_batch_put",
-            FaultKind::DropDelete => "drop_delete",
-            FaultKind::DropBatchDelete => "drop_batch_delete",
-            FaultKind::DropDeleteRange => "drop_delete_range",
-            FaultKind::DropCas => "drop_cas",
-            FaultKind::PdLeaderChange => "pd_leader",
-            FaultKind::PdMemberDown => "pd_down",
-            FaultKind::PdHang => "pd_hang",
-            FaultKind::TsoJump => "tso_jump",
-            FaultKind::DropPrewrite => "drop_prewrite",
-            FaultKind::DropCommit => "drop_commit",
-            FaultKind::DropBatchRollback => "drop_batch_rollback",
-            FaultKind::DropResolveLock => "drop_resolve_lock",
-            FaultKind::DropPessimisticLock => "drop_pessimistic_lock",
-            FaultKind::DropPessimisticRollback => "drop_pessimistic_rollback",
-            FaultKind::DropCheckTxnStatus => "drop_check_txn_status",
-            FaultKind::DropCheckSecondaryLocks => "drop_check_secondary_locks",
-            FaultKind::DropTxnHeartBeat => "drop_heartbeat",
-        }
-    }
-
-    /// The store method whose response a drop kind drops.
-    pub fn dropped_method(self) -> Option<&'static str> {
-        match self {
-            FaultKind::DropPut => Some("raw_put"),
-            FaultKind::DropBatchPut => Some("raw_batch_put"),
-            FaultKind::DropDelete => Some("raw_delete"),
-            FaultKind::DropBatchDelete => Some("raw_batch_delete"),
-            FaultKind::DropDeleteRange => Some("raw_delete_range"),
-            FaultKind::DropCas => Some("raw_compare_and_swap"),
-            FaultKind::DropPrewrite => Some("kv_prewrite"),
-            FaultKind::DropCommit => Some("kv_commit"),
-            FaultKind::DropBatchRollback => Some("kv_batch_rollback"),
-            FaultKind::DropResolveLock => Some("kv_resolve_lock"),
-            FaultKind::DropPessimisticLock => Some("kv_pessimistic_lock"),
-            FaultKind::DropPessimisticRollback => Some("kv_pessimistic_rollback"),
-            FaultKind::DropCheckTxnStatus => Some("kv_check_txn_status"),
-            FaultKind::DropCheckSecondaryLocks => Some("kv_check_secondary_locks"),
-            FaultKind::DropTxnHeartBeat => Some("kv_txn_heart_beat"),
-            _ => None,
-        }
-    }
-}
-
-impl fmt::Display for FaultKind {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
-    }
-}
 
 /// How the injector picks and paces faults.
 #[derive(Debug, Clone)]
@@ -320,6 +127,7 @@ enum Heal {
     PdUp(usize),
     PdUnhang(usize),
     Warm(u64),
+    Uncut(u64),
 }
 
 impl Heal {
@@ -453,6 +261,9 @@ impl Injector {
                 Heal::Unhang(s) => cluster.store_unhang(s),
                 Heal::Unslow(s) => cluster.store_slow(s, Duration::ZERO),
                 Heal::Unbusy(s) => cluster.store_busy(s, None),
+                Heal::Uncut(s) => {
+                    let _ = cluster.cut_store_from_clients(s, None);
+                }
                 Heal::PdUp(m) => {
                     if let Err(e) = cluster.pd_member_up(m).await {
                         tracing::warn!("chaos: PD member {m} did not come back up: {e}");
@@ -488,6 +299,7 @@ impl Injector {
             cluster.store_unhang(store);
             cluster.store_slow(store, Duration::ZERO);
             cluster.store_busy(store, None);
+            let _ = cluster.cut_store_from_clients(store, None);
         }
         for member in 0..cluster.pd_endpoints().len() {
             if let Err(e) = cluster.pd_member_up(member).await {
@@ -675,6 +487,7 @@ impl Injector {
             FaultKind::Merge => self.merge(cluster).await,
             FaultKind::PeerMove => self.peer_move(cluster).await,
             FaultKind::StoreMove => self.store_move(cluster).await,
+            FaultKind::CutClients => self.cut_clients(cluster, heal_at, index),
             FaultKind::PdLeaderChange => {
                 let members = cluster.pd_endpoints().len();
                 let leader = cluster.pd_leader_index();

@@ -164,6 +164,9 @@ pub struct ChaosReport {
     /// Dropped responses that fired (requests applied whose answer was
     /// dropped).
     pub drops_fired: u64,
+    /// Calls the stores forwarded for the clients (`tikv-forwarded-host`;
+    /// a BatchCommands stream counts once).
+    pub forwarded: u64,
     /// The check of the history.
     pub check: CheckReport,
     /// Operations that ran past their bound, their client's request
@@ -200,7 +203,7 @@ impl ChaosReport {
             .map(|k| format!("{k}={}", self.faults.get(k).copied().unwrap_or(0)))
             .collect();
         format!(
-            "seed={} seconds={} ops={} undetermined={} faults={} [{}] drops_fired={} non_linearizable_keys={} undecided_keys={} lost_writes={} double_applies={} double_cas={} hangs={} slowest_op={:?} panics={}",
+            "seed={} seconds={} ops={} undetermined={} faults={} [{}] drops_fired={} forwarded={} non_linearizable_keys={} undecided_keys={} lost_writes={} double_applies={} double_cas={} hangs={} slowest_op={:?} panics={}",
             self.seed,
             self.duration.as_secs(),
             self.ops,
@@ -208,6 +211,7 @@ impl ChaosReport {
             self.total_faults(),
             faults.join(" "),
             self.drops_fired,
+            self.forwarded,
             self.check.non_linearizable.len(),
             self.check.undecided.len(),
             self.check.lost_writes.len(),
@@ -389,6 +393,7 @@ pub async fn run(config: ChaosConfig) -> Result<ChaosReport> {
         .into_iter()
         .map(|s| cluster.counters(s).count_outcome(Outcome::Dropped))
         .sum();
+    let forwarded = forwarded(&cluster);
     cluster.shutdown().await;
 
     let history = recorder.records();
@@ -452,6 +457,7 @@ pub async fn run(config: ChaosConfig) -> Result<ChaosReport> {
             .map(|i| i.windows_since(recorder.started()))
             .unwrap_or_default(),
         drops_fired,
+        forwarded,
         check,
         hangs: usize::try_from(hangs.load(Ordering::SeqCst)).unwrap_or(usize::MAX),
         slowest_op,
@@ -464,4 +470,13 @@ pub async fn run(config: ChaosConfig) -> Result<ChaosReport> {
 
 pub(crate) fn mix_seed(seed: u64, stream: u64) -> u64 {
     seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ stream.wrapping_mul(0xD1B5_4A32_D192_ED03)
+}
+
+/// The calls every store of `cluster` forwarded for clients.
+pub(crate) fn forwarded(cluster: &SimCluster) -> u64 {
+    cluster
+        .store_ids()
+        .into_iter()
+        .map(|s| cluster.counters(s).forwarded().0)
+        .sum()
 }

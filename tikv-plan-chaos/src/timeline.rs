@@ -86,6 +86,7 @@ mod tests {
             faults: BTreeMap::new(),
             fault_windows,
             drops_fired: 0,
+            forwarded: 0,
             check: CheckReport::default(),
             hangs: 0,
             slowest_op: Duration::ZERO,

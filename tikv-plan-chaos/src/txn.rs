@@ -187,6 +187,8 @@ pub struct TxnChaosReport {
     /// Dropped responses that fired (requests applied whose answer was
     /// dropped).
     pub drops_fired: u64,
+    /// Calls the stores forwarded for the clients (`tikv-forwarded-host`).
+    pub forwarded: u64,
     /// Automatic heartbeats the workload clients sent, and those that
     /// failed.
     pub heartbeats: (u64, u64),
@@ -318,7 +320,7 @@ impl TxnChaosReport {
             .collect::<Vec<_>>()
             .join(" ");
         format!(
-            "seed={} seconds={} txns={} (committed/aborted/undetermined/abandoned) {workloads} [{modes}] long={long} forced_expiries={} undetermined={} faults={} [{faults}] drops_fired={} heartbeats={}/{} lock_checks={} lock_waits={}/{}/{} deadlocks={}/{} violations={} hangs={} panics={} late_calls={} slowest_call={:?}/{:?}",
+            "seed={} seconds={} txns={} (committed/aborted/undetermined/abandoned) {workloads} [{modes}] long={long} forced_expiries={} undetermined={} faults={} [{faults}] drops_fired={} forwarded={} heartbeats={}/{} lock_checks={} lock_waits={}/{}/{} deadlocks={}/{} violations={} hangs={} panics={} late_calls={} slowest_call={:?}/{:?}",
             self.seed,
             self.duration.as_secs(),
             self.transactions,
@@ -326,6 +328,7 @@ impl TxnChaosReport {
             self.undetermined,
             self.total_faults(),
             self.drops_fired,
+            self.forwarded,
             self.heartbeats.0,
             self.heartbeats.1,
             self.lock_checks,
@@ -1556,6 +1559,7 @@ impl TxnRan {
             undetermined,
             faults,
             drops_fired,
+            forwarded: 0,
             heartbeats,
             lock_checks,
             lock_waits,
@@ -1628,12 +1632,15 @@ pub async fn run(config: TxnChaosConfig) -> crate::Result<TxnChaosReport> {
     // transaction has ended.
     ran.read_back(&config, &keys, &cluster, connect).await?;
     let drops = drops_fired(&cluster);
+    let forwarded = crate::forwarded(&cluster);
     let lock_waits = cluster.lock_wait_stats();
     cluster.shutdown().await;
 
     let faults = injector.map(|i| i.counts().clone()).unwrap_or_default();
     tokio::task::spawn_blocking(move || {
-        ran.report(&config, &keys, faults, drops, lock_waits, panics)
+        let mut report = ran.report(&config, &keys, faults, drops, lock_waits, panics);
+        report.forwarded = forwarded;
+        report
     })
     .await
     .map_err(|e| {

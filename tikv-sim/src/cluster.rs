@@ -22,7 +22,8 @@ use super::pd::PdService;
 use super::state::{
     ClusterState, Cold, ColdMode, HangMode, PdMember, SimRegion, SimStore, TsoClock,
 };
-use super::store::{StoreServer, StoreService};
+use super::store::forward::DialHolder;
+use super::store::{ForwardDial, StoreServer, StoreService};
 use tonic::transport::Channel;
 
 use super::keyspace::KeyspaceService;
@@ -101,6 +102,8 @@ pub(crate) struct Shared {
     pd: Mutex<Vec<Endpoint>>,
     /// The ports of the stores' own connections to each other.
     pub(crate) peers: PeerPorts,
+    /// How a hosted store dials another to forward a call.
+    forward_dial: Option<ForwardDial>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -226,6 +229,7 @@ pub struct SimClusterBuilder {
     keyspaces: Vec<(String, u32)>,
     tso_clock: TsoClock,
     lock_wait: crate::LockWaitConfig,
+    forward_dial: Option<DialHolder>,
 }
 
 impl Default for SimClusterBuilder {
@@ -243,6 +247,7 @@ impl Default for SimClusterBuilder {
             keyspaces: Vec::new(),
             tso_clock: TsoClock::default(),
             lock_wait: crate::LockWaitConfig::default(),
+            forward_dial: None,
         }
     }
 }
@@ -268,6 +273,7 @@ fn store_routes(shared: &Arc<Shared>, store_id: u64) -> Routes {
             store_id,
         },
         shared.peers.clone(),
+        shared.forward_dial.clone(),
     ))
 }
 
@@ -348,6 +354,15 @@ impl SimClusterBuilder {
     /// The cluster id in every PD header (default [`DEFAULT_CLUSTER_ID`]).
     pub fn cluster_id(mut self, id: u64) -> Self {
         self.cluster_id = id;
+        self
+    }
+
+    /// How a store built with [`build_hosted`](Self::build_hosted) opens a
+    /// connection to another (by its address) to forward a call to it:
+    /// the network's own dial. Without one, a hosted store dials over the
+    /// machine's network.
+    pub fn forward_dial(mut self, dial: ForwardDial) -> Self {
+        self.forward_dial = Some(DialHolder(dial));
         self
     }
 
@@ -555,6 +570,7 @@ impl SimClusterBuilder {
             stores: Mutex::new(BTreeMap::new()),
             pd: Mutex::new(Vec::new()),
             peers: PeerPorts::default(),
+            forward_dial: self.forward_dial.clone().map(|d| d.0),
         }))
     }
 

@@ -209,8 +209,9 @@
 //! ([`ClientCut::Refuse`]: their connections reset; [`ClientCut::Drop`]:
 //! they stop moving bytes) while the other stores still reach it and it
 //! keeps leading: the client-side half of "the leader is unreachable".
-//! (On a cluster hosted on a simulated network, partition that network
-//! instead; its stores cannot forward yet.)
+//! On a cluster hosted on a simulated network, partition that network
+//! instead; its stores forward through the network's own dial, given with
+//! [`SimClusterBuilder::forward_dial`].
 //!
 //! # Counters
 //!
@@ -274,7 +275,7 @@ pub use tikv_plan_proto as proto;
 pub use mvcc::MvccVersion;
 pub use net::ClientCut;
 pub use state::{ColdMode, HangMode};
-pub use store::FORWARDED_HOST;
+pub use store::{ForwardDial, ForwardStream, FORWARDED_HOST};
 pub use store::{COPROCESSOR_PLUGIN, COPROCESSOR_PLUGIN_VERSION};
 
 /// The version string the simulated stores report to PD clients.

@@ -116,11 +116,11 @@ fn pairs(kvs: Vec<(Vec<u8>, Vec<u8>)>, key_only: bool) -> Vec<kvrpcpb::KvPair> {
         .collect()
 }
 
-mod forward;
+pub(crate) mod forward;
 mod server;
 mod txn;
 
-pub use forward::FORWARDED_HOST;
+pub use forward::{ForwardDial, ForwardStream, FORWARDED_HOST};
 pub(crate) use server::StoreServer;
 
 impl StoreCommand for kvrpcpb::RawGetRequest {

@@ -23,7 +23,10 @@ use crate::request::routing::policy::RequestPolicy;
 use crate::request::routing::state::{BusyVerdict, ProbeOutcome, RoutingState};
 use crate::store::RegionStore;
 use crate::{Error, Failure, Result};
-use engine::{Deadline, Effect, Event, Next, RequestScope, ShardMachine};
+use engine::scope::{Deadline, RequestScope};
+use engine::{Event, Next, ShardMachine};
+
+mod steps;
 
 /// Shards a plan by Region and runs leader-first candidate rounds with voter
 /// fallback for each shard ([routing.md, "One round, per
@@ -87,76 +90,6 @@ where
     P::Result: HasRegionError,
     PdC: PdClient,
 {
-    /// Performs one effect the engine decided on.
-    async fn perform(&self, effect: Effect) {
-        let routing = self.routing.as_deref();
-        match effect {
-            Effect::InvalidateStore(store_id) => {
-                self.pd_client.invalidate_store_cache(store_id).await;
-            }
-            Effect::InvalidateRegion(ver_id) => {
-                self.pd_client.invalidate_region_cache(ver_id).await;
-            }
-            Effect::InsertRegions(regions) => self.pd_client.add_regions(regions).await,
-            Effect::UpdateLeader(ver_id, leader) => {
-                if let Err(e) = self.pd_client.update_leader(ver_id, leader).await {
-                    tracing::debug!(
-                        "region {}: could not update the leader cache: {e}",
-                        ver_id.id
-                    );
-                }
-            }
-            Effect::StoreFailed(store_id) => {
-                if let Some(r) = routing {
-                    r.store_failed(store_id);
-                }
-            }
-            Effect::StoreTimedOut { store_id, sent_at } => {
-                if let Some(r) = routing {
-                    r.store_timed_out(store_id, sent_at);
-                }
-            }
-            Effect::StoreAnswered { store_id, sent_at } => {
-                if let Some(r) = routing {
-                    r.store_answered(store_id, sent_at);
-                }
-            }
-            Effect::Count(counter) => {
-                if let Some(r) = routing {
-                    r.count(counter);
-                }
-            }
-            Effect::FinishProbe(ticket, outcome) => ticket.finish(outcome),
-        }
-    }
-
-    /// Maps a candidate to its store, behind the `before-map-store` fail
-    /// point. A store the cache does not know is looked up in PD, cut off
-    /// at the request's `deadline`: then the machine, past it, ends the
-    /// shard with that as the last error.
-    async fn map_candidate(
-        &self,
-        region: &RegionWithLeader,
-        peer: crate::proto::metapb::Peer,
-        deadline: Option<Deadline>,
-    ) -> Result<RegionStore> {
-        #[cfg(feature = "failpoints")]
-        fail::fail_point!("tikv_plan::before_map_store", |arg| Err(fail_point_error(
-            "mapping",
-            peer.store_id,
-            arg
-        )));
-        if let Some(client) = self.pd_client.cached_store_client(peer.store_id) {
-            return Ok(RegionStore::new(region.clone(), peer, client));
-        }
-        let store_id = peer.store_id;
-        let lookup = Arc::clone(&self.pd_client).map_peer_to_store(region.clone(), peer);
-        match by_deadline(deadline, lookup).await {
-            Some(mapped) => mapped,
-            None => Err(pd_cut_off(format!("looking up store {store_id}"), deadline)),
-        }
-    }
-
     /// Sends the piece's request to a mapped candidate, behind the
     /// `before-dispatch` fail point. A multi-shard request holds one permit
     /// while the RPC is in flight; a single shard needs none. The request is
@@ -332,12 +265,35 @@ where
                     timed(&mut now, self.perform(effect)).await;
                 }
                 event = match next {
-                    Next::CheckLeaderStore(store_id) => Event::LeaderStore {
-                        unreachable: self
-                            .routing
-                            .as_ref()
-                            .is_some_and(|r| r.is_store_unreachable(store_id)),
+                    Next::CheckLeaderStore(store_id) => match self.routing.as_deref() {
+                        None => Event::LeaderStore {
+                            unreachable: false,
+                            proxy: None,
+                        },
+                        Some(r) => Event::LeaderStore {
+                            unreachable: r.is_store_unreachable(store_id),
+                            proxy: r.proxy_for(store_id),
+                        },
                     },
+                    Next::MapVia { peer, proxy } => {
+                        let mapping = std::pin::pin!(self.map_via(
+                            machine.region(),
+                            peer,
+                            proxy,
+                            machine.deadline()
+                        ));
+                        let mapping = InSpan {
+                            fut: mapping,
+                            span: machine.attempt_span(),
+                        };
+                        match timed(&mut now, mapping).await {
+                            Ok(mapped) => {
+                                store = Some(mapped);
+                                Event::Mapped
+                            }
+                            Err(error) => Event::MappingFailed(error),
+                        }
+                    }
                     Next::Map(peer) => {
                         let mapping = std::pin::pin!(self.map_candidate(
                             machine.region(),

@@ -36,7 +36,6 @@
 //! ([routing.md](crate::spec::routing)); its table tests are in
 //! `engine_tests.rs`.
 
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use smallvec::SmallVec;
@@ -55,44 +54,8 @@ use crate::classify::{classify_dispatch_error, DispatchFailure};
 use crate::telemetry::Counter;
 use crate::Failure;
 
-/// What the whole request (all its shards) shares: the one busy probe it may
-/// run ([routing.md](crate::spec::routing#serverisbusy0-follower-probe): "At
-/// most one probe per request").
-#[derive(Debug, Default)]
-pub(crate) struct RequestScope {
-    probed: AtomicBool,
-    /// The request's method, latency and outcome.
-    pub(crate) observer: crate::telemetry::RequestObserver,
-}
-
-impl RequestScope {
-    /// The scope of a request of `method` (`raw_get`, ...).
-    pub(crate) fn new(method: &'static str) -> Self {
-        RequestScope {
-            probed: AtomicBool::new(false),
-            observer: crate::telemetry::RequestObserver::new(method),
-        }
-    }
-
-    fn probed(&self) -> bool {
-        self.probed.load(Ordering::Relaxed)
-    }
-
-    /// Takes the request's one probe; false when it was taken already.
-    fn take_probe(&self) -> bool {
-        !self.probed.swap(true, Ordering::Relaxed)
-    }
-}
-
-/// The request's overall deadline: when it ends, and the configured length
-/// (for the error message).
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Deadline {
-    /// When the request must be finished.
-    pub(crate) at: Instant,
-    /// The configured deadline.
-    pub(crate) length: Duration,
-}
+pub(crate) mod scope;
+use scope::{Deadline, RequestScope};
 
 /// What happened, fed to [`ShardMachine::handle`].
 #[derive(Debug)]
@@ -104,6 +67,9 @@ pub(crate) enum Event {
     LeaderStore {
         /// True when store health marks it unreachable.
         unreachable: bool,
+        /// The store that proxies requests to it, while this client
+        /// reaches it only that way (forwarding).
+        proxy: Option<StoreId>,
     },
     /// The candidate's store was mapped: dispatch.
     Mapped,
@@ -147,6 +113,14 @@ pub(crate) enum Next {
     /// Map this peer to its store; answer with [`Event::Mapped`] or
     /// [`Event::MappingFailed`].
     Map(metapb::Peer),
+    /// Map the cached leader `peer` to a client of the store `proxy` that
+    /// forwards to the leader's store; answer as for [`Next::Map`].
+    MapVia {
+        /// The cached leader.
+        peer: metapb::Peer,
+        /// The store that forwards.
+        proxy: StoreId,
+    },
     /// Send the shard to the store just mapped, within `bound` (the time
     /// left before the request's deadline, if it has one; the shell takes the
     /// smaller of it and the RPC timeout); answer with [`Event::Answered`]
@@ -210,6 +184,21 @@ pub(crate) enum Effect {
     },
     /// Bump a routing counter.
     Count(Counter),
+    /// A request reached `target` through `proxy`: every request to
+    /// `target` goes that way from now on.
+    ProxyWorked {
+        /// The store this client cannot reach.
+        target: StoreId,
+        /// The store that forwarded.
+        proxy: StoreId,
+    },
+    /// `proxy` did not get a request through to `target`.
+    ProxyFailed {
+        /// The store this client cannot reach.
+        target: StoreId,
+        /// The store that was to forward.
+        proxy: StoreId,
+    },
     /// The busy probe round ended: tell the waiters.
     FinishProbe(ProbeTicket, ProbeOutcome),
 }
@@ -276,6 +265,13 @@ pub(crate) struct ShardMachine<'r> {
     /// awaited.
     pending_backoff: Option<(Option<Duration>, Box<errorpb::Error>)>,
     phase: Phase,
+    /// The cached leader the last round could not reach before the Region
+    /// was reloaded; when PD names it again, the next round may forward to
+    /// it through a voter that names no leader.
+    unreachable_leader: Option<u64>,
+    /// The round about to start is on a Region PD reloaded still naming
+    /// the leader this client could not reach.
+    pd_names_leader: bool,
     effects: Effects,
     /// The span of the attempt in flight (mapping and RPC).
     attempt_span: tracing::Span,
@@ -306,6 +302,8 @@ impl<'r> ShardMachine<'r> {
             maybe_delivered: None,
             pending_backoff: None,
             phase: Phase::Idle,
+            unreachable_leader: None,
+            pd_names_leader: false,
             effects: Effects::new(),
             attempt_span: tracing::Span::none(),
         }
@@ -330,6 +328,8 @@ impl<'r> ShardMachine<'r> {
             maybe_delivered: self.maybe_delivered,
             pending_backoff: None,
             phase: Phase::Idle,
+            unreachable_leader: None,
+            pd_names_leader: false,
             effects: Effects::new(),
             attempt_span: tracing::Span::none(),
         }
@@ -365,13 +365,24 @@ impl<'r> ShardMachine<'r> {
         self.now = now;
         match (self.phase, event) {
             (Phase::Idle, Event::Start) => self.begin_round(),
-            (Phase::CheckingLeaderStore, Event::LeaderStore { unreachable }) => {
+            (Phase::CheckingLeaderStore, Event::LeaderStore { unreachable, proxy }) => {
                 let order = if unreachable {
                     CandidateOrder::LeaderLast
                 } else {
                     CandidateOrder::LeaderFirst
                 };
-                self.start_round(order)
+                let mut round = CandidateRound::new(order).forwarding(self.policy.forwarding);
+                if unreachable {
+                    round = round.leader_unreachable();
+                }
+                if std::mem::take(&mut self.pd_names_leader) {
+                    round = round.pd_names_leader();
+                }
+                if let Some(proxy) = proxy {
+                    round = round.through(proxy);
+                }
+                self.round = round;
+                self.next_candidate()
             }
             (Phase::Mapping, Event::Mapped) => {
                 if self.time_left() == Some(Duration::ZERO) {
@@ -401,6 +412,9 @@ impl<'r> ShardMachine<'r> {
                 Next::Reshard
             }
             (Phase::Resharding, Event::Resharded(region)) => {
+                let unreachable = self.unreachable_leader.take();
+                self.pd_names_leader =
+                    unreachable.is_some() && region.leader.map(|l| l.id) == unreachable;
                 self.region = region;
                 self.begin_round()
             }
@@ -491,7 +505,9 @@ impl<'r> ShardMachine<'r> {
     }
 
     fn start_round(&mut self, order: CandidateOrder) -> Next {
-        self.round = CandidateRound::new(order);
+        // The busy probe never targets the leader, forwarded or not.
+        let forwarding = self.policy.forwarding && order != CandidateOrder::FollowersOnly;
+        self.round = CandidateRound::new(order).forwarding(forwarding);
         self.next_candidate()
     }
 
@@ -503,6 +519,7 @@ impl<'r> ShardMachine<'r> {
             return self.round_exhausted();
         };
         let is_leader = self.round.current_is_cached_leader(&self.region);
+        let via = self.round.current_via();
         self.attempt_span = crate::telemetry::attempt_span(
             self.request.observer.method(),
             self.region.id(),
@@ -510,9 +527,12 @@ impl<'r> ShardMachine<'r> {
             self.attempts,
             is_leader,
         );
+        if let Some(proxy) = via {
+            crate::telemetry::attempt_via(&self.attempt_span, proxy);
+        }
         tracing::debug!(
             parent: &self.attempt_span,
-            "region {}: trying peer {} on store {} ({})",
+            "region {}: trying peer {} on store {} ({}{})",
             self.region.id(),
             peer.id,
             peer.store_id,
@@ -520,14 +540,22 @@ impl<'r> ShardMachine<'r> {
                 "cached leader"
             } else {
                 "fallback"
-            }
+            },
+            via.map(|p| format!(", forwarded through store {p}"))
+                .unwrap_or_default()
         );
         if !is_leader {
             self.effects.push(Effect::Count(Counter::FallbackAttempt));
         }
         self.current = Some(peer);
         self.phase = Phase::Mapping;
-        Next::Map(peer)
+        match via {
+            Some(proxy) => {
+                self.effects.push(Effect::Count(Counter::Forwarded));
+                Next::MapVia { peer, proxy }
+            }
+            None => Next::Map(peer),
+        }
     }
 
     /// The attempt in flight ended with `outcome` (its span closes).
@@ -562,8 +590,14 @@ impl<'r> ShardMachine<'r> {
         );
         // Every mapping failure moves on (the request was not sent); only a
         // failure to reach the store itself makes it cool down, not, say, PD
-        // being unavailable.
-        if classify_dispatch_error(&error) == DispatchFailure::NotSent {
+        // being unavailable. Through a proxy, the route failed: the next
+        // voter that names the leader may proxy instead.
+        if let Some(proxy) = self.round.current_via() {
+            self.effects.push(Effect::ProxyFailed {
+                target: store_id,
+                proxy,
+            });
+        } else if classify_dispatch_error(&error) == DispatchFailure::NotSent {
             self.effects.push(Effect::StoreFailed(store_id));
         }
         let step = self.round.on_mapping_failed(&self.region, error);
@@ -579,22 +613,32 @@ impl<'r> ShardMachine<'r> {
             self.region.id(),
             self.current.map(|p| p.id).unwrap_or_default(),
         );
-        match failure {
-            DispatchFailure::NotSent | DispatchFailure::Transport => {
+        let via = self.round.current_via();
+        match (failure, via) {
+            // Through a proxy: the route failed (the proxy, or its way to
+            // the leader); the leader's own health is known already.
+            (DispatchFailure::NotSent | DispatchFailure::Transport, Some(proxy)) => {
+                self.effects.push(Effect::ProxyFailed {
+                    target: store_id,
+                    proxy,
+                });
+            }
+            (_, Some(_)) => {}
+            (DispatchFailure::NotSent | DispatchFailure::Transport, None) => {
                 self.effects.push(Effect::StoreFailed(store_id));
             }
-            DispatchFailure::ClientTimeout => {
+            (DispatchFailure::ClientTimeout, None) => {
                 self.effects
                     .push(Effect::StoreTimedOut { store_id, sent_at });
             }
             // The store itself said so: it answered (a timeout strike is
             // for a store that does not answer).
-            DispatchFailure::Deadline => {
+            (DispatchFailure::Deadline, None) => {
                 self.effects
                     .push(Effect::StoreAnswered { store_id, sent_at });
             }
             // One stream reset: the store's connection is fine; no verdict.
-            DispatchFailure::StreamReset | DispatchFailure::Fatal => {}
+            (DispatchFailure::StreamReset | DispatchFailure::Fatal, None) => {}
         }
         if failure.may_have_been_sent() && failure != DispatchFailure::Fatal {
             self.maybe_delivered
@@ -610,7 +654,12 @@ impl<'r> ShardMachine<'r> {
     }
 
     fn on_answered(&mut self, region_error: Option<Box<errorpb::Error>>, sent_at: Instant) -> Next {
-        let store_id = self.current_store();
+        // Through a proxy, the proxy answered; the leader's store is still
+        // out of this client's reach.
+        let store_id = self
+            .round
+            .current_via()
+            .unwrap_or_else(|| self.current_store());
         self.effects
             .push(Effect::StoreAnswered { store_id, sent_at });
         let Some(region_error) = region_error else {
@@ -635,6 +684,12 @@ impl<'r> ShardMachine<'r> {
 
     fn on_accepted(&mut self) -> Next {
         self.end_attempt("ok");
+        if let Some(proxy) = self.round.current_via() {
+            self.effects.push(Effect::ProxyWorked {
+                target: self.current_store(),
+                proxy,
+            });
+        }
         let accepted = self.round.on_accepted(&self.region);
         self.current = None;
         if accepted.update_leader {
@@ -758,6 +813,7 @@ impl<'r> ShardMachine<'r> {
             tracing::debug!("region {}: busy probe was inconclusive", self.region.id());
         } else if exhausted.reload_region {
             self.invalidate_region();
+            self.unreachable_leader = exhausted.unreachable_leader;
         }
         match self.spend_attempt() {
             None => self.exhausted(exhausted.strongest),

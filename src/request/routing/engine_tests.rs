@@ -162,7 +162,10 @@ impl<'r> Run<'r> {
     /// Starts the shard and maps the first candidate of a normal round.
     fn start(&mut self) -> Next {
         match self.step(Event::Start) {
-            Next::CheckLeaderStore(_) => self.step(Event::LeaderStore { unreachable: false }),
+            Next::CheckLeaderStore(_) => self.step(Event::LeaderStore {
+                unreachable: false,
+                proxy: None,
+            }),
             other => other,
         }
     }
@@ -225,7 +228,10 @@ fn fast_path_is_four_steps_and_one_effect() {
     let scope = RequestScope::default();
     let mut run = Run::new(region3(Some(11)), policy(), &scope);
     assert!(matches!(run.step(Event::Start), Next::CheckLeaderStore(1)));
-    let next = run.step(Event::LeaderStore { unreachable: false });
+    let next = run.step(Event::LeaderStore {
+        unreachable: false,
+        proxy: None,
+    });
     assert_eq!(mapped_peer(&next), Some(11));
     assert!(matches!(run.answer(None), Next::Done(Ok(()))));
     assert!(
@@ -243,7 +249,10 @@ fn an_unreachable_leader_store_is_tried_last() {
     let scope = RequestScope::default();
     let mut run = Run::new(region3(Some(11)), policy(), &scope);
     run.step(Event::Start);
-    let next = run.step(Event::LeaderStore { unreachable: true });
+    let next = run.step(Event::LeaderStore {
+        unreachable: true,
+        proxy: None,
+    });
     assert_eq!(mapped_peer(&next), Some(12));
 }
 
@@ -303,7 +312,10 @@ fn busy_twice(run: &mut Run<'_>) -> bool {
     assert!(matches!(run.answer(Some(busy(0, 0))), Next::Sleep(_)));
     run.step(Event::Slept);
     run.step(Event::Resharded(region3(Some(11))));
-    run.step(Event::LeaderStore { unreachable: false });
+    run.step(Event::LeaderStore {
+        unreachable: false,
+        proxy: None,
+    });
     let next = run.answer(Some(busy(0, 0)));
     mapped_peer(&next).is_some()
 }
@@ -340,7 +352,10 @@ fn busy_probe_is_followers_only_and_ignores_a_hint_naming_the_leader() {
     // The leader is tried again after the backoff, never during the probe.
     run.step(Event::Slept);
     run.step(Event::Resharded(region3(Some(11))));
-    let next = run.step(Event::LeaderStore { unreachable: false });
+    let next = run.step(Event::LeaderStore {
+        unreachable: false,
+        proxy: None,
+    });
     assert_eq!(mapped_peer(&next), Some(11));
 }
 
@@ -370,7 +385,10 @@ fn shared_busy_verdicts_drive_probe_wait_and_ordinary_paths() {
     ));
     run.step(Event::Slept);
     run.step(Event::Resharded(region3(Some(11))));
-    run.step(Event::LeaderStore { unreachable: false });
+    run.step(Event::LeaderStore {
+        unreachable: false,
+        proxy: None,
+    });
     assert!(matches!(
         run.answer(Some(busy(0, 0))),
         Next::ReportBusy { .. }
@@ -470,7 +488,10 @@ fn pieces_a_split_leaves_keep_the_shards_budget() {
         assert!(matches!(run.fail(client_timeout()), Next::Sleep(_)));
         assert!(matches!(run.step(Event::Slept), Next::Reshard));
         run.step(Event::Resharded(region3(Some(11))));
-        run.step(Event::LeaderStore { unreachable: false });
+        run.step(Event::LeaderStore {
+            unreachable: false,
+            proxy: None,
+        });
     }
     // The reload split the piece: each piece has one retry left.
     let mut left = region3(Some(11));
@@ -487,7 +508,10 @@ fn pieces_a_split_leaves_keep_the_shards_budget() {
     assert!(matches!(piece.fail(client_timeout()), Next::Sleep(_)));
     piece.step(Event::Slept);
     piece.step(Event::Resharded(region3(Some(11))));
-    piece.step(Event::LeaderStore { unreachable: false });
+    piece.step(Event::LeaderStore {
+        unreachable: false,
+        proxy: None,
+    });
     piece.fail(client_timeout());
     piece.fail(client_timeout());
     let next = piece.fail(client_timeout());
@@ -660,7 +684,10 @@ fn a_commit_point_is_resent_but_a_final_failure_after_possible_delivery_is_undet
         run.step(Event::Slept);
         match run.step(Event::Resharded(region3(Some(11)))) {
             Next::CheckLeaderStore(_) => {
-                run.step(Event::LeaderStore { unreachable: false });
+                run.step(Event::LeaderStore {
+                    unreachable: false,
+                    proxy: None,
+                });
             }
             other => panic!("{other:?}"),
         }
@@ -795,7 +822,10 @@ fn leader_hint_retries_at_once_and_ping_pong_stops_at_the_budget() {
         match run.answer(Some(not_leader(Some(hint)))) {
             Next::CheckLeaderStore(_) => {
                 leader = hint.id;
-                let next = run.step(Event::LeaderStore { unreachable: false });
+                let next = run.step(Event::LeaderStore {
+                    unreachable: false,
+                    proxy: None,
+                });
                 assert_eq!(mapped_peer(&next), Some(leader), "the hinted leader next");
             }
             // Retries spent on a Region error: client-rust's RegionError,
@@ -1232,7 +1262,15 @@ impl World<'_> {
                 r.expect_first = Some(!unreachable);
                 r.probing = false;
                 r.new_round_on_map = true;
-                Event::LeaderStore { unreachable }
+                Event::LeaderStore {
+                    unreachable,
+                    proxy: None,
+                }
+            }
+            Next::MapVia { peer, proxy } => {
+                return Err(TestCaseError::fail(format!(
+                    "forwarded to {peer:?} through store {proxy} with forwarding off"
+                )));
             }
             Next::Map(peer) => {
                 if r.new_round_on_map {
@@ -1587,3 +1625,6 @@ proptest! {
         check_scenario(&s)?;
     }
 }
+
+#[path = "engine/tests/forwarding.rs"]
+mod forwarding;

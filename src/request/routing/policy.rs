@@ -50,6 +50,9 @@ pub(crate) struct RequestPolicy {
     /// The `ServerIsBusy(0)` suspicion lives in the client-wide routing
     /// state instead of the shard.
     pub(crate) shared_busy_probe: bool,
+    /// A live leader this client cannot reach is sent its requests through
+    /// a voter's store ([`Config::forwarding`](crate::Config::forwarding)).
+    pub(crate) forwarding: bool,
 }
 
 impl RequestPolicy {
@@ -76,6 +79,7 @@ impl RequestPolicy {
             rpc_timeout: self.rpc_timeout.or(defaults.rpc_timeout),
             deadline: self.deadline.or(defaults.deadline),
             shared_busy_probe: defaults.shared_busy_probe,
+            forwarding: defaults.forwarding,
             ..self
         }
     }

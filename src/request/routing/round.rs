@@ -106,6 +106,9 @@ pub(crate) struct RoundExhausted {
     pub(crate) strongest: Error,
     /// How many candidates were tried.
     pub(crate) tried: usize,
+    /// The cached leader, when this client could not reach its store in
+    /// the round (forwarding, when on, looks for it again after a reload).
+    pub(crate) unreachable_leader: Option<u64>,
 }
 
 /// The per-round state. Holds no copy of the Region (the engine passes it
@@ -123,6 +126,32 @@ pub(crate) struct CandidateRound {
     not_leader_error: Option<Error>,
     busy_error: Option<Error>,
     timeout_error: Option<Error>,
+    /// **beyond** Forwarding ([routing.md,
+    /// "Forwarding"](crate::spec::routing#forwarding-beyond)).
+    forward: Forward,
+}
+
+/// What a round knows for forwarding: is the cached leader's store out of
+/// this client's reach, which stores proxied to it in this round, and
+/// through which the leader goes next.
+#[derive(Debug, Default)]
+struct Forward {
+    /// Forwarding is on for the request.
+    allowed: bool,
+    /// The cached leader's store could not be reached from this client
+    /// (store health, or this round's attempt).
+    leader_unreachable: bool,
+    /// The next candidate is the cached leader through this store.
+    next_via: Option<StoreId>,
+    /// The current candidate goes through this store.
+    current_via: Option<StoreId>,
+    /// The stores that proxied (or were to proxy) to the leader in this
+    /// round: each at most once.
+    proxies: Vec<StoreId>,
+    /// PD still names the cached leader after a reload that followed a
+    /// round in which this client could not reach it: a voter that answers
+    /// `NotLeader` without a hint may proxy too.
+    pd_names_leader: bool,
 }
 
 impl CandidateRound {
@@ -138,7 +167,44 @@ impl CandidateRound {
             not_leader_error: None,
             busy_error: None,
             timeout_error: None,
+            forward: Forward::default(),
         }
+    }
+
+    /// A round that may forward to the cached leader through a voter's
+    /// store once the leader is known to be out of reach and alive.
+    pub(crate) fn forwarding(mut self, allowed: bool) -> Self {
+        self.forward.allowed = allowed;
+        self
+    }
+
+    /// Store health says the cached leader's store cannot be reached.
+    pub(crate) fn leader_unreachable(mut self) -> Self {
+        self.forward.leader_unreachable = true;
+        self
+    }
+
+    /// PD named the cached leader again after a round that could not reach
+    /// it: the leader is taken to be alive, as if a voter had named it.
+    pub(crate) fn pd_names_leader(mut self) -> Self {
+        self.forward.pd_names_leader = true;
+        self
+    }
+
+    /// The cached leader is reached through `proxy` (a route remembered
+    /// client-wide): the round starts with it.
+    pub(crate) fn through(mut self, proxy: StoreId) -> Self {
+        if self.forward.allowed {
+            self.forward.leader_unreachable = true;
+            self.forward.next_via = Some(proxy);
+        }
+        self
+    }
+
+    /// The store the current candidate is reached through, when it is the
+    /// cached leader forwarded by a proxy.
+    pub(crate) fn current_via(&self) -> Option<StoreId> {
+        self.forward.current_via
     }
 
     /// The candidates that were tried and did not end the round, in order.
@@ -171,6 +237,15 @@ impl CandidateRound {
     /// candidates in the round's order, skipping those already tried. `None`
     /// ends the round.
     pub(crate) fn next_candidate(&mut self, region: &RegionWithLeader) -> Option<metapb::Peer> {
+        self.forward.current_via = None;
+        if let Some(proxy) = self.forward.next_via.take() {
+            if let Some(leader) = region.leader {
+                self.forward.proxies.push(proxy);
+                self.forward.current_via = Some(proxy);
+                self.current = Some(leader);
+                return Some(leader);
+            }
+        }
         let next = match self.hinted_next.take() {
             Some(hinted) if !self.was_tried(hinted.id) => Some(hinted),
             _ => region
@@ -200,10 +275,21 @@ impl CandidateRound {
         region: &RegionWithLeader,
         error: Error,
     ) -> CandidateStep {
+        let forwarded = self.forward.current_via.is_some();
+        self.note_leader_unreachable(region);
         let peer = self.record(region, CandidateAnswer::MappingFailed);
         self.routing_error.get_or_insert(error);
         CandidateStep::Next {
-            invalidate_store: Some(peer.store_id),
+            // The proxy route failed, not the store's own entry.
+            invalidate_store: (!forwarded).then_some(peer.store_id),
+        }
+    }
+
+    /// The current candidate, the cached leader tried directly, could not
+    /// be reached.
+    fn note_leader_unreachable(&mut self, region: &RegionWithLeader) {
+        if self.forward.current_via.is_none() && self.current_is_cached_leader(region) {
+            self.forward.leader_unreachable = true;
         }
     }
 
@@ -232,16 +318,24 @@ impl CandidateRound {
             }));
         }
         if failure.keeps_caches() {
+            // A leader that did not answer in time may be cut off from this
+            // client (a firewall that drops); a server's own
+            // `DeadlineExceeded` is an answer.
+            if failure == DispatchFailure::ClientTimeout {
+                self.note_leader_unreachable(region);
+            }
             self.record(region, CandidateAnswer::TimedOut);
             self.timeout_error.get_or_insert(error);
             return CandidateStep::Next {
                 invalidate_store: None,
             };
         }
+        let forwarded = self.forward.current_via.is_some();
+        self.note_leader_unreachable(region);
         let peer = self.record(region, CandidateAnswer::TransportFailed);
         self.routing_error.get_or_insert(error);
         CandidateStep::Next {
-            invalidate_store: Some(peer.store_id),
+            invalidate_store: (!forwarded).then_some(peer.store_id),
         }
     }
 
@@ -286,8 +380,9 @@ impl CandidateRound {
         // A fallback peer.
         if let Some(not_leader) = &error.not_leader {
             let hint = not_leader.leader;
-            self.record(region, CandidateAnswer::NotLeader { hint });
-            if let Some(hint) = hint {
+            let voter = self.record(region, CandidateAnswer::NotLeader { hint });
+            let forwards = self.forward_through(region, hint.as_ref(), voter.store_id);
+            if let Some(hint) = hint.filter(|_| !forwards) {
                 self.take_fallback_hint(region, hint);
             }
             self.not_leader_error
@@ -322,6 +417,35 @@ impl CandidateRound {
             action: Box::new(action),
             error: Box::new(error),
         }
+    }
+
+    /// **beyond** A voter on `voter_store` named the cached leader (or
+    /// named none, while PD still names it), whose store this client cannot
+    /// reach: the leader lives, so it goes next, forwarded by that voter's
+    /// store (reached just now). Each store proxies at most once a round.
+    /// True when the leader goes next so.
+    fn forward_through(
+        &mut self,
+        region: &RegionWithLeader,
+        hint: Option<&metapb::Peer>,
+        voter_store: StoreId,
+    ) -> bool {
+        let Some(leader) = region.leader else {
+            return false;
+        };
+        let alive = match hint {
+            Some(hint) => hint.id == leader.id,
+            None => self.forward.pd_names_leader,
+        };
+        let usable = self.forward.allowed
+            && self.forward.leader_unreachable
+            && alive
+            && voter_store != leader.store_id
+            && !self.forward.proxies.contains(&voter_store);
+        if usable {
+            self.forward.next_via = Some(voter_store);
+        }
+        usable
     }
 
     /// **beyond** A fallback hint never updates the cache. An untried
@@ -385,6 +509,10 @@ impl CandidateRound {
         // No candidate at all: the cached peer list is unusable.
         let reload_region =
             routing_failure || all_not_leader || self.hint_outside_region || tried == 0;
+        let unreachable_leader = region
+            .leader
+            .filter(|_| self.forward.allowed && self.forward.leader_unreachable)
+            .map(|l| l.id);
         let CandidateRound {
             routing_error,
             mut not_leader_error,
@@ -409,6 +537,7 @@ impl CandidateRound {
             reload_region,
             strongest,
             tried,
+            unreachable_leader,
         }
     }
 }

@@ -24,8 +24,10 @@ pub use shrink::{shrink, Shrunk};
 use futures::stream::{FuturesUnordered, StreamExt};
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::service::TowerToHyperService;
+use std::sync::Arc;
 use tikv_plan::__internals::{Io, Transport};
-use tikv_sim::{SimCluster, SimClusterBuilder};
+
+use tikv_sim::{ForwardDial, ForwardStream, SimCluster, SimClusterBuilder};
 use tonic::service::Routes;
 
 use crate::Result;
@@ -52,7 +54,15 @@ pub fn host_cluster(
     sim: &mut turmoil::Sim<'_>,
     builder: SimClusterBuilder,
 ) -> Result<(SimCluster, Vec<String>)> {
-    let (cluster, servers) = builder.build_hosted(
+    // A store forwards a call (tikv-forwarded-host) over the simulated
+    // network, dialling from its own host.
+    let dial: ForwardDial = Arc::new(|address: String| {
+        Box::pin(async move {
+            let stream = turmoil::net::TcpStream::connect(address).await?;
+            Ok(Box::new(stream) as Box<dyn ForwardStream>)
+        })
+    });
+    let (cluster, servers) = builder.forward_dial(dial).build_hosted(
         |m| format!("{}:{PD_PORT}", pd_host(m)),
         |s| format!("{}:{STORE_PORT}", store_host(s)),
     )?;

@@ -50,6 +50,9 @@ pub struct DstReport {
     pub txn: Option<TxnChaosReport>,
     /// Simulated time the whole run took.
     pub simulated: Duration,
+    /// Calls the stores forwarded for the client (`tikv-forwarded-host`),
+    /// a BatchCommands stream counting once.
+    pub forwarded: u64,
 }
 
 impl DstReport {
@@ -101,7 +104,7 @@ impl DstReport {
             None => String::new(),
         };
         format!(
-            "seed={} workload={} simulated={:.1}s ops={} undetermined={} net=[{}] state=[{}] non_linearizable_keys={} undecided_keys={} lost_writes={} double_applies={} hangs={} panics={}{txn} verdict={}",
+            "seed={} workload={} simulated={:.1}s ops={} undetermined={} net=[{}] state=[{}] non_linearizable_keys={} undecided_keys={} lost_writes={} double_applies={} hangs={} panics={} forwarded={}{txn} verdict={}",
             self.seed,
             self.workload.name(),
             self.simulated.as_secs_f64(),
@@ -115,6 +118,7 @@ impl DstReport {
             self.check.double_applies.len(),
             self.hangs,
             self.panics,
+            self.forwarded,
             if self.is_clean() { "clean" } else { "VIOLATION" },
         )
     }

@@ -385,8 +385,14 @@ pub fn run(config: &DstConfig) -> crate::Result<DstReport> {
             undetermined += 1;
         }
     }
+    let forwarded = cluster
+        .store_ids()
+        .into_iter()
+        .map(|s| cluster.counters(s).forwarded().0)
+        .sum();
     Ok(DstReport {
         seed: config.seed,
+        forwarded,
         workload: config.workload,
         ops,
         undetermined,

@@ -35,18 +35,41 @@ pub(crate) const FORWARD_LABEL: &str = "forward";
 /// How long a forwarding store waits to connect to the target.
 const FORWARD_CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
 
+/// A connection a [`ForwardDial`] opens.
+pub trait ForwardStream: AsyncRead + AsyncWrite + Send + Unpin {}
+
+impl<T: AsyncRead + AsyncWrite + Send + Unpin> ForwardStream for T {}
+
+/// How a hosted store opens a connection to another store's address to
+/// forward a call ([`SimClusterBuilder::forward_dial`](crate::SimClusterBuilder::forward_dial)):
+/// the simulated network's dial, run on the forwarding store's host.
+pub type ForwardDial =
+    Arc<dyn Fn(String) -> BoxFuture<Box<dyn ForwardStream>, io::Error> + Send + Sync>;
+
+/// A [`ForwardDial`] kept by the builder (which is `Debug`).
+#[derive(Clone)]
+pub(crate) struct DialHolder(pub(crate) ForwardDial);
+
+impl std::fmt::Debug for DialHolder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ForwardDial")
+    }
+}
+
 /// A store's proxy: one channel per target address, reused.
-#[derive(Clone, Default)]
+#[derive(Clone)]
 pub(crate) struct Forwarder {
     channels: Arc<Mutex<HashMap<String, Channel>>>,
     peers: PeerPorts,
+    dial: Option<ForwardDial>,
 }
 
 impl Forwarder {
-    pub(crate) fn new(peers: PeerPorts) -> Self {
+    pub(crate) fn new(peers: PeerPorts, dial: Option<ForwardDial>) -> Self {
         Forwarder {
             channels: Arc::default(),
             peers,
+            dial,
         }
     }
 
@@ -94,6 +117,7 @@ impl Forwarder {
             .connect_timeout(FORWARD_CONNECT_TIMEOUT)
             .connect_with_connector_lazy(PeerConnector {
                 peers: self.peers.clone(),
+                dial: self.dial.clone(),
             });
         channels.insert(target.to_owned(), channel.clone());
         Ok(channel)
@@ -109,10 +133,11 @@ fn unreachable_target(target: &str, error: &dyn std::fmt::Display) -> Status {
 #[derive(Clone)]
 struct PeerConnector {
     peers: PeerPorts,
+    dial: Option<ForwardDial>,
 }
 
 impl Service<http::Uri> for PeerConnector {
-    type Response = TokioIo<PeerStream>;
+    type Response = TokioIo<Box<dyn ForwardStream>>;
     type Error = io::Error;
     type Future = BoxFuture<Self::Response, Self::Error>;
 
@@ -122,11 +147,15 @@ impl Service<http::Uri> for PeerConnector {
 
     fn call(&mut self, uri: http::Uri) -> Self::Future {
         let peers = self.peers.clone();
+        let dial = self.dial.clone();
         Box::pin(async move {
             let authority = uri.authority().map(|a| a.as_str().to_owned());
             let authority = authority.ok_or_else(|| {
                 io::Error::new(io::ErrorKind::InvalidInput, format!("no address in {uri}"))
             })?;
+            if let Some(dial) = dial {
+                return Ok(TokioIo::new(dial(authority).await?));
+            }
             let target: SocketAddr = tokio::net::lookup_host(&authority)
                 .await?
                 .next()
@@ -148,7 +177,8 @@ impl Service<http::Uri> for PeerConnector {
             let mark = PortMark::new(peers, port);
             let inner = socket.connect(target).await?;
             let _ = inner.set_nodelay(true);
-            Ok(TokioIo::new(PeerStream { inner, _mark: mark }))
+            let stream: Box<dyn ForwardStream> = Box::new(PeerStream { inner, _mark: mark });
+            Ok(TokioIo::new(stream))
         })
     }
 }

@@ -18,7 +18,7 @@ use tonic::codegen::{http, BoxFuture, Service};
 use tonic::server::{Grpc, NamedService, StreamingService};
 use tonic::{Request, Response, Status, Streaming};
 
-use super::forward::{Forwarder, FORWARD_LABEL};
+use super::forward::{ForwardDial, Forwarder, FORWARD_LABEL};
 use super::StoreService;
 use crate::net::PeerPorts;
 use crate::proto::tikvpb::tikv_server::{Tikv, TikvServer};
@@ -34,11 +34,11 @@ pub(crate) struct StoreServer {
 }
 
 impl StoreServer {
-    pub(crate) fn new(service: StoreService, peers: PeerPorts) -> Self {
+    pub(crate) fn new(service: StoreService, peers: PeerPorts, dial: Option<ForwardDial>) -> Self {
         StoreServer {
             unary: TikvServer::new(service.clone()),
             service,
-            forwarder: Forwarder::new(peers),
+            forwarder: Forwarder::new(peers, dial),
         }
     }
 }

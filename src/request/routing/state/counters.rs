@@ -31,6 +31,17 @@ pub struct RoutingStats {
     /// they were not re-sent ([routing.md, "Replay
     /// safety"](crate::spec::routing#replay-safety)).
     pub undetermined_writes: u64,
+    /// Leader requests sent through a proxy store because this client
+    /// could not reach the leader's store ([routing.md,
+    /// "Forwarding"](crate::spec::routing#forwarding-beyond)).
+    pub forwarded_requests: u64,
+    /// Proxy stores chosen (a store that could not be reached got a proxy,
+    /// or a failed proxy was replaced).
+    pub proxies_chosen: u64,
+    /// Direct probes sent to stores reached only through a proxy.
+    pub forwarding_probes: u64,
+    /// Stores reached only through a proxy right now.
+    pub forwarded_stores: u64,
 }
 
 #[derive(Debug, Default)]
@@ -44,6 +55,9 @@ pub(super) struct Counters {
     stores_marked_unreachable: AtomicU64,
     rpcs_in_flight: AtomicU64,
     undetermined_writes: AtomicU64,
+    forwarded_requests: AtomicU64,
+    proxies_chosen: AtomicU64,
+    forwarding_probes: AtomicU64,
 }
 
 impl Counters {
@@ -60,6 +74,10 @@ impl Counters {
             stores_marked_unreachable: get(&self.stores_marked_unreachable),
             rpcs_in_flight: get(&self.rpcs_in_flight),
             undetermined_writes: get(&self.undetermined_writes),
+            forwarded_requests: get(&self.forwarded_requests),
+            proxies_chosen: get(&self.proxies_chosen),
+            forwarding_probes: get(&self.forwarding_probes),
+            forwarded_stores: 0,
         }
     }
 
@@ -73,6 +91,9 @@ impl Counters {
             Counter::RegionInvalidation => &self.region_invalidations,
             Counter::ConnectTimeout => &self.connect_timeouts,
             Counter::Undetermined => &self.undetermined_writes,
+            Counter::Forwarded => &self.forwarded_requests,
+            Counter::ProxyChosen => &self.proxies_chosen,
+            Counter::ForwardingProbe => &self.forwarding_probes,
         };
         atomic.fetch_add(1, Ordering::Relaxed);
         crate::telemetry::routing_event(counter);

@@ -7,6 +7,7 @@
 
 mod busy;
 mod counters;
+mod forwarding;
 mod store_health;
 
 use std::sync::Arc;
@@ -23,6 +24,8 @@ use busy::BusySuspicions;
 pub(crate) use busy::{BusyVerdict, ProbeOutcome, ProbeTicket, ProbeWaiter};
 use counters::Counters;
 pub use counters::RoutingStats;
+use forwarding::Proxies;
+pub(crate) use forwarding::ProxyChange;
 pub(crate) use store_health::StoreHealth;
 
 /// Routing knowledge shared by all requests of one client: store health, the
@@ -37,6 +40,12 @@ pub struct RoutingState {
     defaults: RequestPolicy,
     busy: Arc<BusySuspicions>,
     counters: Counters,
+    /// The proxies of stores this client cannot reach (`None`: forwarding
+    /// is off).
+    proxies: Option<Proxies>,
+    forwarding_probe_interval: Duration,
+    /// The bound of one direct probe of a store reached through a proxy.
+    probe_bound: Duration,
 }
 
 impl RoutingState {
@@ -51,16 +60,22 @@ impl RoutingState {
                 rpc_timeout: Some(config.timeout),
                 deadline: Some(config.request_deadline),
                 shared_busy_probe: config.shared_busy_probe,
+                forwarding: config.forwarding,
                 ..RequestPolicy::default()
             },
             busy: Arc::new(BusySuspicions::new(config.busy_probe_window)),
             counters: Counters::default(),
+            proxies: config.forwarding.then(Proxies::default),
+            forwarding_probe_interval: config.forwarding_probe_interval,
+            probe_bound: config.connect_timeout.max(Duration::from_millis(1)),
         }
     }
 
     /// A snapshot of the counters.
     pub fn stats(&self) -> RoutingStats {
-        self.counters.snapshot()
+        let mut stats = self.counters.snapshot();
+        stats.forwarded_stores = self.proxies.as_ref().map_or(0, |p| p.len() as u64);
+        stats
     }
 
     /// The client's defaults of a request's policy.
@@ -129,6 +144,58 @@ impl RoutingState {
         if let Some(h) = &self.store_health {
             h.mark_reachable(store_id, sent_at);
         }
+    }
+
+    /// The store that proxies requests to `target`, while this client
+    /// reaches `target` only that way.
+    pub fn proxy_for(&self, target: StoreId) -> Option<StoreId> {
+        self.proxies.as_ref()?.proxy_for(target)
+    }
+
+    /// A request reached `target` through `proxy`.
+    pub(crate) fn proxy_worked(&self, target: StoreId, proxy: StoreId) -> ProxyChange {
+        let Some(proxies) = &self.proxies else {
+            return ProxyChange::Same;
+        };
+        let change = proxies.worked(target, proxy);
+        if change != ProxyChange::Same {
+            self.counters.bump(Counter::ProxyChosen);
+            tracing::info!("store {target} is reached through store {proxy} from now on");
+        }
+        change
+    }
+
+    /// `proxy` did not get a request through to `target`.
+    pub(crate) fn proxy_failed(&self, target: StoreId, proxy: StoreId) {
+        if let Some(proxies) = &self.proxies {
+            if proxies.failed(target, proxy) {
+                tracing::debug!("store {proxy} no longer proxies to store {target}");
+            }
+        }
+    }
+
+    /// Ends forwarding to `target`: it answered directly.
+    pub(crate) fn end_forwarding(&self, target: StoreId) -> bool {
+        let ended = self.proxies.as_ref().is_some_and(|p| p.end(target));
+        if ended {
+            tracing::info!("store {target} answers directly again; forwarding to it ended");
+        }
+        ended
+    }
+
+    /// When forwarding to `target` began, while it lasts.
+    pub(crate) fn forwarding_since(&self, target: StoreId) -> Option<Instant> {
+        self.proxies.as_ref()?.since(target)
+    }
+
+    /// The bound of one direct probe of a store (the connect timeout).
+    pub(crate) fn probe_bound(&self) -> Duration {
+        self.probe_bound
+    }
+
+    /// How often a store reached only through a proxy is probed directly.
+    pub(crate) fn forwarding_probe_interval(&self) -> Duration {
+        self.forwarding_probe_interval
     }
 
     /// Records a `ServerIsBusy(0)` from `leader_peer_id`, the cached leader of
