@@ -4,8 +4,9 @@
 #
 #   perf/plot.sh ratios        docs/img/benchmark-ratios.svg  <- throughput.csv
 #   perf/plot.sh leader-loss   docs/img/leader-loss.svg       <- failover.csv
+#   perf/plot.sh cut-off       docs/img/cut-off.svg           <- cut-off-refuse.csv
 #   perf/plot.sh chaos         docs/img/chaos-timeline.svg    <- chaos-timeline.csv
-#   perf/plot.sh all           the three
+#   perf/plot.sh all           the four
 #
 # With --run, the data is measured anew first (and written over the CSV
 # files in docs/img/data/, the markdown or text output beside them):
@@ -14,6 +15,7 @@
 #                       (about 6 minutes; other options such as --rounds N
 #                       pass through)
 #   leader-loss --run   perf/run.sh --only failover --csv-dir docs/img/data
+#   cut-off --run       perf/run.sh --only cut-off --csv-dir docs/img/data
 #   chaos --run         cargo run --release -p tikv-plan-chaos -- raw --seed 1
 #                       --seconds 20 --timeline docs/img/data/chaos-timeline.csv
 #                       (other options, e.g. --seed 2, pass through)
@@ -28,7 +30,7 @@ root="$(cd "$here/.." && pwd)"
 perf_target="${PERF_TARGET_DIR:-$here/target}"
 
 usage() {
-    echo "usage: perf/plot.sh ratios|leader-loss|chaos|all [--run] [--data DIR] [options for the run]" >&2
+    echo "usage: perf/plot.sh ratios|leader-loss|cut-off|chaos|all [--run] [--data DIR] [options for the run]" >&2
     exit 2
 }
 
@@ -36,7 +38,7 @@ usage() {
 picture="$1"
 shift
 case "$picture" in
-    ratios | leader-loss | chaos | all) ;;
+    ratios | leader-loss | cut-off | chaos | all) ;;
     *) usage ;;
 esac
 
@@ -74,6 +76,9 @@ if [[ "$run" == true ]]; then
         leader-loss)
             "$here/run.sh" --only failover --csv-dir "$data" "${pass[@]}" | tee "$data/failover.md"
             ;;
+        cut-off)
+            "$here/run.sh" --only cut-off --csv-dir "$data" "${pass[@]}" | tee "$data/cut-off.md"
+            ;;
         chaos)
             # A run that finds a violation exits 1: draw it all the same,
             # then fail.
@@ -95,10 +100,12 @@ draw() {
 case "$picture" in
     ratios) draw ratios benchmark-ratios.svg ;;
     leader-loss) draw leader-loss leader-loss.svg ;;
+    cut-off) draw cut-off cut-off.svg ;;
     chaos) draw chaos chaos-timeline.svg ;;
     all)
         draw ratios benchmark-ratios.svg
         draw leader-loss leader-loss.svg
+        draw cut-off cut-off.svg
         draw chaos chaos-timeline.svg
         ;;
 esac

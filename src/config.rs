@@ -197,8 +197,8 @@ pub struct Config {
     /// store leads for as long as the cut lasts. Off restores that.
     pub forwarding: bool,
     /// How often a store reached only through a proxy is probed directly
-    /// (one cheap call, bounded by `connect_timeout`); the first answer
-    /// ends forwarding to it. A store still cut off after 10 minutes of
+    /// (one cheap call, bounded by `connect_timeout`; at least every 10
+    /// ms); the first answer ends forwarding to it. A store still cut off after 10 minutes of
     /// probes is left to the next request that fails to reach it.
     pub forwarding_probe_interval: Duration,
     /// The overall deadline of one client call: every request it makes

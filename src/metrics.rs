@@ -260,7 +260,7 @@ impl Metrics {
             ),
             forwarded_requests: counter(
                 "tikv_plan_forwarded_requests_total",
-                "Leader requests sent through a proxy store (tikv-forwarded-host).",
+                "Leader attempts routed through a proxy store (tikv-forwarded-host).",
             ),
             proxies_chosen: counter(
                 "tikv_plan_proxies_chosen_total",

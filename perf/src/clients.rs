@@ -189,6 +189,15 @@ impl Client {
         }
     }
 
+    /// How many stores a tikv-plan client reaches only through a proxy
+    /// now; `None` for the other clients.
+    pub fn forwarded_stores(&self) -> Option<u64> {
+        match self {
+            Client::Plan(c) => Some(c.raw.routing_stats().forwarded_stores),
+            _ => None,
+        }
+    }
+
     /// [`Client::get`] with a bound.
     pub async fn get_within(&self, key: &[u8], bound: Duration) -> Result<Option<Vec<u8>>, String> {
         match tokio::time::timeout(bound, self.get(key)).await {

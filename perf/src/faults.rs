@@ -169,14 +169,32 @@ async fn paced_reads(
     }
 }
 
+/// The fault a failover trial applies to [`FAILING_STORE`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fault {
+    /// `down STORE`, its leaders moved to other voters with PD still
+    /// naming it.
+    Down,
+    /// `cut-clients STORE MODE`: the client alone cannot reach the store,
+    /// which keeps leading (`refuse`: connections reset; `drop`: they stop
+    /// moving bytes).
+    CutClients(&'static str),
+}
+
 /// Time to the first successful read of a key after the store leading its
-/// Region goes down (`down STORE`: port closed, connections reset). The
-/// client has read the key once before, so it caches the old leader.
+/// Region goes down (`down STORE`: port closed, connections reset) or is
+/// cut off from the client (`fault`). The client has read the key once
+/// before, so it caches the leader.
 ///
 /// Every read is timed for the timeline: [`BASELINE`] of reads before the
 /// fault and [`TAIL`] after the first success, paced at one per [`PACE`],
 /// and in between the reads the table times, back to back.
-pub async fn failover(sim_binary: &Path, kind: Kind, cap: Duration) -> Result<Failover, String> {
+pub async fn failover(
+    sim_binary: &Path,
+    kind: Kind,
+    cap: Duration,
+    fault: Fault,
+) -> Result<Failover, String> {
     let sim = Sim::start(sim_binary, 8)?;
     let mut control = Control::connect(&sim.control).await?;
     let regions = control.regions().await?;
@@ -211,8 +229,17 @@ pub async fn failover(sim_binary: &Path, kind: Kind, cap: Duration) -> Result<Fa
     )
     .await;
 
-    control.commands(&stale_transfers(&led)?).await?;
-    control.command(&format!("down {FAILING_STORE}")).await?;
+    match fault {
+        Fault::Down => {
+            control.commands(&stale_transfers(&led)?).await?;
+            control.command(&format!("down {FAILING_STORE}")).await?;
+        }
+        Fault::CutClients(mode) => {
+            control
+                .command(&format!("cut-clients {FAILING_STORE} {mode}"))
+                .await?;
+        }
+    }
     let started = Instant::now();
     let shift = (started - baseline_start).as_secs_f64();
     for read in &mut reads {

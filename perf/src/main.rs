@@ -14,6 +14,7 @@
 
 mod clients;
 mod contention;
+mod cutoff;
 mod csv;
 mod faults;
 mod report;
@@ -46,11 +47,16 @@ struct Plan {
     throughput: bool,
     failover: bool,
     dead_store: bool,
+    /// The client cut off from a live leader's store: first read and
+    /// write, and throughput through a proxy.
+    cut_off: bool,
     /// Deadlock trials and hot rows (`--only contention`; not in the
     /// default run).
     contention: bool,
     failover_trials: usize,
     failover_cap: Duration,
+    /// The cap of a cut-off trial.
+    cut_off_cap: Duration,
     dead_store_trials: usize,
     dead_store_regions: usize,
     dead_store_cap: Duration,
@@ -66,16 +72,17 @@ struct Plan {
 }
 
 const USAGE: &str = "usage: tikv-plan-perf --sim PATH [--quick] [--rounds N] [--window-ms MS] \
-[--only throughput|faults|failover|dead-store|contention] [--label TEXT] \
+[--only throughput|faults|failover|dead-store|cut-off|contention] [--label TEXT] \
 [--clients plan,unary,unary-tonic,bare,upstream] [--ops get,put,batch_get,scan] [--tasks 1,64] \
 [--csv-dir DIR]";
 
 /// The values `--only` takes.
-const ONLY: [&str; 5] = [
+const ONLY: [&str; 6] = [
     "throughput",
     "faults",
     "failover",
     "dead-store",
+    "cut-off",
     "contention",
 ];
 
@@ -134,9 +141,11 @@ fn parse_args(args: impl Iterator<Item = String>) -> Result<Plan, String> {
         throughput: only.is_none() || only.as_deref() == Some("throughput"),
         failover: matches!(only.as_deref(), None | Some("faults") | Some("failover")),
         dead_store: matches!(only.as_deref(), None | Some("faults") | Some("dead-store")),
+        cut_off: matches!(only.as_deref(), None | Some("faults") | Some("cut-off")),
         contention: only.as_deref() == Some("contention"),
         failover_trials: if quick { 1 } else { 3 },
         failover_cap: Duration::from_secs(if quick { 5 } else { 30 }),
+        cut_off_cap: Duration::from_secs(if quick { 5 } else { 10 }),
         dead_store_trials: if quick { 1 } else { 2 },
         dead_store_regions: if quick { 100 } else { 1000 },
         dead_store_cap: Duration::from_secs(if quick { 10 } else { 60 }),
@@ -266,7 +275,8 @@ async fn faults(plan: &Plan, kinds: &[Kind], info: &str) -> Result<(), String> {
         let mut trials = Vec::new();
         for trial in 0..plan.failover_trials {
             eprintln!("failover: {} trial {}", kind.label(), trial + 1);
-            trials.push(faults::failover(&plan.sim, kind, plan.failover_cap).await?);
+            let fault = faults::Fault::Down;
+            trials.push(faults::failover(&plan.sim, kind, plan.failover_cap, fault).await?);
         }
         failover.push((kind, trials));
     }
@@ -320,12 +330,56 @@ async fn faults(plan: &Plan, kinds: &[Kind], info: &str) -> Result<(), String> {
     Ok(())
 }
 
+/// The client cut off from a live leader's store (`cut-clients`, both
+/// modes): the time to the first successful read (timed like failover,
+/// CSV family `cut-off-MODE`) and write, then the throughput of gets and
+/// puts through a proxy against the direct path's.
+async fn cut_off(plan: &Plan, kinds: &[Kind], info: &str) -> Result<(), String> {
+    let routed: Vec<Kind> = kinds
+        .iter()
+        .copied()
+        .filter(|k| matches!(k, Kind::PlanBatched | Kind::PlanUnary | Kind::Upstream))
+        .collect();
+    let cap = plan.cut_off_cap;
+    for mode in ["refuse", "drop"] {
+        let mut reads: Vec<(Kind, Vec<Failover>)> = Vec::new();
+        let mut writes: Vec<(Kind, Vec<faults::Outcome>)> = Vec::new();
+        for &kind in &routed {
+            let (mut r, mut w) = (Vec::new(), Vec::new());
+            for trial in 0..plan.failover_trials {
+                eprintln!("cut off ({mode}): {} trial {}", kind.label(), trial + 1);
+                let fault = faults::Fault::CutClients(mode);
+                r.push(faults::failover(&plan.sim, kind, cap, fault).await?);
+                w.push(cutoff::first_write(&plan.sim, kind, cap, mode).await?);
+            }
+            reads.push((kind, r));
+            writes.push((kind, w));
+        }
+        let outcomes: Vec<_> = reads
+            .iter()
+            .map(|(k, t)| (*k, t.iter().map(|f| f.outcome.clone()).collect()))
+            .collect();
+        println!("{}", report::cut_off_tables(&outcomes, &writes, mode, cap));
+        if let Some(dir) = &plan.csv_dir {
+            csv::write_family(dir, &format!("cut-off-{mode}"), &csv::failover(&reads), info)?;
+        }
+    }
+    for &kind in routed.iter().filter(|k| **k != Kind::Upstream) {
+        eprintln!("through a proxy: {}", kind.label());
+        let rounds = plan.rounds.min(3);
+        let t = cutoff::proxy_throughput(&plan.sim, kind, 64, rounds, plan.window).await?;
+        println!("{}", report::proxy_table(kind, &t, plan.window));
+    }
+    Ok(())
+}
+
 /// The run's label, machine and settings, for the `-run.csv` files.
 fn run_info(plan: &Plan, machine: &str, kinds: &[Kind]) -> String {
     let families: Vec<&str> = [
         (plan.throughput, "throughput"),
         (plan.failover, "failover"),
         (plan.dead_store, "dead-store"),
+        (plan.cut_off, "cut-off-refuse cut-off-drop"),
     ]
     .iter()
     .filter(|(on, _)| *on)
@@ -353,6 +407,7 @@ fn run_info(plan: &Plan, machine: &str, kinds: &[Kind]) -> String {
         ),
         ("failover_trials", plan.failover_trials.to_string()),
         ("failover_cap_s", plan.failover_cap.as_secs().to_string()),
+        ("cut_off_cap_s", plan.cut_off_cap.as_secs().to_string()),
         ("dead_store_trials", plan.dead_store_trials.to_string()),
         ("dead_store_regions", plan.dead_store_regions.to_string()),
         (
@@ -382,6 +437,9 @@ async fn run(plan: Plan) -> Result<(), String> {
     }
     if plan.failover || plan.dead_store {
         faults(&plan, &kinds, &info).await?;
+    }
+    if plan.cut_off {
+        cut_off(&plan, &kinds, &info).await?;
     }
     if plan.contention {
         let trials = if plan.quick { 3 } else { 20 };

@@ -243,6 +243,62 @@ pub fn dead_store_table(rows: &[(Kind, Vec<Outcome>)], regions: usize, cap: Dura
     )
 }
 
+/// The cut-off tables: the first read and the first write after the
+/// client is cut off from the store leading the key's Region.
+pub fn cut_off_tables(
+    reads: &[(Kind, Vec<Outcome>)],
+    writes: &[(Kind, Vec<Outcome>)],
+    mode: &str,
+    cap: Duration,
+) -> String {
+    let what = match mode {
+        "drop" => "its connections stop moving bytes",
+        _ => "its connections are reset",
+    };
+    let title = |op: &str| {
+        format!(
+            "Cut off (`cut-clients STORE {mode}`: {what}): the client alone cannot reach the store \
+             leading a key's Region, which keeps leading; the other stores still reach it. The \
+             client had read the key before. Time from the cut to the first successful {op} \
+             (retried at once, cap {} s).",
+            cap.as_secs()
+        )
+    };
+    format!(
+        "{}\n{}",
+        outcomes_table(&title("read"), "time to first read", reads),
+        outcomes_table(&title("write"), "time to first write", writes)
+    )
+}
+
+/// Gets and puts through a proxy against the direct path's, in one run.
+pub fn proxy_table(kind: Kind, t: &crate::cutoff::ProxyThroughput, each: Duration) -> String {
+    let (get, put) = t.ratios();
+    let rates = |f: fn(&crate::cutoff::Rates) -> f64, rounds: &[crate::cutoff::Rates]| {
+        rounds
+            .iter()
+            .map(|r| format!("{:.0}", f(r)))
+            .collect::<Vec<_>>()
+            .join(" / ")
+    };
+    format!(
+        "Through a proxy ({}): 64 tasks, {} s per cell, on keys of the Regions led from the store \
+         the client is then cut off from; rounds alternate direct and through a proxy.\n\n\
+         | op | direct ops/s (each round) | through a proxy ops/s (each round) | ratio (median of rounds) |\n\
+         |---|---|---|---|\n\
+         | get | {} | {} | {get:.2} |\n\
+         | put | {} | {} | {put:.2} |\n\n\
+         Calls the stores forwarded: {}.\n",
+        kind.label(),
+        each.as_secs_f64(),
+        rates(|r| r.get, &t.direct),
+        rates(|r| r.get, &t.proxied),
+        rates(|r| r.put, &t.direct),
+        rates(|r| r.put, &t.proxied),
+        t.forwarded
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -39,7 +39,25 @@ fn leader_store(cluster: &SimCluster) -> u64 {
     cluster.leader_of(region.id).unwrap().store_id
 }
 
-/// Calls the stores other than `except` proxied, and how many failed.
+/// A cluster whose only Region has "a" = "1", and a client of `mode` that
+/// then reads "a" through a proxy: the leader's store (returned) refuses
+/// clients.
+async fn forwarding_to_a_cut_off_leader(mode: RpcMode) -> (SimCluster, RawClient, u64) {
+    let cluster = cluster().await;
+    let client = client(&cluster, config(mode)).await;
+    client.put("a".to_owned(), "1".to_owned()).await.unwrap();
+    let leader = leader_store(&cluster);
+    cluster
+        .cut_store_from_clients(leader, Some(ClientCut::Refuse))
+        .unwrap();
+    assert_eq!(
+        client.get("a".to_owned()).await.unwrap().as_deref(),
+        Some(&b"1"[..])
+    );
+    (cluster, client, leader)
+}
+
+/// Calls the stores proxied, and how many of them failed.
 fn forwarded(cluster: &SimCluster) -> (u64, u64) {
     cluster
         .store_ids()
@@ -104,14 +122,7 @@ async fn without_forwarding_a_cut_off_leader_fails_every_request() {
 
 #[tokio::test]
 async fn the_cut_healing_ends_forwarding_and_requests_go_direct_again() {
-    let cluster = cluster().await;
-    let client = client(&cluster, config(RpcMode::Batched)).await;
-    client.put("a".to_owned(), "1".to_owned()).await.unwrap();
-    let leader = leader_store(&cluster);
-    cluster
-        .cut_store_from_clients(leader, Some(ClientCut::Refuse))
-        .unwrap();
-    client.get("a".to_owned()).await.unwrap();
+    let (cluster, client, leader) = forwarding_to_a_cut_off_leader(RpcMode::Batched).await;
     assert_eq!(client.routing_stats().forwarded_stores, 1);
 
     cluster.cut_store_from_clients(leader, None).unwrap();
@@ -139,14 +150,7 @@ async fn the_cut_healing_ends_forwarding_and_requests_go_direct_again() {
 
 #[tokio::test]
 async fn a_write_through_a_proxy_whose_answer_is_lost_is_undetermined_and_sent_once() {
-    let cluster = cluster().await;
-    let client = client(&cluster, config(RpcMode::Unary)).await;
-    client.put("a".to_owned(), "1".to_owned()).await.unwrap();
-    let leader = leader_store(&cluster);
-    cluster
-        .cut_store_from_clients(leader, Some(ClientCut::Refuse))
-        .unwrap();
-    client.get("a".to_owned()).await.unwrap();
+    let (cluster, client, leader) = forwarding_to_a_cut_off_leader(RpcMode::Unary).await;
     cluster.reset_counters();
     // The leader applies the put, then resets its connections: the proxy
     // loses the answer.
@@ -167,14 +171,7 @@ async fn a_write_through_a_proxy_whose_answer_is_lost_is_undetermined_and_sent_o
 
 #[tokio::test]
 async fn the_proxy_store_dying_moves_forwarding_to_the_next_voter() {
-    let cluster = cluster().await;
-    let client = client(&cluster, config(RpcMode::Batched)).await;
-    client.put("a".to_owned(), "1".to_owned()).await.unwrap();
-    let leader = leader_store(&cluster);
-    cluster
-        .cut_store_from_clients(leader, Some(ClientCut::Refuse))
-        .unwrap();
-    client.get("a".to_owned()).await.unwrap();
+    let (cluster, client, leader) = forwarding_to_a_cut_off_leader(RpcMode::Batched).await;
     let proxy = cluster
         .store_ids()
         .into_iter()
@@ -197,19 +194,18 @@ async fn the_proxy_store_dying_moves_forwarding_to_the_next_voter() {
 
 #[tokio::test]
 async fn the_leader_moving_while_forwarded_is_followed_directly() {
-    let cluster = cluster().await;
-    let client = client(&cluster, config(RpcMode::Unary)).await;
-    client.put("a".to_owned(), "1".to_owned()).await.unwrap();
-    let leader = leader_store(&cluster);
-    cluster
-        .cut_store_from_clients(leader, Some(ClientCut::Refuse))
+    let (cluster, client, leader) = forwarding_to_a_cut_off_leader(RpcMode::Unary).await;
+    let proxy = cluster
+        .store_ids()
+        .into_iter()
+        .find(|&s| cluster.counters(s).forwarded().0 > 0)
         .unwrap();
-    client.get("a".to_owned()).await.unwrap();
     let region = cluster.region_for_key(b"a").unwrap().id;
+    // Leadership moves to the third store: neither cut off nor the proxy.
     let other = cluster
         .store_ids()
         .into_iter()
-        .find(|&s| s != leader)
+        .find(|&s| s != leader && s != proxy)
         .unwrap();
     cluster.transfer_leader(region, other, true).unwrap();
     cluster.reset_counters();
@@ -223,6 +219,9 @@ async fn the_leader_moving_while_forwarded_is_followed_directly() {
         1,
         "the new leader took the put"
     );
+    // One call went through the proxy (and met the move); the rest go
+    // direct.
+    assert_eq!(forwarded(&cluster), (1, 0));
     client.get("a".to_owned()).await.unwrap();
     assert_eq!(
         cluster
@@ -230,4 +229,5 @@ async fn the_leader_moving_while_forwarded_is_followed_directly() {
             .count("raw_get", tikv_sim::Outcome::Ok),
         1
     );
+    assert_eq!(forwarded(&cluster), (1, 0), "the read went direct");
 }

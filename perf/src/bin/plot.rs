@@ -28,7 +28,7 @@ use stats::median;
 
 type Result<T> = std::result::Result<T, Box<dyn Error>>;
 
-const USAGE: &str = "usage: plot ratios|leader-loss|chaos [--data DIR] [--out FILE]";
+const USAGE: &str = "usage: plot ratios|leader-loss|cut-off|chaos [--data DIR] [--out FILE]";
 
 const FONT: &str = "sans-serif";
 const PLAN: RGBColor = RGBColor(31, 119, 180);
@@ -523,6 +523,8 @@ struct ReadPanel {
     /// Milliseconds of latency.
     y: std::ops::Range<f64>,
     legend: bool,
+    /// The fault's label at its line.
+    fault: &'static str,
 }
 
 /// One scatter panel: each read at its start (x, ms since the fault) and
@@ -540,6 +542,7 @@ fn read_panel(
         x_in_seconds,
         y,
         legend,
+        fault,
     } = panel;
     let mut chart = ChartBuilder::on(area)
         .caption(&caption, (FONT, 15))
@@ -576,7 +579,7 @@ fn read_panel(
         BLACK.stroke_width(2),
     )))?;
     chart.draw_series(std::iter::once(Text::new(
-        " store 1 down".to_owned(),
+        fault.to_owned(),
         (0.0, y.end),
         anchored(12, &BLACK, HPos::Left, VPos::Top),
     )))?;
@@ -642,8 +645,44 @@ fn read_panel(
 }
 
 fn plot_leader_loss(data: &Path, out: &Path) -> Result<String> {
-    let csv = Csv::read(&data.join("failover.csv"))?;
-    let info = run_info(data, "failover");
+    plot_reads(
+        data,
+        out,
+        ReadsPicture {
+            family: "failover",
+            cap_key: "failover_cap_s",
+            title: "Leader loss: store 1 goes down, its Regions' leaders moved to other voters, PD still naming store 1",
+            fault: " store 1 down",
+        },
+    )
+}
+
+fn plot_cut_off(data: &Path, out: &Path) -> Result<String> {
+    plot_reads(
+        data,
+        out,
+        ReadsPicture {
+            family: "cut-off-refuse",
+            cap_key: "cut_off_cap_s",
+            title: "Cut off: the client alone cannot reach store 1 (its connections reset), which keeps leading; the other stores reach it",
+            fault: " store 1 cut off",
+        },
+    )
+}
+
+/// What a picture of timed reads around a fault shows.
+struct ReadsPicture {
+    /// The CSV family (`DATA/FAMILY.csv`, `DATA/FAMILY-run.csv`).
+    family: &'static str,
+    /// The run's cap, in the run file.
+    cap_key: &'static str,
+    title: &'static str,
+    fault: &'static str,
+}
+
+fn plot_reads(data: &Path, out: &Path, picture: ReadsPicture) -> Result<String> {
+    let csv = Csv::read(&data.join(format!("{}.csv", picture.family)))?;
+    let info = run_info(data, picture.family);
     let reads = Reads {
         client: csv.texts("client")?,
         trial: csv.texts("trial")?,
@@ -656,7 +695,7 @@ fn plot_leader_loss(data: &Path, out: &Path) -> Result<String> {
         return Err(format!("{} has no rows", csv.path.display()).into());
     }
     let cap_ms = info
-        .get("failover_cap_s")
+        .get(picture.cap_key)
         .and_then(|c| c.parse::<f64>().ok())
         .map(|s| s * 1e3);
     let mut by_client: Vec<(String, BTreeMap<String, f64>)> =
@@ -728,7 +767,7 @@ fn plot_leader_loss(data: &Path, out: &Path) -> Result<String> {
     let root = canvas(
         out,
         (1100, 700),
-        "Leader loss: store 1 goes down, its Regions' leaders moved to other voters, PD still naming store 1",
+        picture.title,
         &footer,
     )?;
     let (text_area, plots) = root.split_vertically(24 + 18 * lines.len() as u32);
@@ -756,6 +795,7 @@ fn plot_leader_loss(data: &Path, out: &Path) -> Result<String> {
             x_in_seconds: false,
             y: y.clone(),
             legend: false,
+            fault: picture.fault,
         },
         &reads,
         &firsts,
@@ -768,6 +808,7 @@ fn plot_leader_loss(data: &Path, out: &Path) -> Result<String> {
             x_in_seconds: true,
             y,
             legend: true,
+            fault: picture.fault,
         },
         &reads,
         &firsts,
@@ -1143,6 +1184,7 @@ fn main() -> ExitCode {
     let (draw, file): (Draw, &str) = match picture.as_str() {
         "ratios" => (plot_ratios, "benchmark-ratios.svg"),
         "leader-loss" => (plot_leader_loss, "leader-loss.svg"),
+        "cut-off" => (plot_cut_off, "cut-off.svg"),
         "chaos" => (plot_chaos, "chaos-timeline.svg"),
         _ => {
             eprintln!("{USAGE}");

@@ -22,12 +22,21 @@ pub(crate) const PROBE_LIFETIME: Duration = Duration::from_secs(600);
 
 /// Starts the probe of `target` in the background.
 pub(crate) fn spawn<PdC: PdClient>(routing: &Arc<RoutingState>, pd: &Arc<PdC>, target: StoreId) {
+    let Some(began) = routing.forwarding_since(target) else {
+        return;
+    };
     let routing = Arc::downgrade(routing);
     let pd = Arc::downgrade(pd);
-    tokio::spawn(probe(routing, pd, target));
+    tokio::spawn(probe(routing, pd, target, began));
 }
 
-async fn probe<PdC: PdClient>(routing: Weak<RoutingState>, pd: Weak<PdC>, target: StoreId) {
+/// Probes `target` for the forwarding to it that began at `began`.
+async fn probe<PdC: PdClient>(
+    routing: Weak<RoutingState>,
+    pd: Weak<PdC>,
+    target: StoreId,
+    began: Instant,
+) {
     loop {
         let Some(interval) = routing.upgrade().map(|r| r.forwarding_probe_interval()) else {
             return;
@@ -37,11 +46,12 @@ async fn probe<PdC: PdClient>(routing: Weak<RoutingState>, pd: Weak<PdC>, target
             return;
         };
         // Forwarding ended meanwhile (a request reached the store, or the
-        // client's proxy failed and no other was found).
-        let Some(since) = routing.forwarding_since(target) else {
+        // client's proxy failed and no other was found), and a forwarding
+        // that began again has a probe of its own.
+        if routing.forwarding_since(target) != Some(began) {
             return;
-        };
-        if since.elapsed() >= PROBE_LIFETIME {
+        }
+        if began.elapsed() >= PROBE_LIFETIME {
             tracing::info!(
                 "store {target} still cannot be reached directly after {PROBE_LIFETIME:?}; \
                  forwarding to it ends, the next request finds a proxy again"

@@ -275,29 +275,11 @@ where
                             proxy: r.proxy_for(store_id),
                         },
                     },
-                    Next::MapVia { peer, proxy } => {
-                        let mapping = std::pin::pin!(self.map_via(
-                            machine.region(),
-                            peer,
-                            proxy,
-                            machine.deadline()
-                        ));
-                        let mapping = InSpan {
-                            fut: mapping,
-                            span: machine.attempt_span(),
-                        };
-                        match timed(&mut now, mapping).await {
-                            Ok(mapped) => {
-                                store = Some(mapped);
-                                Event::Mapped
-                            }
-                            Err(error) => Event::MappingFailed(error),
-                        }
-                    }
-                    Next::Map(peer) => {
+                    Next::Map { peer, via } => {
                         let mapping = std::pin::pin!(self.map_candidate(
                             machine.region(),
                             peer,
+                            via,
                             machine.deadline()
                         ));
                         let mapping = InSpan {

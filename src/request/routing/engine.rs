@@ -16,7 +16,7 @@
 //! | state | event | next |
 //! |---|---|---|
 //! | new round | (cached leader known, not probing) | [`Next::CheckLeaderStore`] |
-//! | new round | [`Event::LeaderStore`] / none needed | `Map` the first candidate, or end the round |
+//! | new round | [`Event::LeaderStore`] / none needed | `Map` the first candidate (the leader through a remembered proxy first), or end the round |
 //! | mapping a candidate | [`Event::Mapped`] | [`Next::Dispatch`] |
 //! | mapping a candidate | [`Event::MappingFailed`] | next candidate (store dropped) |
 //! | RPC in flight | [`Event::Answered`] without Region error | [`Next::Done`] (leader cache set first) |
@@ -110,16 +110,14 @@ pub(crate) enum Next {
     /// Ask store health whether this store is cooling down; answer with
     /// [`Event::LeaderStore`].
     CheckLeaderStore(StoreId),
-    /// Map this peer to its store; answer with [`Event::Mapped`] or
-    /// [`Event::MappingFailed`].
-    Map(metapb::Peer),
-    /// Map the cached leader `peer` to a client of the store `proxy` that
-    /// forwards to the leader's store; answer as for [`Next::Map`].
-    MapVia {
-        /// The cached leader.
+    /// Map this peer to its store, or (`via`) the cached leader to a
+    /// client of the store that forwards to the leader's; answer with
+    /// [`Event::Mapped`] or [`Event::MappingFailed`].
+    Map {
+        /// The candidate.
         peer: metapb::Peer,
-        /// The store that forwards.
-        proxy: StoreId,
+        /// The store that forwards to it, when it is reached so.
+        via: Option<StoreId>,
     },
     /// Send the shard to the store just mapped, within `bound` (the time
     /// left before the request's deadline, if it has one; the shell takes the
@@ -549,13 +547,10 @@ impl<'r> ShardMachine<'r> {
         }
         self.current = Some(peer);
         self.phase = Phase::Mapping;
-        match via {
-            Some(proxy) => {
-                self.effects.push(Effect::Count(Counter::Forwarded));
-                Next::MapVia { peer, proxy }
-            }
-            None => Next::Map(peer),
+        if via.is_some() {
+            self.effects.push(Effect::Count(Counter::Forwarded));
         }
+        Next::Map { peer, via }
     }
 
     /// The attempt in flight ended with `outcome` (its span closes).
@@ -616,8 +611,15 @@ impl<'r> ShardMachine<'r> {
         let via = self.round.current_via();
         match (failure, via) {
             // Through a proxy: the route failed (the proxy, or its way to
-            // the leader); the leader's own health is known already.
-            (DispatchFailure::NotSent | DispatchFailure::Transport, Some(proxy)) => {
+            // the leader) or went silent; the leader's own health is known
+            // already. The next request proves a route again before it
+            // sends anything.
+            (
+                DispatchFailure::NotSent
+                | DispatchFailure::Transport
+                | DispatchFailure::ClientTimeout,
+                Some(proxy),
+            ) => {
                 self.effects.push(Effect::ProxyFailed {
                     target: store_id,
                     proxy,
@@ -655,13 +657,14 @@ impl<'r> ShardMachine<'r> {
 
     fn on_answered(&mut self, region_error: Option<Box<errorpb::Error>>, sent_at: Instant) -> Next {
         // Through a proxy, the proxy answered; the leader's store is still
-        // out of this client's reach.
-        let store_id = self
-            .round
-            .current_via()
-            .unwrap_or_else(|| self.current_store());
-        self.effects
-            .push(Effect::StoreAnswered { store_id, sent_at });
+        // out of reach. A Region error that drops a store drops the
+        // leader's (`store_id`), never the proxy's.
+        let via = self.round.current_via();
+        let (answered, store_id) = (via.unwrap_or(self.current_store()), self.current_store());
+        self.effects.push(Effect::StoreAnswered {
+            store_id: answered,
+            sent_at,
+        });
         let Some(region_error) = region_error else {
             return self.on_accepted();
         };

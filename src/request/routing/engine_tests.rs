@@ -216,9 +216,10 @@ impl<'r> Run<'r> {
     }
 }
 
+/// The peer a direct (not forwarded) mapping targets.
 fn mapped_peer(next: &Next) -> Option<u64> {
     match next {
-        Next::Map(p) => Some(p.id),
+        Next::Map { peer, via: None } => Some(peer.id),
         _ => None,
     }
 }
@@ -291,7 +292,7 @@ fn gap_routing_failure_then_plain_failure_drops_the_region() {
     run.start();
     assert!(matches!(
         run.step(Event::MappingFailed(refused())),
-        Next::Map(_)
+        Next::Map { via: None, .. }
     ));
     match run.fail(transport()) {
         Next::Done(Err(e)) => assert!(e.is_undetermined()),
@@ -544,7 +545,7 @@ fn the_deadline_ends_the_request_before_a_sleep_that_would_pass_it() {
             error: client_timeout(),
             sent_at: run.now,
         }),
-        Next::Map(_)
+        Next::Map { via: None, .. }
     ));
     assert!(matches!(
         run.step(Event::Mapped),
@@ -630,7 +631,7 @@ fn a_store_lookup_cut_off_at_the_deadline_ends_the_shard_and_spares_the_store() 
     run.start();
     assert!(matches!(
         run.step(Event::MappingFailed(refused())),
-        Next::Map(_)
+        Next::Map { via: None, .. }
     ));
 }
 
@@ -1029,11 +1030,20 @@ struct Scenario {
     shards: usize,
     deadline_ms: Option<u64>,
     commit_point: bool,
+    /// Forwarding on: a leader that could not be reached may be sent the
+    /// request through a voter's store.
+    forwarding: bool,
 }
 
 fn scenario() -> impl Strategy<Value = Scenario> {
     (
-        (region(), any::<bool>(), any::<bool>(), any::<bool>()),
+        (
+            region(),
+            any::<bool>(),
+            any::<bool>(),
+            any::<bool>(),
+            any::<bool>(),
+        ),
         0u32..6,
         proptest::collection::vec(answer(), 0..48),
         proptest::collection::vec(any::<u8>(), 0..64),
@@ -1042,7 +1052,7 @@ fn scenario() -> impl Strategy<Value = Scenario> {
     )
         .prop_map(
             |(
-                (region, terminal, shared, commit_point),
+                (region, terminal, shared, commit_point, forwarding),
                 attempts,
                 answers,
                 coins,
@@ -1059,6 +1069,7 @@ fn scenario() -> impl Strategy<Value = Scenario> {
                     shards,
                     deadline_ms,
                     commit_point,
+                    forwarding,
                 }
             },
         )
@@ -1134,6 +1145,8 @@ struct ShardRun<'r> {
     /// This round: who was targeted, and what each answer meant (only
     /// answers that let the round go on).
     targeted: Vec<u64>,
+    /// The stores that proxied to the leader this round.
+    proxies: Vec<u64>,
     round: Vec<(bool, Seen)>,
     /// False once an answer ended the round early (a Region error by the
     /// table, a leader hint): the strongest-error rule is then not the
@@ -1198,6 +1211,7 @@ impl World<'_> {
             current: None,
             current_is_leader: false,
             targeted: Vec::new(),
+            proxies: Vec::new(),
             round: Vec::new(),
             round_ran_out: true,
             new_round_on_map: true,
@@ -1210,6 +1224,7 @@ impl World<'_> {
 
     fn start_round(r: &mut ShardRun<'_>) {
         r.targeted.clear();
+        r.proxies.clear();
         r.round.clear();
         r.round_ran_out = true;
     }
@@ -1252,8 +1267,10 @@ impl World<'_> {
             .iter()
             .filter(|p| can_become_leader(p))
             .count() as u32;
-        // Rounds: the first, one per spent attempt, and the one probe.
-        let dispatch_bound = (s.attempts + 2) * candidates.max(1);
+        // Rounds: the first, one per spent attempt, and the one probe; with
+        // forwarding, the leader once more through each other voter.
+        let per_round = candidates.max(1) * if s.forwarding { 2 } else { 1 };
+        let dispatch_bound = (s.attempts + 2) * per_round;
         let mut split = Vec::new();
         r.event = Some(match next {
             Next::CheckLeaderStore(store) => {
@@ -1262,17 +1279,66 @@ impl World<'_> {
                 r.expect_first = Some(!unreachable);
                 r.probing = false;
                 r.new_round_on_map = true;
-                Event::LeaderStore {
-                    unreachable,
-                    proxy: None,
+                // Sometimes a route to the leader's store is remembered.
+                let leader_store = r.region.leader.map(|l| l.store_id);
+                let proxies: Vec<u64> = r
+                    .region
+                    .region
+                    .peers
+                    .iter()
+                    .filter(|p| can_become_leader(p) && Some(p.store_id) != leader_store)
+                    .map(|p| p.store_id)
+                    .collect();
+                let coin = usize::from(self.coin());
+                let proxy = (s.forwarding && coin % 3 == 0 && !proxies.is_empty())
+                    .then(|| proxies[coin % proxies.len()]);
+                Event::LeaderStore { unreachable, proxy }
+            }
+            Next::Map {
+                peer,
+                via: Some(proxy),
+            } => {
+                prop_assert!(s.forwarding, "forwarded with forwarding off");
+                if r.new_round_on_map {
+                    Self::start_round(r);
+                    r.new_round_on_map = false;
+                }
+                prop_assert!(
+                    !r.may_have_been_sent,
+                    "re-sent through a proxy after it may have been delivered"
+                );
+                prop_assert_eq!(
+                    Some(peer),
+                    r.region.leader,
+                    "only the cached leader is forwarded to"
+                );
+                prop_assert!(!r.probing, "the probe never targets the leader");
+                prop_assert!(
+                    proxy != peer.store_id,
+                    "the leader's own store cannot proxy"
+                );
+                prop_assert!(
+                    !r.proxies.contains(&proxy),
+                    "store {proxy} proxied twice in a round"
+                );
+                r.proxies.push(proxy);
+                // The first candidate of a round may be the leader through
+                // a remembered route.
+                r.expect_first = None;
+                r.current = Some(peer);
+                r.current_is_leader = true;
+                match self.next_answer() {
+                    Answer::Refused | Answer::ConnectTimeout => {
+                        r.round.push((true, Seen::Routing));
+                        Event::MappingFailed(refused())
+                    }
+                    _ => {
+                        self.answer_index -= 1;
+                        Event::Mapped
+                    }
                 }
             }
-            Next::MapVia { peer, proxy } => {
-                return Err(TestCaseError::fail(format!(
-                    "forwarded to {peer:?} through store {proxy} with forwarding off"
-                )));
-            }
-            Next::Map(peer) => {
+            Next::Map { peer, via: None } => {
                 if r.new_round_on_map {
                     Self::start_round(r);
                     r.new_round_on_map = false;
@@ -1554,6 +1620,7 @@ fn check_scenario(s: &Scenario) -> Result<(), TestCaseError> {
     let policy = RequestPolicy {
         replay,
         shared_busy_probe: s.shared_busy_probe,
+        forwarding: s.forwarding,
         ..RequestPolicy::default()
     };
     let mut runs: Vec<ShardRun<'_>> = (0..s.shards)
@@ -1604,6 +1671,7 @@ fn regression_a_leader_hint_naming_a_learner_is_never_cached() {
         shards: 1,
         deadline_ms: None,
         commit_point: false,
+        forwarding: false,
     };
     check_scenario(&s).unwrap();
 }

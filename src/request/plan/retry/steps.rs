@@ -85,7 +85,7 @@ where
     /// never forwarded to a leader the proxy cannot reach (a write would
     /// then be undetermined for nothing): until it answers, nothing of the
     /// request is sent.
-    pub(super) async fn map_via(
+    async fn map_via(
         &self,
         region: &RegionWithLeader,
         peer: crate::proto::metapb::Peer,
@@ -129,8 +129,12 @@ where
         &self,
         region: &RegionWithLeader,
         peer: crate::proto::metapb::Peer,
+        via: Option<crate::region::StoreId>,
         deadline: Option<Deadline>,
     ) -> Result<RegionStore> {
+        if let Some(proxy) = via {
+            return self.map_via(region, peer, proxy, deadline).await;
+        }
         #[cfg(feature = "failpoints")]
         fail::fail_point!("tikv_plan::before_map_store", |arg| Err(
             super::fail_point_error("mapping", peer.store_id, arg)

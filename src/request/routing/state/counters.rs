@@ -31,8 +31,8 @@ pub struct RoutingStats {
     /// they were not re-sent ([routing.md, "Replay
     /// safety"](crate::spec::routing#replay-safety)).
     pub undetermined_writes: u64,
-    /// Leader requests sent through a proxy store because this client
-    /// could not reach the leader's store ([routing.md,
+    /// Leader attempts routed through a proxy store (the route's proof
+    /// included) because this client could not reach the leader's store ([routing.md,
     /// "Forwarding"](crate::spec::routing#forwarding-beyond)).
     pub forwarded_requests: u64,
     /// Proxy stores chosen (a store that could not be reached got a proxy,

@@ -28,6 +28,10 @@ use forwarding::Proxies;
 pub(crate) use forwarding::ProxyChange;
 pub(crate) use store_health::StoreHealth;
 
+/// The shortest pause between two direct probes of a store reached
+/// through a proxy, whatever the configuration says.
+const MIN_FORWARDING_PROBE_INTERVAL: Duration = Duration::from_millis(10);
+
 /// Routing knowledge shared by all requests of one client: store health, the
 /// `ServerIsBusy(0)` suspicion, and counters. Create one per client, wrap it
 /// in an `Arc`, and give it to every plan with
@@ -66,7 +70,10 @@ impl RoutingState {
             busy: Arc::new(BusySuspicions::new(config.busy_probe_window)),
             counters: Counters::default(),
             proxies: config.forwarding.then(Proxies::default),
-            forwarding_probe_interval: config.forwarding_probe_interval,
+            // A probe that fails at once must not spin.
+            forwarding_probe_interval: config
+                .forwarding_probe_interval
+                .max(MIN_FORWARDING_PROBE_INTERVAL),
             probe_bound: config.connect_timeout.max(Duration::from_millis(1)),
         }
     }

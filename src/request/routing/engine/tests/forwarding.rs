@@ -14,7 +14,10 @@ fn forwarding() -> RequestPolicy {
 
 fn via(next: &Next) -> Option<(u64, StoreId)> {
     match next {
-        Next::MapVia { peer, proxy } => Some((peer.id, *proxy)),
+        Next::Map {
+            peer,
+            via: Some(proxy),
+        } => Some((peer.id, *proxy)),
         _ => None,
     }
 }
@@ -121,6 +124,7 @@ fn store_health_and_a_remembered_proxy_start_the_round_on_the_route() {
     assert_eq!(via(&next), Some((11, 3)));
     assert!(matches!(run.answer(None), Next::Done(Ok(()))));
     assert_eq!(run.count(Counter::FallbackAttempt), 0);
+    assert_eq!(proxy_effects(&run), (vec![(1, 3)], vec![]));
 
     // ... unless forwarding is off for the request.
     let mut run = Run::new(region3(Some(11)), policy(), &scope);
@@ -260,4 +264,47 @@ fn a_leader_that_timed_out_is_forwarded_to_but_one_that_answered_late_is_not() {
     assert_eq!(mapped_peer(&run.fail(deadline)), Some(12));
     let next = run.answer(Some(not_leader(Some(voter(11, 1)))));
     assert_eq!(mapped_peer(&next), Some(13));
+}
+
+#[test]
+fn a_route_that_times_out_is_dropped() {
+    let scope = RequestScope::default();
+    let mut run = Run::new(region3(Some(11)), forwarding(), &scope);
+    run.step(Event::Start);
+    run.step(Event::LeaderStore {
+        unreachable: true,
+        proxy: Some(2),
+    });
+    let next = run.fail(client_timeout());
+    assert_eq!(mapped_peer(&next), Some(12), "the voters go on");
+    assert_eq!(proxy_effects(&run), (vec![], vec![(1, 2)]));
+}
+
+#[test]
+fn a_region_error_through_a_proxy_drops_the_leaders_store_not_the_proxys() {
+    let scope = RequestScope::default();
+    let mut run = Run::new(region3(Some(11)), forwarding(), &scope);
+    run.step(Event::Start);
+    run.step(Event::LeaderStore {
+        unreachable: false,
+        proxy: Some(2),
+    });
+    let store_not_match = errorpb::Error {
+        store_not_match: Some(Default::default()),
+        ..Default::default()
+    };
+    run.answer(Some(store_not_match));
+    let dropped: Vec<StoreId> = run
+        .effects
+        .iter()
+        .filter_map(|e| match e {
+            Effect::InvalidateStore(s) => Some(*s),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(dropped, vec![1]);
+    assert!(run
+        .effects
+        .iter()
+        .any(|e| matches!(e, Effect::StoreAnswered { store_id: 2, .. })));
 }
