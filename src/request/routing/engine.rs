@@ -369,7 +369,7 @@ impl<'r> ShardMachine<'r> {
                 } else {
                     CandidateOrder::LeaderFirst
                 };
-                let mut round = CandidateRound::new(order).forwarding(self.policy.forwarding);
+                let mut round = self.new_round(order);
                 if unreachable {
                     round = round.leader_unreachable();
                 }
@@ -503,10 +503,15 @@ impl<'r> ShardMachine<'r> {
     }
 
     fn start_round(&mut self, order: CandidateOrder) -> Next {
-        // The busy probe never targets the leader, forwarded or not.
-        let forwarding = self.policy.forwarding && order != CandidateOrder::FollowersOnly;
-        self.round = CandidateRound::new(order).forwarding(forwarding);
+        self.round = self.new_round(order);
         self.next_candidate()
+    }
+
+    /// A round in `order`, forwarding when the request may (the busy probe
+    /// never targets the leader, forwarded or not).
+    fn new_round(&self, order: CandidateOrder) -> CandidateRound {
+        CandidateRound::new(order)
+            .forwarding(self.policy.forwarding && order != CandidateOrder::FollowersOnly)
     }
 
     fn next_candidate(&mut self) -> Next {

@@ -275,12 +275,23 @@ impl CandidateRound {
         region: &RegionWithLeader,
         error: Error,
     ) -> CandidateStep {
+        self.unreached(region, CandidateAnswer::MappingFailed, error)
+    }
+
+    /// The current candidate could not be reached (`answer`: mapping or
+    /// transport): next candidate, its store dropped, unless it went
+    /// through a proxy (the route failed, not the store's own entry).
+    fn unreached(
+        &mut self,
+        region: &RegionWithLeader,
+        answer: CandidateAnswer,
+        error: Error,
+    ) -> CandidateStep {
         let forwarded = self.forward.current_via.is_some();
         self.note_leader_unreachable(region);
-        let peer = self.record(region, CandidateAnswer::MappingFailed);
+        let peer = self.record(region, answer);
         self.routing_error.get_or_insert(error);
         CandidateStep::Next {
-            // The proxy route failed, not the store's own entry.
             invalidate_store: (!forwarded).then_some(peer.store_id),
         }
     }
@@ -330,13 +341,7 @@ impl CandidateRound {
                 invalidate_store: None,
             };
         }
-        let forwarded = self.forward.current_via.is_some();
-        self.note_leader_unreachable(region);
-        let peer = self.record(region, CandidateAnswer::TransportFailed);
-        self.routing_error.get_or_insert(error);
-        CandidateStep::Next {
-            invalidate_store: (!forwarded).then_some(peer.store_id),
-        }
+        self.unreached(region, CandidateAnswer::TransportFailed, error)
     }
 
     /// The current candidate answered with a Region error.

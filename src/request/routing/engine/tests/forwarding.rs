@@ -49,6 +49,13 @@ fn store_failures(run: &Run<'_>) -> Vec<StoreId> {
         .collect()
 }
 
+/// Starts the run's first round: store health says the leader's store is
+/// `unreachable` or not, and the route to it `proxy` is remembered.
+fn start(run: &mut Run<'_>, unreachable: bool, proxy: Option<StoreId>) -> Next {
+    assert!(matches!(run.step(Event::Start), Next::CheckLeaderStore(1)));
+    run.step(Event::LeaderStore { unreachable, proxy })
+}
+
 /// Leader 11 on store 1 refuses this client; voter 12 names it.
 fn leader_cut_off_and_named(run: &mut Run<'_>) -> Next {
     assert_eq!(mapped_peer(&run.start()), Some(11));
@@ -116,11 +123,7 @@ fn store_health_and_a_remembered_proxy_start_the_round_on_the_route() {
 
     // A route remembered client-wide: the first attempt takes it.
     let mut run = Run::new(region3(Some(11)), forwarding(), &scope);
-    run.step(Event::Start);
-    let next = run.step(Event::LeaderStore {
-        unreachable: false,
-        proxy: Some(3),
-    });
+    let next = start(&mut run, false, Some(3));
     assert_eq!(via(&next), Some((11, 3)));
     assert!(matches!(run.answer(None), Next::Done(Ok(()))));
     assert_eq!(run.count(Counter::FallbackAttempt), 0);
@@ -128,11 +131,7 @@ fn store_health_and_a_remembered_proxy_start_the_round_on_the_route() {
 
     // ... unless forwarding is off for the request.
     let mut run = Run::new(region3(Some(11)), policy(), &scope);
-    run.step(Event::Start);
-    let next = run.step(Event::LeaderStore {
-        unreachable: false,
-        proxy: Some(3),
-    });
+    let next = start(&mut run, false, Some(3));
     assert_eq!(mapped_peer(&next), Some(11));
 }
 
@@ -176,11 +175,7 @@ fn a_failed_proxy_is_dropped_and_the_next_voter_naming_the_leader_proxies() {
 fn each_store_proxies_at_most_once_a_round() {
     let scope = RequestScope::default();
     let mut run = Run::new(region3(Some(11)), forwarding(), &scope);
-    run.step(Event::Start);
-    let next = run.step(Event::LeaderStore {
-        unreachable: false,
-        proxy: Some(2),
-    });
+    let next = start(&mut run, false, Some(2));
     assert_eq!(via(&next), Some((11, 2)));
     assert_eq!(mapped_peer(&run.fail(transport())), Some(12));
     // Store 2 names the leader again: it proxied this round already.
@@ -199,11 +194,7 @@ fn each_store_proxies_at_most_once_a_round() {
 fn the_leader_moving_while_forwarded_is_followed_directly() {
     let scope = RequestScope::default();
     let mut run = Run::new(region3(Some(11)), forwarding(), &scope);
-    run.step(Event::Start);
-    run.step(Event::LeaderStore {
-        unreachable: false,
-        proxy: Some(2),
-    });
+    start(&mut run, false, Some(2));
     // Through the proxy, the old leader names the new one.
     let next = run.answer(Some(not_leader(Some(voter(13, 3)))));
     assert!(matches!(next, Next::CheckLeaderStore(3)), "{next:?}");
@@ -270,11 +261,7 @@ fn a_leader_that_timed_out_is_forwarded_to_but_one_that_answered_late_is_not() {
 fn a_route_that_times_out_is_dropped() {
     let scope = RequestScope::default();
     let mut run = Run::new(region3(Some(11)), forwarding(), &scope);
-    run.step(Event::Start);
-    run.step(Event::LeaderStore {
-        unreachable: true,
-        proxy: Some(2),
-    });
+    start(&mut run, true, Some(2));
     let next = run.fail(client_timeout());
     assert_eq!(mapped_peer(&next), Some(12), "the voters go on");
     assert_eq!(proxy_effects(&run), (vec![], vec![(1, 2)]));
@@ -284,11 +271,7 @@ fn a_route_that_times_out_is_dropped() {
 fn a_region_error_through_a_proxy_drops_the_leaders_store_not_the_proxys() {
     let scope = RequestScope::default();
     let mut run = Run::new(region3(Some(11)), forwarding(), &scope);
-    run.step(Event::Start);
-    run.step(Event::LeaderStore {
-        unreachable: false,
-        proxy: Some(2),
-    });
+    start(&mut run, false, Some(2));
     let store_not_match = errorpb::Error {
         store_not_match: Some(Default::default()),
         ..Default::default()
