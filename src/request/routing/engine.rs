@@ -369,17 +369,12 @@ impl<'r> ShardMachine<'r> {
                 } else {
                     CandidateOrder::LeaderFirst
                 };
-                let mut round = self.new_round(order);
-                if unreachable {
-                    round = round.leader_unreachable();
-                }
-                if std::mem::take(&mut self.pd_names_leader) {
-                    round = round.pd_names_leader();
-                }
-                if let Some(proxy) = proxy {
-                    round = round.through(proxy);
-                }
-                self.round = round;
+                let pd_names_leader = std::mem::take(&mut self.pd_names_leader);
+                self.round = self
+                    .new_round(order)
+                    .leader_unreachable(unreachable)
+                    .pd_names_leader(pd_names_leader)
+                    .through(proxy);
                 self.next_candidate()
             }
             (Phase::Mapping, Event::Mapped) => {

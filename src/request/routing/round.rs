@@ -178,23 +178,25 @@ impl CandidateRound {
         self
     }
 
-    /// Store health says the cached leader's store cannot be reached.
-    pub(crate) fn leader_unreachable(mut self) -> Self {
-        self.forward.leader_unreachable = true;
+    /// Store health says (`unreachable`) the cached leader's store cannot
+    /// be reached.
+    pub(crate) fn leader_unreachable(mut self, unreachable: bool) -> Self {
+        self.forward.leader_unreachable |= unreachable;
         self
     }
 
-    /// PD named the cached leader again after a round that could not reach
-    /// it: the leader is taken to be alive, as if a voter had named it.
-    pub(crate) fn pd_names_leader(mut self) -> Self {
-        self.forward.pd_names_leader = true;
+    /// PD named (`named`) the cached leader again after a round that could
+    /// not reach it: the leader is taken to be alive, as if a voter had
+    /// named it.
+    pub(crate) fn pd_names_leader(mut self, named: bool) -> Self {
+        self.forward.pd_names_leader = named;
         self
     }
 
-    /// The cached leader is reached through `proxy` (a route remembered
-    /// client-wide): the round starts with it.
-    pub(crate) fn through(mut self, proxy: StoreId) -> Self {
-        if self.forward.allowed {
+    /// The cached leader is reached through `proxy`, when given (a route
+    /// remembered client-wide): the round starts with it.
+    pub(crate) fn through(mut self, proxy: Option<StoreId>) -> Self {
+        if let Some(proxy) = proxy.filter(|_| self.forward.allowed) {
             self.forward.leader_unreachable = true;
             self.forward.next_via = Some(proxy);
         }
