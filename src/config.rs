@@ -26,6 +26,9 @@ pub const DEFAULT_KEYSPACE_NAME: &str = "DEFAULT";
 pub const DEFAULT_STORE_COOLDOWN: Duration = Duration::from_secs(10);
 /// Default window in which ServerIsBusy(0) answers from one leader add up.
 pub const DEFAULT_BUSY_PROBE_WINDOW: Duration = Duration::from_secs(5);
+/// How long an RPC waits for its store's answer before the client probes
+/// the store ([`Config::store_probe_after`]).
+pub const DEFAULT_STORE_PROBE_AFTER: Duration = Duration::from_millis(500);
 /// How often a store the client reaches only through a proxy is probed
 /// directly ([`Config::forwarding_probe_interval`]).
 pub const DEFAULT_FORWARDING_PROBE_INTERVAL: Duration = Duration::from_secs(1);
@@ -178,6 +181,17 @@ pub struct Config {
     /// Consecutive timeouts from one store, with no success between, that
     /// mark it unreachable.
     pub store_timeout_strikes: u32,
+    /// With store health on: an RPC left unanswered this long makes the
+    /// client probe its store (one cheap call, bounded by this same time,
+    /// at most one probe per store at a time). A probe that fails marks the
+    /// store unreachable at once, and the requests waiting on it that are
+    /// safe to send again (reads, prewrites, commits) give up and try the
+    /// next candidate; a write that must not be sent twice waits out its
+    /// own timeout ([routing.md, "Store
+    /// liveness"](crate::spec::routing#store-liveness-beyond)). The default
+    /// (500 ms) judges a hung store within one default connect timeout. At
+    /// least 10 ms.
+    pub store_probe_after: Duration,
     /// Share the ServerIsBusy(0) suspicion across requests ([routing.md,
     /// "ServerIsBusy(0) follower
     /// probe"](crate::spec::routing#serverisbusy0-follower-probe)). Off
@@ -259,6 +273,7 @@ impl Default for Config {
             store_health: true,
             store_cooldown: DEFAULT_STORE_COOLDOWN,
             store_timeout_strikes: 2,
+            store_probe_after: DEFAULT_STORE_PROBE_AFTER,
             shared_busy_probe: true,
             busy_probe_window: DEFAULT_BUSY_PROBE_WINDOW,
             single_flight_connect: true,
@@ -343,6 +358,13 @@ impl Config {
     /// Sets the store-health cool-down.
     pub fn with_store_cooldown(mut self, cooldown: Duration) -> Self {
         self.store_cooldown = cooldown;
+        self
+    }
+
+    /// Sets how long an RPC waits before its store is probed
+    /// ([`Config::store_probe_after`]).
+    pub fn with_store_probe_after(mut self, after: Duration) -> Self {
+        self.store_probe_after = after;
         self
     }
 

@@ -41,6 +41,8 @@ pub(crate) struct Metrics {
     pub(crate) forwarded_requests: IntCounter,
     pub(crate) proxies_chosen: IntCounter,
     pub(crate) forwarding_probes: IntCounter,
+    pub(crate) liveness_probes: IntCounter,
+    pub(crate) rpcs_given_up: IntCounter,
     pub(crate) rpcs_in_flight: IntGauge,
     pub(crate) region_cache_lookups: IntCounterVec,
     pub(crate) region_cache_regions: IntGauge,
@@ -270,6 +272,14 @@ impl Metrics {
                 "tikv_plan_forwarding_probes_total",
                 "Direct probes of a store reached only through a proxy.",
             ),
+            liveness_probes: counter(
+                "tikv_plan_liveness_probes_total",
+                "Probes of a store that left an RPC unanswered for store_probe_after.",
+            ),
+            rpcs_given_up: counter(
+                "tikv_plan_rpcs_given_up_total",
+                "Re-sendable RPCs abandoned because their store was marked unreachable while they waited.",
+            ),
             rpcs_in_flight: gauge(
                 "tikv_plan_rpcs_in_flight",
                 "Store RPCs in flight now.",
@@ -311,7 +321,7 @@ impl Metrics {
     }
 
     fn collectors(&self) -> impl Iterator<Item = Box<dyn prometheus::core::Collector>> {
-        let own: [Box<dyn prometheus::core::Collector>; 20] = [
+        let own: [Box<dyn prometheus::core::Collector>; 22] = [
             Box::new(self.requests.clone()),
             Box::new(self.request_duration.clone()),
             Box::new(self.store_rpcs.clone()),
@@ -326,6 +336,8 @@ impl Metrics {
             Box::new(self.forwarded_requests.clone()),
             Box::new(self.proxies_chosen.clone()),
             Box::new(self.forwarding_probes.clone()),
+            Box::new(self.liveness_probes.clone()),
+            Box::new(self.rpcs_given_up.clone()),
             Box::new(self.rpcs_in_flight.clone()),
             Box::new(self.region_cache_lookups.clone()),
             Box::new(self.region_cache_regions.clone()),

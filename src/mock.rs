@@ -253,6 +253,10 @@ struct Shared {
     timestamps_fail: AtomicBool,
     map_calls_by_store: Mutex<HashMap<StoreId, u64>>,
     dispatch_log: Mutex<Vec<DispatchRecord>>,
+    /// When set, stores can be probed ([`MockPdClient::probe_stores`]).
+    probes: AtomicBool,
+    /// Liveness probes sent, by store.
+    probes_by_store: Mutex<HashMap<StoreId, u64>>,
 }
 
 impl Shared {
@@ -327,6 +331,24 @@ impl MockPdClient {
     /// does (`true`), or succeed again (`false`).
     pub fn fail_timestamps(&self, fail: bool) {
         self.shared.timestamps_fail.store(fail, Ordering::SeqCst);
+    }
+
+    /// Lets the client probe stores (`true`; by default it cannot, as a
+    /// [`PdClient`] that does not override
+    /// [`probe_store`](PdClient::probe_store)): a probe is a raw get in
+    /// Region 0 answered by the dispatch hook as the store's peer `0`, or
+    /// the store's mapping failure; it is not in the dispatch log (see
+    /// [`probes_of_store`](Self::probes_of_store)).
+    pub fn probe_stores(&self, on: bool) {
+        self.shared.probes.store(on, Ordering::SeqCst);
+    }
+
+    /// How many probes went to `store_id`.
+    pub fn probes_of_store(&self, store_id: StoreId) -> u64 {
+        lock(&self.shared.probes_by_store)
+            .get(&store_id)
+            .copied()
+            .unwrap_or(0)
     }
 
     /// Sets what every peer answers: `hook(target_peer, request)`.
@@ -546,6 +568,58 @@ impl PdClient for MockPdClient {
         let shared = Arc::clone(&self.shared);
         let client = MockKvClient::new_async(move |req| shared.dispatch(peer, req));
         Ok(RegionStore::new(region, peer, Arc::new(client)))
+    }
+
+    fn probes_stores(&self) -> bool {
+        self.shared.probes.load(Ordering::SeqCst)
+    }
+
+    async fn probe_store(
+        &self,
+        store_id: StoreId,
+        via: Option<StoreId>,
+        bound: Duration,
+    ) -> Result<()> {
+        if via.is_some() || !self.probes_stores() {
+            return Err(Error::from(Failure::Connect {
+                address: format!("store-{store_id}"),
+                message: "MockPdClient probes stores only directly, after probe_stores(true)"
+                    .to_owned(),
+                source: None,
+            }));
+        }
+        *lock(&self.shared.probes_by_store)
+            .entry(store_id)
+            .or_default() += 1;
+        let failing = lock(&self.shared.topology)
+            .failing_stores
+            .get(&store_id)
+            .copied();
+        if let Some(failure) = failing {
+            return Err(Error::from(Failure::Connect {
+                address: format!("store-{store_id}"),
+                message: format!("{failure:?} (mock)"),
+                source: None,
+            }));
+        }
+        let hook = lock(&self.shared.dispatch_hook).clone();
+        let Some(hook) = hook else {
+            return Err(Error::InternalError {
+                message: "MockPdClient has no dispatch hook; call set_dispatch_hook".to_owned(),
+            });
+        };
+        let peer = metapb::Peer {
+            store_id,
+            ..Default::default()
+        };
+        let probe = crate::store::liveness_probe();
+        match tokio::time::timeout(bound, hook(&peer, &probe)).await {
+            Ok(answer) => answer.map(drop),
+            Err(_) => Err(Error::from(Failure::Timeout {
+                what: format!("the liveness probe of store {store_id}"),
+                after: bound,
+            })),
+        }
     }
 
     async fn region_for_key(&self, key: &[u8]) -> Result<RegionWithLeader> {

@@ -37,6 +37,8 @@ pub(crate) enum Counter {
     Forwarded,
     ProxyChosen,
     ForwardingProbe,
+    LivenessProbe,
+    RpcGaveUp,
 }
 
 /// One routing counter was bumped (request/routing/state/counters.rs).
@@ -56,6 +58,8 @@ pub(crate) fn routing_event(counter: Counter) {
             Counter::Forwarded => m.forwarded_requests.inc(),
             Counter::ProxyChosen => m.proxies_chosen.inc(),
             Counter::ForwardingProbe => m.forwarding_probes.inc(),
+            Counter::LivenessProbe => m.liveness_probes.inc(),
+            Counter::RpcGaveUp => m.rpcs_given_up.inc(),
         }
     }
     #[cfg(not(feature = "prometheus"))]

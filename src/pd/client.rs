@@ -362,6 +362,10 @@ impl<KvC: KvConnect> PdClient for PdRpcClient<KvC> {
         Ok(RegionStore::new(region, peer, client))
     }
 
+    fn probes_stores(&self) -> bool {
+        true
+    }
+
     async fn probe_store(
         &self,
         store_id: StoreId,

@@ -112,6 +112,14 @@ pub trait PdClient: Send + Sync + 'static {
         Err(forwarding_unsupported(peer.store_id))
     }
 
+    /// True when [`probe_store`](PdClient::probe_store) can probe a store
+    /// (the default cannot, and answers false): store liveness
+    /// ([`Config::store_probe_after`](crate::Config::store_probe_after))
+    /// probes only through a PD client that can.
+    fn probes_stores(&self) -> bool {
+        false
+    }
+
     /// Sends one cheap call to the store `store_id`, directly or (`via`)
     /// forwarded through another store, within `bound`: any answer, a
     /// Region error included, proves the store reachable that way. The

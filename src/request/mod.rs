@@ -116,6 +116,7 @@ pub mod plan {
     pub(crate) mod fast_dispatch;
     mod forward_probe;
     pub(crate) mod keyspace;
+    mod liveness_probe;
     pub(crate) mod request_shape;
     pub(crate) mod resolve_lock;
     mod responses;

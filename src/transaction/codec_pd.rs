@@ -79,6 +79,10 @@ impl<PdC: PdClient> PdClient for CodecPdClient<PdC> {
             .await
     }
 
+    fn probes_stores(&self) -> bool {
+        self.inner.probes_stores()
+    }
+
     async fn probe_store(
         &self,
         store_id: StoreId,

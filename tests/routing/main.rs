@@ -16,6 +16,8 @@ mod plan_stages;
 mod routing_busy;
 mod routing_fallback;
 mod routing_forward;
+mod routing_liveness;
+mod routing_liveness_sim;
 mod routing_mapping;
 mod routing_region_error;
 mod routing_shape;

@@ -25,7 +25,7 @@
 //! and bank tasks), `--long-tasks N`, `--hot-tasks N` (pessimistic
 //! transfers over three accounts, locked in random order), `--batched` or
 //! `--unary`, `--dump FILE` (the whole history, one
-//! transaction a line).
+//! transaction a line, then every fault with its window).
 //!
 //! `dst`: one deterministic simulation run (see `tikv_plan_chaos::dst`):
 //! the raw and the transactional workloads, the simulated cluster and
@@ -439,6 +439,15 @@ async fn run_txn(args: Vec<String>) -> bool {
             .history
             .iter()
             .map(|r| format!("{}\n", describe_record(r)))
+            .chain(report.fault_windows.iter().map(|w| {
+                format!(
+                    "fault [{}..{}µs] {} {}\n",
+                    w.start,
+                    w.end,
+                    w.kind.name(),
+                    w.target
+                )
+            }))
             .collect();
         if let Err(e) = std::fs::write(&path, text) {
             eprintln!("could not write {path}: {e}");

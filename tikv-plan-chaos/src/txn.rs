@@ -54,7 +54,7 @@ use std::time::Duration;
 use futures::FutureExt;
 
 use super::history::{undetermined_anywhere, FINAL_READER};
-use super::inject::{FaultKind, Injector, InjectorConfig};
+use super::inject::{FaultKind, FaultWindow, Injector, InjectorConfig};
 use super::run_injector;
 use super::txn_check::{check_txn_history, TxnCheckOptions, TxnCheckReport};
 use super::txn_history::{TxnMode, TxnOp, TxnOutcome, TxnRecord, TxnRecorder, TxnWorkload};
@@ -189,6 +189,9 @@ pub struct TxnChaosReport {
     pub drops_fired: u64,
     /// Calls the stores forwarded for the clients (`tikv-forwarded-host`).
     pub forwarded: u64,
+    /// Every fault as applied, on the history's clock (`--dump` writes
+    /// them after the transactions).
+    pub fault_windows: Vec<FaultWindow>,
     /// Automatic heartbeats the workload clients sent, and those that
     /// failed.
     pub heartbeats: (u64, u64),
@@ -1560,6 +1563,7 @@ impl TxnRan {
             faults,
             drops_fired,
             forwarded: 0,
+            fault_windows: Vec::new(),
             heartbeats,
             lock_checks,
             lock_waits,
@@ -1613,6 +1617,7 @@ pub async fn run(config: TxnChaosConfig) -> crate::Result<TxnChaosReport> {
     let connect = |c: Config| TransactionClient::new_with_config(pd.clone(), c);
     let stop = Arc::new(AtomicBool::new(false));
     let recorder = Arc::new(TxnRecorder::new());
+    let origin = recorder.started();
     let workload =
         TxnWorkloadRun::start(&config, &keys, &cluster, connect, &stop, recorder).await?;
 
@@ -1636,10 +1641,15 @@ pub async fn run(config: TxnChaosConfig) -> crate::Result<TxnChaosReport> {
     let lock_waits = cluster.lock_wait_stats();
     cluster.shutdown().await;
 
+    let windows = injector
+        .as_ref()
+        .map(|i| i.windows_since(origin))
+        .unwrap_or_default();
     let faults = injector.map(|i| i.counts().clone()).unwrap_or_default();
     tokio::task::spawn_blocking(move || {
         let mut report = ran.report(&config, &keys, faults, drops, lock_waits, panics);
         report.forwarded = forwarded;
+        report.fault_windows = windows;
         report
     })
     .await

@@ -211,6 +211,11 @@ impl TxnRecorder {
         }
     }
 
+    /// When the recorder's clock started.
+    pub fn started(&self) -> Instant {
+        self.start
+    }
+
     /// Microseconds since the recorder was made.
     pub fn now(&self) -> u64 {
         u64::try_from(self.start.elapsed().as_micros()).unwrap_or(u64::MAX)

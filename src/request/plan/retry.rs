@@ -13,6 +13,7 @@ use tokio::sync::Semaphore;
 use tokio::time::Instant;
 use tracing::Instrument;
 
+use super::liveness_probe;
 use super::stage::{ShardStage, Stage};
 use super::traits::{strongest_shard_error, HasRegionError, Plan, Shardable};
 use crate::backoff::Backoff;
@@ -108,6 +109,7 @@ where
         store: &'a RegionStore,
         permits: Option<&'a Semaphore>,
         deadline_left: Option<std::time::Duration>,
+        forwarded: bool,
         now: &'a mut Instant,
     ) -> impl std::future::Future<Output = (Instant, Result<P::Result>)> + 'a {
         async move {
@@ -161,6 +163,20 @@ where
             // Pinned where it is made: a future bound to a local and then
             // moved into an await is kept twice in this future's state.
             let rpc = std::pin::pin!(plan.run_mut());
+            // Store liveness: an RPC unanswered for a while gets its store
+            // probed, and one that may be sent again gives up once the
+            // store is marked unreachable.
+            let watch = routing.and_then(|r| {
+                r.liveness_watch(store.target_peer.store_id, forwarded, self.policy.replay)
+            });
+            let rpc = std::pin::pin!(async {
+                match (watch, &self.routing) {
+                    (Some(watch), Some(routing)) => {
+                        liveness_probe::watched(rpc, watch, sent_at, routing, &self.pd_client).await
+                    }
+                    _ => rpc.await,
+                }
+            });
             let result = match own_timer {
                 None => timed(now, rpc).await,
                 Some(bound) => match timed(now, tokio::time::timeout(bound, rpc)).await {
@@ -255,6 +271,8 @@ where
         async move {
             let mut event = Event::Start;
             let mut store: Option<RegionStore> = None;
+            // Whether the mapped store is reached through a proxy.
+            let mut forwarded = false;
             let mut response: Option<P::Result> = None;
             // The clock, read again only after a step that had to wait (see
             // `timed`): once per attempt on the fast path, after the RPC.
@@ -276,6 +294,7 @@ where
                         },
                     },
                     Next::Map { peer, via } => {
+                        forwarded = via.is_some();
                         let mapping = std::pin::pin!(self.map_candidate(
                             machine.region(),
                             peer,
@@ -301,7 +320,7 @@ where
                                 // span through a reference: the RPC's future
                                 // is not moved again into a wrapper.
                                 let rpc = std::pin::pin!(self.dispatch_candidate(
-                                    &mut plan, &store, permits, bound, &mut now
+                                    &mut plan, &store, permits, bound, forwarded, &mut now
                                 ));
                                 InSpan {
                                     fut: rpc,

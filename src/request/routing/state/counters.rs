@@ -42,6 +42,14 @@ pub struct RoutingStats {
     pub forwarding_probes: u64,
     /// Stores reached only through a proxy right now.
     pub forwarded_stores: u64,
+    /// Probes of a store that left an RPC unanswered for
+    /// [`Config::store_probe_after`](crate::Config::store_probe_after)
+    /// ([routing.md, "Store
+    /// liveness"](crate::spec::routing#store-liveness-beyond)).
+    pub liveness_probes: u64,
+    /// RPCs that were safe to send again and were abandoned because their
+    /// store was marked unreachable while they waited.
+    pub rpcs_given_up: u64,
 }
 
 #[derive(Debug, Default)]
@@ -58,6 +66,8 @@ pub(super) struct Counters {
     forwarded_requests: AtomicU64,
     proxies_chosen: AtomicU64,
     forwarding_probes: AtomicU64,
+    liveness_probes: AtomicU64,
+    rpcs_given_up: AtomicU64,
 }
 
 impl Counters {
@@ -78,6 +88,8 @@ impl Counters {
             proxies_chosen: get(&self.proxies_chosen),
             forwarding_probes: get(&self.forwarding_probes),
             forwarded_stores: 0,
+            liveness_probes: get(&self.liveness_probes),
+            rpcs_given_up: get(&self.rpcs_given_up),
         }
     }
 
@@ -94,6 +106,8 @@ impl Counters {
             Counter::Forwarded => &self.forwarded_requests,
             Counter::ProxyChosen => &self.proxies_chosen,
             Counter::ForwardingProbe => &self.forwarding_probes,
+            Counter::LivenessProbe => &self.liveness_probes,
+            Counter::RpcGaveUp => &self.rpcs_given_up,
         };
         atomic.fetch_add(1, Ordering::Relaxed);
         crate::telemetry::routing_event(counter);

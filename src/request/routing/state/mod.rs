@@ -3,11 +3,14 @@
 //! the shared `ServerIsBusy(0)` suspicion), and the counters of
 //! ["Observability"](crate::spec::routing#observability). All methods are
 //! synchronous and hold a lock only for a map lookup. One concept a file:
-//! `store_health`, `busy` (the suspicion and its probe), `counters`.
+//! `store_health`, `liveness` (the probe of a store that leaves an RPC
+//! unanswered), `busy` (the suspicion and its probe), `forwarding`,
+//! `counters`.
 
 mod busy;
 mod counters;
 mod forwarding;
+mod liveness;
 mod store_health;
 
 use std::sync::Arc;
@@ -16,7 +19,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::region::{RegionId, StoreId};
-use crate::request::routing::policy::RequestPolicy;
+use crate::request::routing::policy::{Replay, RequestPolicy};
 use crate::telemetry::Counter;
 use crate::Config;
 
@@ -26,6 +29,8 @@ use counters::Counters;
 pub use counters::RoutingStats;
 use forwarding::Proxies;
 pub(crate) use forwarding::ProxyChange;
+use liveness::Liveness;
+pub(crate) use liveness::Watch;
 pub(crate) use store_health::StoreHealth;
 
 /// The shortest pause between two direct probes of a store reached
@@ -39,6 +44,8 @@ const MIN_FORWARDING_PROBE_INTERVAL: Duration = Duration::from_millis(10);
 #[derive(Debug)]
 pub struct RoutingState {
     store_health: Option<StoreHealth>,
+    /// Store liveness (`None`: store health is off).
+    liveness: Option<Liveness>,
     /// The client's defaults of every request's policy (concurrency, RPC
     /// timeout, deadline, busy-probe sharing), from its [`Config`].
     defaults: RequestPolicy,
@@ -59,6 +66,9 @@ impl RoutingState {
             store_health: config
                 .store_health
                 .then(|| StoreHealth::new(config.store_cooldown, config.store_timeout_strikes)),
+            liveness: config
+                .store_health
+                .then(|| Liveness::new(config.store_probe_after)),
             defaults: RequestPolicy {
                 max_concurrency: Some(config.max_concurrency.max(1)),
                 rpc_timeout: Some(config.timeout),
@@ -129,10 +139,87 @@ impl RoutingState {
     pub(crate) fn store_failed(&self, store_id: StoreId) {
         if let Some(h) = &self.store_health {
             if h.mark_unreachable(store_id) {
-                self.counters.store_marked_unreachable();
+                self.store_marked();
                 tracing::debug!("store {store_id} marked unreachable");
             }
         }
+    }
+
+    /// A store was newly marked unreachable: counted, and the RPCs waiting
+    /// on a store are woken to check theirs.
+    fn store_marked(&self) {
+        self.counters.store_marked_unreachable();
+        if let Some(l) = &self.liveness {
+            l.store_marked();
+        }
+    }
+
+    /// How an RPC to `store_id` is watched for liveness (`None`: it is
+    /// not).
+    pub(crate) fn liveness_watch(
+        &self,
+        store_id: StoreId,
+        forwarded: bool,
+        replay: Replay,
+    ) -> Option<Watch> {
+        self.liveness.as_ref()?.watch(store_id, forwarded, replay)
+    }
+
+    /// Starts the liveness probe of `store_id` unless one runs: true when
+    /// the caller must run it and then call
+    /// [`liveness_probe_ended`](Self::liveness_probe_ended) with its result.
+    pub(crate) fn begin_liveness_probe(&self, store_id: StoreId) -> bool {
+        let begun = self
+            .liveness
+            .as_ref()
+            .is_some_and(|l| l.begin_probe(store_id));
+        if begun {
+            self.counters.bump(Counter::LivenessProbe);
+        }
+        begun
+    }
+
+    /// The liveness probe of `store_id`, sent at `sent_at`, ended: `Some`
+    /// with whether the store answered, `None` when it proved nothing (the
+    /// PD client cannot probe).
+    pub(crate) fn liveness_probe_ended(
+        &self,
+        store_id: StoreId,
+        sent_at: Instant,
+        answered: Option<bool>,
+    ) {
+        match answered {
+            Some(true) => self.store_answered(store_id, sent_at),
+            Some(false) => {
+                if let Some(h) = &self.store_health {
+                    if h.mark_unreachable(store_id) {
+                        self.store_marked();
+                        tracing::info!(
+                            "store {store_id} left an RPC unanswered and failed its liveness \
+                             probe; marked unreachable"
+                        );
+                    }
+                }
+            }
+            None => {}
+        }
+        if let Some(l) = &self.liveness {
+            l.probe_ended(store_id);
+        }
+    }
+
+    /// The wake-up of RPCs waiting on a store, sent whenever a store is
+    /// marked unreachable (`None`: store health is off).
+    pub(crate) fn store_marked_notify(&self) -> Option<&tokio::sync::Notify> {
+        self.liveness.as_ref().map(Liveness::marked)
+    }
+
+    /// True when `store_id` was marked unreachable after `sent_at` and
+    /// still is: an RPC sent before then may give up.
+    pub(crate) fn marked_unreachable_since(&self, store_id: StoreId, sent_at: Instant) -> bool {
+        self.store_health
+            .as_ref()
+            .is_some_and(|h| h.marked_since(store_id, sent_at))
     }
 
     /// A timeout from the store of an RPC sent at `sent_at`; enough in a row
@@ -140,7 +227,7 @@ impl RoutingState {
     pub(crate) fn store_timed_out(&self, store_id: StoreId, sent_at: Instant) {
         if let Some(h) = &self.store_health {
             if h.record_timeout(store_id, sent_at) {
-                self.counters.store_marked_unreachable();
+                self.store_marked();
                 tracing::debug!("store {store_id} marked unreachable after consecutive timeouts");
             }
         }

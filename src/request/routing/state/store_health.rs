@@ -70,6 +70,18 @@ impl StoreHealth {
         until.is_some_and(|until| Instant::now() < until)
     }
 
+    /// True when the store was marked unreachable at or after `since` and
+    /// still cools down.
+    pub fn marked_since(&self, store_id: StoreId, since: Instant) -> bool {
+        if self.entries.load(Ordering::Acquire) == 0 {
+            return false;
+        }
+        let now = Instant::now();
+        read(&self.stores).get(&store_id).is_some_and(|e| {
+            e.marked_at.is_some_and(|m| m >= since) && e.unreachable_until.is_some_and(|u| now < u)
+        })
+    }
+
     /// Marks the store unreachable for the cool-down. Returns true when it
     /// was not already.
     pub fn mark_unreachable(&self, store_id: StoreId) -> bool {

@@ -1,0 +1,89 @@
+//! Store liveness in the shell ([routing.md, "Store
+//! liveness"](crate::spec::routing#store-liveness-beyond)): an RPC waits
+//! under its [`Watch`]; once it has waited `after` without an answer, its
+//! store is probed in the background (one cheap call, bounded by `after`,
+//! one probe per store at a time), and an RPC that may give up ends as soon
+//! as its store is marked unreachable, by the probe or by anything else.
+//! An RPC answered before `after` costs one timer and nothing more.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+
+use tokio::time::Instant;
+
+use crate::pd::PdClient;
+use crate::region::StoreId;
+use crate::request::routing::state::{RoutingState, Watch};
+use crate::telemetry::Counter;
+use crate::{Error, Failure, Result};
+
+/// Awaits `rpc`, sent at `sent_at`, under `watch`.
+pub(crate) async fn watched<F, T, PdC>(
+    mut rpc: Pin<&mut F>,
+    watch: Watch,
+    sent_at: Instant,
+    routing: &Arc<RoutingState>,
+    pd: &Arc<PdC>,
+) -> Result<T>
+where
+    F: Future<Output = Result<T>>,
+    PdC: PdClient,
+{
+    tokio::select! {
+        biased;
+        result = rpc.as_mut() => return result,
+        () = tokio::time::sleep_until(sent_at + watch.after) => {}
+    }
+    spawn(routing, pd, watch);
+    let Some(marked) = routing.store_marked_notify().filter(|_| watch.give_up) else {
+        return rpc.await;
+    };
+    loop {
+        // Registered before the check, so a mark between the two still
+        // wakes this RPC.
+        let notified = marked.notified();
+        tokio::pin!(notified);
+        notified.as_mut().enable();
+        if routing.marked_unreachable_since(watch.store_id, sent_at) {
+            routing.count(Counter::RpcGaveUp);
+            return Err(gave_up(watch.store_id, sent_at.elapsed()));
+        }
+        tokio::select! {
+            biased;
+            result = rpc.as_mut() => return result,
+            () = notified => {}
+        }
+    }
+}
+
+/// Probes `watch`'s store in the background unless a probe of it runs.
+fn spawn<PdC: PdClient>(routing: &Arc<RoutingState>, pd: &Arc<PdC>, watch: Watch) {
+    if !pd.probes_stores() || !routing.begin_liveness_probe(watch.store_id) {
+        return;
+    }
+    let (routing, pd) = (Arc::clone(routing), Arc::clone(pd));
+    tokio::spawn(async move {
+        let sent_at = Instant::now();
+        let answered = match pd.probe_store(watch.store_id, None, watch.after).await {
+            Ok(()) => true,
+            Err(e) => {
+                tracing::debug!("store {} failed its liveness probe: {e}", watch.store_id);
+                false
+            }
+        };
+        routing.liveness_probe_ended(watch.store_id, sent_at, Some(answered));
+    });
+}
+
+/// The error of an RPC that gave up on its store: a timeout of the
+/// client's own (the next candidate is tried; the request may have been
+/// received).
+fn gave_up(store_id: StoreId, waited: std::time::Duration) -> Error {
+    Error::from(Failure::Timeout {
+        what: format!(
+            "the request to store {store_id}, given up when the store failed its liveness probe"
+        ),
+        after: waited,
+    })
+}

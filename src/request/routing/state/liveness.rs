@@ -1,0 +1,136 @@
+//! Store liveness ([routing.md, "Store
+//! liveness"](crate::spec::routing#store-liveness-beyond)): an RPC left
+//! unanswered for `store_probe_after` makes the client probe its store once
+//! (one cheap call, bounded by the same time); a probe that fails marks the
+//! store unreachable at once, and the re-sendable requests still waiting on
+//! it give up and go to the next candidate. Which RPCs are watched is
+//! decided here, synchronously; the shell keeps the timer and runs the
+//! probe.
+
+use std::collections::HashSet;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use tokio::sync::Notify;
+
+use crate::region::StoreId;
+use crate::request::routing::policy::Replay;
+
+/// The shortest wait before a store is probed, whatever the configuration
+/// says.
+pub(crate) const MIN_PROBE_AFTER: Duration = Duration::from_millis(10);
+
+/// How one RPC is watched: after `after` without an answer its store is
+/// probed; with `give_up` the RPC also ends once the probe (or anything
+/// else) marks the store unreachable. A write that must never be sent
+/// twice does not give up: it may still be answered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Watch {
+    /// The store the RPC went to.
+    pub(crate) store_id: StoreId,
+    /// How long the RPC waits before its store is probed.
+    pub(crate) after: Duration,
+    /// The RPC may be abandoned when its store is marked unreachable: it is
+    /// safe to send again (a read, a prewrite, a commit point).
+    pub(crate) give_up: bool,
+}
+
+/// The client-wide side of store liveness: which stores are being probed,
+/// and a wake-up for the RPCs waiting on a store that gets marked.
+#[derive(Debug)]
+pub(crate) struct Liveness {
+    after: Duration,
+    probing: Mutex<HashSet<StoreId>>,
+    marked: Notify,
+}
+
+impl Liveness {
+    /// Liveness that probes a store after `after` without an answer.
+    pub(crate) fn new(after: Duration) -> Self {
+        Liveness {
+            after: after.max(MIN_PROBE_AFTER),
+            probing: Mutex::new(HashSet::new()),
+            marked: Notify::new(),
+        }
+    }
+
+    /// The watch of an RPC to `store_id` sent directly (`forwarded`: through
+    /// a proxy, whose slowness says nothing of the store's own link, and
+    /// which is not watched) by a request with `replay`.
+    pub(crate) fn watch(
+        &self,
+        store_id: StoreId,
+        forwarded: bool,
+        replay: Replay,
+    ) -> Option<Watch> {
+        (!forwarded).then_some(Watch {
+            store_id,
+            after: self.after,
+            give_up: replay != Replay::Never,
+        })
+    }
+
+    /// Starts a probe of `store_id` unless one runs: true when the caller
+    /// must run it (and then call [`probe_ended`](Self::probe_ended)).
+    pub(crate) fn begin_probe(&self, store_id: StoreId) -> bool {
+        crate::sync::lock(&self.probing).insert(store_id)
+    }
+
+    /// The probe of `store_id` ended.
+    pub(crate) fn probe_ended(&self, store_id: StoreId) {
+        crate::sync::lock(&self.probing).remove(&store_id);
+    }
+
+    /// Wakes every RPC waiting for a store to be marked.
+    pub(crate) fn store_marked(&self) {
+        self.marked.notify_waiters();
+    }
+
+    /// The wake-up of [`store_marked`](Self::store_marked).
+    pub(crate) fn marked(&self) -> &Notify {
+        &self.marked
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_direct_rpcs_are_watched_and_only_resendable_ones_give_up() {
+        let l = Liveness::new(Duration::from_millis(500));
+        let read = l.watch(4, false, Replay::Resend);
+        assert_eq!(
+            read,
+            Some(Watch {
+                store_id: 4,
+                after: Duration::from_millis(500),
+                give_up: true
+            })
+        );
+        assert_eq!(
+            l.watch(4, false, Replay::Never).map(|w| w.give_up),
+            Some(false)
+        );
+        assert_eq!(
+            l.watch(4, false, Replay::CommitPoint).map(|w| w.give_up),
+            Some(true),
+            "a commit point is sent again safely"
+        );
+        assert_eq!(l.watch(4, true, Replay::Resend), None, "a forwarded RPC");
+    }
+
+    #[test]
+    fn one_probe_per_store_at_a_time_and_a_floor_on_the_wait() {
+        let l = Liveness::new(Duration::ZERO);
+        assert_eq!(
+            l.watch(1, false, Replay::Never).map(|w| w.after),
+            Some(MIN_PROBE_AFTER)
+        );
+        assert!(l.begin_probe(1));
+        assert!(!l.begin_probe(1));
+        assert!(l.begin_probe(2));
+        l.probe_ended(1);
+        assert!(l.begin_probe(1));
+    }
+}

@@ -1,0 +1,141 @@
+//! Store liveness (routing.md, "Store liveness"): an RPC unanswered for
+//! `store_probe_after` gets its store probed; a failed probe marks the store
+//! at once and the re-sendable requests waiting on it give up.
+#![cfg(feature = "mock")]
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::common::*;
+use tikv_plan::mock::{self, MockPdClient};
+use tikv_plan::Failure;
+
+/// Three Regions `["", b)`, `[b, c)`, `[c, "")`, voters on stores 1 and 2,
+/// all led from store 1; the client can probe stores.
+fn three_regions_led_from_store_1() -> Arc<MockPdClient> {
+    let peers = |r: u64| [mock::voter(r * 10 + 1, 1), mock::voter(r * 10 + 2, 2)];
+    let pd = Arc::new(MockPdClient::new(vec![
+        mock::region(1, b"", b"b", &peers(1), Some(11)),
+        mock::region(2, b"b", b"c", &peers(2), Some(21)),
+        mock::region(3, b"c", b"", &peers(3), Some(31)),
+    ]));
+    pd.probe_stores(true);
+    pd
+}
+
+/// Store 1 takes every call, probes included, and never answers; store 2
+/// answers at once.
+fn store_1_hangs(pd: &MockPdClient) {
+    pd.set_async_dispatch_hook(|peer, req| {
+        let answer = accept(peer, req);
+        let store = peer.store_id;
+        Box::pin(async move {
+            if store == 1 {
+                tokio::time::sleep(Duration::from_secs(3600)).await;
+            }
+            answer
+        })
+    });
+}
+
+#[tokio::test(start_paused = true)]
+async fn reads_waiting_on_a_hung_store_give_up_when_its_one_probe_fails() {
+    let pd = three_regions_led_from_store_1();
+    let routing = routing();
+    store_1_hangs(&pd);
+    let started = Instant::now();
+    let (a, b, c) = tokio::join!(
+        get_with(&pd, Some(&routing), backoff(), b"a"),
+        get_with(&pd, Some(&routing), backoff(), b"b"),
+        get_with(&pd, Some(&routing), backoff(), b"c"),
+    );
+    let took = started.elapsed();
+    for got in [a, b, c] {
+        assert!(
+            text(got.unwrap()).ends_with('2'),
+            "a voter on store 2 answered"
+        );
+    }
+    // 500 ms of waiting, then a probe bounded by 500 ms: one connect
+    // timeout in all, half the RPC timeout of 2 s.
+    assert!(
+        took >= Duration::from_millis(1000) && took < Duration::from_millis(1010),
+        "took {took:?}"
+    );
+    assert_eq!(pd.probes_of_store(1), 1, "one probe for the three reads");
+    assert_eq!(pd.dispatches_to_store(1), 3);
+    let stats = routing.stats();
+    assert_eq!(stats.liveness_probes, 1);
+    assert_eq!(stats.rpcs_given_up, 3);
+    assert_eq!(stats.stores_marked_unreachable, 1);
+    assert!(routing.is_store_unreachable(1));
+    assert_eq!(pd.invalidate_store_cache_calls(), 0, "the caches stay");
+    // The next read of a Region led from store 1 goes to the voter first.
+    let got = get_with(&pd, Some(&routing), backoff(), b"a")
+        .await
+        .unwrap();
+    assert_eq!(text(got), "from-12");
+    assert_eq!(pd.dispatches_to_store(1), 3);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_slow_store_that_answers_its_probe_keeps_its_requests() {
+    let pd = three_regions_led_from_store_1();
+    let routing = routing();
+    // Store 1 answers requests after 800 ms and its probe at once.
+    pd.set_async_dispatch_hook(|peer, req| {
+        let answer = accept(peer, req);
+        let slow = peer.store_id == 1 && peer.id != 0;
+        Box::pin(async move {
+            if slow {
+                tokio::time::sleep(Duration::from_millis(800)).await;
+            }
+            answer
+        })
+    });
+    let started = Instant::now();
+    let got = get_with(&pd, Some(&routing), backoff(), b"a")
+        .await
+        .unwrap();
+    assert_eq!(text(got), "from-11", "the leader answered");
+    assert_eq!(started.elapsed(), Duration::from_millis(800));
+    assert_eq!(pd.probes_of_store(1), 1);
+    assert_eq!(pd.dispatches_to_store(2), 0);
+    assert!(!routing.is_store_unreachable(1));
+    assert_eq!(routing.stats().rpcs_given_up, 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_write_that_must_not_be_sent_twice_waits_out_its_timeout() {
+    let pd = three_regions_led_from_store_1();
+    let routing = routing();
+    store_1_hangs(&pd);
+    let started = Instant::now();
+    let error = put(&pd, &routing).await.unwrap_err();
+    assert!(
+        matches!(error.failure(), Some(Failure::Undetermined { .. })),
+        "{error}"
+    );
+    // The probe marked the store after 1 s, but the put may still be
+    // answered: it waited for the RPC timeout, and was not sent again.
+    assert_eq!(started.elapsed(), routing.rpc_timeout());
+    assert_eq!(pd.probes_of_store(1), 1);
+    assert!(routing.is_store_unreachable(1));
+    assert_eq!(pd.dispatches_to_store(1), 1);
+    assert_eq!(pd.dispatches_to_store(2), 0, "never sent again");
+    assert_eq!(routing.stats().rpcs_given_up, 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_request_answered_before_the_wait_probes_nothing() {
+    let pd = three_regions_led_from_store_1();
+    let routing = routing();
+    pd.set_dispatch_hook(accept);
+    for key in [b"a", b"b", b"c"] {
+        get_with(&pd, Some(&routing), backoff(), key).await.unwrap();
+    }
+    assert_eq!(pd.probes_of_store(1), 0);
+    assert_eq!(routing.stats().liveness_probes, 0);
+}
