@@ -277,3 +277,23 @@ fn the_seed_that_found_a_pessimistic_answer_reused_for_prewritten_locks_replays_
     .unwrap();
     assert!(report.is_clean(), "seed 455: {}", report.trace());
 }
+
+/// The seed the first exploration with store liveness found (an aborted
+/// read): an async-commit transaction's prewrite of one key gave up on a
+/// store the probe had found dead, was sent again and answered `Locked`
+/// until the lock could not be resolved in time, and the failure came
+/// back as an abort; its rollback could not reach PD, and the copy given
+/// up on arrived later and locked the key, so a reader found every key
+/// locked and committed the transaction. An async-commit or 1PC prewrite
+/// that fails is now undetermined unless its rollback was answered.
+/// Replays its run, now clean.
+#[test]
+fn the_seed_that_found_an_async_commit_reported_aborted_and_committed_later_replays_clean() {
+    let report = run(&DstConfig {
+        seed: 429,
+        duration: Duration::from_secs(10),
+        ..DstConfig::default()
+    })
+    .unwrap();
+    assert!(report.is_clean(), "seed 429: {}", report.trace());
+}

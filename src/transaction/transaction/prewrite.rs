@@ -130,8 +130,19 @@ impl<PdC: PdClient> Transaction<PdC> {
             // without a lock and rolls the transaction back.)
             Err(e) if all_undetermined(&e) => return Err(undetermined(e)),
             Err(e) => {
-                self.rollback_after_failed_prewrite(primary.clone(), keys)
+                let rolled_back = self
+                    .rollback_after_failed_prewrite(primary.clone(), keys)
                     .await;
+                // An async-commit or 1PC transaction commits by its
+                // prewrites alone, and a copy of one sent earlier (an
+                // attempt that was given up, or timed out, before a later
+                // one was answered) may still arrive and lock its key, so
+                // that a reader then finds every key locked and commits it
+                // (1PC: the copy commits). Only its rollback, answered,
+                // rules that out; without it the outcome is unknown.
+                if (async_commit || one_pc) && !rolled_back {
+                    return Err(undetermined(e));
+                }
                 return Err(e);
             }
         };

@@ -106,8 +106,16 @@ impl<PdC: PdClient> Transaction<PdC> {
 
     /// Best effort: a failed prewrite's locks are rolled back instead of
     /// being left for readers to wait out
-    /// ([txn.md](crate::spec::txn#behaviour-we-require)).
-    pub(super) async fn rollback_after_failed_prewrite(&self, primary: Key, keys: Vec<Vec<u8>>) {
+    /// ([txn.md](crate::spec::txn#behaviour-we-require)). True when the
+    /// prewritten keys' rollback (the primary's first) was answered within
+    /// the call: the transaction can never commit then, whatever copy of
+    /// its prewrite still arrives (TiKV refuses a prewrite over the
+    /// transaction's own rollback record).
+    pub(super) async fn rollback_after_failed_prewrite(
+        &self,
+        primary: Key,
+        keys: Vec<Vec<u8>>,
+    ) -> bool {
         bump(&self.shared.counters.prewrite_rollbacks);
         let shared = Arc::clone(&self.shared);
         let (start_ts, backoff) = (self.start_ts(), self.region_backoff());
@@ -118,37 +126,42 @@ impl<PdC: PdClient> Transaction<PdC> {
             .map(|k| k.as_bytes().to_vec())
             .collect();
         self.beyond_the_call(async move {
-            if let Err(e) = shared
+            let rolled_back = match shared
                 .rollback_prewritten(start_ts, backoff.clone(), Some(primary), keys)
                 .await
             {
-                warn!(
-                    "rolling back transaction {start_ts} after a failed prewrite failed: {e}; its locks expire after their TTL"
-                );
-            }
+                Ok(()) => true,
+                Err(e) => {
+                    warn!(
+                        "rolling back transaction {start_ts} after a failed prewrite failed: {e}; its locks expire after their TTL"
+                    );
+                    false
+                }
+            };
             if let Err(e) = shared
                 .pessimistic_rollback(start_ts, backoff, locked, for_update_ts)
                 .await
             {
                 warn!("releasing pessimistic locks after a failed prewrite failed: {e}");
             }
+            rolled_back
         })
         .await
+        .unwrap_or(false)
     }
 
     /// Runs `cleanup`, the release of locks a failed write left, on a task
     /// of its own with a deadline of its own: a write that failed because
     /// the call's deadline ran out would otherwise leave its locks, the
     /// cleanup having no time left either. The call waits for it until the
-    /// call's own deadline, then returns and leaves it running.
-    pub(super) fn beyond_the_call(
+    /// call's own deadline, then returns and leaves it running. Answers
+    /// the cleanup's output when it ended within the call.
+    pub(super) fn beyond_the_call<T: Send + 'static>(
         &self,
-        cleanup: impl std::future::Future<Output = ()> + Send + 'static,
-    ) -> impl std::future::Future<Output = ()> {
+        cleanup: impl std::future::Future<Output = T> + Send + 'static,
+    ) -> impl std::future::Future<Output = Option<T>> {
         let task = tokio::spawn(call_deadline::within(self.shared.request_deadline, cleanup));
-        async move {
-            let _ = call_deadline::bounded(task).await;
-        }
+        async move { call_deadline::bounded(task).await?.ok() }
     }
 
     /// Best effort, for a dropped transaction: releases its pessimistic
