@@ -305,3 +305,101 @@ mod single_flight {
         assert_eq!(s.client.connect_counts(STORE_1).attempts, CALLERS as u64);
     }
 }
+
+mod forwarded_connections {
+    use std::any::Any;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use async_trait::async_trait;
+    use tikv_plan::pd::{PdClient, PdRpcClient};
+    use tikv_plan::store::Request;
+    use tikv_plan::Config;
+
+    use super::*;
+    use crate::pd_support::{peer, FakePd};
+
+    /// A connector that opens clients which send nothing, counting the
+    /// forwarded ones.
+    #[derive(Clone, Default)]
+    struct CountingConnect {
+        forwarded: Arc<AtomicUsize>,
+    }
+
+    #[derive(Clone)]
+    struct NullClient;
+
+    #[async_trait]
+    impl KvClient for NullClient {
+        async fn dispatch(&self, _req: &dyn Request) -> tikv_plan::Result<Box<dyn Any + Send>> {
+            Err(Error::InternalError {
+                message: "test client sends nothing".to_owned(),
+            })
+        }
+    }
+
+    #[async_trait]
+    impl KvConnect for CountingConnect {
+        type KvClient = NullClient;
+
+        async fn connect(&self, _address: &str) -> tikv_plan::Result<NullClient> {
+            Ok(NullClient)
+        }
+
+        async fn connect_forwarded(
+            &self,
+            _proxy: &str,
+            _target: &str,
+        ) -> tikv_plan::Result<NullClient> {
+            self.forwarded.fetch_add(1, Ordering::SeqCst);
+            Ok(NullClient)
+        }
+    }
+
+    /// A route to store 1 through store 2 is opened once and reused, and
+    /// opened again once either store is dropped from the cache (its
+    /// address may have changed), so no route outlives its stores.
+    #[tokio::test]
+    async fn a_forwarded_connection_lives_as_long_as_both_its_stores_are_cached() {
+        let pd = FakePd::start(1, 9).await;
+        let connect = CountingConnect::default();
+        let opened = Arc::clone(&connect.forwarded);
+        let client = Arc::new(
+            PdRpcClient::new_with(&pd.endpoints(), &Config::default(), connect)
+                .await
+                .unwrap(),
+        );
+        let region = client.region_for_key(b"a").await.unwrap();
+        let route = || {
+            let client = Arc::clone(&client);
+            let region = region.clone();
+            async move {
+                client
+                    .map_peer_through_proxy(region, peer(21, 1), 2)
+                    .await
+                    .map(drop)
+            }
+        };
+        route().await.unwrap();
+        route().await.unwrap();
+        assert_eq!(opened.load(Ordering::SeqCst), 1, "reused");
+        client.invalidate_store_cache(2).await;
+        route().await.unwrap();
+        assert_eq!(opened.load(Ordering::SeqCst), 2, "the proxy was dropped");
+        client.invalidate_store_cache(1).await;
+        route().await.unwrap();
+        assert_eq!(opened.load(Ordering::SeqCst), 3, "the target was dropped");
+        client
+            .clone()
+            .map_peer_to_store(region.clone(), peer(23, 3))
+            .await
+            .unwrap();
+        client.invalidate_store_cache(3).await;
+        route().await.unwrap();
+        assert_eq!(
+            opened.load(Ordering::SeqCst),
+            3,
+            "another store changes nothing"
+        );
+        drop(pd);
+    }
+}

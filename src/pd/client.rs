@@ -478,9 +478,13 @@ impl<KvC: KvConnect> PdClient for PdRpcClient<KvC> {
         self.regions.invalidate(ver_id);
     }
 
+    /// Also drops the forwarded connections through the store and to it:
+    /// a route is opened again, at the store's address as PD then gives it.
     async fn invalidate_store_cache(&self, store_id: StoreId) {
         if let Some(store) = self.stores.remove(store_id) {
             crate::sync::write(&self.connections).remove(&store.address);
+            crate::sync::write(&self.forwarded)
+                .retain(|(proxy, target), _| *proxy != store.address && *target != store.address);
         }
     }
 
