@@ -149,7 +149,7 @@ mod single_flight {
     }
 
     #[derive(Clone)]
-    struct NullClient;
+    pub(super) struct NullClient;
 
     #[async_trait]
     impl KvClient for NullClient {
@@ -307,14 +307,13 @@ mod single_flight {
 }
 
 mod forwarded_connections {
-    use std::any::Any;
     use std::sync::atomic::{AtomicUsize, Ordering};
 
     use async_trait::async_trait;
     use tikv_plan::pd::{PdClient, PdRpcClient};
-    use tikv_plan::store::Request;
     use tikv_plan::Config;
 
+    use super::single_flight::NullClient;
     use super::*;
     use crate::pd_support::{peer, FakePd};
 
@@ -323,18 +322,6 @@ mod forwarded_connections {
     #[derive(Clone, Default)]
     struct CountingConnect {
         forwarded: Arc<AtomicUsize>,
-    }
-
-    #[derive(Clone)]
-    struct NullClient;
-
-    #[async_trait]
-    impl KvClient for NullClient {
-        async fn dispatch(&self, _req: &dyn Request) -> tikv_plan::Result<Box<dyn Any + Send>> {
-            Err(Error::InternalError {
-                message: "test client sends nothing".to_owned(),
-            })
-        }
     }
 
     #[async_trait]

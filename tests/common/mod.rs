@@ -40,6 +40,32 @@ pub fn voters(n: u64) -> Arc<MockPdClient> {
     )]))
 }
 
+/// Three Regions `["", b)`, `[b, c)`, `[c, "")`, voters `r1@1` (leader)
+/// and `r2@2` for Region `r`.
+pub fn three_regions_led_from_store_1() -> Arc<MockPdClient> {
+    let peers = |r: u64| [mock::voter(r * 10 + 1, 1), mock::voter(r * 10 + 2, 2)];
+    Arc::new(MockPdClient::new(vec![
+        mock::region(1, b"", b"b", &peers(1), Some(11)),
+        mock::region(2, b"b", b"c", &peers(2), Some(21)),
+        mock::region(3, b"c", b"", &peers(3), Some(31)),
+    ]))
+}
+
+/// Store 1 takes every call (a probe too) and never answers; the other
+/// stores accept at once.
+pub fn hang_store_1(pd: &MockPdClient) {
+    pd.set_async_dispatch_hook(|peer, req| {
+        let answer = accept(peer, req);
+        let store = peer.store_id;
+        Box::pin(async move {
+            if store == 1 {
+                tokio::time::sleep(std::time::Duration::from_secs(3600)).await;
+            }
+            answer
+        })
+    });
+}
+
 /// Routing state with the default config.
 pub fn routing() -> Arc<RoutingState> {
     Arc::new(RoutingState::new(&Config::default()))

@@ -9,42 +9,22 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::common::*;
-use tikv_plan::mock::{self, MockPdClient};
+use tikv_plan::mock::MockPdClient;
 use tikv_plan::Failure;
 
-/// Three Regions `["", b)`, `[b, c)`, `[c, "")`, voters on stores 1 and 2,
-/// all led from store 1; the client can probe stores.
-fn three_regions_led_from_store_1() -> Arc<MockPdClient> {
-    let peers = |r: u64| [mock::voter(r * 10 + 1, 1), mock::voter(r * 10 + 2, 2)];
-    let pd = Arc::new(MockPdClient::new(vec![
-        mock::region(1, b"", b"b", &peers(1), Some(11)),
-        mock::region(2, b"b", b"c", &peers(2), Some(21)),
-        mock::region(3, b"c", b"", &peers(3), Some(31)),
-    ]));
+/// The three Regions of [`three_regions_led_from_store_1`], with a client
+/// that can probe stores.
+fn probing_pd() -> Arc<MockPdClient> {
+    let pd = three_regions_led_from_store_1();
     pd.probe_stores(true);
     pd
 }
 
-/// Store 1 takes every call, probes included, and never answers; store 2
-/// answers at once.
-fn store_1_hangs(pd: &MockPdClient) {
-    pd.set_async_dispatch_hook(|peer, req| {
-        let answer = accept(peer, req);
-        let store = peer.store_id;
-        Box::pin(async move {
-            if store == 1 {
-                tokio::time::sleep(Duration::from_secs(3600)).await;
-            }
-            answer
-        })
-    });
-}
-
 #[tokio::test(start_paused = true)]
 async fn reads_waiting_on_a_hung_store_give_up_when_its_one_probe_fails() {
-    let pd = three_regions_led_from_store_1();
+    let pd = probing_pd();
     let routing = routing();
-    store_1_hangs(&pd);
+    hang_store_1(&pd);
     let started = Instant::now();
     let (a, b, c) = tokio::join!(
         get_with(&pd, Some(&routing), backoff(), b"a"),
@@ -82,7 +62,7 @@ async fn reads_waiting_on_a_hung_store_give_up_when_its_one_probe_fails() {
 
 #[tokio::test(start_paused = true)]
 async fn a_slow_store_that_answers_its_probe_keeps_its_requests() {
-    let pd = three_regions_led_from_store_1();
+    let pd = probing_pd();
     let routing = routing();
     // Store 1 answers requests after 800 ms and its probe at once.
     pd.set_async_dispatch_hook(|peer, req| {
@@ -109,9 +89,9 @@ async fn a_slow_store_that_answers_its_probe_keeps_its_requests() {
 
 #[tokio::test(start_paused = true)]
 async fn a_write_that_must_not_be_sent_twice_waits_out_its_timeout() {
-    let pd = three_regions_led_from_store_1();
+    let pd = probing_pd();
     let routing = routing();
-    store_1_hangs(&pd);
+    hang_store_1(&pd);
     let started = Instant::now();
     let error = put(&pd, &routing).await.unwrap_err();
     assert!(
@@ -130,7 +110,7 @@ async fn a_write_that_must_not_be_sent_twice_waits_out_its_timeout() {
 
 #[tokio::test(start_paused = true)]
 async fn a_request_answered_before_the_wait_probes_nothing() {
-    let pd = three_regions_led_from_store_1();
+    let pd = probing_pd();
     let routing = routing();
     pd.set_dispatch_hook(accept);
     for key in [b"a", b"b", b"c"] {

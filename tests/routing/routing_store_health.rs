@@ -2,7 +2,6 @@
 #![cfg(feature = "mock")]
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use crate::common::*;
 use tikv_plan::mock::{self, MappingFailure, MockPdClient};
@@ -97,25 +96,11 @@ async fn store_health_off_pays_every_time() {
 
 #[tokio::test(start_paused = true)]
 async fn timeout_strikes_mark_store_unreachable_without_invalidation() {
-    let peers = |r: u64| [mock::voter(r * 10 + 1, 1), mock::voter(r * 10 + 2, 2)];
-    let pd = Arc::new(MockPdClient::new(vec![
-        mock::region(1, b"", b"b", &peers(1), Some(11)),
-        mock::region(2, b"b", b"c", &peers(2), Some(21)),
-        mock::region(3, b"c", b"", &peers(3), Some(31)),
-    ]));
+    let pd = three_regions_led_from_store_1();
     let routing = routing();
     // Store 1 accepts connections but never answers in time: the client's
     // request timeout ends each attempt.
-    pd.set_async_dispatch_hook(|peer, req| {
-        let answer = accept(peer, req);
-        let store = peer.store_id;
-        Box::pin(async move {
-            if store == 1 {
-                tokio::time::sleep(Duration::from_secs(3600)).await;
-            }
-            answer
-        })
-    });
+    hang_store_1(&pd);
     for key in [b"a", b"b"] {
         let got = get_with(&pd, Some(&routing), backoff(), key).await.unwrap();
         assert!(text(got).ends_with('2'));
@@ -136,12 +121,7 @@ async fn timeout_strikes_mark_store_unreachable_without_invalidation() {
 async fn a_stores_deadline_exceeded_answer_is_no_timeout_strike() {
     // `DeadlineExceeded` comes from the store, so the store
     // answered; only a client-side timeout is a strike.
-    let peers = |r: u64| [mock::voter(r * 10 + 1, 1), mock::voter(r * 10 + 2, 2)];
-    let pd = Arc::new(MockPdClient::new(vec![
-        mock::region(1, b"", b"b", &peers(1), Some(11)),
-        mock::region(2, b"b", b"c", &peers(2), Some(21)),
-        mock::region(3, b"c", b"", &peers(3), Some(31)),
-    ]));
+    let pd = three_regions_led_from_store_1();
     let routing = routing();
     pd.set_async_dispatch_hook(|peer, req| {
         let answer = accept(peer, req);
@@ -193,23 +173,9 @@ async fn timeouts_after_waiting_for_a_permit_are_consecutive_strikes() {
     // concurrent with the first strike and a hung store was never marked.
     use tikv_plan::raw_lowering::new_raw_batch_get_request;
     use tikv_plan::request::{Collect, Plan, PlanBuilder};
-    let peers = |r: u64| [mock::voter(r * 10 + 1, 1), mock::voter(r * 10 + 2, 2)];
-    let pd = Arc::new(MockPdClient::new(vec![
-        mock::region(1, b"", b"b", &peers(1), Some(11)),
-        mock::region(2, b"b", b"c", &peers(2), Some(21)),
-        mock::region(3, b"c", b"", &peers(3), Some(31)),
-    ]));
+    let pd = three_regions_led_from_store_1();
     let routing = routing();
-    pd.set_async_dispatch_hook(|peer, req| {
-        let answer = accept(peer, req);
-        let store = peer.store_id;
-        Box::pin(async move {
-            if store == 1 {
-                tokio::time::sleep(Duration::from_secs(3600)).await;
-            }
-            answer
-        })
-    });
+    hang_store_1(&pd);
     let pairs: Vec<tikv_plan::KvPair> = PlanBuilder::new(
         pd.clone(),
         tikv_plan::request::Keyspace::Disable,
