@@ -233,3 +233,45 @@ async fn batch_put_splits_by_region_and_size() {
     assert_eq!(log.iter().filter(|d| d.context.region_id == 1).count(), 3);
     assert_eq!(log.iter().filter(|d| d.context.region_id == 2).count(), 1);
 }
+
+/// A shard whose deadline runs out while it waits for a concurrency permit
+/// is not sent: with a zero bound it would end as a timeout that may have
+/// reached the store (a write undetermined though nothing left the client).
+/// The first shard's leader never answers and keeps the one permit until
+/// the deadline; the second shard then ends without an RPC.
+#[tokio::test(start_paused = true)]
+async fn a_shard_whose_deadline_ran_out_waiting_for_a_permit_is_not_sent() {
+    let pd = six_regions();
+    pd.set_async_dispatch_hook(|_peer, req| {
+        let resp = echo_pairs(req);
+        Box::pin(async move {
+            tokio::time::sleep(Duration::from_secs(3600)).await;
+            Ok(Box::new(resp) as Box<dyn std::any::Any + Send>)
+        })
+    });
+    let error = PlanBuilder::new(
+        pd.clone(),
+        tikv_plan::request::Keyspace::Disable,
+        new_raw_batch_get_request(
+            [b"a".to_vec(), b"b".to_vec()].into_iter().map(Into::into),
+            None,
+        ),
+    )
+    .routing(routing())
+    .max_concurrency(1)
+    .request_deadline(Duration::from_secs(1))
+    .retry_multi_region(backoff())
+    .merge(Collect)
+    .plan()
+    .execute()
+    .await
+    .unwrap_err();
+    // Both shards ran out of their deadline, the second before it sent.
+    let text = error.to_string();
+    assert!(
+        text.starts_with("2 requests failed") && text.contains("deadline of 1s ran out"),
+        "{text}"
+    );
+    assert!(!error.is_undetermined(), "{error}");
+    assert_eq!(pd.dispatches(), 1, "only the first shard's RPC was sent");
+}

@@ -119,3 +119,67 @@ async fn a_request_answered_before_the_wait_probes_nothing() {
     assert_eq!(pd.probes_of_store(1), 0);
     assert_eq!(routing.stats().liveness_probes, 0);
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_store_that_answers_probes_but_not_requests_still_collects_its_strikes() {
+    let pd = probing_pd();
+    let routing = routing();
+    // Store 1 answers its probes at once and no request: an answered
+    // probe must not clear the timeouts its requests add up.
+    pd.set_async_dispatch_hook(|peer, req| {
+        let answer = accept(peer, req);
+        let hangs = peer.store_id == 1 && peer.id != 0;
+        Box::pin(async move {
+            if hangs {
+                tokio::time::sleep(Duration::from_secs(3600)).await;
+            }
+            answer
+        })
+    });
+    for key in [b"a", b"b"] {
+        let got = get_with(&pd, Some(&routing), backoff(), key).await.unwrap();
+        assert!(text(got).ends_with('2'), "a voter on store 2 answered");
+    }
+    let stats = routing.stats();
+    assert_eq!(stats.liveness_probes, 2);
+    assert_eq!(stats.rpcs_given_up, 0, "the probes were answered");
+    assert_eq!(stats.stores_marked_unreachable, 1, "two strikes");
+    assert!(routing.is_store_unreachable(1));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_store_that_answers_a_waiting_request_during_its_probe_is_slow_not_gone() {
+    let pd = probing_pd();
+    let routing = routing();
+    // Store 1 answers Region 1's read after 700 ms, never Region 2's, and
+    // never its probe.
+    pd.set_async_dispatch_hook(|peer, req| {
+        let answer = accept(peer, req);
+        let wait = match (peer.store_id, peer.id) {
+            (1, 11) => Some(Duration::from_millis(700)),
+            (1, _) => Some(Duration::from_secs(3600)),
+            _ => None,
+        };
+        Box::pin(async move {
+            if let Some(wait) = wait {
+                tokio::time::sleep(wait).await;
+            }
+            answer
+        })
+    });
+    let started = Instant::now();
+    let (a, b) = tokio::join!(
+        get_with(&pd, Some(&routing), backoff(), b"a"),
+        get_with(&pd, Some(&routing), backoff(), b"b"),
+    );
+    assert_eq!(text(a.unwrap()), "from-11");
+    // The probe got no answer, but the store answered a waiting read
+    // after it was sent: not marked, so the other read waited out its
+    // timeout before it went to the voter.
+    assert_eq!(text(b.unwrap()), "from-22");
+    assert_eq!(started.elapsed(), routing.rpc_timeout());
+    let stats = routing.stats();
+    assert_eq!(stats.liveness_probes, 1);
+    assert_eq!(stats.rpcs_given_up, 0);
+    assert_eq!(stats.stores_marked_unreachable, 0);
+}

@@ -36,8 +36,14 @@ where
         () = tokio::time::sleep_until(sent_at + watch.after) => {}
     }
     spawn(routing, pd, watch);
+    let answered = |result: Result<T>| {
+        if result.is_ok() {
+            routing.late_answer(watch.store_id);
+        }
+        result
+    };
     let Some(marked) = routing.store_marked_notify().filter(|_| watch.give_up) else {
-        return rpc.await;
+        return answered(rpc.await);
     };
     loop {
         // Registered before the check, so a mark between the two still
@@ -51,7 +57,7 @@ where
         }
         tokio::select! {
             biased;
-            result = rpc.as_mut() => return result,
+            result = rpc.as_mut() => return answered(result),
             () = notified => {}
         }
     }
@@ -62,18 +68,52 @@ fn spawn<PdC: PdClient>(routing: &Arc<RoutingState>, pd: &Arc<PdC>, watch: Watch
     if !pd.probes_stores() || !routing.begin_liveness_probe(watch.store_id) {
         return;
     }
-    let (routing, pd) = (Arc::clone(routing), Arc::clone(pd));
+    let probe = Probe {
+        routing: Arc::clone(routing),
+        store_id: watch.store_id,
+        sent_at: Instant::now(),
+        ended: false,
+    };
+    let pd = Arc::clone(pd);
     tokio::spawn(async move {
-        let sent_at = Instant::now();
-        let answered = match pd.probe_store(watch.store_id, None, watch.after).await {
+        let mut probe = probe;
+        let answered = match pd.probe_store(probe.store_id, None, watch.after).await {
             Ok(()) => true,
             Err(e) => {
-                tracing::debug!("store {} failed its liveness probe: {e}", watch.store_id);
+                tracing::debug!("store {} failed its liveness probe: {e}", probe.store_id);
                 false
             }
         };
-        routing.liveness_probe_ended(watch.store_id, sent_at, Some(answered));
+        probe.end(answered);
     });
+}
+
+/// One probe in flight: ended with its verdict, or, dropped without one
+/// (its task cancelled), ended without marking anything, so the store can
+/// be probed again.
+struct Probe {
+    routing: Arc<RoutingState>,
+    store_id: StoreId,
+    sent_at: Instant,
+    ended: bool,
+}
+
+impl Probe {
+    fn end(&mut self, answered: bool) {
+        self.ended = true;
+        self.routing
+            .liveness_probe_ended(self.store_id, self.sent_at, answered);
+    }
+}
+
+impl Drop for Probe {
+    fn drop(&mut self) {
+        if !self.ended {
+            // No verdict: as if it had been answered (nothing is marked).
+            self.routing
+                .liveness_probe_ended(self.store_id, self.sent_at, true);
+        }
+    }
 }
 
 /// The error of an RPC that gave up on its store: a timeout of the

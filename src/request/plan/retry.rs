@@ -102,13 +102,14 @@ where
     /// `async fn` keeps a second copy of its arguments in its future, and
     /// these futures nest (each holds the next), so the copies would add up
     /// on every request.
-    #[allow(clippy::manual_async_fn)]
+    #[allow(clippy::too_many_arguments, clippy::manual_async_fn)]
     fn dispatch_candidate<'a>(
         &'a self,
         plan: &'a mut P,
         store: &'a RegionStore,
         permits: Option<&'a Semaphore>,
         deadline_left: Option<std::time::Duration>,
+        deadline: Option<Deadline>,
         forwarded: bool,
         now: &'a mut Instant,
     ) -> impl std::future::Future<Output = (Instant, Result<P::Result>)> + 'a {
@@ -148,9 +149,21 @@ where
             // clock was read again if it waited): a timeout strike counts
             // RPCs sent one after another.
             let sent_at = *now;
-            // What is left of the deadline once the permit is held.
+            // What is left of the deadline once the permit is held. A
+            // request whose deadline ran out while it waited for the permit
+            // is not sent at all (with a zero bound it would end as a
+            // timeout that may have reached the store, so a write would be
+            // undetermined though nothing left the client).
             let deadline_left = deadline_left
                 .map(|left| left.saturating_sub(now.saturating_duration_since(before_permit)));
+            if deadline_left.is_some_and(|left| left.is_zero()) {
+                let waited = Error::from(Failure::Timeout {
+                    what: "a concurrency permit of the request (nothing was sent)".to_owned(),
+                    after: now.saturating_duration_since(before_permit),
+                });
+                let region_id = store.region_with_leader.id();
+                return (*now, Err(deadline_exceeded(region_id, waited, deadline)));
+            }
             // One bound, kept by the store client's own timer when the plan
             // passes it on (with a backstop here near the deadline), else by
             // a timer here.
@@ -320,7 +333,13 @@ where
                                 // span through a reference: the RPC's future
                                 // is not moved again into a wrapper.
                                 let rpc = std::pin::pin!(self.dispatch_candidate(
-                                    &mut plan, &store, permits, bound, forwarded, &mut now
+                                    &mut plan,
+                                    &store,
+                                    permits,
+                                    bound,
+                                    machine.deadline(),
+                                    forwarded,
+                                    &mut now
                                 ));
                                 InSpan {
                                     fut: rpc,

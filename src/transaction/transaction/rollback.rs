@@ -100,17 +100,17 @@ impl<PdC: PdClient> Transaction<PdC> {
         keys: Vec<Vec<u8>>,
     ) -> Result<()> {
         self.shared
-            .rollback_prewritten(self.start_ts(), self.region_backoff(), primary, keys)
+            .rollback_prewritten(self.start_ts(), self.region_backoff(), primary, keys, None)
             .await
     }
 
     /// Best effort: a failed prewrite's locks are rolled back instead of
     /// being left for readers to wait out
     /// ([txn.md](crate::spec::txn#behaviour-we-require)). True when the
-    /// prewritten keys' rollback (the primary's first) was answered within
-    /// the call: the transaction can never commit then, whatever copy of
-    /// its prewrite still arrives (TiKV refuses a prewrite over the
-    /// transaction's own rollback record).
+    /// primary's rollback was answered within the call: the transaction can
+    /// never commit then, whatever copy of its prewrite still arrives (TiKV
+    /// refuses a prewrite over the transaction's own rollback record, and a
+    /// reader meeting any other lock of it resolves it by the primary).
     pub(super) async fn rollback_after_failed_prewrite(
         &self,
         primary: Key,
@@ -125,43 +125,43 @@ impl<PdC: PdClient> Transaction<PdC> {
             .iter()
             .map(|k| k.as_bytes().to_vec())
             .collect();
+        // Set once the primary's rollback is answered, which settles the
+        // verdict even when the rest of the cleanup outlasts the call.
+        let primary_rolled_back = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let verdict = Arc::clone(&primary_rolled_back);
         self.beyond_the_call(async move {
-            let rolled_back = match shared
-                .rollback_prewritten(start_ts, backoff.clone(), Some(primary), keys)
+            if let Err(e) = shared
+                .rollback_prewritten(start_ts, backoff.clone(), Some(primary), keys, Some(&verdict))
                 .await
             {
-                Ok(()) => true,
-                Err(e) => {
-                    warn!(
-                        "rolling back transaction {start_ts} after a failed prewrite failed: {e}; its locks expire after their TTL"
-                    );
-                    false
-                }
-            };
+                warn!(
+                    "rolling back transaction {start_ts} after a failed prewrite failed: {e}; its locks expire after their TTL"
+                );
+            }
             if let Err(e) = shared
                 .pessimistic_rollback(start_ts, backoff, locked, for_update_ts)
                 .await
             {
                 warn!("releasing pessimistic locks after a failed prewrite failed: {e}");
             }
-            rolled_back
         })
-        .await
-        .unwrap_or(false)
+        .await;
+        primary_rolled_back.load(std::sync::atomic::Ordering::Acquire)
     }
 
     /// Runs `cleanup`, the release of locks a failed write left, on a task
     /// of its own with a deadline of its own: a write that failed because
     /// the call's deadline ran out would otherwise leave its locks, the
     /// cleanup having no time left either. The call waits for it until the
-    /// call's own deadline, then returns and leaves it running. Answers
-    /// the cleanup's output when it ended within the call.
-    pub(super) fn beyond_the_call<T: Send + 'static>(
+    /// call's own deadline, then returns and leaves it running.
+    pub(super) fn beyond_the_call(
         &self,
-        cleanup: impl std::future::Future<Output = T> + Send + 'static,
-    ) -> impl std::future::Future<Output = Option<T>> {
+        cleanup: impl std::future::Future<Output = ()> + Send + 'static,
+    ) -> impl std::future::Future<Output = ()> {
         let task = tokio::spawn(call_deadline::within(self.shared.request_deadline, cleanup));
-        async move { call_deadline::bounded(task).await?.ok() }
+        async move {
+            let _ = call_deadline::bounded(task).await;
+        }
     }
 
     /// Best effort, for a dropped transaction: releases its pessimistic
@@ -199,22 +199,27 @@ impl<PdC: PdClient> TxnShared<PdC> {
     /// Should the primary have committed after all, its rollback fails and
     /// the other keys keep their locks (readers commit them from the
     /// primary's record) rather than being rolled back under a committed
-    /// primary.
+    /// primary. `primary_rolled_back` is set once the primary's rollback is
+    /// answered (the primary listed among `keys`).
     pub(crate) async fn rollback_prewritten(
         &self,
         start_ts: u64,
         backoff: Backoff,
         primary: Option<Key>,
         keys: Vec<Vec<u8>>,
+        primary_rolled_back: Option<&std::sync::atomic::AtomicBool>,
     ) -> Result<()> {
         let listed = |p: &Key| keys.iter().any(|k| k.as_slice() == p.as_bytes());
-        let Some(primary) = primary.filter(|p| keys.len() > 1 && listed(p)) else {
+        let Some(primary) = primary.filter(|p| listed(p)) else {
             return self.batch_rollback(start_ts, backoff, keys).await;
         };
         let primary = primary.as_bytes().to_vec();
         let rest: Vec<Vec<u8>> = keys.into_iter().filter(|k| *k != primary).collect();
         self.batch_rollback(start_ts, backoff.clone(), vec![primary])
             .await?;
+        if let Some(done) = primary_rolled_back {
+            done.store(true, std::sync::atomic::Ordering::Release);
+        }
         self.batch_rollback(start_ts, backoff, rest).await
     }
 

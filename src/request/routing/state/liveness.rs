@@ -7,11 +7,12 @@
 //! decided here, synchronously; the shell keeps the timer and runs the
 //! probe.
 
-use std::collections::HashSet;
+use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::Duration;
 
 use tokio::sync::Notify;
+use tokio::time::Instant;
 
 use crate::region::StoreId;
 use crate::request::routing::policy::Replay;
@@ -40,7 +41,9 @@ pub(crate) struct Watch {
 #[derive(Debug)]
 pub(crate) struct Liveness {
     after: Duration,
-    probing: Mutex<HashSet<StoreId>>,
+    /// The stores being probed, each with the last answer to a watched RPC
+    /// since its probe began.
+    probing: Mutex<HashMap<StoreId, Option<Instant>>>,
     marked: Notify,
 }
 
@@ -49,7 +52,7 @@ impl Liveness {
     pub(crate) fn new(after: Duration) -> Self {
         Liveness {
             after: after.max(MIN_PROBE_AFTER),
-            probing: Mutex::new(HashSet::new()),
+            probing: Mutex::new(HashMap::new()),
             marked: Notify::new(),
         }
     }
@@ -73,12 +76,29 @@ impl Liveness {
     /// Starts a probe of `store_id` unless one runs: true when the caller
     /// must run it (and then call [`probe_ended`](Self::probe_ended)).
     pub(crate) fn begin_probe(&self, store_id: StoreId) -> bool {
-        crate::sync::lock(&self.probing).insert(store_id)
+        let mut probing = crate::sync::lock(&self.probing);
+        if probing.contains_key(&store_id) {
+            return false;
+        }
+        probing.insert(store_id, None);
+        true
     }
 
-    /// The probe of `store_id` ended.
-    pub(crate) fn probe_ended(&self, store_id: StoreId) {
-        crate::sync::lock(&self.probing).remove(&store_id);
+    /// A watched RPC to `store_id` was answered (recorded while the store
+    /// is being probed).
+    pub(crate) fn late_answer(&self, store_id: StoreId) {
+        if let Some(answered) = crate::sync::lock(&self.probing).get_mut(&store_id) {
+            *answered = Some(Instant::now());
+        }
+    }
+
+    /// The probe of `store_id`, sent at `sent_at`, ended: true when a
+    /// watched RPC to the store was answered after it was sent.
+    pub(crate) fn probe_ended(&self, store_id: StoreId, sent_at: Instant) -> bool {
+        crate::sync::lock(&self.probing)
+            .remove(&store_id)
+            .flatten()
+            .is_some_and(|at| at >= sent_at)
     }
 
     /// Wakes every RPC waiting for a store to be marked.
@@ -120,17 +140,22 @@ mod tests {
         assert_eq!(l.watch(4, true, Replay::Resend), None, "a forwarded RPC");
     }
 
-    #[test]
-    fn one_probe_per_store_at_a_time_and_a_floor_on_the_wait() {
+    #[tokio::test(start_paused = true)]
+    async fn one_probe_per_store_at_a_time_and_a_floor_on_the_wait() {
         let l = Liveness::new(Duration::ZERO);
         assert_eq!(
             l.watch(1, false, Replay::Never).map(|w| w.after),
             Some(MIN_PROBE_AFTER)
         );
+        let sent = Instant::now();
         assert!(l.begin_probe(1));
         assert!(!l.begin_probe(1));
         assert!(l.begin_probe(2));
-        l.probe_ended(1);
+        assert!(!l.probe_ended(1, sent), "no RPC answered meanwhile");
         assert!(l.begin_probe(1));
+        l.late_answer(1);
+        l.late_answer(3);
+        assert!(l.probe_ended(1, sent), "a watched RPC was answered");
+        assert!(!l.probe_ended(3, sent), "store 3 was not being probed");
     }
 }

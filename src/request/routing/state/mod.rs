@@ -138,17 +138,22 @@ impl RoutingState {
     /// A transport or mapping failure: the store cools down.
     pub(crate) fn store_failed(&self, store_id: StoreId) {
         if let Some(h) = &self.store_health {
-            if h.mark_unreachable(store_id) {
-                self.store_marked();
+            let newly = h.mark_unreachable(store_id);
+            self.store_marked(newly);
+            if newly {
                 tracing::debug!("store {store_id} marked unreachable");
             }
         }
     }
 
-    /// A store was newly marked unreachable: counted, and the RPCs waiting
-    /// on a store are woken to check theirs.
-    fn store_marked(&self) {
-        self.counters.store_marked_unreachable();
+    /// A store was marked unreachable (`newly`: it was not already, and is
+    /// counted). The RPCs waiting on a store are woken to check theirs
+    /// either way: a store marked again while it cooled down has a newer
+    /// mark, which RPCs sent before it may give up on.
+    fn store_marked(&self, newly: bool) {
+        if newly {
+            self.counters.store_marked_unreachable();
+        }
         if let Some(l) = &self.liveness {
             l.store_marked();
         }
@@ -179,32 +184,37 @@ impl RoutingState {
         begun
     }
 
-    /// The liveness probe of `store_id`, sent at `sent_at`, ended: `Some`
-    /// with whether the store answered, `None` when it proved nothing (the
-    /// PD client cannot probe).
-    pub(crate) fn liveness_probe_ended(
-        &self,
-        store_id: StoreId,
-        sent_at: Instant,
-        answered: Option<bool>,
-    ) {
-        match answered {
-            Some(true) => self.store_answered(store_id, sent_at),
-            Some(false) => {
-                if let Some(h) = &self.store_health {
-                    if h.mark_unreachable(store_id) {
-                        self.store_marked();
-                        tracing::info!(
-                            "store {store_id} left an RPC unanswered and failed its liveness \
-                             probe; marked unreachable"
-                        );
-                    }
-                }
-            }
-            None => {}
+    /// The liveness probe of `store_id`, sent at `sent_at`, ended, the
+    /// store answering it or not. An answer changes nothing (a trivial
+    /// call answered says little of a store whose real requests stall, so
+    /// its timeout strikes stay). No answer marks the store unreachable,
+    /// unless an RPC the store had left waiting was answered after the
+    /// probe was sent: the store is slow, not gone.
+    pub(crate) fn liveness_probe_ended(&self, store_id: StoreId, sent_at: Instant, answered: bool) {
+        let Some(l) = &self.liveness else {
+            return;
+        };
+        let slow_not_gone = l.probe_ended(store_id, sent_at);
+        if answered || slow_not_gone {
+            return;
         }
+        if let Some(h) = &self.store_health {
+            let newly = h.mark_unreachable(store_id);
+            self.store_marked(newly);
+            if newly {
+                tracing::info!(
+                    "store {store_id} left an RPC unanswered and failed its liveness probe; \
+                     marked unreachable"
+                );
+            }
+        }
+    }
+
+    /// An RPC to `store_id` that had waited long enough to be watched was
+    /// answered: the store lives, whatever its probe says.
+    pub(crate) fn late_answer(&self, store_id: StoreId) {
         if let Some(l) = &self.liveness {
-            l.probe_ended(store_id);
+            l.late_answer(store_id);
         }
     }
 
@@ -226,9 +236,12 @@ impl RoutingState {
     /// mark it unreachable.
     pub(crate) fn store_timed_out(&self, store_id: StoreId, sent_at: Instant) {
         if let Some(h) = &self.store_health {
-            if h.record_timeout(store_id, sent_at) {
-                self.store_marked();
+            let newly = h.record_timeout(store_id, sent_at);
+            if newly {
                 tracing::debug!("store {store_id} marked unreachable after consecutive timeouts");
+            }
+            if newly || h.is_unreachable(store_id) {
+                self.store_marked(newly);
             }
         }
     }
@@ -328,6 +341,29 @@ mod tests {
         h.mark_unreachable(2);
         h.mark_reachable(2, Instant::now());
         assert!(!h.is_unreachable(2));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn marking_a_store_again_wakes_the_rpcs_waiting_on_it() {
+        let state = state();
+        state.store_failed(1);
+        tokio::time::advance(Duration::from_millis(5)).await;
+        let sent_at = Instant::now();
+        tokio::time::advance(Duration::from_millis(5)).await;
+        assert!(!state.marked_unreachable_since(1, sent_at), "marked before");
+        let Some(marked) = state.store_marked_notify() else {
+            panic!("store health is on by default");
+        };
+        let woken = marked.notified();
+        tokio::pin!(woken);
+        woken.as_mut().enable();
+        // Still cooling down: not counted again, but a newer mark.
+        state.store_failed(1);
+        assert_eq!(state.stats().stores_marked_unreachable, 1);
+        assert!(state.marked_unreachable_since(1, sent_at));
+        tokio::time::timeout(Duration::from_millis(1), woken)
+            .await
+            .expect("the waiting RPCs were woken");
     }
 
     #[tokio::test(start_paused = true)]
