@@ -121,17 +121,19 @@ fn seeds_that_found_a_deadline_overrun_replay_clean() {
 
 /// A deliberate replay-safety bug (writes that may have been delivered
 /// are re-sent) is found within the first seeds, and its seed replays the
-/// same violation.
+/// same violation. Since store liveness ends waits on a dead store sooner,
+/// the first seed that finds it is 4 with batched calls and 13 with unary
+/// ones (CI's second pass); before, both were within ten.
 #[test]
 fn a_resent_write_is_found_and_its_seed_replays() {
     let buggy = |seed| DstConfig {
         resend_undetermined_writes: true,
         ..raw(seed)
     };
-    let found = (1..=10)
+    let found = (1..=20)
         .map(|seed| run(&buggy(seed)).unwrap())
         .find(|report| !report.is_clean())
-        .expect("ten seeds find the re-sent writes");
+        .expect("twenty seeds find the re-sent writes");
     assert!(
         found.trace().contains("first violation"),
         "{}",
