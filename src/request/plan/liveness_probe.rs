@@ -72,47 +72,34 @@ fn spawn<PdC: PdClient>(routing: &Arc<RoutingState>, pd: &Arc<PdC>, watch: Watch
         routing: Arc::clone(routing),
         store_id: watch.store_id,
         sent_at: Instant::now(),
-        ended: false,
+        answered: true,
     };
     let pd = Arc::clone(pd);
     tokio::spawn(async move {
+        // The whole probe moves into the task (not only the fields it
+        // names), so it ends when the task does.
         let mut probe = probe;
-        let answered = match pd.probe_store(probe.store_id, None, watch.after).await {
-            Ok(()) => true,
-            Err(e) => {
-                tracing::debug!("store {} failed its liveness probe: {e}", probe.store_id);
-                false
-            }
-        };
-        probe.end(answered);
+        if let Err(e) = pd.probe_store(probe.store_id, None, watch.after).await {
+            tracing::debug!("store {} failed its liveness probe: {e}", probe.store_id);
+            probe.answered = false;
+        }
     });
 }
 
-/// One probe in flight: ended with its verdict, or, dropped without one
-/// (its task cancelled), ended without marking anything, so the store can
-/// be probed again.
+/// One probe in flight; it ends when dropped, with its verdict. A probe
+/// whose task was cancelled before the verdict counts as answered: nothing
+/// is marked, and the store can be probed again.
 struct Probe {
     routing: Arc<RoutingState>,
     store_id: StoreId,
     sent_at: Instant,
-    ended: bool,
-}
-
-impl Probe {
-    fn end(&mut self, answered: bool) {
-        self.ended = true;
-        self.routing
-            .liveness_probe_ended(self.store_id, self.sent_at, answered);
-    }
+    answered: bool,
 }
 
 impl Drop for Probe {
     fn drop(&mut self) {
-        if !self.ended {
-            // No verdict: as if it had been answered (nothing is marked).
-            self.routing
-                .liveness_probe_ended(self.store_id, self.sent_at, true);
-        }
+        self.routing
+            .liveness_probe_ended(self.store_id, self.sent_at, self.answered);
     }
 }
 
@@ -122,7 +109,7 @@ impl Drop for Probe {
 fn gave_up(store_id: StoreId, waited: std::time::Duration) -> Error {
     Error::from(Failure::Timeout {
         what: format!(
-            "the request to store {store_id}, given up when the store failed its liveness probe"
+            "the request to store {store_id}, given up when the store was marked unreachable"
         ),
         after: waited,
     })

@@ -179,15 +179,16 @@ where
             // Store liveness: an RPC unanswered for a while gets its store
             // probed, and one that may be sent again gives up once the
             // store is marked unreachable.
-            let watch = routing.and_then(|r| {
+            let watch = self.routing.as_ref().and_then(|r| {
                 r.liveness_watch(store.target_peer.store_id, forwarded, self.policy.replay)
+                    .map(|watch| (watch, r))
             });
             let rpc = std::pin::pin!(async {
-                match (watch, &self.routing) {
-                    (Some(watch), Some(routing)) => {
+                match watch {
+                    Some((watch, routing)) => {
                         liveness_probe::watched(rpc, watch, sent_at, routing, &self.pd_client).await
                     }
-                    _ => rpc.await,
+                    None => rpc.await,
                 }
             });
             let result = match own_timer {
