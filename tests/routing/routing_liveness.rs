@@ -88,7 +88,8 @@ async fn a_slow_store_that_answers_its_probe_keeps_its_requests() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn a_write_that_must_not_be_sent_twice_waits_out_its_timeout() {
+async fn a_write_that_must_not_be_sent_twice_ends_undetermined_at_the_verdict_and_is_not_sent_again(
+) {
     let pd = probing_pd();
     let routing = routing();
     hang_store_1(&pd);
@@ -98,14 +99,17 @@ async fn a_write_that_must_not_be_sent_twice_waits_out_its_timeout() {
         matches!(error.failure(), Some(Failure::Undetermined { .. })),
         "{error}"
     );
-    // The probe marked the store after 1 s, but the put may still be
-    // answered: it waited for the RPC timeout, and was not sent again.
-    assert_eq!(started.elapsed(), routing.rpc_timeout());
+    // Probed after 500 ms, marked when the probe failed 500 ms later: the
+    // put gave up then (well before its 2 s timeout), was reported
+    // undetermined, and was not sent again anywhere.
+    assert_eq!(started.elapsed(), Duration::from_millis(1000));
+    assert!(started.elapsed() < routing.rpc_timeout());
     assert_eq!(pd.probes_of_store(1), 1);
     assert!(routing.is_store_unreachable(1));
     assert_eq!(pd.dispatches_to_store(1), 1);
     assert_eq!(pd.dispatches_to_store(2), 0, "never sent again");
-    assert_eq!(routing.stats().rpcs_given_up, 0);
+    assert_eq!(pd.dispatches_to_store(3), 0, "never sent again");
+    assert_eq!(routing.stats().rpcs_given_up, 1);
 }
 
 #[tokio::test(start_paused = true)]

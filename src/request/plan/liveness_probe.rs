@@ -2,8 +2,8 @@
 //! liveness"](crate::spec::routing#store-liveness-beyond)): an RPC waits
 //! under its [`Watch`]; once it has waited `after` without an answer, its
 //! store is probed in the background (one cheap call, bounded by `after`,
-//! one probe per store at a time), and an RPC that may give up ends as soon
-//! as its store is marked unreachable, by the probe or by anything else.
+//! one probe per store at a time), and the RPC ends as soon as its store is
+//! marked unreachable, by the probe or by anything else.
 //! An RPC answered before `after` costs one timer and nothing more.
 
 use std::future::Future;
@@ -42,7 +42,7 @@ where
         }
         result
     };
-    let Some(marked) = routing.store_marked_notify().filter(|_| watch.give_up) else {
+    let Some(marked) = routing.store_marked_notify() else {
         return answered(rpc.await);
     };
     loop {
@@ -104,8 +104,9 @@ impl Drop for Probe {
 }
 
 /// The error of an RPC that gave up on its store: a timeout of the
-/// client's own (the next candidate is tried; the request may have been
-/// received).
+/// client's own (the request may have been received: a re-sendable one goes
+/// to the next candidate, a write that must not be sent twice ends
+/// undetermined).
 fn gave_up(store_id: StoreId, waited: std::time::Duration) -> Error {
     Error::from(Failure::Timeout {
         what: format!(

@@ -177,10 +177,10 @@ where
             // moved into an await is kept twice in this future's state.
             let rpc = std::pin::pin!(plan.run_mut());
             // Store liveness: an RPC unanswered for a while gets its store
-            // probed, and one that may be sent again gives up once the
-            // store is marked unreachable.
+            // probed, and gives up once the store is marked unreachable (a
+            // write that must not be sent twice then ends undetermined).
             let watch = self.routing.as_ref().and_then(|r| {
-                r.liveness_watch(store.target_peer.store_id, forwarded, self.policy.replay)
+                r.liveness_watch(store.target_peer.store_id, forwarded)
                     .map(|watch| (watch, r))
             });
             let rpc = std::pin::pin!(async {

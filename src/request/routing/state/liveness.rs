@@ -2,8 +2,9 @@
 //! liveness"](crate::spec::routing#store-liveness-beyond)): an RPC left
 //! unanswered for `store_probe_after` makes the client probe its store once
 //! (one cheap call, bounded by the same time); a probe that fails marks the
-//! store unreachable at once, and the re-sendable requests still waiting on
-//! it give up and go to the next candidate. Which RPCs are watched is
+//! store unreachable at once, and the requests still waiting on it give up:
+//! a re-sendable one goes to the next candidate, a write that must not be
+//! sent twice ends undetermined (it is never sent again). Which RPCs are watched is
 //! decided here, synchronously; the shell keeps the timer and runs the
 //! probe.
 
@@ -15,25 +16,21 @@ use tokio::sync::Notify;
 use tokio::time::Instant;
 
 use crate::region::StoreId;
-use crate::request::routing::policy::Replay;
 
 /// The shortest wait before a store is probed, whatever the configuration
 /// says.
 pub(crate) const MIN_PROBE_AFTER: Duration = Duration::from_millis(10);
 
 /// How one RPC is watched: after `after` without an answer its store is
-/// probed; with `give_up` the RPC also ends once the probe (or anything
-/// else) marks the store unreachable. A write that must never be sent
-/// twice does not give up: it may still be answered.
+/// probed, and the RPC ends once the probe (or anything else) marks the
+/// store unreachable. Its outcome is then the same as at its own timeout:
+/// a write that must never be sent twice is undetermined, only sooner.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Watch {
     /// The store the RPC went to.
     pub(crate) store_id: StoreId,
     /// How long the RPC waits before its store is probed.
     pub(crate) after: Duration,
-    /// The RPC may be abandoned when its store is marked unreachable: it is
-    /// safe to send again (a read, a prewrite, a commit point).
-    pub(crate) give_up: bool,
 }
 
 /// The client-wide side of store liveness: which stores are being probed,
@@ -59,17 +56,11 @@ impl Liveness {
 
     /// The watch of an RPC to `store_id` sent directly (`forwarded`: through
     /// a proxy, whose slowness says nothing of the store's own link, and
-    /// which is not watched) by a request with `replay`.
-    pub(crate) fn watch(
-        &self,
-        store_id: StoreId,
-        forwarded: bool,
-        replay: Replay,
-    ) -> Option<Watch> {
+    /// which is not watched).
+    pub(crate) fn watch(&self, store_id: StoreId, forwarded: bool) -> Option<Watch> {
         (!forwarded).then_some(Watch {
             store_id,
             after: self.after,
-            give_up: replay != Replay::Never,
         })
     }
 
@@ -117,36 +108,22 @@ mod tests {
     use super::*;
 
     #[test]
-    fn only_direct_rpcs_are_watched_and_only_resendable_ones_give_up() {
+    fn only_direct_rpcs_are_watched() {
         let l = Liveness::new(Duration::from_millis(500));
-        let read = l.watch(4, false, Replay::Resend);
         assert_eq!(
-            read,
+            l.watch(4, false),
             Some(Watch {
                 store_id: 4,
                 after: Duration::from_millis(500),
-                give_up: true
             })
         );
-        assert_eq!(
-            l.watch(4, false, Replay::Never).map(|w| w.give_up),
-            Some(false)
-        );
-        assert_eq!(
-            l.watch(4, false, Replay::CommitPoint).map(|w| w.give_up),
-            Some(true),
-            "a commit point is sent again safely"
-        );
-        assert_eq!(l.watch(4, true, Replay::Resend), None, "a forwarded RPC");
+        assert_eq!(l.watch(4, true), None, "a forwarded RPC");
     }
 
     #[tokio::test(start_paused = true)]
     async fn one_probe_per_store_at_a_time_and_a_floor_on_the_wait() {
         let l = Liveness::new(Duration::ZERO);
-        assert_eq!(
-            l.watch(1, false, Replay::Never).map(|w| w.after),
-            Some(MIN_PROBE_AFTER)
-        );
+        assert_eq!(l.watch(1, false).map(|w| w.after), Some(MIN_PROBE_AFTER));
         let sent = Instant::now();
         assert!(l.begin_probe(1));
         assert!(!l.begin_probe(1));

@@ -19,7 +19,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::region::{RegionId, StoreId};
-use crate::request::routing::policy::{Replay, RequestPolicy};
+use crate::request::routing::policy::RequestPolicy;
 use crate::telemetry::Counter;
 use crate::Config;
 
@@ -161,13 +161,8 @@ impl RoutingState {
 
     /// How an RPC to `store_id` is watched for liveness (`None`: it is
     /// not).
-    pub(crate) fn liveness_watch(
-        &self,
-        store_id: StoreId,
-        forwarded: bool,
-        replay: Replay,
-    ) -> Option<Watch> {
-        self.liveness.as_ref()?.watch(store_id, forwarded, replay)
+    pub(crate) fn liveness_watch(&self, store_id: StoreId, forwarded: bool) -> Option<Watch> {
+        self.liveness.as_ref()?.watch(store_id, forwarded)
     }
 
     /// Starts the liveness probe of `store_id` unless one runs: true when
