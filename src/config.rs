@@ -256,6 +256,12 @@ pub struct Config {
     /// to fill it. Zero (the default) never waits; a stream that is not
     /// saturated never waits either.
     pub batch_max_wait: Duration,
+    /// **beyond** The labels of this client's own location (`zone = "z1"`,
+    /// ...): a replica or stale read ([`ReplicaRead`](crate::ReplicaRead))
+    /// prefers the peers whose stores carry every one of them (reads kept
+    /// in the client's zone), and takes any other when none does. Empty by
+    /// default: no preference.
+    pub local_labels: std::collections::BTreeMap<String, String>,
 }
 
 impl Default for Config {
@@ -287,6 +293,7 @@ impl Default for Config {
             batch_max_size: DEFAULT_BATCH_MAX_SIZE,
             batch_streams_per_store: DEFAULT_BATCH_STREAMS_PER_STORE,
             batch_max_wait: DEFAULT_BATCH_MAX_WAIT,
+            local_labels: std::collections::BTreeMap::new(),
         }
     }
 }
@@ -365,6 +372,20 @@ impl Config {
     /// ([`Config::store_probe_after`]).
     pub fn with_store_probe_after(mut self, after: Duration) -> Self {
         self.store_probe_after = after;
+        self
+    }
+
+    /// Sets the labels of this client's location
+    /// ([`Config::local_labels`]): replica and stale reads prefer stores
+    /// that carry them all.
+    pub fn with_local_labels<K: Into<String>, V: Into<String>>(
+        mut self,
+        labels: impl IntoIterator<Item = (K, V)>,
+    ) -> Self {
+        self.local_labels = labels
+            .into_iter()
+            .map(|(k, v)| (k.into(), v.into()))
+            .collect();
         self
     }
 

@@ -119,6 +119,7 @@ pub use error::{
 pub use kv::{BoundRange, ColumnFamily, IntoOwnedRange, Key, KvPair, Value};
 pub use raw::lowering as raw_lowering;
 pub use raw::RawClient;
+pub use request::ReplicaRead;
 pub use request::RetryOptions;
 pub use security::SecurityManager;
 pub use transaction::lowering as transaction_lowering;

@@ -43,6 +43,8 @@ pub(crate) struct Metrics {
     pub(crate) forwarding_probes: IntCounter,
     pub(crate) liveness_probes: IntCounter,
     pub(crate) rpcs_given_up: IntCounter,
+    pub(crate) replica_reads: IntCounter,
+    pub(crate) replica_fallbacks: IntCounter,
     pub(crate) rpcs_in_flight: IntGauge,
     pub(crate) region_cache_lookups: IntCounterVec,
     pub(crate) region_cache_regions: IntGauge,
@@ -278,7 +280,15 @@ impl Metrics {
             ),
             rpcs_given_up: counter(
                 "tikv_plan_rpcs_given_up_total",
-                "Re-sendable RPCs abandoned because their store was marked unreachable while they waited.",
+                "RPCs abandoned because their store was marked unreachable while they waited.",
+            ),
+            replica_reads: counter(
+                "tikv_plan_replica_reads_total",
+                "Reads sent to a replica first, as replica or stale reads.",
+            ),
+            replica_fallbacks: counter(
+                "tikv_plan_replica_fallbacks_total",
+                "Replica or stale reads the replica did not answer cleanly, sent to the leader.",
             ),
             rpcs_in_flight: gauge(
                 "tikv_plan_rpcs_in_flight",
@@ -321,7 +331,7 @@ impl Metrics {
     }
 
     fn collectors(&self) -> impl Iterator<Item = Box<dyn prometheus::core::Collector>> {
-        let own: [Box<dyn prometheus::core::Collector>; 22] = [
+        let own: [Box<dyn prometheus::core::Collector>; 24] = [
             Box::new(self.requests.clone()),
             Box::new(self.request_duration.clone()),
             Box::new(self.store_rpcs.clone()),
@@ -338,6 +348,8 @@ impl Metrics {
             Box::new(self.forwarding_probes.clone()),
             Box::new(self.liveness_probes.clone()),
             Box::new(self.rpcs_given_up.clone()),
+            Box::new(self.replica_reads.clone()),
+            Box::new(self.replica_fallbacks.clone()),
             Box::new(self.rpcs_in_flight.clone()),
             Box::new(self.region_cache_lookups.clone()),
             Box::new(self.region_cache_regions.clone()),

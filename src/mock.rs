@@ -343,6 +343,24 @@ impl MockPdClient {
         self.shared.probes.store(on, Ordering::SeqCst);
     }
 
+    /// Gives store `store_id` these labels (`("zone", "z1")`, ...), which
+    /// [`PdClient::store_labels`] then reports.
+    pub fn set_store_labels(&self, store_id: StoreId, labels: &[(&str, &str)]) {
+        let mut t = lock(&self.shared.topology);
+        let store = t.stores.entry(store_id).or_insert(metapb::Store {
+            id: store_id,
+            address: format!("store-{store_id}"),
+            ..Default::default()
+        });
+        store.labels = labels
+            .iter()
+            .map(|(key, value)| metapb::StoreLabel {
+                key: (*key).to_owned(),
+                value: (*value).to_owned(),
+            })
+            .collect();
+    }
+
     /// How many probes went to `store_id`.
     pub fn probes_of_store(&self, store_id: StoreId) -> u64 {
         lock(&self.shared.probes_by_store)
@@ -572,6 +590,13 @@ impl PdClient for MockPdClient {
 
     fn probes_stores(&self) -> bool {
         self.shared.probes.load(Ordering::SeqCst)
+    }
+
+    fn store_labels(&self, store_id: StoreId) -> Option<Vec<metapb::StoreLabel>> {
+        lock(&self.shared.topology)
+            .stores
+            .get(&store_id)
+            .map(|s| s.labels.clone())
     }
 
     async fn probe_store(

@@ -39,6 +39,8 @@ pub(crate) enum Counter {
     ForwardingProbe,
     LivenessProbe,
     RpcGaveUp,
+    ReplicaRead,
+    ReplicaFallback,
 }
 
 /// One routing counter was bumped (request/routing/state/counters.rs).
@@ -60,6 +62,8 @@ pub(crate) fn routing_event(counter: Counter) {
             Counter::ForwardingProbe => m.forwarding_probes.inc(),
             Counter::LivenessProbe => m.liveness_probes.inc(),
             Counter::RpcGaveUp => m.rpcs_given_up.inc(),
+            Counter::ReplicaRead => m.replica_reads.inc(),
+            Counter::ReplicaFallback => m.replica_fallbacks.inc(),
         }
     }
     #[cfg(not(feature = "prometheus"))]

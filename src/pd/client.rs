@@ -407,6 +407,11 @@ impl<KvC: KvConnect> PdClient for PdRpcClient<KvC> {
         Ok(self.region_for_id_shared(id).await?.to_region_with_leader())
     }
 
+    fn store_labels(&self, store_id: StoreId) -> Option<Vec<metapb::StoreLabel>> {
+        self.stores
+            .with_cached(store_id, |store| store.labels.clone())
+    }
+
     fn cached_store_client(
         &self,
         store_id: StoreId,

@@ -134,6 +134,16 @@ pub trait PdClient: Send + Sync + 'static {
         Err(forwarding_unsupported(store_id))
     }
 
+    /// **beyond** The labels of store `store_id` (`zone`, ...) as PD
+    /// reported them, when the store is cached, without waiting: a replica
+    /// read prefers stores whose labels match
+    /// [`Config::local_labels`](crate::Config::local_labels). `None` (the
+    /// default, and for a store not cached yet): unknown.
+    fn store_labels(&self, store_id: StoreId) -> Option<Vec<crate::proto::metapb::StoreLabel>> {
+        let _ = store_id;
+        None
+    }
+
     /// The client of the store `store_id` when both the store and its
     /// connection are cached and the store is usable, without waiting: the
     /// fast path of [`map_peer_to_store`](PdClient::map_peer_to_store),

@@ -22,7 +22,7 @@ use crate::backoff::Backoff;
 use crate::pd::{PdClient, PdRpcClient};
 use crate::proto::{kvrpcpb, metapb};
 use crate::request::plan::call_deadline;
-use crate::request::plan::scan::{page_of, scan_pages};
+use crate::request::plan::scan::{disjoint_layers, page_of, scan_pages};
 use crate::request::{
     Collect, CollectError, CollectSingle, DefaultProcessor, HasRegionError, Merge, Plan,
     PlanBuilder, Process, RoutingState, RoutingStats,
@@ -30,7 +30,7 @@ use crate::request::{
 use crate::request::{EncodeKeyspace, KeyMode, Keyspace, TruncateKeyspace};
 use crate::request::{FastDispatch, ShardPayload, Stage, TypedCall};
 use crate::Failure;
-use crate::{BoundRange, ColumnFamily, Config, Error, Key, KvPair, Result, Value};
+use crate::{BoundRange, ColumnFamily, Config, Error, Key, KvPair, ReplicaRead, Result, Value};
 
 /// The largest `limit` a scan accepts; larger limits are an
 /// [`Failure::InvalidArgument`](crate::Failure::InvalidArgument). Scan in pages to read more.
@@ -60,6 +60,8 @@ pub struct RawClient<PdC: PdClient = PdRpcClient> {
     /// `Config::at_least_once_writes`: re-send writes that may have been
     /// delivered (never compare-and-swap).
     at_least_once_writes: bool,
+    /// Which replica reads may go to first ([`RawClient::with_replica_read`]).
+    replica_read: ReplicaRead,
 }
 
 impl<PdC: PdClient> Clone for RawClient<PdC> {
@@ -72,6 +74,7 @@ impl<PdC: PdClient> Clone for RawClient<PdC> {
             atomic: self.atomic,
             keyspace: self.keyspace,
             at_least_once_writes: self.at_least_once_writes,
+            replica_read: self.replica_read,
         }
     }
 }
@@ -118,6 +121,7 @@ impl<PdC: PdClient> RawClient<PdC> {
             atomic: false,
             keyspace: Keyspace::Disable,
             at_least_once_writes: config.at_least_once_writes,
+            replica_read: ReplicaRead::Leader,
         }
     }
 
@@ -170,6 +174,18 @@ impl<PdC: PdClient> RawClient<PdC> {
         }
     }
 
+    /// **beyond** A client whose reads (gets and scans) may be served by a
+    /// replica `replica` chooses, through TiKV's read index (linearizable),
+    /// else by the leader ([routing.md, "Replica and stale
+    /// reads"](crate::spec::routing#replica-and-stale-reads-beyond)).
+    pub fn with_replica_read(&self, replica: ReplicaRead) -> Self {
+        let replica_read = replica;
+        RawClient {
+            replica_read,
+            ..self.clone()
+        }
+    }
+
     /// A client that retries with `backoff`.
     pub fn with_backoff(&self, backoff: Backoff) -> Self {
         RawClient {
@@ -198,6 +214,11 @@ impl<PdC: PdClient> RawClient<PdC> {
         ColumnFamily::request_field(self.cf)
     }
 
+    /// The builder of a read: it may go to a replica first.
+    fn read_builder<Req: TypedCall>(&self, request: Req) -> PlanBuilder<PdC, FastDispatch<Req>> {
+        self.builder(request).replica_read(self.replica_read)
+    }
+
     fn builder<Req: TypedCall>(&self, request: Req) -> PlanBuilder<PdC, FastDispatch<Req>> {
         let builder = PlanBuilder::fast(Arc::clone(&self.rpc), self.keyspace, request)
             .routing(Arc::clone(&self.routing));
@@ -221,8 +242,23 @@ impl<PdC: PdClient> RawClient<PdC> {
         M: Merge<Req::Response>,
         DefaultProcessor: Process<M::Out>,
     {
-        let plan = self
-            .builder(request)
+        self.run_with(self.builder(request), merge).await
+    }
+
+    /// Runs the plan `builder` holds (for a read, built with
+    /// [`read_builder`](Self::read_builder)) as [`run`](Self::run) does.
+    async fn run_with<Req, M>(
+        &self,
+        builder: PlanBuilder<PdC, FastDispatch<Req>>,
+        merge: M,
+    ) -> Result<<DefaultProcessor as Process<M::Out>>::Out>
+    where
+        Req: TypedCall + ShardPayload,
+        Req::Response: HasRegionError + Sync,
+        M: Merge<Req::Response>,
+        DefaultProcessor: Process<M::Out>,
+    {
+        let plan = builder
             .retry_multi_region(self.backoff.clone())
             .merge(merge)
             .post_process_default()
@@ -237,7 +273,8 @@ impl<PdC: PdClient> RawClient<PdC> {
     /// The value of `key`, or `None` when it does not exist.
     pub async fn get(&self, key: impl Into<Key>) -> Result<Option<Value>> {
         let request = new_raw_get_request(self.encode_key(key), self.cf_name());
-        self.run(request, CollectSingle).await
+        self.run_with(self.read_builder(request), CollectSingle)
+            .await
     }
 
     /// The values of the keys that exist, in key order.
@@ -250,7 +287,7 @@ impl<PdC: PdClient> RawClient<PdC> {
             return Ok(Vec::new());
         }
         let request = new_raw_batch_get_request(keys, self.cf_name());
-        let pairs = self.run(request, Collect).await?;
+        let pairs = self.run_with(self.read_builder(request), Collect).await?;
         Ok(pairs.into_iter().map(|p| self.strip_keyspace(p)).collect())
     }
 
@@ -258,7 +295,8 @@ impl<PdC: PdClient> RawClient<PdC> {
     /// or `None` when it does not exist.
     pub async fn get_key_ttl_secs(&self, key: impl Into<Key>) -> Result<Option<u64>> {
         let request = new_raw_get_key_ttl_request(self.encode_key(key), self.cf_name());
-        self.run(request, CollectSingle).await
+        self.run_with(self.read_builder(request), CollectSingle)
+            .await
     }
 
     /// Sets `key` to `value`.
@@ -511,7 +549,7 @@ impl<PdC: PdClient> RawClient<PdC> {
                     self.cf_name(),
                 );
                 let pieces = self
-                    .builder(request)
+                    .read_builder(request)
                     .preserve_shard()
                     .retry_multi_region(self.backoff.clone())
                     .merge(CollectError)
@@ -590,7 +628,7 @@ impl<PdC: PdClient> RawClient<PdC> {
                 key_only,
                 self.cf_name(),
             );
-            let pairs = self.run(request, Collect).await?;
+            let pairs = self.run_with(self.read_builder(request), Collect).await?;
             // TiKV applies `each_limit` per range *and Region*; a range
             // spanning Regions can return more, so cut each range back to its
             // first `each_limit` keys (pairs arrive in key order).
@@ -705,36 +743,6 @@ impl<PdC: PdClient> RawClient<PdC> {
         };
         once.run(request, CollectSingle).await
     }
-}
-
-/// Splits `ranges` (`[start, end)`, empty end unbounded) into layers of
-/// pairwise disjoint, non-empty ranges, by index, each layer sorted by start:
-/// greedy interval colouring, so the number of layers is the largest number
-/// of ranges covering one key (1 when no two overlap). Empty ranges are in
-/// no layer.
-fn disjoint_layers(ranges: &[(Vec<u8>, Vec<u8>)]) -> Vec<Vec<usize>> {
-    let mut order: Vec<usize> = (0..ranges.len())
-        .filter(|&i| {
-            let (s, e) = &ranges[i];
-            e.is_empty() || s < e
-        })
-        .collect();
-    order.sort_by(|&a, &b| ranges[a].0.cmp(&ranges[b].0));
-    let mut layers: Vec<Vec<usize>> = Vec::new();
-    for i in order {
-        let start = &ranges[i].0;
-        let free = layers.iter_mut().find(|layer| {
-            layer.last().is_some_and(|&last| {
-                let end = &ranges[last].1;
-                !end.is_empty() && end <= start
-            })
-        });
-        match free {
-            Some(layer) => layer.push(i),
-            None => layers.push(vec![i]),
-        }
-    }
-    layers
 }
 
 /// The part of `range` after the page that ended at `last` (forward: from

@@ -102,7 +102,7 @@
 //!   [`CleanupLocks`](plan::CleanupLocks) stage.
 
 pub(crate) mod locks;
-mod routing;
+pub(crate) mod routing;
 
 /// Plan stages, client-rust's `request::plan`: [`Dispatch`] sends one
 /// request to one store, [`RetryableMultiRegion`] shards it and runs the
@@ -159,4 +159,5 @@ pub(crate) use plan::traits::{no_key_errors, strongest_shard_error};
 pub use plan::traits::{
     set_context_for_store, Batchable, HasKeyErrors, HasRegionError, KvRequest, Plan, Shardable,
 };
+pub use routing::replica::ReplicaRead;
 pub use routing::state::{RoutingState, RoutingStats};

@@ -124,6 +124,9 @@ pub struct RegionStore {
     pub target_peer: metapb::Peer,
     /// A client connected to the target peer's store.
     pub client: Arc<dyn KvClient + Send + Sync>,
+    /// The read flags this attempt sets (a replica or stale read, or a
+    /// leader read after one); by default the request's own are kept.
+    pub(crate) read: crate::request::routing::replica::ReadFlags,
 }
 
 impl RegionStore {
@@ -137,6 +140,7 @@ impl RegionStore {
             region_with_leader,
             target_peer,
             client,
+            read: Default::default(),
         }
     }
 

@@ -156,6 +156,27 @@ impl<PdC: PdClient> TransactionClient<PdC> {
         ))
     }
 
+    /// **beyond** A snapshot `staleness` in the past: at a timestamp that
+    /// far behind PD's clock, its reads are stale reads
+    /// ([`TransactionOptions::stale_read`]), served by any replica whose
+    /// safe-ts has reached it (spread over the replicas, or as `options`'
+    /// replica read says), else by the leader at the same timestamp. It
+    /// sees exactly what a snapshot at that timestamp sees on the leader.
+    pub async fn stale_snapshot(
+        &self,
+        staleness: std::time::Duration,
+        options: TransactionOptions,
+    ) -> Result<Snapshot<PdC>> {
+        let now = self.current_timestamp().await?;
+        let back = i64::try_from(staleness.as_millis()).unwrap_or(i64::MAX);
+        let at = Timestamp {
+            physical: now.physical.saturating_sub(back).max(0),
+            logical: 0,
+            ..now
+        };
+        Ok(self.snapshot(at, options.stale_read()))
+    }
+
     /// A fresh timestamp from PD's TSO.
     pub async fn current_timestamp(&self) -> Result<Timestamp> {
         self.shared.timestamp().await

@@ -100,6 +100,10 @@ impl<PdC: PdClient> PdClient for CodecPdClient<PdC> {
         self.inner.cached_store_client(store_id)
     }
 
+    fn store_labels(&self, store_id: StoreId) -> Option<Vec<crate::proto::metapb::StoreLabel>> {
+        self.inner.store_labels(store_id)
+    }
+
     /// Bounded by the client call's deadline, as every PD wait of a
     /// transactional call is (a lock's Region, a timestamp).
     async fn region_for_key(&self, key: &[u8]) -> Result<RegionWithLeader> {

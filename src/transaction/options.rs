@@ -160,6 +160,8 @@ pub struct TransactionOptions {
     pub(crate) check_level: CheckLevel,
     pub(crate) heartbeat_option: HeartbeatOption,
     pub(crate) lock_wait: LockWait,
+    pub(crate) replica_read: crate::ReplicaRead,
+    pub(crate) stale_read: bool,
 }
 
 impl Default for TransactionOptions {
@@ -181,6 +183,8 @@ impl TransactionOptions {
             check_level: CheckLevel::Panic,
             heartbeat_option: HeartbeatOption::FixedTime(DEFAULT_HEARTBEAT_INTERVAL),
             lock_wait: LockWait::ServerDefault,
+            replica_read: crate::ReplicaRead::Leader,
+            stale_read: false,
         }
     }
 
@@ -212,6 +216,33 @@ impl TransactionOptions {
     #[must_use]
     pub fn read_only(mut self) -> TransactionOptions {
         self.read_only = true;
+        self
+    }
+
+    /// **beyond** Lets the transaction's reads at its start timestamp go
+    /// to a replica `replica` chooses first, through TiKV's read index
+    /// (the snapshot is the same as the leader's), and to the leader when
+    /// the replica does not answer cleanly ([routing.md, "Replica and stale
+    /// reads"](crate::spec::routing#replica-and-stale-reads-beyond)).
+    /// Locks, writes and reads of keys this transaction locked always go to
+    /// the leader.
+    #[must_use]
+    pub fn replica_read(mut self, replica: crate::ReplicaRead) -> TransactionOptions {
+        self.replica_read = replica;
+        self
+    }
+
+    /// **beyond** Makes the transaction's reads at its start timestamp
+    /// stale reads: any replica whose safe-ts has reached that timestamp
+    /// serves them (spread over the replicas unless
+    /// [`replica_read`](Self::replica_read) says otherwise), and one that
+    /// has not answers `DataIsNotReady`, after which the leader serves the
+    /// read at the same timestamp. Meant for snapshots at a timestamp in
+    /// the past ([`TransactionClient::stale_snapshot`](crate::TransactionClient::stale_snapshot)):
+    /// a fresh timestamp is rarely below any replica's safe-ts.
+    #[must_use]
+    pub fn stale_read(mut self) -> TransactionOptions {
+        self.stale_read = true;
         self
     }
 

@@ -764,6 +764,14 @@ const EXTENSIONS: &[(&str, &str)] = &[
     ),
     ("crate::config", "the configuration and its named defaults"),
     ("crate::RpcMode", "configuration: unary or batched RPCs"),
+    (
+        "crate::ReplicaRead",
+        "replica reads: which replica a read may go to first",
+    ),
+    (
+        "crate::request::ReplicaRead",
+        "replica reads: the same type where the plan stages are",
+    ),
     ("crate::SecurityConfig", "configuration: the TLS files"),
     (
         "crate::ErrorSource",

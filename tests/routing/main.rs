@@ -20,6 +20,7 @@ mod routing_liveness;
 mod routing_liveness_sim;
 mod routing_mapping;
 mod routing_region_error;
+mod routing_replica;
 mod routing_shape;
 mod routing_sim;
 mod routing_store_health;

@@ -15,6 +15,7 @@ mod txn_lock_wait;
 mod txn_locks;
 mod txn_mock;
 mod txn_modes;
+mod txn_replica;
 mod txn_safety;
 mod txn_shape;
 mod txn_tso;

@@ -17,6 +17,7 @@ use super::mvcc::MvccVersion;
 use super::net::{bind, Endpoint, PeerPorts};
 
 mod clients;
+mod replicas;
 mod shape;
 use super::pd::PdService;
 use super::state::{
@@ -546,6 +547,8 @@ impl SimClusterBuilder {
                     busy: None,
                     drop_next: Vec::new(),
                     client_cut: None,
+                    lag: None,
+                    labels: Vec::new(),
                     counters: StoreCounters::default(),
                 },
             );
@@ -635,6 +638,8 @@ impl SimClusterBuilder {
                     derived: Vec::new(),
                     data: Default::default(),
                     mvcc: Default::default(),
+                    applied_index: 0,
+                    resolved_ts: 0,
                 },
             );
         }

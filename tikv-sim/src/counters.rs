@@ -28,6 +28,10 @@ pub enum Outcome {
     KeyNotInRegion,
     /// Answered `IsWitness`.
     IsWitness,
+    /// Answered `ReadIndexNotReady` (a replica read).
+    ReadIndexNotReady,
+    /// Answered `DataIsNotReady` (a stale read above the peer's safe-ts).
+    DataIsNotReady,
     /// Applied, then the response was dropped and the connections reset.
     Dropped,
     /// Started waiting in a `HangMode::Respond` hang.
@@ -50,6 +54,8 @@ impl Outcome {
             Outcome::EpochNotMatch => "epoch_not_match",
             Outcome::KeyNotInRegion => "key_not_in_region",
             Outcome::IsWitness => "is_witness",
+            Outcome::ReadIndexNotReady => "read_index_not_ready",
+            Outcome::DataIsNotReady => "data_is_not_ready",
             Outcome::Dropped => "dropped",
             Outcome::Hung => "hung",
             Outcome::Invalid => "invalid",
@@ -65,6 +71,7 @@ pub struct StoreCounters {
     by_method: BTreeMap<(String, Outcome), u64>,
     replica_reads: u64,
     stale_reads: u64,
+    served_as_replica: u64,
     batch_streams: u64,
     batch_messages: u64,
     batch_requests: u64,
@@ -118,6 +125,16 @@ impl StoreCounters {
     /// How many requests arrived with `Context.stale_read` set.
     pub fn stale_reads(&self) -> u64 {
         self.stale_reads
+    }
+
+    /// How many reads a non-leader peer of this store served (replica and
+    /// stale reads; a read index counted once, when served).
+    pub fn served_as_replica(&self) -> u64 {
+        self.served_as_replica
+    }
+
+    pub(crate) fn record_served_as_replica(&mut self) {
+        self.served_as_replica += 1;
     }
 
     /// Every non-zero counter as `(method, outcome, count)`, sorted.

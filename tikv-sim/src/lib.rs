@@ -254,6 +254,7 @@ mod lock_wait;
 mod mvcc;
 mod net;
 mod pd;
+mod replica;
 mod state;
 mod store;
 

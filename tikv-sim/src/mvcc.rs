@@ -342,7 +342,20 @@ impl Mvcc {
         self.data.get(key)?.get(&start_ts).cloned()
     }
 
-    fn observe_read_ts(&mut self, ts: u64) {
+    /// The start ts of the oldest lock that can commit, if any (what holds
+    /// the resolved ts back; TiKV's resolver does not track pessimistic
+    /// locks, which are prewritten before they commit).
+    pub(crate) fn oldest_lock_start_ts(&self) -> Option<u64> {
+        self.locks
+            .values()
+            .filter(|l| l.kind != LockKind::Pessimistic)
+            .map(|l| l.start_ts)
+            .min()
+    }
+
+    /// Raises `max_ts` to `ts` (a read's ts, or a resolved-ts tick): every
+    /// transaction prewritten from now on commits above it.
+    pub(crate) fn observe_read_ts(&mut self, ts: u64) {
         if ts != u64::MAX {
             self.max_ts = self.max_ts.max(ts);
         }

@@ -180,6 +180,14 @@ impl PdService {
             state: metapb::StoreState::Up as i32,
             version: super::SIM_TIKV_VERSION.to_owned(),
             peer_address: store.address.clone(),
+            labels: store
+                .labels
+                .iter()
+                .map(|(key, value)| metapb::StoreLabel {
+                    key: key.clone(),
+                    value: value.clone(),
+                })
+                .collect(),
             ..Default::default()
         })
     }

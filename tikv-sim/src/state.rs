@@ -85,6 +85,11 @@ pub(crate) struct SimStore {
     pub(crate) drop_next: Vec<String>,
     /// How clients are cut off from the store, if they are.
     pub(crate) client_cut: Option<crate::net::ClientCut>,
+    /// How late the store's non-leader peers apply, if they lag
+    /// (`replica.rs`).
+    pub(crate) lag: Option<Duration>,
+    /// The store's labels, as PD reports them (`zone`, ...).
+    pub(crate) labels: Vec<(String, String)>,
     pub(crate) counters: StoreCounters,
 }
 
@@ -112,6 +117,12 @@ pub(crate) struct SimRegion {
     /// The transactional data (lock, write and data families), apart from
     /// the raw data as in TiKV.
     pub(crate) mvcc: Mvcc,
+    /// How many commands that are not reads were applied (TiKV's applied
+    /// index, counted in writes): how far a lagging replica is behind.
+    pub(crate) applied_index: u64,
+    /// The Region's resolved ts (`replica.rs`): no transaction commits at
+    /// or below it that is not already in the data.
+    pub(crate) resolved_ts: u64,
 }
 
 impl SimRegion {
@@ -174,10 +185,16 @@ pub(crate) struct ClusterState {
     pub(crate) keyspaces: Vec<keyspacepb::KeyspaceMeta>,
     /// Pessimistic lock requests waiting for locks, and the wait-for graph.
     pub(crate) lock_waits: crate::lock_wait::LockWaits,
+    /// What each lagging peer has applied, by (Region, store).
+    pub(crate) applied: BTreeMap<(u64, u64), crate::replica::Applied>,
+    /// Replica reads skip read index (a switch for checking checkers).
+    pub(crate) naive_replica_reads: bool,
+    /// TiKV's `resolved-ts.advance-ts-interval`.
+    pub(crate) resolved_ts_interval: Duration,
 }
 
 /// The number of bits of the logical part of a timestamp.
-const TSO_LOGICAL_BITS: u32 = 18;
+pub(crate) const TSO_LOGICAL_BITS: u32 = 18;
 
 /// One more than the most timestamps one TSO request may ask for.
 pub(crate) const MAX_TSO_COUNT: u32 = 1 << TSO_LOGICAL_BITS;
@@ -216,6 +233,9 @@ impl ClusterState {
                 ..Default::default()
             }],
             lock_waits: Default::default(),
+            applied: BTreeMap::new(),
+            naive_replica_reads: false,
+            resolved_ts_interval: crate::replica::DEFAULT_RESOLVED_TS_INTERVAL,
         }
     }
 
@@ -279,6 +299,67 @@ impl ClusterState {
         ctx: Option<&kvrpcpb::Context>,
         key_outside: &dyn Fn(&metapb::Region) -> Option<Vec<u8>>,
     ) -> Result<u64, Rejection> {
+        let (region_id, local) = self.admit_peer(store_id, ctx, key_outside)?;
+        let Some(region) = self.regions.get(&region_id) else {
+            let mut e = region_error(format!("region {region_id} not found on store {store_id}"));
+            e.region_not_found = Some(errorpb::RegionNotFound { region_id });
+            return Err((Box::new(e), Outcome::RegionNotFound));
+        };
+
+        // 6. Leadership.
+        if local.is_witness {
+            let mut e = region_error(format!(
+                "peer {} of region {region_id} is a witness",
+                local.id
+            ));
+            e.is_witness = Some(errorpb::IsWitness { region_id });
+            return Err((Box::new(e), Outcome::IsWitness));
+        }
+        let not_leader = |leader: Option<metapb::Peer>| {
+            let mut e = region_error(format!(
+                "peer {} is not leader of region {region_id}",
+                local.id
+            ));
+            e.not_leader = Some(errorpb::NotLeader { region_id, leader });
+            (Box::new(e), Outcome::NotLeader)
+        };
+        let known_leader = region.leader.and_then(|id| region.peer(id));
+        if !can_become_leader(&local) {
+            return Err(not_leader(known_leader));
+        }
+        match region.leader {
+            Some(leader) if leader == local.id => Ok(region_id),
+            Some(_) => Err(not_leader(known_leader)),
+            None => {
+                let cold = region.cold.unwrap_or(Cold {
+                    mode: ColdMode::AcceptAtOnce,
+                    old_leader: None,
+                });
+                if cold.old_leader == Some(local.id) {
+                    return Err(not_leader(None));
+                }
+                // A leader request wakes the voter: it campaigns and wins.
+                if let Some(region) = self.regions.get_mut(&region_id) {
+                    region.leader = Some(local.id);
+                    region.cold = None;
+                }
+                match cold.mode {
+                    ColdMode::AcceptAtOnce => Ok(region_id),
+                    ColdMode::NotLeaderFirst => Err(not_leader(None)),
+                }
+            }
+        }
+    }
+
+    /// Steps 1 to 5 of [`admit`](Self::admit): busy, the Region on this
+    /// store, store and peer match, epoch, key range. Returns the Region
+    /// id and this store's peer of it.
+    pub(crate) fn admit_peer(
+        &mut self,
+        store_id: u64,
+        ctx: Option<&kvrpcpb::Context>,
+        key_outside: &dyn Fn(&metapb::Region) -> Option<Vec<u8>>,
+    ) -> Result<(u64, metapb::Peer), Rejection> {
         let default_ctx = kvrpcpb::Context::default();
         let ctx = ctx.unwrap_or(&default_ctx);
         let region_id = ctx.region_id;
@@ -362,50 +443,7 @@ impl ClusterState {
             });
             return Err((Box::new(e), Outcome::KeyNotInRegion));
         }
-
-        // 6. Leadership.
-        if local.is_witness {
-            let mut e = region_error(format!(
-                "peer {} of region {region_id} is a witness",
-                local.id
-            ));
-            e.is_witness = Some(errorpb::IsWitness { region_id });
-            return Err((Box::new(e), Outcome::IsWitness));
-        }
-        let not_leader = |leader: Option<metapb::Peer>| {
-            let mut e = region_error(format!(
-                "peer {} is not leader of region {region_id}",
-                local.id
-            ));
-            e.not_leader = Some(errorpb::NotLeader { region_id, leader });
-            (Box::new(e), Outcome::NotLeader)
-        };
-        let known_leader = region.leader.and_then(|id| region.peer(id));
-        if !can_become_leader(&local) {
-            return Err(not_leader(known_leader));
-        }
-        match region.leader {
-            Some(leader) if leader == local.id => Ok(region_id),
-            Some(_) => Err(not_leader(known_leader)),
-            None => {
-                let cold = region.cold.unwrap_or(Cold {
-                    mode: ColdMode::AcceptAtOnce,
-                    old_leader: None,
-                });
-                if cold.old_leader == Some(local.id) {
-                    return Err(not_leader(None));
-                }
-                // A leader request wakes the voter: it campaigns and wins.
-                if let Some(region) = self.regions.get_mut(&region_id) {
-                    region.leader = Some(local.id);
-                    region.cold = None;
-                }
-                match cold.mode {
-                    ColdMode::AcceptAtOnce => Ok(region_id),
-                    ColdMode::NotLeaderFirst => Err(not_leader(None)),
-                }
-            }
-        }
+        Ok((region_id, local))
     }
 
     /// Splits the Region containing `split_key` at it. The existing Region
@@ -470,6 +508,8 @@ impl ClusterState {
             data: child_data,
             mvcc: child_mvcc,
             meta: child_meta,
+            applied_index: parent.applied_index,
+            resolved_ts: parent.resolved_ts,
         };
         self.regions.insert(new_id, child);
         Ok(new_id)

@@ -1,10 +1,8 @@
-//! The simulated TiKV store service (`tikvpb.Tikv`): every raw method, with
-//! the checks of [`ClusterState::admit`](super::state::ClusterState::admit)
-//! before the data is touched.
-//!
-//! This file is long because it serves every raw method of `tikvpb.Tikv` (a
-//! few lines of checks and data access each) and the BatchCommands stream,
-//! over one store state.
+//! The simulated TiKV store service (`tikvpb.Tikv`): every method runs the
+//! checks of [`ClusterState::admit`](super::state::ClusterState::admit)
+//! (or, for a read a replica may serve, `admit_read` in `replica.rs`)
+//! before the data is touched, unary or from the BatchCommands stream. The
+//! commands themselves are in `store/raw.rs` and `store/txn.rs`.
 
 use std::sync::Arc;
 
@@ -15,7 +13,6 @@ use tonic::codegen::BoxStream;
 use tonic::{Request, Response, Status, Streaming};
 
 use super::counters::Outcome;
-use super::data::column_family;
 use super::lock_wait::{WaitAnswer, WaitAsk};
 use super::state::{HangMode, SimRegion};
 use super::Shared;
@@ -55,6 +52,13 @@ pub(super) trait StoreCommand: KvMethod {
     /// how to answer it with the key error its wait ends in.
     fn lock_wait(&self, response: &Self::Response) -> Option<(WaitAsk, WaitAnswer<Self>)> {
         let _ = response;
+        None
+    }
+    /// For a read a replica may serve: its timestamp (0 for a raw read,
+    /// which carries none). `None` for every other command: it is
+    /// proposed, so only a leader serves it, and it moves the Region's
+    /// apply index.
+    fn read_ts(&self) -> Option<u64> {
         None
     }
 }
@@ -106,322 +110,32 @@ pub(super) fn scan_bounds(
     (low, high)
 }
 
-fn pairs(kvs: Vec<(Vec<u8>, Vec<u8>)>, key_only: bool) -> Vec<kvrpcpb::KvPair> {
-    kvs.into_iter()
-        .map(|(key, value)| kvrpcpb::KvPair {
-            error: None,
-            key,
-            value: if key_only { Vec::new() } else { value },
-        })
-        .collect()
+/// How long a replica read waits for its read index before the store gives
+/// up on it (TiKV keeps it pending; the client's deadline ends it first).
+const READ_INDEX_GIVE_UP: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// The status of a replica read that waited [`READ_INDEX_GIVE_UP`].
+fn read_index_gave_up() -> Status {
+    Status::deadline_exceeded("the replica read waited too long for its read index (simulated)")
 }
 
 pub(crate) mod forward;
+mod raw;
 mod server;
 mod txn;
 
 pub use forward::{ForwardDial, ForwardStream, FORWARDED_HOST};
+pub use raw::{COPROCESSOR_PLUGIN, COPROCESSOR_PLUGIN_VERSION};
 pub(crate) use server::StoreServer;
-
-impl StoreCommand for kvrpcpb::RawGetRequest {
-    fn key_outside(&self, region: &metapb::Region) -> Option<Vec<u8>> {
-        first_outside(region, [self.key.as_slice()])
-    }
-    fn apply(&self, region: &mut SimRegion, now: Instant) -> Result<Self::Response, String> {
-        let data = &mut region.data;
-        let value = data.get(column_family(&self.cf)?, &self.key, now);
-        Ok(kvrpcpb::RawGetResponse {
-            not_found: value.is_none(),
-            value: value.unwrap_or_default(),
-            ..Default::default()
-        })
-    }
-}
-
-impl StoreCommand for kvrpcpb::RawBatchGetRequest {
-    fn key_outside(&self, region: &metapb::Region) -> Option<Vec<u8>> {
-        first_outside(region, self.keys.iter().map(Vec::as_slice))
-    }
-    fn apply(&self, region: &mut SimRegion, now: Instant) -> Result<Self::Response, String> {
-        let data = &mut region.data;
-        let cf = column_family(&self.cf)?;
-        let found = self
-            .keys
-            .iter()
-            .filter_map(|k| data.get(cf, k, now).map(|v| (k.clone(), v)))
-            .collect();
-        Ok(kvrpcpb::RawBatchGetResponse {
-            pairs: pairs(found, false),
-            ..Default::default()
-        })
-    }
-}
-
-impl StoreCommand for kvrpcpb::RawPutRequest {
-    fn key_outside(&self, region: &metapb::Region) -> Option<Vec<u8>> {
-        first_outside(region, [self.key.as_slice()])
-    }
-    fn apply(&self, region: &mut SimRegion, now: Instant) -> Result<Self::Response, String> {
-        let data = &mut region.data;
-        data.put(
-            column_family(&self.cf)?,
-            self.key.clone(),
-            self.value.clone(),
-            self.ttl,
-            now,
-        );
-        Ok(Default::default())
-    }
-}
-
-impl StoreCommand for kvrpcpb::RawBatchPutRequest {
-    fn key_outside(&self, region: &metapb::Region) -> Option<Vec<u8>> {
-        first_outside(region, self.pairs.iter().map(|p| p.key.as_slice()))
-    }
-    #[allow(deprecated)]
-    fn apply(&self, region: &mut SimRegion, now: Instant) -> Result<Self::Response, String> {
-        let data = &mut region.data;
-        let cf = column_family(&self.cf)?;
-        // kvproto: exactly one TTL applies to every pair; otherwise one per
-        // pair, or none.
-        let one_for_all = match self.ttls.as_slice() {
-            [] => Some(self.ttl),
-            [ttl] => Some(*ttl),
-            ttls if ttls.len() == self.pairs.len() => None,
-            ttls => {
-                return Err(format!(
-                    "{} ttls given for {} pairs: give one TTL per pair, one for all, or none",
-                    ttls.len(),
-                    self.pairs.len()
-                ))
-            }
-        };
-        for (i, pair) in self.pairs.iter().enumerate() {
-            let ttl = one_for_all.unwrap_or_else(|| self.ttls[i]);
-            data.put(cf, pair.key.clone(), pair.value.clone(), ttl, now);
-        }
-        Ok(Default::default())
-    }
-}
-
-impl StoreCommand for kvrpcpb::RawDeleteRequest {
-    fn key_outside(&self, region: &metapb::Region) -> Option<Vec<u8>> {
-        first_outside(region, [self.key.as_slice()])
-    }
-    fn apply(&self, region: &mut SimRegion, _: Instant) -> Result<Self::Response, String> {
-        let data = &mut region.data;
-        data.delete(column_family(&self.cf)?, &self.key);
-        Ok(Default::default())
-    }
-}
-
-impl StoreCommand for kvrpcpb::RawBatchDeleteRequest {
-    fn key_outside(&self, region: &metapb::Region) -> Option<Vec<u8>> {
-        first_outside(region, self.keys.iter().map(Vec::as_slice))
-    }
-    fn apply(&self, region: &mut SimRegion, _: Instant) -> Result<Self::Response, String> {
-        let data = &mut region.data;
-        let cf = column_family(&self.cf)?;
-        for key in &self.keys {
-            data.delete(cf, key);
-        }
-        Ok(Default::default())
-    }
-}
-
-impl StoreCommand for kvrpcpb::RawScanRequest {
-    fn key_outside(&self, region: &metapb::Region) -> Option<Vec<u8>> {
-        scan_start_outside(region, &self.start_key, self.reverse)
-    }
-    fn apply(&self, region: &mut SimRegion, now: Instant) -> Result<Self::Response, String> {
-        let (data, region) = (&mut region.data, &region.meta);
-        let cf = column_family(&self.cf)?;
-        let (low, high) = scan_bounds(region, &self.start_key, &self.end_key, self.reverse);
-        let kvs = data.scan(cf, &low, &high, self.limit as usize, self.reverse, now);
-        Ok(kvrpcpb::RawScanResponse {
-            kvs: pairs(kvs, self.key_only),
-            ..Default::default()
-        })
-    }
-}
-
-impl StoreCommand for kvrpcpb::RawBatchScanRequest {
-    fn key_outside(&self, region: &metapb::Region) -> Option<Vec<u8>> {
-        self.ranges
-            .iter()
-            .find_map(|r| scan_start_outside(region, &r.start_key, self.reverse))
-    }
-    fn apply(&self, region: &mut SimRegion, now: Instant) -> Result<Self::Response, String> {
-        let (data, region) = (&mut region.data, &region.meta);
-        let cf = column_family(&self.cf)?;
-        let mut kvs = Vec::new();
-        for range in &self.ranges {
-            let (low, high) = scan_bounds(region, &range.start_key, &range.end_key, self.reverse);
-            kvs.extend(pairs(
-                data.scan(cf, &low, &high, self.each_limit as usize, self.reverse, now),
-                self.key_only,
-            ));
-        }
-        Ok(kvrpcpb::RawBatchScanResponse {
-            kvs,
-            ..Default::default()
-        })
-    }
-}
-
-impl StoreCommand for kvrpcpb::RawDeleteRangeRequest {
-    fn key_outside(&self, region: &metapb::Region) -> Option<Vec<u8>> {
-        if !key_in_region(region, &self.start_key) {
-            return Some(self.start_key.clone());
-        }
-        // The end may equal the Region's end; an unbounded end only fits the
-        // last Region.
-        let end_fits = if region.end_key.is_empty() {
-            true
-        } else {
-            !self.end_key.is_empty() && self.end_key <= region.end_key
-        };
-        (!end_fits).then(|| self.end_key.clone())
-    }
-    fn apply(&self, region: &mut SimRegion, _: Instant) -> Result<Self::Response, String> {
-        let data = &mut region.data;
-        let cf = column_family(&self.cf)?;
-        if !self.end_key.is_empty() && self.start_key > self.end_key {
-            return Err("delete range start key is after its end key".to_owned());
-        }
-        data.delete_range(cf, &self.start_key, &self.end_key);
-        Ok(Default::default())
-    }
-}
-
-impl StoreCommand for kvrpcpb::RawCasRequest {
-    fn key_outside(&self, region: &metapb::Region) -> Option<Vec<u8>> {
-        first_outside(region, [self.key.as_slice()])
-    }
-    fn apply(&self, region: &mut SimRegion, now: Instant) -> Result<Self::Response, String> {
-        let data = &mut region.data;
-        let cf = column_family(&self.cf)?;
-        let expected = (!self.previous_not_exist).then_some(self.previous_value.as_slice());
-        let (succeed, previous) = data.compare_and_swap(
-            cf,
-            self.key.clone(),
-            expected,
-            self.value.clone(),
-            self.ttl,
-            now,
-        );
-        Ok(kvrpcpb::RawCasResponse {
-            succeed,
-            previous_not_exist: previous.is_none(),
-            previous_value: previous.unwrap_or_default(),
-            ..Default::default()
-        })
-    }
-}
-
-impl StoreCommand for kvrpcpb::RawGetKeyTtlRequest {
-    fn key_outside(&self, region: &metapb::Region) -> Option<Vec<u8>> {
-        first_outside(region, [self.key.as_slice()])
-    }
-    fn apply(&self, region: &mut SimRegion, now: Instant) -> Result<Self::Response, String> {
-        let data = &mut region.data;
-        let ttl = data.ttl(column_family(&self.cf)?, &self.key, now);
-        Ok(kvrpcpb::RawGetKeyTtlResponse {
-            not_found: ttl.is_none(),
-            ttl: ttl.unwrap_or(0),
-            ..Default::default()
-        })
-    }
-}
 
 /// What to do with a request after the lock is released.
 enum Verdict<R> {
     Answer(R),
     Status(Status),
     Drop,
-}
-
-impl StoreCommand for kvrpcpb::RawChecksumRequest {
-    fn key_outside(&self, region: &metapb::Region) -> Option<Vec<u8>> {
-        self.ranges
-            .iter()
-            .find_map(|r| scan_start_outside(region, &r.start_key, false))
-    }
-    /// TiKV's `Crc64_Xor` over the default column family, on the user keys
-    /// and values ([`tikv_plan_proto::checksum::RawChecksum`]).
-    fn apply(&self, region: &mut SimRegion, now: Instant) -> Result<Self::Response, String> {
-        let cf = column_family("")?;
-        let mut sum = tikv_plan_proto::checksum::RawChecksum::default();
-        for range in &self.ranges {
-            let (low, high) = scan_bounds(&region.meta, &range.start_key, &range.end_key, false);
-            for (key, value) in region.data.scan(cf, &low, &high, usize::MAX, false, now) {
-                sum.add(&key, &value);
-            }
-        }
-        Ok(kvrpcpb::RawChecksumResponse {
-            checksum: sum.crc64_xor,
-            total_kvs: sum.total_kvs,
-            total_bytes: sum.total_bytes,
-            ..Default::default()
-        })
-    }
-}
-
-/// The coprocessor plugin every simulated store carries (TiKV loads its
-/// plugins from files; the simulator has this one built in).
-pub const COPROCESSOR_PLUGIN: &str = "sim-count";
-/// [`COPROCESSOR_PLUGIN`]'s version, matched against the request's semver
-/// requirement.
-pub const COPROCESSOR_PLUGIN_VERSION: &str = "1.2.0";
-
-impl StoreCommand for kvrpcpb::RawCoprocessorRequest {
-    fn key_outside(&self, region: &metapb::Region) -> Option<Vec<u8>> {
-        self.ranges
-            .iter()
-            .find_map(|r| scan_start_outside(region, &r.start_key, false))
-    }
-    /// [`COPROCESSOR_PLUGIN`] answers `<data>:<count>`: the request's own
-    /// data (built per Region by the client) and how many keys of the
-    /// default column family its ranges hold in this Region. Another name,
-    /// a version requirement the plugin does not meet, or one that does not
-    /// parse is the response's `error`, as in TiKV.
-    fn apply(&self, region: &mut SimRegion, now: Instant) -> Result<Self::Response, String> {
-        if self.copr_name != COPROCESSOR_PLUGIN {
-            return Err(format!(
-                "no coprocessor plugin named {:?} is loaded",
-                self.copr_name
-            ));
-        }
-        let requirement = semver::VersionReq::parse(&self.copr_version_req).map_err(|e| {
-            format!(
-                "the version requirement {:?} does not parse: {e}",
-                self.copr_version_req
-            )
-        })?;
-        let version = semver::Version::parse(COPROCESSOR_PLUGIN_VERSION)
-            .map_err(|e| format!("the plugin's own version does not parse: {e}"))?;
-        if !requirement.matches(&version) {
-            return Err(format!(
-                "coprocessor plugin {COPROCESSOR_PLUGIN} {version} does not match {:?}",
-                self.copr_version_req
-            ));
-        }
-        let cf = column_family("")?;
-        let mut count = 0usize;
-        for range in &self.ranges {
-            let (low, high) = scan_bounds(&region.meta, &range.start_key, &range.end_key, false);
-            count += region
-                .data
-                .scan(cf, &low, &high, usize::MAX, false, now)
-                .len();
-        }
-        let mut data = self.data.clone();
-        data.extend_from_slice(format!(":{count}").as_bytes());
-        Ok(kvrpcpb::RawCoprocessorResponse {
-            data,
-            ..Default::default()
-        })
-    }
+    /// A replica read waits (for its read index to be applied, or for a
+    /// leader to ask): admitted again after this long.
+    Retry(std::time::Duration),
 }
 
 /// TiKV refuses a request whose `Context.api_version` is not the store's
@@ -473,59 +187,70 @@ impl StoreService {
         }
         self.wait_out_hang(C::LABEL).await?;
 
-        // Locks the command released; their waiters are woken.
-        let mut released = Vec::new();
-        let (verdict, waiting) = {
-            let mut state = self.shared.lock();
-            if let Some(ctx) = command.context() {
-                if let Some(store) = state.stores.get_mut(&self.store_id) {
-                    store
-                        .counters
-                        .record_context_flags(ctx.replica_read, ctx.stale_read);
-                }
-            }
-            let api_check = check_api_version(state.api_version, command.context());
-            let (verdict, outcome) = if let Err(message) = api_check {
-                (Self::key_error_verdict::<C>(message).0, Outcome::Invalid)
-            } else if command.store_wide() {
-                let now = Instant::now();
-                let store_id = self.store_id;
-                let mut regions: Vec<&mut SimRegion> = state
-                    .regions
-                    .values_mut()
-                    .filter(|r| r.peer_on_store(store_id).is_some())
-                    .collect();
-                let mut result = Ok(None);
-                for region in regions.iter_mut() {
-                    result = command.apply(region, now).map(Some);
-                    released.extend(region.mvcc.take_released());
-                    if result.is_err() {
-                        break;
+        let arrived = Instant::now();
+        let (verdict, waiting) = loop {
+            // Locks the command released; their waiters are woken.
+            let mut released = Vec::new();
+            let (verdict, waiting) = {
+                let mut state = self.shared.lock();
+                if let Some(ctx) = command.context() {
+                    if let Some(store) = state.stores.get_mut(&self.store_id) {
+                        store
+                            .counters
+                            .record_context_flags(ctx.replica_read, ctx.stale_read);
                     }
                 }
-                match result {
-                    Ok(resp) => (Verdict::Answer(resp.unwrap_or_default()), Outcome::Ok),
-                    Err(message) => Self::key_error_verdict::<C>(message),
-                }
-            } else {
-                let admitted = state.admit(self.store_id, command.context(), &|r| {
-                    command.key_outside(r)
-                });
-                match admitted {
-                    Err((error, outcome)) => (
-                        Verdict::Answer(C::Response::with_region_error(*error)),
-                        outcome,
-                    ),
-                    Ok(region_id) => {
-                        let now = Instant::now();
-                        match state.regions.get_mut(&region_id) {
+                let api_check = check_api_version(state.api_version, command.context());
+                let mut served_as_replica = false;
+                let (verdict, outcome) = if let Err(message) = api_check {
+                    (Self::key_error_verdict::<C>(message).0, Outcome::Invalid)
+                } else if command.store_wide() {
+                    let now = Instant::now();
+                    let store_id = self.store_id;
+                    let mut regions: Vec<&mut SimRegion> = state
+                        .regions
+                        .values_mut()
+                        .filter(|r| r.peer_on_store(store_id).is_some())
+                        .collect();
+                    let mut result = Ok(None);
+                    for region in regions.iter_mut() {
+                        result = command.apply(region, now).map(Some);
+                        released.extend(region.mvcc.take_released());
+                        if result.is_err() {
+                            break;
+                        }
+                    }
+                    match result {
+                        Ok(resp) => (Verdict::Answer(resp.unwrap_or_default()), Outcome::Ok),
+                        Err(message) => Self::key_error_verdict::<C>(message),
+                    }
+                } else {
+                    let admitted = state.admit_read(
+                        self.store_id,
+                        command.context(),
+                        &|r| command.key_outside(r),
+                        command.read_ts(),
+                        arrived,
+                    );
+                    let now = Instant::now();
+                    let is_read = command.read_ts().is_some();
+                    let target =
+                        admitted.map(|plan| state.read_view(plan, self.store_id, is_read, now));
+                    match target {
+                        Err((error, outcome)) => (
+                            Verdict::Answer(C::Response::with_region_error(*error)),
+                            outcome,
+                        ),
+                        Ok(Err(wait)) => (Verdict::Retry(wait), Outcome::Ok),
+                        Ok(Ok(region)) => match region {
                             None => (
                                 Verdict::Status(Status::internal("region vanished")),
                                 Outcome::Invalid,
                             ),
-                            Some(region) => {
+                            Some((region, replica)) => {
                                 let applied = command.apply(region, now);
                                 released.extend(region.mvcc.take_released());
+                                served_as_replica = replica && applied.is_ok();
                                 match applied {
                                     Ok(mut resp) => {
                                         let outcome = if resp.has_key_error() {
@@ -538,38 +263,49 @@ impl StoreService {
                                     Err(message) => Self::key_error_verdict::<C>(message),
                                 }
                             }
+                        },
+                    }
+                };
+                let mut verdict = verdict;
+                let mut outcome = outcome;
+                let retry = matches!(verdict, Verdict::Retry(_));
+                if let Some(store) = state.stores.get_mut(&self.store_id).filter(|_| !retry) {
+                    if served_as_replica {
+                        store.counters.record_served_as_replica();
+                    }
+                    let served = matches!(outcome, Outcome::Ok | Outcome::KeyError);
+                    if served {
+                        if let Some(i) = store.drop_next.iter().position(|m| m == C::LABEL) {
+                            store.drop_next.remove(i);
+                            verdict = Verdict::Drop;
+                            outcome = Outcome::Dropped;
                         }
                     }
+                    store.counters.record(C::LABEL, outcome);
                 }
+                let now = Instant::now();
+                self.shared.wake_released(&mut state, released, now);
+                // A request that met a lock may wait for it (or close a cycle).
+                let waiting = match &mut verdict {
+                    Verdict::Answer(response) => state.lock_waits.meet(&command, response, now),
+                    _ => None,
+                };
+                tracing::debug!(
+                    "simulated store {} answered {} for region {} with {}",
+                    self.store_id,
+                    C::LABEL,
+                    command.context().map(|c| c.region_id).unwrap_or(0),
+                    outcome.name()
+                );
+                (verdict, waiting)
             };
-            let mut verdict = verdict;
-            let mut outcome = outcome;
-            if let Some(store) = state.stores.get_mut(&self.store_id) {
-                let served = matches!(outcome, Outcome::Ok | Outcome::KeyError);
-                if served {
-                    if let Some(i) = store.drop_next.iter().position(|m| m == C::LABEL) {
-                        store.drop_next.remove(i);
-                        verdict = Verdict::Drop;
-                        outcome = Outcome::Dropped;
-                    }
+            match verdict {
+                Verdict::Retry(wait) if arrived.elapsed() < READ_INDEX_GIVE_UP => {
+                    tokio::time::sleep(wait.max(std::time::Duration::from_millis(1))).await;
                 }
-                store.counters.record(C::LABEL, outcome);
+                Verdict::Retry(_) => break (Verdict::Status(read_index_gave_up()), None),
+                verdict => break (verdict, waiting),
             }
-            let now = Instant::now();
-            self.shared.wake_released(&mut state, released, now);
-            // A request that met a lock may wait for it (or close a cycle).
-            let waiting = match &mut verdict {
-                Verdict::Answer(response) => state.lock_waits.meet(&command, response, now),
-                _ => None,
-            };
-            tracing::debug!(
-                "simulated store {} answered {} for region {} with {}",
-                self.store_id,
-                C::LABEL,
-                command.context().map(|c| c.region_id).unwrap_or(0),
-                outcome.name()
-            );
-            (verdict, waiting)
         };
         if let Some((ask, wait, answer)) = waiting {
             return Ok(answer(self.shared.wait_for_lock(&ask, wait).await));
@@ -577,6 +313,7 @@ impl StoreService {
         match verdict {
             Verdict::Answer(resp) => Ok(resp),
             Verdict::Status(status) => Err(status),
+            Verdict::Retry(_) => Err(read_index_gave_up()),
             Verdict::Drop => {
                 // The write is applied; now the client loses the answer with
                 // its connection.

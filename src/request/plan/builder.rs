@@ -231,6 +231,27 @@ impl<PdC: PdClient, P: Plan> PlanBuilder<PdC, P> {
         self
     }
 
+    /// **beyond** Lets a read's first attempt go to a replica of the
+    /// Region (`replica_read`, TiKV's read index: linearizable) as `replica`
+    /// chooses; whatever that attempt does not answer cleanly goes to the
+    /// leader as usual ([routing.md, "Replica and stale
+    /// reads"](crate::spec::routing#replica-and-stale-reads-beyond)). Only
+    /// for reads: a write sent to a replica is refused by it.
+    pub fn replica_read(mut self, replica: crate::ReplicaRead) -> Self {
+        self.policy.read.replica = replica;
+        self
+    }
+
+    /// **beyond** Makes a read a stale read (`stale_read`): its first
+    /// attempt may be served by a replica whose safe-ts is at or above the
+    /// read's timestamp, and on `DataIsNotReady` (or any other failure) it
+    /// is read on the leader as a normal read at the same timestamp. Only
+    /// for reads at a timestamp in the past.
+    pub fn stale_read(mut self) -> Self {
+        self.policy.read.stale = true;
+        self
+    }
+
     /// Keeps the shard each response answers.
     pub fn preserve_shard(self) -> PlanBuilder<PdC, PreserveShard<P>>
     where

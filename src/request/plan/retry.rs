@@ -21,12 +21,14 @@ use crate::pd::PdClient;
 use crate::region::RegionWithLeader;
 use crate::request::routing::engine;
 use crate::request::routing::policy::RequestPolicy;
+use crate::request::routing::replica::ReadFlags;
 use crate::request::routing::state::{BusyVerdict, ProbeOutcome, RoutingState};
 use crate::store::RegionStore;
 use crate::{Error, Failure, Result};
 use engine::scope::{Deadline, RequestScope};
 use engine::{Event, Next, ShardMachine};
 
+mod replica;
 mod steps;
 
 /// Shards a plan by Region and runs leader-first candidate rounds with voter
@@ -291,6 +293,20 @@ where
             // The clock, read again only after a step that had to wait (see
             // `timed`): once per attempt on the fast path, after the RPC.
             let mut now = Instant::now();
+            // A read that may leave the leader asks a replica first, once;
+            // the leader attempts after it carry no read flags. Boxed: only
+            // such reads pay for its room.
+            let mut read_flags = ReadFlags::AsBuilt;
+            if self.policy.read.leaves_leader() {
+                let region = machine.region().clone();
+                let deadline = machine.deadline();
+                let replica =
+                    Box::pin(self.try_replica(&mut plan, &region, permits, deadline, &mut now));
+                if let Some(answer) = replica.await {
+                    return PieceEnd::Done(Ok(answer));
+                }
+                read_flags = ReadFlags::Leader;
+            }
             loop {
                 let next = machine.handle(event, now);
                 for effect in machine.take_effects() {
@@ -320,7 +336,8 @@ where
                             span: machine.attempt_span(),
                         };
                         match timed(&mut now, mapping).await {
-                            Ok(mapped) => {
+                            Ok(mut mapped) => {
+                                mapped.read = read_flags;
                                 store = Some(mapped);
                                 Event::Mapped
                             }

@@ -94,6 +94,36 @@ where
     }
 }
 
+/// Splits `ranges` (`[start, end)`, empty end unbounded) into layers of
+/// pairwise disjoint, non-empty ranges, by index, each layer sorted by start:
+/// greedy interval colouring, so the number of layers is the largest number
+/// of ranges covering one key (1 when no two overlap). Empty ranges are in
+/// no layer.
+pub(crate) fn disjoint_layers(ranges: &[(Vec<u8>, Vec<u8>)]) -> Vec<Vec<usize>> {
+    let mut order: Vec<usize> = (0..ranges.len())
+        .filter(|&i| {
+            let (s, e) = &ranges[i];
+            e.is_empty() || s < e
+        })
+        .collect();
+    order.sort_by(|&a, &b| ranges[a].0.cmp(&ranges[b].0));
+    let mut layers: Vec<Vec<usize>> = Vec::new();
+    for i in order {
+        let start = &ranges[i].0;
+        let free = layers.iter_mut().find(|layer| {
+            layer.last().is_some_and(|&last| {
+                let end = &ranges[last].1;
+                !end.is_empty() && end <= start
+            })
+        });
+        match free {
+            Some(layer) => layer.push(i),
+            None => layers.push(vec![i]),
+        }
+    }
+    layers
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -156,14 +156,20 @@ impl<T: HasRegionError> HasRegionError for Result<T> {
 }
 
 /// Sets a request's context to target `store`'s peer: region id, epoch and
-/// peer change; every other field (including `replica_read` and
-/// `stale_read`, which fallback never sets) stays as the caller left it.
+/// peer change; `replica_read` and `stale_read` are set only by a replica
+/// or stale read's first attempt and cleared by the leader attempts after
+/// it (fallback never sets them); every other field stays as the caller
+/// left it.
 pub fn set_context_for_store<R: Request>(request: &mut R, store: &RegionStore) {
     let aim = |context: &mut kvrpcpb::Context| {
         let region = &store.region_with_leader;
         context.region_id = region.id();
         context.region_epoch = Some(region.epoch());
         context.peer = Some(store.target_peer);
+        if let Some((replica_read, stale_read)) = store.read.context_flags() {
+            context.replica_read = replica_read;
+            context.stale_read = stale_read;
+        }
     };
     // In place when the request lends its context (every request of the
     // wire protocol does): no copy of the context per attempt.

@@ -53,6 +53,9 @@ pub(crate) struct RequestPolicy {
     /// A live leader this client cannot reach is sent its requests through
     /// a voter's store ([`Config::forwarding`](crate::Config::forwarding)).
     pub(crate) forwarding: bool,
+    /// Where a read may go first: a replica, or a stale read (the request's
+    /// own; leader only by default).
+    pub(crate) read: super::replica::ReadMode,
 }
 
 impl RequestPolicy {

@@ -8,8 +8,10 @@ use crate::request::plan::call_deadline;
 use crate::request::plan::scan::{page_of, scan_pages, ScanPiece};
 use crate::request::{CollectError, CollectPieces, CollectSingle, Plan};
 use crate::request::{EncodeKeyspace, KeyMode};
+use crate::request::{FastDispatch, PlanBuilder, TypedCall};
 use crate::transaction::buffer::BufferedRead;
 use crate::transaction::requests::{new_batch_get_request, new_get_request, new_scan_request};
+use crate::transaction::CodecPdClient;
 use crate::Failure;
 use crate::{BoundRange, Error, Key, KvPair, Result, Value};
 
@@ -127,6 +129,23 @@ impl<PdC: PdClient> Transaction<PdC> {
             .map(KvPair::into_key))
     }
 
+    /// The builder of a read at the start timestamp: it may go to a
+    /// replica first, or be a stale read, as the options say.
+    fn read_builder<Req: TypedCall>(
+        &self,
+        request: Req,
+    ) -> PlanBuilder<CodecPdClient<PdC>, FastDispatch<Req>> {
+        let builder = self
+            .shared
+            .builder(request)
+            .replica_read(self.options.replica_read);
+        if self.options.stale_read {
+            builder.stale_read()
+        } else {
+            builder
+        }
+    }
+
     pub(super) async fn fetch_get(&self, key: Key) -> Result<Option<Value>> {
         self.fetch_get_at(key, self.start_ts()).await
     }
@@ -134,9 +153,13 @@ impl<PdC: PdClient> Transaction<PdC> {
     /// Reads `key` at `ts` (the start ts, or a `for_update_ts` for a key
     /// this transaction holds locked).
     pub(super) async fn fetch_get_at(&self, key: Key, ts: u64) -> Result<Option<Value>> {
-        let response = self
-            .shared
-            .builder(new_get_request(key.into(), ts))
+        let request = new_get_request(key.into(), ts);
+        let builder = if ts == self.start_ts() {
+            self.read_builder(request)
+        } else {
+            self.shared.builder(request)
+        };
+        let response = builder
             .retry_multi_region(self.region_backoff())
             .resolve_lock_with(self.shared.resolver.clone(), ts, self.lock_backoff())
             .merge(CollectSingle)
@@ -151,8 +174,7 @@ impl<PdC: PdClient> Transaction<PdC> {
         let ts = self.start_ts();
         let keys = keys.iter().map(|k| k.as_bytes().to_vec()).collect();
         let responses = self
-            .shared
-            .builder(new_batch_get_request(keys, ts))
+            .read_builder(new_batch_get_request(keys, ts))
             .retry_multi_region(self.region_backoff())
             .resolve_lock_with(self.shared.resolver.clone(), ts, self.lock_backoff())
             .merge(CollectError)
@@ -211,8 +233,7 @@ impl<PdC: PdClient> Transaction<PdC> {
             let bound = if reverse { start } else { end };
             let request = new_scan_request(cursor, bound.to_vec(), ts, remaining, false, reverse);
             let pieces: Vec<ScanPiece<kvrpcpb::ScanResponse>> = self
-                .shared
-                .builder(request)
+                .read_builder(request)
                 .preserve_shard()
                 .retry_multi_region(self.region_backoff())
                 .resolve_lock_with(self.shared.resolver.clone(), ts, self.lock_backoff())

@@ -72,6 +72,9 @@ macro_rules! txn_command {
 }
 
 impl StoreCommand for kvrpcpb::GetRequest {
+    fn read_ts(&self) -> Option<u64> {
+        Some(self.version)
+    }
     fn key_outside(&self, region: &metapb::Region) -> Option<Vec<u8>> {
         first_encoded_outside(region, [self.key.as_slice()])
     }
@@ -81,6 +84,9 @@ impl StoreCommand for kvrpcpb::GetRequest {
 }
 
 impl StoreCommand for kvrpcpb::BatchGetRequest {
+    fn read_ts(&self) -> Option<u64> {
+        Some(self.version)
+    }
     fn key_outside(&self, region: &metapb::Region) -> Option<Vec<u8>> {
         first_encoded_outside(region, self.keys.iter().map(Vec::as_slice))
     }
@@ -90,6 +96,9 @@ impl StoreCommand for kvrpcpb::BatchGetRequest {
 }
 
 impl StoreCommand for kvrpcpb::ScanRequest {
+    fn read_ts(&self) -> Option<u64> {
+        Some(self.version)
+    }
     fn key_outside(&self, region: &metapb::Region) -> Option<Vec<u8>> {
         encoded_scan_start_outside(region, &self.start_key, self.reverse)
     }

@@ -47,9 +47,16 @@ pub struct RoutingStats {
     /// ([routing.md, "Store
     /// liveness"](crate::spec::routing#store-liveness-beyond)).
     pub liveness_probes: u64,
-    /// RPCs that were safe to send again and were abandoned because their
-    /// store was marked unreachable while they waited.
+    /// RPCs abandoned because their store was marked unreachable while
+    /// they waited.
     pub rpcs_given_up: u64,
+    /// Reads sent to a replica first, as replica or stale reads ([routing.md,
+    /// "Replica and stale
+    /// reads"](crate::spec::routing#replica-and-stale-reads-beyond)).
+    pub replica_reads: u64,
+    /// Of those, the ones the replica did not answer cleanly, which went to
+    /// the leader.
+    pub replica_fallbacks: u64,
 }
 
 #[derive(Debug, Default)]
@@ -68,6 +75,8 @@ pub(super) struct Counters {
     forwarding_probes: AtomicU64,
     liveness_probes: AtomicU64,
     rpcs_given_up: AtomicU64,
+    replica_reads: AtomicU64,
+    replica_fallbacks: AtomicU64,
 }
 
 impl Counters {
@@ -90,6 +99,8 @@ impl Counters {
             forwarded_stores: 0,
             liveness_probes: get(&self.liveness_probes),
             rpcs_given_up: get(&self.rpcs_given_up),
+            replica_reads: get(&self.replica_reads),
+            replica_fallbacks: get(&self.replica_fallbacks),
         }
     }
 
@@ -108,6 +119,8 @@ impl Counters {
             Counter::ForwardingProbe => &self.forwarding_probes,
             Counter::LivenessProbe => &self.liveness_probes,
             Counter::RpcGaveUp => &self.rpcs_given_up,
+            Counter::ReplicaRead => &self.replica_reads,
+            Counter::ReplicaFallback => &self.replica_fallbacks,
         };
         atomic.fetch_add(1, Ordering::Relaxed);
         crate::telemetry::routing_event(counter);

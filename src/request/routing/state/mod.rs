@@ -57,6 +57,10 @@ pub struct RoutingState {
     forwarding_probe_interval: Duration,
     /// The bound of one direct probe of a store reached through a proxy.
     probe_bound: Duration,
+    /// The client's location ([`Config::local_labels`]).
+    local_labels: Vec<crate::proto::metapb::StoreLabel>,
+    /// Spreads replica reads over equally good replicas.
+    replica_spread: std::sync::atomic::AtomicUsize,
 }
 
 impl RoutingState {
@@ -85,7 +89,27 @@ impl RoutingState {
                 .forwarding_probe_interval
                 .max(MIN_FORWARDING_PROBE_INTERVAL),
             probe_bound: config.connect_timeout.max(Duration::from_millis(1)),
+            local_labels: config
+                .local_labels
+                .iter()
+                .map(|(key, value)| crate::proto::metapb::StoreLabel {
+                    key: key.clone(),
+                    value: value.clone(),
+                })
+                .collect(),
+            replica_spread: std::sync::atomic::AtomicUsize::new(0),
         }
+    }
+
+    /// The labels of the client's location ([`Config::local_labels`]).
+    pub(crate) fn local_labels(&self) -> &[crate::proto::metapb::StoreLabel] {
+        &self.local_labels
+    }
+
+    /// The next number that spreads replica reads over their replicas.
+    pub(crate) fn next_replica_spread(&self) -> usize {
+        self.replica_spread
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
     }
 
     /// A snapshot of the counters.

@@ -1,0 +1,135 @@
+//! Replica reads against the simulator over real gRPC (docs/routing.md,
+//! "Replica and stale reads"): a raw client that lets reads leave the
+//! leader reads from followers through read index (fresh under lag), keeps
+//! to its zone's stores when labels say so, falls back to the leader when
+//! a replica fails, and sends every write to the leader.
+
+use std::time::Duration;
+
+use tikv_plan::{Config, RawClient, ReplicaRead, RpcMode};
+use tikv_sim::SimCluster;
+
+/// Three stores, one Region; store 1 leads.
+async fn cluster() -> SimCluster {
+    SimCluster::builder()
+        .stores(3)
+        .replicas(3)
+        .start()
+        .await
+        .unwrap()
+}
+
+fn config(mode: RpcMode) -> Config {
+    Config::default()
+        .with_timeout(Duration::from_millis(500))
+        .with_request_deadline(Duration::from_secs(10))
+        .with_connect_timeout(Duration::from_millis(200))
+        .with_rpc_mode(mode)
+}
+
+fn gets(cluster: &SimCluster, store: u64) -> u64 {
+    cluster.counters(store).total("raw_get")
+}
+
+#[tokio::test]
+async fn follower_reads_are_served_by_followers_and_see_every_finished_write_under_lag() {
+    for mode in [RpcMode::Unary, RpcMode::Batched] {
+        let cluster = cluster().await;
+        let leader = cluster.leader_of(cluster.regions()[0].id).unwrap().store_id;
+        let followers: Vec<u64> = cluster
+            .store_ids()
+            .into_iter()
+            .filter(|s| *s != leader)
+            .collect();
+        for f in &followers {
+            cluster
+                .store_lag(*f, Some(Duration::from_millis(30)))
+                .unwrap();
+        }
+        let writer = RawClient::new_with_config(cluster.pd_endpoints(), config(mode))
+            .await
+            .unwrap();
+        let reader = writer.with_replica_read(ReplicaRead::Follower);
+        let leader_gets = gets(&cluster, leader);
+        for i in 0..20u32 {
+            reader.put("k".to_owned(), i.to_string()).await.unwrap();
+            let got = reader.get("k".to_owned()).await.unwrap();
+            assert_eq!(got, Some(i.to_string().into_bytes()), "{mode:?}: read {i}");
+        }
+        assert_eq!(
+            gets(&cluster, leader),
+            leader_gets,
+            "{mode:?}: no read on the leader"
+        );
+        let served: Vec<u64> = followers
+            .iter()
+            .map(|f| cluster.counters(*f).served_as_replica())
+            .collect();
+        assert_eq!(served.iter().sum::<u64>(), 20, "{mode:?}: {served:?}");
+        assert!(
+            served.iter().all(|n| *n > 0),
+            "{mode:?}: spread over both: {served:?}"
+        );
+        assert_eq!(
+            cluster.counters(leader).total("raw_put"),
+            20,
+            "{mode:?}: every write went to the leader"
+        );
+        let stats = reader.routing_stats();
+        assert_eq!((stats.replica_reads, stats.replica_fallbacks), (20, 0));
+    }
+}
+
+#[tokio::test]
+async fn reads_stay_in_the_clients_zone_when_a_store_there_holds_a_replica() {
+    let cluster = cluster().await;
+    for (store, zone) in [(1, "z1"), (2, "z2"), (3, "z3")] {
+        cluster.set_store_labels(store, &[("zone", zone)]).unwrap();
+    }
+    let client = RawClient::new_with_config(
+        cluster.pd_endpoints(),
+        config(RpcMode::Batched).with_local_labels([("zone", "z3")]),
+    )
+    .await
+    .unwrap();
+    client.put("k".to_owned(), "v".to_owned()).await.unwrap();
+    let reader = client.with_replica_read(ReplicaRead::Mixed);
+    // The first reads may pick any peer while store labels are not yet
+    // cached; each store is cached once mapped.
+    for _ in 0..6 {
+        reader.get("k".to_owned()).await.unwrap();
+    }
+    let before = gets(&cluster, 3);
+    for _ in 0..10 {
+        assert_eq!(
+            reader.get("k".to_owned()).await.unwrap(),
+            Some(b"v".to_vec())
+        );
+    }
+    assert_eq!(gets(&cluster, 3) - before, 10, "every read went to zone z3");
+}
+
+#[tokio::test]
+async fn a_replica_that_fails_sends_the_read_to_the_leader() {
+    let cluster = cluster().await;
+    let client = RawClient::new_with_config(cluster.pd_endpoints(), config(RpcMode::Unary))
+        .await
+        .unwrap();
+    client.put("k".to_owned(), "v".to_owned()).await.unwrap();
+    let reader = client.with_replica_read(ReplicaRead::Follower);
+    // Store 2 is down, store 3 answers every read with a Region error
+    // (busy): whichever follower is asked, the leader answers.
+    cluster.store_down(2).await;
+    cluster.store_busy(3, Some(10));
+    for _ in 0..4 {
+        assert_eq!(
+            reader.get("k".to_owned()).await.unwrap(),
+            Some(b"v".to_vec())
+        );
+    }
+    let stats = reader.routing_stats();
+    assert!(stats.replica_reads >= 1, "{stats:?}");
+    assert_eq!(stats.replica_reads, stats.replica_fallbacks, "{stats:?}");
+    assert_eq!(gets(&cluster, 1), 4, "the leader answered each");
+    cluster.store_busy(3, None);
+}
