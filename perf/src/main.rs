@@ -4,7 +4,7 @@
 //!
 //! ```text
 //! tikv-plan-perf --sim PATH/TO/tikv-sim [--quick] [--rounds N] [--window-ms MS]
-//!                [--only throughput|faults|failover|dead-store|contention] [--label TEXT]
+//!                [--only throughput|faults|failover|dead-store|contention|replicas] [--label TEXT]
 //!                [--csv-dir DIR]
 //! ```
 //!
@@ -17,6 +17,7 @@ mod contention;
 mod cutoff;
 mod csv;
 mod faults;
+mod replicas;
 mod report;
 mod sim;
 mod stats;
@@ -53,6 +54,9 @@ struct Plan {
     /// Deadlock trials and hot rows (`--only contention`; not in the
     /// default run).
     contention: bool,
+    /// Reads spread over the replicas and stale reads against a slow
+    /// leader (`--only replicas`; not in the default run).
+    replicas: bool,
     failover_trials: usize,
     failover_cap: Duration,
     /// The cap of a cut-off trial.
@@ -72,18 +76,19 @@ struct Plan {
 }
 
 const USAGE: &str = "usage: tikv-plan-perf --sim PATH [--quick] [--rounds N] [--window-ms MS] \
-[--only throughput|faults|failover|dead-store|cut-off|contention] [--label TEXT] \
+[--only throughput|faults|failover|dead-store|cut-off|contention|replicas] [--label TEXT] \
 [--clients plan,unary,unary-tonic,bare,upstream] [--ops get,put,batch_get,scan] [--tasks 1,64] \
 [--csv-dir DIR]";
 
 /// The values `--only` takes.
-const ONLY: [&str; 6] = [
+const ONLY: [&str; 7] = [
     "throughput",
     "faults",
     "failover",
     "dead-store",
     "cut-off",
     "contention",
+    "replicas",
 ];
 
 fn parse_args(args: impl Iterator<Item = String>) -> Result<Plan, String> {
@@ -143,6 +148,7 @@ fn parse_args(args: impl Iterator<Item = String>) -> Result<Plan, String> {
         dead_store: matches!(only.as_deref(), None | Some("faults") | Some("dead-store")),
         cut_off: matches!(only.as_deref(), None | Some("faults") | Some("cut-off")),
         contention: only.as_deref() == Some("contention"),
+        replicas: only.as_deref() == Some("replicas"),
         failover_trials: if quick { 1 } else { 3 },
         failover_cap: Duration::from_secs(if quick { 5 } else { 30 }),
         cut_off_cap: Duration::from_secs(if quick { 5 } else { 10 }),
@@ -440,6 +446,15 @@ async fn run(plan: Plan) -> Result<(), String> {
     }
     if plan.cut_off {
         cut_off(&plan, &kinds, &info).await?;
+    }
+    if plan.replicas {
+        let rounds = plan.rounds.min(3);
+        let spread = replicas::spread(&plan.sim, 64, rounds, plan.window).await?;
+        println!("{}", replicas::spread_table(&spread, 64, plan.window));
+        let reads = if plan.quick { 20 } else { 200 };
+        let slow = Duration::from_millis(20);
+        let (on_leader, stale) = replicas::stale_latency(&plan.sim, reads, slow).await?;
+        println!("{}", replicas::stale_table(&on_leader, &stale, slow));
     }
     if plan.contention {
         let trials = if plan.quick { 3 } else { 20 };

@@ -224,8 +224,8 @@ impl TransactionOptions {
     /// (the snapshot is the same as the leader's), and to the leader when
     /// the replica does not answer cleanly ([routing.md, "Replica and stale
     /// reads"](crate::spec::routing#replica-and-stale-reads-beyond)).
-    /// Locks, writes and reads of keys this transaction locked always go to
-    /// the leader.
+    /// Locks, writes, and reads at a pessimistic `for_update_ts` always go
+    /// to the leader.
     #[must_use]
     pub fn replica_read(mut self, replica: crate::ReplicaRead) -> TransactionOptions {
         self.replica_read = replica;

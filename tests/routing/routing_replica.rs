@@ -131,5 +131,11 @@ async fn a_replica_that_fails_sends_the_read_to_the_leader() {
     assert!(stats.replica_reads >= 1, "{stats:?}");
     assert_eq!(stats.replica_reads, stats.replica_fallbacks, "{stats:?}");
     assert_eq!(gets(&cluster, 1), 4, "the leader answered each");
+    let leader = cluster.counters(1);
+    assert_eq!(
+        (leader.replica_reads(), leader.stale_reads()),
+        (0, 0),
+        "no flag reached the leader"
+    );
     cluster.store_busy(3, None);
 }

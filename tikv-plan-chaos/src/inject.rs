@@ -128,6 +128,7 @@ enum Heal {
     PdUnhang(usize),
     Warm(u64),
     Uncut(u64),
+    Unlag(u64),
 }
 
 impl Heal {
@@ -260,6 +261,9 @@ impl Injector {
                 }
                 Heal::Unhang(s) => cluster.store_unhang(s),
                 Heal::Unslow(s) => cluster.store_slow(s, Duration::ZERO),
+                Heal::Unlag(s) => {
+                    let _ = cluster.store_lag(s, None);
+                }
                 Heal::Unbusy(s) => cluster.store_busy(s, None),
                 Heal::Uncut(s) => {
                     let _ = cluster.cut_store_from_clients(s, None);
@@ -413,6 +417,19 @@ impl Injector {
                     None
                 }
             }
+            FaultKind::Lag => match self.random_store(cluster) {
+                Some(store) if self.store_is_free(store, |h, s| h == Heal::Unlag(s)) => {
+                    let lag = Duration::from_millis(self.rng.u64(5..=300));
+                    match cluster.store_lag(store, Some(lag)) {
+                        Ok(()) => {
+                            self.active.push((heal_at, Heal::Unlag(store), index));
+                            Some(format!("store {store} applies {} ms late", lag.as_millis()))
+                        }
+                        Err(_) => None,
+                    }
+                }
+                _ => None,
+            },
             FaultKind::Slow => match self.random_store(cluster) {
                 Some(store) if self.store_is_free(store, |h, s| h == Heal::Unslow(s)) => {
                     let delay = Duration::from_millis(self.rng.u64(5..=80));

@@ -48,6 +48,7 @@ mod timeline;
 pub mod txn;
 pub mod txn_check;
 pub mod txn_history;
+mod txn_report;
 mod worker;
 
 use std::collections::BTreeMap;
@@ -115,6 +116,14 @@ pub struct ChaosConfig {
     pub op_pause: Duration,
     /// Checker options (the write mode follows `at_least_once_writes`).
     pub check: CheckOptions,
+    /// Reads leave the leader: task `i`'s go to the leader, a follower or
+    /// any replica first, by `i % 3`, and stores lag
+    /// ([`FaultKind::Lag`], added to the faults unless they hold it).
+    pub replica_reads: bool,
+    /// The simulator serves replica reads without read index, and every
+    /// store lags 300 ms for the whole run: reads the checker must catch
+    /// (it never happens in TiKV; a run that shows the check can fail).
+    pub naive_replica_reads: bool,
 }
 
 impl Default for ChaosConfig {
@@ -139,6 +148,8 @@ impl Default for ChaosConfig {
             scheduler: Some(DEFAULT_SCHEDULER_PAUSE),
             op_pause: Duration::from_millis(2),
             check: CheckOptions::default(),
+            replica_reads: false,
+            naive_replica_reads: false,
         }
     }
 }
@@ -167,6 +178,8 @@ pub struct ChaosReport {
     /// Calls the stores forwarded for the clients (`tikv-forwarded-host`;
     /// a BatchCommands stream counts once).
     pub forwarded: u64,
+    /// Reads a replica (not the leader) served (replica and stale reads).
+    pub replica_served: u64,
     /// The check of the history.
     pub check: CheckReport,
     /// Operations that ran past their bound, their client's request
@@ -200,10 +213,11 @@ impl ChaosReport {
     pub fn summary(&self) -> String {
         let faults: Vec<String> = FaultKind::ALL
             .iter()
+            .chain(FaultKind::REPLICA.iter())
             .map(|k| format!("{k}={}", self.faults.get(k).copied().unwrap_or(0)))
             .collect();
         format!(
-            "seed={} seconds={} ops={} undetermined={} faults={} [{}] drops_fired={} forwarded={} non_linearizable_keys={} undecided_keys={} lost_writes={} double_applies={} double_cas={} hangs={} slowest_op={:?} panics={}",
+            "seed={} seconds={} ops={} undetermined={} faults={} [{}] drops_fired={} forwarded={} replica_served={} non_linearizable_keys={} undecided_keys={} lost_writes={} double_applies={} double_cas={} hangs={} slowest_op={:?} panics={}",
             self.seed,
             self.duration.as_secs(),
             self.ops,
@@ -212,6 +226,7 @@ impl ChaosReport {
             faults.join(" "),
             self.drops_fired,
             self.forwarded,
+            self.replica_served,
             self.check.non_linearizable.len(),
             self.check.undecided.len(),
             self.check.lost_writes.len(),
@@ -331,6 +346,17 @@ pub async fn run(config: ChaosConfig) -> Result<ChaosReport> {
             .await?,
     );
 
+    if config.naive_replica_reads {
+        cluster.naive_replica_reads(true);
+        for store in cluster.store_ids() {
+            cluster.store_lag(store, Some(Duration::from_millis(300)))?;
+        }
+    }
+    let mut faults = config.faults.clone();
+    if config.replica_reads && !faults.iter().any(|(k, _)| *k == FaultKind::Lag) {
+        faults.push((FaultKind::Lag, 4));
+    }
+
     let base = if config.at_least_once_writes {
         Config::default().with_at_least_once_writes()
     } else {
@@ -342,9 +368,13 @@ pub async fn run(config: ChaosConfig) -> Result<ChaosReport> {
         .with_timeout(config.short_timeout)
         .with_connect_timeout(config.short_timeout)
         .with_request_deadline(config.short_deadline);
-    let clients = task_clients(config.tasks, &base, &short, |config| {
-        RawClient::new_with_config(cluster.pd_endpoints(), config)
-    })
+    let clients = task_clients(
+        config.tasks,
+        &base,
+        &short,
+        config.replica_reads,
+        |config| RawClient::new_with_config(cluster.pd_endpoints(), config),
+    )
     .await?;
 
     let recorder = Arc::new(Recorder::new());
@@ -368,7 +398,7 @@ pub async fn run(config: ChaosConfig) -> Result<ChaosReport> {
 
     let injector = Injector::new(InjectorConfig {
         seed: mix_seed(config.seed, 0),
-        kinds: config.faults.clone(),
+        kinds: faults,
         interval: config.fault_interval,
         duration: config.fault_duration,
         max_splits: config.max_splits,
@@ -394,6 +424,7 @@ pub async fn run(config: ChaosConfig) -> Result<ChaosReport> {
         .map(|s| cluster.counters(s).count_outcome(Outcome::Dropped))
         .sum();
     let forwarded = forwarded(&cluster);
+    let replica_served = replica_served(&cluster);
     cluster.shutdown().await;
 
     let history = recorder.records();
@@ -458,6 +489,7 @@ pub async fn run(config: ChaosConfig) -> Result<ChaosReport> {
             .unwrap_or_default(),
         drops_fired,
         forwarded,
+        replica_served,
         check,
         hangs: usize::try_from(hangs.load(Ordering::SeqCst)).unwrap_or(usize::MAX),
         slowest_op,
@@ -473,6 +505,15 @@ pub(crate) fn mix_seed(seed: u64, stream: u64) -> u64 {
 }
 
 /// The calls every store of `cluster` forwarded for clients.
+/// Reads a replica (not the leader) served, over every store.
+pub(crate) fn replica_served(cluster: &SimCluster) -> u64 {
+    cluster
+        .store_ids()
+        .into_iter()
+        .map(|s| cluster.counters(s).served_as_replica())
+        .sum()
+}
+
 pub(crate) fn forwarded(cluster: &SimCluster) -> u64 {
     cluster
         .store_ids()

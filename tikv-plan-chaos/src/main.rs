@@ -15,7 +15,11 @@
 //! batched), `--dump FILE` (the history of every key that is not clean, one
 //! operation a line), `--timeline FILE` (the whole run as CSV: every
 //! fault with its start and end, every operation with its start,
-//! duration, kind and outcome; see `ChaosReport::timeline_csv`).
+//! duration, kind and outcome; see `ChaosReport::timeline_csv`),
+//! `--replica-reads` (a third of the tasks read from a follower first, a
+//! third from any replica first, and stores lag), `--naive-replica-reads`
+//! (the simulator serves them without read index under a 300 ms lag:
+//! expect violations).
 //!
 //! `txn`: list-append, bank, long pessimistic and hot (deadlock-prone)
 //! pessimistic transactions while every fault (TSO jumps and dropped
@@ -25,7 +29,9 @@
 //! and bank tasks), `--long-tasks N`, `--hot-tasks N` (pessimistic
 //! transfers over three accounts, locked in random order), `--batched` or
 //! `--unary`, `--dump FILE` (the whole history, one
-//! transaction a line, then every fault with its window).
+//! transaction a line, then every fault with its window), `--replica-reads`
+//! (read-only snapshots are often stale reads from followers or any
+//! replica, 0 to 2 s back, and stores lag).
 //!
 //! `dst`: one deterministic simulation run (see `tikv_plan_chaos::dst`):
 //! the raw and the transactional workloads, the simulated cluster and
@@ -42,7 +48,8 @@
 //! a violation, drop faults one at a time while the run still violates,
 //! then print the shorter run's trace and the options that replay it),
 //! `--only-net 0,3` and `--only-state 5` (apply only these faults of the
-//! seed's schedule, by the indices the fault log prints, `n3` and `s5`).
+//! seed's schedule, by the indices the fault log prints, `n3` and `s5`),
+//! `--replica-reads` (both workloads' reads leave the leader as above).
 //! `TIKV_PLAN_CHAOS_LOG=debug` (or `info`, `warn`, `trace`) prints the
 //! library's log of the run, stamped with simulated time.
 //!
@@ -133,6 +140,7 @@ fn dst_config(args: Vec<String>) -> (DstConfig, Vec<(String, Option<String>)>) {
                 });
             }
             "--resend-writes" => config.resend_undetermined_writes = true,
+            "--replica-reads" => config.replica_reads = true,
             "--no-scheduler" => config.scheduler = None,
             "--only-net" => config.only_net_faults = Some(index_list(&arg, args.next())),
             "--only-state" => config.only_state_faults = Some(index_list(&arg, args.next())),
@@ -329,6 +337,11 @@ async fn run_raw(args: Vec<String>) -> bool {
             "--keys" => config.keys = parse(&arg, args.next()),
             "--hot-keys" => config.hot_keys = parse(&arg, args.next()),
             "--at-least-once" => config.at_least_once_writes = true,
+            "--replica-reads" => config.replica_reads = true,
+            "--naive-replica-reads" => {
+                config.replica_reads = true;
+                config.naive_replica_reads = true;
+            }
             "--no-scheduler" => config.scheduler = None,
             "--max-states" => config.check.max_states_per_key = parse(&arg, args.next()),
             "--batched" => config.rpc_mode = RpcMode::Batched,
@@ -403,6 +416,7 @@ async fn run_txn(args: Vec<String>) -> bool {
             "--seconds" => config.duration = Duration::from_secs(parse(&arg, args.next())),
             "--tasks" => config.tasks = parse(&arg, args.next()),
             "--long-tasks" => config.long_tasks = parse(&arg, args.next()),
+            "--replica-reads" => config.stale_reads = true,
             "--hot-tasks" => config.hot_tasks = parse(&arg, args.next()),
             "--no-scheduler" => config.scheduler = None,
             "--batched" => config.rpc_mode = RpcMode::Batched,

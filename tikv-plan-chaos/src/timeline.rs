@@ -87,6 +87,7 @@ mod tests {
             fault_windows,
             drops_fired: 0,
             forwarded: 0,
+            replica_served: 0,
             check: CheckReport::default(),
             hangs: 0,
             slowest_op: Duration::ZERO,

@@ -60,8 +60,8 @@ use super::txn_check::{check_txn_history, TxnCheckOptions, TxnCheckReport};
 use super::txn_history::{TxnMode, TxnOp, TxnOutcome, TxnRecord, TxnRecorder, TxnWorkload};
 use tikv_plan::transaction::HeartbeatOption;
 use tikv_plan::{
-    CheckLevel, Config, Error, Mutation, Result, Snapshot, TimestampExt, Transaction,
-    TransactionClient, TransactionOptions,
+    CheckLevel, Config, Error, Mutation, ReplicaRead, Result, Snapshot, Timestamp, TimestampExt,
+    Transaction, TransactionClient, TransactionOptions,
 };
 use tikv_sim::codec::encode_bytes;
 use tikv_sim::{LockWaitStats, Outcome, SimCluster};
@@ -72,6 +72,12 @@ pub const SETUP_TASK: usize = usize::MAX - 1;
 
 /// The task of the reads after healing ([`FINAL_READER`]).
 pub const FINAL_TASK: usize = FINAL_READER;
+
+pub use crate::txn_report::describe_record;
+
+/// The resolved-ts interval of a run with stale reads: a snapshot 500 ms
+/// or 2 s back is usually below a replica's safe-ts, one at now never.
+const STALE_RESOLVED_TS_INTERVAL: Duration = Duration::from_millis(250);
 
 /// Everything a transactional chaos run can vary.
 #[derive(Debug, Clone)]
@@ -131,6 +137,12 @@ pub struct TxnChaosConfig {
     /// past their lock's TTL themselves right after locking (the others
     /// rely on the injector's TSO jumps).
     pub long_expire_percent: u32,
+    /// Read-only snapshots are often stale reads, 0 to 2 s in the past,
+    /// served by followers or any replica at their safe-ts (the resolved
+    /// ts ticks every 250 ms), and stores lag ([`FaultKind::Lag`], added to
+    /// the faults unless they hold it). The checker holds each snapshot to
+    /// its own timestamp.
+    pub stale_reads: bool,
 }
 
 impl Default for TxnChaosConfig {
@@ -159,6 +171,7 @@ impl Default for TxnChaosConfig {
             txn_pause: Duration::from_millis(3),
             long_hold: (Duration::from_millis(300), Duration::from_millis(1500)),
             long_expire_percent: 50,
+            stale_reads: false,
         }
     }
 }
@@ -189,6 +202,8 @@ pub struct TxnChaosReport {
     pub drops_fired: u64,
     /// Calls the stores forwarded for the clients (`tikv-forwarded-host`).
     pub forwarded: u64,
+    /// Reads a replica (not the leader) served: stale snapshot reads.
+    pub replica_served: u64,
     /// Every fault as applied, on the history's clock (`--dump` writes
     /// them after the transactions).
     pub fault_windows: Vec<FaultWindow>,
@@ -233,7 +248,7 @@ pub fn outcome_name(outcome: &TxnOutcome) -> &'static str {
     }
 }
 
-fn mode_name(mode: TxnMode) -> &'static str {
+pub(crate) fn mode_name(mode: TxnMode) -> &'static str {
     match mode {
         TxnMode::Optimistic => "optimistic",
         TxnMode::AsyncCommit => "async_commit",
@@ -241,10 +256,11 @@ fn mode_name(mode: TxnMode) -> &'static str {
         TxnMode::Pessimistic => "pessimistic",
         TxnMode::PessimisticAsyncCommit => "pessimistic_async",
         TxnMode::Snapshot => "snapshot",
+        TxnMode::StaleSnapshot => "stale_snapshot",
     }
 }
 
-const MODES: [TxnMode; 6] = [
+pub(crate) const MODES: [TxnMode; 6] = [
     TxnMode::Optimistic,
     TxnMode::AsyncCommit,
     TxnMode::OnePc,
@@ -253,189 +269,7 @@ const MODES: [TxnMode; 6] = [
     TxnMode::Snapshot,
 ];
 
-const OUTCOMES: [&str; 4] = ["committed", "aborted", "undetermined", "abandoned"];
-
-impl TxnChaosReport {
-    /// No violation, no hang, no panic, no call past its deadline.
-    pub fn is_clean(&self) -> bool {
-        self.check.is_clean() && self.hangs == 0 && self.panics == 0 && self.late_calls == 0
-    }
-
-    /// Faults applied, all kinds.
-    pub fn total_faults(&self) -> u64 {
-        self.faults.values().sum()
-    }
-
-    /// Workload transactions of `workload` that ended with `outcome` (an
-    /// [`outcome_name`]).
-    pub fn count(&self, workload: TxnWorkload, outcome: &str) -> usize {
-        self.by_mode
-            .iter()
-            .filter(|((w, _, o), _)| *w == workload && *o == outcome)
-            .map(|(_, n)| *n)
-            .sum()
-    }
-
-    /// Long pessimistic transactions run.
-    pub fn long_transactions(&self) -> usize {
-        self.long_by_outcome.values().sum()
-    }
-
-    /// One line of counts: transactions by workload, mode and outcome
-    /// (committed/aborted/undetermined/abandoned), long ones, faults by
-    /// kind, violations, hangs, panics.
-    pub fn summary(&self) -> String {
-        let outcomes = |count: &dyn Fn(&str) -> usize| -> String {
-            OUTCOMES
-                .iter()
-                .map(|o| count(o).to_string())
-                .collect::<Vec<_>>()
-                .join("/")
-        };
-        let workloads = [
-            ("list", TxnWorkload::ListAppend),
-            ("bank", TxnWorkload::Bank),
-        ]
-        .iter()
-        .map(|(name, w)| format!("{name}={}", outcomes(&|o| self.count(*w, o))))
-        .collect::<Vec<_>>()
-        .join(" ");
-        let modes = MODES
-            .iter()
-            .map(|m| {
-                let count = |o: &str| -> usize {
-                    self.by_mode
-                        .iter()
-                        .filter(|((_, mode, out), _)| mode == m && *out == o)
-                        .map(|(_, n)| *n)
-                        .sum()
-                };
-                format!("{}={}", mode_name(*m), outcomes(&count))
-            })
-            .collect::<Vec<_>>()
-            .join(" ");
-        let long = outcomes(&|o| self.long_by_outcome.get(o).copied().unwrap_or(0));
-        let faults = FaultKind::ALL
-            .iter()
-            .chain(FaultKind::TXN.iter())
-            .filter(|k| !FaultKind::DROPS.contains(k))
-            .map(|k| format!("{k}={}", self.faults.get(k).copied().unwrap_or(0)))
-            .collect::<Vec<_>>()
-            .join(" ");
-        format!(
-            "seed={} seconds={} txns={} (committed/aborted/undetermined/abandoned) {workloads} [{modes}] long={long} forced_expiries={} undetermined={} faults={} [{faults}] drops_fired={} forwarded={} heartbeats={}/{} lock_checks={} lock_waits={}/{}/{} deadlocks={}/{} violations={} hangs={} panics={} late_calls={} slowest_call={:?}/{:?}",
-            self.seed,
-            self.duration.as_secs(),
-            self.transactions,
-            self.forced_expiries,
-            self.undetermined,
-            self.total_faults(),
-            self.drops_fired,
-            self.forwarded,
-            self.heartbeats.0,
-            self.heartbeats.1,
-            self.lock_checks,
-            self.lock_waits.waits,
-            self.lock_waits.woken,
-            self.lock_waits.timed_out,
-            self.lock_waits.deadlocks,
-            self.deadlock_aborts,
-            self.check.violations.len(),
-            self.hangs,
-            self.panics,
-            self.late_calls,
-            self.slowest_call.0,
-            self.slowest_call.1,
-        )
-    }
-
-    /// A readable account of every violation (its kind, what was seen and
-    /// the transactions involved) and of every hang.
-    pub fn describe_violations(&self) -> String {
-        let record = |id: usize| -> String {
-            self.history
-                .get(id)
-                .map(describe_record)
-                .unwrap_or_else(|| format!("#{id}?"))
-        };
-        let mut out = String::new();
-        for v in &self.check.violations {
-            out.push_str(&format!("{}: {}\n", v.kind, v.detail));
-            for id in &v.records {
-                out.push_str(&format!("  {}\n", record(*id)));
-            }
-        }
-        for id in &self.hang_records {
-            out.push_str(&format!("over its bound: {}\n", record(*id)));
-        }
-        for site in &self.late_call_sites {
-            out.push_str(&format!("a call past its deadline: {site}\n"));
-        }
-        out
-    }
-}
-
-/// One record on one line: id, task, workload, mode, start ts, ops
-/// (`r` read, `rl` locking read, `a` append, `rb`/`rbl` balance read, `wb`
-/// balance write), outcome.
-pub fn describe_record(r: &TxnRecord) -> String {
-    let key = |k: &[u8]| String::from_utf8_lossy(k).into_owned();
-    let ops: Vec<String> = r
-        .ops
-        .iter()
-        .map(|op| match op {
-            TxnOp::Read {
-                key: k,
-                list,
-                locking,
-            } => format!(
-                "{} {} {}",
-                if *locking { "rl" } else { "r" },
-                key(k),
-                list.as_ref()
-                    .map(|l| format!("{l:?}"))
-                    .unwrap_or_else(|| "nil".to_owned())
-            ),
-            TxnOp::Append { key: k, element } => format!("a {} {element}", key(k)),
-            TxnOp::ReadBalance {
-                key: k,
-                balance,
-                locking,
-            } => format!(
-                "{} {} {}",
-                if *locking { "rbl" } else { "rb" },
-                key(k),
-                balance
-                    .map(|b| b.to_string())
-                    .unwrap_or_else(|| "nil".to_owned())
-            ),
-            TxnOp::WriteBalance { key: k, balance } => format!("wb {} {balance}", key(k)),
-        })
-        .collect();
-    let task = match r.task {
-        FINAL_TASK => "final".to_owned(),
-        SETUP_TASK => "setup".to_owned(),
-        t => t.to_string(),
-    };
-    let outcome = match &r.outcome {
-        TxnOutcome::Committed { commit_ts } => format!("committed at {commit_ts:?}"),
-        TxnOutcome::Aborted { error } => format!("aborted: {error}"),
-        TxnOutcome::Undetermined { error } => format!("undetermined: {error}"),
-        TxnOutcome::Abandoned => "abandoned".to_owned(),
-    };
-    format!(
-        "#{} task {task} {:?} {} start_ts={:?} {}..{} [{}] {outcome}",
-        r.id,
-        r.workload,
-        mode_name(r.mode),
-        r.start_ts,
-        r.invoke,
-        r.complete
-            .map(|c| c.to_string())
-            .unwrap_or_else(|| "?".to_owned()),
-        ops.join(", ")
-    )
-}
+pub(crate) const OUTCOMES: [&str; 4] = ["committed", "aborted", "undetermined", "abandoned"];
 
 /// List key `i`: `list/00`, …
 pub fn list_key(i: usize) -> Vec<u8> {
@@ -490,7 +324,9 @@ pub fn decode_balance(value: &[u8]) -> i64 {
 /// The options of a transaction of `mode` (not a snapshot).
 fn options_for(mode: TxnMode) -> TransactionOptions {
     match mode {
-        TxnMode::Optimistic | TxnMode::Snapshot => TransactionOptions::new_optimistic(),
+        TxnMode::Optimistic | TxnMode::Snapshot | TxnMode::StaleSnapshot => {
+            TransactionOptions::new_optimistic()
+        }
         TxnMode::AsyncCommit => TransactionOptions::new_optimistic().use_async_commit(),
         TxnMode::OnePc => TransactionOptions::new_optimistic().try_one_pc(),
         TxnMode::Pessimistic => TransactionOptions::new_pessimistic(),
@@ -550,6 +386,9 @@ fn pairs_map(pairs: Vec<tikv_plan::KvPair>) -> BTreeMap<Vec<u8>, Vec<u8>> {
 struct Draft {
     start_ts: Option<u64>,
     ops: Vec<TxnOp>,
+    /// A snapshot at a timestamp in the past (stale reads): recorded as
+    /// [`TxnMode::StaleSnapshot`].
+    stale: bool,
 }
 
 /// Ends a transaction whose body returned `body`: commit on success; on
@@ -678,6 +517,8 @@ struct Worker {
     pause: Duration,
     hold: (Duration, Duration),
     expire_percent: u32,
+    /// Snapshots may be stale reads (`TxnChaosConfig::stale_reads`).
+    stale_reads: bool,
 }
 
 impl Worker {
@@ -797,6 +638,11 @@ impl Worker {
                     (TxnOutcome::Abandoned, None)
                 }
             };
+            let mode = if draft.stale {
+                TxnMode::StaleSnapshot
+            } else {
+                mode
+            };
             let id = self.recorder.record(TxnRecord {
                 id: 0,
                 task: self.task,
@@ -843,13 +689,33 @@ impl Worker {
         Ok(txn)
     }
 
-    async fn snapshot(&self, draft: &mut Draft) -> Result<Snapshot> {
-        let ts = timed(self.client.current_timestamp()).await?;
+    async fn snapshot(&mut self, draft: &mut Draft) -> Result<Snapshot> {
+        let now = timed(self.client.current_timestamp()).await?;
+        let options = TransactionOptions::new_optimistic().drop_check(CheckLevel::Warn);
+        // With stale reads: a fresh snapshot from the leader, or a stale
+        // one at now (above every safe-ts: `DataIsNotReady`, then the
+        // leader), 500 ms or 2 s back, from a follower or any replica.
+        let (back_ms, options) = match self.stale_reads.then(|| self.rng.u32(0..4)) {
+            None | Some(0) => (0, options),
+            Some(1) => (0, options.stale_read().replica_read(ReplicaRead::Follower)),
+            Some(2) => (500, options.stale_read().replica_read(ReplicaRead::Mixed)),
+            Some(_) => (
+                2000,
+                options.stale_read().replica_read(ReplicaRead::Follower),
+            ),
+        };
+        let ts = if back_ms == 0 {
+            now
+        } else {
+            Timestamp {
+                physical: now.physical.saturating_sub(back_ms).max(0),
+                logical: 0,
+                ..now
+            }
+        };
         draft.start_ts = Some(ts.version());
-        Ok(self.client.snapshot(
-            ts,
-            TransactionOptions::new_optimistic().drop_check(CheckLevel::Warn),
-        ))
+        draft.stale = back_ms > 0;
+        Ok(self.client.snapshot(ts, options))
     }
 
     /// One list read of `key` by a random method (a `batch_get` adds a
@@ -1375,6 +1241,13 @@ impl TxnWorkloadRun {
             .with_timeout(config.timeout)
             .with_connect_timeout(config.timeout)
             .with_request_deadline(config.deadline);
+        if config.stale_reads {
+            cluster
+                .set_resolved_ts_interval(STALE_RESOLVED_TS_INTERVAL)
+                .map_err(|e| Error::InternalError {
+                    message: format!("the simulator refused the resolved-ts interval: {e}"),
+                })?;
+        }
         let shared_client = connect(client_config.clone()).await?;
         setup_accounts(
             &shared_client,
@@ -1436,6 +1309,7 @@ impl TxnWorkloadRun {
                 pause: config.txn_pause,
                 hold: config.long_hold,
                 expire_percent: config.long_expire_percent,
+                stale_reads: config.stale_reads,
             };
             workers.push(tokio::spawn(worker.run(Arc::clone(stop))));
         }
@@ -1563,6 +1437,7 @@ impl TxnRan {
             faults,
             drops_fired,
             forwarded: 0,
+            replica_served: 0,
             fault_windows: Vec::new(),
             heartbeats,
             lock_checks,
@@ -1621,9 +1496,13 @@ pub async fn run(config: TxnChaosConfig) -> crate::Result<TxnChaosReport> {
     let workload =
         TxnWorkloadRun::start(&config, &keys, &cluster, connect, &stop, recorder).await?;
 
+    let mut faults = config.faults.clone();
+    if config.stale_reads && !faults.iter().any(|(k, _)| *k == FaultKind::Lag) {
+        faults.push((FaultKind::Lag, 4));
+    }
     let injector = Injector::new(InjectorConfig {
         seed: mix_seed(config.seed, 0),
-        kinds: config.faults.clone(),
+        kinds: faults,
         interval: config.fault_interval,
         duration: config.fault_duration,
         max_splits: config.max_splits,
@@ -1638,6 +1517,7 @@ pub async fn run(config: TxnChaosConfig) -> crate::Result<TxnChaosReport> {
     ran.read_back(&config, &keys, &cluster, connect).await?;
     let drops = drops_fired(&cluster);
     let forwarded = crate::forwarded(&cluster);
+    let replica_served = crate::replica_served(&cluster);
     let lock_waits = cluster.lock_wait_stats();
     cluster.shutdown().await;
 
@@ -1649,6 +1529,7 @@ pub async fn run(config: TxnChaosConfig) -> crate::Result<TxnChaosReport> {
     tokio::task::spawn_blocking(move || {
         let mut report = ran.report(&config, &keys, faults, drops, lock_waits, panics);
         report.forwarded = forwarded;
+        report.replica_served = replica_served;
         report.fault_windows = windows;
         report
     })

@@ -41,9 +41,20 @@ pub enum TxnMode {
     PessimisticAsyncCommit,
     /// A read-only snapshot (`TransactionClient::snapshot`).
     Snapshot,
+    /// A read-only snapshot at a timestamp taken in the past, read with
+    /// stale reads: held to its timestamp, not to real time (it may miss a
+    /// commit that completed before it began, if its commit ts is above the
+    /// snapshot's).
+    StaleSnapshot,
 }
 
 impl TxnMode {
+    /// True for a snapshot read at a timestamp in the past: real time says
+    /// nothing of what it must show.
+    pub fn is_stale(self) -> bool {
+        self == TxnMode::StaleSnapshot
+    }
+
     /// True for the pessimistic modes.
     pub fn is_pessimistic(self) -> bool {
         matches!(self, TxnMode::Pessimistic | TxnMode::PessimisticAsyncCommit)

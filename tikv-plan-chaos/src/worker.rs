@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use futures::future::BoxFuture;
 use futures::FutureExt;
-use tikv_plan::{Config, RawClient};
+use tikv_plan::{Config, RawClient, ReplicaRead};
 
 use crate::{mix_seed, OpKind, OpResult, Recorder, FINAL_READER};
 
@@ -30,11 +30,14 @@ pub(crate) struct TaskClient {
 /// `short` (the timeouts of the task's kind): task `i` gets, by `i % 4`, the
 /// client shared with default timeouts, the one shared with short
 /// timeouts, one of its own with short timeouts, or one of its own with
-/// default timeouts.
+/// default timeouts. With `replica_reads`, task `i`'s reads go, by `i % 3`,
+/// to the leader, a follower first, or any replica first
+/// ([`replica_read_of`]).
 pub(crate) async fn task_clients<F, Fut>(
     tasks: usize,
     base: &Config,
     short: &Config,
+    replica_reads: bool,
     connect: F,
 ) -> Result<Vec<TaskClient>, tikv_plan::Error>
 where
@@ -57,14 +60,30 @@ where
     let shared_short = make(short).await?;
     let mut clients = Vec::with_capacity(tasks);
     for task in 0..tasks {
-        clients.push(match task % 4 {
+        let mut client = match task % 4 {
             0 => shared_default.clone(),
             1 => shared_short.clone(),
             2 => make(short).await?,
             _ => make(base).await?,
-        });
+        };
+        if replica_reads {
+            let replica = replica_read_of(task);
+            client.client = client.client.with_replica_read(replica);
+            client.plain = client.plain.with_replica_read(replica);
+        }
+        clients.push(client);
     }
     Ok(clients)
+}
+
+/// Where task `task`'s reads go in a run with replica reads: by `task % 3`,
+/// the leader, a follower first, or any replica first.
+pub(crate) fn replica_read_of(task: usize) -> ReplicaRead {
+    match task % 3 {
+        0 => ReplicaRead::Leader,
+        1 => ReplicaRead::Follower,
+        _ => ReplicaRead::Mixed,
+    }
 }
 
 /// Reads every key with `reader` (up to five tries each) after every fault

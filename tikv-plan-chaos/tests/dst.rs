@@ -299,3 +299,21 @@ fn the_seed_that_found_an_async_commit_reported_aborted_and_committed_later_repl
     .unwrap();
     assert!(report.is_clean(), "seed 429: {}", report.trace());
 }
+
+/// Replica and stale reads in the simulation: both workloads' reads leave
+/// the leader under lag and every network and cluster fault, and the
+/// seeds run clean.
+#[test]
+fn replica_and_stale_reads_run_clean() {
+    let mut served = 0;
+    for seed in 1..=3 {
+        let report = run(&DstConfig {
+            replica_reads: true,
+            ..config(seed)
+        })
+        .unwrap();
+        assert!(report.is_clean(), "{}", report.trace());
+        served += report.replica_served;
+    }
+    assert!(served > 0, "no read left the leader");
+}

@@ -8,7 +8,7 @@ use std::time::Duration;
 use tikv_plan_chaos::txn::{
     describe_record, run, TxnChaosConfig, TxnChaosReport, FINAL_TASK, SETUP_TASK,
 };
-use tikv_plan_chaos::txn_history::{TxnOutcome, TxnWorkload};
+use tikv_plan_chaos::txn_history::{TxnMode, TxnOutcome, TxnWorkload};
 use tikv_plan_chaos::FaultKind;
 
 async fn short_run(seed: u64) -> TxnChaosReport {
@@ -98,4 +98,41 @@ async fn a_run_exercises_every_workload_and_the_transactional_faults() {
         final_bank.outcome
     );
     assert_eq!(final_bank.ops.len(), TxnChaosConfig::default().accounts);
+}
+
+/// Read-only snapshots taken 500 ms or 2 s in the past are stale reads,
+/// served by followers or any replica at their safe-ts (or by the leader
+/// after `DataIsNotReady`), under lag and every fault: each shows exactly
+/// its timestamp's snapshot, which the checker holds it to.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn stale_snapshots_show_exactly_their_timestamp_under_every_fault() {
+    let report = run(TxnChaosConfig {
+        seed: 5,
+        duration: Duration::from_secs(6),
+        stale_reads: true,
+        ..TxnChaosConfig::default()
+    })
+    .await
+    .expect("the run starts");
+    println!("{}", report.summary());
+    assert!(
+        report.is_clean(),
+        "{}\n{}",
+        report.describe_violations(),
+        report.summary()
+    );
+    assert!(report.replica_served > 0, "{}", report.summary());
+    let stale: usize = report
+        .by_mode
+        .iter()
+        .filter(|((_, mode, outcome), _)| {
+            *mode == TxnMode::StaleSnapshot && *outcome == "committed"
+        })
+        .map(|(_, n)| *n)
+        .sum();
+    assert!(
+        stale > 0,
+        "no stale snapshot completed: {}",
+        report.summary()
+    );
 }

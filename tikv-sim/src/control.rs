@@ -31,7 +31,11 @@
 //! | `move-store STORE [ADDR]` | restart `STORE` at `ADDR` (default: a free port); PD names the new address; answers `ok ADDRESS` |
 //! | `cut-clients STORE [refuse\|drop]` / `uncut-clients STORE` | cut the store off from clients (their connections reset, or stop moving bytes) while other stores still reach it and it keeps leading; a call forwarded through another store (`tikv-forwarded-host`) gets through / end the cut |
 //! | `drop STORE METHOD` | apply the next `METHOD` request (e.g. `raw_compare_and_swap`) then reset the connections |
-//! | `counters STORE` | one line `METHOD OUTCOME COUNT` per counter (raw and transactional methods), then `replica_read N`, `stale_read N`, `forwarded N FAILED` (calls this store proxied, and those whose target it could not reach) |
+//! | `counters STORE` | one line `METHOD OUTCOME COUNT` per counter (raw and transactional methods), then `replica_read N`, `stale_read N`, `served_as_replica N` (reads a non-leader peer of the store served), `forwarded N FAILED` (calls this store proxied, and those whose target it could not reach) |
+//! | `lag STORE MS` / `unlag STORE` | the store's non-leader peers apply up to `MS` late (replica reads wait for read index; stale reads are held to the lagging safe-ts) / catch up |
+//! | `labels STORE [KEY=VALUE ...]` | set the store's labels, which PD reports (none given: no labels) |
+//! | `resolved-ts-interval MS` | how often Regions' resolved ts (and so safe-ts) advances (TiKV's default, 20000) |
+//! | `naive-replica-reads on\|off` | serve replica reads from the peer's own state without read index (stale under lag; for checking checkers) |
 //! | `locks [START [END]]` | one line per transactional lock with its key in `[START, END)` (unencoded keys; default: all): key, primary, start_ts, type, ttl, for_update_ts, min_commit_ts, async commit |
 //! | `versions KEY` | the lock of a transactional key, if any, then one line per write record, newest first: commit_ts, start_ts, kind, value |
 //! | `advance-clock MS` | move the TSO's physical clock forward by `MS` milliseconds (lock TTLs expire without waiting) |
@@ -195,7 +199,8 @@ hang STORE connect|respond | unhang STORE | slow STORE MS | busy STORE MS|off | 
 transfer REGION STORE [stale] | pd-view REGION STORE|none | cold REGION [accept|not-leader-first] | \
 split KEY | merge SOURCE TARGET | add-peer REGION STORE [learner] | promote REGION STORE | \
 remove-peer REGION STORE | move-store STORE [ADDR] | cut-clients STORE [refuse|drop] | uncut-clients STORE | \
-drop STORE METHOD | counters STORE | reset-counters | pd-leader INDEX | pd-down INDEX | pd-up INDEX | \
+drop STORE METHOD | counters STORE | reset-counters | lag STORE MS | unlag STORE | \
+labels STORE [KEY=VALUE ...] | resolved-ts-interval MS | naive-replica-reads on|off | pd-leader INDEX | pd-down INDEX | pd-up INDEX | \
 pd-hang INDEX | pd-unhang INDEX | locks [START [END]] | versions KEY | advance-clock MS | gc-safe-point";
 
 /// Runs one command line against `cluster` and returns the whole answer
@@ -385,10 +390,43 @@ async fn run(cluster: &SimCluster, line: &str) -> Result<String> {
             }
             let _ = writeln!(out, "replica_read {}", counters.replica_reads());
             let _ = writeln!(out, "stale_read {}", counters.stale_reads());
+            let _ = writeln!(out, "served_as_replica {}", counters.served_as_replica());
             let (forwarded, failed) = counters.forwarded();
             let _ = writeln!(out, "forwarded {forwarded} {failed}");
         }
         "reset-counters" => cluster.reset_counters(),
+        "lag" => {
+            let store = known_store(cluster, words.next())?;
+            let ms: u64 = parse_num("milliseconds", words.next())?;
+            cluster.store_lag(store, Some(Duration::from_millis(ms)))?;
+        }
+        "unlag" => cluster.store_lag(known_store(cluster, words.next())?, None)?,
+        "labels" => {
+            let store = known_store(cluster, words.next())?;
+            let mut labels = Vec::new();
+            for word in words.by_ref() {
+                let Some((key, value)) = word.split_once('=') else {
+                    return Err(Error::InvalidArgument(format!(
+                        "a label is KEY=VALUE, such as zone=z1, not {word:?}"
+                    )));
+                };
+                labels.push((key, value));
+            }
+            cluster.set_store_labels(store, &labels)?;
+        }
+        "resolved-ts-interval" => {
+            let ms: u64 = parse_num("milliseconds", words.next())?;
+            cluster.set_resolved_ts_interval(Duration::from_millis(ms))?;
+        }
+        "naive-replica-reads" => match words.next() {
+            Some("on") => cluster.naive_replica_reads(true),
+            Some("off") => cluster.naive_replica_reads(false),
+            other => {
+                return Err(Error::InvalidArgument(format!(
+                    "naive-replica-reads takes on or off, not {other:?}"
+                )))
+            }
+        },
         "locks" => {
             let start = parse_key(words.next().unwrap_or(""))?;
             let end = parse_key(words.next().unwrap_or(""))?;

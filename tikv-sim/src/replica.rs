@@ -78,6 +78,10 @@ pub(crate) enum ReadPlan {
 /// How long a replica read polls for a leader it cannot reach.
 const LEADER_POLL: Duration = Duration::from_millis(20);
 
+fn region_version(state: &ClusterState, region_id: u64) -> u64 {
+    state.regions.get(&region_id).map_or(0, SimRegion::version)
+}
+
 fn region_error(message: String) -> errorpb::Error {
     errorpb::Error {
         message,
@@ -125,6 +129,22 @@ impl ClusterState {
         }
         if stale_read {
             let safe_ts = self.safe_ts(region_id, store_id, now);
+            let version = region_version(self, region_id);
+            let copy = self.applied.get(&(region_id, store_id));
+            let applied_version = copy.map_or(version, |a| a.region.version());
+            if !is_leader && applied_version != version {
+                // It has not applied the split or merge the request's
+                // epoch names: its own epoch does not match.
+                let mut e = region_error(format!(
+                    "peer {} of region {region_id} has not applied version {version} (it is at {applied_version})",
+                    local.id
+                ));
+                let current_regions = copy
+                    .map(|a| vec![a.region.meta.clone()])
+                    .unwrap_or_default();
+                e.epoch_not_match = Some(errorpb::EpochNotMatch { current_regions });
+                return Err((Box::new(e), Outcome::EpochNotMatch));
+            }
             if safe_ts >= read_ts {
                 return Ok(if is_leader {
                     ReadPlan::Current(region_id)
@@ -232,6 +252,17 @@ impl ClusterState {
         is_read: bool,
         now: Instant,
     ) -> Result<Option<(&mut SimRegion, bool)>, Duration> {
+        // Whether a replica serves it: by the Region's leader now, not by
+        // the leader a lagging copy remembers.
+        let replica = is_read
+            && match &plan {
+                ReadPlan::Current(id) | ReadPlan::Applied { region_id: id, .. } => {
+                    self.regions.get(id).is_some_and(|r| {
+                        r.leader.and_then(|l| r.peer(l)).map(|p| p.store_id) != Some(store_id)
+                    })
+                }
+                ReadPlan::Wait(_) => false,
+            };
         let region = match plan {
             ReadPlan::Wait(wait) => return Err(wait),
             ReadPlan::Current(region_id) => {
@@ -257,14 +288,7 @@ impl ClusterState {
                 }
             }
         };
-        Ok(region.map(|region| {
-            let leader_store = region
-                .leader
-                .and_then(|id| region.peer(id))
-                .map(|p| p.store_id);
-            let replica = is_read && leader_store != Some(store_id);
-            (region, replica)
-        }))
+        Ok(region.map(|region| (region, replica)))
     }
 
     /// The lag of `store_id`'s peers, if it has one.
@@ -282,11 +306,19 @@ impl ClusterState {
         now: Instant,
     ) -> Option<&mut Applied> {
         let lag = self.lag_of(store_id)?;
-        let version = self.regions.get(&region_id)?.version();
-        let stale = self
-            .applied
-            .get(&(region_id, store_id))
-            .is_none_or(|a| now >= a.taken_at + lag || a.region.version() != version);
+        let region = self.regions.get(&region_id)?;
+        // A leader has applied everything; a peer that leads now starts
+        // its copy afresh, so what it has applied never goes back.
+        let leads = region
+            .leader
+            .and_then(|id| region.peer(id))
+            .map(|p| p.store_id)
+            == Some(store_id);
+        let stale = leads
+            || self
+                .applied
+                .get(&(region_id, store_id))
+                .is_none_or(|a| now >= a.taken_at + lag);
         if stale {
             // Taken with the safe-ts of that moment.
             self.advance_resolved_ts(region_id);
@@ -324,6 +356,19 @@ impl ClusterState {
     /// composed from the TSO clock at the tick; `max_ts` is raised to it
     /// first, so a transaction prewritten from now on commits above it.
     fn advance_resolved_ts(&mut self, region_id: u64) -> u64 {
+        // Without a leader that can reach PD and its peers, nothing
+        // advances it (TiKV's leader publishes it through CheckLeader).
+        let leader_store = self
+            .regions
+            .get(&region_id)
+            .and_then(|r| r.leader.and_then(|id| r.peer(id)))
+            .map(|p| p.store_id);
+        let leader_live = leader_store
+            .and_then(|s| self.stores.get(&s))
+            .is_some_and(|s| s.up && s.hang.is_none());
+        if !leader_live {
+            return self.regions.get(&region_id).map_or(0, |r| r.resolved_ts);
+        }
         let interval = i64::try_from(self.resolved_ts_interval.as_millis())
             .unwrap_or(i64::MAX)
             .max(1);

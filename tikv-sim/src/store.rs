@@ -188,12 +188,15 @@ impl StoreService {
         self.wait_out_hang(C::LABEL).await?;
 
         let arrived = Instant::now();
+        // A replica read waiting for its read index is admitted again.
+        let mut waited = false;
         let (verdict, waiting) = loop {
             // Locks the command released; their waiters are woken.
             let mut released = Vec::new();
             let (verdict, waiting) = {
                 let mut state = self.shared.lock();
-                if let Some(ctx) = command.context() {
+                // Counted once per request, not per wait for a read index.
+                if let Some(ctx) = command.context().filter(|_| !waited) {
                     if let Some(store) = state.stores.get_mut(&self.store_id) {
                         store
                             .counters
@@ -301,7 +304,12 @@ impl StoreService {
             };
             match verdict {
                 Verdict::Retry(wait) if arrived.elapsed() < READ_INDEX_GIVE_UP => {
-                    tokio::time::sleep(wait.max(std::time::Duration::from_millis(1))).await;
+                    // Never past the give-up: the store is looked at again
+                    // by then.
+                    let left = READ_INDEX_GIVE_UP.saturating_sub(arrived.elapsed());
+                    let wait = wait.clamp(std::time::Duration::from_millis(1), left);
+                    tokio::time::sleep(wait).await;
+                    waited = true;
                 }
                 Verdict::Retry(_) => break (Verdict::Status(read_index_gave_up()), None),
                 verdict => break (verdict, waiting),

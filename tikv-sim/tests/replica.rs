@@ -133,6 +133,11 @@ async fn a_replica_read_waits_for_its_read_index_and_sees_every_finished_write()
         "the read index covers the finished write"
     );
     assert_eq!(cluster.counters(follower).served_as_replica(), 1);
+    assert_eq!(
+        cluster.counters(follower).replica_reads(),
+        1,
+        "a read that waited is counted once"
+    );
 
     // Lag lifted: served at once from the Region's state.
     cluster.store_lag(follower, None).unwrap();
@@ -390,4 +395,67 @@ async fn pd_reports_store_labels() {
         ]
     );
     assert!(cluster.set_store_labels(9, &[]).is_err());
+}
+
+#[tokio::test]
+async fn a_lagging_replica_that_has_not_applied_a_split_refuses_reads_of_the_new_shape() {
+    let (cluster, region, follower) = one_region().await;
+    raw_put(&cluster, region, b"m", b"v").await;
+    cluster
+        .store_lag(follower, Some(Duration::from_secs(3600)))
+        .unwrap();
+    cluster.split_region(b"g").unwrap();
+    // The Region keeps its id for [g, ""), with a new version the
+    // follower has not applied.
+    let ctx = flagged(&cluster, region, follower, true, false);
+    let read = raw_get(&cluster, follower, ctx, b"m").await;
+    let error = read.region_error.expect("a Region error");
+    assert!(error.read_index_not_ready.is_some(), "{error:?}");
+    let ctx = flagged(&cluster, region, follower, false, true);
+    let read = raw_get(&cluster, follower, ctx, b"m").await;
+    assert!(read.region_error.and_then(|e| e.epoch_not_match).is_some());
+    // Caught up: both served.
+    cluster.store_lag(follower, None).unwrap();
+    for (replica, stale) in [(true, false), (false, true)] {
+        let ctx = flagged(&cluster, region, follower, replica, stale);
+        let read = raw_get(&cluster, follower, ctx, b"m").await;
+        assert_eq!(read.value, b"v", "{read:?}");
+    }
+}
+
+#[tokio::test]
+async fn the_control_port_drives_lag_labels_the_resolved_ts_and_naive_reads() {
+    let (cluster, region, follower) = one_region().await;
+    let run = |line: String| {
+        let cluster = &cluster;
+        async move { tikv_sim::control::execute(cluster, &line).await }
+    };
+    raw_put(&cluster, region, b"k", b"old").await;
+    assert_eq!(run(format!("lag {follower} 3600000")).await, "ok\n");
+    raw_put(&cluster, region, b"k", b"new").await;
+    assert_eq!(run("naive-replica-reads on".to_owned()).await, "ok\n");
+    let ctx = flagged(&cluster, region, follower, true, false);
+    assert_eq!(
+        raw_get(&cluster, follower, ctx.clone(), b"k").await.value,
+        b"old"
+    );
+    assert_eq!(run("naive-replica-reads off".to_owned()).await, "ok\n");
+    assert_eq!(run(format!("unlag {follower}")).await, "ok\n");
+    assert_eq!(raw_get(&cluster, follower, ctx, b"k").await.value, b"new");
+    let counters = run(format!("counters {follower}")).await;
+    assert!(counters.contains("served_as_replica 2\n"), "{counters}");
+    assert_eq!(
+        run(format!("labels {follower} zone=z2 host=h9")).await,
+        "ok\n"
+    );
+    assert!(run(format!("labels {follower} zone"))
+        .await
+        .starts_with("error:"));
+    assert_eq!(run("resolved-ts-interval 100".to_owned()).await, "ok\n");
+    assert!(run("resolved-ts-interval 0".to_owned())
+        .await
+        .starts_with("error:"));
+    assert!(run("naive-replica-reads maybe".to_owned())
+        .await
+        .starts_with("error:"));
 }

@@ -236,7 +236,8 @@ impl<PdC: PdClient, P: Plan> PlanBuilder<PdC, P> {
     /// chooses; whatever that attempt does not answer cleanly goes to the
     /// leader as usual ([routing.md, "Replica and stale
     /// reads"](crate::spec::routing#replica-and-stale-reads-beyond)). Only
-    /// for reads: a write sent to a replica is refused by it.
+    /// a request that may be sent again (a read) leaves the leader; on any
+    /// other it changes nothing.
     pub fn replica_read(mut self, replica: crate::ReplicaRead) -> Self {
         self.policy.read.replica = replica;
         self
@@ -245,8 +246,10 @@ impl<PdC: PdClient, P: Plan> PlanBuilder<PdC, P> {
     /// **beyond** Makes a read a stale read (`stale_read`): its first
     /// attempt may be served by a replica whose safe-ts is at or above the
     /// read's timestamp, and on `DataIsNotReady` (or any other failure) it
-    /// is read on the leader as a normal read at the same timestamp. Only
-    /// for reads at a timestamp in the past.
+    /// is read on the leader as a normal read at the same timestamp. For
+    /// reads at a timestamp in the past; like
+    /// [`replica_read`](Self::replica_read), only a request that may be
+    /// sent again takes it.
     pub fn stale_read(mut self) -> Self {
         self.policy.read.stale = true;
         self

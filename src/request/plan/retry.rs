@@ -20,7 +20,7 @@ use crate::backoff::Backoff;
 use crate::pd::PdClient;
 use crate::region::RegionWithLeader;
 use crate::request::routing::engine;
-use crate::request::routing::policy::RequestPolicy;
+use crate::request::routing::policy::{Replay, RequestPolicy};
 use crate::request::routing::replica::ReadFlags;
 use crate::request::routing::state::{BusyVerdict, ProbeOutcome, RoutingState};
 use crate::store::RegionStore;
@@ -294,10 +294,12 @@ where
             // `timed`): once per attempt on the fast path, after the RPC.
             let mut now = Instant::now();
             // A read that may leave the leader asks a replica first, once;
-            // the leader attempts after it carry no read flags. Boxed: only
-            // such reads pay for its room.
+            // the leader attempts after it carry no read flags. Only a
+            // request that may be sent again does (a write given a read
+            // mode by a plan of the caller's stays with the leader). Boxed:
+            // only such reads pay for its room.
             let mut read_flags = ReadFlags::AsBuilt;
-            if self.policy.read.leaves_leader() {
+            if self.policy.read.leaves_leader() && self.policy.replay == Replay::Resend {
                 let region = machine.region().clone();
                 let deadline = machine.deadline();
                 let replica =

@@ -53,6 +53,8 @@ pub struct DstReport {
     /// Calls the stores forwarded for the client (`tikv-forwarded-host`),
     /// a BatchCommands stream counting once.
     pub forwarded: u64,
+    /// Reads a replica (not the leader) served, in both workloads.
+    pub replica_served: u64,
 }
 
 impl DstReport {
@@ -104,7 +106,7 @@ impl DstReport {
             None => String::new(),
         };
         format!(
-            "seed={} workload={} simulated={:.1}s ops={} undetermined={} net=[{}] state=[{}] non_linearizable_keys={} undecided_keys={} lost_writes={} double_applies={} hangs={} panics={} forwarded={}{txn} verdict={}",
+            "seed={} workload={} simulated={:.1}s ops={} undetermined={} net=[{}] state=[{}] non_linearizable_keys={} undecided_keys={} lost_writes={} double_applies={} hangs={} panics={} forwarded={} replica_served={}{txn} verdict={}",
             self.seed,
             self.workload.name(),
             self.simulated.as_secs_f64(),
@@ -119,6 +121,7 @@ impl DstReport {
             self.hangs,
             self.panics,
             self.forwarded,
+            self.replica_served,
             if self.is_clean() { "clean" } else { "VIOLATION" },
         )
     }

@@ -117,6 +117,11 @@ pub struct DstConfig {
     /// The same for the cluster-state faults, by injection attempt
     /// ([`Injector::only`]).
     pub only_state_faults: Option<BTreeSet<usize>>,
+    /// Reads leave the leader: the raw tasks' as in the chaos suite
+    /// (`ChaosConfig::replica_reads`), the transactional snapshots as
+    /// stale reads (`TxnChaosConfig::stale_reads`), and stores lag
+    /// ([`FaultKind::Lag`]).
+    pub replica_reads: bool,
 }
 
 impl Default for DstConfig {
@@ -141,6 +146,7 @@ impl Default for DstConfig {
             resend_undetermined_writes: false,
             only_net_faults: None,
             only_state_faults: None,
+            replica_reads: false,
         }
     }
 }
@@ -186,6 +192,7 @@ fn txn_config(config: &DstConfig) -> TxnChaosConfig {
         deadline: Duration::from_secs(3),
         fault_interval: config.fault_interval,
         fault_duration: config.fault_duration,
+        stale_reads: config.replica_reads,
         ..TxnChaosConfig::default()
     }
 }
@@ -393,6 +400,7 @@ pub fn run(config: &DstConfig) -> crate::Result<DstReport> {
     Ok(DstReport {
         seed: config.seed,
         forwarded,
+        replica_served: crate::replica_served(&cluster),
         workload: config.workload,
         ops,
         undetermined,
@@ -502,9 +510,13 @@ async fn client_host(
             .with_timeout(Duration::from_millis(250))
             .with_connect_timeout(Duration::from_millis(250))
             .with_request_deadline(Duration::from_secs(3));
-        let clients = task_clients(config.tasks, &base, &short, |config| {
-            with_transport(transport(), RawClient::new_with_config(pd.clone(), config))
-        })
+        let clients = task_clients(
+            config.tasks,
+            &base,
+            &short,
+            config.replica_reads,
+            |config| with_transport(transport(), RawClient::new_with_config(pd.clone(), config)),
+        )
         .await?;
         for (task, client) in clients.into_iter().enumerate() {
             let worker = Worker::new(
@@ -546,6 +558,9 @@ async fn client_host(
     flags.ready.store(true, Ordering::SeqCst);
 
     let mut kinds = config.state_faults.clone();
+    if config.replica_reads && !kinds.iter().any(|(k, _)| *k == FaultKind::Lag) {
+        kinds.push((FaultKind::Lag, 4));
+    }
     let mut fault_keys = Vec::new();
     if config.workload.raw() {
         fault_keys.extend(keys.iter().cloned());

@@ -78,6 +78,10 @@ pub enum FaultKind {
     DropCheckSecondaryLocks,
     /// The same for `KvTxnHeartBeat` (a heartbeat that fails).
     DropTxnHeartBeat,
+    /// A store's non-leader peers apply late (5 to 300 ms): a read served
+    /// from their own state alone would be stale. Runs with replica reads
+    /// only.
+    Lag,
 }
 
 impl FaultKind {
@@ -134,6 +138,9 @@ impl FaultKind {
         FaultKind::DropTxnHeartBeat,
     ];
 
+    /// The kinds only runs with replica reads use.
+    pub const REPLICA: [FaultKind; 1] = [FaultKind::Lag];
+
     /// The name the report prints.
     pub fn name(self) -> &'static str {
         match self {
@@ -171,6 +178,7 @@ impl FaultKind {
             FaultKind::DropCheckTxnStatus => "drop_check_txn_status",
             FaultKind::DropCheckSecondaryLocks => "drop_check_secondary_locks",
             FaultKind::DropTxnHeartBeat => "drop_heartbeat",
+            FaultKind::Lag => "lag",
         }
     }
 

@@ -126,6 +126,11 @@ impl ClusterState {
         }
         target.data.absorb(source.data);
         target.mvcc.absorb(source.mvcc);
+        // The merged Region's resolved ts is the lower of the two (the
+        // source's locks may commit above its own, below the target's).
+        target.resolved_ts = target.resolved_ts.min(source.resolved_ts);
+        target.applied_index = target.applied_index.max(source.applied_index) + 1;
+        self.applied.retain(|(region, _), _| *region != source_id);
         Ok(())
     }
 

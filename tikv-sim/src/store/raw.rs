@@ -246,6 +246,9 @@ impl StoreCommand for kvrpcpb::RawGetKeyTtlRequest {
 }
 
 impl StoreCommand for kvrpcpb::RawChecksumRequest {
+    fn read_ts(&self) -> Option<u64> {
+        Some(0)
+    }
     fn key_outside(&self, region: &metapb::Region) -> Option<Vec<u8>> {
         self.ranges
             .iter()
@@ -279,6 +282,9 @@ pub const COPROCESSOR_PLUGIN: &str = "sim-count";
 pub const COPROCESSOR_PLUGIN_VERSION: &str = "1.2.0";
 
 impl StoreCommand for kvrpcpb::RawCoprocessorRequest {
+    fn read_ts(&self) -> Option<u64> {
+        Some(0)
+    }
     fn key_outside(&self, region: &metapb::Region) -> Option<Vec<u8>> {
         self.ranges
             .iter()

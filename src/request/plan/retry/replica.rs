@@ -62,6 +62,7 @@ where
         let mut store = match self.map_candidate(region, peer, None, deadline).await {
             Ok(store) => store,
             Err(error) => {
+                *now = Instant::now();
                 tracing::debug!(
                     "region {}: the replica on store {} could not be mapped ({error}); reading from the leader",
                     region.id(),
