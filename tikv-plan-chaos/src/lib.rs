@@ -121,8 +121,9 @@ pub struct ChaosConfig {
     /// ([`FaultKind::Lag`], added to the faults unless they hold it).
     pub replica_reads: bool,
     /// The simulator serves replica reads without read index, and every
-    /// store lags 300 ms for the whole run: reads the checker must catch
-    /// (it never happens in TiKV; a run that shows the check can fail).
+    /// store lags 300 ms for the whole run (no `Lag` fault is applied):
+    /// reads the checker must catch (it never happens in TiKV; a run that
+    /// shows the check can fail).
     pub naive_replica_reads: bool,
 }
 
@@ -353,7 +354,11 @@ pub async fn run(config: ChaosConfig) -> Result<ChaosReport> {
         }
     }
     let mut faults = config.faults.clone();
-    if config.replica_reads && !faults.iter().any(|(k, _)| *k == FaultKind::Lag) {
+    // Naive mode keeps its 300 ms lag on every store: no lag fault changes
+    // or lifts it.
+    if config.naive_replica_reads {
+        faults.retain(|(k, _)| *k != FaultKind::Lag);
+    } else if config.replica_reads && !faults.iter().any(|(k, _)| *k == FaultKind::Lag) {
         faults.push((FaultKind::Lag, 4));
     }
 

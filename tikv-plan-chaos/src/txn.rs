@@ -617,7 +617,12 @@ impl Worker {
                     id: 0,
                     task: self.task,
                     workload: TxnWorkload::ListAppend,
-                    mode: TxnMode::Optimistic,
+                    // A stale snapshot stays one: real time does not bind it.
+                    mode: if draft.stale {
+                        TxnMode::StaleSnapshot
+                    } else {
+                        TxnMode::Optimistic
+                    },
                     start_ts: draft.start_ts,
                     invoke,
                     complete: None,
@@ -693,8 +698,9 @@ impl Worker {
         let now = timed(self.client.current_timestamp()).await?;
         let options = TransactionOptions::new_optimistic().drop_check(CheckLevel::Warn);
         // With stale reads: a fresh snapshot from the leader, or a stale
-        // one at now (above every safe-ts: `DataIsNotReady`, then the
-        // leader), 500 ms or 2 s back, from a follower or any replica.
+        // one at now (almost always above every safe-ts: `DataIsNotReady`,
+        // then the leader), 500 ms or 2 s back, from a follower or any
+        // replica.
         let (back_ms, options) = match self.stale_reads.then(|| self.rng.u32(0..4)) {
             None | Some(0) => (0, options),
             Some(1) => (0, options.stale_read().replica_read(ReplicaRead::Follower)),

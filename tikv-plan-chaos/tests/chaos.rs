@@ -600,7 +600,7 @@ async fn a_naive_follower_read_is_caught_by_the_checker() {
             hot_keys: 4,
             replica_reads: true,
             naive_replica_reads: true,
-            faults: vec![(FaultKind::Lag, 1), (FaultKind::TransferFresh, 1)],
+            faults: vec![(FaultKind::TransferFresh, 1), (FaultKind::Slow, 1)],
             ..ChaosConfig::default()
         })
         .await

@@ -5,7 +5,10 @@
 //!   peers reads from a copy of its Region (data, locks, versions) taken
 //!   when the lag began and taken again once `lag` has passed since, so
 //!   its applied state is up to `lag` old. The leader serves from the
-//!   Region itself. Every command applied to a Region that is not a read
+//!   Region itself; a peer that stops leading starts a copy then. (Kinder
+//!   than TiKV in one place: a Region split off while a peer lags has its
+//!   first copy taken at the peer's first read of it, current then, where
+//!   TiKV's peer would not have the Region yet.) Every command applied to a Region that is not a read
 //!   moves its apply index by one (TiKV's applied index, counted in
 //!   writes).
 //! * **Replica read** (`Context.replica_read`, TiKV's read index,
@@ -314,11 +317,13 @@ impl ClusterState {
             .and_then(|id| region.peer(id))
             .map(|p| p.store_id)
             == Some(store_id);
+        // A copy taken while the store led is retaken once it follows: it
+        // had applied everything then.
         let stale = leads
-            || self
-                .applied
-                .get(&(region_id, store_id))
-                .is_none_or(|a| now >= a.taken_at + lag);
+            || self.applied.get(&(region_id, store_id)).is_none_or(|a| {
+                let led = a.region.leader.and_then(|id| a.region.peer(id));
+                now >= a.taken_at + lag || led.map(|p| p.store_id) == Some(store_id)
+            });
         if stale {
             // Taken with the safe-ts of that moment.
             self.advance_resolved_ts(region_id);

@@ -307,7 +307,7 @@ impl StoreService {
                     // Never past the give-up: the store is looked at again
                     // by then.
                     let left = READ_INDEX_GIVE_UP.saturating_sub(arrived.elapsed());
-                    let wait = wait.clamp(std::time::Duration::from_millis(1), left);
+                    let wait = wait.min(left).max(std::time::Duration::from_millis(1));
                     tokio::time::sleep(wait).await;
                     waited = true;
                 }

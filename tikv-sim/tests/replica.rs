@@ -459,3 +459,22 @@ async fn the_control_port_drives_lag_labels_the_resolved_ts_and_naive_reads() {
         .await
         .starts_with("error:"));
 }
+
+#[tokio::test]
+async fn a_lagging_store_that_stops_leading_has_applied_what_it_led() {
+    let (cluster, region, follower) = one_region().await;
+    let leader = cluster.leader_of(region).unwrap().store_id;
+    // The leader's store lags from now on, but leads: it applies all.
+    cluster
+        .store_lag(leader, Some(Duration::from_secs(3600)))
+        .unwrap();
+    raw_put(&cluster, region, b"k", b"led").await;
+    cluster.transfer_leader(region, follower, false).unwrap();
+    cluster.naive_replica_reads(true);
+    let ctx = flagged(&cluster, region, leader, true, false);
+    let read = raw_get(&cluster, leader, ctx.clone(), b"k").await;
+    assert_eq!(read.value, b"led", "what it applied while it led");
+    // From then on it lags.
+    raw_put(&cluster, region, b"k", b"later").await;
+    assert_eq!(raw_get(&cluster, leader, ctx, b"k").await.value, b"led");
+}
