@@ -7,7 +7,7 @@
 use std::time::Duration;
 
 use tikv_plan::{Config, RawClient, ReplicaRead, RpcMode};
-use tikv_sim::SimCluster;
+use tikv_sim::{ClientCut, RegionLayout, SimCluster, SimPeer};
 
 /// Three stores, one Region; store 1 leads.
 async fn cluster() -> SimCluster {
@@ -138,4 +138,83 @@ async fn a_replica_that_fails_sends_the_read_to_the_leader() {
         "no flag reached the leader"
     );
     cluster.store_busy(3, None);
+}
+
+#[tokio::test]
+async fn learner_reads_are_served_by_the_learner_and_never_by_a_witness() {
+    let layout = RegionLayout::new(vec![
+        SimPeer::voter(1),
+        SimPeer::voter(2),
+        SimPeer::witness(3),
+        SimPeer::learner(4),
+    ])
+    .leader(1);
+    let cluster = SimCluster::builder()
+        .stores(4)
+        .region_layout(0, layout)
+        .start()
+        .await
+        .unwrap();
+    cluster
+        .store_lag(4, Some(Duration::from_millis(30)))
+        .unwrap();
+    let client = RawClient::new_with_config(cluster.pd_endpoints(), config(RpcMode::Batched))
+        .await
+        .unwrap();
+    let reader = client.with_replica_read(ReplicaRead::Learner);
+    for i in 0..8u32 {
+        client.put("k".to_owned(), i.to_string()).await.unwrap();
+        let got = reader.get("k".to_owned()).await.unwrap();
+        assert_eq!(got, Some(i.to_string().into_bytes()), "read {i}");
+    }
+    assert_eq!(cluster.counters(4).served_as_replica(), 8);
+    for store in [1, 2, 3] {
+        assert_eq!(gets(&cluster, store), 0, "store {store} served no read");
+    }
+    assert_eq!(
+        cluster.counters(3).total_requests(),
+        0,
+        "the witness is never asked"
+    );
+}
+
+#[tokio::test]
+async fn prefer_leader_reads_stay_on_the_leader_until_its_store_is_marked_unreachable() {
+    let cluster = cluster().await;
+    let client = RawClient::new_with_config(cluster.pd_endpoints(), config(RpcMode::Unary))
+        .await
+        .unwrap();
+    client.put("k".to_owned(), "v".to_owned()).await.unwrap();
+    let reader = client.with_replica_read(ReplicaRead::PreferLeader);
+    for _ in 0..4 {
+        assert_eq!(
+            reader.get("k".to_owned()).await.unwrap(),
+            Some(b"v".to_vec())
+        );
+    }
+    assert_eq!(gets(&cluster, 1), 4, "the leader served every read");
+    assert_eq!(reader.routing_stats().replica_reads, 0);
+    // The client is cut off from the leader's store, which keeps leading:
+    // the next read finds it unreachable (and forwards); from then on
+    // reads go to a follower first, as replica reads, served through read
+    // index from the live leader.
+    cluster
+        .cut_store_from_clients(1, Some(ClientCut::Refuse))
+        .unwrap();
+    assert_eq!(
+        reader.get("k".to_owned()).await.unwrap(),
+        Some(b"v".to_vec())
+    );
+    let served =
+        |c: &SimCluster| c.counters(2).served_as_replica() + c.counters(3).served_as_replica();
+    let before = served(&cluster);
+    for _ in 0..4 {
+        assert_eq!(
+            reader.get("k".to_owned()).await.unwrap(),
+            Some(b"v".to_vec())
+        );
+    }
+    assert_eq!(served(&cluster) - before, 4, "followers served the reads");
+    let stats = reader.routing_stats();
+    assert!(stats.replica_reads >= 4, "{stats:?}");
 }
