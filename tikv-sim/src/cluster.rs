@@ -19,7 +19,8 @@ use super::net::{bind, Endpoint, PeerPorts};
 mod clients;
 mod replicas;
 mod shape;
-use super::pd::PdService;
+use super::limits::{PD_GRPC_MAX_RECV_MESSAGE_SIZE, PD_GRPC_MAX_SEND_MESSAGE_SIZE};
+use super::pd::{PdHttp, PdService};
 use super::state::{
     ClusterState, Cold, ColdMode, HangMode, PdMember, SimRegion, SimStore, TsoClock,
 };
@@ -231,6 +232,7 @@ pub struct SimClusterBuilder {
     tso_clock: TsoClock,
     lock_wait: crate::LockWaitConfig,
     forward_dial: Option<DialHolder>,
+    raft_entry_max_size: u64,
 }
 
 impl Default for SimClusterBuilder {
@@ -249,11 +251,14 @@ impl Default for SimClusterBuilder {
             tso_clock: TsoClock::default(),
             lock_wait: crate::LockWaitConfig::default(),
             forward_dial: None,
+            raft_entry_max_size: crate::DEFAULT_RAFT_ENTRY_MAX_SIZE,
         }
     }
 }
 
-/// The gRPC services of PD member `member`: PD and keyspaces.
+/// The services of PD member `member`: PD and keyspaces over gRPC, with
+/// PD's gRPC message limits, and every other request to PD's HTTP API
+/// (`pd/http.rs`).
 fn pd_routes(shared: &Arc<Shared>, member: usize) -> Routes {
     let service = PdService {
         shared: shared.clone(),
@@ -263,7 +268,14 @@ fn pd_routes(shared: &Arc<Shared>, member: usize) -> Routes {
         shared: shared.clone(),
         member,
     };
-    Routes::new(PdServer::new(service)).add_service(KeyspaceServer::new(keyspaces))
+    let pd = PdServer::new(service.clone())
+        .max_decoding_message_size(PD_GRPC_MAX_RECV_MESSAGE_SIZE)
+        .max_encoding_message_size(PD_GRPC_MAX_SEND_MESSAGE_SIZE);
+    let keyspaces = KeyspaceServer::new(keyspaces)
+        .max_decoding_message_size(PD_GRPC_MAX_RECV_MESSAGE_SIZE)
+        .max_encoding_message_size(PD_GRPC_MAX_SEND_MESSAGE_SIZE);
+    let grpc = Routes::new(pd).add_service(keyspaces).into_axum_router();
+    Routes::from(grpc.fallback_service(PdHttp::new(service)))
 }
 
 /// The gRPC service of store `store_id`.
@@ -374,6 +386,18 @@ impl SimClusterBuilder {
         self
     }
 
+    /// TiKV's `raftstore.raft-entry-max-size` for every store, in bytes
+    /// (default [`DEFAULT_RAFT_ENTRY_MAX_SIZE`](crate::DEFAULT_RAFT_ENTRY_MAX_SIZE),
+    /// TiKV's 8 MiB). A write whose Raft entry would be larger — measured
+    /// as the encoded size of its request, TiKV measuring the serialized
+    /// command it proposes — is answered with the Region error
+    /// `RaftEntryTooLarge { region_id, entry_size }` after the Region
+    /// checks, before anything is applied. Reads are never refused.
+    pub fn raft_entry_max_size(mut self, bytes: u64) -> Self {
+        self.raft_entry_max_size = bytes;
+        self
+    }
+
     /// The API version every store runs (default V1, TiKV's default). A
     /// store answers a request whose `Context.api_version` differs with an
     /// error, as TiKV does; API v2 clients set a keyspace
@@ -417,6 +441,11 @@ impl SimClusterBuilder {
                     "keyspace {name:?} with id {id}: names must be non-empty and ids between 1 and 2^24 - 1 (0 is DEFAULT)"
                 ));
             }
+        }
+        if self.raft_entry_max_size == 0 {
+            return invalid(
+                "raft_entry_max_size must be at least 1 byte (TiKV refuses 0 too)".to_owned(),
+            );
         }
         if self.layouts.is_empty() && self.replicas == 0 {
             return invalid("replicas must be at least 1".to_owned());
@@ -471,8 +500,8 @@ impl SimClusterBuilder {
                 (0, Some(a)) => a,
                 _ => loopback_any_port(),
             };
-            let endpoint =
-                Endpoint::start(addr, pd_routes(&shared, member), shared.peers.clone()).await?;
+            let routes = pd_routes(&shared, member);
+            let endpoint = Endpoint::start(addr, routes, shared.peers.clone(), true).await?;
             let address = endpoint.addr().to_string();
             lock(&shared.pd).push(endpoint);
             register_pd_member(&shared, member, address);
@@ -483,9 +512,8 @@ impl SimClusterBuilder {
                 .get(&store_id)
                 .copied()
                 .unwrap_or_else(loopback_any_port);
-            let endpoint =
-                Endpoint::start(addr, store_routes(&shared, store_id), shared.peers.clone())
-                    .await?;
+            let routes = store_routes(&shared, store_id);
+            let endpoint = Endpoint::start(addr, routes, shared.peers.clone(), false).await?;
             let address = endpoint.addr().to_string();
             lock(&shared.stores).insert(store_id, endpoint);
             if let Some(s) = shared.lock().stores.get_mut(&store_id) {
@@ -556,6 +584,7 @@ impl SimClusterBuilder {
         self.create_regions(&mut state);
         state.api_version = self.api_version;
         state.lock_waits.config = self.lock_wait;
+        state.raft_entry_max_size = self.raft_entry_max_size;
         state.clock = self.tso_clock.clone();
         for (name, id) in &self.keyspaces {
             state.keyspaces.push(keyspacepb::KeyspaceMeta {

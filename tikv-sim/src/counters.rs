@@ -32,6 +32,9 @@ pub enum Outcome {
     ReadIndexNotReady,
     /// Answered `DataIsNotReady` (a stale read above the peer's safe-ts).
     DataIsNotReady,
+    /// Answered `RaftEntryTooLarge` (a write over the Raft entry limit,
+    /// refused before anything was applied).
+    RaftEntryTooLarge,
     /// Applied, then the response was dropped and the connections reset.
     Dropped,
     /// Started waiting in a `HangMode::Respond` hang.
@@ -56,6 +59,7 @@ impl Outcome {
             Outcome::IsWitness => "is_witness",
             Outcome::ReadIndexNotReady => "read_index_not_ready",
             Outcome::DataIsNotReady => "data_is_not_ready",
+            Outcome::RaftEntryTooLarge => "raft_entry_too_large",
             Outcome::Dropped => "dropped",
             Outcome::Hung => "hung",
             Outcome::Invalid => "invalid",

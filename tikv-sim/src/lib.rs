@@ -79,6 +79,30 @@
 //! `UpdateGCSafePoint` keep one safe point that never moves backwards (an
 //! older one is ignored and the current one returned).
 //!
+//! # PD's HTTP API
+//!
+//! As PD does, each PD member also serves its HTTP API on its gRPC port
+//! (HTTP/1.1 beside gRPC's HTTP/2; a request with content type
+//! `application/grpc` is gRPC): the part client test suites and tools
+//! read, in the JSON PD writes (its field names, order and `omitempty`
+//! rules). `GET /pd/api/v1/regions` (`count` and `regions`, each with
+//! `id`, `start_key` and `end_key` as upper-case hex of the key PD holds,
+//! `epoch`, `peers` and `leader` with `role_name`, `down_peers`, and the
+//! statistics fields PD always writes, all 0 here),
+//! `/pd/api/v1/region/id/{id}` (PD's 404 and 400 answers for a missing or
+//! bad id), `/pd/api/v1/regions/count`, `/pd/api/v1/stores` (each `store`
+//! with `state_name` `Up`, or `Disconnected` while it is down, and a
+//! `status` with its Region, leader, learner and witness counts,
+//! `is_busy`, sizes 0), `/pd/api/v1/members` (what `GetMembers` answers),
+//! `/pd/api/v1/health` (a member that is down or hangs is unhealthy) and
+//! `/pd/api/v1/ping`. Another path is a 404 (`404 page not found`),
+//! another method a 405. A member that does not lead answers for the
+//! leader, as PD's redirect to the leader would: it waits while the
+//! leader hangs, and answers 503 when no leader is up; `health` and
+//! `ping`, and a request with `PD-Allow-follower-handle`, are its own.
+//! The routes [`SimClusterBuilder::build_hosted`] hands out carry the API
+//! too; their host decides whether it accepts HTTP/1.1.
+//!
 //! # Stores
 //!
 //! A store serves every raw method. It runs its checks in this order,
@@ -213,6 +237,25 @@
 //! instead; its stores forward through the network's own dial, given with
 //! [`SimClusterBuilder::forward_dial`].
 //!
+//! # Sizes
+//!
+//! As TiKV's, a store's gRPC server takes and sends messages of any size
+//! ([`STORE_GRPC_MAX_MESSAGE_SIZE`]), unary or in a BatchCommands stream:
+//! whether a large answer arrives is the client's own receive limit to
+//! decide (tonic's default is 4 MiB). PD members take messages up to
+//! [`PD_GRPC_MAX_RECV_MESSAGE_SIZE`] (150 MiB + 512 KiB) and send up to
+//! [`PD_GRPC_MAX_SEND_MESSAGE_SIZE`], etcd's limits under PD's defaults; a
+//! larger request fails with tonic's `OutOfRange` where PD's grpc-go
+//! answers `ResourceExhausted`. A write whose Raft entry would be larger
+//! than [`SimClusterBuilder::raft_entry_max_size`] (TiKV's 8 MiB,
+//! [`DEFAULT_RAFT_ENTRY_MAX_SIZE`]) is answered, after the Region checks
+//! and before anything is applied, with the Region error
+//! `RaftEntryTooLarge { region_id, entry_size }` and counted as
+//! [`Outcome::RaftEntryTooLarge`]. TiKV measures the serialized Raft
+//! command; the simulator measures the encoded request, which carries
+//! the same keys and values. A transactional write is refused on its
+//! size even where TiKV would first find a conflict and propose nothing.
+//!
 //! # Counters
 //!
 //! [`SimCluster::counters`] returns a [`StoreCounters`] snapshot: requests
@@ -250,6 +293,7 @@ mod counters;
 mod data;
 mod error;
 mod keyspace;
+mod limits;
 mod lock_wait;
 mod mvcc;
 mod net;
@@ -266,6 +310,10 @@ pub use cluster::{
 pub use counters::{Outcome, StoreCounters};
 pub use error::{Error, Result};
 pub use keyspace::DEFAULT_KEYSPACE_NAME;
+pub use limits::{
+    DEFAULT_RAFT_ENTRY_MAX_SIZE, PD_GRPC_MAX_RECV_MESSAGE_SIZE, PD_GRPC_MAX_SEND_MESSAGE_SIZE,
+    STORE_GRPC_MAX_MESSAGE_SIZE,
+};
 pub use lock_wait::{
     key_hash, LockWaitConfig, LockWaitStats, DEFAULT_WAIT_FOR_LOCK_TIMEOUT, DEFAULT_WAKE_UP_DELAY,
 };

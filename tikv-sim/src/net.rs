@@ -202,11 +202,15 @@ pub(crate) struct Endpoint {
 }
 
 impl Endpoint {
-    /// Binds `addr` (port 0 picks a free port) and serves `routes` on it.
+    /// Binds `addr` (port 0 picks a free port) and serves `routes` on it:
+    /// over HTTP/2 only, or also over HTTP/1.1 when `accept_http1` (PD
+    /// serves its HTTP API on its gRPC port; TiKV's gRPC port speaks
+    /// HTTP/2 alone).
     pub(crate) async fn start(
         addr: SocketAddr,
         routes: Routes,
         peers: PeerPorts,
+        accept_http1: bool,
     ) -> Result<Endpoint> {
         let listener = bind(addr).await?;
         let addr = listener.local_addr().map_err(|e| Error::Connect {
@@ -218,6 +222,7 @@ impl Endpoint {
         let (shutdown_tx, shutdown_rx) = oneshot::channel::<()>();
         let server_task = tokio::spawn(async move {
             let served = tonic::transport::Server::builder()
+                .accept_http1(accept_http1)
                 .add_routes(routes)
                 .serve_with_incoming_shutdown(ReceiverStream::new(conn_rx), async move {
                     let _ = shutdown_rx.await;

@@ -1,6 +1,7 @@
 //! The simulated PD service (`pdpb.PD`). Every member shares the cluster's
 //! state; only the leader member answers data RPCs, the others answer
-//! `Unavailable` "not leader" (and GetMembers with the real leader).
+//! `Unavailable` "not leader" (and GetMembers with the real leader). PD's
+//! HTTP API, on the same port, is in `pd/http.rs`.
 
 use std::pin::Pin;
 use std::sync::Arc;
@@ -12,6 +13,9 @@ use super::state::{ClusterState, MAX_TSO_COUNT};
 use super::Shared;
 use crate::proto::metapb;
 use crate::proto::pdpb::{self, pd_server::Pd};
+
+mod http;
+pub(crate) use http::PdHttp;
 
 /// The PD service of one member.
 #[derive(Clone)]
@@ -52,6 +56,22 @@ fn member_info(state: &ClusterState, index: usize) -> Option<pdpb::Member> {
         leader_priority: 0,
         ..Default::default()
     })
+}
+
+/// Every member, the leader and the etcd leader (the same), as
+/// `GetMembers` answers on any member.
+fn members_response(state: &ClusterState) -> pdpb::GetMembersResponse {
+    let members = (0..state.pd_members.len())
+        .filter_map(|i| member_info(state, i))
+        .collect();
+    let leader = member_info(state, state.pd_leader);
+    pdpb::GetMembersResponse {
+        header: header(state.cluster_id),
+        members,
+        etcd_leader: leader.clone(),
+        leader,
+        ..Default::default()
+    }
 }
 
 /// PD refuses a TSO request for no timestamps, or for more than the logical
@@ -202,18 +222,7 @@ impl Pd for PdService {
         _request: Request<pdpb::GetMembersRequest>,
     ) -> Result<Response<pdpb::GetMembersResponse>, Status> {
         self.wait_out_hang().await?;
-        let state = self.shared.lock();
-        let members = (0..state.pd_members.len())
-            .filter_map(|i| member_info(&state, i))
-            .collect();
-        let leader = member_info(&state, state.pd_leader);
-        Ok(Response::new(pdpb::GetMembersResponse {
-            header: header(state.cluster_id),
-            members,
-            etcd_leader: leader.clone(),
-            leader,
-            ..Default::default()
-        }))
+        Ok(Response::new(members_response(&self.shared.lock())))
     }
 
     type TsoStream = TsoStream;

@@ -191,6 +191,9 @@ pub(crate) struct ClusterState {
     pub(crate) naive_replica_reads: bool,
     /// TiKV's `resolved-ts.advance-ts-interval`.
     pub(crate) resolved_ts_interval: Duration,
+    /// TiKV's `raftstore.raft-entry-max-size`: a larger write is refused
+    /// (`limits.rs`).
+    pub(crate) raft_entry_max_size: u64,
 }
 
 /// The number of bits of the logical part of a timestamp.
@@ -236,6 +239,7 @@ impl ClusterState {
             applied: BTreeMap::new(),
             naive_replica_reads: false,
             resolved_ts_interval: crate::replica::DEFAULT_RESOLVED_TS_INTERVAL,
+            raft_entry_max_size: crate::limits::DEFAULT_RAFT_ENTRY_MAX_SIZE,
         }
     }
 

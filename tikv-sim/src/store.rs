@@ -235,6 +235,17 @@ impl StoreService {
                         command.read_ts(),
                         arrived,
                     );
+                    // A write is proposed to Raft: one whose entry would be
+                    // over the limit is refused before anything is applied.
+                    let admitted = admitted.and_then(|plan| match plan {
+                        crate::replica::ReadPlan::Current(region_id)
+                            if command.read_ts().is_none() =>
+                        {
+                            let (size, limit) = (command.encoded_len(), state.raft_entry_max_size);
+                            crate::limits::check_entry_size(region_id, size, limit).map(|()| plan)
+                        }
+                        plan => Ok(plan),
+                    });
                     let now = Instant::now();
                     let is_read = command.read_ts().is_some();
                     let target =

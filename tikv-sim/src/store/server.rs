@@ -20,6 +20,7 @@ use tonic::{Request, Response, Status, Streaming};
 
 use super::forward::{ForwardDial, Forwarder, FORWARD_LABEL};
 use super::StoreService;
+use crate::limits::STORE_GRPC_MAX_MESSAGE_SIZE;
 use crate::net::PeerPorts;
 use crate::proto::tikvpb::tikv_server::{Tikv, TikvServer};
 use crate::proto::tikvpb::{BatchCommandsRequest, BatchCommandsResponse};
@@ -36,7 +37,10 @@ pub(crate) struct StoreServer {
 impl StoreServer {
     pub(crate) fn new(service: StoreService, peers: PeerPorts, dial: Option<ForwardDial>) -> Self {
         StoreServer {
-            unary: TikvServer::new(service.clone()),
+            // TiKV's server takes and sends messages of any size (`limits.rs`).
+            unary: TikvServer::new(service.clone())
+                .max_decoding_message_size(STORE_GRPC_MAX_MESSAGE_SIZE)
+                .max_encoding_message_size(STORE_GRPC_MAX_MESSAGE_SIZE),
             service,
             forwarder: Forwarder::new(peers, dial),
         }
@@ -76,9 +80,10 @@ impl Service<http::Request<Body>> for StoreServer {
         }
         let service = self.service.clone();
         Box::pin(async move {
-            // tonic's defaults, as the generated server has them: 4 MB for
-            // a request message, no bound on a response message.
-            let mut grpc = Grpc::new(BatchCodec);
+            // The same limits as the unary methods: none, as TiKV's.
+            let mut grpc = Grpc::new(BatchCodec)
+                .max_decoding_message_size(STORE_GRPC_MAX_MESSAGE_SIZE)
+                .max_encoding_message_size(STORE_GRPC_MAX_MESSAGE_SIZE);
             Ok(grpc.streaming(BatchCommands(service), req).await)
         })
     }
