@@ -3,8 +3,12 @@
 //! A TiKV client (raw KV and transactions) whose request plan routes
 //! **leader-first with voter fallback**: each request goes to the Region's cached leader first and,
 //! when that leader is unreachable or stuck, to the Region's other voters one
-//! at a time, always as a leader request (never a follower read). Successful
-//! fallbacks heal the shared leader cache for every later request.
+//! at a time, always as a leader request (fallback never makes a follower
+//! read); when the leader lives but this client cannot reach its store, the
+//! requests go to it through a voter's store (forwarding). Successful
+//! fallbacks heal the shared leader cache for every later request. Reads
+//! leave the leader only when the caller asks ([`ReplicaRead`]: follower,
+//! learner and stale reads).
 //!
 //! Public test doubles come with the feature `mock`. A simulated TiKV
 //! cluster that speaks the real protocol over gRPC on 127.0.0.1, for testing

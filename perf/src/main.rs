@@ -1,11 +1,11 @@
-//! Side-by-side benchmark: tikv-plan (unary, and batched with the
-//! `batched` feature), a bare tonic call and tikv-client 0.4.0, against one
+//! Side-by-side benchmark: tikv-plan (batched and unary), a bare tonic
+//! call and tikv-client 0.4.0, against one
 //! `tikv-sim` child process (3 stores, 8 Regions, 16 B keys, 100 B values).
 //!
 //! ```text
 //! tikv-plan-perf --sim PATH/TO/tikv-sim [--quick] [--rounds N] [--window-ms MS]
-//!                [--only throughput|faults|failover|dead-store|contention|replicas] [--label TEXT]
-//!                [--csv-dir DIR]
+//!                [--only throughput|faults|failover|dead-store|cut-off|contention|replicas]
+//!                [--label TEXT] [--clients LIST] [--ops LIST] [--tasks LIST] [--csv-dir DIR]
 //! ```
 //!
 //! Prints markdown tables on stdout (progress on stderr); with `--csv-dir`

@@ -1,5 +1,6 @@
-//! Repository hygiene: the docs, the layers, file sizes, the public API and the
-//! behaviour table checked against the code.
+//! Repository hygiene: the docs, the repository paths they name, the layers,
+//! file sizes, the public API and the behaviour table checked against the
+//! code.
 //!
 //! One test binary of several modules, each the file of its name.
 
@@ -11,3 +12,4 @@ mod file_sizes;
 mod layers;
 mod plan_docs;
 mod public_api;
+mod repo_paths;

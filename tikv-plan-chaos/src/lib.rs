@@ -3,12 +3,15 @@
 //! The chaos suites of tikv-plan (not published): seeded workloads of
 //! tikv-plan clients against a simulated cluster ([`tikv_sim`]) under
 //! seeded faults, a recorded history, and checkers for it. `cargo run -p
-//! tikv-plan-chaos -- raw|txn --seed S --seconds N` runs one.
+//! tikv-plan-chaos -- raw|txn --seed S --seconds N` runs one; the
+//! transactional suite is [`txn`], and `dst|dst-explore` run the
+//! deterministic simulation ([`dst`]).
 //!
 //! The raw suite (this module): a seeded workload of concurrent
 //! [`RawClient`]s against a [`SimCluster`] while a seeded [`Injector`]
-//! applies and heals every fault the cluster has, then a check of the
-//! recorded history.
+//! applies and heals the cluster's faults ([`FaultKind::ALL`]; lagging
+//! replicas too in a run with replica reads), then a check of the recorded
+//! history.
 //!
 //! What is checked ([`check`]): each key's history is linearizable as a
 //! register with compare-and-set and delete (undetermined and abandoned

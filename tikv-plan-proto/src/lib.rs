@@ -4,7 +4,8 @@
 //! [tikv-plan](https://docs.rs/tikv-plan) and [tikv-sim](https://docs.rs/tikv-sim)
 //! speak, following kvproto's package names, message names and field numbers,
 //! and two wire facts both sides need: TiKV's memcomparable key encoding
-//! ([`codec`]) and its raw range checksum ([`checksum`]); the table of
+//! ([`codec`]) and its raw range checksum ([`checksum`]); which keys a
+//! Region holds and which peers may lead ([`meta`]); the table of
 //! `tikvpb.Tikv`'s methods ([`methods`], [`kv_methods!`]) that client and
 //! simulator both read; and a writer of batched requests and a reader of
 //! answers that skip the detours of the generated types ([`requests`],

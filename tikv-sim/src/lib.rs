@@ -62,9 +62,11 @@
 //! # PD
 //!
 //! `GetMembers` (all members, `client_urls = ["http://127.0.0.1:port"]`, the
-//! real leader), `GetRegion` and `GetRegionByID` (the Region with PD's view
-//! of its leader, which faults can leave stale), `GetStore`, `GetAllStores`,
-//! and a bidirectional `Tso` stream of monotonic timestamps (physical
+//! real leader), `GetRegion`, `GetRegionByID`, `GetPrevRegion` and
+//! `ScanRegions` (Regions with PD's view of their leaders, which faults can
+//! leave stale), `GetStore` and `GetAllStores` (with the labels
+//! [`SimCluster::set_store_labels`] gives a store), and a bidirectional
+//! `Tso` stream of monotonic timestamps (physical
 //! milliseconds, 18 logical bits; a response carries the last timestamp of
 //! its `count`). A member that is not the leader answers every call but
 //! `GetMembers` with gRPC `Unavailable` "not leader". A request header with
@@ -77,7 +79,9 @@
 //! one) plus an offset that [`SimCluster::advance_tso_clock`] moves
 //! forward, so lock TTLs expire in tests without waiting. `GetGCSafePoint` and
 //! `UpdateGCSafePoint` keep one safe point that never moves backwards (an
-//! older one is ignored and the current one returned).
+//! older one is ignored and the current one returned). PD also serves
+//! `keyspacepb.Keyspace`'s `LoadKeyspace` for API v2 clients
+//! ([`SimClusterBuilder::keyspace`]).
 //!
 //! # PD's HTTP API
 //!
@@ -105,8 +109,10 @@
 //!
 //! # Stores
 //!
-//! A store serves every raw method. It runs its checks in this order,
-//! answering with the first that fails:
+//! A store serves every raw method. A request whose `Context.api_version`
+//! is not the stores' ([`SimClusterBuilder::api_version`], V1 by default)
+//! is refused with `ApiVersionNotMatched` first, as TiKV refuses it. Then
+//! it runs its checks in this order, answering with the first that fails:
 //!
 //! 1. **busy** ([`SimCluster::store_busy`]): `ServerIsBusy` with the
 //!    configured `estimated_wait_ms`, before any Region or leader check;
@@ -130,9 +136,10 @@
 //!    leader, and serves the next request. PD is not told (its view stays
 //!    stale until a fault changes it).
 //!
-//! `replica_read` and `stale_read` are not honoured: every request is a
-//! leader request; they are counted
-//! ([`StoreCounters::replica_reads`]) so tests can prove nobody sets them.
+//! A read flagged `replica_read` or `stale_read` passes step 6 on a
+//! follower or learner, which serves it (see
+//! [Replica and stale reads](#replica-and-stale-reads)); writes ignore the
+//! flags.
 //!
 //! **BatchCommands.** A store also serves the `tikvpb.Tikv/BatchCommands`
 //! stream as TiKV does: each sub-request is served exactly as its unary
@@ -167,8 +174,9 @@
 //! `max_commit_ts`), `CheckTxnStatus` with every action (TTL measured on the
 //! physical part of `current_ts`), `CheckSecondaryLocks` (a missing secondary
 //! is rolled back and reported rolled back), `ResolveLock` (Region-wide, by
-//! `txn_infos`, or by keys), pessimistic locks that never wait (a lock is
-//! answered at once), heart beats, paged `ScanLock`, `DeleteRange`, store-wide
+//! `txn_infos`, or by keys), pessimistic locks that wait for another
+//! transaction's lock and detect deadlocks (see
+//! [Lock waiting](#lock-waiting)), heart beats, paged `ScanLock`, `DeleteRange`, store-wide
 //! `UnsafeDestroyRange` (no Region context) and `GC` at a safe point.
 //! Assertions (`Mutation.assertion` with an assertion level) are not checked,
 //! and a rollback at a ts another transaction committed at is not marked on
@@ -180,7 +188,22 @@
 //! compare-and-swap is atomic. Column families `default` (or empty),
 //! `write` and `lock`; others get a key error. TTLs (seconds) are honoured
 //! with tokio's clock, so a paused test clock controls expiry; a TTL beyond
-//! a century is held at a century (TiKV saturates it).
+//! a century is held at a century (TiKV saturates it). Only replica and
+//! stale reads on a lagging store see an older copy (below).
+//!
+//! # Lock waiting
+//!
+//! As TiKV's lock manager does (its legacy wake-up mode), a pessimistic
+//! lock request that meets another transaction's lock waits on that key up
+//! to its `wait_timeout` (0: the server's `wait-for-lock-timeout`, 1 s by
+//! default; negative: no wait). A release wakes the waiter with the
+//! smallest start ts at once and the others after the wake-up delay
+//! (20 ms), each with a `PessimisticRetry` write conflict; a wait that runs
+//! out gets `KeyIsLocked`; a wait that would close a cycle in the
+//! cluster-wide wait-for graph fails at once with `KeyError.deadlock`.
+//! [`SimClusterBuilder::lock_wait`] and [`SimCluster::set_lock_wait_config`]
+//! set the timeouts ([`LockWaitConfig`]); [`SimCluster::lock_wait_stats`]
+//! counts waits, wake-ups, timeouts and deadlocks.
 //!
 //! # Faults
 //!
@@ -216,8 +239,15 @@
 //! outcome; a dropped `kv_commit` is committed),
 //! [`advance_tso_clock`](SimCluster::advance_tso_clock),
 //! [`pd_transfer_leader`](SimCluster::pd_transfer_leader),
-//! [`pd_member_down`](SimCluster::pd_member_down) and
-//! [`pd_member_up`](SimCluster::pd_member_up).
+//! [`pd_member_down`](SimCluster::pd_member_down),
+//! [`pd_member_up`](SimCluster::pd_member_up),
+//! [`pd_member_hang`](SimCluster::pd_member_hang) /
+//! [`pd_member_unhang`](SimCluster::pd_member_unhang) (the member receives
+//! requests, TSO included, and answers none),
+//! [`set_store_cut_off_from_pd`](SimCluster::set_store_cut_off_from_pd) (PD
+//! stops hearing the store: a leader moving to it is not reported),
+//! [`store_lag`](SimCluster::store_lag) (below) and
+//! [`cut_store_from_clients`](SimCluster::cut_store_from_clients) (below).
 //!
 //! PD reports the peers of a store that is down as `down_peers`.
 //!
@@ -236,6 +266,25 @@
 //! On a cluster hosted on a simulated network, partition that network
 //! instead; its stores forward through the network's own dial, given with
 //! [`SimClusterBuilder::forward_dial`].
+//!
+//! # Replica and stale reads
+//!
+//! As TiKV does, a follower or learner serves a read flagged
+//! `Context.replica_read` through read index (it asks the leader for its
+//! commit point and answers once it has applied it; `NotLeader` without a
+//! leader) and one flagged `Context.stale_read` when its safe-ts has
+//! reached the read's timestamp, else `DataIsNotReady`. The leader serves
+//! both as ordinary reads; a witness answers `IsWitness`.
+//! [`SimCluster::store_lag`] makes a store's non-leader peers apply late:
+//! a replica read then waits for its read index (`ReadIndexNotReady` 100
+//! writes behind) and a stale read is held to the lagging safe-ts.
+//! [`SimCluster::set_resolved_ts_interval`] sets how often resolved ts, and
+//! so safe-ts, advances (TiKV's 20 s); [`SimCluster::set_store_labels`] the
+//! labels PD reports; [`SimCluster::naive_replica_reads`] serves replica
+//! reads without read index, to show that a checker catches them.
+//! [`StoreCounters::replica_reads`], [`StoreCounters::stale_reads`] and
+//! [`StoreCounters::served_as_replica`] count the flagged reads and those a
+//! non-leader peer served.
 //!
 //! # Sizes
 //!

@@ -4,11 +4,13 @@
 //! ```text
 //! plot ratios      [--data DIR] [--out FILE]   # DIR/throughput.csv
 //! plot leader-loss [--data DIR] [--out FILE]   # DIR/failover.csv
+//! plot cut-off     [--data DIR] [--out FILE]   # DIR/cut-off-refuse.csv
 //! plot chaos       [--data DIR] [--out FILE]   # DIR/chaos-timeline.csv
 //! ```
 //!
 //! `DIR` defaults to `docs/img/data`, `FILE` to `docs/img/<picture>.svg`
-//! (`benchmark-ratios.svg`, `leader-loss.svg`, `chaos-timeline.svg`), both
+//! (`benchmark-ratios.svg`, `leader-loss.svg`, `cut-off.svg`,
+//! `chaos-timeline.svg`), both
 //! relative to the working directory. `perf/plot.sh` runs it from the
 //! repository root. `throughput-run.csv` and `failover-run.csv` beside the
 //! data, when present, label the benchmark pictures.
