@@ -11,6 +11,7 @@ mod txn_bank;
 mod txn_client;
 mod txn_forward;
 mod txn_keyspace;
+mod txn_lock_backoff;
 mod txn_lock_wait;
 mod txn_locks;
 mod txn_mock;

@@ -14,7 +14,7 @@ use super::base::{
 };
 use super::fast_dispatch::FastDispatch;
 use super::keyspace::Keyspace;
-use super::resolve_lock::{HasLocks, LockResolve, ResolveLock};
+use super::resolve_lock::{HasLocks, LiveLockWait, LockResolve, ResolveLock};
 use super::retry::RetryableMultiRegion;
 use super::stage::{ShardStage, TypedCall};
 use super::traits::{HasKeyErrors, HasRegionError, KvRequest, Plan, Shardable};
@@ -316,6 +316,7 @@ impl<PdC: PdClient, P: Plan> PlanBuilder<PdC, P> {
             caller_start_ts,
             deadline,
             backoff,
+            live_locks: LiveLockWait::ByTtl,
             pd: std::marker::PhantomData,
         })
     }

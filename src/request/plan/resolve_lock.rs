@@ -1,8 +1,10 @@
 //! [`ResolveLock`]: the plan stage that meets other transactions' locks,
 //! resolves them and re-runs the request, waiting out live locks by their
 //! TTL within the request deadline ([txn.md, "Behaviour we
-//! require"](crate::spec::txn#behaviour-we-require)). [`CollectWithShard`]
-//! collects a pessimistic lock's answers with the keys each shard locked.
+//! require"](crate::spec::txn#behaviour-we-require)), or, for pessimistic
+//! lock requests, for as many attempts and delays as the caller's lock
+//! backoff gives. [`CollectWithShard`] collects a
+//! pessimistic lock's answers with the keys each shard locked.
 
 use std::marker::PhantomData;
 use std::sync::Arc;
@@ -68,10 +70,96 @@ const FIRST_LOCK_POLL: Duration = Duration::from_millis(5);
 /// roll back any time, which the next pass sees.
 const MAX_LOCK_POLL: Duration = Duration::from_millis(500);
 
+/// How long a request that keeps meeting live locks is sent again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum LiveLockWait {
+    /// By the locks' TTL, within the deadline: a reader (or a prewrite)
+    /// cannot wait on the server, and a fixed backoff would give up
+    /// before a TTL can expire ([txn.md, "Behaviour we
+    /// require"](crate::spec::txn#behaviour-we-require)).
+    ByTtl,
+    /// By the caller's lock backoff, as client-rust maps it: every answer
+    /// that still carries a live lock (for a pessimistic lock request,
+    /// after its wait on the server) spends one of its attempts, and the
+    /// request is sent again after that attempt's delay (sooner when the
+    /// lock expires first); with the attempts spent, the live locks are
+    /// the answer. The deadline bounds it too.
+    ByBackoff,
+}
+
+/// What the stage does after a resolution pass.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum AfterPass {
+    /// Send the request again now.
+    Rerun,
+    /// Sleep this long, then send it again; these locks stand meanwhile.
+    Sleep(Duration, Vec<kvrpcpb::LockInfo>),
+    /// Stop: these locks still stand
+    /// ([`Error::ResolveLockError`](crate::Error::ResolveLockError)).
+    GiveUp(Vec<kvrpcpb::LockInfo>),
+}
+
+/// The waiting state of one run of the stage: what was resolved, the next
+/// poll, and the caller's backoff with the attempts it has left. Time is
+/// the driver's: the deadline is checked where the sleep is taken.
+#[derive(Debug, Clone)]
+pub(crate) struct LockWaiting {
+    bound: LiveLockWait,
+    backoff: Backoff,
+    poll: Duration,
+    resolved_before: bool,
+}
+
+impl LockWaiting {
+    /// Waiting bounded by `bound`, with the whole of `backoff` to spend.
+    pub(crate) fn new(bound: LiveLockWait, backoff: Backoff) -> LockWaiting {
+        LockWaiting {
+            bound,
+            backoff,
+            poll: FIRST_LOCK_POLL,
+            resolved_before: false,
+        }
+    }
+
+    /// The step after a resolution pass over `met`, the locks the last
+    /// answer carried.
+    pub(crate) fn after_pass(
+        &mut self,
+        pass: ResolvePass,
+        met: Vec<kvrpcpb::LockInfo>,
+    ) -> AfterPass {
+        let (expires_in, alive) = match pass {
+            // Resolved: re-run at once, unless locks came back right after
+            // a resolution (a store that still reports them); then wait as
+            // for a live lock instead of spinning.
+            ResolvePass::Done if !self.resolved_before => {
+                self.resolved_before = true;
+                return AfterPass::Rerun;
+            }
+            ResolvePass::Done => (None, met),
+            ResolvePass::Wait(expires_in, alive) => (Some(expires_in), alive),
+        };
+        let sleep = match self.bound {
+            LiveLockWait::ByTtl => {
+                let sleep = expires_in.map_or(self.poll, |e| e.min(self.poll));
+                self.poll = (self.poll * 2).min(MAX_LOCK_POLL);
+                sleep
+            }
+            LiveLockWait::ByBackoff => match self.backoff.next_delay_duration() {
+                Some(delay) => expires_in.map_or(delay, |e| e.min(delay)),
+                None => return AfterPass::GiveUp(alive),
+            },
+        };
+        AfterPass::Sleep(sleep, alive)
+    }
+}
+
 /// Runs `inner`; while its result carries locks, resolves them and runs it
 /// again. A lock whose transaction is alive is waited for by its TTL, not a
-/// fixed backoff; the whole stage is bounded by `deadline`, after which the
-/// locks still alive are returned as [`Error::ResolveLockError`].
+/// fixed backoff (except for a pessimistic lock request, which the lock
+/// backoff bounds: see [`RetryOptions`](crate::request::RetryOptions));
+/// the whole stage is bounded by `deadline`, after which the locks still
+/// alive are returned as [`Error::ResolveLockError`].
 pub struct ResolveLock<P: Plan, PdC: PdClient> {
     /// The plan that may meet locks (usually a `RetryableMultiRegion`).
     pub inner: P,
@@ -88,8 +176,11 @@ pub struct ResolveLock<P: Plan, PdC: PdClient> {
     /// sets) turns resolution off: the locks met are returned as
     /// [`Error::ResolveLockError`] and nothing is resolved. Any other
     /// schedule resolves and waits live locks out by their TTL within
-    /// `deadline`.
+    /// `deadline`; a transaction's pessimistic lock requests spend it
+    /// instead, one attempt per answer that still carries a live lock.
     pub backoff: Backoff,
+    /// Whether live locks are waited out by their TTL or by `backoff`.
+    pub(crate) live_locks: LiveLockWait,
     /// The PD client type of the plan this stage wraps.
     pub(crate) pd: PhantomData<fn() -> PdC>,
 }
@@ -102,6 +193,7 @@ impl<P: Plan, PdC: PdClient> Clone for ResolveLock<P, PdC> {
             caller_start_ts: self.caller_start_ts,
             deadline: self.deadline,
             backoff: self.backoff.clone(),
+            live_locks: self.live_locks,
             pd: PhantomData,
         }
     }
@@ -139,8 +231,7 @@ where
 
     async fn execute(&self) -> Result<Self::Result> {
         let started = Instant::now();
-        let mut poll = FIRST_LOCK_POLL;
-        let mut resolved_before = false;
+        let mut waiting = LockWaiting::new(self.live_locks, self.backoff.clone());
         // The live locks of the last pass, while they are waited out.
         let mut standing: Option<Vec<crate::proto::kvrpcpb::LockInfo>> = None;
         loop {
@@ -162,23 +253,16 @@ where
                 Ok(pass) => pass,
                 Err(e) => return Err(out_of_time(e, Some(locks))),
             };
-            let (sleep, alive) = match pass {
-                // Resolved: re-run at once, unless locks came back right
-                // after a resolution (a store that still reports them);
-                // then poll like a live lock instead of spinning.
-                ResolvePass::Done if !resolved_before => {
-                    resolved_before = true;
-                    continue;
-                }
-                ResolvePass::Done => (poll, locks),
-                ResolvePass::Wait(expires_in, alive) => (expires_in.min(poll), alive),
+            let (sleep, alive) = match waiting.after_pass(pass, locks) {
+                AfterPass::Rerun => continue,
+                AfterPass::GiveUp(alive) => return Err(Error::ResolveLockError(alive)),
+                AfterPass::Sleep(sleep, alive) => (sleep, alive),
             };
             let call_left = super::call_deadline::remaining();
             if started.elapsed() + sleep > self.deadline || call_left.is_some_and(|l| sleep >= l) {
                 return Err(Error::ResolveLockError(alive));
             }
             tokio::time::sleep(sleep).await;
-            poll = (poll * 2).min(MAX_LOCK_POLL);
             standing = Some(alive);
         }
     }
@@ -193,6 +277,21 @@ fn out_of_time(error: Error, standing: Option<Vec<crate::proto::kvrpcpb::LockInf
     match standing {
         Some(locks) if passed => Error::ResolveLockError(locks),
         _ => error,
+    }
+}
+
+impl<PdC: PdClient, P: Plan> super::builder::PlanBuilder<PdC, ResolveLock<P, PdC>>
+where
+    P::Result: HasLocks,
+{
+    /// Bounds the waiting for live locks by the stage's lock backoff
+    /// ([`LiveLockWait::ByBackoff`]) instead of their TTL: for pessimistic
+    /// lock requests, which wait on the server at every attempt.
+    pub(crate) fn live_locks_by_backoff(self) -> Self {
+        self.map_plan(|stage| ResolveLock {
+            live_locks: LiveLockWait::ByBackoff,
+            ..stage
+        })
     }
 }
 
@@ -367,6 +466,75 @@ mod tests {
             },
             keys.iter().map(|k| put(k)).collect(),
         ))
+    }
+
+    fn lock(version: u64) -> kvrpcpb::LockInfo {
+        kvrpcpb::LockInfo {
+            lock_version: version,
+            ..Default::default()
+        }
+    }
+
+    fn live(expires_in_ms: u64) -> ResolvePass {
+        ResolvePass::Wait(Duration::from_millis(expires_in_ms), vec![lock(1)])
+    }
+
+    fn sleep(ms: u64) -> AfterPass {
+        AfterPass::Sleep(Duration::from_millis(ms), vec![lock(1)])
+    }
+
+    #[test]
+    fn by_backoff_each_live_answer_spends_an_attempt_and_then_the_lock_is_the_answer() {
+        // client-rust's `no_jitter_backoff(500, 500, 2)`: two sleeps, then
+        // the third live answer ends it.
+        let mut waiting = LockWaiting::new(
+            LiveLockWait::ByBackoff,
+            Backoff::no_jitter_backoff(500, 500, 2),
+        );
+        assert_eq!(waiting.after_pass(live(20_000), vec![lock(1)]), sleep(500));
+        // A lock that expires sooner is looked at again sooner.
+        assert_eq!(waiting.after_pass(live(30), vec![lock(1)]), sleep(30));
+        assert_eq!(
+            waiting.after_pass(live(20_000), vec![lock(1)]),
+            AfterPass::GiveUp(vec![lock(1)])
+        );
+    }
+
+    #[test]
+    fn by_backoff_a_resolved_lock_is_rerun_at_once_and_a_second_one_spends_an_attempt() {
+        let mut waiting = LockWaiting::new(
+            LiveLockWait::ByBackoff,
+            Backoff::no_jitter_backoff(2, 500, 1),
+        );
+        assert_eq!(
+            waiting.after_pass(ResolvePass::Done, vec![lock(1)]),
+            AfterPass::Rerun
+        );
+        // Locks that come back right after a resolution are waited for.
+        assert_eq!(
+            waiting.after_pass(ResolvePass::Done, vec![lock(2)]),
+            AfterPass::Sleep(Duration::from_millis(2), vec![lock(2)])
+        );
+        assert_eq!(
+            waiting.after_pass(ResolvePass::Done, vec![lock(2)]),
+            AfterPass::GiveUp(vec![lock(2)])
+        );
+    }
+
+    #[test]
+    fn by_ttl_the_backoff_never_ends_the_wait_and_polls_grow_to_their_cap() {
+        let mut waiting =
+            LockWaiting::new(LiveLockWait::ByTtl, Backoff::no_jitter_backoff(500, 500, 2));
+        let sleeps: Vec<AfterPass> = (0..10)
+            .map(|_| waiting.after_pass(live(20_000), vec![lock(1)]))
+            .collect();
+        let expected: Vec<AfterPass> = [5, 10, 20, 40, 80, 160, 320, 500, 500, 500]
+            .into_iter()
+            .map(sleep)
+            .collect();
+        assert_eq!(sleeps, expected);
+        // Never past the lock's expiry.
+        assert_eq!(waiting.after_pass(live(3), vec![lock(1)]), sleep(3));
     }
 
     #[test]

@@ -232,6 +232,9 @@ impl<PdC: PdClient> Transaction<PdC> {
                 .preserve_shard()
                 .retry_multi_region(self.region_backoff())
                 .resolve_lock_with(self.shared.resolver.clone(), 0, self.lock_backoff())
+                // Every attempt waits on the server: the lock backoff
+                // bounds how many wait, and the sleeps between them.
+                .live_locks_by_backoff()
                 .merge(CollectPieces)
                 .extract_error()
                 .plan()
