@@ -3,7 +3,9 @@
 # simulated cluster on a free port, runs the standard Rust TiKV client
 # (tikv-client from crates.io) against its PD address, raw KV then
 # transactions, merges the first two Regions through the sim's control port
-# and runs both again, and stops the sim.
+# and runs both again, and stops the sim. Then it starts an API v2 sim whose
+# keyspace `interop` has its raw key space split at encoded keys (as PD and
+# TiKV split API v2 raw keys) and runs the raw program in that keyspace.
 # Exits with the interop program's status.
 #
 # Target dirs can be overridden: SIM_TARGET_DIR (tikv-plan) and
@@ -31,26 +33,39 @@ cleanup() {
 }
 trap cleanup EXIT
 
-mkfifo "$workdir/sim.out"
-"$sim_target/debug/tikv-sim" --stores 3 --regions 4 --pd 127.0.0.1:0 \
-    >"$workdir/sim.out" 2>"$workdir/sim.err" &
-sim_pid=$!
+# Starts tikv-sim with the given options on a free port; sets pd, control
+# and sim_pid. The sim prints exactly one stdout line, pd=ADDR, once every
+# server listens.
+start_sim() {
+    rm -f "$workdir/sim.out"
+    mkfifo "$workdir/sim.out"
+    "$sim_target/debug/tikv-sim" --stores 3 --pd 127.0.0.1:0 "$@" \
+        >"$workdir/sim.out" 2>"$workdir/sim.err" &
+    sim_pid=$!
+    exec 3<"$workdir/sim.out"
+    if ! read -r -t 30 line <&3; then
+        echo "tikv-sim printed no pd= line within 30 s; its stderr:" >&2
+        cat "$workdir/sim.err" >&2
+        exit 1
+    fi
+    pd="${line#pd=}"
+    if [[ "$line" != pd=* || -z "$pd" ]]; then
+        echo "unexpected first line from tikv-sim: $line" >&2
+        exit 1
+    fi
+    echo "tikv-sim is up: $line ($(grep -m1 '^control=' "$workdir/sim.err" || echo 'control=?'))" >&2
+    control="$(grep -m1 '^control=' "$workdir/sim.err" | cut -d= -f2)"
+}
 
-# The sim prints exactly one stdout line, pd=ADDR, once every server listens.
-exec 3<"$workdir/sim.out"
-if ! read -r -t 30 line <&3; then
-    echo "tikv-sim printed no pd= line within 30 s; its stderr:" >&2
-    cat "$workdir/sim.err" >&2
-    exit 1
-fi
-pd="${line#pd=}"
-if [[ "$line" != pd=* || -z "$pd" ]]; then
-    echo "unexpected first line from tikv-sim: $line" >&2
-    exit 1
-fi
-echo "tikv-sim is up: $line ($(grep -m1 '^control=' "$workdir/sim.err" || echo 'control=?'))" >&2
+# Stops the running sim.
+stop_sim() {
+    exec 3<&-
+    kill "$sim_pid" 2>/dev/null || true
+    wait "$sim_pid" 2>/dev/null || true
+    sim_pid=""
+}
 
-control="$(grep -m1 '^control=' "$workdir/sim.err" | cut -d= -f2)"
+start_sim --regions 4
 
 # Sends one command line to the sim's control port; prints the answer and
 # fails unless it ends in ok.
@@ -92,5 +107,24 @@ if [[ "$status" == 0 ]]; then
     echo "pass 2: the first two Regions merged" >&2
     run_clients || status=$?
 fi
-exec 3<&-
+stop_sim
+if [[ "$status" == 0 ]]; then
+    # API v2: PD splits at a keyspace's bounds, and every boundary is the
+    # memcomparable encoding of a prefixed key, raw keys included. Keyspace
+    # interop (id 1)'s raw keys are split like pass 1's Regions, at the
+    # encodings of 'r' 0 0 1 followed by 8P, P and gP (what
+    # tikv_sim::keyspace_split_keys(1, KeyspaceMode::Raw, ...) makes).
+    start_sim --api-version 2 --keyspace interop=1
+    for boundary in \
+        7200000100000000fb \
+        7200000138500000fd \
+        7200000150000000fc \
+        7200000167500000fd \
+        7200000200000000fb; do
+        control "split 0x$boundary" >&2 || exit 1
+    done
+    echo "pass 3: API v2, keyspace interop split at encoded raw keys" >&2
+    "$interop_target/debug/tikv-plan-interop" --pd "$pd" --keyspace interop || status=$?
+    stop_sim
+fi
 exit "$status"

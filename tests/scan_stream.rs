@@ -5,6 +5,7 @@ use futures::{StreamExt, TryStreamExt};
 use tikv_plan::proto::kvrpcpb::ApiVersion;
 use tikv_plan::Failure;
 use tikv_plan::{Config, Error, KvPair, RawClient};
+use tikv_sim::codec::encode_bytes;
 use tikv_sim::{Outcome, SimCluster};
 
 fn key(i: usize) -> String {
@@ -134,7 +135,10 @@ async fn a_stream_stays_inside_its_keyspace() {
         .api_version(ApiVersion::V2)
         .keyspace("a", 1)
         .keyspace("b", 2)
-        .split_keys(vec![b"r\0\0\x01k000005".to_vec(), b"r\0\0\x02".to_vec()])
+        .split_keys(vec![
+            encode_bytes(b"r\0\0\x01k000005"),
+            encode_bytes(b"r\0\0\x02"),
+        ])
         .start()
         .await
         .unwrap();

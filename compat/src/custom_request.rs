@@ -2,7 +2,10 @@
 //! with its own `Request`, `KvRequest` and `Shardable` impls and its own
 //! `Merge`, run through `PlanBuilder::new(pd, keyspace, request)` in a
 //! keyspace, with keys encoded by `EncodeKeyspace` and decoded by
-//! `TruncateKeyspace`.
+//! `TruncateKeyspace`. In API v2 TiKV keeps raw keys memcomparable-encoded,
+//! so the PD client is seen through `CodecPdClient`, which finds each key's
+//! Region by its encoding (client-rust's PD client does so inside when it
+//! is connected with a keyspace).
 //!
 //! The request, `ExistingKeys`, asks which of a set of keys exist, without
 //! moving their values back to the client (`key_only`-like use of a batch
@@ -20,8 +23,8 @@ use tikv_client::proto::kvrpcpb;
 use tikv_client::proto::tikvpb::tikv_client::TikvClient;
 use tikv_client::region::RegionWithLeader;
 use tikv_client::request::{
-    set_context_for_store, EncodeKeyspace, KeyMode, Keyspace, KvRequest, Merge, Plan, PlanBuilder,
-    Shardable, TruncateKeyspace,
+    set_context_for_store, CodecPdClient, EncodeKeyspace, KeyMode, Keyspace, KvRequest, Merge,
+    Plan, PlanBuilder, Shardable, TruncateKeyspace,
 };
 use tikv_client::store::{RegionStore, Request};
 use tikv_client::{Backoff, Config, Key, Result};
@@ -142,6 +145,7 @@ pub async fn existing_keys(
         .into_iter()
         .map(|k| Key::from(k).encode_keyspace(keyspace, KeyMode::Raw).into())
         .collect();
+    let pd = Arc::new(CodecPdClient::new(pd, keyspace, KeyMode::Raw));
     let plan = PlanBuilder::new(pd, keyspace, ExistingKeys::new(keys))
         .retry_multi_region(Backoff::no_jitter_backoff(2, 100, 10))
         .merge(FoundKeys { keyspace })

@@ -3,6 +3,7 @@
 use tikv_client::proto::kvrpcpb::ApiVersion;
 use tikv_client::{Config, Key, RawClient};
 use tikv_plan_compat::{application, custom_request, lowering, raw_example, transactional};
+use tikv_sim::codec::encode_bytes;
 use tikv_sim::SimCluster;
 
 #[tokio::test]
@@ -10,7 +11,7 @@ async fn client_rust_raw_example_runs_in_the_default_keyspace() {
     let cluster = SimCluster::builder()
         .stores(3)
         .api_version(ApiVersion::V2)
-        .split_keys(vec![b"r\0\0\0k2".to_vec()])
+        .split_keys(vec![encode_bytes(b"r\0\0\0k2")])
         .start()
         .await
         .unwrap();
@@ -42,7 +43,7 @@ async fn custom_request_runs_through_plan_builder_in_a_keyspace() {
         .api_version(ApiVersion::V2)
         .keyspace("app", 42)
         .keyspace("other", 43)
-        .split_keys(vec![b"r\0\0\x2am".to_vec()])
+        .split_keys(vec![encode_bytes(b"r\0\0\x2am")])
         .start()
         .await
         .unwrap();
@@ -50,9 +51,11 @@ async fn custom_request_runs_through_plan_builder_in_a_keyspace() {
     let app = RawClient::new_with_config(pd.clone(), Config::default().with_keyspace("app"))
         .await
         .unwrap();
+    // "m" sits exactly at the split: found only by its encoding.
     app.batch_put(vec![
         ("a".to_owned(), "1".to_owned()),
-        ("z".to_owned(), "2".to_owned()),
+        ("m".to_owned(), "2".to_owned()),
+        ("z".to_owned(), "3".to_owned()),
     ])
     .await
     .unwrap();
@@ -60,13 +63,13 @@ async fn custom_request_runs_through_plan_builder_in_a_keyspace() {
         .await
         .unwrap();
     other.put("b".to_owned(), "3".to_owned()).await.unwrap();
-    let asked = ["a", "b", "q", "z"].map(str::to_owned).to_vec();
+    let asked = ["a", "b", "m", "q", "z"].map(str::to_owned).to_vec();
     let found = custom_request::existing_keys(pd.clone(), "app", asked.clone())
         .await
         .unwrap();
     assert_eq!(
         found,
-        vec![Key::from("a".to_owned()), Key::from("z".to_owned())]
+        ["a", "m", "z"].map(|k| Key::from(k.to_owned())).to_vec()
     );
     let found = custom_request::existing_keys(pd, "other", asked)
         .await

@@ -239,25 +239,7 @@ pub trait PdClient: Send + Sync + 'static {
     where
         K: AsRef<[u8]> + Send + 'static,
     {
-        let lowest = keys.iter().map(AsRef::as_ref).min();
-        if let (Some(lowest), Some(highest)) = (lowest, keys.iter().map(AsRef::as_ref).max()) {
-            let mut end = highest.to_vec();
-            end.push(0);
-            self.prefetch_regions(lowest, &end, usize::MAX).await;
-        }
-        let mut groups: Vec<(RegionWithLeader, Vec<K>)> = Vec::new();
-        for key in keys {
-            if let Some((region, group)) = groups.last_mut() {
-                if region.contains(key.as_ref()) {
-                    group.push(key);
-                    continue;
-                }
-            }
-            let region = self.region_for_key_shared(key.as_ref()).await?;
-            let region = shared_region_holding_key(region, key.as_ref())?;
-            groups.push((region.to_region_with_leader(), vec![key]));
-        }
-        Ok(groups)
+        group_keys_by_region(self, keys).await
     }
 
     /// The Regions that overlap `[start, end)` (an empty `end` is unbounded),
@@ -267,18 +249,7 @@ pub trait PdClient: Send + Sync + 'static {
         start: Vec<u8>,
         end: Vec<u8>,
     ) -> Result<Vec<RegionWithLeader>> {
-        self.prefetch_regions(&start, &end, usize::MAX).await;
-        let mut regions = Vec::new();
-        let mut key = start;
-        loop {
-            let region = shared_region_holding_key(self.region_for_key_shared(&key).await?, &key)?;
-            let region_end = region.end_key().to_vec();
-            regions.push(region.to_region_with_leader());
-            if region_end.is_empty() || (!end.is_empty() && region_end >= end) {
-                return Ok(regions);
-            }
-            key = region_end;
-        }
+        regions_for_range(self, start, end).await
     }
 
     /// Splits sorted, non-overlapping ranges at Region boundaries and groups
@@ -287,54 +258,112 @@ pub trait PdClient: Send + Sync + 'static {
         &self,
         ranges: Vec<(Vec<u8>, Vec<u8>)>,
     ) -> Result<Vec<(RegionWithLeader, Vec<(Vec<u8>, Vec<u8>)>)>> {
-        let lowest = ranges.iter().map(|(s, _)| s).min();
-        let highest =
-            ranges
-                .iter()
-                .map(|(_, e)| e)
-                .max_by(|a, b| match (a.is_empty(), b.is_empty()) {
-                    (true, true) => std::cmp::Ordering::Equal,
-                    (true, false) => std::cmp::Ordering::Greater,
-                    (false, true) => std::cmp::Ordering::Less,
-                    (false, false) => a.cmp(b),
-                });
-        if let (Some(lowest), Some(highest)) = (lowest, highest) {
-            self.prefetch_regions(lowest, highest, usize::MAX).await;
-        }
-        let mut groups: Vec<(RegionWithLeader, Vec<(Vec<u8>, Vec<u8>)>)> = Vec::new();
-        // The Region of the last group.
-        let mut last: Option<Arc<CachedRegion>> = None;
-        for (start, end) in ranges {
-            let mut piece_start = start;
-            loop {
-                let region = match &last {
-                    Some(r) if r.contains(&piece_start) => Arc::clone(r),
-                    _ => {
-                        let region = self.region_for_key_shared(&piece_start).await?;
-                        shared_region_holding_key(region, &piece_start)?
-                    }
-                };
-                let region_end = region.end_key().to_vec();
-                let ends_here = region_end.is_empty() || (!end.is_empty() && end <= region_end);
-                let piece_end = if ends_here {
-                    end.clone()
-                } else {
-                    region_end.clone()
-                };
-                let piece = (piece_start.clone(), piece_end);
-                match groups.last_mut() {
-                    Some((r, pieces)) if r.ver_id() == region.ver_id() => pieces.push(piece),
-                    _ => groups.push((region.to_region_with_leader(), vec![piece])),
-                }
-                last = Some(region);
-                if ends_here {
-                    break;
-                }
-                piece_start = region_end;
+        group_ranges_by_region(self, ranges).await
+    }
+}
+
+/// [`PdClient::group_keys_by_region`] over `pd`'s lookups: the default,
+/// and what a client that rewrites Regions runs over itself.
+pub(crate) async fn group_keys_by_region<P, K>(
+    pd: &P,
+    keys: Vec<K>,
+) -> Result<Vec<(RegionWithLeader, Vec<K>)>>
+where
+    P: PdClient + ?Sized,
+    K: AsRef<[u8]> + Send + 'static,
+{
+    let lowest = keys.iter().map(AsRef::as_ref).min();
+    if let (Some(lowest), Some(highest)) = (lowest, keys.iter().map(AsRef::as_ref).max()) {
+        let mut end = highest.to_vec();
+        end.push(0);
+        pd.prefetch_regions(lowest, &end, usize::MAX).await;
+    }
+    let mut groups: Vec<(RegionWithLeader, Vec<K>)> = Vec::new();
+    for key in keys {
+        if let Some((region, group)) = groups.last_mut() {
+            if region.contains(key.as_ref()) {
+                group.push(key);
+                continue;
             }
         }
-        Ok(groups)
+        let region = pd.region_for_key_shared(key.as_ref()).await?;
+        let region = shared_region_holding_key(region, key.as_ref())?;
+        groups.push((region.to_region_with_leader(), vec![key]));
     }
+    Ok(groups)
+}
+
+/// [`PdClient::regions_for_range`] over `pd`'s lookups.
+pub(crate) async fn regions_for_range<P: PdClient + ?Sized>(
+    pd: &P,
+    start: Vec<u8>,
+    end: Vec<u8>,
+) -> Result<Vec<RegionWithLeader>> {
+    pd.prefetch_regions(&start, &end, usize::MAX).await;
+    let mut regions = Vec::new();
+    let mut key = start;
+    loop {
+        let region = shared_region_holding_key(pd.region_for_key_shared(&key).await?, &key)?;
+        let region_end = region.end_key().to_vec();
+        regions.push(region.to_region_with_leader());
+        if region_end.is_empty() || (!end.is_empty() && region_end >= end) {
+            return Ok(regions);
+        }
+        key = region_end;
+    }
+}
+
+/// [`PdClient::group_ranges_by_region`] over `pd`'s lookups.
+pub(crate) async fn group_ranges_by_region<P: PdClient + ?Sized>(
+    pd: &P,
+    ranges: Vec<(Vec<u8>, Vec<u8>)>,
+) -> Result<Vec<(RegionWithLeader, Vec<(Vec<u8>, Vec<u8>)>)>> {
+    let lowest = ranges.iter().map(|(s, _)| s).min();
+    let highest = ranges
+        .iter()
+        .map(|(_, e)| e)
+        .max_by(|a, b| match (a.is_empty(), b.is_empty()) {
+            (true, true) => std::cmp::Ordering::Equal,
+            (true, false) => std::cmp::Ordering::Greater,
+            (false, true) => std::cmp::Ordering::Less,
+            (false, false) => a.cmp(b),
+        });
+    if let (Some(lowest), Some(highest)) = (lowest, highest) {
+        pd.prefetch_regions(lowest, highest, usize::MAX).await;
+    }
+    let mut groups: Vec<(RegionWithLeader, Vec<_>)> = Vec::new();
+    // The Region of the last group.
+    let mut last: Option<Arc<CachedRegion>> = None;
+    for (start, end) in ranges {
+        let mut piece_start = start;
+        loop {
+            let region = match &last {
+                Some(r) if r.contains(&piece_start) => Arc::clone(r),
+                _ => {
+                    let region = pd.region_for_key_shared(&piece_start).await?;
+                    shared_region_holding_key(region, &piece_start)?
+                }
+            };
+            let region_end = region.end_key().to_vec();
+            let ends_here = region_end.is_empty() || (!end.is_empty() && end <= region_end);
+            let piece_end = if ends_here {
+                end.clone()
+            } else {
+                region_end.clone()
+            };
+            let piece = (piece_start.clone(), piece_end);
+            match groups.last_mut() {
+                Some((r, pieces)) if r.ver_id() == region.ver_id() => pieces.push(piece),
+                _ => groups.push((region.to_region_with_leader(), vec![piece])),
+            }
+            last = Some(region);
+            if ends_here {
+                break;
+            }
+            piece_start = region_end;
+        }
+    }
+    Ok(groups)
 }
 
 /// Checks PD endpoints before any connection: at least one, each

@@ -23,11 +23,11 @@ use crate::pd::{PdClient, PdRpcClient};
 use crate::proto::{kvrpcpb, metapb};
 use crate::request::plan::call_deadline;
 use crate::request::plan::scan::{disjoint_layers, page_of, scan_pages};
+use crate::request::{CodecPdClient, EncodeKeyspace, KeyMode, Keyspace, TruncateKeyspace};
 use crate::request::{
     Collect, CollectError, CollectSingle, DefaultProcessor, HasRegionError, Merge, Plan,
     PlanBuilder, Process, RoutingState, RoutingStats,
 };
-use crate::request::{EncodeKeyspace, KeyMode, Keyspace, TruncateKeyspace};
 use crate::request::{FastDispatch, ShardPayload, Stage, TypedCall};
 use crate::Failure;
 use crate::{BoundRange, ColumnFamily, Config, Error, Key, KvPair, ReplicaRead, Result, Value};
@@ -51,7 +51,10 @@ const SCAN_PREFETCH_REGIONS: usize = 16;
 /// # Ok(()) }
 /// ```
 pub struct RawClient<PdC: PdClient = PdRpcClient> {
-    rpc: Arc<PdC>,
+    /// The PD client, seen through the key codec of this client's keyspace:
+    /// raw keys route by themselves in API v1, by their memcomparable
+    /// encoding in API v2, as TiKV checks them.
+    rpc: Arc<CodecPdClient<PdC>>,
     routing: Arc<RoutingState>,
     cf: Option<ColumnFamily>,
     backoff: Backoff,
@@ -114,7 +117,11 @@ impl<PdC: PdClient> RawClient<PdC> {
     /// `tikv_plan::mock::MockPdClient` in unit tests.
     pub fn new_with_pd_client(pd_client: Arc<PdC>, config: &Config) -> Self {
         RawClient {
-            rpc: pd_client,
+            rpc: Arc::new(CodecPdClient::new(
+                pd_client,
+                Keyspace::Disable,
+                KeyMode::Raw,
+            )),
             routing: Arc::new(RoutingState::new(config)),
             cf: None,
             backoff: config.region_backoff.clone(),
@@ -126,12 +133,15 @@ impl<PdC: PdClient> RawClient<PdC> {
     }
 
     /// A clone that works in `keyspace`: keys are encoded in its API v2 form
-    /// on the way out and decoded on the way back. [`RawClient::new_with_config`]
-    /// sets it from `Config::keyspace`; this is for clients built with
+    /// on the way out and decoded on the way back, and in API v2 Regions
+    /// are looked up by the keys' memcomparable encoding, as TiKV keeps raw
+    /// keys there. [`RawClient::new_with_config`] sets it from
+    /// `Config::keyspace`; this is for clients built with
     /// [`new_with_pd_client`](Self::new_with_pd_client).
     pub fn with_keyspace(&self, keyspace: Keyspace) -> Self {
         let mut client = self.clone();
         client.keyspace = keyspace;
+        client.rpc = Arc::new(self.rpc.view_for(keyspace, KeyMode::Raw));
         client
     }
 
@@ -215,11 +225,17 @@ impl<PdC: PdClient> RawClient<PdC> {
     }
 
     /// The builder of a read: it may go to a replica first.
-    fn read_builder<Req: TypedCall>(&self, request: Req) -> PlanBuilder<PdC, FastDispatch<Req>> {
+    fn read_builder<Req: TypedCall>(
+        &self,
+        request: Req,
+    ) -> PlanBuilder<CodecPdClient<PdC>, FastDispatch<Req>> {
         self.builder(request).replica_read(self.replica_read)
     }
 
-    fn builder<Req: TypedCall>(&self, request: Req) -> PlanBuilder<PdC, FastDispatch<Req>> {
+    fn builder<Req: TypedCall>(
+        &self,
+        request: Req,
+    ) -> PlanBuilder<CodecPdClient<PdC>, FastDispatch<Req>> {
         let builder = PlanBuilder::fast(Arc::clone(&self.rpc), self.keyspace, request)
             .routing(Arc::clone(&self.routing));
         if self.at_least_once_writes {
@@ -249,7 +265,7 @@ impl<PdC: PdClient> RawClient<PdC> {
     /// [`read_builder`](Self::read_builder)) as [`run`](Self::run) does.
     async fn run_with<Req, M>(
         &self,
-        builder: PlanBuilder<PdC, FastDispatch<Req>>,
+        builder: PlanBuilder<CodecPdClient<PdC>, FastDispatch<Req>>,
         merge: M,
     ) -> Result<<DefaultProcessor as Process<M::Out>>::Out>
     where

@@ -113,6 +113,7 @@ pub mod plan {
     pub(crate) mod base;
     pub(crate) mod builder;
     pub(crate) mod call_deadline;
+    pub(crate) mod codec_pd;
     pub(crate) mod fast_dispatch;
     mod forward_probe;
     pub(crate) mod keyspace;
@@ -146,6 +147,7 @@ pub use plan::base::{
     MergeResponse, Process, ProcessResponse, ResponseWithShard,
 };
 pub use plan::builder::PlanBuilder;
+pub use plan::codec_pd::CodecPdClient;
 pub(crate) use plan::fast_dispatch::FastDispatch;
 pub(crate) use plan::keyspace::configured_keyspace;
 pub use plan::keyspace::{EncodeKeyspace, KeyMode, Keyspace, TruncateKeyspace};

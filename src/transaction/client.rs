@@ -102,7 +102,7 @@ impl<PdC: PdClient> TransactionClient<PdC> {
     }
 
     fn build(pd_client: Arc<PdC>, config: &Config, keyspace: Keyspace) -> Self {
-        let pd = Arc::new(CodecPdClient::new(pd_client));
+        let pd = Arc::new(CodecPdClient::new(pd_client, keyspace, KeyMode::Txn));
         let routing = Arc::new(RoutingState::new(config));
         let resolver = Arc::new(ClientLockResolver::new(
             Arc::clone(&pd),

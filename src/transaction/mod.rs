@@ -28,7 +28,6 @@ mod client;
 pub mod gc {
     pub use crate::request::locks::lock_resolver::{TransactionStatus, TransactionStatusKind};
 }
-mod codec_pd;
 pub mod lowering;
 mod options;
 mod outputs;
@@ -42,10 +41,10 @@ pub use crate::proto::kvrpcpb::LockInfo as ProtoLockInfo;
 pub use crate::request::locks::cleanup_locks::ResolveLocksOptions;
 pub use crate::request::locks::client_lock_resolver::LockStats;
 pub use crate::request::locks::lock_resolver::{LockResolver, ResolveLocksContext};
+pub(crate) use crate::request::CodecPdClient;
 /// client-rust's name for [`TransactionClient`].
 pub use client::TransactionClient as Client;
 pub use client::TransactionClient;
-pub(crate) use codec_pd::CodecPdClient;
 pub use options::{
     CheckLevel, HeartbeatOption, LockWait, Mutation, TransactionOptions, DEFAULT_LOCK_TTL, MAX_TTL,
 };

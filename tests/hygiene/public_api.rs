@@ -755,7 +755,12 @@ const EXTENSIONS: &[(&str, &str)] = &[
     ),
     (
         "crate::codec",
-        "TiKV's key encoding, for API v1 transactional keys",
+        "TiKV's key encoding, for transactional keys and API v2 raw keys",
+    ),
+    (
+        "crate::request::CodecPdClient",
+        "the PD view that finds Regions by the keys' encoding, for a caller's own plans \
+         in an API v2 keyspace (client-rust's PD client does it inside and is not public)",
     ),
     (
         "crate::Failure",

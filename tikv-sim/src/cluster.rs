@@ -665,7 +665,7 @@ impl SimClusterBuilder {
                     pd_leader: leader_peer,
                     cold,
                     derived: Vec::new(),
-                    data: Default::default(),
+                    data: crate::data::RegionData::new(crate::data::RawKeys::of(self.api_version)),
                     mvcc: Default::default(),
                     applied_index: 0,
                     resolved_ts: 0,
@@ -812,12 +812,12 @@ impl SimCluster {
         r.peer(r.pd_leader?)
     }
 
-    /// The value stored under `key` (default column family), read straight
-    /// from the Region's data, bypassing every check and fault.
+    /// The value of the raw `key` (default column family, by its encoding
+    /// in API v2), read straight from its Region, bypassing every check.
     pub fn value_of(&self, key: &[u8]) -> Option<Vec<u8>> {
         let state = self.state();
         state
-            .region_for_key(key)?
+            .region_for_key(&crate::data::RawKeys::of(state.api_version).stored(key))?
             .data
             .get("default", key, tokio::time::Instant::now())
     }

@@ -126,7 +126,12 @@
 //! 5. every key lies in the Region, else `KeyNotInRegion` (scans: the start
 //!    key, or a reverse scan's upper bound, either Region edge included as
 //!    TiKV's seek check does; delete-range: both ends; results are clamped
-//!    to the Region);
+//!    to the Region). Raw keys are compared in the form TiKV stores them
+//!    in: as sent in API v1, memcomparable-encoded in API v2
+//!    (`ApiV2::encode_raw_key`), where the error carries the encoded key
+//!    and raw data moves with splits and merges by its encoding; Region
+//!    boundaries are always as PD holds them ([`codec`] makes them for a
+//!    keyspace);
 //! 6. leadership: a witness answers `IsWitness`, a learner `NotLeader` with
 //!    the leader; a voter that does not lead answers `NotLeader` with the
 //!    leader it knows. In a **cold** Region (no leader), the old leader's
@@ -356,6 +361,7 @@ pub use cluster::{
     HostedServers, RegionLayout, SimCluster, SimClusterBuilder, SimPeer, DEFAULT_CLUSTER_ID,
     FIRST_REGION_ID, PD_MEMBER_ID_BASE, RAW_METHODS, TXN_METHODS,
 };
+pub use codec::{keyspace_split_keys, KeyspaceMode};
 pub use counters::{Outcome, StoreCounters};
 pub use error::{Error, Result};
 pub use keyspace::DEFAULT_KEYSPACE_NAME;

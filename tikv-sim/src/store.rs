@@ -13,6 +13,7 @@ use tonic::codegen::BoxStream;
 use tonic::{Request, Response, Status, Streaming};
 
 use super::counters::Outcome;
+use super::data::RawKeys;
 use super::lock_wait::{WaitAnswer, WaitAsk};
 use super::state::{HangMode, SimRegion};
 use super::Shared;
@@ -37,8 +38,11 @@ pub(crate) struct StoreService {
 /// `txn.rs`): a method of the wire protocol's table ([`KvMethod`], which
 /// names its response, label and error fields) and what the store does.
 pub(super) trait StoreCommand: KvMethod {
-    /// The first key of the request that lies outside `region`, if any.
-    fn key_outside(&self, region: &metapb::Region) -> Option<Vec<u8>>;
+    /// The first key of the request that lies outside `region`, if any,
+    /// in the form TiKV reports in `KeyNotInRegion`. Raw keys are checked
+    /// in the form the store keeps them in (`raw`: encoded in API v2),
+    /// transactional keys always on their encoding.
+    fn key_outside(&self, region: &metapb::Region, raw: RawKeys) -> Option<Vec<u8>>;
     /// Executes the request on the Region's data; Err is a key-level error
     /// (or a malformed request, for responses without an error field).
     fn apply(&self, region: &mut SimRegion, now: Instant) -> Result<Self::Response, String>;
@@ -231,10 +235,11 @@ impl StoreService {
                     let admitted = state.admit_read(
                         self.store_id,
                         command.context(),
-                        &|r| command.key_outside(r),
+                        &|r| command.key_outside(r, raw),
                         command.read_ts(),
                         arrived,
                     );
+                    let raw = RawKeys::of(state.api_version);
                     // A write is proposed to Raft: one whose entry would be
                     // over the limit is refused before anything is applied.
                     let admitted = admitted.and_then(|plan| match plan {

@@ -82,7 +82,7 @@ pub fn keyspace_prefix(keyspace_id: u32, mode: KeyMode) -> [u8; KEYSPACE_PREFIX_
 
 /// The end of a keyspace's key range: the next keyspace's prefix, or, for
 /// the last id, the next mode byte.
-fn keyspace_end(keyspace_id: u32, mode: KeyMode) -> Vec<u8> {
+pub(crate) fn keyspace_end(keyspace_id: u32, mode: KeyMode) -> Vec<u8> {
     if keyspace_id >= MAX_KEYSPACE_ID {
         let prefix = keyspace_prefix(0, mode);
         return vec![prefix[0] + 1];

@@ -1,13 +1,53 @@
 //! The raw methods of the simulated store: each checks its keys against
-//! the Region and runs on the Region's raw data (`data.rs`).
+//! the Region and runs on the Region's raw data (`data.rs`). Keys are
+//! checked in the form the store keeps them in ([`RawKeys`]), as TiKV
+//! checks `F::encode_raw_key(key)`: as sent in API v1, memcomparable-encoded
+//! in API v2, where a `KeyNotInRegion` carries the encoded key.
 
 use tokio::time::Instant;
 
-use super::{first_outside, scan_bounds, scan_start_outside, StoreCommand};
-use crate::data::column_family;
+use super::{scan_bounds, scan_start_outside, StoreCommand};
+use crate::data::{column_family, RawKeys};
 use crate::proto::{kvrpcpb, metapb};
 use crate::state::SimRegion;
 use tikv_plan_proto::meta::key_in_region;
+
+/// The first of `keys` whose stored form lies outside the Region, in that
+/// form (what TiKV reports).
+fn first_stored_outside<'a>(
+    region: &metapb::Region,
+    raw: RawKeys,
+    keys: impl IntoIterator<Item = &'a [u8]>,
+) -> Option<Vec<u8>> {
+    keys.into_iter()
+        .map(|k| raw.stored(k))
+        .find(|k| !key_in_region(region, k))
+        .map(|k| k.into_owned())
+}
+
+/// A scan's first bound, checked in its stored form (see
+/// [`scan_start_outside`]).
+fn stored_scan_start_outside(
+    region: &metapb::Region,
+    raw: RawKeys,
+    start: &[u8],
+    reverse: bool,
+) -> Option<Vec<u8>> {
+    scan_start_outside(region, &raw.stored_bound(start), reverse)
+}
+
+/// The stored range `[low, high)` of a scan of the Region's data, clamped
+/// to the Region.
+fn stored_scan_bounds(
+    region: &SimRegion,
+    start: &[u8],
+    end: &[u8],
+    reverse: bool,
+) -> (Vec<u8>, Vec<u8>) {
+    let keys = region.data.keys();
+    let (start, end) = (keys.stored_bound(start), keys.stored_bound(end));
+    scan_bounds(&region.meta, &start, &end, reverse)
+}
 
 fn pairs(kvs: Vec<(Vec<u8>, Vec<u8>)>, key_only: bool) -> Vec<kvrpcpb::KvPair> {
     kvs.into_iter()
@@ -23,8 +63,8 @@ impl StoreCommand for kvrpcpb::RawGetRequest {
     fn read_ts(&self) -> Option<u64> {
         Some(0)
     }
-    fn key_outside(&self, region: &metapb::Region) -> Option<Vec<u8>> {
-        first_outside(region, [self.key.as_slice()])
+    fn key_outside(&self, region: &metapb::Region, raw: RawKeys) -> Option<Vec<u8>> {
+        first_stored_outside(region, raw, [self.key.as_slice()])
     }
     fn apply(&self, region: &mut SimRegion, now: Instant) -> Result<Self::Response, String> {
         let data = &mut region.data;
@@ -41,8 +81,8 @@ impl StoreCommand for kvrpcpb::RawBatchGetRequest {
     fn read_ts(&self) -> Option<u64> {
         Some(0)
     }
-    fn key_outside(&self, region: &metapb::Region) -> Option<Vec<u8>> {
-        first_outside(region, self.keys.iter().map(Vec::as_slice))
+    fn key_outside(&self, region: &metapb::Region, raw: RawKeys) -> Option<Vec<u8>> {
+        first_stored_outside(region, raw, self.keys.iter().map(Vec::as_slice))
     }
     fn apply(&self, region: &mut SimRegion, now: Instant) -> Result<Self::Response, String> {
         let data = &mut region.data;
@@ -60,8 +100,8 @@ impl StoreCommand for kvrpcpb::RawBatchGetRequest {
 }
 
 impl StoreCommand for kvrpcpb::RawPutRequest {
-    fn key_outside(&self, region: &metapb::Region) -> Option<Vec<u8>> {
-        first_outside(region, [self.key.as_slice()])
+    fn key_outside(&self, region: &metapb::Region, raw: RawKeys) -> Option<Vec<u8>> {
+        first_stored_outside(region, raw, [self.key.as_slice()])
     }
     fn apply(&self, region: &mut SimRegion, now: Instant) -> Result<Self::Response, String> {
         let data = &mut region.data;
@@ -77,8 +117,8 @@ impl StoreCommand for kvrpcpb::RawPutRequest {
 }
 
 impl StoreCommand for kvrpcpb::RawBatchPutRequest {
-    fn key_outside(&self, region: &metapb::Region) -> Option<Vec<u8>> {
-        first_outside(region, self.pairs.iter().map(|p| p.key.as_slice()))
+    fn key_outside(&self, region: &metapb::Region, raw: RawKeys) -> Option<Vec<u8>> {
+        first_stored_outside(region, raw, self.pairs.iter().map(|p| p.key.as_slice()))
     }
     #[allow(deprecated)]
     fn apply(&self, region: &mut SimRegion, now: Instant) -> Result<Self::Response, String> {
@@ -107,8 +147,8 @@ impl StoreCommand for kvrpcpb::RawBatchPutRequest {
 }
 
 impl StoreCommand for kvrpcpb::RawDeleteRequest {
-    fn key_outside(&self, region: &metapb::Region) -> Option<Vec<u8>> {
-        first_outside(region, [self.key.as_slice()])
+    fn key_outside(&self, region: &metapb::Region, raw: RawKeys) -> Option<Vec<u8>> {
+        first_stored_outside(region, raw, [self.key.as_slice()])
     }
     fn apply(&self, region: &mut SimRegion, _: Instant) -> Result<Self::Response, String> {
         let data = &mut region.data;
@@ -118,8 +158,8 @@ impl StoreCommand for kvrpcpb::RawDeleteRequest {
 }
 
 impl StoreCommand for kvrpcpb::RawBatchDeleteRequest {
-    fn key_outside(&self, region: &metapb::Region) -> Option<Vec<u8>> {
-        first_outside(region, self.keys.iter().map(Vec::as_slice))
+    fn key_outside(&self, region: &metapb::Region, raw: RawKeys) -> Option<Vec<u8>> {
+        first_stored_outside(region, raw, self.keys.iter().map(Vec::as_slice))
     }
     fn apply(&self, region: &mut SimRegion, _: Instant) -> Result<Self::Response, String> {
         let data = &mut region.data;
@@ -135,14 +175,15 @@ impl StoreCommand for kvrpcpb::RawScanRequest {
     fn read_ts(&self) -> Option<u64> {
         Some(0)
     }
-    fn key_outside(&self, region: &metapb::Region) -> Option<Vec<u8>> {
-        scan_start_outside(region, &self.start_key, self.reverse)
+    fn key_outside(&self, region: &metapb::Region, raw: RawKeys) -> Option<Vec<u8>> {
+        stored_scan_start_outside(region, raw, &self.start_key, self.reverse)
     }
     fn apply(&self, region: &mut SimRegion, now: Instant) -> Result<Self::Response, String> {
-        let (data, region) = (&mut region.data, &region.meta);
         let cf = column_family(&self.cf)?;
-        let (low, high) = scan_bounds(region, &self.start_key, &self.end_key, self.reverse);
-        let kvs = data.scan(cf, &low, &high, self.limit as usize, self.reverse, now);
+        let (low, high) = stored_scan_bounds(region, &self.start_key, &self.end_key, self.reverse);
+        let kvs = region
+            .data
+            .scan(cf, &low, &high, self.limit as usize, self.reverse, now);
         Ok(kvrpcpb::RawScanResponse {
             kvs: pairs(kvs, self.key_only),
             ..Default::default()
@@ -154,17 +195,18 @@ impl StoreCommand for kvrpcpb::RawBatchScanRequest {
     fn read_ts(&self) -> Option<u64> {
         Some(0)
     }
-    fn key_outside(&self, region: &metapb::Region) -> Option<Vec<u8>> {
+    fn key_outside(&self, region: &metapb::Region, raw: RawKeys) -> Option<Vec<u8>> {
         self.ranges
             .iter()
-            .find_map(|r| scan_start_outside(region, &r.start_key, self.reverse))
+            .find_map(|r| stored_scan_start_outside(region, raw, &r.start_key, self.reverse))
     }
     fn apply(&self, region: &mut SimRegion, now: Instant) -> Result<Self::Response, String> {
-        let (data, region) = (&mut region.data, &region.meta);
         let cf = column_family(&self.cf)?;
         let mut kvs = Vec::new();
         for range in &self.ranges {
-            let (low, high) = scan_bounds(region, &range.start_key, &range.end_key, self.reverse);
+            let (low, high) =
+                stored_scan_bounds(region, &range.start_key, &range.end_key, self.reverse);
+            let data = &region.data;
             kvs.extend(pairs(
                 data.scan(cf, &low, &high, self.each_limit as usize, self.reverse, now),
                 self.key_only,
@@ -178,18 +220,22 @@ impl StoreCommand for kvrpcpb::RawBatchScanRequest {
 }
 
 impl StoreCommand for kvrpcpb::RawDeleteRangeRequest {
-    fn key_outside(&self, region: &metapb::Region) -> Option<Vec<u8>> {
-        if !key_in_region(region, &self.start_key) {
-            return Some(self.start_key.clone());
+    fn key_outside(&self, region: &metapb::Region, raw: RawKeys) -> Option<Vec<u8>> {
+        let (start, end) = (
+            raw.stored_bound(&self.start_key),
+            raw.stored_bound(&self.end_key),
+        );
+        if !key_in_region(region, &start) {
+            return Some(start.into_owned());
         }
         // The end may equal the Region's end; an unbounded end only fits the
         // last Region.
         let end_fits = if region.end_key.is_empty() {
             true
         } else {
-            !self.end_key.is_empty() && self.end_key <= region.end_key
+            !end.is_empty() && *end <= *region.end_key
         };
-        (!end_fits).then(|| self.end_key.clone())
+        (!end_fits).then(|| end.into_owned())
     }
     fn apply(&self, region: &mut SimRegion, _: Instant) -> Result<Self::Response, String> {
         let data = &mut region.data;
@@ -203,8 +249,8 @@ impl StoreCommand for kvrpcpb::RawDeleteRangeRequest {
 }
 
 impl StoreCommand for kvrpcpb::RawCasRequest {
-    fn key_outside(&self, region: &metapb::Region) -> Option<Vec<u8>> {
-        first_outside(region, [self.key.as_slice()])
+    fn key_outside(&self, region: &metapb::Region, raw: RawKeys) -> Option<Vec<u8>> {
+        first_stored_outside(region, raw, [self.key.as_slice()])
     }
     fn apply(&self, region: &mut SimRegion, now: Instant) -> Result<Self::Response, String> {
         let data = &mut region.data;
@@ -231,8 +277,8 @@ impl StoreCommand for kvrpcpb::RawGetKeyTtlRequest {
     fn read_ts(&self) -> Option<u64> {
         Some(0)
     }
-    fn key_outside(&self, region: &metapb::Region) -> Option<Vec<u8>> {
-        first_outside(region, [self.key.as_slice()])
+    fn key_outside(&self, region: &metapb::Region, raw: RawKeys) -> Option<Vec<u8>> {
+        first_stored_outside(region, raw, [self.key.as_slice()])
     }
     fn apply(&self, region: &mut SimRegion, now: Instant) -> Result<Self::Response, String> {
         let data = &mut region.data;
@@ -249,10 +295,10 @@ impl StoreCommand for kvrpcpb::RawChecksumRequest {
     fn read_ts(&self) -> Option<u64> {
         Some(0)
     }
-    fn key_outside(&self, region: &metapb::Region) -> Option<Vec<u8>> {
+    fn key_outside(&self, region: &metapb::Region, raw: RawKeys) -> Option<Vec<u8>> {
         self.ranges
             .iter()
-            .find_map(|r| scan_start_outside(region, &r.start_key, false))
+            .find_map(|r| stored_scan_start_outside(region, raw, &r.start_key, false))
     }
     /// TiKV's `Crc64_Xor` over the default column family, on the user keys
     /// and values ([`tikv_plan_proto::checksum::RawChecksum`]).
@@ -260,7 +306,7 @@ impl StoreCommand for kvrpcpb::RawChecksumRequest {
         let cf = column_family("")?;
         let mut sum = tikv_plan_proto::checksum::RawChecksum::default();
         for range in &self.ranges {
-            let (low, high) = scan_bounds(&region.meta, &range.start_key, &range.end_key, false);
+            let (low, high) = stored_scan_bounds(region, &range.start_key, &range.end_key, false);
             for (key, value) in region.data.scan(cf, &low, &high, usize::MAX, false, now) {
                 sum.add(&key, &value);
             }
@@ -285,10 +331,10 @@ impl StoreCommand for kvrpcpb::RawCoprocessorRequest {
     fn read_ts(&self) -> Option<u64> {
         Some(0)
     }
-    fn key_outside(&self, region: &metapb::Region) -> Option<Vec<u8>> {
+    fn key_outside(&self, region: &metapb::Region, raw: RawKeys) -> Option<Vec<u8>> {
         self.ranges
             .iter()
-            .find_map(|r| scan_start_outside(region, &r.start_key, false))
+            .find_map(|r| stored_scan_start_outside(region, raw, &r.start_key, false))
     }
     /// [`COPROCESSOR_PLUGIN`] answers `<data>:<count>`: the request's own
     /// data (built per Region by the client) and how many keys of the
@@ -319,7 +365,7 @@ impl StoreCommand for kvrpcpb::RawCoprocessorRequest {
         let cf = column_family("")?;
         let mut count = 0usize;
         for range in &self.ranges {
-            let (low, high) = scan_bounds(&region.meta, &range.start_key, &range.end_key, false);
+            let (low, high) = stored_scan_bounds(region, &range.start_key, &range.end_key, false);
             count += region
                 .data
                 .scan(cf, &low, &high, usize::MAX, false, now)

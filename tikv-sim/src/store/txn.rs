@@ -8,6 +8,7 @@ use tokio::time::Instant;
 
 use super::{first_outside, scan_bounds, scan_start_outside, StoreCommand, WaitAnswer};
 use crate::codec::encode_bytes;
+use crate::data::RawKeys;
 use crate::lock_wait::WaitAsk;
 use crate::proto::{kvrpcpb, metapb};
 use crate::state::SimRegion;
@@ -59,7 +60,7 @@ macro_rules! txn_command {
      keys: |$s:ident| $keys:expr,
      apply: |$s2:ident, $region:ident| $apply:expr) => {
         impl StoreCommand for $req {
-            fn key_outside(&self, region: &metapb::Region) -> Option<Vec<u8>> {
+            fn key_outside(&self, region: &metapb::Region, _: RawKeys) -> Option<Vec<u8>> {
                 let $s = self;
                 first_encoded_outside(region, $keys)
             }
@@ -75,7 +76,7 @@ impl StoreCommand for kvrpcpb::GetRequest {
     fn read_ts(&self) -> Option<u64> {
         Some(self.version)
     }
-    fn key_outside(&self, region: &metapb::Region) -> Option<Vec<u8>> {
+    fn key_outside(&self, region: &metapb::Region, _: RawKeys) -> Option<Vec<u8>> {
         first_encoded_outside(region, [self.key.as_slice()])
     }
     fn apply(&self, region: &mut SimRegion, _: Instant) -> Result<Self::Response, String> {
@@ -87,7 +88,7 @@ impl StoreCommand for kvrpcpb::BatchGetRequest {
     fn read_ts(&self) -> Option<u64> {
         Some(self.version)
     }
-    fn key_outside(&self, region: &metapb::Region) -> Option<Vec<u8>> {
+    fn key_outside(&self, region: &metapb::Region, _: RawKeys) -> Option<Vec<u8>> {
         first_encoded_outside(region, self.keys.iter().map(Vec::as_slice))
     }
     fn apply(&self, region: &mut SimRegion, _: Instant) -> Result<Self::Response, String> {
@@ -99,7 +100,7 @@ impl StoreCommand for kvrpcpb::ScanRequest {
     fn read_ts(&self) -> Option<u64> {
         Some(self.version)
     }
-    fn key_outside(&self, region: &metapb::Region) -> Option<Vec<u8>> {
+    fn key_outside(&self, region: &metapb::Region, _: RawKeys) -> Option<Vec<u8>> {
         encoded_scan_start_outside(region, &self.start_key, self.reverse)
     }
     fn apply(&self, region: &mut SimRegion, _: Instant) -> Result<Self::Response, String> {
@@ -138,7 +139,7 @@ txn_command!(kvrpcpb::ResolveLockRequest,
     apply: |s, region| region.mvcc.resolve_lock(s));
 
 impl StoreCommand for kvrpcpb::PessimisticLockRequest {
-    fn key_outside(&self, region: &metapb::Region) -> Option<Vec<u8>> {
+    fn key_outside(&self, region: &metapb::Region, _: RawKeys) -> Option<Vec<u8>> {
         first_encoded_outside(region, self.mutations.iter().map(|m| m.key.as_slice()))
     }
     fn apply(&self, region: &mut SimRegion, _: Instant) -> Result<Self::Response, String> {
@@ -189,7 +190,7 @@ txn_command!(kvrpcpb::GcRequest,
     apply: |s, region| { region.mvcc.gc(s.safe_point); Default::default() });
 
 impl StoreCommand for kvrpcpb::ScanLockRequest {
-    fn key_outside(&self, region: &metapb::Region) -> Option<Vec<u8>> {
+    fn key_outside(&self, region: &metapb::Region, _: RawKeys) -> Option<Vec<u8>> {
         encoded_scan_start_outside(region, &self.start_key, false)
     }
     fn apply(&self, region: &mut SimRegion, _: Instant) -> Result<Self::Response, String> {
@@ -208,7 +209,7 @@ fn delete_range_bounds(start: &[u8], end: &[u8]) -> Result<(Vec<u8>, Vec<u8>), S
 }
 
 impl StoreCommand for kvrpcpb::DeleteRangeRequest {
-    fn key_outside(&self, region: &metapb::Region) -> Option<Vec<u8>> {
+    fn key_outside(&self, region: &metapb::Region, _: RawKeys) -> Option<Vec<u8>> {
         let (start, end) = (encode_bound(&self.start_key), encode_bound(&self.end_key));
         if first_outside(region, [start.as_slice()]).is_some() {
             return Some(self.start_key.clone());
@@ -229,7 +230,7 @@ impl StoreCommand for kvrpcpb::DeleteRangeRequest {
 }
 
 impl StoreCommand for kvrpcpb::UnsafeDestroyRangeRequest {
-    fn key_outside(&self, _: &metapb::Region) -> Option<Vec<u8>> {
+    fn key_outside(&self, _: &metapb::Region, _: RawKeys) -> Option<Vec<u8>> {
         None
     }
     fn store_wide(&self) -> bool {
