@@ -232,6 +232,7 @@ impl StoreService {
                         Err(message) => Self::key_error_verdict::<C>(message),
                     }
                 } else {
+                    let raw = RawKeys::of(state.api_version);
                     let admitted = state.admit_read(
                         self.store_id,
                         command.context(),
@@ -239,7 +240,6 @@ impl StoreService {
                         command.read_ts(),
                         arrived,
                     );
-                    let raw = RawKeys::of(state.api_version);
                     // A write is proposed to Raft: one whose entry would be
                     // over the limit is refused before anything is applied.
                     let admitted = admitted.and_then(|plan| match plan {
