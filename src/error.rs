@@ -103,8 +103,9 @@ pub enum Error {
     KeyspaceNotFound(String),
     /// The operation needs another mode of the client (client-rust's
     /// variant): `compare_and_swap` on a client without atomic mode, or
-    /// `delete_range` on one with it (TiKV cannot delete a range atomically).
-    #[error("the operation is not supported in this mode: compare_and_swap needs atomic mode (plain writes could interleave with it; use client.with_atomic_for_cas()), and delete_range cannot run in atomic mode (use a client without with_atomic_for_cas())")]
+    /// `delete_range` or `batch_delete` on one with it (as in client-rust;
+    /// TiKV cannot delete a range atomically).
+    #[error("the operation is not supported in this mode: compare_and_swap needs atomic mode (plain writes could interleave with it; use client.with_atomic_for_cas()), and delete_range and batch_delete cannot run in atomic mode (use a client without with_atomic_for_cas())")]
     UnsupportedMode,
     /// A gRPC call ended with a status (client-rust's variant). The status
     /// keeps its source chain, which the router walks to tell transport

@@ -118,25 +118,39 @@ impl AsRef<[u8]> for Key {
     }
 }
 
+/// Bytes as upper-case hex, two digits a byte, no prefix: how client-rust
+/// prints keys (and values that are not UTF-8) in `Debug`.
+struct UpperHex<'a>(&'a [u8]);
+
+impl fmt::Display for UpperHex<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.iter().try_for_each(|b| write!(f, "{b:02X}"))
+    }
+}
+
+/// `Key(6B31)`: the bytes in upper-case hex, as client-rust prints a key, so
+/// logs and snapshot tests read the same with either crate.
 impl fmt::Debug for Key {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match std::str::from_utf8(&self.0) {
-            Ok(s) if s.chars().all(|c| !c.is_control()) => write!(f, "Key({s:?})"),
-            _ => write!(
-                f,
-                "Key(0x{})",
-                self.0
-                    .iter()
-                    .map(|b| format!("{b:02X}"))
-                    .collect::<String>()
-            ),
-        }
+        write!(f, "Key({})", UpperHex(&self.0))
     }
 }
 
 /// A key and its value.
-#[derive(Clone, Default, PartialEq, Eq, Hash, Debug)]
+#[derive(Clone, Default, PartialEq, Eq, Hash)]
 pub struct KvPair(pub Key, pub Value);
+
+/// `KvPair(6B31, "v1")`: the key in upper-case hex, the value as quoted text
+/// when it is UTF-8 and in hex otherwise, as client-rust prints a pair.
+impl fmt::Debug for KvPair {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let KvPair(key, value) = self;
+        match std::str::from_utf8(value) {
+            Ok(text) => write!(f, "KvPair({}, {text:?})", UpperHex(&key.0)),
+            Err(_) => write!(f, "KvPair({}, {})", UpperHex(&key.0), UpperHex(value)),
+        }
+    }
+}
 
 impl KvPair {
     /// Pairs a key with a value.
@@ -616,8 +630,15 @@ mod tests {
     fn key_conversions_and_debug() {
         let k: Key = "ab".into();
         assert_eq!(k.as_bytes(), b"ab");
-        assert_eq!(format!("{k:?}"), "Key(\"ab\")");
-        assert_eq!(format!("{:?}", Key::from(vec![0u8, 255])), "Key(0x00FF)");
+        // client-rust's formats: upper-case hex keys; values as quoted text
+        // when UTF-8, else hex.
+        assert_eq!(format!("{k:?}"), "Key(6162)");
+        assert_eq!(format!("{:?}", Key::from(vec![0u8, 255])), "Key(00FF)");
+        assert_eq!(format!("{:?}", Key::from(Vec::<u8>::new())), "Key()");
+        let pair = KvPair::new("k1", "v\"1");
+        assert_eq!(format!("{pair:?}"), "KvPair(6B31, \"v\\\"1\")");
+        let binary = KvPair::new(vec![1u8], vec![0xffu8, 0]);
+        assert_eq!(format!("{binary:?}"), "KvPair(01, FF00)");
         let p: KvPair = ("k", "v".to_owned()).into();
         assert_eq!(p.key().as_bytes(), b"k");
         assert_eq!(p.value(), b"v");

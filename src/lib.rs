@@ -52,8 +52,14 @@
 //!
 //! - `mock`: public test doubles (`tikv_plan::mock`) for unit tests of code
 //!   that uses the client, without a cluster.
-//! - `failpoints`: fail points (the `fail` crate) before dispatch and
-//!   before store mapping.
+//! - `failpoints`: turns on the fail points (the `fail` crate 0.4, a
+//!   dependency as in client-rust): client-rust's own (`after-prewrite`,
+//!   `before-commit-secondary`, `before-cleanup-locks`, by those names) and
+//!   ours before dispatch and before store mapping. A test crate depending
+//!   on `fail = { version = "0.4", features = ["failpoints"] }` turns them
+//!   on as well, as client-rust's own tests do.
+//! - `integration-tests`: client-rust's feature of the same name; with it
+//!   `before-commit-secondary` can cut a commit's secondaries short.
 //! - `prometheus`: Prometheus metrics (`tikv_plan::metrics`).
 //! - `log`: with no tracing subscriber installed, the crate's tracing events
 //!   become `log` records.

@@ -352,6 +352,15 @@ async fn bad_input_is_a_typed_error_without_any_rpc() {
         .await
         .unwrap_err();
     assert!(matches!(err, Error::UnsupportedMode), "{err}");
+    // As in client-rust: no batch delete in atomic mode, empty or not.
+    for keys in [vec!["a", "b"], vec![]] {
+        let err = client
+            .with_atomic_for_cas()
+            .batch_delete(keys)
+            .await
+            .unwrap_err();
+        assert!(matches!(err, Error::UnsupportedMode), "{err}");
+    }
     let err = client
         .batch_put_with_ttl(vec![("a", "b")], vec![1, 2])
         .await

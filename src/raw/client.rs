@@ -401,7 +401,13 @@ impl<PdC: PdClient> RawClient<PdC> {
     }
 
     /// Deletes every key.
+    ///
+    /// Refused with [`Error::UnsupportedMode`] in atomic mode, as in
+    /// client-rust (before any key is looked at).
     pub async fn batch_delete(&self, keys: impl IntoIterator<Item = impl Into<Key>>) -> Result<()> {
+        if self.atomic {
+            return Err(Error::UnsupportedMode);
+        }
         let keys: Vec<Vec<u8>> = keys.into_iter().map(|k| self.encode_key(k)).collect();
         if keys.is_empty() {
             return Ok(());

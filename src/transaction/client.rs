@@ -12,9 +12,12 @@ use crate::pd::{PdClient, PdRpcClient, Timestamp};
 use crate::proto::kvrpcpb;
 use crate::request::plan::CleanupLocksResult;
 use crate::request::{resolve_locks_once, ClientLockResolver};
+use crate::request::{Collect, Plan, PlanBuilder};
 use crate::request::{
     EncodeKeyspace, KeyMode, Keyspace, RoutingState, RoutingStats, TruncateKeyspace,
 };
+use crate::transaction::lowering::new_scan_lock_request;
+use crate::transaction::ResolveLocksContext;
 use crate::Failure;
 use crate::{BoundRange, Config, Error, Result};
 
@@ -242,30 +245,34 @@ impl<PdC: PdClient> TransactionClient<PdC> {
         }
     }
 
-    /// Resolves every lock with `start_ts <= safepoint` in `range` (all of
-    /// them, or async-commit ones only). Locks of live transactions are an
-    /// error ([`Error::ResolveLockError`]): GC must not pass them.
+    /// Cleans up every lock with `start_ts <= safepoint` in `range` (all of
+    /// them, or async-commit ones only), Region by Region, as GC does and
+    /// as client-rust does: each lock's transaction is decided with
+    /// `CheckTxnStatus` at the largest timestamp, so a transaction still
+    /// running (its lock within its TTL) is rolled back, and an async-commit
+    /// one is committed or rolled back as its secondaries say; then each
+    /// Region's locks are resolved with one `ResolveLock`. A lock that
+    /// cannot be decided is an [`Error::ResolveLockError`].
     pub async fn cleanup_locks(
         &self,
         range: impl Into<BoundRange>,
         safepoint: &Timestamp,
         options: ResolveLocksOptions,
     ) -> Result<CleanupLocksResult> {
-        let mut locks = self
-            .scan_encoded_locks(safepoint, range, options.batch_size)
-            .await?;
-        if options.async_commit_only {
-            locks.retain(|l| l.use_async_commit);
-        }
-        let total = locks.len();
-        let live = resolve_locks_once(&self.shared.resolver, locks).await?;
-        if !live.is_empty() {
-            return Err(Error::ResolveLockError(live));
-        }
-        Ok(CleanupLocksResult {
-            resolved_locks: total,
-            ..CleanupLocksResult::default()
-        })
+        let keyspace = self.shared.keyspace;
+        let range = range.into().encode_keyspace(keyspace, KeyMode::Txn);
+        let request = new_scan_lock_request(range, safepoint, options.batch_size);
+        // client-rust's backoffs for this call: the cleanup's own, and the
+        // Region retries around it.
+        let backoff = Backoff::equal_jitter_backoff(100, 10000, 50);
+        PlanBuilder::new(Arc::clone(&self.shared.pd), keyspace, request)
+            .cleanup_locks(ResolveLocksContext::default(), options, backoff, keyspace)
+            .retry_multi_region(crate::backoff::DEFAULT_REGION_BACKOFF)
+            .extract_error()
+            .merge(Collect)
+            .plan()
+            .execute()
+            .await
     }
 
     /// Garbage collection up to `safepoint`: resolves every lock older
@@ -287,11 +294,24 @@ impl<PdC: PdClient> TransactionClient<PdC> {
             .into()
             .encode_keyspace(self.shared.keyspace, KeyMode::Txn);
         let (start, end) = range.into_key_range()?;
-        // Raw keys: TiKV encodes them itself for this request.
+        let (start, end): (Vec<u8>, Vec<u8>) = (start.into(), end.into());
+        // TiKV asserts both keys are non-empty on this request (a failed
+        // assertion stops the store); in a keyspace neither can be.
+        if start.is_empty() || end.is_empty() {
+            return Err(Error::from(Failure::InvalidArgument(
+                "unsafe_destroy_range needs a bounded range (a start and an end key):                  TiKV stops on an UnsafeDestroyRange with an empty key"
+                    .to_owned(),
+            )));
+        }
+        // Raw keys: TiKV encodes them itself for this request. TiKV does not
+        // check the API version here; the context says it all the same, as
+        // on every other request of this client.
+        let mut context = kvrpcpb::Context::default();
+        self.shared.keyspace.apply_to_context(&mut context);
         let request = kvrpcpb::UnsafeDestroyRangeRequest {
-            start_key: start.into(),
-            end_key: end.into(),
-            ..Default::default()
+            context: Some(context),
+            start_key: start,
+            end_key: end,
         };
         let stores = self.shared.pd.all_stores().await?;
         let mut errors = Vec::new();

@@ -190,3 +190,62 @@ async fn scan_locks_returns_keys_without_the_keyspace_prefix() {
         .is_empty());
     cluster.shutdown().await;
 }
+
+/// `unsafe_destroy_range` in a keyspace reaches every store of an API v2
+/// cluster (the request carries the keyspace's context, as every other
+/// one), clears only its keyspace even when unbounded (`..` ends at the
+/// keyspace's end), and an unbounded range without a keyspace is refused
+/// before anything is sent: TiKV stops on an empty key there.
+#[tokio::test]
+async fn unsafe_destroy_range_stays_in_its_keyspace_and_never_sends_an_empty_key() {
+    let cluster = SimCluster::builder()
+        .stores(3)
+        .api_version(ApiVersion::V2)
+        .keyspace("a", 1)
+        .keyspace("b", 2)
+        .split_keys(vec![
+            encode_bytes(b"x\0\0\x01m"),
+            encode_bytes(b"x\0\0\x02"),
+        ])
+        .start()
+        .await
+        .unwrap();
+    let a = client_in(&cluster, "a").await;
+    let b = client_in(&cluster, "b").await;
+    for client in [&a, &b] {
+        let mut txn = client.begin_optimistic().await.unwrap();
+        for key in ["c", "p", "y"] {
+            txn.put(key.to_owned(), "v".to_owned()).await.unwrap();
+        }
+        txn.commit().await.unwrap();
+    }
+    a.unsafe_destroy_range(..).await.unwrap();
+    for key in ["c", "p", "y"] {
+        let (in_a, in_b) = (
+            [b"x\0\0\x01".as_slice(), key.as_bytes()].concat(),
+            [b"x\0\0\x02".as_slice(), key.as_bytes()].concat(),
+        );
+        assert!(cluster.versions(&in_a).is_empty(), "{key} left in a");
+        assert_eq!(cluster.versions(&in_b).len(), 1, "{key} gone from b");
+    }
+
+    let v1 = SimCluster::builder().stores(1).start().await.unwrap();
+    let plain = TransactionClient::new(v1.pd_endpoints()).await.unwrap();
+    let error = plain.unsafe_destroy_range(..).await.unwrap_err();
+    assert!(
+        matches!(error.failure(), Some(Failure::InvalidArgument(_))),
+        "{error}"
+    );
+    assert!(error.to_string().contains("bounded range"), "{error}");
+    assert_eq!(
+        v1.counters(1).total("unsafe_destroy_range"),
+        0,
+        "nothing sent"
+    );
+    plain
+        .unsafe_destroy_range("a".to_owned().."b".to_owned())
+        .await
+        .unwrap();
+    v1.shutdown().await;
+    cluster.shutdown().await;
+}

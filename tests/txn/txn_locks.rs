@@ -276,19 +276,14 @@ async fn scan_cleanup_and_resolve_locks() {
     let safepoint = client.current_timestamp().await.unwrap();
     let locks = client.scan_locks(&safepoint, .., 1).await.unwrap();
     assert_eq!(locks.len(), 3, "{locks:?}");
-    // Alive: resolve_locks gives them back; cleanup refuses to pass them.
+    // Alive: resolve_locks (a reader's resolution) gives them back...
     let live = client
         .resolve_locks(locks.clone(), safepoint, Backoff::no_backoff())
         .await
         .unwrap();
     assert_eq!(live.len(), 3);
-    assert!(matches!(
-        client
-            .cleanup_locks(.., &safepoint, Default::default())
-            .await,
-        Err(Error::ResolveLockError(_))
-    ));
-    cluster.advance_tso_clock(Duration::from_secs(4));
+    // ...while cleanup (GC's, as in client-rust) rolls the transaction back
+    // whatever its TTL: everything below the safe point goes.
     let result = client
         .cleanup_locks(.., &safepoint, Default::default())
         .await
@@ -363,13 +358,20 @@ async fn gc_cleanup_rolls_back_a_running_transaction_in_every_region() {
     let start = crashed_prewrite(&cluster, "b", &["b", "n"], None).await;
     let other = crashed_prewrite(&cluster, "c", &["c"], None).await;
     let safepoint = cluster.current_ts();
-    // The client's own cleanup refuses to pass a live lock...
-    assert!(matches!(
-        client
-            .cleanup_locks(.., &Timestamp::from_version(safepoint), Default::default())
-            .await,
-        Err(Error::ResolveLockError(_))
-    ));
+    // A reader's resolution leaves a live lock in place...
+    let locks = client
+        .scan_locks(&Timestamp::from_version(safepoint), .., 10)
+        .await
+        .unwrap();
+    let live = client
+        .resolve_locks(
+            locks,
+            Timestamp::from_version(safepoint),
+            Backoff::no_backoff(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(live.len(), 3);
     // ...GC's rolls the transaction back, a page of one lock at a time.
     let ctx = ResolveLocksContext::default();
     let options = ResolveLocksOptions {

@@ -16,10 +16,11 @@ use crate::{mix_seed, OpKind, OpResult, Recorder, FINAL_READER};
 /// One workload client and the bound of its operations.
 #[derive(Clone)]
 pub(crate) struct TaskClient {
-    /// In atomic mode, for everything but range deletes.
+    /// In atomic mode, for everything but range and batch deletes.
     pub(crate) client: RawClient,
     /// The same client (shared connections and caches) without atomic
-    /// mode: TiKV cannot delete a range atomically.
+    /// mode, for what atomic mode refuses (as client-rust does): a range
+    /// delete (TiKV cannot delete a range atomically) and a batch delete.
     pub(crate) plain: RawClient,
     /// The request deadline plus [`DEADLINE_MARGIN`](crate::DEADLINE_MARGIN):
     /// every call, a scan across Regions included, ends by then.
@@ -161,8 +162,12 @@ impl Worker {
             // Generous: an operation past `bound` is already a failure;
             // this only keeps a stuck one from stalling the run.
             let give_up = bound * 2 + Duration::from_secs(5);
+            // Range and batch deletes are refused in atomic mode (as in
+            // client-rust).
             let client = match kind {
-                OpKind::DeleteRange { .. } => self.client.plain.clone(),
+                OpKind::DeleteRange { .. } | OpKind::BatchDelete { .. } => {
+                    self.client.plain.clone()
+                }
                 _ => self.client.client.clone(),
             };
             let call = perform(client, kind.clone());

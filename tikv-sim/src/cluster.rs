@@ -17,6 +17,7 @@ use super::mvcc::MvccVersion;
 use super::net::{bind, Endpoint, PeerPorts};
 
 mod clients;
+mod layout;
 mod replicas;
 mod shape;
 use super::limits::{PD_GRPC_MAX_RECV_MESSAGE_SIZE, PD_GRPC_MAX_SEND_MESSAGE_SIZE};
@@ -26,12 +27,13 @@ use super::state::{
 };
 use super::store::forward::DialHolder;
 use super::store::{ForwardDial, StoreServer, StoreService};
+pub use layout::{RegionLayout, SimPeer};
 use tonic::transport::Channel;
 
 use super::keyspace::KeyspaceService;
 use crate::proto::keyspacepb::{self, keyspace_server::KeyspaceServer};
 use crate::proto::kvrpcpb;
-use crate::proto::metapb::{self, PeerRole};
+use crate::proto::metapb;
 use crate::proto::pdpb::pd_client::PdClient;
 use crate::proto::pdpb::pd_server::PdServer;
 use crate::proto::tikvpb::tikv_client::TikvClient;
@@ -130,89 +132,6 @@ impl Shared {
         if let Some(e) = lock(&self.stores).get_mut(&store_id) {
             e.reset_connections();
         }
-    }
-}
-
-/// One peer of a Region in an explicit [`RegionLayout`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct SimPeer {
-    /// The store holding the peer.
-    pub store_id: u64,
-    /// Voter or learner.
-    pub role: PeerRole,
-    /// A witness votes but holds no data and never leads.
-    pub is_witness: bool,
-}
-
-impl SimPeer {
-    /// A voter on `store_id`.
-    pub fn voter(store_id: u64) -> Self {
-        SimPeer {
-            store_id,
-            role: PeerRole::Voter,
-            is_witness: false,
-        }
-    }
-
-    /// A learner on `store_id`.
-    pub fn learner(store_id: u64) -> Self {
-        SimPeer {
-            store_id,
-            role: PeerRole::Learner,
-            is_witness: false,
-        }
-    }
-
-    /// A witness (a voter that never leads) on `store_id`.
-    pub fn witness(store_id: u64) -> Self {
-        SimPeer {
-            store_id,
-            role: PeerRole::Voter,
-            is_witness: true,
-        }
-    }
-
-    /// A peer with any role, e.g. `PeerRole::IncomingVoter`.
-    pub fn with_role(store_id: u64, role: PeerRole) -> Self {
-        SimPeer {
-            store_id,
-            role,
-            is_witness: false,
-        }
-    }
-}
-
-/// An explicit peer list for one Region, with its leader.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RegionLayout {
-    peers: Vec<SimPeer>,
-    leader: Option<u64>,
-    cold: Option<ColdMode>,
-}
-
-impl RegionLayout {
-    /// The peers in this order (peer order in the Region's metadata). The
-    /// leader defaults to the first voter that is not a witness.
-    pub fn new(peers: Vec<SimPeer>) -> Self {
-        RegionLayout {
-            peers,
-            leader: None,
-            cold: None,
-        }
-    }
-
-    /// The peer on `store_id` leads (true leader and PD's view).
-    pub fn leader(mut self, store_id: u64) -> Self {
-        self.leader = Some(store_id);
-        self
-    }
-
-    /// The Region starts cold: it has no leader, PD names the would-be
-    /// leader (see [`leader`](Self::leader)), and a leader request to a voter
-    /// makes it campaign in `mode`.
-    pub fn cold(mut self, mode: ColdMode) -> Self {
-        self.cold = Some(mode);
-        self
     }
 }
 

@@ -207,7 +207,14 @@ impl StoreService {
                             .record_context_flags(ctx.replica_read, ctx.stale_read);
                     }
                 }
-                let api_check = check_api_version(state.api_version, command.context());
+                // TiKV checks the API version on every request but the
+                // store-wide UnsafeDestroyRange (service/kv.rs hands it to
+                // the GC worker without the check).
+                let api_check = if command.store_wide() {
+                    Ok(())
+                } else {
+                    check_api_version(state.api_version, command.context())
+                };
                 let mut served_as_replica = false;
                 let (verdict, outcome) = if let Err(message) = api_check {
                     (Self::key_error_verdict::<C>(message).0, Outcome::Invalid)

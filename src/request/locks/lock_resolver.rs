@@ -190,6 +190,9 @@ impl LockResolver {
         if locks.is_empty() {
             return Ok(());
         }
+        // client-rust's fail point: the locks are counted as cleaned up
+        // without a request.
+        fail::fail_point!("before-cleanup-locks", |_| Ok(()));
         let region = store.region_with_leader.ver_id();
         // Transaction → (commit ts or 0, file-based); ordered so the request
         // is the same for the same locks.

@@ -88,6 +88,11 @@ impl<PdC: PdClient> Transaction<PdC> {
             one_pc,
             keys,
         } = self.prewrite(mutations, &primary).await?;
+        // client-rust's fail point: the client stops after prewriting, as if
+        // it had crashed there; the locks stay for others to resolve.
+        fail::fail_point!("after-prewrite", |_| Err(Error::StringError(
+            "failpoint: after-prewrite return error".to_owned()
+        )));
         let start_ts = self.start_ts();
         let outcome = prewrite_outcome(&responses, async_commit, one_pc);
         debug!("transaction {start_ts}: prewrite outcome {outcome:?}");
@@ -95,7 +100,9 @@ impl<PdC: PdClient> Transaction<PdC> {
             PrewriteOutcome::OnePc(commit_ts) => Ok(Some(Timestamp::from_version(commit_ts))),
             PrewriteOutcome::AsyncCommit(commit_ts) => {
                 // Committed at `commit_ts` already; write it down everywhere.
-                self.commit_in_background(keys, commit_ts);
+                if let Some(keys) = secondaries_to_commit(keys) {
+                    self.commit_in_background(keys, commit_ts);
+                }
                 Ok(Some(Timestamp::from_version(commit_ts)))
             }
             PrewriteOutcome::TwoPhase => {
@@ -114,11 +121,13 @@ impl<PdC: PdClient> Transaction<PdC> {
                     // record holds the real commit ts.
                     commit_ts = self.committed_ts(&primary, commit_ts).await?;
                 }
-                let secondaries: Vec<Vec<u8>> = keys
-                    .into_iter()
-                    .filter(|k| k.as_slice() != primary.as_bytes())
-                    .collect();
-                self.commit_in_background(secondaries, commit_ts);
+                if let Some(keys) = secondaries_to_commit(keys) {
+                    let secondaries: Vec<Vec<u8>> = keys
+                        .into_iter()
+                        .filter(|k| k.as_slice() != primary.as_bytes())
+                        .collect();
+                    self.commit_in_background(secondaries, commit_ts);
+                }
                 Ok(Some(Timestamp::from_version(commit_ts)))
             }
         }
@@ -268,6 +277,33 @@ impl<PdC: PdClient> Transaction<PdC> {
                 .fetch_sub(1, Ordering::Relaxed);
         });
     }
+}
+
+/// The keys whose locks the commit goes on to commit after its commit
+/// point: all of them, except where client-rust's fail point
+/// `before-commit-secondary` (with the `integration-tests` feature, as in
+/// client-rust) keeps only the first `percent`% of the transaction's keys, or
+/// none (`None`, a commit that stops there) when that leaves no key. The
+/// transaction is committed either way; readers resolve what is left.
+#[cfg(feature = "integration-tests")]
+fn secondaries_to_commit(keys: Vec<Vec<u8>>) -> Option<Vec<Vec<u8>>> {
+    fail::fail_point!("before-commit-secondary", |percent: Option<String>| {
+        let percent = percent.and_then(|p| p.trim().parse::<usize>().ok());
+        let keep = keys.len() * percent.unwrap_or(100).min(100) / 100;
+        if keep == 0 {
+            warn!("failpoint: before-commit-secondary leaves no secondary to commit");
+            return None;
+        }
+        Some(keys.iter().take(keep).cloned().collect())
+    });
+    Some(keys)
+}
+
+/// The keys whose locks the commit goes on to commit after its commit
+/// point: all of them.
+#[cfg(not(feature = "integration-tests"))]
+fn secondaries_to_commit(keys: Vec<Vec<u8>>) -> Option<Vec<Vec<u8>>> {
+    Some(keys)
 }
 
 /// What the prewrite answers mean for the commit.

@@ -237,6 +237,14 @@ impl StoreCommand for kvrpcpb::UnsafeDestroyRangeRequest {
         true
     }
     fn apply(&self, region: &mut SimRegion, _: Instant) -> Result<Self::Response, String> {
+        // TiKV asserts both keys are non-empty (a failed assertion stops
+        // the store); the simulated store answers with an error instead.
+        if self.start_key.is_empty() || self.end_key.is_empty() {
+            return Err(
+                "UnsafeDestroyRange with an empty start or end key: TiKV would stop on it"
+                    .to_owned(),
+            );
+        }
         let (low, high) = delete_range_bounds(&self.start_key, &self.end_key)?;
         let (low, high) = scan_bounds(&region.meta, &low, &high, false);
         region.mvcc.delete_range(&low, &high);
