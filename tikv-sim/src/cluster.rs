@@ -797,11 +797,27 @@ impl SimCluster {
             .unwrap_or_default()
     }
 
-    /// Zeroes every store's counters.
+    /// Zeroes every store's counters and PD's call counts.
     pub fn reset_counters(&self) {
-        for store in self.state().stores.values_mut() {
+        let mut state = self.state();
+        for store in state.stores.values_mut() {
             store.counters = StoreCounters::default();
         }
+        state.pd_calls.clear();
+    }
+
+    /// The calls PD has received since the start (or the last
+    /// [`reset_counters`](Self::reset_counters)), by gRPC method name
+    /// (`GetRegion`, `ScanRegions`, `GetStore`, `Tso`, ...; each request on
+    /// a `Tso` stream counts once, `LoadKeyspace` is the keyspace
+    /// service's), summed over every member: a test bounds a client's
+    /// load on PD with it.
+    pub fn pd_calls(&self) -> BTreeMap<String, u64> {
+        self.state()
+            .pd_calls
+            .iter()
+            .map(|(method, n)| ((*method).to_owned(), *n))
+            .collect()
     }
 
     /// Takes a store down: its listener closes (connections are refused)

@@ -40,7 +40,8 @@
 //! | `versions KEY` | the lock of a transactional key, if any, then one line per write record, newest first: commit_ts, start_ts, kind, value |
 //! | `advance-clock MS` | move the TSO's physical clock forward by `MS` milliseconds (lock TTLs expire without waiting) |
 //! | `gc-safe-point` | answers `ok SAFE_POINT`, PD's GC safe point |
-//! | `reset-counters` | zero every counter |
+//! | `reset-counters` | zero every counter (stores' and PD's) |
+//! | `pd-calls` | one line per PD gRPC method called since the start or the last reset: method, count (each request on a `Tso` stream counts) |
 //! | `pd-leader INDEX` / `pd-down INDEX` / `pd-up INDEX` | PD member leadership, down, up |
 //! | `pd-hang INDEX` / `pd-unhang INDEX` | a PD member receives requests and answers none, until lifted |
 //!
@@ -199,7 +200,7 @@ hang STORE connect|respond | unhang STORE | slow STORE MS | busy STORE MS|off | 
 transfer REGION STORE [stale] | pd-view REGION STORE|none | cold REGION [accept|not-leader-first] | \
 split KEY | merge SOURCE TARGET | add-peer REGION STORE [learner] | promote REGION STORE | \
 remove-peer REGION STORE | move-store STORE [ADDR] | cut-clients STORE [refuse|drop] | uncut-clients STORE | \
-drop STORE METHOD | counters STORE | reset-counters | lag STORE MS | unlag STORE | \
+drop STORE METHOD | counters STORE | reset-counters | pd-calls | lag STORE MS | unlag STORE | \
 labels STORE [KEY=VALUE ...] | resolved-ts-interval MS | naive-replica-reads on|off | pd-leader INDEX | pd-down INDEX | pd-up INDEX | \
 pd-hang INDEX | pd-unhang INDEX | locks [START [END]] | versions KEY | advance-clock MS | gc-safe-point";
 
@@ -395,6 +396,11 @@ async fn run(cluster: &SimCluster, line: &str) -> Result<String> {
             let _ = writeln!(out, "forwarded {forwarded} {failed}");
         }
         "reset-counters" => cluster.reset_counters(),
+        "pd-calls" => {
+            for (method, n) in cluster.pd_calls() {
+                let _ = writeln!(out, "{method} {n}");
+            }
+        }
         "lag" => {
             let store = known_store(cluster, words.next())?;
             let ms: u64 = parse_num("milliseconds", words.next())?;

@@ -28,6 +28,7 @@ impl Keyspace for KeyspaceService {
         request: Request<keyspacepb::LoadKeyspaceRequest>,
     ) -> Result<Response<keyspacepb::LoadKeyspaceResponse>, Status> {
         let req = request.into_inner();
+        super::pd::count_pd_call(&self.shared, "LoadKeyspace");
         let state = self.shared.lock();
         if state.pd_leader != self.member {
             return Err(Status::unavailable("not leader"));

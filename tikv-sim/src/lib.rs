@@ -324,6 +324,11 @@
 //! [`HangMode::Connect`] hang or sent to a downed store never reach the
 //! service and are not counted.
 //!
+//! [`SimCluster::pd_calls`] counts the calls PD's members receive, by gRPC
+//! method (`GetRegion`, `ScanRegions`, `GetStore`, `Tso` once per request on
+//! a stream, …), so a test can bound a client's load on PD;
+//! [`SimCluster::reset_counters`] zeroes both.
+//!
 //! # The `tikv-sim` binary and its control interface
 //!
 //! `tikv-sim --stores 3 --regions 8 --pd 127.0.0.1:2379` starts a cluster

@@ -74,6 +74,11 @@ fn members_response(state: &ClusterState) -> pdpb::GetMembersResponse {
     }
 }
 
+/// Counts one call to PD's `method`, on whichever member received it.
+pub(crate) fn count_pd_call(shared: &Shared, method: &'static str) {
+    *shared.lock().pd_calls.entry(method).or_default() += 1;
+}
+
 /// PD refuses a TSO request for no timestamps, or for more than the logical
 /// part can hold in one millisecond (it would overlap the next one).
 fn check_tso_count(count: u32) -> Result<(), Status> {
@@ -93,6 +98,7 @@ fn check_tso_count(count: u32) -> Result<(), Status> {
 impl PdService {
     /// One TSO answer, once the member does not hang.
     async fn timestamp(&self, req: pdpb::TsoRequest) -> Result<pdpb::TsoResponse, Status> {
+        self.count("Tso");
         self.wait_out_hang().await?;
         let mut state = self.leader_state(req.header.as_ref())?;
         check_tso_count(req.count)?;
@@ -106,6 +112,11 @@ impl PdService {
                 suffix_bits: 0,
             }),
         })
+    }
+
+    /// Counts a call this member received ([`SimCluster::pd_calls`](crate::SimCluster::pd_calls)).
+    pub(crate) fn count(&self, method: &'static str) {
+        count_pd_call(&self.shared, method);
     }
 
     /// Waits while this member hangs ([`SimCluster::pd_member_hang`](crate::SimCluster::pd_member_hang)):
@@ -221,6 +232,7 @@ impl Pd for PdService {
         &self,
         _request: Request<pdpb::GetMembersRequest>,
     ) -> Result<Response<pdpb::GetMembersResponse>, Status> {
+        self.count("GetMembers");
         self.wait_out_hang().await?;
         Ok(Response::new(members_response(&self.shared.lock())))
     }
@@ -243,6 +255,7 @@ impl Pd for PdService {
         &self,
         request: Request<pdpb::GetStoreRequest>,
     ) -> Result<Response<pdpb::GetStoreResponse>, Status> {
+        self.count("GetStore");
         let req = request.into_inner();
         self.wait_out_hang().await?;
         let state = self.leader_state(req.header.as_ref())?;
@@ -266,6 +279,7 @@ impl Pd for PdService {
         &self,
         request: Request<pdpb::GetAllStoresRequest>,
     ) -> Result<Response<pdpb::GetAllStoresResponse>, Status> {
+        self.count("GetAllStores");
         let req = request.into_inner();
         self.wait_out_hang().await?;
         let state = self.leader_state(req.header.as_ref())?;
@@ -284,6 +298,7 @@ impl Pd for PdService {
         &self,
         request: Request<pdpb::GetRegionRequest>,
     ) -> Result<Response<pdpb::GetRegionResponse>, Status> {
+        self.count("GetRegion");
         let req = request.into_inner();
         self.wait_out_hang().await?;
         let state = self.leader_state(req.header.as_ref())?;
@@ -298,6 +313,7 @@ impl Pd for PdService {
         &self,
         request: Request<pdpb::GetRegionByIdRequest>,
     ) -> Result<Response<pdpb::GetRegionResponse>, Status> {
+        self.count("GetRegionByID");
         let req = request.into_inner();
         self.wait_out_hang().await?;
         let state = self.leader_state(req.header.as_ref())?;
@@ -315,6 +331,7 @@ impl Pd for PdService {
         &self,
         request: Request<pdpb::GetRegionRequest>,
     ) -> Result<Response<pdpb::GetRegionResponse>, Status> {
+        self.count("GetPrevRegion");
         let req = request.into_inner();
         self.wait_out_hang().await?;
         let state = self.leader_state(req.header.as_ref())?;
@@ -339,6 +356,7 @@ impl Pd for PdService {
         &self,
         request: Request<pdpb::ScanRegionsRequest>,
     ) -> Result<Response<pdpb::ScanRegionsResponse>, Status> {
+        self.count("ScanRegions");
         let req = request.into_inner();
         self.wait_out_hang().await?;
         let state = self.leader_state(req.header.as_ref())?;
@@ -377,6 +395,7 @@ impl Pd for PdService {
         &self,
         request: Request<pdpb::GetGcSafePointRequest>,
     ) -> Result<Response<pdpb::GetGcSafePointResponse>, Status> {
+        self.count("GetGCSafePoint");
         let req = request.into_inner();
         self.wait_out_hang().await?;
         let state = self.leader_state(req.header.as_ref())?;
@@ -390,6 +409,7 @@ impl Pd for PdService {
         &self,
         request: Request<pdpb::UpdateGcSafePointRequest>,
     ) -> Result<Response<pdpb::UpdateGcSafePointResponse>, Status> {
+        self.count("UpdateGCSafePoint");
         let req = request.into_inner();
         self.wait_out_hang().await?;
         let mut state = self.leader_state(req.header.as_ref())?;

@@ -194,6 +194,9 @@ pub(crate) struct ClusterState {
     /// TiKV's `raftstore.raft-entry-max-size`: a larger write is refused
     /// (`limits.rs`).
     pub(crate) raft_entry_max_size: u64,
+    /// The calls PD's members have received, by gRPC method (a `Tso`
+    /// stream counts each request on it).
+    pub(crate) pd_calls: BTreeMap<&'static str, u64>,
 }
 
 /// The number of bits of the logical part of a timestamp.
@@ -240,6 +243,7 @@ impl ClusterState {
             naive_replica_reads: false,
             resolved_ts_interval: crate::replica::DEFAULT_RESOLVED_TS_INTERVAL,
             raft_entry_max_size: crate::limits::DEFAULT_RAFT_ENTRY_MAX_SIZE,
+            pd_calls: BTreeMap::new(),
         }
     }
 

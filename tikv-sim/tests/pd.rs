@@ -349,3 +349,62 @@ async fn a_hung_pd_member_receives_requests_and_answers_them_once_unhung() {
     assert!(cluster.pd_member_hang(7).is_err(), "no member 7");
     cluster.shutdown().await;
 }
+
+/// PD counts every call it receives by gRPC method, on any member (a
+/// follower's refusal is load too), each request on a `Tso` stream once;
+/// a reset starts again from zero. Also through the control port.
+#[tokio::test]
+async fn pd_counts_the_calls_it_receives_by_method() {
+    let cluster = SimCluster::builder()
+        .stores(2)
+        .pd_members(2)
+        .split_keys(vec![b"m".to_vec()])
+        .start()
+        .await
+        .unwrap();
+    assert!(cluster.pd_calls().is_empty(), "{:?}", cluster.pd_calls());
+    let leader = cluster.pd_leader_index();
+    let mut pd = cluster.pd_client(leader).await.unwrap();
+    for key in [b"a", b"z", b"q"] {
+        let request = pdpb::GetRegionRequest {
+            header: header(&cluster),
+            region_key: key.to_vec(),
+            ..Default::default()
+        };
+        pd.get_region(request).await.unwrap();
+    }
+    let store = pdpb::GetStoreRequest {
+        header: header(&cluster),
+        store_id: 1,
+    };
+    pd.get_store(store).await.unwrap();
+    let tso = |count| pdpb::TsoRequest {
+        header: header(&cluster),
+        count,
+        ..Default::default()
+    };
+    let requests = futures::stream::iter(vec![tso(1), tso(5), tso(2)]);
+    let mut answers = pd.tso(requests).await.unwrap().into_inner();
+    for _ in 0..3 {
+        answers.next().await.unwrap().unwrap();
+    }
+    let mut follower = cluster.pd_client(1 - leader).await.unwrap();
+    let refused = follower
+        .get_region(pdpb::GetRegionRequest {
+            header: header(&cluster),
+            region_key: b"a".to_vec(),
+            ..Default::default()
+        })
+        .await;
+    assert!(refused.is_err(), "a follower answers no data");
+    let calls = cluster.pd_calls();
+    assert_eq!(calls.get("GetRegion"), Some(&4), "{calls:?}");
+    assert_eq!(calls.get("GetStore"), Some(&1), "{calls:?}");
+    assert_eq!(calls.get("Tso"), Some(&3), "{calls:?}");
+    assert_eq!(calls.len(), 3, "{calls:?}");
+    let answer = tikv_sim::control::execute(&cluster, "pd-calls").await;
+    assert!(answer.contains("GetRegion 4\n"), "{answer}");
+    cluster.reset_counters();
+    assert!(cluster.pd_calls().is_empty());
+    cluster.shutdown().await;
+}
