@@ -70,6 +70,10 @@ const FIRST_LOCK_POLL: Duration = Duration::from_millis(5);
 /// roll back any time, which the next pass sees.
 const MAX_LOCK_POLL: Duration = Duration::from_millis(500);
 
+/// What a lock request bounded by its backoff leaves of its call when it
+/// gives up, for releasing the keys it took (one RPC on each Region).
+const LOCK_CALL_RESERVE: Duration = Duration::from_millis(50);
+
 /// How long a request that keeps meeting live locks is sent again.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum LiveLockWait {
@@ -258,8 +262,18 @@ where
                 AfterPass::GiveUp(alive) => return Err(Error::ResolveLockError(alive)),
                 AfterPass::Sleep(sleep, alive) => (sleep, alive),
             };
+            // A lock request keeps part of the call for what its caller does
+            // when it gives up (releasing the keys it took): its server
+            // waits take half of what is left each time, so without a
+            // reserve a short deadline is spent to the last millisecond.
+            let reserve = match self.live_locks {
+                LiveLockWait::ByTtl => Duration::ZERO,
+                LiveLockWait::ByBackoff => LOCK_CALL_RESERVE,
+            };
             let call_left = super::call_deadline::remaining();
-            if started.elapsed() + sleep > self.deadline || call_left.is_some_and(|l| sleep >= l) {
+            if started.elapsed() + sleep > self.deadline
+                || call_left.is_some_and(|l| sleep + reserve >= l)
+            {
                 return Err(Error::ResolveLockError(alive));
             }
             tokio::time::sleep(sleep).await;
