@@ -106,6 +106,37 @@ async fn values(client: &TransactionClient, keys: &BTreeSet<String>) -> Vec<Opti
     found
 }
 
+/// A fresh cluster and client, and the keys of four transactions written
+/// with fail point `name` set to `action` (then off again).
+async fn written_with(
+    name: &str,
+    action: &str,
+    async_commit: bool,
+    fails: bool,
+) -> (SimCluster, TransactionClient, BTreeSet<String>) {
+    let cluster = cluster().await;
+    let client = client(&cluster).await;
+    fail::cfg(name, action).unwrap();
+    let keys = write(&client, async_commit, fails).await;
+    if fails {
+        fail::cfg(name, "off").unwrap();
+    }
+    (cluster, client, keys)
+}
+
+/// `cleanup_locks` of async-commit locks leaves none, and every key holds
+/// its value: the transactions were committed.
+async fn cleanup_commits_them(client: &TransactionClient, keys: &BTreeSet<String>) {
+    let safepoint = client.current_timestamp().await.unwrap();
+    client
+        .cleanup_locks(.., &safepoint, options(true))
+        .await
+        .unwrap();
+    assert_eq!(lock_count(client).await, 0);
+    let expected: Vec<_> = keys.iter().map(|k| Some(k.as_bytes().to_vec())).collect();
+    assert_eq!(values(client, keys).await, expected);
+}
+
 fn options(async_commit_only: bool) -> ResolveLocksOptions {
     ResolveLocksOptions {
         async_commit_only,
@@ -117,11 +148,7 @@ fn options(async_commit_only: bool) -> ResolveLocksOptions {
 async fn two_phase_locks_left_after_prewrite_are_rolled_back_whatever_their_ttl() {
     let _serial = FAIL_POINTS.lock().await;
     let scenario = fail::FailScenario::setup();
-    let cluster = cluster().await;
-    let client = client(&cluster).await;
-    fail::cfg("after-prewrite", "return").unwrap();
-    let keys = write(&client, false, true).await;
-    fail::cfg("after-prewrite", "off").unwrap();
+    let (cluster, client, keys) = written_with("after-prewrite", "return", false, true).await;
     assert_eq!(lock_count(&client).await, keys.len());
 
     // Skipped: none is an async-commit lock.
@@ -149,20 +176,9 @@ async fn two_phase_locks_left_after_prewrite_are_rolled_back_whatever_their_ttl(
 async fn async_commit_locks_left_after_prewrite_are_committed_from_their_secondaries() {
     let _serial = FAIL_POINTS.lock().await;
     let scenario = fail::FailScenario::setup();
-    let cluster = cluster().await;
-    let client = client(&cluster).await;
-    fail::cfg("after-prewrite", "return").unwrap();
-    let keys = write(&client, true, true).await;
-    fail::cfg("after-prewrite", "off").unwrap();
+    let (cluster, client, keys) = written_with("after-prewrite", "return", true, true).await;
     assert_eq!(lock_count(&client).await, keys.len());
-    let safepoint = client.current_timestamp().await.unwrap();
-    client
-        .cleanup_locks(.., &safepoint, options(true))
-        .await
-        .unwrap();
-    assert_eq!(lock_count(&client).await, 0);
-    let expected: Vec<_> = keys.iter().map(|k| Some(k.as_bytes().to_vec())).collect();
-    assert_eq!(values(&client, &keys).await, expected);
+    cleanup_commits_them(&client, &keys).await;
     scenario.teardown();
     cluster.shutdown().await;
 }
@@ -171,10 +187,8 @@ async fn async_commit_locks_left_after_prewrite_are_committed_from_their_seconda
 async fn before_commit_secondary_commits_only_the_share_it_is_given() {
     let _serial = FAIL_POINTS.lock().await;
     let scenario = fail::FailScenario::setup();
-    let cluster = cluster().await;
-    let client = client(&cluster).await;
-    fail::cfg("before-commit-secondary", "return(40)").unwrap();
-    let keys = write(&client, true, false).await;
+    let (cluster, client, keys) =
+        written_with("before-commit-secondary", "return(40)", true, false).await;
     // Each transaction of five keys commits two of them in the background
     // (40%) and leaves three locked, once its background commit is done.
     while client.stats().secondary_commits_pending > 0 {
@@ -184,14 +198,7 @@ async fn before_commit_secondary_commits_only_the_share_it_is_given() {
     let left = lock_count(&client).await;
     assert_eq!(left, 12);
     fail::cfg("before-commit-secondary", "off").unwrap();
-    let safepoint = client.current_timestamp().await.unwrap();
-    client
-        .cleanup_locks(.., &safepoint, options(true))
-        .await
-        .unwrap();
-    assert_eq!(lock_count(&client).await, 0);
-    let expected: Vec<_> = keys.iter().map(|k| Some(k.as_bytes().to_vec())).collect();
-    assert_eq!(values(&client, &keys).await, expected);
+    cleanup_commits_them(&client, &keys).await;
     scenario.teardown();
     cluster.shutdown().await;
 }
@@ -200,11 +207,7 @@ async fn before_commit_secondary_commits_only_the_share_it_is_given() {
 async fn before_cleanup_locks_counts_the_locks_and_leaves_them() {
     let _serial = FAIL_POINTS.lock().await;
     let scenario = fail::FailScenario::setup();
-    let cluster = cluster().await;
-    let client = client(&cluster).await;
-    fail::cfg("after-prewrite", "return").unwrap();
-    let keys = write(&client, true, true).await;
-    fail::cfg("after-prewrite", "off").unwrap();
+    let (cluster, client, keys) = written_with("after-prewrite", "return", true, true).await;
     fail::cfg("before-cleanup-locks", "return").unwrap();
     let safepoint = client.current_timestamp().await.unwrap();
     let result = client
