@@ -20,11 +20,10 @@ mod clients;
 mod layout;
 mod replicas;
 mod shape;
+mod tiflash;
 use super::limits::{PD_GRPC_MAX_RECV_MESSAGE_SIZE, PD_GRPC_MAX_SEND_MESSAGE_SIZE};
 use super::pd::{PdHttp, PdService};
-use super::state::{
-    ClusterState, Cold, ColdMode, HangMode, PdMember, SimRegion, SimStore, TsoClock,
-};
+use super::state::{ClusterState, Cold, ColdMode, HangMode, PdMember, SimRegion, TsoClock};
 use super::store::forward::DialHolder;
 use super::store::{ForwardDial, StoreServer, StoreService};
 pub use layout::{RegionLayout, SimPeer};
@@ -152,6 +151,7 @@ pub struct SimClusterBuilder {
     lock_wait: crate::LockWaitConfig,
     forward_dial: Option<DialHolder>,
     raft_entry_max_size: u64,
+    tiflash_stores: u64,
 }
 
 impl Default for SimClusterBuilder {
@@ -171,6 +171,7 @@ impl Default for SimClusterBuilder {
             lock_wait: crate::LockWaitConfig::default(),
             forward_dial: None,
             raft_entry_max_size: crate::DEFAULT_RAFT_ENTRY_MAX_SIZE,
+            tiflash_stores: 0,
         }
     }
 }
@@ -197,8 +198,12 @@ fn pd_routes(shared: &Arc<Shared>, member: usize) -> Routes {
     Routes::from(grpc.fallback_service(PdHttp::new(service)))
 }
 
-/// The gRPC service of store `store_id`.
+/// The gRPC service of store `store_id`: TiKV's, or TiFlash's.
 fn store_routes(shared: &Arc<Shared>, store_id: u64) -> Routes {
+    let engine = shared.lock().stores.get(&store_id).map(|s| s.engine);
+    if engine.is_some_and(|e| !e.is_tikv()) {
+        return tiflash::tiflash_routes(shared, store_id);
+    }
     Routes::new(StoreServer::new(
         StoreService {
             shared: shared.clone(),
@@ -237,7 +242,8 @@ fn loopback_any_port() -> SocketAddr {
 }
 
 impl SimClusterBuilder {
-    /// The number of stores; their ids are `1..=n`. Default 3.
+    /// The number of TiKV stores; their ids are `1..=n`. Default 3.
+    /// TiFlash stores, if any, follow ([`tiflash_stores`](Self::tiflash_stores)).
     pub fn stores(mut self, n: u64) -> Self {
         self.stores = n;
         self
@@ -382,11 +388,14 @@ impl SimClusterBuilder {
             }
             let mut seen = Vec::new();
             for p in &layout.peers {
-                if p.store_id == 0 || p.store_id > self.stores {
+                if !self.all_store_ids().contains(&p.store_id) {
                     return invalid(format!(
                         "region {index}: store {} does not exist",
                         p.store_id
                     ));
+                }
+                if let Some(refusal) = self.tiflash_peer_refusal(*index, p) {
+                    return invalid(refusal);
                 }
                 if seen.contains(&p.store_id) {
                     return invalid(format!("region {index}: two peers on store {}", p.store_id));
@@ -425,7 +434,7 @@ impl SimClusterBuilder {
             lock(&shared.pd).push(endpoint);
             register_pd_member(&shared, member, address);
         }
-        for store_id in 1..=self.stores {
+        for store_id in self.all_store_ids() {
             let addr = self
                 .store_addrs
                 .get(&store_id)
@@ -466,7 +475,7 @@ impl SimClusterBuilder {
             register_pd_member(&shared, member, address.clone());
             servers.pd.push((address, pd_routes(&shared, member)));
         }
-        for store_id in 1..=self.stores {
+        for store_id in self.all_store_ids() {
             let address = store_address(store_id);
             if let Some(s) = shared.lock().stores.get_mut(&store_id) {
                 s.address = address.clone();
@@ -483,22 +492,10 @@ impl SimClusterBuilder {
     fn prepare(&self) -> Result<Arc<Shared>> {
         self.validate()?;
         let mut state = ClusterState::new(self.cluster_id, FIRST_REGION_ID);
-        for id in 1..=self.stores {
-            state.stores.insert(
-                id,
-                SimStore {
-                    address: String::new(),
-                    up: true,
-                    hang: None,
-                    slow: Duration::ZERO,
-                    busy: None,
-                    drop_next: Vec::new(),
-                    client_cut: None,
-                    lag: None,
-                    labels: Vec::new(),
-                    counters: StoreCounters::default(),
-                },
-            );
+        for id in self.all_store_ids() {
+            state
+                .stores
+                .insert(id, tiflash::new_store(self.engine_of(id)));
         }
         self.create_regions(&mut state);
         state.api_version = self.api_version;
@@ -532,13 +529,11 @@ impl SimClusterBuilder {
         bounds.extend(self.split_keys.iter().cloned());
         bounds.push(Vec::new());
         for index in 0..bounds.len() - 1 {
-            let layout = self.layouts.get(&index).cloned().unwrap_or_else(|| {
-                RegionLayout::new(
-                    (0..replicas)
-                        .map(|j| SimPeer::voter((index as u64 + j as u64) % n + 1))
-                        .collect(),
-                )
-            });
+            let layout = self
+                .layouts
+                .get(&index)
+                .cloned()
+                .unwrap_or_else(|| RegionLayout::new(self.default_peers(index, replicas)));
             let region_id = state.alloc_id();
             let peers: Vec<metapb::Peer> = layout
                 .peers

@@ -10,7 +10,7 @@
 //! | command | effect |
 //! |---|---|
 //! | `help` | lists the commands |
-//! | `stores` | one line per store: id, address, faults |
+//! | `stores` | one line per store: id, address, faults, and `engine=tiflash` for a TiFlash store |
 //! | `regions` | one line per Region in key order: id, range, epoch, true leader, PD's leader, peers |
 //! | `region KEY` | the line of the Region holding `KEY` |
 //! | `down STORE` / `up STORE` | store down (port closed, connections reset) / back on the same port |
@@ -33,7 +33,7 @@
 //! | `drop STORE METHOD` | apply the next `METHOD` request (e.g. `raw_compare_and_swap`) then reset the connections |
 //! | `counters STORE` | one line `METHOD OUTCOME COUNT` per counter (raw and transactional methods), then `replica_read N`, `stale_read N`, `served_as_replica N` (reads a non-leader peer of the store served), `forwarded N FAILED` (calls this store proxied, and those whose target it could not reach) |
 //! | `lag STORE MS` / `unlag STORE` | the store's non-leader peers apply up to `MS` late (replica reads wait for read index; stale reads are held to the lagging safe-ts) / catch up |
-//! | `labels STORE [KEY=VALUE ...]` | set the store's labels, which PD reports (none given: no labels) |
+//! | `labels STORE [KEY=VALUE ...]` | set the store's labels, which PD reports (none given: no labels; `engine` is refused, as PD refuses it) |
 //! | `resolved-ts-interval MS` | how often Regions' resolved ts (and so safe-ts) advances (TiKV's default, 20000) |
 //! | `naive-replica-reads on\|off` | serve replica reads from the peer's own state without read index (stale under lag; for checking checkers) |
 //! | `locks [START [END]]` | one line per transactional lock with its key in `[START, END)` (unencoded keys; default: all): key, primary, start_ts, type, ttl, for_update_ts, min_commit_ts, async commit |
@@ -228,7 +228,15 @@ async fn run(cluster: &SimCluster, line: &str) -> Result<String> {
         "stores" => {
             for id in cluster.store_ids() {
                 let addr = cluster.store_addr(id).unwrap_or_default();
-                let _ = writeln!(out, "store {id} {addr} {}", cluster.store_fault_text(id));
+                let engine = match cluster.store_engine(id) {
+                    Some(e) if !e.is_tikv() => format!(" engine={}", e.label_value()),
+                    _ => String::new(),
+                };
+                let _ = writeln!(
+                    out,
+                    "store {id} {addr} {}{engine}",
+                    cluster.store_fault_text(id)
+                );
             }
         }
         "regions" => {
@@ -585,5 +593,22 @@ mod tests {
         assert!(parse_key("0xaé1").is_err());
         assert!(parse_key("0xzz").is_err());
         assert_eq!(escape_key(b"a\x00\\"), "a\\x00\\x5c");
+    }
+    #[tokio::test]
+    async fn stores_name_a_tiflash_engine_and_labels_keep_it() {
+        let cluster = SimCluster::builder()
+            .stores(1)
+            .tiflash_stores(1)
+            .start()
+            .await
+            .unwrap();
+        let stores = run(&cluster, "stores").await.unwrap();
+        let lines: Vec<&str> = stores.lines().filter(|l| *l != "ok").collect();
+        assert_eq!(lines.len(), 2, "{stores}");
+        assert!(!lines[0].contains("engine="), "{stores}");
+        assert!(lines[1].starts_with("store 2 "), "{stores}");
+        assert!(lines[1].ends_with(" engine=tiflash"), "{stores}");
+        assert!(run(&cluster, "labels 2 engine=tikv").await.is_err());
+        assert!(run(&cluster, "promote 1000 2").await.is_err());
     }
 }

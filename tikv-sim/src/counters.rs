@@ -41,6 +41,10 @@ pub enum Outcome {
     Hung,
     /// Rejected with a gRPC status (malformed request).
     Invalid,
+    /// Answered gRPC `Unimplemented`: a TiFlash store asked for a TiKV
+    /// method (the method is counted by its label, `batch_commands` for
+    /// the stream).
+    Unimplemented,
 }
 
 impl Outcome {
@@ -63,6 +67,7 @@ impl Outcome {
             Outcome::Dropped => "dropped",
             Outcome::Hung => "hung",
             Outcome::Invalid => "invalid",
+            Outcome::Unimplemented => "unimplemented",
         }
     }
 }

@@ -40,8 +40,9 @@
 //!
 //! # Layout and numbering
 //!
-//! * Store ids are `1..=n`. Every server listens on `127.0.0.1:0` (a free
-//!   port) unless the builder names an address.
+//! * Store ids are `1..=n`, then TiFlash stores' if any (see
+//!   [TiFlash stores](#tiflash-stores)). Every server listens on
+//!   `127.0.0.1:0` (a free port) unless the builder names an address.
 //! * Regions are created in key order from the split keys. Region ids and
 //!   peer ids come from **one counter starting at 1000**
 //!   ([`FIRST_REGION_ID`]): the first Region gets 1000 and its peers
@@ -65,7 +66,8 @@
 //! real leader), `GetRegion`, `GetRegionByID`, `GetPrevRegion` and
 //! `ScanRegions` (Regions with PD's view of their leaders, which faults can
 //! leave stale), `GetStore` and `GetAllStores` (with the labels
-//! [`SimCluster::set_store_labels`] gives a store), and a bidirectional
+//! [`SimCluster::set_store_labels`] gives a store, after `engine=tiflash`
+//! on a TiFlash store), and a bidirectional
 //! `Tso` stream of monotonic timestamps (physical
 //! milliseconds, 18 logical bits; a response carries the last timestamp of
 //! its `count`). A member that is not the leader answers every call but
@@ -291,6 +293,37 @@
 //! [`StoreCounters::served_as_replica`] count the flagged reads and those a
 //! non-leader peer served.
 //!
+//! # TiFlash stores
+//!
+//! Most TiDB clusters run TiFlash beside TiKV, and so can this one:
+//! [`SimClusterBuilder::tiflash_stores`]`(t)` adds stores `n + 1 ..= n + t`
+//! after the `n` TiKV stores. As TiFlash's proxy registers them, PD lists
+//! them (`GetStore`, `GetAllStores`, the HTTP API) with the label
+//! `engine=tiflash` first, TiFlash's version ([`SIM_TIFLASH_VERSION`]) and
+//! a `peer_address` (the simulator serves each store on one address; a
+//! TiFlash proxy listens on a port of its own). As PD's placement rules
+//! place TiFlash replicas, every Region the builder lays out has a learner
+//! on each TiFlash store, after its voters; an explicit
+//! [`RegionLayout`] may put learners there too, never a voter or a
+//! witness. A TiFlash learner never votes or leads: [`SimCluster::add_peer`]
+//! as a voter there, [`SimCluster::promote_learner`] and
+//! [`SimCluster::transfer_leader`] to it are refused; splits give the new
+//! Region the same learner, and merges need it on both sides, as any peer.
+//! The `engine` label is the store's: [`SimCluster::set_store_labels`]
+//! refuses the key, as PD's API does.
+//!
+//! A TiFlash store's gRPC server answers as TiFlash's does: every
+//! `tikvpb.Tikv` method of the wire protocol (raw, transactional,
+//! `UnsafeDestroyRange`) and the `BatchCommands` stream with gRPC
+//! `Unimplemented` and an empty message (TiFlash implements only its
+//! coprocessor, MPP and storage methods; the rest are the generated base
+//! class's), forwarded or not, counted under the method's label (or
+//! `batch_commands`) as [`Outcome::Unimplemented`]. Going down, hangs and
+//! client cuts apply to it as to a TiKV store; busy, slow and lag are
+//! TiKV's and change nothing there. [`SimCluster::tikv_store_ids`],
+//! [`SimCluster::tiflash_store_ids`] and [`SimCluster::store_engine`] tell
+//! the stores apart ([`SimCluster::store_ids`] lists both).
+//!
 //! # Sizes
 //!
 //! As TiKV's, a store's gRPC server takes and sends messages of any size
@@ -386,6 +419,10 @@ pub use net::ClientCut;
 pub use state::{ColdMode, HangMode};
 pub use store::{ForwardDial, ForwardStream, FORWARDED_HOST};
 pub use store::{COPROCESSOR_PLUGIN, COPROCESSOR_PLUGIN_VERSION};
+pub use tikv_plan_proto::meta::StoreEngine;
 
 /// The version string the simulated stores report to PD clients.
 pub const SIM_TIKV_VERSION: &str = "8.5.0";
+/// The version string the simulated TiFlash stores report (TiFlash's proxy
+/// registers the store with TiFlash's own release version).
+pub const SIM_TIFLASH_VERSION: &str = "8.5.0";

@@ -4,7 +4,7 @@
 //! ```text
 //! tikv-sim [--stores N] [--regions R] [--replicas K] [--pd ADDR]
 //!          [--pd-members M] [--control ADDR|off] [--api-version 1|2]
-//!          [--keyspace NAME=ID]...
+//!          [--keyspace NAME=ID]... [--tiflash-stores T]
 //! ```
 //!
 //! When ready it prints exactly one line on stdout, `pd=ADDR` (the PD
@@ -21,8 +21,9 @@ use tikv_sim::proto::kvrpcpb::ApiVersion;
 use tikv_sim::{control, SimCluster};
 
 const USAGE: &str = "usage: tikv-sim [--stores N] [--regions R] [--replicas K] [--pd ADDR] \
-[--pd-members M] [--control ADDR|off] [--api-version 1|2] [--keyspace NAME=ID]...
-  --stores N       number of stores, ids 1..=N (default 3)
+[--pd-members M] [--control ADDR|off] [--api-version 1|2] [--keyspace NAME=ID]... \
+[--tiflash-stores T]
+  --stores N       number of TiKV stores, ids 1..=N (default 3)
   --regions R      Regions, splitting the printable key space evenly at
                    memcomparable-encoded keys, so raw and transactional
                    clients both work (default 1)
@@ -31,7 +32,10 @@ const USAGE: &str = "usage: tikv-sim [--stores N] [--regions R] [--replicas K] [
   --pd-members M   PD members sharing the cluster (default 1; others on free ports)
   --control ADDR   control port for fault commands (default 127.0.0.1:0), or off
   --api-version V  API version of the stores, 1 or 2 (default 1; 2 for keyspace clients)
-  --keyspace N=ID  a keyspace PD serves besides DEFAULT (id 0); repeatable";
+  --keyspace N=ID  a keyspace PD serves besides DEFAULT (id 0); repeatable
+  --tiflash-stores T  TiFlash stores after the TiKV ones, ids N+1..=N+T, labelled
+                   engine=tiflash, each with a learner of every Region; they answer
+                   TiKV requests with gRPC Unimplemented (default 0)";
 
 #[derive(Debug)]
 struct Options {
@@ -43,6 +47,7 @@ struct Options {
     control: Option<SocketAddr>,
     api_version: ApiVersion,
     keyspaces: Vec<(String, u32)>,
+    tiflash_stores: u64,
 }
 
 fn parse_args(args: impl Iterator<Item = String>) -> Result<Options, String> {
@@ -55,6 +60,7 @@ fn parse_args(args: impl Iterator<Item = String>) -> Result<Options, String> {
         control: Some(SocketAddr::from(([127, 0, 0, 1], 0))),
         api_version: ApiVersion::V1,
         keyspaces: Vec::new(),
+        tiflash_stores: 0,
     };
     let mut args = args.peekable();
     while let Some(flag) = args.next() {
@@ -74,6 +80,7 @@ fn parse_args(args: impl Iterator<Item = String>) -> Result<Options, String> {
         };
         match flag.as_str() {
             "--stores" => options.stores = number("--stores")?,
+            "--tiflash-stores" => options.tiflash_stores = number("--tiflash-stores")?,
             "--regions" => options.regions = number("--regions")? as usize,
             "--replicas" => options.replicas = Some(number("--replicas")? as usize),
             "--pd-members" => options.pd_members = number("--pd-members")? as usize,
@@ -130,6 +137,7 @@ async fn main() -> ExitCode {
     }
     let started = builder
         .stores(options.stores)
+        .tiflash_stores(options.tiflash_stores)
         .replicas(replicas)
         .split_keys(control::even_split_keys(options.regions))
         .pd_addr(options.pd)
@@ -201,5 +209,12 @@ mod tests {
         );
         assert!(parse_args(args("--api-version 3")).is_err());
         assert!(parse_args(args("--keyspace app")).is_err());
+        assert_eq!(parse_args(args("")).unwrap().tiflash_stores, 0);
+        assert_eq!(
+            parse_args(args("--tiflash-stores 2"))
+                .unwrap()
+                .tiflash_stores,
+            2
+        );
     }
 }

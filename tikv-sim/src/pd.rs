@@ -13,6 +13,7 @@ use super::state::{ClusterState, MAX_TSO_COUNT};
 use super::Shared;
 use crate::proto::metapb;
 use crate::proto::pdpb::{self, pd_server::Pd};
+use tikv_plan_proto::meta::{StoreEngine, ENGINE_LABEL_KEY};
 
 mod http;
 pub(crate) use http::PdHttp;
@@ -205,19 +206,31 @@ impl PdService {
 
     fn store_meta(state: &ClusterState, store_id: u64) -> Option<metapb::Store> {
         let store = state.stores.get(&store_id)?;
+        // TiFlash's proxy registers its store with the engine label
+        // (`engine=tiflash`) and its own release version; TiKV sets no
+        // engine label.
+        let engine = (!store.engine.is_tikv()).then(|| metapb::StoreLabel {
+            key: ENGINE_LABEL_KEY.to_owned(),
+            value: store.engine.label_value().to_owned(),
+        });
+        let version = match store.engine {
+            StoreEngine::TiKv => super::SIM_TIKV_VERSION,
+            _ => super::SIM_TIFLASH_VERSION,
+        };
         Some(metapb::Store {
             id: store_id,
             address: store.address.clone(),
             state: metapb::StoreState::Up as i32,
-            version: super::SIM_TIKV_VERSION.to_owned(),
+            version: version.to_owned(),
+            // The Raft address; the simulator serves each store on one
+            // address (a TiFlash proxy listens on a port of its own).
             peer_address: store.address.clone(),
-            labels: store
-                .labels
-                .iter()
-                .map(|(key, value)| metapb::StoreLabel {
+            labels: engine
+                .into_iter()
+                .chain(store.labels.iter().map(|(key, value)| metapb::StoreLabel {
                     key: key.clone(),
                     value: value.clone(),
-                })
+                }))
                 .collect(),
             ..Default::default()
         })

@@ -14,7 +14,7 @@ use super::mvcc::Mvcc;
 use crate::proto::metapb;
 use crate::proto::{errorpb, keyspacepb, kvrpcpb};
 use crate::{Error, Result};
-use tikv_plan_proto::meta::{can_become_leader, key_in_region};
+use tikv_plan_proto::meta::{can_become_leader, key_in_region, StoreEngine};
 
 /// The clock the TSO's physical part follows: the time since the UNIX
 /// epoch. The system clock unless a simulation gives its own
@@ -88,8 +88,12 @@ pub(crate) struct SimStore {
     /// How late the store's non-leader peers apply, if they lag
     /// (`replica.rs`).
     pub(crate) lag: Option<Duration>,
-    /// The store's labels, as PD reports them (`zone`, ...).
+    /// The store's labels, as PD reports them (`zone`, ...), besides its
+    /// engine's.
     pub(crate) labels: Vec<(String, String)>,
+    /// TiKV, or TiFlash (`cluster/tiflash.rs`): PD reports it as the
+    /// `engine` label, which no one sets by hand.
+    pub(crate) engine: StoreEngine,
     pub(crate) counters: StoreCounters,
 }
 

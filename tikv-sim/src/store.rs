@@ -126,11 +126,13 @@ fn read_index_gave_up() -> Status {
 pub(crate) mod forward;
 mod raw;
 mod server;
+mod tiflash;
 mod txn;
 
 pub use forward::{ForwardDial, ForwardStream, FORWARDED_HOST};
 pub use raw::{COPROCESSOR_PLUGIN, COPROCESSOR_PLUGIN_VERSION};
 pub(crate) use server::StoreServer;
+pub(crate) use tiflash::TiFlashServer;
 
 /// What to do with a request after the lock is released.
 enum Verdict<R> {

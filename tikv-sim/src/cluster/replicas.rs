@@ -40,8 +40,13 @@ impl SimCluster {
     }
 
     /// Sets store `store_id`'s labels (`("zone", "z1")`, ...), which PD
-    /// reports with the store.
+    /// reports with the store, after its engine's (`engine=tiflash` on a
+    /// TiFlash store). The `engine` key is refused, as PD refuses it: the
+    /// store's engine sets it.
     pub fn set_store_labels(&self, store_id: u64, labels: &[(&str, &str)]) -> Result<()> {
+        for (key, _) in labels {
+            super::tiflash::reserved_label(key)?;
+        }
         let mut state = self.state();
         state.store_mut(store_id)?.labels = labels
             .iter()

@@ -150,6 +150,11 @@ impl ClusterState {
                 "a peer is added as a voter or a learner, not {role:?}"
             )));
         }
+        if role != PeerRole::Learner && !self.is_tikv_store(store_id) {
+            return Err(invalid(format!(
+                "store {store_id} is a TiFlash store: it holds learners only (PD places TiFlash replicas as learners)"
+            )));
+        }
         needs_leader(self.region_mut(region_id)?)?;
         if self
             .region_mut(region_id)?
@@ -174,6 +179,11 @@ impl ClusterState {
 
     /// Makes the Region's learner on `store_id` a voter.
     pub(crate) fn promote_learner(&mut self, region_id: u64, store_id: u64) -> Result<()> {
+        if !self.is_tikv_store(store_id) {
+            return Err(invalid(format!(
+                "the learner of region {region_id} on store {store_id} is TiFlash's: a TiFlash learner never becomes a voter"
+            )));
+        }
         let region = self.region_mut(region_id)?;
         needs_leader(region)?;
         let peer = region
@@ -250,6 +260,14 @@ impl ClusterState {
 
     fn store_up(&self, store_id: u64) -> bool {
         self.stores.get(&store_id).is_some_and(|s| s.up)
+    }
+
+    /// True when `store_id` runs TiKV (an unknown store counts as TiKV:
+    /// the caller reports it missing).
+    pub(crate) fn is_tikv_store(&self, store_id: u64) -> bool {
+        self.stores
+            .get(&store_id)
+            .is_none_or(|s| s.engine.is_tikv())
     }
 }
 
