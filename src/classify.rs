@@ -82,6 +82,9 @@ pub fn classify_grpc_error(status: &tonic::Status) -> DispatchFailure {
             // A store PD no longer knows cannot take the request: try the
             // next.
             Failure::StoreNotFound { .. } => DispatchFailure::NotSent,
+            // Never sent to a TiFlash store; the round skips it without
+            // blaming it (`routing/engine.rs`).
+            Failure::NotTiKvStore { .. } => DispatchFailure::NotSent,
             _ => DispatchFailure::Fatal,
         };
     }

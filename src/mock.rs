@@ -45,6 +45,7 @@ use async_trait::async_trait;
 use crate::pd::{PdClient, Timestamp};
 use crate::proto::metapb::PeerRole;
 use crate::proto::{errorpb, kvrpcpb, metapb};
+use crate::region::store_engine::{refuse_unless_tikv, StoreEngine};
 use crate::region::{CachedRegion, RegionCache, RegionId, RegionVerId, RegionWithLeader, StoreId};
 use crate::store::{KvClient, RegionStore, Request, Store};
 use crate::sync::lock;
@@ -344,7 +345,11 @@ impl MockPdClient {
     }
 
     /// Gives store `store_id` these labels (`("zone", "z1")`, ...), which
-    /// [`PdClient::store_labels`] then reports.
+    /// [`PdClient::store_labels`] then reports. `("engine", "tiflash")`
+    /// makes it a TiFlash store, as PD lists one: mapping a peer there
+    /// and probing it fail with
+    /// [`Failure::NotTiKvStore`] (nothing
+    /// dispatched), and [`PdClient::all_stores`] leaves it out.
     pub fn set_store_labels(&self, store_id: StoreId, labels: &[(&str, &str)]) {
         let mut t = lock(&self.shared.topology);
         let store = t.stores.entry(store_id).or_insert(metapb::Store {
@@ -553,7 +558,12 @@ impl PdClient for MockPdClient {
         {
             let mut t = lock(&self.shared.topology);
             let address = match t.stores.get(&peer.store_id) {
-                Some(s) => s.address.clone(),
+                Some(s) => {
+                    // A TiFlash store (labelled so) is refused, as
+                    // `PdRpcClient` refuses it: never dialled.
+                    refuse_unless_tikv(peer.store_id, &s.labels)?;
+                    s.address.clone()
+                }
                 None => {
                     return Err(Error::from(Failure::StoreNotFound {
                         store_id: peer.store_id,
@@ -613,6 +623,8 @@ impl PdClient for MockPdClient {
                 source: None,
             }));
         }
+        let labels = self.store_labels(store_id).unwrap_or_default();
+        refuse_unless_tikv(store_id, &labels)?;
         *lock(&self.shared.probes_by_store)
             .entry(store_id)
             .or_default() += 1;
@@ -683,10 +695,13 @@ impl PdClient for MockPdClient {
         }
     }
 
+    /// The TiKV stores of the topology (a store labelled
+    /// `engine=tiflash` is left out, as `PdRpcClient` leaves it out).
     async fn all_stores(&self) -> Result<Vec<Store>> {
         let stores: Vec<metapb::Store> = lock(&self.shared.topology)
             .stores
             .values()
+            .filter(|s| StoreEngine::of_store(s).is_tikv())
             .cloned()
             .collect();
         Ok(stores

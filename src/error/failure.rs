@@ -87,6 +87,16 @@ pub enum Failure {
         /// The store id looked up.
         store_id: u64,
     },
+    /// The store runs another engine than TiKV (TiFlash, by its `engine`
+    /// label): no TiKV request is ever sent to it, so nothing was
+    /// ([routing.md, "TiFlash"](crate::spec::routing#tiflash-stores-and-peers)).
+    #[error("store {store_id} is a {engine} store, not TiKV: no TiKV request is sent to it (nothing was sent); a Region's TiFlash learners serve TiFlash's own requests only")]
+    NotTiKvStore {
+        /// The store.
+        store_id: u64,
+        /// The value of its `engine` label (`tiflash`, `tiflash_compute`).
+        engine: String,
+    },
     /// PD answered a Region lookup with a version older than one the client
     /// already holds, and nothing newer covers the key yet.
     #[error("PD answered with an older version of region {region_id} than the client already knows; PD is catching up, retry the request")]
@@ -184,7 +194,9 @@ impl Failure {
             | Failure::PdUnavailable { .. }
             | Failure::StaleRegion { .. } => Code::Unavailable,
             Failure::Pd { .. } | Failure::Undetermined { .. } => Code::Unknown,
-            Failure::ClusterIdMismatch { .. } => Code::FailedPrecondition,
+            Failure::ClusterIdMismatch { .. } | Failure::NotTiKvStore { .. } => {
+                Code::FailedPrecondition
+            }
             Failure::RegionNotFoundInPd { .. } | Failure::StoreNotFound { .. } => Code::NotFound,
             Failure::DeadlineExceeded { .. } | Failure::Timeout { .. } => Code::DeadlineExceeded,
             Failure::InvalidArgument(_) => Code::InvalidArgument,

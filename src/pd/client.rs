@@ -12,6 +12,7 @@ use super::tso::{TimestampOracle, TsoStats};
 use super::PdClient;
 use crate::config::Config;
 use crate::proto::{metapb, pdpb};
+use crate::region::store_engine::{refuse_unless_tikv, StoreEngine};
 use crate::region::{
     CachedRegion, RegionCache, RegionId, RegionVerId, RegionWithLeader, SingleFlight, StoreCache,
     StoreId,
@@ -234,12 +235,22 @@ impl<KvC: KvConnect> PdRpcClient<KvC> {
         Ok(store)
     }
 
-    /// The client of a cached, usable store whose connection is open.
+    /// [`store`](Self::store), refused (before anything is dialled) when
+    /// it does not run TiKV: a TiFlash store takes no TiKV request
+    /// ([routing.md, "TiFlash"](crate::spec::routing#tiflash-stores-and-peers)).
+    async fn tikv_store(&self, store_id: StoreId) -> Result<metapb::Store> {
+        let store = self.store(store_id).await?;
+        refuse_unless_tikv(store_id, &store.labels)?;
+        Ok(store)
+    }
+
+    /// The client of a cached, usable TiKV store whose connection is open.
     fn cached_kv_client(&self, store_id: StoreId) -> Option<Arc<KvC::KvClient>> {
         self.stores
             .with_cached(store_id, |store| {
                 let usable = store.state != metapb::StoreState::Tombstone as i32
-                    && !store.address.is_empty();
+                    && !store.address.is_empty()
+                    && StoreEngine::of_store(store).is_tikv();
                 usable.then(|| self.cached_connection(&store.address))
             })
             .flatten()
@@ -341,7 +352,7 @@ impl<KvC: KvConnect> PdClient for PdRpcClient<KvC> {
         let client = match cached {
             Some(client) => client,
             None => {
-                let store = self.store(peer.store_id).await?;
+                let store = self.tikv_store(peer.store_id).await?;
                 self.kv_client(&store.address).await?
             }
         };
@@ -354,8 +365,8 @@ impl<KvC: KvConnect> PdClient for PdRpcClient<KvC> {
         peer: metapb::Peer,
         proxy: StoreId,
     ) -> Result<RegionStore> {
-        let target = self.store(peer.store_id).await?;
-        let proxy = self.store(proxy).await?;
+        let target = self.tikv_store(peer.store_id).await?;
+        let proxy = self.tikv_store(proxy).await?;
         let client = self
             .forwarded_client(&proxy.address, &target.address)
             .await?;
@@ -373,11 +384,11 @@ impl<KvC: KvConnect> PdClient for PdRpcClient<KvC> {
         bound: std::time::Duration,
     ) -> Result<()> {
         let probe = async {
-            let target = self.store(store_id).await?;
+            let target = self.tikv_store(store_id).await?;
             let client = match via {
                 None => self.kv_client(&target.address).await?,
                 Some(proxy) => {
-                    let proxy = self.store(proxy).await?;
+                    let proxy = self.tikv_store(proxy).await?;
                     self.forwarded_client(&proxy.address, &target.address)
                         .await?
                 }
@@ -447,6 +458,8 @@ impl<KvC: KvConnect> PdClient for PdRpcClient<KvC> {
             .await
     }
 
+    /// TiKV's stores only: PD lists TiFlash's too, which take no TiKV
+    /// request and are never dialled.
     async fn all_stores(&self) -> Result<Vec<Store>> {
         let metas = self.cluster.get_all_stores(true).await?;
         let mut stores = Vec::with_capacity(metas.len());
@@ -455,6 +468,13 @@ impl<KvC: KvConnect> PdClient for PdRpcClient<KvC> {
                 continue;
             }
             self.stores.insert(meta.clone());
+            if !StoreEngine::of_store(&meta).is_tikv() {
+                debug!(
+                    "store {} is not TiKV ({:?}); left out",
+                    meta.id, meta.labels
+                );
+                continue;
+            }
             let client = self.kv_client(&meta.address).await?;
             stores.push(Store { meta, client });
         }

@@ -91,7 +91,11 @@ pub trait PdClient: Send + Sync + 'static {
 
     /// Maps a Region and one of its peers to a client of that peer's store:
     /// looks the store up (cache, then PD) and opens or reuses a channel,
-    /// bounded by the connect timeout.
+    /// bounded by the connect timeout. A store that does not run TiKV (a
+    /// TiFlash store, by its `engine` label) is refused with
+    /// [`Failure::NotTiKvStore`] before
+    /// anything is dialled ([routing.md,
+    /// "TiFlash"](crate::spec::routing#tiflash-stores-and-peers)).
     async fn map_peer_to_store(
         self: Arc<Self>,
         region: RegionWithLeader,
@@ -101,7 +105,9 @@ pub trait PdClient: Send + Sync + 'static {
     /// Maps a Region and one of its peers to a client that reaches that
     /// peer's store through the store `proxy`, which forwards every call
     /// ([routing.md, "Forwarding"](crate::spec::routing#forwarding-beyond)).
-    /// The default cannot forward and fails without sending anything.
+    /// Neither store may be a TiFlash store (refused as by
+    /// [`map_peer_to_store`](PdClient::map_peer_to_store)). The default
+    /// cannot forward and fails without sending anything.
     async fn map_peer_through_proxy(
         self: Arc<Self>,
         region: RegionWithLeader,
@@ -137,7 +143,8 @@ pub trait PdClient: Send + Sync + 'static {
     /// **beyond** The labels of store `store_id` (`zone`, ...) as PD
     /// reported them, when the store is cached, without waiting: a replica
     /// read prefers stores whose labels match
-    /// [`Config::local_labels`](crate::Config::local_labels). `None` (the
+    /// [`Config::local_labels`](crate::Config::local_labels), and never
+    /// picks a store whose `engine` label names TiFlash. `None` (the
     /// default, and for a store not cached yet): unknown.
     fn store_labels(&self, store_id: StoreId) -> Option<Vec<crate::proto::metapb::StoreLabel>> {
         let _ = store_id;
@@ -188,7 +195,9 @@ pub trait PdClient: Send + Sync + 'static {
         Ok(Arc::new(CachedRegion::from(self.region_for_id(id).await?)))
     }
 
-    /// Every store PD knows, excluding tombstones, each with a client.
+    /// Every TiKV store PD knows, each with a client: tombstones and
+    /// stores of another engine (TiFlash, by its `engine` label) left out,
+    /// and never dialled. Store-wide requests go to these.
     async fn all_stores(&self) -> Result<Vec<Store>>;
 
     /// A timestamp from PD's TSO.

@@ -5,6 +5,7 @@
 pub(crate) mod cache;
 mod cached;
 mod single_flight;
+pub(crate) mod store_engine;
 
 pub(crate) use cache::SingleFlight;
 pub(crate) use cache::{RegionCache, StoreCache};

@@ -70,6 +70,11 @@
 //!   and an RPC is cut at the deadline (for a write, undetermined).
 //! - *`ServerIsBusy.backoff_ms`* is honoured up to 5 s
 //!   (`MAX_BUSY_BACKOFF`).
+//! - *A candidate on a TiFlash store* (refused at mapping) is skipped
+//!   without blame: no store dropped or cooled down, no forwarding; a
+//!   round that then finds no answer reloads the Region, whose peer list
+//!   offered it ([routing.md, "TiFlash stores and
+//!   peers"](crate::spec::routing#tiflash-stores-and-peers)).
 //!
 //! # Behaviours and their tests
 //!

@@ -94,13 +94,22 @@ pub trait KvConnect: Sized + Send + Sync + 'static {
     }
 }
 
-/// A client to one store, as returned by `PdClient::all_stores`.
+/// A client to one TiKV store, as returned by `PdClient::all_stores`.
 #[derive(Clone)]
 pub struct Store {
     /// The store's metadata.
     pub meta: metapb::Store,
     /// A client connected to it.
     pub client: Arc<dyn KvClient + Send + Sync>,
+}
+
+impl Store {
+    /// True when the store runs TiKV: store-wide requests go only to
+    /// these, whatever the [`PdClient`](crate::pd::PdClient) handed out
+    /// ([routing.md, "TiFlash"](crate::spec::routing#tiflash-stores-and-peers)).
+    pub(crate) fn is_tikv(&self) -> bool {
+        crate::region::store_engine::StoreEngine::of_store(&self.meta).is_tikv()
+    }
 }
 
 impl std::fmt::Debug for Store {

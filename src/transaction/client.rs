@@ -315,7 +315,9 @@ impl<PdC: PdClient> TransactionClient<PdC> {
         };
         let stores = self.shared.pd.all_stores().await?;
         let mut errors = Vec::new();
-        for store in stores {
+        // TiKV's stores only: TiFlash keeps no TiKV data and answers
+        // `Unimplemented` (the PD client leaves it out already).
+        for store in stores.into_iter().filter(crate::store::Store::is_tikv) {
             let answer = store.client.dispatch(&request).await.and_then(|r| {
                 r.downcast::<kvrpcpb::UnsafeDestroyRangeResponse>()
                     .map(|b| *b)

@@ -24,5 +24,6 @@ mod routing_replica;
 mod routing_shape;
 mod routing_sim;
 mod routing_store_health;
+mod routing_tiflash;
 mod routing_transport;
 mod write_replay;

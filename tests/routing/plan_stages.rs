@@ -183,3 +183,89 @@ async fn preserve_results_keeps_each_regions_outcome() {
     let served = results[1].as_ref().unwrap();
     assert_eq!(served.pairs[0].key, b"z".to_vec());
 }
+
+/// A [`PdClient`] that hands out every store it is given, a TiFlash one
+/// included, as a PD client of a caller's own might.
+struct ListsTiFlash(Arc<MockPdClient>);
+
+#[async_trait]
+impl PdClient for ListsTiFlash {
+    type KvClient = mock::MockKvClient;
+
+    async fn map_peer_to_store(
+        self: Arc<Self>,
+        region: tikv_plan::region::RegionWithLeader,
+        peer: tikv_plan::proto::metapb::Peer,
+    ) -> Result<tikv_plan::store::RegionStore> {
+        self.0.clone().map_peer_to_store(region, peer).await
+    }
+    async fn region_for_key(&self, key: &[u8]) -> Result<tikv_plan::region::RegionWithLeader> {
+        self.0.region_for_key(key).await
+    }
+    async fn region_for_id(&self, id: u64) -> Result<tikv_plan::region::RegionWithLeader> {
+        self.0.region_for_id(id).await
+    }
+    async fn all_stores(&self) -> Result<Vec<Store>> {
+        let mut stores = self.0.all_stores().await?;
+        let mut tiflash = stores[0].clone();
+        tiflash.meta.id = 9;
+        tiflash.meta.labels = vec![tikv_plan::proto::metapb::StoreLabel {
+            key: "engine".to_owned(),
+            value: "tiflash".to_owned(),
+        }];
+        stores.push(tiflash);
+        Ok(stores)
+    }
+    async fn get_timestamp(self: Arc<Self>) -> Result<tikv_plan::Timestamp> {
+        self.0.clone().get_timestamp().await
+    }
+    async fn update_leader(
+        &self,
+        ver_id: tikv_plan::region::RegionVerId,
+        leader: tikv_plan::proto::metapb::Peer,
+    ) -> Result<()> {
+        self.0.update_leader(ver_id, leader).await
+    }
+    async fn invalidate_region_cache(&self, ver_id: tikv_plan::region::RegionVerId) {
+        self.0.invalidate_region_cache(ver_id).await
+    }
+    async fn invalidate_store_cache(&self, store_id: u64) {
+        self.0.invalidate_store_cache(store_id).await
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn all_stores_never_runs_on_a_tiflash_store() {
+    let pd = two_regions();
+    pd.set_store_labels(3, &[("engine", "tiflash")]);
+    pd.set_dispatch_hook(|_peer, request| answer_with_key(request));
+    let ids: Vec<u64> = pd
+        .all_stores()
+        .await
+        .unwrap()
+        .iter()
+        .map(|s| s.meta.id)
+        .collect();
+    assert_eq!(
+        ids,
+        vec![1, 2],
+        "the mock lists TiKV's stores, as PdRpcClient does"
+    );
+    // A PD client that lists a TiFlash store all the same: the plan leaves
+    // it out.
+    let request = GetOnEveryStore(kvrpcpb::RawGetRequest::default());
+    let results = PlanBuilder::new(
+        Arc::new(ListsTiFlash(pd.clone())),
+        Keyspace::Disable,
+        request,
+    )
+    .all_stores(Backoff::no_backoff())
+    .plan()
+    .execute()
+    .await
+    .unwrap();
+    let mut values: Vec<Vec<u8>> = results.into_iter().map(|r| r.unwrap().value).collect();
+    values.sort();
+    assert_eq!(values, [b"store-1".to_vec(), b"store-2".to_vec()]);
+    assert_eq!(pd.dispatches(), 2);
+}

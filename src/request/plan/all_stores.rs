@@ -27,9 +27,9 @@ impl<Req: KvRequest + StoreRequest> StoreRequest for Dispatch<Req> {
     }
 }
 
-/// Runs the inner plan once per store PD knows (tombstones excluded), all
-/// at once; a store answering a Region error is retried after `backoff`.
-/// The result has one entry per store.
+/// Runs the inner plan once per TiKV store PD knows (tombstones and
+/// TiFlash stores excluded), all at once; a store answering a Region error
+/// is retried after `backoff`. The result has one entry per store.
 pub struct RetryableAllStores<P: Plan, PdC: PdClient> {
     /// The plan run on each store.
     pub(super) inner: P,
@@ -58,7 +58,9 @@ where
 
     async fn execute(&self) -> Result<Self::Result> {
         let stores = self.pd_client.all_stores().await?;
-        let runs = stores.into_iter().map(|store| {
+        // The PD client leaves TiFlash stores out; a PdClient of the
+        // caller's may not.
+        let runs = stores.into_iter().filter(Store::is_tikv).map(|store| {
             let mut plan = self.inner.clone();
             plan.apply_store(&store);
             run_on_store(plan, self.backoff.clone())

@@ -18,7 +18,7 @@
 //! | new round | (cached leader known, not probing) | [`Next::CheckLeaderStore`] |
 //! | new round | [`Event::LeaderStore`] / none needed | `Map` the first candidate (the leader through a remembered proxy first), or end the round |
 //! | mapping a candidate | [`Event::Mapped`] | [`Next::Dispatch`] |
-//! | mapping a candidate | [`Event::MappingFailed`] | next candidate (store dropped) |
+//! | mapping a candidate | [`Event::MappingFailed`] | next candidate (store dropped; a TiFlash store is skipped, kept) |
 //! | RPC in flight | [`Event::Answered`] without Region error | [`Next::Done`] (leader cache set first) |
 //! | RPC in flight | [`Event::Answered`] with a Region error | next candidate, or the Region-error table |
 //! | RPC in flight | [`Event::DispatchFailed`] | next candidate, or fail (fatal / undetermined) |
@@ -43,6 +43,7 @@ use tokio::time::Instant;
 
 use crate::backoff::Backoff;
 use crate::proto::{errorpb, metapb};
+use crate::region::store_engine::store_unreached;
 use crate::region::{CandidateOrder, RegionVerId, RegionWithLeader, StoreId};
 use crate::Error;
 
@@ -584,15 +585,14 @@ impl<'r> ShardMachine<'r> {
             self.region.id()
         );
         // Every mapping failure moves on (the request was not sent); only a
-        // failure to reach the store itself makes it cool down, not, say, PD
-        // being unavailable. Through a proxy, the route failed: the next
-        // voter that names the leader may proxy instead.
+        // failure to reach the store itself makes it cool down. Through a
+        // proxy, the route failed: the next voter naming the leader proxies.
         if let Some(proxy) = self.round.current_via() {
             self.effects.push(Effect::ProxyFailed {
                 target: store_id,
                 proxy,
             });
-        } else if classify_dispatch_error(&error) == DispatchFailure::NotSent {
+        } else if store_unreached(&error) {
             self.effects.push(Effect::StoreFailed(store_id));
         }
         let step = self.round.on_mapping_failed(&self.region, error);

@@ -87,13 +87,17 @@ impl ReadFlags {
 /// `spread` picks among equally good peers (a counter, so reads spread);
 /// `label_match` says whether a store's labels match the client's local
 /// labels (`None`: unknown, or no labels configured); `unreachable` says a
-/// store is marked unreachable (never chosen).
+/// store is marked unreachable (never chosen); `not_tikv` says a store is
+/// known to run another engine (a TiFlash store, whose learners serve no
+/// TiKV read, `ReplicaRead::Learner` included: never chosen, as in
+/// client-go, whose replica selector sees TiKV's peers only).
 pub(crate) fn replica_target(
     region: &RegionWithLeader,
     mode: ReadMode,
     spread: usize,
     label_match: impl Fn(StoreId) -> Option<bool>,
     unreachable: impl Fn(StoreId) -> bool,
+    not_tikv: impl Fn(StoreId) -> bool,
 ) -> Option<(metapb::Peer, ReadFlags)> {
     if !mode.leaves_leader() {
         return None;
@@ -121,7 +125,7 @@ pub(crate) fn replica_target(
         .region
         .peers
         .iter()
-        .filter(|p| !unreachable(p.store_id))
+        .filter(|p| !unreachable(p.store_id) && !not_tikv(p.store_id))
         .filter(|p| match kind {
             ReplicaRead::Leader => false,
             ReplicaRead::Follower => follower(p),
@@ -194,7 +198,7 @@ mod tests {
     }
 
     fn target(m: ReadMode, spread: usize) -> Option<(u64, ReadFlags)> {
-        replica_target(&region(), m, spread, |_| None, |_| false).map(|(p, f)| (p.id, f))
+        replica_target(&region(), m, spread, |_| None, |_| false, |_| false).map(|(p, f)| (p.id, f))
     }
 
     #[test]
@@ -240,7 +244,7 @@ mod tests {
     fn prefer_leader_leaves_the_leader_only_when_its_store_is_unreachable() {
         let m = mode(ReplicaRead::PreferLeader, false);
         assert_eq!(target(m, 0), None);
-        let away = replica_target(&region(), m, 1, |_| None, |s| s == 1);
+        let away = replica_target(&region(), m, 1, |_| None, |s| s == 1, |_| false);
         assert_eq!(away.map(|(p, _)| p.id), Some(13));
     }
 
@@ -250,7 +254,7 @@ mod tests {
         r.region.peers[1].is_witness = true;
         let m = mode(ReplicaRead::Follower, false);
         for spread in 0..3 {
-            let got = replica_target(&r, m, spread, |_| None, |s| s == 3);
+            let got = replica_target(&r, m, spread, |_| None, |s| s == 3, |_| false);
             assert_eq!(
                 got, None,
                 "only the witness and an unreachable peer are left"
@@ -262,11 +266,44 @@ mod tests {
     fn local_labels_pick_the_peers_in_the_clients_zone_when_there_are_any() {
         let m = mode(ReplicaRead::Follower, false);
         for spread in 0..3 {
-            let got = replica_target(&region(), m, spread, |s| Some(s == 3), |_| false);
+            let got = replica_target(&region(), m, spread, |s| Some(s == 3), |_| false, |_| false);
             assert_eq!(got.map(|(p, _)| p.id), Some(13));
         }
-        let none_local = replica_target(&region(), m, 0, |_| Some(false), |_| false);
+        let none_local = replica_target(&region(), m, 0, |_| Some(false), |_| false, |_| false);
         assert_eq!(none_local.map(|(p, _)| p.id), Some(12), "any follower then");
+    }
+
+    #[test]
+    fn tiflash_learners_are_never_chosen() {
+        // Learner 15 on store 5, a TiFlash store, beside TiKV learner 14.
+        let mut r = region();
+        r.region.peers.push(peer(15, 5, PeerRole::Learner));
+        let tiflash = |s: StoreId| s == 5;
+        for kind in [
+            ReplicaRead::Learner,
+            ReplicaRead::Mixed,
+            ReplicaRead::Follower,
+            ReplicaRead::PreferLeader,
+        ] {
+            for stale in [false, true] {
+                for spread in 0..10 {
+                    let got =
+                        replica_target(&r, mode(kind, stale), spread, |_| None, |_| false, tiflash);
+                    assert_ne!(
+                        got.map(|(p, _)| p.store_id),
+                        Some(5),
+                        "{kind:?} stale={stale}"
+                    );
+                }
+            }
+        }
+        // Even in the client's zone, and with nothing else left.
+        let zone = |s: StoreId| Some(s == 5);
+        let learner = mode(ReplicaRead::Learner, false);
+        let got = replica_target(&r, learner, 0, zone, |_| false, tiflash);
+        assert_eq!(got.map(|(p, _)| p.id), Some(14));
+        let got = replica_target(&r, learner, 0, |_| None, |s| s == 4, tiflash);
+        assert_eq!(got, None, "no TiKV learner left: the leader reads");
     }
 
     #[test]

@@ -10,6 +10,7 @@
 //! as client-rust and tokio keep them; the code is under 800.
 
 use crate::proto::{errorpb, metapb};
+use crate::region::store_engine::is_not_tikv_refusal;
 use crate::region::{CandidateOrder, RegionWithLeader, StoreId};
 use crate::Error;
 
@@ -34,6 +35,8 @@ pub(crate) enum CandidateAnswer {
     },
     /// It answered `ServerIsBusy`.
     Busy,
+    /// Its store does not run TiKV (a TiFlash store): nothing was sent.
+    NotTiKv,
 }
 
 impl CandidateAnswer {
@@ -271,13 +274,31 @@ impl CandidateRound {
     }
 
     /// The current candidate's store could not be mapped: the request was
-    /// not sent. Next candidate; drop that store.
+    /// not sent. Next candidate; drop that store (not a TiFlash store's:
+    /// it was refused, see `on_not_tikv_store`).
     pub(crate) fn on_mapping_failed(
         &mut self,
         region: &RegionWithLeader,
         error: Error,
     ) -> CandidateStep {
+        if is_not_tikv_refusal(&error) {
+            return self.on_not_tikv_store(region, error);
+        }
         self.unreached(region, CandidateAnswer::MappingFailed, error)
+    }
+
+    /// The current candidate's store does not run TiKV (TiFlash): the
+    /// mapping refused it and nothing was sent. Next candidate, with no
+    /// store dropped and no mark on the leader's reach (forwarding never
+    /// aims at a TiFlash store); the refusal counts as a routing failure,
+    /// so a round that then finds no answer reloads the Region (a peer
+    /// list that offers such a candidate is stale).
+    fn on_not_tikv_store(&mut self, region: &RegionWithLeader, error: Error) -> CandidateStep {
+        self.record(region, CandidateAnswer::NotTiKv);
+        self.routing_error.get_or_insert(error);
+        CandidateStep::Next {
+            invalidate_store: None,
+        }
     }
 
     /// The current candidate could not be reached (`answer`: mapping or
@@ -708,6 +729,38 @@ mod tests {
         let accepted = round.on_accepted();
         assert!(accepted.update_leader);
         assert_eq!(accepted.peer.id, 13);
+    }
+
+    #[test]
+    fn a_tiflash_store_refused_at_mapping_is_skipped_kept_and_reloads_the_region() {
+        let r = region(3, Some(1));
+        let mut round = Round::new(&r, CandidateOrder::LeaderFirst);
+        round.round = round.round.forwarding(true);
+        assert_eq!(next_id(&mut round), Some(11));
+        let refusal = || {
+            Error::from(Failure::NotTiKvStore {
+                store_id: 1,
+                engine: "tiflash".into(),
+            })
+        };
+        let s = round.on_mapping_failed(refusal());
+        assert!(is_next(&s, None), "no store dropped for a refusal");
+        assert_eq!(round.tried()[0].answer, CandidateAnswer::NotTiKv);
+        assert_eq!(next_id(&mut round), Some(12));
+        round.on_region_error(not_leader(Some(peer(11, 1))));
+        // A voter named the refused leader: it is not forwarded to (its
+        // store was refused, not found out of reach).
+        assert_eq!(next_id(&mut round), Some(13));
+        let s = round.on_mapping_failed(refusal());
+        assert!(is_next(&s, None));
+        assert_eq!(next_id(&mut round), None);
+        let end = round.finish();
+        assert!(end.reload_region, "a peer list offering TiFlash is stale");
+        assert_eq!(end.unreachable_leader, None);
+        assert!(matches!(
+            end.strongest.failure(),
+            Some(Failure::NotTiKvStore { .. })
+        ));
     }
 
     /// (name, answers of leader and two voters, reload, strongest is routing)

@@ -5,13 +5,17 @@
 //! stale read. A clean answer (no Region error) is the read's; anything
 //! else (a Region error such as `DataIsNotReady` or `ReadIndexNotReady`, a
 //! transport failure, a timeout, a store that cannot be mapped) sends the
-//! read to the leader, as an ordinary leader request.
+//! read to the leader, as an ordinary leader request. A TiFlash store is
+//! never the replica: one its labels name is not chosen, and one the
+//! mapping refuses (its labels were not known yet) is replaced by another
+//! choice.
 
 use tokio::sync::Semaphore;
 use tokio::time::Instant;
 
 use crate::pd::PdClient;
-use crate::region::RegionWithLeader;
+use crate::region::store_engine::{is_not_tikv_refusal, known_not_tikv};
+use crate::region::{RegionWithLeader, StoreId};
 use crate::request::plan::retry::RetryableMultiRegion;
 use crate::request::plan::stage::ShardStage;
 use crate::request::plan::traits::HasRegionError;
@@ -40,39 +44,65 @@ where
         let routing = self.routing.as_deref();
         let wanted = routing.map_or(&[][..], |r| r.local_labels());
         let pd = &*self.pd_client;
-        let (peer, flags) = replica_target(
-            region,
-            self.policy.read,
-            routing.map_or(0, |r| r.next_replica_spread()),
-            |store_id| {
-                if wanted.is_empty() {
-                    return None;
-                }
-                pd.store_labels(store_id)
-                    .map(|labels| labels_match(&labels, wanted))
-            },
-            |store_id| routing.is_some_and(|r| r.is_store_unreachable(store_id)),
-        )?;
         let count = |counter| {
             if let Some(r) = routing {
                 r.count(counter);
             }
         };
-        count(Counter::ReplicaRead);
-        let mut store = match self.map_candidate(region, peer, None, deadline).await {
-            Ok(store) => store,
-            Err(error) => {
-                *now = Instant::now();
-                tracing::debug!(
-                    "region {}: the replica on store {} could not be mapped ({error}); reading from the leader",
-                    region.id(),
-                    peer.store_id
-                );
-                count(Counter::ReplicaFallback);
-                return None;
+        let spread = routing.map_or(0, |r| r.next_replica_spread());
+        // Stores whose mapping refused them as TiFlash in this read (the
+        // PD client's labels know them too, once looked up).
+        let mut refused: Vec<StoreId> = Vec::new();
+        let store = loop {
+            let (peer, flags) = replica_target(
+                region,
+                self.policy.read,
+                spread,
+                |store_id| {
+                    if wanted.is_empty() {
+                        return None;
+                    }
+                    pd.store_labels(store_id)
+                        .map(|labels| labels_match(&labels, wanted))
+                },
+                |store_id| routing.is_some_and(|r| r.is_store_unreachable(store_id)),
+                |store_id| {
+                    refused.contains(&store_id)
+                        || known_not_tikv(pd.store_labels(store_id).as_deref())
+                },
+            )?;
+            let mapped = self.map_candidate(region, peer, None, deadline).await;
+            if !matches!(&mapped, Err(error) if is_not_tikv_refusal(error)) {
+                count(Counter::ReplicaRead);
+            }
+            match mapped {
+                Ok(mut store) => {
+                    store.read = flags;
+                    break store;
+                }
+                // A store not known to be TiFlash until looked up: choose
+                // again without it (each store once, so this ends).
+                Err(error) if is_not_tikv_refusal(&error) => {
+                    tracing::debug!(
+                        "region {}: store {} is not TiKV; choosing another replica",
+                        region.id(),
+                        peer.store_id
+                    );
+                    refused.push(peer.store_id);
+                }
+                Err(error) => {
+                    *now = Instant::now();
+                    tracing::debug!(
+                        "region {}: the replica on store {} could not be mapped ({error}); reading from the leader",
+                        region.id(),
+                        peer.store_id
+                    );
+                    count(Counter::ReplicaFallback);
+                    return None;
+                }
             }
         };
-        store.read = flags;
+        let (flags, store_id) = (store.read, store.store_id());
         *now = Instant::now();
         let left = deadline.map(|d| d.at.saturating_duration_since(*now));
         let (_, result) = self
@@ -88,7 +118,7 @@ where
         tracing::debug!(
             "region {}: the {flags:?} read on store {} failed ({why}); reading from the leader",
             region.id(),
-            peer.store_id
+            store_id
         );
         count(Counter::ReplicaFallback);
         None
