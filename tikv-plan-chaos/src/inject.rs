@@ -344,8 +344,10 @@ impl Injector {
         !self.active.iter().any(|(_, h, _)| same(*h, store))
     }
 
+    /// A random TiKV store: a fault on the TiFlash store would change
+    /// nothing a TiKV client meets.
     fn random_store(&mut self, cluster: &SimCluster) -> Option<u64> {
-        let stores = cluster.store_ids();
+        let stores = cluster.tikv_store_ids();
         if stores.is_empty() {
             return None;
         }

@@ -20,7 +20,8 @@
 //! twice (so no compare-and-swap is); no operation outlives its bound (the
 //! client's request deadline plus one RPC timeout and a second of slack;
 //! scans walk Regions one plan at a time, so theirs is per Region); no task
-//! panics.
+//! panics; the cluster's TiFlash store ([`TIFLASH_STORES`]) receives no
+//! call.
 //!
 //! ```no_run
 //! # async fn demo() -> tikv_plan_chaos::Result<()> {
@@ -63,6 +64,12 @@ use std::time::Duration;
 /// suites count it late: the time to notice the deadline and unwind
 /// (timers on a loaded 2-core machine fire late by tens of milliseconds).
 pub const DEADLINE_MARGIN: std::time::Duration = std::time::Duration::from_millis(250);
+
+/// TiFlash stores every chaos cluster runs beside its TiKV stores, as most
+/// TiDB clusters do: PD lists them and every Region has a learner there,
+/// and no TiKV request may ever reach them (a run is clean only if none
+/// did; docs/routing.md, "TiFlash stores and peers").
+pub const TIFLASH_STORES: u64 = 1;
 
 pub use check::{check_history, CheckOptions, CheckReport, WriteMode};
 pub use error::{Error, Result};
@@ -184,6 +191,9 @@ pub struct ChaosReport {
     pub forwarded: u64,
     /// Reads a replica (not the leader) served (replica and stale reads).
     pub replica_served: u64,
+    /// Calls (and BatchCommands streams) the TiFlash stores received: a
+    /// clean run has none.
+    pub tiflash_calls: u64,
     /// The check of the history.
     pub check: CheckReport,
     /// Operations that ran past their bound, their client's request
@@ -202,9 +212,10 @@ pub struct ChaosReport {
 }
 
 impl ChaosReport {
-    /// No violation, nothing undecided, no hang, no panic.
+    /// No violation, nothing undecided, no hang, no panic, no call at a
+    /// TiFlash store.
     pub fn is_clean(&self) -> bool {
-        self.check.is_clean() && self.hangs == 0 && self.panics == 0
+        self.check.is_clean() && self.hangs == 0 && self.panics == 0 && self.tiflash_calls == 0
     }
 
     /// Faults applied, all kinds.
@@ -221,7 +232,7 @@ impl ChaosReport {
             .map(|k| format!("{k}={}", self.faults.get(k).copied().unwrap_or(0)))
             .collect();
         format!(
-            "seed={} seconds={} ops={} undetermined={} faults={} [{}] drops_fired={} forwarded={} replica_served={} non_linearizable_keys={} undecided_keys={} lost_writes={} double_applies={} double_cas={} hangs={} slowest_op={:?} panics={}",
+            "seed={} seconds={} ops={} undetermined={} faults={} [{}] drops_fired={} forwarded={} replica_served={} tiflash_calls={} non_linearizable_keys={} undecided_keys={} lost_writes={} double_applies={} double_cas={} hangs={} slowest_op={:?} panics={}",
             self.seed,
             self.duration.as_secs(),
             self.ops,
@@ -231,6 +242,7 @@ impl ChaosReport {
             self.drops_fired,
             self.forwarded,
             self.replica_served,
+            self.tiflash_calls,
             self.check.non_linearizable.len(),
             self.check.undecided.len(),
             self.check.lost_writes.len(),
@@ -285,6 +297,12 @@ impl ChaosReport {
         }
         for id in &self.hang_records {
             out.push_str(&format!("over its bound: {}\n", record(*id)));
+        }
+        if self.tiflash_calls > 0 {
+            out.push_str(&format!(
+                "the TiFlash stores received {} TiKV call(s)\n",
+                self.tiflash_calls
+            ));
         }
         out
     }
@@ -343,6 +361,7 @@ pub async fn run(config: ChaosConfig) -> Result<ChaosReport> {
     let cluster = Arc::new(
         SimCluster::builder()
             .stores(config.stores.max(1))
+            .tiflash_stores(TIFLASH_STORES)
             .pd_members(config.pd_members.max(1))
             .split_keys(split_keys)
             .replicas(3)
@@ -433,6 +452,7 @@ pub async fn run(config: ChaosConfig) -> Result<ChaosReport> {
         .sum();
     let forwarded = forwarded(&cluster);
     let replica_served = replica_served(&cluster);
+    let tiflash_calls = tiflash_calls(&cluster);
     cluster.shutdown().await;
 
     let history = recorder.records();
@@ -498,6 +518,7 @@ pub async fn run(config: ChaosConfig) -> Result<ChaosReport> {
         drops_fired,
         forwarded,
         replica_served,
+        tiflash_calls,
         check,
         hangs: usize::try_from(hangs.load(Ordering::SeqCst)).unwrap_or(usize::MAX),
         slowest_op,
@@ -519,6 +540,19 @@ pub(crate) fn replica_served(cluster: &SimCluster) -> u64 {
         .store_ids()
         .into_iter()
         .map(|s| cluster.counters(s).served_as_replica())
+        .sum()
+}
+
+/// The calls and BatchCommands streams the TiFlash stores of `cluster`
+/// received (hangs not counted twice).
+pub(crate) fn tiflash_calls(cluster: &SimCluster) -> u64 {
+    cluster
+        .tiflash_store_ids()
+        .into_iter()
+        .map(|s| {
+            let counters = cluster.counters(s);
+            counters.total_requests() + counters.batch_streams()
+        })
         .sum()
 }
 

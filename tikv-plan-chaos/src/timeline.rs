@@ -88,6 +88,7 @@ mod tests {
             drops_fired: 0,
             forwarded: 0,
             replica_served: 0,
+            tiflash_calls: 0,
             check: CheckReport::default(),
             hangs: 0,
             slowest_op: Duration::ZERO,

@@ -204,6 +204,9 @@ pub struct TxnChaosReport {
     pub forwarded: u64,
     /// Reads a replica (not the leader) served: stale snapshot reads.
     pub replica_served: u64,
+    /// Calls (and BatchCommands streams) the TiFlash stores received: a
+    /// clean run has none.
+    pub tiflash_calls: u64,
     /// Every fault as applied, on the history's clock (`--dump` writes
     /// them after the transactions).
     pub fault_windows: Vec<FaultWindow>,
@@ -1444,6 +1447,7 @@ impl TxnRan {
             drops_fired,
             forwarded: 0,
             replica_served: 0,
+            tiflash_calls: 0,
             fault_windows: Vec::new(),
             heartbeats,
             lock_checks,
@@ -1488,6 +1492,7 @@ pub async fn run(config: TxnChaosConfig) -> crate::Result<TxnChaosReport> {
     let cluster = Arc::new(
         SimCluster::builder()
             .stores(config.stores.max(1))
+            .tiflash_stores(crate::TIFLASH_STORES)
             .pd_members(config.pd_members.max(1))
             .split_keys(keys.split_keys(config.regions))
             .replicas(3)
@@ -1524,6 +1529,7 @@ pub async fn run(config: TxnChaosConfig) -> crate::Result<TxnChaosReport> {
     let drops = drops_fired(&cluster);
     let forwarded = crate::forwarded(&cluster);
     let replica_served = crate::replica_served(&cluster);
+    let tiflash_calls = crate::tiflash_calls(&cluster);
     let lock_waits = cluster.lock_wait_stats();
     cluster.shutdown().await;
 
@@ -1536,6 +1542,7 @@ pub async fn run(config: TxnChaosConfig) -> crate::Result<TxnChaosReport> {
         let mut report = ran.report(&config, &keys, faults, drops, lock_waits, panics);
         report.forwarded = forwarded;
         report.replica_served = replica_served;
+        report.tiflash_calls = tiflash_calls;
         report.fault_windows = windows;
         report
     })

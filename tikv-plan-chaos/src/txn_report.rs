@@ -6,9 +6,14 @@ use crate::txn::{mode_name, TxnChaosReport, FINAL_TASK, MODES, OUTCOMES, SETUP_T
 use crate::txn_history::{TxnMode, TxnOp, TxnOutcome, TxnRecord, TxnWorkload};
 
 impl TxnChaosReport {
-    /// No violation, no hang, no panic, no call past its deadline.
+    /// No violation, no hang, no panic, no call past its deadline, no
+    /// call at a TiFlash store.
     pub fn is_clean(&self) -> bool {
-        self.check.is_clean() && self.hangs == 0 && self.panics == 0 && self.late_calls == 0
+        self.check.is_clean()
+            && self.hangs == 0
+            && self.panics == 0
+            && self.late_calls == 0
+            && self.tiflash_calls == 0
     }
 
     /// Faults applied, all kinds.
@@ -75,7 +80,7 @@ impl TxnChaosReport {
             .collect::<Vec<_>>()
             .join(" ");
         format!(
-            "seed={} seconds={} txns={} (committed/aborted/undetermined/abandoned) {workloads} [{modes}] long={long} forced_expiries={} undetermined={} faults={} [{faults}] drops_fired={} forwarded={} replica_served={} heartbeats={}/{} lock_checks={} lock_waits={}/{}/{} deadlocks={}/{} violations={} hangs={} panics={} late_calls={} slowest_call={:?}/{:?}",
+            "seed={} seconds={} txns={} (committed/aborted/undetermined/abandoned) {workloads} [{modes}] long={long} forced_expiries={} undetermined={} faults={} [{faults}] drops_fired={} forwarded={} replica_served={} tiflash_calls={} heartbeats={}/{} lock_checks={} lock_waits={}/{}/{} deadlocks={}/{} violations={} hangs={} panics={} late_calls={} slowest_call={:?}/{:?}",
             self.seed,
             self.duration.as_secs(),
             self.transactions,
@@ -85,6 +90,7 @@ impl TxnChaosReport {
             self.drops_fired,
             self.forwarded,
             self.replica_served,
+            self.tiflash_calls,
             self.heartbeats.0,
             self.heartbeats.1,
             self.lock_checks,
@@ -123,6 +129,12 @@ impl TxnChaosReport {
         }
         for site in &self.late_call_sites {
             out.push_str(&format!("a call past its deadline: {site}\n"));
+        }
+        if self.tiflash_calls > 0 {
+            out.push_str(&format!(
+                "the TiFlash stores received {} TiKV call(s)\n",
+                self.tiflash_calls
+            ));
         }
         out
     }

@@ -57,9 +57,7 @@ impl Injector {
         let i = self.rng.usize(0..ordered.len());
         let neighbour = if i + 1 < ordered.len() { i + 1 } else { i - 1 };
         let (source, target) = (ordered.get(i)?, ordered.get(neighbour)?);
-        let stores = |r: &tikv_plan::proto::metapb::Region| -> Vec<u64> {
-            r.peers.iter().map(|p| p.store_id).collect()
-        };
+        let stores = |r: &tikv_plan::proto::metapb::Region| tikv_peer_stores(cluster, r);
         let (from, to) = (stores(source), stores(target));
         let missing = to.iter().filter(|s| !from.contains(s));
         let extra = from.iter().filter(|s| !to.contains(s));
@@ -100,9 +98,10 @@ impl Injector {
     pub(super) async fn peer_move(&mut self, cluster: &SimCluster) -> Option<String> {
         let region = self.random_region(cluster)?;
         let meta = cluster.region(region)?;
-        let peers: Vec<u64> = meta.peers.iter().map(|p| p.store_id).collect();
+        // TiFlash's learners stay where PD's placement rules put them.
+        let peers = tikv_peer_stores(cluster, &meta);
         let free: Vec<u64> = cluster
-            .store_ids()
+            .tikv_store_ids()
             .into_iter()
             .filter(|s| !peers.contains(s))
             .collect();
@@ -152,4 +151,15 @@ impl Injector {
         let pause = Duration::from_millis(self.rng.u64(0..=STEP_PAUSE_MS));
         tokio::time::sleep(pause).await;
     }
+}
+
+/// The TiKV stores holding a peer of `region` (its TiFlash learners left
+/// out: PD moves TiKV's peers, and never onto a TiFlash store).
+fn tikv_peer_stores(cluster: &SimCluster, region: &tikv_plan::proto::metapb::Region) -> Vec<u64> {
+    region
+        .peers
+        .iter()
+        .map(|p| p.store_id)
+        .filter(|s| cluster.store_engine(*s).is_none_or(|e| e.is_tikv()))
+        .collect()
 }
