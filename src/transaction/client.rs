@@ -299,7 +299,8 @@ impl<PdC: PdClient> TransactionClient<PdC> {
         // assertion stops the store); in a keyspace neither can be.
         if start.is_empty() || end.is_empty() {
             return Err(Error::from(Failure::InvalidArgument(
-                "unsafe_destroy_range needs a bounded range (a start and an end key):                  TiKV stops on an UnsafeDestroyRange with an empty key"
+                "unsafe_destroy_range needs a bounded range (a start and an end key): \
+                 TiKV stops on an UnsafeDestroyRange with an empty key"
                     .to_owned(),
             )));
         }

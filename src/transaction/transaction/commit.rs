@@ -100,9 +100,7 @@ impl<PdC: PdClient> Transaction<PdC> {
             PrewriteOutcome::OnePc(commit_ts) => Ok(Some(Timestamp::from_version(commit_ts))),
             PrewriteOutcome::AsyncCommit(commit_ts) => {
                 // Committed at `commit_ts` already; write it down everywhere.
-                if let Some(keys) = secondaries_to_commit(keys) {
-                    self.commit_in_background(keys, commit_ts);
-                }
+                self.commit_in_background(secondaries_to_commit(keys), commit_ts);
                 Ok(Some(Timestamp::from_version(commit_ts)))
             }
             PrewriteOutcome::TwoPhase => {
@@ -121,13 +119,11 @@ impl<PdC: PdClient> Transaction<PdC> {
                     // record holds the real commit ts.
                     commit_ts = self.committed_ts(&primary, commit_ts).await?;
                 }
-                if let Some(keys) = secondaries_to_commit(keys) {
-                    let secondaries: Vec<Vec<u8>> = keys
-                        .into_iter()
-                        .filter(|k| k.as_slice() != primary.as_bytes())
-                        .collect();
-                    self.commit_in_background(secondaries, commit_ts);
-                }
+                let secondaries: Vec<Vec<u8>> = secondaries_to_commit(keys)
+                    .into_iter()
+                    .filter(|k| k.as_slice() != primary.as_bytes())
+                    .collect();
+                self.commit_in_background(secondaries, commit_ts);
                 Ok(Some(Timestamp::from_version(commit_ts)))
             }
         }
@@ -282,28 +278,24 @@ impl<PdC: PdClient> Transaction<PdC> {
 /// The keys whose locks the commit goes on to commit after its commit
 /// point: all of them, except where client-rust's fail point
 /// `before-commit-secondary` (with the `integration-tests` feature, as in
-/// client-rust) keeps only the first `percent`% of the transaction's keys, or
-/// none (`None`, a commit that stops there) when that leaves no key. The
-/// transaction is committed either way; readers resolve what is left.
+/// client-rust) keeps only the first `percent`% of the transaction's keys
+/// (none: the commit stops there). The transaction is committed either way;
+/// readers resolve what is left.
 #[cfg(feature = "integration-tests")]
-fn secondaries_to_commit(keys: Vec<Vec<u8>>) -> Option<Vec<Vec<u8>>> {
+fn secondaries_to_commit(keys: Vec<Vec<u8>>) -> Vec<Vec<u8>> {
     fail::fail_point!("before-commit-secondary", |percent: Option<String>| {
         let percent = percent.and_then(|p| p.trim().parse::<usize>().ok());
         let keep = keys.len() * percent.unwrap_or(100).min(100) / 100;
-        if keep == 0 {
-            warn!("failpoint: before-commit-secondary leaves no secondary to commit");
-            return None;
-        }
-        Some(keys.iter().take(keep).cloned().collect())
+        keys.iter().take(keep).cloned().collect()
     });
-    Some(keys)
+    keys
 }
 
 /// The keys whose locks the commit goes on to commit after its commit
 /// point: all of them.
 #[cfg(not(feature = "integration-tests"))]
-fn secondaries_to_commit(keys: Vec<Vec<u8>>) -> Option<Vec<Vec<u8>>> {
-    Some(keys)
+fn secondaries_to_commit(keys: Vec<Vec<u8>>) -> Vec<Vec<u8>> {
+    keys
 }
 
 /// What the prewrite answers mean for the commit.
