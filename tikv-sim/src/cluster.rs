@@ -18,6 +18,7 @@ use super::net::{bind, Endpoint, PeerPorts};
 
 mod clients;
 mod layout;
+mod raft;
 mod replicas;
 mod shape;
 mod tiflash;
@@ -119,8 +120,12 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 impl Shared {
+    /// The cluster's state, with whatever Raft had due by now settled
+    /// (`raft.rs`).
     pub(crate) fn lock(&self) -> MutexGuard<'_, ClusterState> {
-        lock(&self.state)
+        let mut state = lock(&self.state);
+        state.tick();
+        state
     }
 
     fn faults_changed(&self) {
@@ -152,6 +157,7 @@ pub struct SimClusterBuilder {
     forward_dial: Option<DialHolder>,
     raft_entry_max_size: u64,
     tiflash_stores: u64,
+    raft_timing: crate::RaftTiming,
 }
 
 impl Default for SimClusterBuilder {
@@ -172,6 +178,7 @@ impl Default for SimClusterBuilder {
             forward_dial: None,
             raft_entry_max_size: crate::DEFAULT_RAFT_ENTRY_MAX_SIZE,
             tiflash_stores: 0,
+            raft_timing: crate::RaftTiming::tikv(),
         }
     }
 }
@@ -502,6 +509,7 @@ impl SimClusterBuilder {
         state.lock_waits.config = self.lock_wait;
         state.raft_entry_max_size = self.raft_entry_max_size;
         state.clock = self.tso_clock.clone();
+        state.raft.timing = self.raft_timing;
         for (name, id) in &self.keyspaces {
             state.keyspaces.push(keyspacepb::KeyspaceMeta {
                 id: *id,
@@ -815,13 +823,22 @@ impl SimCluster {
             .collect()
     }
 
-    /// Takes a store down: its listener closes (connections are refused)
-    /// and every open connection is reset. Requests waiting in a hang end.
-    /// When this returns, the port is closed.
+    /// Takes a store down, as a crash does: its listener closes
+    /// (connections are refused) and every open connection is reset.
+    /// Requests waiting in a hang end. When this returns, the port is
+    /// closed. The Regions it led elect new leaders among their live
+    /// voters after an election timeout ([`RaftTiming`](crate::RaftTiming)),
+    /// losing the pessimistic locks the dead leader kept in memory, unless
+    /// the store keeps its leaders ([`keep_leaders`](Self::keep_leaders),
+    /// [`store_down_cold`](Self::store_down_cold)).
     pub async fn store_down(&self, store_id: u64) {
         tracing::info!("simulated store {store_id} goes down");
-        if let Some(s) = self.state().stores.get_mut(&store_id) {
-            s.up = false;
+        {
+            let mut state = self.state();
+            if let Some(s) = state.stores.get_mut(&store_id) {
+                s.up = false;
+            }
+            state.store_died(store_id);
         }
         self.shared.faults_changed();
         let accept_task = lock(&self.shared.stores)
@@ -849,17 +866,28 @@ impl SimCluster {
                 e.up(listener);
             }
         }
-        if let Some(s) = self.state().stores.get_mut(&store_id) {
-            s.up = true;
+        {
+            let mut state = self.state();
+            if let Some(s) = state.stores.get_mut(&store_id) {
+                s.up = true;
+            }
+            // A cold store's Regions had kept their leaders: they lead again.
+            state.raft.keep_leaders.remove(&store_id);
         }
         self.shared.faults_changed();
         Ok(())
     }
 
-    /// Makes a store hang (see [`HangMode`]).
+    /// Makes a store hang (see [`HangMode`]). Its Regions' followers stop
+    /// hearing from it and elect, as when it goes down
+    /// ([`store_down`](Self::store_down)), unless the hang ends first.
     pub fn store_hang(&self, store_id: u64, mode: HangMode) {
-        if let Some(s) = self.state().stores.get_mut(&store_id) {
-            s.hang = Some(mode);
+        {
+            let mut state = self.state();
+            if let Some(s) = state.stores.get_mut(&store_id) {
+                s.hang = Some(mode);
+            }
+            state.store_died(store_id);
         }
         if let Some(e) = lock(&self.shared.stores).get_mut(&store_id) {
             e.set_frozen(mode == HangMode::Connect);
@@ -870,8 +898,12 @@ impl SimCluster {
     /// Ends a hang: frozen connections move again and waiting requests are
     /// served.
     pub fn store_unhang(&self, store_id: u64) {
-        if let Some(s) = self.state().stores.get_mut(&store_id) {
-            s.hang = None;
+        {
+            let mut state = self.state();
+            if let Some(s) = state.stores.get_mut(&store_id) {
+                s.hang = None;
+            }
+            state.store_revived(store_id);
         }
         if let Some(e) = lock(&self.shared.stores).get_mut(&store_id) {
             e.set_frozen(false);
@@ -914,6 +946,8 @@ impl SimCluster {
             })?;
         region.leader = Some(peer.id);
         region.cold = None;
+        let now = state.raft_now();
+        state.raft.on_new_leader(region_id, now);
         if update_pd && !state.cut_off_from_pd.contains(&to_store) {
             if let Ok(region) = state.region_mut(region_id) {
                 region.pd_leader = Some(peer.id);
@@ -982,6 +1016,7 @@ impl SimCluster {
         let old_leader = region.leader.or(region.cold.and_then(|c| c.old_leader));
         region.leader = None;
         region.cold = Some(Cold { mode, old_leader });
+        state.raft.elections.remove(&region_id);
         drop(state);
         self.shared.faults_changed();
         Ok(())

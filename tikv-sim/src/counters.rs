@@ -35,6 +35,18 @@ pub enum Outcome {
     /// Answered `RaftEntryTooLarge` (a write over the Raft entry limit,
     /// refused before anything was applied).
     RaftEntryTooLarge,
+    /// Answered `MaxTimestampNotSynced` (an async-commit or 1PC prewrite,
+    /// or an API v2 raw write, on a new leader still syncing its max ts).
+    MaxTimestampNotSynced,
+    /// Answered `StaleCommand` (a write whose proposal a leader change
+    /// overtook; nothing of it was applied).
+    StaleCommand,
+    /// Answered `ProposalInMergingMode` (a write to a Region being merged).
+    ProposalInMergingMode,
+    /// Answered `RegionNotInitialized` (a peer not yet initialized).
+    RegionNotInitialized,
+    /// Answered `DiskFull` (a write to a Region whose store's disk is full).
+    DiskFull,
     /// Applied, then the response was dropped and the connections reset.
     Dropped,
     /// Started waiting in a `HangMode::Respond` hang.
@@ -64,6 +76,11 @@ impl Outcome {
             Outcome::ReadIndexNotReady => "read_index_not_ready",
             Outcome::DataIsNotReady => "data_is_not_ready",
             Outcome::RaftEntryTooLarge => "raft_entry_too_large",
+            Outcome::MaxTimestampNotSynced => "max_timestamp_not_synced",
+            Outcome::StaleCommand => "stale_command",
+            Outcome::ProposalInMergingMode => "proposal_in_merging_mode",
+            Outcome::RegionNotInitialized => "region_not_initialized",
+            Outcome::DiskFull => "disk_full",
             Outcome::Dropped => "dropped",
             Outcome::Hung => "hung",
             Outcome::Invalid => "invalid",

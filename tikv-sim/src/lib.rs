@@ -390,6 +390,7 @@ mod lock_wait;
 mod mvcc;
 mod net;
 mod pd;
+mod raft;
 mod replica;
 mod state;
 mod store;
@@ -416,6 +417,7 @@ pub use tikv_plan_proto as proto;
 
 pub use mvcc::MvccVersion;
 pub use net::ClientCut;
+pub use raft::{RaftStats, RaftTiming};
 pub use state::{ColdMode, HangMode};
 pub use store::{ForwardDial, ForwardStream, FORWARDED_HOST};
 pub use store::{COPROCESSOR_PLUGIN, COPROCESSOR_PLUGIN_VERSION};

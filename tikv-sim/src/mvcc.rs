@@ -295,8 +295,17 @@ enum SecondaryStatus {
 impl Mvcc {
     // ---- Reading the families ----
 
+    /// Drops every pessimistic lock (kept in a leader's memory only, so a
+    /// crash loses them); returns how many.
+    pub(crate) fn drop_pessimistic_locks(&mut self) -> usize {
+        let before = self.locks.len();
+        self.locks.retain(|_, l| l.kind != LockKind::Pessimistic);
+        before - self.locks.len()
+    }
+
     /// The lock on an encoded key.
     #[cfg(test)]
+
     pub(crate) fn lock(&self, key: &[u8]) -> Option<&Lock> {
         self.locks.get(key)
     }

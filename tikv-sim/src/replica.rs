@@ -116,12 +116,19 @@ impl ClusterState {
         };
         let (region_id, local) = self.admit_peer(store_id, ctx, key_outside)?;
         let now = Instant::now();
+        let leads = self
+            .regions
+            .get(&region_id)
+            .is_some_and(|r| r.leader == Some(local.id));
+        let is_leader = leads && !self.raft.electing(region_id);
+        // Past the not-leader check, which these reads skip: a peer not yet
+        // initialized, a Region in a merge, a full disk under a replica.
+        self.refuse_replica_read(region_id, local.id, store_id, is_leader)?;
         let Some(region) = self.regions.get(&region_id) else {
             return self
                 .admit(store_id, ctx, key_outside)
                 .map(ReadPlan::Current);
         };
-        let is_leader = region.leader == Some(local.id);
         if local.is_witness {
             let mut e = region_error(format!(
                 "peer {} of region {region_id} is a witness",
@@ -198,7 +205,8 @@ impl ClusterState {
         let leader_reachable = self
             .stores
             .get(&leader.store_id)
-            .is_some_and(|s| s.up && s.hang.is_none());
+            .is_some_and(|s| s.up && s.hang.is_none())
+            && !self.raft.electing(region_id);
         if !leader_reachable {
             return Ok(ReadPlan::Wait(LEADER_POLL));
         }

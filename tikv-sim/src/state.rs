@@ -27,6 +27,12 @@ impl TsoClock {
         TsoClock(Some(Arc::new(clock)))
     }
 
+    /// The given clock's time since the UNIX epoch; `None` for the system
+    /// clock.
+    pub(crate) fn given_since_epoch(&self) -> Option<Duration> {
+        self.0.as_ref().map(|clock| clock())
+    }
+
     /// The time since the UNIX epoch, on this clock.
     fn since_epoch(&self) -> Duration {
         match &self.0 {
@@ -201,6 +207,9 @@ pub(crate) struct ClusterState {
     /// The calls PD's members have received, by gRPC method (a `Tso`
     /// stream counts each request on it).
     pub(crate) pd_calls: BTreeMap<&'static str, u64>,
+    /// Elections, and the windows around leader changes and merges
+    /// (`raft.rs`).
+    pub(crate) raft: crate::raft::RaftState,
 }
 
 /// The number of bits of the logical part of a timestamp.
@@ -248,6 +257,7 @@ impl ClusterState {
             resolved_ts_interval: crate::replica::DEFAULT_RESOLVED_TS_INTERVAL,
             raft_entry_max_size: crate::limits::DEFAULT_RAFT_ENTRY_MAX_SIZE,
             pd_calls: BTreeMap::new(),
+            raft: crate::raft::RaftState::new(cluster_id),
         }
     }
 
@@ -339,6 +349,12 @@ impl ClusterState {
         if !can_become_leader(&local) {
             return Err(not_leader(known_leader));
         }
+        if self.raft.electing(region_id) {
+            // The leader died and no one is elected yet: followers still
+            // name it; the old leader, back from a restart, knows no one.
+            let hint = known_leader.filter(|p| p.id != local.id);
+            return Err(not_leader(hint));
+        }
         match region.leader {
             Some(leader) if leader == local.id => Ok(region_id),
             Some(_) => Err(not_leader(known_leader)),
@@ -355,6 +371,8 @@ impl ClusterState {
                     region.leader = Some(local.id);
                     region.cold = None;
                 }
+                let now = self.raft_now();
+                self.raft.on_new_leader(region_id, now);
                 match cold.mode {
                     ColdMode::AcceptAtOnce => Ok(region_id),
                     ColdMode::NotLeaderFirst => Err(not_leader(None)),
@@ -524,6 +542,7 @@ impl ClusterState {
             resolved_ts: parent.resolved_ts,
         };
         self.regions.insert(new_id, child);
+        self.raft.on_split(parent_id, new_id);
         Ok(new_id)
     }
 

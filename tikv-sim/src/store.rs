@@ -65,6 +65,13 @@ pub(super) trait StoreCommand: KvMethod {
     fn read_ts(&self) -> Option<u64> {
         None
     }
+    /// Whether a new leader refuses it until it has synced its max ts
+    /// (`MaxTimestampNotSynced`, `raft.rs`): async-commit and 1PC
+    /// prewrites, and raw writes of an API v2 store.
+    fn needs_max_ts(&self, api: kvrpcpb::ApiVersion) -> bool {
+        let _ = api;
+        false
+    }
 }
 
 pub(super) fn first_outside<'a>(
@@ -192,6 +199,7 @@ impl StoreService {
             tokio::time::sleep(slow).await;
         }
         self.wait_out_hang(C::LABEL).await?;
+        let proposed = self.propose(&command).await;
 
         let arrived = Instant::now();
         // A replica read waiting for its read index is admitted again.
@@ -242,21 +250,37 @@ impl StoreService {
                     }
                 } else {
                     let raw = RawKeys::of(state.api_version);
-                    let admitted = state.admit_read(
-                        self.store_id,
-                        command.context(),
-                        &|r| command.key_outside(r, raw),
-                        command.read_ts(),
-                        arrived,
-                    );
-                    // A write is proposed to Raft: one whose entry would be
-                    // over the limit is refused before anything is applied.
+                    let needs_max_ts = command.needs_max_ts(state.api_version);
+                    // A write whose proposal waited: a leader change in
+                    // between made it stale.
+                    let stale = match proposed {
+                        Some((region_id, peer_id)) => state.refuse_stale(region_id, peer_id),
+                        None => Ok(()),
+                    };
+                    let admitted = stale.and_then(|()| {
+                        state.admit_read(
+                            self.store_id,
+                            command.context(),
+                            &|r| command.key_outside(r, raw),
+                            command.read_ts(),
+                            arrived,
+                        )
+                    });
+                    // A write is proposed to Raft (`raft.rs`, `limits.rs`):
+                    // refused before anything is applied on a leader that
+                    // has not synced its max ts (when it needs that), in a
+                    // merge, on a full disk, or over the entry size limit.
+                    // A leader read in a merge needs a read index, refused.
                     let admitted = admitted.and_then(|plan| match plan {
                         crate::replica::ReadPlan::Current(region_id)
                             if command.read_ts().is_none() =>
                         {
+                            state.refuse_proposal(region_id, self.store_id, needs_max_ts)?;
                             let (size, limit) = (command.encoded_len(), state.raft_entry_max_size);
                             crate::limits::check_entry_size(region_id, size, limit).map(|()| plan)
+                        }
+                        crate::replica::ReadPlan::Current(region_id) => {
+                            state.refuse_merging_read(region_id).map(|()| plan)
                         }
                         plan => Ok(plan),
                     });
@@ -354,6 +378,28 @@ impl StoreService {
                 Err(Status::unavailable("simulated dropped response"))
             }
         }
+    }
+
+    /// A write to be proposed by a leader on a store whose proposals wait
+    /// (`SimCluster::store_propose_delay`): checks it reaches the leader,
+    /// waits, and returns its Region and the proposing peer, for the
+    /// stale-command check. `None` for anything else.
+    async fn propose<C: StoreCommand>(&self, command: &C) -> Option<(u64, u64)> {
+        if command.read_ts().is_some() || command.store_wide() {
+            return None;
+        }
+        let ctx = command.context()?;
+        let (region_id, peer_id) = (ctx.region_id, ctx.peer.map(|p| p.id)?);
+        let delay = {
+            let state = self.shared.lock();
+            let leads = state
+                .regions
+                .get(&region_id)
+                .is_some_and(|r| r.leader == Some(peer_id) && !state.raft.electing(region_id));
+            state.propose_delay(self.store_id).filter(|_| leads)?
+        };
+        tokio::time::sleep(delay).await;
+        Some((region_id, peer_id))
     }
 
     /// The answer to a request `apply` refused: a key error in the response,

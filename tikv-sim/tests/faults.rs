@@ -61,7 +61,9 @@ async fn a_downed_store_refuses_connections_and_comes_back_on_the_same_port() {
         .await
         .unwrap();
 
-    cluster.store_down(store).await;
+    // Its Regions keep it as leader while it is down (no election): back
+    // up, it serves them again.
+    cluster.store_down_cold(store).await.unwrap();
     let refused = tokio::net::TcpStream::connect(&addr).await.unwrap_err();
     assert_eq!(refused.kind(), std::io::ErrorKind::ConnectionRefused);
     let failed = client.raw_get(get_req(&ctx, b"k")).await.unwrap_err();

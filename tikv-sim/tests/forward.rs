@@ -194,7 +194,8 @@ async fn a_target_that_cannot_be_reached_is_a_grpc_error_not_a_region_error() {
         ctx,
         leader_addr,
     } = setup().await;
-    cluster.store_down(leader).await;
+    // Kept as leader while down (no election), so back up it serves.
+    cluster.store_down_cold(leader).await.unwrap();
     let mut via_follower = client_of(&cluster, follower).await;
     let status = via_follower
         .raw_get(forwarded(get(&ctx), &leader_addr))

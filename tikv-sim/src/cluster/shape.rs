@@ -59,6 +59,18 @@ fn bump_conf_ver(region: &mut SimRegion) {
 impl ClusterState {
     /// Merges Region `source` into the adjacent Region `target`.
     pub(crate) fn merge(&mut self, source_id: u64, target_id: u64) -> Result<()> {
+        self.prepare_merge(source_id, target_id)?;
+        self.commit_merge(source_id, target_id)
+    }
+
+    /// PrepareMerge on `source`, after the merge's checks: its version and
+    /// conf_ver go up by one.
+    pub(crate) fn prepare_merge(&mut self, source_id: u64, target_id: u64) -> Result<()> {
+        if self.raft.merging.contains_key(&source_id) || self.raft.merging.contains_key(&target_id) {
+            return Err(invalid(format!(
+                "region {source_id} or {target_id} is already merging; wait for that merge"
+            )));
+        }
         if source_id == target_id {
             return Err(invalid(format!(
                 "region {source_id} cannot merge into itself; name two adjacent regions"
@@ -87,7 +99,7 @@ impl ClusterState {
             )));
         }
         for (id, region) in [(source_id, source), (target_id, target)] {
-            if region.leader.is_none() {
+            if region.leader.is_none() || self.raft.electing(id) {
                 return Err(invalid(format!(
                     "region {id} has no leader; a merge needs both Regions led"
                 )));
@@ -106,15 +118,39 @@ impl ClusterState {
                 )));
             }
         }
+        let source = self.region_mut(source_id)?;
+        let mut epoch = source.meta.region_epoch.unwrap_or_default();
+        epoch.version += 1;
+        epoch.conf_ver += 1;
+        source.meta.region_epoch = Some(epoch);
+        Ok(())
+    }
+
+    /// CommitMerge on `target`: it takes the prepared source's range, data
+    /// and locks; the source is gone.
+    pub(crate) fn commit_merge(&mut self, source_id: u64, target_id: u64) -> Result<()> {
         let Some(mut source) = self.regions.remove(&source_id) else {
             return Err(Error::RegionNotFound {
                 region_id: source_id,
             });
         };
-        // PrepareMerge on the source.
-        let mut source_epoch = source.meta.region_epoch.unwrap_or_default();
-        source_epoch.version += 1;
-        source_epoch.conf_ver += 1;
+        let Some(target) = self.regions.get(&target_id) else {
+            // The target is gone meanwhile: the merge rolls back.
+            self.regions.insert(source_id, source);
+            return Err(Error::RegionNotFound {
+                region_id: target_id,
+            });
+        };
+        let source_below =
+            !source.meta.end_key.is_empty() && source.meta.end_key == target.meta.start_key;
+        self.raft.elections.remove(&source_id);
+        self.raft.max_ts_unsynced.remove(&source_id);
+        // CommitMerge leaves the target's max ts to sync again.
+        let now = self.raft_now();
+        self.raft
+            .max_ts_unsynced
+            .insert(target_id, now + self.raft.timing.max_ts_sync);
+        let source_epoch = source.meta.region_epoch.unwrap_or_default();
         let target = self.region_mut(target_id)?;
         let mut epoch = target.meta.region_epoch.unwrap_or_default();
         epoch.version = epoch.version.max(source_epoch.version) + 1;

@@ -100,6 +100,9 @@ impl StoreCommand for kvrpcpb::RawBatchGetRequest {
 }
 
 impl StoreCommand for kvrpcpb::RawPutRequest {
+    fn needs_max_ts(&self, api: kvrpcpb::ApiVersion) -> bool {
+        api == kvrpcpb::ApiVersion::V2
+    }
     fn key_outside(&self, region: &metapb::Region, raw: RawKeys) -> Option<Vec<u8>> {
         first_stored_outside(region, raw, [self.key.as_slice()])
     }
@@ -117,6 +120,9 @@ impl StoreCommand for kvrpcpb::RawPutRequest {
 }
 
 impl StoreCommand for kvrpcpb::RawBatchPutRequest {
+    fn needs_max_ts(&self, api: kvrpcpb::ApiVersion) -> bool {
+        api == kvrpcpb::ApiVersion::V2
+    }
     fn key_outside(&self, region: &metapb::Region, raw: RawKeys) -> Option<Vec<u8>> {
         first_stored_outside(region, raw, self.pairs.iter().map(|p| p.key.as_slice()))
     }
@@ -147,6 +153,9 @@ impl StoreCommand for kvrpcpb::RawBatchPutRequest {
 }
 
 impl StoreCommand for kvrpcpb::RawDeleteRequest {
+    fn needs_max_ts(&self, api: kvrpcpb::ApiVersion) -> bool {
+        api == kvrpcpb::ApiVersion::V2
+    }
     fn key_outside(&self, region: &metapb::Region, raw: RawKeys) -> Option<Vec<u8>> {
         first_stored_outside(region, raw, [self.key.as_slice()])
     }
@@ -158,6 +167,9 @@ impl StoreCommand for kvrpcpb::RawDeleteRequest {
 }
 
 impl StoreCommand for kvrpcpb::RawBatchDeleteRequest {
+    fn needs_max_ts(&self, api: kvrpcpb::ApiVersion) -> bool {
+        api == kvrpcpb::ApiVersion::V2
+    }
     fn key_outside(&self, region: &metapb::Region, raw: RawKeys) -> Option<Vec<u8>> {
         first_stored_outside(region, raw, self.keys.iter().map(Vec::as_slice))
     }
@@ -249,6 +261,9 @@ impl StoreCommand for kvrpcpb::RawDeleteRangeRequest {
 }
 
 impl StoreCommand for kvrpcpb::RawCasRequest {
+    fn needs_max_ts(&self, api: kvrpcpb::ApiVersion) -> bool {
+        api == kvrpcpb::ApiVersion::V2
+    }
     fn key_outside(&self, region: &metapb::Region, raw: RawKeys) -> Option<Vec<u8>> {
         first_stored_outside(region, raw, [self.key.as_slice()])
     }

@@ -110,9 +110,17 @@ impl StoreCommand for kvrpcpb::ScanRequest {
     }
 }
 
-txn_command!(kvrpcpb::PrewriteRequest,
-    keys: |s| s.mutations.iter().map(|m| m.key.as_slice()),
-    apply: |s, region| region.mvcc.prewrite(s));
+impl StoreCommand for kvrpcpb::PrewriteRequest {
+    fn key_outside(&self, region: &metapb::Region, _: RawKeys) -> Option<Vec<u8>> {
+        first_encoded_outside(region, self.mutations.iter().map(|m| m.key.as_slice()))
+    }
+    fn apply(&self, region: &mut SimRegion, _: Instant) -> Result<Self::Response, String> {
+        Ok(region.mvcc.prewrite(self))
+    }
+    fn needs_max_ts(&self, _: kvrpcpb::ApiVersion) -> bool {
+        self.use_async_commit || self.try_one_pc
+    }
+}
 
 txn_command!(kvrpcpb::CommitRequest,
     keys: |s| s.keys.iter().map(Vec::as_slice),
