@@ -82,9 +82,9 @@ async fn region_error_table_drives_cache_work() {
         (
             "stale command",
             err_with(|e| e.stale_command = Some(Default::default())),
-            1,
             0,
-            true,
+            0,
+            false,
             true,
         ),
         (

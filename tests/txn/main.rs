@@ -16,6 +16,7 @@ mod txn_lock_wait;
 mod txn_locks;
 mod txn_mock;
 mod txn_modes;
+mod txn_raft;
 mod txn_replica;
 mod txn_safety;
 mod txn_shape;

@@ -141,12 +141,13 @@ async fn a_slow_optimistic_commit_heartbeats_before_its_lock_expires() {
         if any.is::<kvrpcpb::TxnHeartBeatRequest>() {
             b.lock().unwrap().push(now);
         }
-        // The first commits meet a stale command: retried after a backoff.
+        // The first commits meet a Region in a merge: retried after a
+        // backoff.
         if any.is::<kvrpcpb::CommitRequest>() && c.fetch_add(1, Ordering::SeqCst) < 3 {
             return region_error(
                 request,
                 errorpb::Error {
-                    stale_command: Some(errorpb::StaleCommand::default()),
+                    proposal_in_merging_mode: Some(errorpb::ProposalInMergingMode::default()),
                     ..Default::default()
                 },
             );

@@ -443,9 +443,11 @@ async fn the_returned_commit_ts_is_the_stored_one_under_dropped_prewrites() {
 }
 
 /// Every store of `cluster` down (connections refused).
+/// Every store down, each keeping its leaders (no election: no quorum
+/// would be left for one anyway), so they lead again once up.
 async fn all_stores_down(cluster: &SimCluster) {
     for store in cluster.store_ids() {
-        cluster.store_down(store).await;
+        cluster.store_down_cold(store).await.unwrap();
     }
 }
 

@@ -11,6 +11,7 @@ use tikv_sim::{ColdMode, HangMode, SimCluster};
 
 mod kinds;
 mod network;
+mod raft;
 mod scheduler;
 
 pub use kinds::FaultKind;
@@ -53,6 +54,8 @@ impl InjectorConfig {
                     FaultKind::PeerMove => 2,
                     FaultKind::PdMemberDown | FaultKind::PdLeaderChange | FaultKind::PdHang => 2,
                     FaultKind::StoreDown | FaultKind::HangConnect | FaultKind::HangRespond => 3,
+                    FaultKind::Crash | FaultKind::Restart | FaultKind::ProposeDelay => 2,
+                    FaultKind::DiskFull | FaultKind::SlowMerge => 1,
                     k if k.dropped_method().is_some() => 4,
                     _ => 3,
                 };
@@ -129,12 +132,21 @@ enum Heal {
     Warm(u64),
     Uncut(u64),
     Unlag(u64),
+    /// A crashed store restarts.
+    Restarted(u64),
+    /// A gracefully restarted store comes back and takes its leaders back.
+    Returned(u64),
+    DiskFree(u64),
+    Unpropose(u64),
 }
 
 impl Heal {
     /// Store faults that stop a store serving: at most one at a time.
     fn stops_store(self) -> bool {
-        matches!(self, Heal::StoreUp(_) | Heal::Unhang(_))
+        matches!(
+            self,
+            Heal::StoreUp(_) | Heal::Unhang(_) | Heal::Restarted(_) | Heal::Returned(_)
+        )
     }
 }
 
@@ -156,6 +168,9 @@ pub struct Injector {
     attempts: usize,
     /// When set, only these attempts apply their fault.
     only: Option<std::collections::BTreeSet<usize>>,
+    /// The Regions whose leaders a graceful restart moved off each store,
+    /// to move back once it is up.
+    evicted: BTreeMap<u64, Vec<u64>>,
 }
 
 impl Injector {
@@ -176,6 +191,7 @@ impl Injector {
             base_regions: None,
             attempts: 0,
             only: None,
+            evicted: BTreeMap::new(),
         }
     }
 
@@ -278,6 +294,9 @@ impl Injector {
                         tracing::warn!("chaos: PD member {m} stayed hung: {e}");
                     }
                 }
+                Heal::Restarted(_) | Heal::Returned(_) | Heal::DiskFree(_) | Heal::Unpropose(_) => {
+                    self.heal_raft(cluster, heal).await;
+                }
                 Heal::Warm(region) => {
                     if cluster.region(region).is_some() && cluster.leader_of(region).is_none() {
                         if let Some(store) = voter_stores(cluster, region).first() {
@@ -304,6 +323,8 @@ impl Injector {
             cluster.store_slow(store, Duration::ZERO);
             cluster.store_busy(store, None);
             let _ = cluster.cut_store_from_clients(store, None);
+            let _ = cluster.store_disk_full(store, false);
+            let _ = cluster.store_propose_delay(store, Duration::ZERO);
         }
         for member in 0..cluster.pd_endpoints().len() {
             if let Err(e) = cluster.pd_member_up(member).await {
@@ -401,7 +422,11 @@ impl Injector {
                 } else if let Some(store) = self.random_store(cluster) {
                     let heal = match kind {
                         FaultKind::StoreDown => {
-                            cluster.store_down(store).await;
+                            // Its leaders kept: the cold case. A crash whose
+                            // Regions elect is `FaultKind::Crash`.
+                            if cluster.store_down_cold(store).await.is_err() {
+                                return;
+                            }
                             Heal::StoreUp(store)
                         }
                         FaultKind::HangConnect => {
@@ -504,6 +529,16 @@ impl Injector {
                 }
             }
             FaultKind::Merge => self.merge(cluster).await,
+            FaultKind::Crash | FaultKind::Restart => {
+                self.crash_or_restart(cluster, kind, heal_at, index).await
+            }
+            FaultKind::DiskFull | FaultKind::ProposeDelay => {
+                self.disk_or_proposals(cluster, kind, heal_at, index)
+            }
+            FaultKind::SlowMerge => {
+                let window = Duration::from_millis(self.rng.u64(100..=1_000));
+                self.merge_in(cluster, Some(window)).await
+            }
             FaultKind::PeerMove => self.peer_move(cluster).await,
             FaultKind::StoreMove => self.store_move(cluster).await,
             FaultKind::CutClients => self.cut_clients(cluster, heal_at, index),

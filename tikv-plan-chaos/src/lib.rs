@@ -71,6 +71,13 @@ pub const DEADLINE_MARGIN: std::time::Duration = std::time::Duration::from_milli
 /// did; docs/routing.md, "TiFlash stores and peers").
 pub const TIFLASH_STORES: u64 = 1;
 
+/// Raft's timing in chaos runs: TiKV's tick counts on a 40 ms tick, so a
+/// crashed store's Regions elect 0.4 to 0.8 s after it dies, within the
+/// faults' lengths; a new leader syncs its max ts in 10 ms.
+pub const RAFT_TIMING: tikv_sim::RaftTiming =
+    tikv_sim::RaftTiming::scaled(Duration::from_millis(40))
+        .with_max_ts_sync(Duration::from_millis(10));
+
 pub use check::{check_history, CheckOptions, CheckReport, WriteMode};
 pub use error::{Error, Result};
 pub use history::{OpKind, OpRecord, OpResult, Recorder, FINAL_READER};
@@ -361,6 +368,7 @@ pub async fn run(config: ChaosConfig) -> Result<ChaosReport> {
     let cluster = Arc::new(
         SimCluster::builder()
             .stores(config.stores.max(1))
+            .raft_timing(RAFT_TIMING)
             .tiflash_stores(TIFLASH_STORES)
             .pd_members(config.pd_members.max(1))
             .split_keys(split_keys)

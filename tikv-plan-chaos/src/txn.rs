@@ -1492,6 +1492,7 @@ pub async fn run(config: TxnChaosConfig) -> crate::Result<TxnChaosReport> {
     let cluster = Arc::new(
         SimCluster::builder()
             .stores(config.stores.max(1))
+            .raft_timing(crate::RAFT_TIMING)
             .tiflash_stores(crate::TIFLASH_STORES)
             .pd_members(config.pd_members.max(1))
             .split_keys(keys.split_keys(config.regions))

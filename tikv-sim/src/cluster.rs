@@ -800,13 +800,15 @@ impl SimCluster {
             .unwrap_or_default()
     }
 
-    /// Zeroes every store's counters and PD's call counts.
+    /// Zeroes every store's counters, PD's call counts and the most Region
+    /// loads PD answered at once.
     pub fn reset_counters(&self) {
         let mut state = self.state();
         for store in state.stores.values_mut() {
             store.counters = StoreCounters::default();
         }
         state.pd_calls.clear();
+        state.pd_region_loads.reset_most();
     }
 
     /// The calls PD has received since the start (or the last

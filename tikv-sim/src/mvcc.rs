@@ -305,7 +305,6 @@ impl Mvcc {
 
     /// The lock on an encoded key.
     #[cfg(test)]
-
     pub(crate) fn lock(&self, key: &[u8]) -> Option<&Lock> {
         self.locks.get(key)
     }

@@ -16,7 +16,9 @@ use crate::proto::pdpb::{self, pd_server::Pd};
 use tikv_plan_proto::meta::{StoreEngine, ENGINE_LABEL_KEY};
 
 mod http;
+mod loads;
 pub(crate) use http::PdHttp;
+pub(crate) use loads::RegionLoads;
 
 /// The PD service of one member.
 #[derive(Clone)]
@@ -314,6 +316,12 @@ impl Pd for PdService {
         self.count("GetRegion");
         let req = request.into_inner();
         self.wait_out_hang().await?;
+        let id = self
+            .shared
+            .lock()
+            .region_for_key(&req.region_key)
+            .map(|r| r.meta.id);
+        let _load = self.load_region(id).await;
         let state = self.leader_state(req.header.as_ref())?;
         let (region, leader) = match state.region_for_key(&req.region_key) {
             Some(r) => (Some(r.meta.clone()), r.pd_leader.and_then(|id| r.peer(id))),
@@ -329,6 +337,7 @@ impl Pd for PdService {
         self.count("GetRegionByID");
         let req = request.into_inner();
         self.wait_out_hang().await?;
+        let _load = self.load_region(Some(req.region_id)).await;
         let state = self.leader_state(req.header.as_ref())?;
         let (region, leader) = match state.regions.get(&req.region_id) {
             Some(r) => (Some(r.meta.clone()), r.pd_leader.and_then(|id| r.peer(id))),

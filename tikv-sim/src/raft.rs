@@ -153,7 +153,9 @@ impl RaftClock {
     /// deterministic simulation's), else tokio's since the cluster was
     /// built; never earlier than a time read before.
     fn now(&mut self, given: &TsoClock) -> Duration {
-        let read = given.given_since_epoch().unwrap_or_else(|| self.origin.elapsed());
+        let read = given
+            .given_since_epoch()
+            .unwrap_or_else(|| self.origin.elapsed());
         self.last = self.last.max(read);
         self.last
     }
@@ -272,7 +274,12 @@ impl RaftState {
         let synced = self.max_ts_unsynced.values();
         let merges = self.merging.values().map(|(_, at)| at);
         let inits = self.uninitialized.values();
-        elections.chain(synced).chain(merges).chain(inits).min().copied()
+        elections
+            .chain(synced)
+            .chain(merges)
+            .chain(inits)
+            .min()
+            .copied()
     }
 }
 
@@ -371,7 +378,9 @@ impl ClusterState {
             .get(self.pd_leader)
             .is_some_and(|m| m.up && !m.hung);
         let retry = now + self.raft.timing.max_ts_sync;
-        self.raft.max_ts_unsynced.retain(|_, at| *at > now || !pd_serves);
+        self.raft
+            .max_ts_unsynced
+            .retain(|_, at| *at > now || !pd_serves);
         for at in self.raft.max_ts_unsynced.values_mut() {
             if *at <= now {
                 // PD is not serving: the new leader asks again.

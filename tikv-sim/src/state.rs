@@ -210,6 +210,8 @@ pub(crate) struct ClusterState {
     /// Elections, and the windows around leader changes and merges
     /// (`raft.rs`).
     pub(crate) raft: crate::raft::RaftState,
+    /// Region loads PD is answering (`pd/loads.rs`).
+    pub(crate) pd_region_loads: crate::pd::RegionLoads,
 }
 
 /// The number of bits of the logical part of a timestamp.
@@ -258,6 +260,7 @@ impl ClusterState {
             raft_entry_max_size: crate::limits::DEFAULT_RAFT_ENTRY_MAX_SIZE,
             pd_calls: BTreeMap::new(),
             raft: crate::raft::RaftState::new(cluster_id),
+            pd_region_loads: Default::default(),
         }
     }
 

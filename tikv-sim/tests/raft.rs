@@ -118,7 +118,9 @@ async fn a_dead_leader_is_replaced_after_an_election_timeout_and_pd_learns_it() 
     let leader = cluster.leader_of(region).unwrap();
     assert_ne!(leader.store_id, dead.store_id);
     assert_eq!(cluster.pd_leader_of(region), Some(leader), "PD heard of it");
-    assert!(raw_get_on(&cluster, region, leader.store_id).await.is_none());
+    assert!(raw_get_on(&cluster, region, leader.store_id)
+        .await
+        .is_none());
     assert_eq!(cluster.raft_stats().elections, 1);
     cluster.shutdown().await;
 }
@@ -149,7 +151,10 @@ async fn election_times_spread_over_the_drawn_range() {
     }
     let e = timing().election_timeout();
     let (first, last) = (elected_at[0], elected_at[elected_at.len() - 1]);
-    assert!(first >= e - TICK * 2 && last < e * 2 + TICK, "{elected_at:?}");
+    assert!(
+        first >= e - TICK * 2 && last < e * 2 + TICK,
+        "{elected_at:?}"
+    );
     assert!(
         last - first >= e / 4,
         "draws differ across Regions: {elected_at:?}"
@@ -170,7 +175,9 @@ async fn a_restarted_old_leader_knows_no_leader_until_the_election() {
     tokio::time::sleep(timing().election_timeout() * 2).await;
     assert!(!cluster.electing(region));
     let leader = cluster.leader_of(region).unwrap();
-    assert!(raw_get_on(&cluster, region, leader.store_id).await.is_none());
+    assert!(raw_get_on(&cluster, region, leader.store_id)
+        .await
+        .is_none());
     cluster.shutdown().await;
 }
 
@@ -227,7 +234,9 @@ async fn a_cold_store_keeps_its_leaders_however_long_it_is_down() {
     tokio::time::sleep(timing().election_timeout() * 5).await;
     assert_eq!(cluster.leader_of(region), Some(leader));
     cluster.store_up(leader.store_id).await.unwrap();
-    assert!(raw_get_on(&cluster, region, leader.store_id).await.is_none());
+    assert!(raw_get_on(&cluster, region, leader.store_id)
+        .await
+        .is_none());
     // Up again, the keeping is over: the next crash elects.
     cluster.store_down(leader.store_id).await;
     assert!(cluster.electing(region));
@@ -254,7 +263,10 @@ async fn pessimistic_lock(cluster: &SimCluster, key: &[u8], start: u64) {
         .await
         .unwrap()
         .into_inner();
-    assert!(resp.region_error.is_none() && resp.errors.is_empty(), "{resp:?}");
+    assert!(
+        resp.region_error.is_none() && resp.errors.is_empty(),
+        "{resp:?}"
+    );
 }
 
 fn lock_count(cluster: &SimCluster) -> usize {
@@ -353,7 +365,11 @@ async fn prewrite_kind(
 async fn a_new_leader_refuses_async_commit_and_1pc_until_its_max_ts_is_synced() {
     let cluster = cluster(1).await;
     let region = first_region(&cluster);
-    let to = other_store(&cluster, region, &[cluster.leader_of(region).unwrap().store_id]);
+    let to = other_store(
+        &cluster,
+        region,
+        &[cluster.leader_of(region).unwrap().store_id],
+    );
     tokio::time::sleep(Duration::from_millis(50)).await;
     cluster.transfer_leader(region, to, true).unwrap();
     assert!(!cluster.max_ts_synced(region).unwrap());
@@ -366,7 +382,9 @@ async fn a_new_leader_refuses_async_commit_and_1pc_until_its_max_ts_is_synced() 
     let p = prewrite_kind(&cluster, b"c", false, false).await;
     assert!(p.region_error.is_none(), "{p:?}");
     assert_eq!(
-        cluster.counters(to).count("kv_prewrite", Outcome::MaxTimestampNotSynced),
+        cluster
+            .counters(to)
+            .count("kv_prewrite", Outcome::MaxTimestampNotSynced),
         2
     );
     tokio::time::sleep(timing().max_ts_sync).await;
@@ -398,7 +416,11 @@ async fn api_v2_raw_writes_wait_for_the_max_ts_too() {
         .await
         .unwrap();
     let region = first_region(&cluster);
-    let to = other_store(&cluster, region, &[cluster.leader_of(region).unwrap().store_id]);
+    let to = other_store(
+        &cluster,
+        region,
+        &[cluster.leader_of(region).unwrap().store_id],
+    );
     cluster.transfer_leader(region, to, true).unwrap();
     let mut ctx = cluster.context(region, to).unwrap();
     ctx.api_version = kvrpcpb::ApiVersion::V2 as i32;
@@ -452,7 +474,9 @@ async fn a_proposal_overtaken_by_a_leader_change_is_a_stale_command_and_not_appl
     assert_eq!(cluster.raft_stats().stale_commands, 1);
 
     // Without a leader change the write waits and is applied.
-    cluster.store_propose_delay(to, Duration::from_millis(100)).unwrap();
+    cluster
+        .store_propose_delay(to, Duration::from_millis(100))
+        .unwrap();
     assert!(raw_put_on(&cluster, region, to, b"w").await.is_none());
     assert_eq!(cluster.value_of(b"k"), None);
     let key = cluster.region(region).unwrap().start_key;
@@ -491,12 +515,7 @@ async fn a_merging_region_refuses_writes_and_read_indexes_until_the_merge_commit
 
 /// A raw get sent for gone Region `gone` to `store` (whose context is
 /// built from Region `alive`, then renamed).
-async fn raw_get_on_ctx(
-    cluster: &SimCluster,
-    gone: u64,
-    store: u64,
-    alive: u64,
-) -> errorpb::Error {
+async fn raw_get_on_ctx(cluster: &SimCluster, gone: u64, store: u64, alive: u64) -> errorpb::Error {
     let mut ctx = cluster.context(alive, store).unwrap();
     ctx.region_id = gone;
     let mut client = cluster.tikv_client(store).await.unwrap();
@@ -524,7 +543,14 @@ async fn an_uninitialized_peer_refuses_replica_reads_and_is_no_leader() {
         .unwrap();
     let region = first_region(&cluster);
     let spare = (1..=4)
-        .find(|s| cluster.region(region).unwrap().peers.iter().all(|p| p.store_id != *s))
+        .find(|s| {
+            cluster
+                .region(region)
+                .unwrap()
+                .peers
+                .iter()
+                .all(|p| p.store_id != *s)
+        })
         .unwrap();
     cluster
         .add_peer_uninitialized(region, spare, PeerRole::Learner, Duration::from_secs(1))
@@ -537,7 +563,11 @@ async fn an_uninitialized_peer_refuses_replica_reads_and_is_no_leader() {
         key: b"k".to_vec(),
         cf: String::new(),
     };
-    let resp = client.raw_get(read(ctx.clone())).await.unwrap().into_inner();
+    let resp = client
+        .raw_get(read(ctx.clone()))
+        .await
+        .unwrap()
+        .into_inner();
     let e = resp.region_error.expect("refused");
     assert_eq!(
         e.region_not_initialized,
@@ -561,7 +591,10 @@ async fn a_full_disk_refuses_writes_and_serves_reads() {
     let e = raw_put_on(&cluster, region, leader, b"v").await.unwrap();
     assert_eq!(e.disk_full.unwrap().store_id, vec![leader]);
     assert!(raw_get_on(&cluster, region, leader).await.is_none());
-    assert_eq!(cluster.counters(leader).count("raw_put", Outcome::DiskFull), 1);
+    assert_eq!(
+        cluster.counters(leader).count("raw_put", Outcome::DiskFull),
+        1
+    );
 
     // A majority of the peers full refuses too, naming them.
     cluster.store_disk_full(leader, false).unwrap();

@@ -631,11 +631,11 @@ mod tests {
                 }));
             }
             if any.is::<kvrpcpb::ResolveLockRequest>() && seen.fetch_add(1, Ordering::SeqCst) == 0 {
-                // The first attempt meets a stale command: backed off.
+                // The first attempt meets a Region in a merge: backed off.
                 return mock::response_with_region_error(
                     request,
                     Some(errorpb::Error {
-                        stale_command: Some(errorpb::StaleCommand::default()),
+                        proposal_in_merging_mode: Some(errorpb::ProposalInMergingMode::default()),
                         ..Default::default()
                     }),
                 );

@@ -122,9 +122,15 @@ pub fn decide_region_error(error: &errorpb::Error, region: &RegionWithLeader) ->
             ..A::backoff().invalidating_region()
         };
     }
+    if error.stale_command.is_some() {
+        // A leader change overtook the proposal, and TiKV applied nothing
+        // of it (the new term's entries replaced it): send it again at once,
+        // as client-go does; the cached leader answers with a hint if it
+        // no longer leads.
+        return A::step(RegionErrorStep::RetryNow);
+    }
     if error.region_not_found.is_some()
         || error.key_not_in_region.is_some()
-        || error.stale_command.is_some()
         || error.recovery_in_progress.is_some()
         || error.is_witness.is_some()
     {
@@ -268,8 +274,8 @@ mod tests {
                     stale_command: Some(Default::default()),
                     ..e()
                 },
-                backoff(),
-                true,
+                RegionErrorStep::RetryNow,
+                false,
                 false,
             ),
             (
@@ -472,7 +478,7 @@ mod tests {
     }
 
     #[test]
-    fn undetermined_result_is_flagged_and_reloads_like_stale_command() {
+    fn undetermined_result_is_flagged_and_reloads_the_region() {
         let e = errorpb::Error {
             undetermined_result: Some(errorpb::UndeterminedResult {
                 message: "apply unknown".to_owned(),

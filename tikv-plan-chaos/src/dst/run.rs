@@ -50,6 +50,11 @@ pub fn state_faults() -> Vec<(FaultKind, u32)> {
                 || matches!(
                     kind,
                     FaultKind::Slow
+                        | FaultKind::Crash
+                        | FaultKind::Restart
+                        | FaultKind::DiskFull
+                        | FaultKind::ProposeDelay
+                        | FaultKind::SlowMerge
                         | FaultKind::BusyZero
                         | FaultKind::BusyWait
                         | FaultKind::TransferFresh
@@ -230,6 +235,7 @@ pub fn run(config: &DstConfig) -> crate::Result<DstReport> {
         .stores(config.stores.max(1))
         .split_keys(split_keys)
         .replicas(3)
+        .raft_timing(crate::RAFT_TIMING)
         .tso_clock(|| EPOCH + turmoil::sim_elapsed().unwrap_or_default());
     let (cluster, pd) = host_cluster(&mut sim, builder)?;
     let cluster = Arc::new(cluster);

@@ -5,8 +5,27 @@ use std::fmt;
 /// Every fault the injector applies.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum FaultKind {
-    /// A store goes down (connections refused and reset), later back up.
+    /// A store goes down (connections refused and reset), later back up,
+    /// keeping its leaders meanwhile: the cold-Region case, where no
+    /// follower campaigns.
     StoreDown,
+    /// A store crashes, later restarts: its Regions elect new leaders among
+    /// their live voters after an election timeout, losing the pessimistic
+    /// locks the dead leaders kept in memory.
+    Crash,
+    /// A graceful restart: PD evicts every leader off a store, it goes
+    /// down, comes back up, and the leaders return.
+    Restart,
+    /// A store's disk is full: the Regions it leads refuse writes
+    /// (`DiskFull`).
+    DiskFull,
+    /// A store's proposals wait 5 to 50 ms before they apply: a leader
+    /// change meanwhile makes them `StaleCommand`s.
+    ProposeDelay,
+    /// A merge that takes 100 to 1,000 ms between PrepareMerge and
+    /// CommitMerge: writes to the source are refused
+    /// (`ProposalInMergingMode`) meanwhile.
+    SlowMerge,
     /// A store's network freezes ([`HangMode::Connect`]).
     HangConnect,
     /// A store receives requests and does not answer ([`HangMode::Respond`]).
@@ -87,8 +106,13 @@ pub enum FaultKind {
 impl FaultKind {
     /// Every kind of the raw suite, in report order (the transactional
     /// kinds, [`FaultKind::TXN`], are not among them).
-    pub const ALL: [FaultKind; 24] = [
+    pub const ALL: [FaultKind; 29] = [
         FaultKind::StoreDown,
+        FaultKind::Crash,
+        FaultKind::Restart,
+        FaultKind::DiskFull,
+        FaultKind::ProposeDelay,
+        FaultKind::SlowMerge,
         FaultKind::HangConnect,
         FaultKind::HangRespond,
         FaultKind::Slow,
@@ -145,6 +169,11 @@ impl FaultKind {
     pub fn name(self) -> &'static str {
         match self {
             FaultKind::StoreDown => "down",
+            FaultKind::Crash => "crash",
+            FaultKind::Restart => "restart",
+            FaultKind::DiskFull => "disk_full",
+            FaultKind::ProposeDelay => "propose_delay",
+            FaultKind::SlowMerge => "slow_merge",
             FaultKind::HangConnect => "hang_connect",
             FaultKind::HangRespond => "hang_respond",
             FaultKind::Slow => "slow",

@@ -49,6 +49,17 @@ impl Injector {
     /// source's peers first move to the target's stores, one conf change at
     /// a time. `None` when the pair cannot merge (a cold Region, say).
     pub(super) async fn merge(&mut self, cluster: &SimCluster) -> Option<String> {
+        self.merge_in(cluster, None).await
+    }
+
+    /// A merge as [`merge`](Self::merge), taking `window` between
+    /// PrepareMerge and CommitMerge when given (writes to the source are
+    /// refused meanwhile).
+    pub(super) async fn merge_in(
+        &mut self,
+        cluster: &SimCluster,
+        window: Option<Duration>,
+    ) -> Option<String> {
         let mut ordered = cluster.regions();
         if ordered.len() < 2 {
             return None;
@@ -65,10 +76,19 @@ impl Injector {
             self.move_one_peer(cluster, source.id, leaving, arriving)
                 .await?;
         }
-        cluster
-            .merge_regions(source.id, target.id)
-            .ok()
-            .map(|()| format!("region {} into {}", source.id, target.id))
+        let merged = match window {
+            Some(window) => cluster.merge_regions_after(source.id, target.id, window),
+            None => cluster.merge_regions(source.id, target.id),
+        };
+        merged.ok().map(|()| match window {
+            Some(w) => format!(
+                "region {} into {} in {} ms",
+                source.id,
+                target.id,
+                w.as_millis()
+            ),
+            None => format!("region {} into {}", source.id, target.id),
+        })
     }
 
     /// Moves a Region's peer from store `leaving` to store `arriving`: a

@@ -66,7 +66,8 @@ impl ClusterState {
     /// PrepareMerge on `source`, after the merge's checks: its version and
     /// conf_ver go up by one.
     pub(crate) fn prepare_merge(&mut self, source_id: u64, target_id: u64) -> Result<()> {
-        if self.raft.merging.contains_key(&source_id) || self.raft.merging.contains_key(&target_id) {
+        if self.raft.merging.contains_key(&source_id) || self.raft.merging.contains_key(&target_id)
+        {
             return Err(invalid(format!(
                 "region {source_id} or {target_id} is already merging; wait for that merge"
             )));

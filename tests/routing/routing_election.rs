@@ -1,0 +1,161 @@
+//! A store crashes and its Regions elect new leaders (tikv-sim's
+//! elections, drawn as raft-rs draws them): every call in the window ends
+//! within its deadline, succeeding or with a retryable error, the client's
+//! load on PD stays bounded, and once the leaders are elected every call
+//! succeeds again. On tokio's paused clock.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tikv_plan::{Config, Failure, RawClient};
+use tikv_sim::{RaftTiming, SimCluster};
+use tokio::time::Instant;
+
+/// Elections 1 to 2 s after a leader dies.
+fn timing() -> RaftTiming {
+    RaftTiming::scaled(Duration::from_millis(100))
+}
+
+const DEADLINE: Duration = Duration::from_millis(400);
+
+fn key(i: usize) -> Vec<u8> {
+    format!("k{i:02}").into_bytes()
+}
+
+/// PD calls that load Regions.
+fn region_loads(calls: &BTreeMap<String, u64>) -> u64 {
+    [
+        "GetRegion",
+        "GetRegionByID",
+        "ScanRegions",
+        "BatchScanRegions",
+    ]
+    .iter()
+    .map(|m| calls.get(*m).copied().unwrap_or(0))
+    .sum()
+}
+
+#[tokio::test(start_paused = true)]
+async fn calls_in_an_election_window_end_in_their_deadline_and_pd_load_stays_bounded() {
+    let regions = 20;
+    let cluster = Arc::new(
+        SimCluster::builder()
+            .stores(3)
+            .replicas(3)
+            .split_keys((1..regions).map(key).collect())
+            .raft_timing(timing())
+            .start()
+            .await
+            .unwrap(),
+    );
+    let config = Config::default()
+        .with_timeout(Duration::from_millis(200))
+        .with_connect_timeout(Duration::from_millis(100))
+        .with_request_deadline(DEADLINE);
+    let client = RawClient::new_with_config(cluster.pd_endpoints(), config)
+        .await
+        .unwrap();
+    for i in 0..regions {
+        client.put(key(i), b"0".to_vec()).await.unwrap();
+    }
+    let dead = 1;
+    let led: Vec<u64> = cluster
+        .regions()
+        .iter()
+        .filter(|r| cluster.leader_of(r.id).unwrap().store_id == dead)
+        .map(|r| r.id)
+        .collect();
+    assert!(led.len() >= 4, "store {dead} leads {} Regions", led.len());
+
+    // PD answers a Region load in 5 ms, so loads of one Region can overlap
+    // if the client lets them.
+    cluster.set_pd_region_load_delay(Duration::from_millis(5));
+    cluster.reset_counters();
+    let crashed = Instant::now();
+    cluster.store_down(dead).await;
+    let window = timing().election_timeout() * 2;
+    let mut tasks = Vec::new();
+    for t in 0..16 {
+        let client = client.clone();
+        tasks.push(tokio::spawn(async move {
+            // (how long the call took, whether it succeeded)
+            let mut calls = Vec::new();
+            let mut i = t;
+            while crashed.elapsed() < window + Duration::from_millis(500) {
+                let k = key(i % regions);
+                let began = Instant::now();
+                let result = if i % 2 == 0 {
+                    client.get(k).await.map(|_| ())
+                } else {
+                    client.put(k, b"1".to_vec()).await
+                };
+                let took = began.elapsed();
+                if let Err(e) = &result {
+                    // A failure in the window is one the caller may
+                    // retry: out of time, never a wrong answer.
+                    let retryable = matches!(
+                        e.failure(),
+                        Some(
+                            Failure::DeadlineExceeded { .. }
+                                | Failure::RetriesExhausted { .. }
+                                | Failure::Undetermined { .. }
+                        )
+                    );
+                    assert!(retryable, "{e}");
+                }
+                calls.push((began - crashed, took, result.is_ok()));
+                i += 7;
+                // A paced workload: on the paused clock a call served at
+                // once takes no time, and time moves only when every task
+                // waits.
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            calls
+        }));
+    }
+    let mut calls = Vec::new();
+    for t in tasks {
+        calls.extend(t.await.unwrap());
+    }
+    let calls_to_pd = cluster.pd_calls();
+    assert!(cluster.regions_electing().is_empty(), "all elected");
+
+    // Every call ended within its deadline (and a little scheduling).
+    let slowest = calls.iter().map(|c| c.1).max().unwrap();
+    assert!(
+        slowest <= DEADLINE + Duration::from_millis(20),
+        "{slowest:?}"
+    );
+    // After the last election, every call succeeded.
+    let elected_by = timing().election_timeout() * 2;
+    let late: Vec<_> = calls.iter().filter(|c| c.0 > elected_by).collect();
+    assert!(!late.is_empty());
+    assert!(
+        late.iter().all(|c| c.2),
+        "a call after the elections failed"
+    );
+    // Some calls failed in the window: the dead store's Regions had no
+    // leader to serve them.
+    assert!(calls.iter().any(|c| !c.2));
+
+    // PD: never two loads of one Region at once (single flight), and at
+    // most one load per Region per 10 ms of the window while 16 tasks
+    // hammered the leaderless Regions.
+    assert_eq!(cluster.pd_most_region_loads_at_once(), 1);
+    let loads = region_loads(&calls_to_pd);
+    let window_ms = u64::try_from(crashed.elapsed().as_millis()).unwrap();
+    let bound = led.len() as u64 * window_ms / 10;
+    assert!(
+        loads <= bound,
+        "{loads} Region loads in {window_ms} ms for {} Regions (bound {bound}): {calls_to_pd:?}",
+        led.len()
+    );
+    eprintln!(
+        "election window: {} calls, {} failed, {loads} Region loads from PD in {window_ms} ms ({:?})",
+        calls.len(),
+        calls.iter().filter(|c| !c.2).count(),
+        calls_to_pd
+    );
+    cluster.shutdown().await;
+}
