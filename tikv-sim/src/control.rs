@@ -13,7 +13,16 @@
 //! | `stores` | one line per store: id, address, faults, and `engine=tiflash` for a TiFlash store |
 //! | `regions` | one line per Region in key order: id, range, epoch, true leader, PD's leader, peers |
 //! | `region KEY` | the line of the Region holding `KEY` |
-//! | `down STORE` / `up STORE` | store down (port closed, connections reset) / back on the same port |
+//! | `down STORE` / `up STORE` | store down as a crash (port closed, connections reset; its Regions elect new leaders after an election timeout) / back on the same port |
+//! | `down-cold STORE` | store down keeping its leaders (no follower campaigns: the cold-Region case) until `up` |
+//! | `evict-leaders STORE` | PD's evict-leader scheduler: every leader moves to a follower on a live store; answers `ok MOVED` |
+//! | `restart STORE [DOWN_MS]` | graceful restart: leaders evicted, down `DOWN_MS` (default 1000), up, leaders back; answers `ok EVICTED RETURNED` |
+//! | `rolling-restart [DOWN_MS] [BETWEEN_MS]` | `restart` every TiKV store in turn, `BETWEEN_MS` apart (defaults 1000 and 1000); one line `STORE EVICTED RETURNED` each |
+//! | `raft-tick MS` | Raft's base tick from now on (elections 10 to 20 ticks after a death; TiKV's is 1000) |
+//! | `electing` | one line per Region whose leader died and whose followers have not elected yet |
+//! | `raft-stats` | one line each: elections, no_quorum, pessimistic_locks_lost, and the Region errors answered (max_ts_not_synced, stale_commands, proposals_in_merging_mode, region_not_initialized, disk_full) |
+//! | `disk-full STORE on\|off` | the store's disk full: Regions it leads refuse writes with `DiskFull` |
+//! | `propose-delay STORE MS` | writes its leaders propose wait `MS` before applying; a leader change meanwhile answers `StaleCommand` (0 ends it) |
 //! | `hang STORE connect` | new TCP connects hang and open connections stop moving bytes (dropped packets) |
 //! | `hang STORE respond` | receive requests but never answer |
 //! | `unhang STORE` | end a hang |
@@ -24,7 +33,7 @@
 //! | `pd-view REGION STORE` / `pd-view REGION none` | set the leader PD reports |
 //! | `cold REGION [accept\|not-leader-first]` | lose the leader, PD keeps it; a voter campaigns on a leader request (default `accept`) |
 //! | `split KEY` | split the Region holding `KEY`; answers `ok NEW_REGION_ID` |
-//! | `merge SOURCE TARGET` | merge Region `SOURCE` into the adjacent Region `TARGET` (peers on the same stores, both led) |
+//! | `merge SOURCE TARGET [WINDOW_MS]` | merge Region `SOURCE` into the adjacent Region `TARGET` (peers on the same stores, both led); with `WINDOW_MS`, the source refuses writes (`ProposalInMergingMode`) that long before the merge commits |
 //! | `add-peer REGION STORE [learner]` | add a voter (or a learner) on `STORE`; answers `ok NEW_PEER_ID` |
 //! | `promote REGION STORE` | make the learner on `STORE` a voter |
 //! | `remove-peer REGION STORE` | remove the peer on `STORE` (a leader hands leadership to another voter first) |
@@ -196,9 +205,11 @@ fn lock_line(lock: &kvrpcpb::LockInfo) -> String {
 }
 
 const HELP: &str = "commands: help | stores | regions | region KEY | down STORE | up STORE | \
+down-cold STORE | evict-leaders STORE | restart STORE [DOWN_MS] | rolling-restart [DOWN_MS] [BETWEEN_MS] | \
+raft-tick MS | electing | raft-stats | disk-full STORE on|off | propose-delay STORE MS | \
 hang STORE connect|respond | unhang STORE | slow STORE MS | busy STORE MS|off | \
 transfer REGION STORE [stale] | pd-view REGION STORE|none | cold REGION [accept|not-leader-first] | \
-split KEY | merge SOURCE TARGET | add-peer REGION STORE [learner] | promote REGION STORE | \
+split KEY | merge SOURCE TARGET [WINDOW_MS] | add-peer REGION STORE [learner] | promote REGION STORE | \
 remove-peer REGION STORE | move-store STORE [ADDR] | cut-clients STORE [refuse|drop] | uncut-clients STORE | \
 drop STORE METHOD | counters STORE | reset-counters | pd-calls | lag STORE MS | unlag STORE | \
 labels STORE [KEY=VALUE ...] | resolved-ts-interval MS | naive-replica-reads on|off | pd-leader INDEX | pd-down INDEX | pd-up INDEX | \
@@ -257,6 +268,87 @@ async fn run(cluster: &SimCluster, line: &str) -> Result<String> {
             cluster
                 .store_down(known_store(cluster, words.next())?)
                 .await
+        }
+        "down-cold" => {
+            cluster
+                .store_down_cold(known_store(cluster, words.next())?)
+                .await?
+        }
+        "evict-leaders" => {
+            let moved = cluster.evict_leaders(known_store(cluster, words.next())?)?;
+            result = moved.len().to_string();
+        }
+        "restart" => {
+            let store = known_store(cluster, words.next())?;
+            let down: u64 = match words.next() {
+                None => 1000,
+                ms => parse_num("milliseconds down", ms)?,
+            };
+            let r = cluster
+                .restart_store(store, Duration::from_millis(down))
+                .await?;
+            result = format!("{} {}", r.evicted, r.returned);
+        }
+        "rolling-restart" => {
+            let mut ms = |what: &str| -> Result<u64> {
+                match words.next() {
+                    None => Ok(1000),
+                    ms => parse_num(what, ms),
+                }
+            };
+            let (down, between) = (ms("milliseconds down")?, ms("milliseconds between")?);
+            let restarts = cluster
+                .rolling_restart(Duration::from_millis(down), Duration::from_millis(between))
+                .await?;
+            for r in restarts {
+                let _ = writeln!(out, "{} {} {}", r.store_id, r.evicted, r.returned);
+            }
+        }
+        "raft-tick" => {
+            let ms: u64 = parse_num("milliseconds", words.next())?;
+            let timing = cluster.raft_timing();
+            cluster.set_raft_timing(crate::RaftTiming {
+                base_tick: Duration::from_millis(ms.max(1)),
+                ..timing
+            });
+        }
+        "electing" => {
+            for region in cluster.regions_electing() {
+                let _ = writeln!(out, "{region}");
+            }
+        }
+        "raft-stats" => {
+            let s = cluster.raft_stats();
+            for (name, n) in [
+                ("elections", s.elections),
+                ("no_quorum", s.no_quorum),
+                ("pessimistic_locks_lost", s.pessimistic_locks_lost),
+                ("max_ts_not_synced", s.max_ts_not_synced),
+                ("stale_commands", s.stale_commands),
+                ("proposals_in_merging_mode", s.proposals_in_merging_mode),
+                ("region_not_initialized", s.region_not_initialized),
+                ("disk_full", s.disk_full),
+            ] {
+                let _ = writeln!(out, "{name} {n}");
+            }
+        }
+        "disk-full" => {
+            let store = known_store(cluster, words.next())?;
+            let full = match words.next() {
+                Some("on") => true,
+                Some("off") => false,
+                other => {
+                    return Err(Error::InvalidArgument(format!(
+                        "disk-full takes on or off, not {other:?}"
+                    )))
+                }
+            };
+            cluster.store_disk_full(store, full)?;
+        }
+        "propose-delay" => {
+            let store = known_store(cluster, words.next())?;
+            let ms: u64 = parse_num("milliseconds", words.next())?;
+            cluster.store_propose_delay(store, Duration::from_millis(ms))?;
         }
         "up" => {
             cluster
@@ -332,7 +424,13 @@ async fn run(cluster: &SimCluster, line: &str) -> Result<String> {
         "merge" => {
             let source: u64 = parse_num("source region id", words.next())?;
             let target: u64 = parse_num("target region id", words.next())?;
-            cluster.merge_regions(source, target)?;
+            match words.next() {
+                None => cluster.merge_regions(source, target)?,
+                window => {
+                    let ms: u64 = parse_num("merge window in ms", window)?;
+                    cluster.merge_regions_after(source, target, Duration::from_millis(ms))?;
+                }
+            }
         }
         "add-peer" => {
             let region: u64 = parse_num("region id", words.next())?;
@@ -610,5 +708,48 @@ mod tests {
         assert!(lines[1].ends_with(" engine=tiflash"), "{stores}");
         assert!(run(&cluster, "labels 2 engine=tikv").await.is_err());
         assert!(run(&cluster, "promote 1000 2").await.is_err());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn raft_commands_crash_restart_and_report() {
+        let cluster = SimCluster::builder()
+            .stores(3)
+            .split_keys(vec![b"m".to_vec()])
+            .start()
+            .await
+            .unwrap();
+        assert_eq!(run(&cluster, "raft-tick 10").await.unwrap(), "ok\n");
+        let region = cluster.regions()[0].id;
+        let leader = cluster.leader_of(region).unwrap().store_id;
+        run(&cluster, &format!("down {leader}")).await.unwrap();
+        let electing = run(&cluster, "electing").await.unwrap();
+        assert!(electing.contains(&region.to_string()), "{electing}");
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert_eq!(run(&cluster, "electing").await.unwrap(), "ok\n");
+        let stats = run(&cluster, "raft-stats").await.unwrap();
+        assert!(
+            stats
+                .lines()
+                .any(|l| l.starts_with("elections ") && l != "elections 0"),
+            "{stats}"
+        );
+        run(&cluster, &format!("up {leader}")).await.unwrap();
+
+        let store = cluster.leader_of(region).unwrap().store_id;
+        let answer = run(&cluster, &format!("restart {store} 50")).await.unwrap();
+        let counts: Vec<&str> = answer.trim_end().split(' ').skip(1).collect();
+        assert!(
+            counts.len() == 2 && counts[0] == counts[1] && counts[0] != "0",
+            "{answer}"
+        );
+        let rolling = run(&cluster, "rolling-restart 10 10").await.unwrap();
+        assert_eq!(rolling.lines().count(), 4, "{rolling}");
+        assert!(run(&cluster, "disk-full 1 maybe").await.is_err());
+        run(&cluster, "disk-full 1 on").await.unwrap();
+        run(&cluster, "propose-delay 2 5").await.unwrap();
+        let evicted = run(&cluster, "evict-leaders 3").await.unwrap();
+        assert!(evicted.starts_with("ok "), "{evicted}");
+        run(&cluster, &format!("down-cold {store}")).await.unwrap();
+        assert!(cluster.regions_electing().is_empty());
     }
 }

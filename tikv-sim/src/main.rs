@@ -4,7 +4,7 @@
 //! ```text
 //! tikv-sim [--stores N] [--regions R] [--replicas K] [--pd ADDR]
 //!          [--pd-members M] [--control ADDR|off] [--api-version 1|2]
-//!          [--keyspace NAME=ID]... [--tiflash-stores T]
+//!          [--keyspace NAME=ID]... [--tiflash-stores T] [--raft-tick-ms MS]
 //! ```
 //!
 //! When ready it prints exactly one line on stdout, `pd=ADDR` (the PD
@@ -22,7 +22,7 @@ use tikv_sim::{control, SimCluster};
 
 const USAGE: &str = "usage: tikv-sim [--stores N] [--regions R] [--replicas K] [--pd ADDR] \
 [--pd-members M] [--control ADDR|off] [--api-version 1|2] [--keyspace NAME=ID]... \
-[--tiflash-stores T]
+[--tiflash-stores T] [--raft-tick-ms MS]
   --stores N       number of TiKV stores, ids 1..=N (default 3)
   --regions R      Regions, splitting the printable key space evenly at
                    memcomparable-encoded keys, so raw and transactional
@@ -35,7 +35,9 @@ const USAGE: &str = "usage: tikv-sim [--stores N] [--regions R] [--replicas K] [
   --keyspace N=ID  a keyspace PD serves besides DEFAULT (id 0); repeatable
   --tiflash-stores T  TiFlash stores after the TiKV ones, ids N+1..=N+T, labelled
                    engine=tiflash, each with a learner of every Region; they answer
-                   TiKV requests with gRPC Unimplemented (default 0)";
+                   TiKV requests with gRPC Unimplemented (default 0)
+  --raft-tick-ms MS  Raft's base tick: a dead store's Regions elect 10 to 20 ticks
+                   after it dies (default 1000, TiKV's)";
 
 #[derive(Debug)]
 struct Options {
@@ -48,6 +50,7 @@ struct Options {
     api_version: ApiVersion,
     keyspaces: Vec<(String, u32)>,
     tiflash_stores: u64,
+    raft_tick_ms: u64,
 }
 
 fn parse_args(args: impl Iterator<Item = String>) -> Result<Options, String> {
@@ -61,6 +64,7 @@ fn parse_args(args: impl Iterator<Item = String>) -> Result<Options, String> {
         api_version: ApiVersion::V1,
         keyspaces: Vec::new(),
         tiflash_stores: 0,
+        raft_tick_ms: 1000,
     };
     let mut args = args.peekable();
     while let Some(flag) = args.next() {
@@ -81,6 +85,7 @@ fn parse_args(args: impl Iterator<Item = String>) -> Result<Options, String> {
         match flag.as_str() {
             "--stores" => options.stores = number("--stores")?,
             "--tiflash-stores" => options.tiflash_stores = number("--tiflash-stores")?,
+            "--raft-tick-ms" => options.raft_tick_ms = number("--raft-tick-ms")?.max(1),
             "--regions" => options.regions = number("--regions")? as usize,
             "--replicas" => options.replicas = Some(number("--replicas")? as usize),
             "--pd-members" => options.pd_members = number("--pd-members")? as usize,
@@ -135,7 +140,10 @@ async fn main() -> ExitCode {
     for (name, id) in &options.keyspaces {
         builder = builder.keyspace(name, *id);
     }
+    let timing =
+        tikv_sim::RaftTiming::scaled(std::time::Duration::from_millis(options.raft_tick_ms));
     let started = builder
+        .raft_timing(timing)
         .stores(options.stores)
         .tiflash_stores(options.tiflash_stores)
         .replicas(replicas)
