@@ -17,6 +17,7 @@ use super::mvcc::MvccVersion;
 use super::net::{bind, Endpoint, PeerPorts};
 
 mod clients;
+mod election;
 mod layout;
 mod replicas;
 mod shape;
@@ -578,6 +579,7 @@ impl SimClusterBuilder {
                     leader,
                     pd_leader: leader_peer,
                     cold,
+                    electing: false,
                     derived: Vec::new(),
                     data: crate::data::RegionData::new(crate::data::RawKeys::of(self.api_version)),
                     mvcc: Default::default(),
@@ -899,7 +901,8 @@ impl SimCluster {
     }
 
     /// Moves a Region's leadership to its peer on `to_store` (a voter that is
-    /// not a witness); the Region stops being cold. PD learns of it only
+    /// not a witness); the Region stops being cold, and an election under
+    /// way ([`start_election`](Self::start_election)) ends with it. PD learns of it only
     /// when `update_pd`.
     pub fn transfer_leader(&self, region_id: u64, to_store: u64, update_pd: bool) -> Result<()> {
         let mut state = self.state();
@@ -914,6 +917,7 @@ impl SimCluster {
             })?;
         region.leader = Some(peer.id);
         region.cold = None;
+        region.electing = false;
         if update_pd && !state.cut_off_from_pd.contains(&to_store) {
             if let Ok(region) = state.region_mut(region_id) {
                 region.pd_leader = Some(peer.id);

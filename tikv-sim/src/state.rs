@@ -115,6 +115,9 @@ pub(crate) struct SimRegion {
     /// Peer id PD reports as leader.
     pub(crate) pd_leader: Option<u64>,
     pub(crate) cold: Option<Cold>,
+    /// An election is under way (`cluster/election.rs`): the peers that do
+    /// not lead name no leader, and none campaigns.
+    pub(crate) electing: bool,
     /// Regions split off this one, so a stale epoch learns about them.
     pub(crate) derived: Vec<u64>,
     pub(crate) data: RegionData,
@@ -335,13 +338,18 @@ impl ClusterState {
             e.not_leader = Some(errorpb::NotLeader { region_id, leader });
             (Box::new(e), Outcome::NotLeader)
         };
-        let known_leader = region.leader.and_then(|id| region.peer(id));
+        // In an election no follower knows a leader to name.
+        let known_leader = region
+            .leader
+            .filter(|_| !region.electing)
+            .and_then(|id| region.peer(id));
         if !can_become_leader(&local) {
             return Err(not_leader(known_leader));
         }
         match region.leader {
             Some(leader) if leader == local.id => Ok(region_id),
             Some(_) => Err(not_leader(known_leader)),
+            None if region.electing => Err(not_leader(None)),
             None => {
                 let cold = region.cold.unwrap_or(Cold {
                     mode: ColdMode::AcceptAtOnce,
@@ -516,6 +524,7 @@ impl ClusterState {
                 mode: c.mode,
                 old_leader: same_store(c.old_leader),
             }),
+            electing: parent.electing,
             derived: Vec::new(),
             data: child_data,
             mvcc: child_mvcc,
