@@ -28,4 +28,5 @@ mod routing_sim;
 mod routing_store_health;
 mod routing_tiflash;
 mod routing_transport;
+mod routing_unreachable_leader;
 mod write_replay;

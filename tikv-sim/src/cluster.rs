@@ -17,6 +17,7 @@ use super::mvcc::MvccVersion;
 use super::net::{bind, Endpoint, PeerPorts};
 
 mod clients;
+mod election;
 mod layout;
 mod raft;
 mod replicas;
@@ -586,6 +587,7 @@ impl SimClusterBuilder {
                     leader,
                     pd_leader: leader_peer,
                     cold,
+                    campaigning: false,
                     derived: Vec::new(),
                     data: crate::data::RegionData::new(crate::data::RawKeys::of(self.api_version)),
                     mvcc: Default::default(),
@@ -933,7 +935,8 @@ impl SimCluster {
     }
 
     /// Moves a Region's leadership to its peer on `to_store` (a voter that is
-    /// not a witness); the Region stops being cold. PD learns of it only
+    /// not a witness); the Region stops being cold, and an election under
+    /// way ([`start_election`](Self::start_election)) ends with it. PD learns of it only
     /// when `update_pd`.
     pub fn transfer_leader(&self, region_id: u64, to_store: u64, update_pd: bool) -> Result<()> {
         let mut state = self.state();
@@ -948,6 +951,7 @@ impl SimCluster {
             })?;
         region.leader = Some(peer.id);
         region.cold = None;
+        region.campaigning = false;
         let now = state.raft_now();
         state.raft.on_new_leader(region_id, now);
         if update_pd && !state.cut_off_from_pd.contains(&to_store) {

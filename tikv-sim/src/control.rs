@@ -32,6 +32,7 @@
 //! | `transfer REGION STORE stale` | the same, PD keeps the old leader |
 //! | `pd-view REGION STORE` / `pd-view REGION none` | set the leader PD reports |
 //! | `cold REGION [accept\|not-leader-first]` | lose the leader, PD keeps it; a voter campaigns on a leader request (default `accept`) |
+//! | `election REGION` | the voters lose the leader: every peer but the leader answers `NotLeader` without a hint and none campaigns, until `transfer` names the winner |
 //! | `split KEY` | split the Region holding `KEY`; answers `ok NEW_REGION_ID` |
 //! | `merge SOURCE TARGET [WINDOW_MS]` | merge Region `SOURCE` into the adjacent Region `TARGET` (peers on the same stores, both led); with `WINDOW_MS`, the source refuses writes (`ProposalInMergingMode`) that long before the merge commits |
 //! | `add-peer REGION STORE [learner]` | add a voter (or a learner) on `STORE`; answers `ok NEW_PEER_ID` |
@@ -209,7 +210,7 @@ down-cold STORE | evict-leaders STORE | restart STORE [DOWN_MS] | rolling-restar
 raft-tick MS | electing | raft-stats | disk-full STORE on|off | propose-delay STORE MS | \
 hang STORE connect|respond | unhang STORE | slow STORE MS | busy STORE MS|off | \
 transfer REGION STORE [stale] | pd-view REGION STORE|none | cold REGION [accept|not-leader-first] | \
-split KEY | merge SOURCE TARGET [WINDOW_MS] | add-peer REGION STORE [learner] | promote REGION STORE | \
+election REGION | split KEY | merge SOURCE TARGET [WINDOW_MS] | add-peer REGION STORE [learner] | promote REGION STORE | \
 remove-peer REGION STORE | move-store STORE [ADDR] | cut-clients STORE [refuse|drop] | uncut-clients STORE | \
 drop STORE METHOD | counters STORE | reset-counters | pd-calls | lag STORE MS | unlag STORE | \
 labels STORE [KEY=VALUE ...] | resolved-ts-interval MS | naive-replica-reads on|off | pd-leader INDEX | pd-down INDEX | pd-up INDEX | \
@@ -416,6 +417,10 @@ async fn run(cluster: &SimCluster, line: &str) -> Result<String> {
                 }
             };
             cluster.make_cold(region, mode)?;
+        }
+        "election" => {
+            let region: u64 = parse_num("region id", words.next())?;
+            cluster.start_election(region)?;
         }
         "split" => {
             let key = parse_key(words.next().unwrap_or(""))?;

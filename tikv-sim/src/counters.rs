@@ -196,7 +196,8 @@ impl StoreCounters {
 
     /// How many calls this store proxied to another store because their
     /// metadata named it in `tikv-forwarded-host` (a BatchCommands stream
-    /// counts once), and how many of them could not reach the target.
+    /// counts once), and, apart from those, how many it could not get
+    /// through to the target.
     pub fn forwarded(&self) -> (u64, u64) {
         (self.forwarded, self.forward_failures)
     }

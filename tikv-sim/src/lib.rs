@@ -141,7 +141,10 @@
 //!    [`ColdMode::AcceptAtOnce`] becomes leader and serves,
 //!    [`ColdMode::NotLeaderFirst`] answers `NotLeader` without a hint, becomes
 //!    leader, and serves the next request. PD is not told (its view stays
-//!    stale until a fault changes it).
+//!    stale until a fault changes it). During an **election**
+//!    ([`SimCluster::start_election`]) every peer but the leader answers
+//!    `NotLeader` without a hint and none campaigns, until
+//!    [`SimCluster::transfer_leader`] names the winner.
 //!
 //! A read flagged `replica_read` or `stale_read` passes step 6 on a
 //! follower or learner, which serves it (see

@@ -121,6 +121,10 @@ pub(crate) struct SimRegion {
     /// Peer id PD reports as leader.
     pub(crate) pd_leader: Option<u64>,
     pub(crate) cold: Option<Cold>,
+    /// Its followers campaign in an election run by hand
+    /// (`cluster/election.rs`): the peers that do not lead name no leader,
+    /// and no request makes one win.
+    pub(crate) campaigning: bool,
     /// Regions split off this one, so a stale epoch learns about them.
     pub(crate) derived: Vec<u64>,
     pub(crate) data: RegionData,
@@ -348,7 +352,11 @@ impl ClusterState {
             e.not_leader = Some(errorpb::NotLeader { region_id, leader });
             (Box::new(e), Outcome::NotLeader)
         };
-        let known_leader = region.leader.and_then(|id| region.peer(id));
+        // In an election no follower knows a leader to name.
+        let known_leader = region
+            .leader
+            .filter(|_| !region.campaigning)
+            .and_then(|id| region.peer(id));
         if !can_become_leader(&local) {
             return Err(not_leader(known_leader));
         }
@@ -361,6 +369,7 @@ impl ClusterState {
         match region.leader {
             Some(leader) if leader == local.id => Ok(region_id),
             Some(_) => Err(not_leader(known_leader)),
+            None if region.campaigning => Err(not_leader(None)),
             None => {
                 let cold = region.cold.unwrap_or(Cold {
                     mode: ColdMode::AcceptAtOnce,
@@ -537,6 +546,7 @@ impl ClusterState {
                 mode: c.mode,
                 old_leader: same_store(c.old_leader),
             }),
+            campaigning: parent.campaigning,
             derived: Vec::new(),
             data: child_data,
             mvcc: child_mvcc,

@@ -1,5 +1,5 @@
 //! Faults of the simulated cluster over real sockets: stores down and up on
-//! the same port, hangs, added latency, dropped responses, cold Regions.
+//! the same port, hangs, added latency, dropped responses, cold Regions, an election.
 
 use std::time::Duration;
 
@@ -299,6 +299,56 @@ async fn a_cold_region_whose_leader_store_is_down_recovers_through_a_voter() {
     assert!(second.region_error.is_none());
     assert_eq!(cluster.leader_of(region.id).unwrap().store_id, voter);
     assert_eq!(cluster.pd_leader_of(region.id), Some(old), "PD stays stale");
+    cluster.shutdown().await;
+}
+
+#[tokio::test]
+async fn in_an_election_followers_name_no_leader_and_wait_for_the_winner() {
+    let cluster = one_region().await;
+    let (leader, mut to_leader, leader_ctx) = leader_of_first(&cluster).await;
+    let region_id = leader_ctx.region_id;
+    cluster.start_election(region_id).unwrap();
+    let voter = cluster
+        .store_ids()
+        .into_iter()
+        .find(|s| *s != leader)
+        .unwrap();
+    let mut to_voter = cluster.tikv_client(voter).await.unwrap();
+    let voter_ctx = cluster.context(region_id, voter).unwrap();
+    // Asked twice: a follower in an election neither names a leader nor
+    // campaigns on a request.
+    for _ in 0..2 {
+        let answer = to_voter
+            .raw_get(get_req(&voter_ctx, b"a"))
+            .await
+            .unwrap()
+            .into_inner();
+        let not_leader = answer.region_error.unwrap().not_leader.unwrap();
+        assert_eq!(not_leader.leader, None);
+    }
+    // The leader it lost, heard from again, still serves.
+    let answer = to_leader
+        .raw_get(get_req(&leader_ctx, b"a"))
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(answer.region_error.is_none(), "{answer:?}");
+    assert_eq!(cluster.leader_of(region_id).unwrap().store_id, leader);
+    // The winner ends the election: it serves, the others name it.
+    cluster.transfer_leader(region_id, voter, true).unwrap();
+    let answer = to_voter
+        .raw_get(get_req(&voter_ctx, b"a"))
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(answer.region_error.is_none(), "{answer:?}");
+    let answer = to_leader
+        .raw_get(get_req(&leader_ctx, b"a"))
+        .await
+        .unwrap()
+        .into_inner();
+    let hint = answer.region_error.unwrap().not_leader.unwrap().leader;
+    assert_eq!(hint.map(|p| p.store_id), Some(voter));
     cluster.shutdown().await;
 }
 

@@ -241,6 +241,14 @@ impl CandidateRound {
     /// Picks the next candidate: a hinted voter first, then the Region's
     /// candidates in the round's order, skipping those already tried. `None`
     /// ends the round.
+    ///
+    /// The cached leader tried through a voter's store counts as tried: that
+    /// attempt is the round's try of the leader, and its store is not dialled
+    /// directly after it. So while store health marks the leader's store, a
+    /// round tries the leader once, after the voters: through a voter's
+    /// store when one showed it alive, else directly ([routing.md, "Store
+    /// health"](crate::spec::routing#store-health-beyond), which has the
+    /// measurement behind it).
     pub(crate) fn next_candidate(&mut self, region: &RegionWithLeader) -> Option<metapb::Peer> {
         self.forward.current_via = None;
         if let Some(proxy) = self.forward.next_via.take() {
@@ -1127,6 +1135,53 @@ mod tests {
         let accepted = round.on_accepted();
         assert!(accepted.update_leader);
         assert!(accepted.reload_region);
+    }
+
+    #[test]
+    fn a_marked_leader_is_tried_once_a_round_last_directly_or_through_a_voter() {
+        let r = region(3, Some(1));
+        let marked = |forwarding| Round {
+            region: &r,
+            round: CandidateRound::new(CandidateOrder::LeaderLast)
+                .forwarding(forwarding)
+                .leader_unreachable(true),
+        };
+        // No voter shows the leader alive: it is dialled, last.
+        let mut round = marked(true);
+        assert_eq!(next_id(&mut round), Some(12));
+        round.on_region_error(not_leader(None));
+        assert_eq!(next_id(&mut round), Some(13));
+        round.on_region_error(not_leader(None));
+        assert_eq!(next_id(&mut round), Some(11));
+        assert_eq!(round.round.current_via(), None, "directly");
+        round.on_mapping_failed(transport());
+        assert_eq!(next_id(&mut round), None);
+
+        // The voters name it: it goes through each one's store, and an
+        // attempt through a proxy is its try, so it is not dialled after.
+        let mut round = marked(true);
+        assert_eq!(next_id(&mut round), Some(12));
+        round.on_region_error(not_leader(Some(peer(11, 1))));
+        assert_eq!(next_id(&mut round), Some(11));
+        assert_eq!(round.round.current_via(), Some(2));
+        round.on_mapping_failed(transport());
+        assert_eq!(next_id(&mut round), Some(13));
+        round.on_region_error(not_leader(Some(peer(11, 1))));
+        assert_eq!(next_id(&mut round), Some(11));
+        assert_eq!(round.round.current_via(), Some(3));
+        round.on_mapping_failed(transport());
+        assert_eq!(next_id(&mut round), None, "not dialled after its proxies");
+        assert_eq!(round.tried().len(), 4);
+        assert!(round.finish().reload_region);
+
+        // Without forwarding the same answers leave it last, dialled.
+        let mut round = marked(false);
+        assert_eq!(next_id(&mut round), Some(12));
+        round.on_region_error(not_leader(Some(peer(11, 1))));
+        assert_eq!(next_id(&mut round), Some(13));
+        round.on_region_error(not_leader(Some(peer(11, 1))));
+        assert_eq!(next_id(&mut round), Some(11));
+        assert_eq!(round.round.current_via(), None, "directly");
     }
 
     #[test]

@@ -35,16 +35,17 @@ pub const CLIENT: &str = "client";
 
 /// The chaos suite's cluster faults that change the cluster's state rather
 /// than its network (the simulated network has its own, [`NetFault`]),
-/// with their default weights: the raw suite's, then the transactional
-/// ones ([`FaultKind::TXN`]: TSO jumps, dropped answers of transactional
-/// requests), which only a run with transactions applies.
+/// with their default weights: the transactional ones first
+/// ([`FaultKind::TXN`]: TSO jumps, dropped answers of transactional
+/// requests; only a run with transactions applies them), then the raw
+/// suite's.
 pub fn state_faults() -> Vec<(FaultKind, u32)> {
     let txn = InjectorConfig::txn_kinds()
         .into_iter()
         .filter(|(kind, _)| FaultKind::TXN.contains(kind));
-    InjectorConfig::all_kinds()
-        .into_iter()
-        .chain(txn)
+    // The transactional kinds first: a short run tries the kinds in this
+    // order before it draws by weight.
+    txn.chain(InjectorConfig::all_kinds())
         .filter(|(kind, _)| {
             FaultKind::TXN.contains(kind)
                 || matches!(
