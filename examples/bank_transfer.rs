@@ -600,7 +600,7 @@ async fn main() -> Result<(), BoxError> {
             cold.push(region.id);
         }
     }
-    cluster.store_down(victim).await;
+    cluster.store_down_cold(victim).await?;
     println!("== 1. Store {victim} is down; Regions {cold:?} lost their leader (PD still names store {victim})");
     run_phase(&client, &stats, 1, TRANSFERS_PER_WORKER, &mut done).await?;
     let phase_one_fallbacks = client.routing_stats().fallback_successes;

@@ -50,7 +50,7 @@ async fn unreachable_leader() -> Result<(), Box<dyn Error>> {
     println!("step 1: wrote 'greeting'. {}", describe(&cluster, region));
 
     cluster.make_cold(region, ColdMode::AcceptAtOnce)?;
-    cluster.store_down(old).await;
+    cluster.store_down_cold(old).await?;
     println!(
         "step 2: store {old} went down and the Region went cold. {}",
         describe(&cluster, region)

@@ -28,7 +28,7 @@
 //! by reading back, so the tests pass either way.
 //!
 //! No test sleeps: each fault is in place when the call that makes it
-//! returns (`store_down` returns once the port is closed; `make_cold` and
+//! returns (`store_down_cold` returns once the port is closed; `make_cold` and
 //! `store_hang` change the cluster's state at once), and the only waiting
 //! is the client's own timeouts, kept short by the test's `Config`.
 //!
@@ -170,7 +170,7 @@ async fn lose_leader(
     match fault {
         Fault::StoreDown(mode) => {
             cluster.make_cold(region_id, mode)?;
-            cluster.store_down(old_leader.store_id).await;
+            cluster.store_down_cold(old_leader.store_id).await?;
         }
         Fault::Partitioned => {
             cluster.make_cold(region_id, ColdMode::AcceptAtOnce)?;

@@ -68,7 +68,7 @@ async fn main() -> Result<(), Box<dyn Error>> {
         .ok_or("the first Region has no leader")?
         .store_id;
     cluster.make_cold(region, ColdMode::AcceptAtOnce)?;
-    cluster.store_down(victim).await;
+    cluster.store_down_cold(victim).await?;
     traffic(&client, "leader-lost").await?;
     let stats = client.routing_stats();
     println!(

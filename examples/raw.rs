@@ -149,7 +149,7 @@ async fn against_simulated_cluster() -> Result<(), Box<dyn Error>> {
             cold.push(region.id);
         }
     }
-    cluster.store_down(victim).await;
+    cluster.store_down_cold(victim).await?;
     println!(
         "2. Store {victim} is down; Regions {cold:?} lost their leader, and PD still names a peer on store {victim} as their leader"
     );

@@ -92,7 +92,7 @@ async fn main() -> Result<(), Box<dyn Error>> {
         .region_for_key(&encode_bytes(b"zoe"))
         .ok_or("no region")?;
     let leader = cluster.leader_of(region.id).ok_or("no leader")?.store_id;
-    cluster.store_down(leader).await;
+    cluster.store_down_cold(leader).await?;
     let next = cluster
         .store_ids()
         .into_iter()

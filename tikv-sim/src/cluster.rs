@@ -29,6 +29,7 @@ use super::state::{ClusterState, Cold, ColdMode, HangMode, PdMember, SimRegion, 
 use super::store::forward::DialHolder;
 use super::store::{ForwardDial, StoreServer, StoreService};
 pub use layout::{RegionLayout, SimPeer};
+pub use raft::Restart;
 use tonic::transport::Channel;
 
 use super::keyspace::KeyspaceService;

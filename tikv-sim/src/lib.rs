@@ -220,7 +220,10 @@
 //! All can be changed while running:
 //! [`store_down`](SimCluster::store_down) /
 //! [`store_up`](SimCluster::store_up) (listener closed and connections
-//! reset; back on the same port), [`store_hang`](SimCluster::store_hang)
+//! reset; back on the same port; the Regions it led elect new leaders after
+//! an election timeout, see Raft below),
+//! [`store_down_cold`](SimCluster::store_down_cold) (the same, keeping its
+//! leaders), [`store_hang`](SimCluster::store_hang)
 //! with [`HangMode::Connect`] (new TCP connects hang because the kernel
 //! drops SYNs, and open connections stop moving bytes) or [`HangMode::Respond`] (requests are received, never
 //! answered until [`store_unhang`](SimCluster::store_unhang)),
@@ -260,6 +263,32 @@
 //! [`cut_store_from_clients`](SimCluster::cut_store_from_clients) (below).
 //!
 //! PD reports the peers of a store that is down as `down_peers`.
+//!
+//! # Raft: elections, restarts and the errors around them
+//!
+//! A store that goes down or hangs loses its leaderships: each Region it
+//! led elects a leader among its live voters when the first follower's
+//! election timeout runs out, drawn as raft-rs draws it from
+//! [`RaftTiming`] (TiKV's defaults: 10 to 20 s;
+//! [`SimClusterBuilder::raft_timing`] scales them). Until then followers
+//! name the dead leader; without a live quorum no one leads; PD hears of
+//! the winner at once; the dead leader's in-memory pessimistic locks are
+//! lost. [`keep_leaders`](SimCluster::keep_leaders) keeps a store's
+//! leaders however long it is dead (the cold-Region case).
+//! [`evict_leaders`](SimCluster::evict_leaders),
+//! [`restart_store`](SimCluster::restart_store) and
+//! [`rolling_restart`](SimCluster::rolling_restart) restart stores as
+//! operators do, leaders evicted first. The Region errors TiKV gives in
+//! these moments come where TiKV gives them: `MaxTimestampNotSynced` from a
+//! new leader, `StaleCommand` for a proposal a leader change overtook
+//! ([`store_propose_delay`](SimCluster::store_propose_delay)),
+//! `ProposalInMergingMode` during a merge
+//! ([`merge_regions_after`](SimCluster::merge_regions_after)),
+//! `RegionNotInitialized` from a peer awaiting its snapshot
+//! ([`add_peer_uninitialized`](SimCluster::add_peer_uninitialized)),
+//! `DiskFull` ([`store_disk_full`](SimCluster::store_disk_full)).
+//! [`raft_stats`](SimCluster::raft_stats) counts them. `raft.rs` names the
+//! TiKV and raft-rs sources of each.
 //!
 //! # Forwarding and a store cut off from clients
 //!
@@ -400,8 +429,8 @@ mod store;
 
 pub(crate) use cluster::Shared;
 pub use cluster::{
-    HostedServers, RegionLayout, SimCluster, SimClusterBuilder, SimPeer, DEFAULT_CLUSTER_ID,
-    FIRST_REGION_ID, PD_MEMBER_ID_BASE, RAW_METHODS, TXN_METHODS,
+    HostedServers, RegionLayout, Restart, SimCluster, SimClusterBuilder, SimPeer,
+    DEFAULT_CLUSTER_ID, FIRST_REGION_ID, PD_MEMBER_ID_BASE, RAW_METHODS, TXN_METHODS,
 };
 pub use codec::{keyspace_split_keys, KeyspaceMode};
 pub use counters::{Outcome, StoreCounters};

@@ -268,6 +268,28 @@ impl RaftState {
             .insert(region_id, now + self.timing.max_ts_sync);
     }
 
+    /// Whether Region `region_id` is in a merge, as its source or its
+    /// target: it takes no split and no conf change until the merge is
+    /// done (TiKV refuses them as proposals in merging mode; PD schedules
+    /// none on a merging target).
+    pub(crate) fn in_merge(&self, region_id: u64) -> bool {
+        self.merging.contains_key(&region_id)
+            || self
+                .merging
+                .values()
+                .any(|(target, _)| *target == region_id)
+    }
+
+    /// `Err` naming the merge when Region `region_id` is in one.
+    pub(crate) fn refuse_in_merge(&self, region_id: u64, what: &str) -> crate::Result<()> {
+        if self.in_merge(region_id) {
+            return Err(crate::Error::InvalidArgument(format!(
+                "region {region_id} is merging: it takes no {what} until the merge is done"
+            )));
+        }
+        Ok(())
+    }
+
     /// The earliest time anything timed is due, if anything is.
     fn next_due(&self) -> Option<Duration> {
         let elections = self.elections.values();

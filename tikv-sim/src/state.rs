@@ -502,6 +502,7 @@ impl ClusterState {
             .get(&parent_id)
             .map(|r| r.meta.start_key.clone())
             .unwrap_or_default();
+        self.raft.refuse_in_merge(parent_id, "split")?;
         if parent_start.as_slice() == split_key {
             return Err(Error::InvalidArgument(format!(
                 "key {split_key:?} is already the start of region {parent_id}; split at a key inside a region"

@@ -608,3 +608,91 @@ async fn a_full_disk_refuses_writes_and_serves_reads() {
     assert!(raw_put_on(&cluster, region, leader, b"v").await.is_none());
     cluster.shutdown().await;
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_crash_ends_the_lock_waits_of_the_store_with_its_connections() {
+    let cluster = cluster(1).await;
+    let region = first_region(&cluster);
+    let holder = tso(&cluster).await;
+    pessimistic_lock(&cluster, b"a", holder).await;
+    // A second transaction waits for the lock on the leader's store.
+    let waiter = tso(&cluster).await;
+    let (mut client, ctx) = txn_support::client_for(&cluster, b"a").await;
+    let waiting = tokio::spawn(async move {
+        client
+            .kv_pessimistic_lock(kvrpcpb::PessimisticLockRequest {
+                context: Some(ctx),
+                mutations: vec![kvrpcpb::Mutation {
+                    op: kvrpcpb::Op::PessimisticLock as i32,
+                    key: b"a".to_vec(),
+                    ..Default::default()
+                }],
+                primary_lock: b"a".to_vec(),
+                start_version: waiter,
+                for_update_ts: waiter,
+                lock_ttl: 20_000,
+                wait_timeout: 10_000,
+                ..Default::default()
+            })
+            .await
+    });
+    while cluster.lock_waiters() == 0 {
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    cluster
+        .store_down(cluster.leader_of(region).unwrap().store_id)
+        .await;
+    // The wait ends with the store's connections: the client sees a
+    // transport error, and the queue is gone with the store's memory.
+    let answer = waiting.await.unwrap();
+    assert!(answer.is_err(), "{answer:?}");
+    assert_eq!(cluster.lock_waiters(), 0);
+    cluster.shutdown().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_merging_region_takes_no_split_and_no_conf_change() {
+    let cluster = SimCluster::builder()
+        .stores(3)
+        .replicas(3)
+        .split_keys(vec![b"m".to_vec()])
+        .raft_timing(timing())
+        .start()
+        .await
+        .unwrap();
+    let regions = cluster.regions();
+    // The source above its target: a split of the source would leave the
+    // target's new range over the part split off.
+    let (target, source) = (regions[0].id, regions[1].id);
+    let store = cluster.leader_of(target).unwrap().store_id;
+    cluster.transfer_leader(source, store, true).unwrap();
+    cluster
+        .merge_regions_after(source, target, Duration::from_secs(1))
+        .unwrap();
+    for region in [source, target] {
+        let key = cluster.region(region).unwrap().start_key;
+        let inside = [key, b"x".to_vec()].concat();
+        assert!(cluster.split_region(&inside).is_err(), "split of {region}");
+        let spare = (1..=4)
+            .find(|s| {
+                cluster
+                    .region(region)
+                    .unwrap()
+                    .peers
+                    .iter()
+                    .all(|p| p.store_id != *s)
+            })
+            .unwrap();
+        assert!(cluster.add_peer(region, spare, PeerRole::Learner).is_err());
+    }
+    assert!(cluster.merge_regions(target, source).is_err());
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert!(cluster.region(source).is_none());
+    let merged = cluster.region(target).unwrap();
+    assert!(merged.start_key.is_empty() && merged.end_key.is_empty());
+    assert!(
+        cluster.split_region(b"q").is_ok(),
+        "merged, it splits again"
+    );
+    cluster.shutdown().await;
+}

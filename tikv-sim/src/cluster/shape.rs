@@ -66,8 +66,7 @@ impl ClusterState {
     /// PrepareMerge on `source`, after the merge's checks: its version and
     /// conf_ver go up by one.
     pub(crate) fn prepare_merge(&mut self, source_id: u64, target_id: u64) -> Result<()> {
-        if self.raft.merging.contains_key(&source_id) || self.raft.merging.contains_key(&target_id)
-        {
+        if self.raft.in_merge(source_id) || self.raft.in_merge(target_id) {
             return Err(invalid(format!(
                 "region {source_id} or {target_id} is already merging; wait for that merge"
             )));
@@ -193,6 +192,7 @@ impl ClusterState {
             )));
         }
         needs_leader(self.region_mut(region_id)?)?;
+        self.raft.refuse_in_merge(region_id, "conf change")?;
         if self
             .region_mut(region_id)?
             .peer_on_store(store_id)
@@ -216,6 +216,7 @@ impl ClusterState {
 
     /// Makes the Region's learner on `store_id` a voter.
     pub(crate) fn promote_learner(&mut self, region_id: u64, store_id: u64) -> Result<()> {
+        self.raft.refuse_in_merge(region_id, "conf change")?;
         if !self.is_tikv_store(store_id) {
             return Err(invalid(format!(
                 "the learner of region {region_id} on store {store_id} is TiFlash's: a TiFlash learner never becomes a voter"
@@ -243,6 +244,7 @@ impl ClusterState {
     /// before removing), and PD hears of the new leader unless its store
     /// is cut off from PD.
     pub(crate) fn remove_peer(&mut self, region_id: u64, store_id: u64) -> Result<()> {
+        self.raft.refuse_in_merge(region_id, "conf change")?;
         let cut_off = self.cut_off_from_pd.clone();
         let up: std::collections::BTreeSet<u64> = self
             .stores
