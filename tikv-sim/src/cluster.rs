@@ -29,7 +29,7 @@ use super::state::{ClusterState, Cold, ColdMode, HangMode, PdMember, SimRegion, 
 use super::store::forward::DialHolder;
 use super::store::{ForwardDial, StoreServer, StoreService};
 pub use layout::{RegionLayout, SimPeer};
-pub use raft::Restart;
+pub use raft::{Restart, RESTART_DRAIN};
 use tonic::transport::Channel;
 
 use super::keyspace::KeyspaceService;

@@ -430,7 +430,8 @@ mod store;
 pub(crate) use cluster::Shared;
 pub use cluster::{
     HostedServers, RegionLayout, Restart, SimCluster, SimClusterBuilder, SimPeer,
-    DEFAULT_CLUSTER_ID, FIRST_REGION_ID, PD_MEMBER_ID_BASE, RAW_METHODS, TXN_METHODS,
+    DEFAULT_CLUSTER_ID, FIRST_REGION_ID, PD_MEMBER_ID_BASE, RAW_METHODS, RESTART_DRAIN,
+    TXN_METHODS,
 };
 pub use codec::{keyspace_split_keys, KeyspaceMode};
 pub use counters::{Outcome, StoreCounters};

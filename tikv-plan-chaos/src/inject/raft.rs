@@ -8,6 +8,11 @@ use tokio::time::Instant;
 
 use super::{FaultKind, Heal, Injector};
 
+/// The pause between a graceful restart's eviction and its store going
+/// down: the simulator's `RESTART_DRAIN`, scaled as the chaos runs' Raft
+/// clock is.
+const RESTART_DRAIN: Duration = Duration::from_millis(100);
+
 impl Injector {
     /// A crash (the store's Regions elect after an election timeout) or a
     /// graceful restart (leaders evicted first), on a random TiKV store,
@@ -27,6 +32,9 @@ impl Injector {
             let evicted = cluster.evict_leaders(store).ok()?;
             let moved = evicted.len();
             self.evicted.insert(store, evicted.into_keys().collect());
+            // The calls in flight to it are answered before it stops, as
+            // TiUP waits to see it lead nothing (scaled down here).
+            tokio::time::sleep(RESTART_DRAIN).await;
             cluster.store_down(store).await;
             self.active.push((heal_at, Heal::Returned(store), index));
             Some(format!("store {store} ({moved} leaders evicted)"))

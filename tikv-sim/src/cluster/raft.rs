@@ -31,6 +31,12 @@ impl SimClusterBuilder {
     }
 }
 
+/// How long a graceful restart waits between evicting a store's leaders
+/// and stopping it: TiUP polls the store's leader count every 2 s and
+/// stops it once it is 0, so the calls in flight to the store are answered
+/// (a store that leads nothing answers `NotLeader`) before it goes down.
+pub const RESTART_DRAIN: Duration = Duration::from_secs(2);
+
 /// What a graceful restart of one store did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Restart {
@@ -161,13 +167,17 @@ impl SimCluster {
     }
 
     /// Restarts store `store_id` gracefully, as TiUP does: leaders evicted
-    /// first ([`evict_leaders`](Self::evict_leaders)), the store down for
+    /// first ([`evict_leaders`](Self::evict_leaders)), [`RESTART_DRAIN`]
+    /// for the calls in flight to be answered, the store down for
     /// `down_for`, up again, then the leaders it gave up moved back (PD's
     /// balance-leader scheduler, once the evict scheduler is removed), to
     /// those Regions that still have a voter there.
     pub async fn restart_store(&self, store_id: u64, down_for: Duration) -> Result<Restart> {
         tracing::info!("simulated store {store_id} restarts gracefully");
         let evicted = self.evict_leaders(store_id)?;
+        // TiUP stops the store once it sees it lead nothing, at its next
+        // poll: the calls in flight to it are answered meanwhile.
+        tokio::time::sleep(RESTART_DRAIN).await;
         self.store_down(store_id).await;
         tokio::time::sleep(down_for).await;
         self.store_up(store_id).await?;
