@@ -4,7 +4,7 @@
 //!
 //! ```text
 //! tikv-plan-perf --sim PATH/TO/tikv-sim [--quick] [--rounds N] [--window-ms MS]
-//!                [--only throughput|faults|failover|dead-store|cut-off|contention|replicas]
+//!                [--only throughput|faults|failover|dead-store|cut-off|contention|replicas|week]
 //!                [--label TEXT] [--clients LIST] [--ops LIST] [--tasks LIST] [--csv-dir DIR]
 //! ```
 //!
@@ -21,6 +21,7 @@ mod replicas;
 mod report;
 mod sim;
 mod stats;
+mod week;
 mod workload;
 
 use std::collections::BTreeMap;
@@ -57,6 +58,9 @@ struct Plan {
     /// Reads spread over the replicas and stale reads against a slow
     /// leader (`--only replicas`; not in the default run).
     replicas: bool,
+    /// A rolling restart and a crash (`--only week`, `week.rs`; not in the
+    /// default run).
+    week: bool,
     failover_trials: usize,
     failover_cap: Duration,
     /// The cap of a cut-off trial.
@@ -76,12 +80,12 @@ struct Plan {
 }
 
 const USAGE: &str = "usage: tikv-plan-perf --sim PATH [--quick] [--rounds N] [--window-ms MS] \
-[--only throughput|faults|failover|dead-store|cut-off|contention|replicas] [--label TEXT] \
+[--only throughput|faults|failover|dead-store|cut-off|contention|replicas|week] [--label TEXT] \
 [--clients plan,unary,unary-tonic,bare,upstream] [--ops get,put,batch_get,scan] [--tasks 1,64] \
 [--csv-dir DIR]";
 
 /// The values `--only` takes.
-const ONLY: [&str; 7] = [
+const ONLY: [&str; 8] = [
     "throughput",
     "faults",
     "failover",
@@ -89,6 +93,7 @@ const ONLY: [&str; 7] = [
     "cut-off",
     "contention",
     "replicas",
+    "week",
 ];
 
 fn parse_args(args: impl Iterator<Item = String>) -> Result<Plan, String> {
@@ -149,6 +154,7 @@ fn parse_args(args: impl Iterator<Item = String>) -> Result<Plan, String> {
         cut_off: matches!(only.as_deref(), None | Some("faults") | Some("cut-off")),
         contention: only.as_deref() == Some("contention"),
         replicas: only.as_deref() == Some("replicas"),
+        week: only.as_deref() == Some("week"),
         failover_trials: if quick { 1 } else { 3 },
         failover_cap: Duration::from_secs(if quick { 5 } else { 30 }),
         cut_off_cap: Duration::from_secs(if quick { 5 } else { 10 }),
@@ -455,6 +461,9 @@ async fn run(plan: Plan) -> Result<(), String> {
         let slow = Duration::from_millis(20);
         let (on_leader, stale) = replicas::stale_latency(&plan.sim, reads, slow).await?;
         println!("{}", replicas::stale_table(&on_leader, &stale, slow));
+    }
+    if plan.week {
+        week::run(&plan.sim, &kinds, plan.quick, plan.csv_dir.as_deref(), &info).await?;
     }
     if plan.contention {
         let trials = if plan.quick { 3 } else { 20 };
