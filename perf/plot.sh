@@ -6,7 +6,8 @@
 #   perf/plot.sh leader-loss   docs/img/leader-loss.svg       <- failover.csv
 #   perf/plot.sh cut-off       docs/img/cut-off.svg           <- cut-off-refuse.csv
 #   perf/plot.sh chaos         docs/img/chaos-timeline.svg    <- chaos-timeline.csv
-#   perf/plot.sh all           the four
+#   perf/plot.sh killed-bank   docs/img/killed-bank.svg       <- killed-bank.csv
+#   perf/plot.sh all           the five
 #
 # With --run, the data is measured anew first (and written over the CSV
 # files in docs/img/data/, the markdown or text output beside them):
@@ -16,6 +17,8 @@
 #                       pass through)
 #   leader-loss --run   perf/run.sh --only failover --csv-dir docs/img/data
 #   cut-off --run       perf/run.sh --only cut-off --csv-dir docs/img/data
+#   killed-bank --run   perf/run.sh --only killed-bank --csv-dir docs/img/data
+#                       (60 s per client; --bank-seconds N, --seed N pass through)
 #   chaos --run         cargo run --release -p tikv-plan-chaos -- raw --seed 1
 #                       --seconds 20 --timeline docs/img/data/chaos-timeline.csv
 #                       (other options, e.g. --seed 2, pass through)
@@ -30,7 +33,7 @@ root="$(cd "$here/.." && pwd)"
 perf_target="${PERF_TARGET_DIR:-$here/target}"
 
 usage() {
-    echo "usage: perf/plot.sh ratios|leader-loss|cut-off|chaos|all [--run] [--data DIR] [options for the run]" >&2
+    echo "usage: perf/plot.sh ratios|leader-loss|cut-off|chaos|killed-bank|all [--run] [--data DIR] [options for the run]" >&2
     exit 2
 }
 
@@ -38,7 +41,7 @@ usage() {
 picture="$1"
 shift
 case "$picture" in
-    ratios | leader-loss | cut-off | chaos | all) ;;
+    ratios | leader-loss | cut-off | chaos | killed-bank | all) ;;
     *) usage ;;
 esac
 
@@ -79,6 +82,9 @@ if [[ "$run" == true ]]; then
         cut-off)
             "$here/run.sh" --only cut-off --csv-dir "$data" "${pass[@]}" | tee "$data/cut-off.md"
             ;;
+        killed-bank)
+            "$here/run.sh" --only killed-bank --csv-dir "$data" "${pass[@]}" | tee "$data/killed-bank.md"
+            ;;
         chaos)
             # A run that finds a violation exits 1: draw it all the same,
             # then fail.
@@ -102,11 +108,13 @@ case "$picture" in
     leader-loss) draw leader-loss leader-loss.svg ;;
     cut-off) draw cut-off cut-off.svg ;;
     chaos) draw chaos chaos-timeline.svg ;;
+    killed-bank) draw killed-bank killed-bank.svg ;;
     all)
         draw ratios benchmark-ratios.svg
         draw leader-loss leader-loss.svg
         draw cut-off cut-off.svg
         draw chaos chaos-timeline.svg
+        draw killed-bank killed-bank.svg
         ;;
 esac
 exit "$status"

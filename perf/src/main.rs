@@ -12,10 +12,11 @@
 //! also writes the figures as CSV files there (see `csv.rs`). `perf/run.sh`
 //! builds everything in release and runs it; see `perf/README.md`.
 
+mod bank;
 mod clients;
 mod contention;
-mod cutoff;
 mod csv;
+mod cutoff;
 mod faults;
 mod replicas;
 mod report;
@@ -61,6 +62,13 @@ struct Plan {
     /// A rolling restart and a crash (`--only week`, `week.rs`; not in the
     /// default run).
     week: bool,
+    /// Worker processes killed mid-transaction (`--only killed-bank`; not
+    /// in the default run).
+    killed_bank: bool,
+    /// How long each client's bank runs (`--bank-seconds`).
+    bank_duration: Duration,
+    /// The seed of the kills and the workers' choices (`--seed`).
+    seed: u64,
     failover_trials: usize,
     failover_cap: Duration,
     /// The cap of a cut-off trial.
@@ -80,12 +88,12 @@ struct Plan {
 }
 
 const USAGE: &str = "usage: tikv-plan-perf --sim PATH [--quick] [--rounds N] [--window-ms MS] \
-[--only throughput|faults|failover|dead-store|cut-off|contention|replicas|week] [--label TEXT] \
-[--clients plan,unary,unary-tonic,bare,upstream] [--ops get,put,batch_get,scan] [--tasks 1,64] \
-[--csv-dir DIR]";
+[--only throughput|faults|failover|dead-store|cut-off|contention|replicas|week|killed-bank] \
+[--label TEXT] [--clients plan,unary,unary-tonic,bare,upstream] [--ops get,put,batch_get,scan] \
+[--tasks 1,64] [--csv-dir DIR] [--bank-seconds N] [--seed N]";
 
 /// The values `--only` takes.
-const ONLY: [&str; 8] = [
+const ONLY: [&str; 9] = [
     "throughput",
     "faults",
     "failover",
@@ -94,6 +102,7 @@ const ONLY: [&str; 8] = [
     "contention",
     "replicas",
     "week",
+    "killed-bank",
 ];
 
 fn parse_args(args: impl Iterator<Item = String>) -> Result<Plan, String> {
@@ -107,6 +116,8 @@ fn parse_args(args: impl Iterator<Item = String>) -> Result<Plan, String> {
     let mut ops = Op::ALL.to_vec();
     let mut tasks = TASKS.to_vec();
     let mut csv_dir = None;
+    let mut bank_seconds = None;
+    let mut seed = 1;
     let mut args = args.peekable();
     while let Some(flag) = args.next() {
         if flag == "--quick" {
@@ -130,6 +141,8 @@ fn parse_args(args: impl Iterator<Item = String>) -> Result<Plan, String> {
             "--only" => return Err(format!("--only must be one of {ONLY:?}, not {value:?}")),
             "--label" => label = value,
             "--csv-dir" => csv_dir = Some(PathBuf::from(&value)),
+            "--bank-seconds" => bank_seconds = Some(number()?.max(1)),
+            "--seed" => seed = number()?,
             "--clients" => clients = Some(list(&value, Kind::parse)?),
             "--ops" => ops = list(&value, Op::parse)?,
             "--tasks" => {
@@ -155,6 +168,9 @@ fn parse_args(args: impl Iterator<Item = String>) -> Result<Plan, String> {
         contention: only.as_deref() == Some("contention"),
         replicas: only.as_deref() == Some("replicas"),
         week: only.as_deref() == Some("week"),
+        killed_bank: only.as_deref() == Some("killed-bank"),
+        bank_duration: Duration::from_secs(bank_seconds.unwrap_or(if quick { 10 } else { 60 })),
+        seed,
         failover_trials: if quick { 1 } else { 3 },
         failover_cap: Duration::from_secs(if quick { 5 } else { 30 }),
         cut_off_cap: Duration::from_secs(if quick { 5 } else { 10 }),
@@ -373,7 +389,12 @@ async fn cut_off(plan: &Plan, kinds: &[Kind], info: &str) -> Result<(), String> 
             .collect();
         println!("{}", report::cut_off_tables(&outcomes, &writes, mode, cap));
         if let Some(dir) = &plan.csv_dir {
-            csv::write_family(dir, &format!("cut-off-{mode}"), &csv::failover(&reads), info)?;
+            csv::write_family(
+                dir,
+                &format!("cut-off-{mode}"),
+                &csv::failover(&reads),
+                info,
+            )?;
         }
     }
     for &kind in routed.iter().filter(|k| **k != Kind::Upstream) {
@@ -435,10 +456,15 @@ async fn run(plan: Plan) -> Result<(), String> {
         None => Kind::all(),
     };
     let machine = machine();
-    println!(
-        "{}",
-        report::header(&plan.label, &machine, plan.quick, plan.rounds, plan.window)
-    );
+    if plan.killed_bank {
+        // No closed loop, no rounds: the bank's own table says what ran.
+        println!("{}\n\nMachine: {machine}.\n", plan.label);
+    } else {
+        println!(
+            "{}",
+            report::header(&plan.label, &machine, plan.quick, plan.rounds, plan.window)
+        );
+    }
     let info = run_info(&plan, &machine, &kinds);
     if plan.throughput {
         let results = throughput(&plan, &kinds).await?;
@@ -465,6 +491,31 @@ async fn run(plan: Plan) -> Result<(), String> {
     if plan.week {
         week::run(&plan.sim, &kinds, plan.quick, plan.csv_dir.as_deref(), &info).await?;
     }
+    if plan.killed_bank {
+        // tikv-plan's default transport and tikv-client unless named.
+        let bank_kinds = match &plan.clients {
+            Some(kinds) => kinds.clone(),
+            None => vec![Kind::PlanBatched, Kind::Upstream],
+        };
+        let bank = bank::BankPlan {
+            duration: plan.bank_duration,
+            seed: plan.seed,
+        };
+        let info = csv::run_info(&[
+            ("label", plan.label.clone()),
+            ("machine", machine.clone()),
+            ("seconds", plan.bank_duration.as_secs().to_string()),
+            ("seed", plan.seed.to_string()),
+        ]);
+        bank::run(
+            &plan.sim,
+            &bank_kinds,
+            &bank,
+            plan.csv_dir.as_deref(),
+            &info,
+        )
+        .await?;
+    }
     if plan.contention {
         let trials = if plan.quick { 3 } else { 20 };
         let window = plan.window * 5;
@@ -474,6 +525,10 @@ async fn run(plan: Plan) -> Result<(), String> {
 }
 
 fn main() -> ExitCode {
+    // A worker process of the killed-bank run (started by this program).
+    if std::env::args().nth(1).as_deref() == Some("bank-worker") {
+        return bank::worker_main(std::env::args().skip(2));
+    }
     let plan = match parse_args(std::env::args().skip(1)) {
         Ok(p) => p,
         Err(message) => {

@@ -9,6 +9,7 @@ mod support;
 
 mod txn_bank;
 mod txn_client;
+mod txn_dead_holder;
 mod txn_forward;
 mod txn_keyspace;
 mod txn_lock_backoff;

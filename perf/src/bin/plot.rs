@@ -6,11 +6,12 @@
 //! plot leader-loss [--data DIR] [--out FILE]   # DIR/failover.csv
 //! plot cut-off     [--data DIR] [--out FILE]   # DIR/cut-off-refuse.csv
 //! plot chaos       [--data DIR] [--out FILE]   # DIR/chaos-timeline.csv
+//! plot killed-bank [--data DIR] [--out FILE]   # DIR/killed-bank.csv
 //! ```
 //!
 //! `DIR` defaults to `docs/img/data`, `FILE` to `docs/img/<picture>.svg`
 //! (`benchmark-ratios.svg`, `leader-loss.svg`, `cut-off.svg`,
-//! `chaos-timeline.svg`), both
+//! `chaos-timeline.svg`, `killed-bank.svg`), both
 //! relative to the working directory. `perf/plot.sh` runs it from the
 //! repository root. `throughput-run.csv` and `failover-run.csv` beside the
 //! data, when present, label the benchmark pictures.
@@ -30,7 +31,8 @@ use stats::median;
 
 type Result<T> = std::result::Result<T, Box<dyn Error>>;
 
-const USAGE: &str = "usage: plot ratios|leader-loss|cut-off|chaos [--data DIR] [--out FILE]";
+const USAGE: &str =
+    "usage: plot ratios|leader-loss|cut-off|chaos|killed-bank [--data DIR] [--out FILE]";
 
 const FONT: &str = "sans-serif";
 const PLAN: RGBColor = RGBColor(31, 119, 180);
@@ -766,12 +768,7 @@ fn plot_reads(data: &Path, out: &Path, picture: ReadsPicture) -> Result<String> 
         info.get("label").map_or("unlabelled run", String::as_str),
         info.get("machine").map_or("unknown machine", String::as_str),
     );
-    let root = canvas(
-        out,
-        (1100, 700),
-        picture.title,
-        &footer,
-    )?;
+    let root = canvas(out, (1100, 700), picture.title, &footer)?;
     let (text_area, plots) = root.split_vertically(24 + 18 * lines.len() as u32);
     for (i, line) in lines.iter().enumerate() {
         let color = client_color(line.split(':').next().unwrap_or(""));
@@ -815,6 +812,220 @@ fn plot_reads(data: &Path, out: &Path, picture: ReadsPicture) -> Result<String> 
         &reads,
         &firsts,
     )?;
+    root.present()?;
+    Ok(lines.join("\n") + "\n")
+}
+
+// ---------------------------------------------------------------------------
+// Killed mid-transaction.
+
+/// One row of `killed-bank.csv`.
+struct BankEvent {
+    client: String,
+    /// Seconds since the run's start, when the worker reported it.
+    at: f64,
+    event: String,
+    /// Milliseconds the transfer took (audits: the longest of the line's).
+    latency: f64,
+    /// How many the line stands for (audits are counted per second).
+    count: usize,
+}
+
+/// Two panels over the run's time: transfers committed so far, per client,
+/// with the kills marked; and every transfer at its start, by latency.
+fn plot_killed_bank(data: &Path, out: &Path) -> Result<String> {
+    let csv = Csv::read(&data.join("killed-bank.csv"))?;
+    let info = run_info(data, "killed-bank");
+    let (clients, at, events, latency, counts) = (
+        csv.texts("client")?,
+        csv.numbers("at_ms")?,
+        csv.texts("event")?,
+        csv.numbers("latency_ms")?,
+        csv.numbers("count")?,
+    );
+    let rows: Vec<BankEvent> = (0..clients.len())
+        .map(|i| BankEvent {
+            client: clients[i].clone(),
+            at: at[i] / 1e3,
+            event: events[i].clone(),
+            latency: latency[i],
+            count: if counts[i].is_finite() {
+                counts[i] as usize
+            } else {
+                1
+            },
+        })
+        .collect();
+    if rows.is_empty() {
+        return Err(format!("{} has no rows", csv.path.display()).into());
+    }
+    let mut order: Vec<String> = rows
+        .iter()
+        .map(|r| r.client.clone())
+        .collect::<BTreeSet<_>>()
+        .into_iter()
+        .collect();
+    order.sort_by_key(|c| if c.starts_with("tikv-plan") { 0 } else { 1 });
+    let count = |client: &str, event: &str| {
+        rows.iter()
+            .filter(|r| r.client == client && r.event == event)
+            .map(|r| r.count)
+            .sum::<usize>()
+    };
+    let lines: Vec<String> = order
+        .iter()
+        .map(|c| {
+            format!(
+                "{c}: {} transfers committed, {} failed; {} audits completed, {} failed, {} bad",
+                count(c, "committed"),
+                count(c, "transfer_failed"),
+                count(c, "audited") + count(c, "bad_audit"),
+                count(c, "audit_failed"),
+                count(c, "bad_audit"),
+            )
+        })
+        .collect();
+    let end = info
+        .get("seconds")
+        .and_then(|s| s.parse::<f64>().ok())
+        .unwrap_or_else(|| rows.iter().map(|r| r.at).fold(0.0, f64::max));
+    let most = order
+        .iter()
+        .map(|c| count(c, "committed"))
+        .max()
+        .unwrap_or(1)
+        .max(1) as f64;
+    let footer = format!(
+        "From {} ({}; {}). Grey lines: a worker SIGKILLed (same seed, same moments for both clients).",
+        csv.path.display(),
+        info.get("label").map_or("unlabelled run", String::as_str),
+        info.get("machine").map_or("unknown machine", String::as_str),
+    );
+    let root = canvas(
+        out,
+        (1100, 760),
+        "Killed mid-transaction: 3 workers moving money among 8 accounts, one SIGKILLed every 0.5–2 s, an auditor",
+        &footer,
+    )?;
+    let (text_area, plots) = root.split_vertically(24 + 18 * lines.len() as u32);
+    for (i, line) in lines.iter().enumerate() {
+        let color = client_color(line.split(':').next().unwrap_or(""));
+        text_area.draw(&Text::new(
+            line.clone(),
+            (70, 6 + 18 * i as i32),
+            text_style(14, &color),
+        ))?;
+    }
+    let (top, bottom) = plots.split_vertically(300);
+    let kills: Vec<f64> = rows
+        .iter()
+        .filter(|r| r.event == "killed" && Some(&r.client) == order.first())
+        .map(|r| r.at)
+        .collect();
+
+    let mut chart = ChartBuilder::on(&top)
+        .caption("Transfers committed so far", (FONT, 15))
+        .margin(8)
+        .margin_right(18)
+        .x_label_area_size(30)
+        .y_label_area_size(60)
+        .build_cartesian_2d(0.0..end, 0.0..most * 1.08)?;
+    chart
+        .configure_mesh()
+        .x_labels(12)
+        .x_label_formatter(&|v| format!("{v:.0} s"))
+        .y_desc("transfers")
+        .axis_desc_style((FONT, 13))
+        .light_line_style(RGBColor(245, 245, 245))
+        .bold_line_style(RGBColor(230, 230, 230))
+        .draw()?;
+    chart.draw_series(
+        kills
+            .iter()
+            .map(|&k| PathElement::new(vec![(k, 0.0), (k, most * 1.08)], LIGHT.stroke_width(1))),
+    )?;
+    for client in &order {
+        let color = client_color(client);
+        let mut n = 0.0;
+        let mut points = vec![(0.0, 0.0)];
+        for r in rows
+            .iter()
+            .filter(|r| &r.client == client && r.event == "committed")
+        {
+            points.push((r.at, n));
+            n += 1.0;
+            points.push((r.at, n));
+        }
+        points.push((end, n));
+        chart
+            .draw_series(std::iter::once(PathElement::new(
+                points,
+                color.stroke_width(2),
+            )))?
+            .label(client.clone())
+            .legend(move |(x, y)| {
+                PathElement::new(vec![(x, y), (x + 16, y)], color.stroke_width(2))
+            });
+    }
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::UpperLeft)
+        .background_style(WHITE.mix(0.9))
+        .border_style(LIGHT)
+        .label_font((FONT, 12))
+        .draw()?;
+
+    let transfers: Vec<&BankEvent> = rows
+        .iter()
+        .filter(|r| r.event == "committed" || r.event == "transfer_failed")
+        .collect();
+    let high = transfers
+        .iter()
+        .map(|r| r.latency)
+        .filter(|v| v.is_finite())
+        .fold(10.0f64, f64::max);
+    let y = 0.1..high * 1.6;
+    let mut chart = ChartBuilder::on(&bottom)
+        .caption(
+            "Each transfer at its start: its latency, committed (dot) or failed (cross)",
+            (FONT, 15),
+        )
+        .margin(8)
+        .margin_right(18)
+        .x_label_area_size(36)
+        .y_label_area_size(60)
+        .build_cartesian_2d(0.0..end, y.clone().log_scale())?;
+    chart
+        .configure_mesh()
+        .x_labels(12)
+        .x_label_formatter(&|v| format!("{v:.0} s"))
+        .y_label_formatter(&|v| fmt_ms(*v))
+        .x_desc("time since the workers started")
+        .y_desc("latency of the transfer")
+        .axis_desc_style((FONT, 13))
+        .light_line_style(RGBColor(245, 245, 245))
+        .bold_line_style(RGBColor(230, 230, 230))
+        .draw()?;
+    chart.draw_series(
+        kills
+            .iter()
+            .map(|&k| PathElement::new(vec![(k, y.start), (k, y.end)], LIGHT.stroke_width(1))),
+    )?;
+    for client in &order {
+        let color = client_color(client);
+        let mine = transfers.iter().filter(|r| &r.client == client);
+        let start = |r: &BankEvent| (r.at - r.latency / 1e3).max(0.0);
+        let y_of = |r: &BankEvent| r.latency.clamp(y.start, y.end);
+        chart.draw_series(
+            mine.clone()
+                .filter(|r| r.event == "committed")
+                .map(|r| Circle::new((start(r), y_of(r)), 2, color.mix(0.7).filled())),
+        )?;
+        chart.draw_series(
+            mine.filter(|r| r.event != "committed")
+                .map(|r| Cross::new((start(r), y_of(r)), 4, color.stroke_width(1))),
+        )?;
+    }
     root.present()?;
     Ok(lines.join("\n") + "\n")
 }
@@ -1188,6 +1399,7 @@ fn main() -> ExitCode {
         "leader-loss" => (plot_leader_loss, "leader-loss.svg"),
         "cut-off" => (plot_cut_off, "cut-off.svg"),
         "chaos" => (plot_chaos, "chaos-timeline.svg"),
+        "killed-bank" => (plot_killed_bank, "killed-bank.svg"),
         _ => {
             eprintln!("{USAGE}");
             return ExitCode::from(2);

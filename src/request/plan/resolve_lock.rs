@@ -89,6 +89,24 @@ pub(crate) enum LiveLockWait {
     /// lock expires first); with the attempts spent, the live locks are
     /// the answer. The deadline bounds it too.
     ByBackoff,
+    /// A prewrite of the transaction that started at this ts: by the
+    /// locks' TTL while every live lock in its way belongs to a younger
+    /// transaction, by the caller's lock backoff once one belongs to an
+    /// older transaction ("wait-die"). A prewrite holds the locks it has
+    /// placed while it waits, and its holder keeps them alive with
+    /// heartbeats, so two prewrites (or a prewrite and a pessimistic
+    /// transaction) that each wait for the other's lock would wait out the
+    /// whole deadline: TiKV's deadlock detector sees only pessimistic lock
+    /// requests. In any such cycle some transaction waits for an older
+    /// one; it gives up (its prewrite fails and is rolled back), and the
+    /// oldest never does, so one of them always gets through.
+    YieldToOlder(u64),
+}
+
+/// True when `alive` holds a lock of a transaction older than the one
+/// that started at `own_start_ts` (the wait-die rule's "die").
+pub(crate) fn meets_older(alive: &[kvrpcpb::LockInfo], own_start_ts: u64) -> bool {
+    alive.iter().any(|lock| lock.lock_version < own_start_ts)
 }
 
 /// What the stage does after a resolution pass.
@@ -143,16 +161,20 @@ impl LockWaiting {
             ResolvePass::Done => (None, met),
             ResolvePass::Wait(expires_in, alive) => (Some(expires_in), alive),
         };
-        let sleep = match self.bound {
-            LiveLockWait::ByTtl => {
-                let sleep = expires_in.map_or(self.poll, |e| e.min(self.poll));
-                self.poll = (self.poll * 2).min(MAX_LOCK_POLL);
-                sleep
-            }
-            LiveLockWait::ByBackoff => match self.backoff.next_delay_duration() {
+        let by_backoff = match self.bound {
+            LiveLockWait::ByTtl => false,
+            LiveLockWait::ByBackoff => true,
+            LiveLockWait::YieldToOlder(own_start_ts) => meets_older(&alive, own_start_ts),
+        };
+        let sleep = if by_backoff {
+            match self.backoff.next_delay_duration() {
                 Some(delay) => expires_in.map_or(delay, |e| e.min(delay)),
                 None => return AfterPass::GiveUp(alive),
-            },
+            }
+        } else {
+            let sleep = expires_in.map_or(self.poll, |e| e.min(self.poll));
+            self.poll = (self.poll * 2).min(MAX_LOCK_POLL);
+            sleep
         };
         AfterPass::Sleep(sleep, alive)
     }
@@ -267,7 +289,7 @@ where
             // waits take half of what is left each time, so without a
             // reserve a short deadline is spent to the last millisecond.
             let reserve = match self.live_locks {
-                LiveLockWait::ByTtl => Duration::ZERO,
+                LiveLockWait::ByTtl | LiveLockWait::YieldToOlder(_) => Duration::ZERO,
                 LiveLockWait::ByBackoff => LOCK_CALL_RESERVE,
             };
             let call_left = super::call_deadline::remaining();
@@ -304,6 +326,17 @@ where
     pub(crate) fn live_locks_by_backoff(self) -> Self {
         self.map_plan(|stage| ResolveLock {
             live_locks: LiveLockWait::ByBackoff,
+            ..stage
+        })
+    }
+
+    /// Waits for younger transactions' live locks by their TTL and for an
+    /// older one's by the stage's lock backoff
+    /// ([`LiveLockWait::YieldToOlder`]): for the prewrite of the
+    /// transaction that started at `own_start_ts`.
+    pub(crate) fn live_locks_yielding_to_older(self, own_start_ts: u64) -> Self {
+        self.map_plan(|stage| ResolveLock {
+            live_locks: LiveLockWait::YieldToOlder(own_start_ts),
             ..stage
         })
     }
@@ -549,6 +582,36 @@ mod tests {
         assert_eq!(sleeps, expected);
         // Never past the lock's expiry.
         assert_eq!(waiting.after_pass(live(3), vec![lock(1)]), sleep(3));
+    }
+
+    #[test]
+    fn a_prewrite_waits_for_younger_locks_by_ttl_and_for_older_ones_by_the_backoff() {
+        let mut waiting = LockWaiting::new(
+            LiveLockWait::YieldToOlder(10),
+            Backoff::no_jitter_backoff(500, 500, 1),
+        );
+        let younger = || ResolvePass::Wait(Duration::from_millis(20_000), vec![lock(11)]);
+        let older = || ResolvePass::Wait(Duration::from_millis(20_000), vec![lock(11), lock(9)]);
+        // Younger holders: polled by TTL as long as they live, the backoff
+        // untouched.
+        for expected in [5, 10, 20, 40, 80, 160, 320, 500, 500] {
+            assert_eq!(
+                waiting.after_pass(younger(), vec![lock(11)]),
+                AfterPass::Sleep(Duration::from_millis(expected), vec![lock(11)])
+            );
+        }
+        // An older holder among them: one attempt of the backoff, then
+        // the prewrite gives up with the locks in its way.
+        assert_eq!(
+            waiting.after_pass(older(), vec![lock(11), lock(9)]),
+            AfterPass::Sleep(Duration::from_millis(500), vec![lock(11), lock(9)])
+        );
+        assert_eq!(
+            waiting.after_pass(older(), vec![lock(11), lock(9)]),
+            AfterPass::GiveUp(vec![lock(11), lock(9)])
+        );
+        assert!(meets_older(&[lock(3)], 4));
+        assert!(!meets_older(&[lock(4), lock(5)], 4));
     }
 
     #[test]

@@ -12,7 +12,7 @@ use crate::pd::PdClient;
 use crate::request::plan::call_deadline;
 use crate::request::{CollectSingle, Plan};
 use crate::transaction::buffer::choose_primary;
-use crate::transaction::options::{HeartbeatOption, TransactionOptions, MAX_TTL};
+use crate::transaction::options::{HeartbeatOption, TransactionOptions, DEFAULT_LOCK_TTL, MAX_TTL};
 use crate::transaction::requests::new_heart_beat_request;
 use crate::{Error, Key, Result};
 
@@ -42,8 +42,9 @@ impl<PdC: PdClient> Transaction<PdC> {
     }
 
     /// Keeps `primary`'s lock alive: the first heartbeat comes within half
-    /// of `first_ttl_ms` (the TTL the lock was just given), then one every
-    /// configured interval.
+    /// of `first_ttl_ms` (the TTL the lock was just given), then each within
+    /// half of the lease the last one gave ([`heartbeat_lease`]), and at
+    /// least every configured interval.
     pub(super) fn start_auto_heartbeat(&mut self, primary: Key, first_ttl_ms: u64) {
         if self.heartbeat_started || !self.options.heartbeat_option.is_auto_heartbeat() {
             return;
@@ -63,14 +64,16 @@ impl<PdC: PdClient> Transaction<PdC> {
             loop {
                 // Ended, or the transaction was dropped, before the interval.
                 let waited = tokio::time::timeout(wait, ended.changed()).await;
-                wait = interval;
                 if waited.is_ok() {
                     return;
                 }
                 if *ended.borrow() {
                     return;
                 }
-                match send_heart_beat(&shared, &options, primary.clone(), start_ts, start_instant)
+                let lease = heartbeat_lease(start_instant.elapsed());
+                wait = interval.min(lease / 2);
+                let ttl = start_instant.elapsed().as_millis() as u64 + lease.as_millis() as u64;
+                match send_heart_beat_with_ttl(&shared, &options, primary.clone(), start_ts, ttl)
                     .await
                 {
                     Ok(_) => bump(&shared.counters.heartbeats),
@@ -103,6 +106,21 @@ pub(super) fn lock_is_gone(e: &Error) -> bool {
     }
 }
 
+/// How long an automatic heartbeat keeps the primary alive past now, for a
+/// transaction that has run for `age`: about its age, at least
+/// [`DEFAULT_LOCK_TTL`] and at most [`MAX_TTL`] (client-go's lease). The
+/// lease is what the others wait out if the holder dies right after the
+/// heartbeat: a transaction killed young costs them seconds, not the 20 s
+/// a long one is given.
+pub(super) fn heartbeat_lease(age: Duration) -> Duration {
+    age.clamp(
+        Duration::from_millis(DEFAULT_LOCK_TTL),
+        Duration::from_millis(MAX_TTL),
+    )
+}
+
+/// A heartbeat asked for by the caller (client-rust's): [`MAX_TTL`] past
+/// now.
 pub(super) async fn send_heart_beat<PdC: PdClient>(
     shared: &TxnShared<PdC>,
     options: &TransactionOptions,
@@ -111,6 +129,18 @@ pub(super) async fn send_heart_beat<PdC: PdClient>(
     start_instant: Instant,
 ) -> Result<u64> {
     let ttl = start_instant.elapsed().as_millis() as u64 + MAX_TTL;
+    send_heart_beat_with_ttl(shared, options, primary, start_ts, ttl).await
+}
+
+/// Sets the primary's TTL to `ttl` ms from the start ts (TiKV never
+/// shortens it).
+async fn send_heart_beat_with_ttl<PdC: PdClient>(
+    shared: &TxnShared<PdC>,
+    options: &TransactionOptions,
+    primary: Key,
+    start_ts: u64,
+    ttl: u64,
+) -> Result<u64> {
     let request = new_heart_beat_request(primary.into(), start_ts, ttl);
     let response = shared
         .builder(request)
@@ -127,6 +157,14 @@ pub(super) async fn send_heart_beat<PdC: PdClient>(
 mod tests {
     use super::*;
     use crate::proto::kvrpcpb;
+
+    #[test]
+    fn a_heartbeat_leases_about_the_transaction_s_age_between_3_and_20_s() {
+        let s = Duration::from_secs;
+        assert_eq!(heartbeat_lease(Duration::from_millis(1500)), s(3));
+        assert_eq!(heartbeat_lease(s(7)), s(7));
+        assert_eq!(heartbeat_lease(s(60)), s(20));
+    }
 
     #[test]
     fn a_heartbeat_stops_quietly_only_when_the_lock_is_gone() {

@@ -11,7 +11,7 @@ use crate::proto::kvrpcpb;
 use crate::request::plan::call_deadline;
 use crate::request::{CollectPieces, Plan, ResponseWithShard};
 use crate::transaction::buffer::BufferedRead;
-use crate::transaction::options::MAX_TTL;
+use crate::transaction::options::DEFAULT_LOCK_TTL;
 use crate::transaction::requests::{as_key_error, LockItem};
 use crate::transaction::TimestampExt;
 use crate::{Error, Key, KvPair, Result, Value};
@@ -202,6 +202,9 @@ impl<PdC: PdClient> Transaction<PdC> {
         let mut attempts = 0;
         // The for_update_ts of the last attempt sent (0: none yet).
         let mut sent_at = 0;
+        // When the last attempt left: the locks it took live
+        // DEFAULT_LOCK_TTL from then at least.
+        let mut sent = tokio::time::Instant::now();
         let (result, for_update_ts) = loop {
             attempts += 1;
             // A timestamp that cannot be had after an attempt was sent (the
@@ -213,11 +216,17 @@ impl<PdC: PdClient> Transaction<PdC> {
                 Err(e) => break (Err(e), sent_at),
             };
             sent_at = for_update_ts;
+            sent = tokio::time::Instant::now();
             let request = kvrpcpb::PessimisticLockRequest {
                 mutations: mutations.clone(),
                 primary_lock: primary.as_bytes().to_vec(),
                 start_version: self.start_ts(),
-                lock_ttl: MAX_TTL,
+                // As long as a prewrite's lock outlives a dead holder (the
+                // heartbeat keeps a live one's primary): a transaction killed
+                // holding it costs the others 3 s, not client-go's 20 s.
+                // TiKV measures the TTL from the start ts, hence the elapsed.
+                lock_ttl: DEFAULT_LOCK_TTL
+                    .saturating_add(self.start_instant.elapsed().as_millis() as u64),
                 for_update_ts,
                 is_first_lock: first_lock,
                 // Fitted into each attempt's bound when sent.
@@ -302,7 +311,10 @@ impl<PdC: PdClient> Transaction<PdC> {
             }
         }
         if let Some(primary) = self.buffer.primary_key().cloned() {
-            self.start_auto_heartbeat(primary, MAX_TTL);
+            // The lock may have been written any time during the request (a
+            // server wait included): its TTL left is counted from the send.
+            let left = DEFAULT_LOCK_TTL.saturating_sub(sent.elapsed().as_millis() as u64);
+            self.start_auto_heartbeat(primary, left);
         }
         Ok(out)
     }

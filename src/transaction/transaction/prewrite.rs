@@ -6,7 +6,7 @@ use crate::pd::{PdClient, Timestamp};
 use crate::proto::kvrpcpb;
 use crate::request::{CollectError, CollectPieces, Plan, ResponseWithShard};
 use crate::transaction::buffer::takes_lock;
-use crate::transaction::options::{DEFAULT_LOCK_TTL, MAX_TTL};
+use crate::transaction::options::DEFAULT_LOCK_TTL;
 use crate::{Error, Key, Result};
 
 use super::Transaction;
@@ -77,11 +77,14 @@ impl<PdC: PdClient> Transaction<PdC> {
         } else {
             Vec::new()
         };
-        let ttl = if self.is_pessimistic() || async_commit {
-            MAX_TTL
-        } else {
-            DEFAULT_LOCK_TTL
-        };
+        // How long a lock outlives its holder: a live holder keeps its
+        // primary alive with heartbeats (the first within half of this), so
+        // only the locks of a holder that died are waited out this long.
+        // Every kind gets client-go's (and client-rust's) 3 s; async-commit
+        // locks, which readers cannot push past, had 20 s. (The keys of a
+        // pessimistic transaction keep their lock's longer TTL: TiKV never
+        // shortens it.)
+        let ttl = DEFAULT_LOCK_TTL;
         let lock_ttl = ttl.saturating_add(self.start_instant.elapsed().as_millis() as u64);
         // The heartbeat must come before the prewrite locks expire.
         self.start_auto_heartbeat(primary.clone(), ttl);
@@ -115,7 +118,10 @@ impl<PdC: PdClient> Transaction<PdC> {
         let builder = builder
             .preserve_shard()
             .retry_multi_region(self.region_backoff())
-            .resolve_lock_with(self.shared.resolver.clone(), 0, self.lock_backoff());
+            .resolve_lock_with(self.shared.resolver.clone(), 0, self.lock_backoff())
+            // Wait-die: waiting for an older transaction's lock may close a
+            // cycle that nobody else can see.
+            .live_locks_yielding_to_older(start_ts);
         let prewritten = builder
             .merge(CollectPieces)
             .extract_error()
