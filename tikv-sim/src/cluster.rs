@@ -982,11 +982,7 @@ impl SimCluster {
         }
         state.cut_off_from_pd.remove(&store_id);
         for region in state.regions.values_mut() {
-            let leads = region
-                .leader
-                .and_then(|id| region.peer(id))
-                .is_some_and(|p| p.store_id == store_id);
-            if leads {
+            if region.led_from(store_id) {
                 region.pd_leader = region.leader;
             }
         }

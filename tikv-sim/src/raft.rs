@@ -334,11 +334,7 @@ impl ClusterState {
         let led: Vec<(u64, usize)> = self
             .regions
             .values()
-            .filter(|r| {
-                r.leader
-                    .and_then(|id| r.peer(id))
-                    .is_some_and(|p| p.store_id == store_id)
-            })
+            .filter(|r| r.led_from(store_id))
             .map(|r| {
                 let followers = r
                     .meta
@@ -365,13 +361,9 @@ impl ClusterState {
             return;
         }
         let regions = &self.regions;
-        self.raft.elections.retain(|region_id, _| {
-            !regions.get(region_id).is_some_and(|r| {
-                r.leader
-                    .and_then(|id| r.peer(id))
-                    .is_some_and(|p| p.store_id == store_id)
-            })
-        });
+        self.raft
+            .elections
+            .retain(|region_id, _| !regions.get(region_id).is_some_and(|r| r.led_from(store_id)));
     }
 
     /// Settles whatever is due on the Raft clock: elections, max ts syncs,

@@ -152,6 +152,14 @@ impl SimRegion {
             .copied()
     }
 
+    /// Whether its leader (as the cluster knows it) is the peer on
+    /// `store_id`.
+    pub(crate) fn led_from(&self, store_id: u64) -> bool {
+        self.leader
+            .and_then(|id| self.peer(id))
+            .is_some_and(|p| p.store_id == store_id)
+    }
+
     pub(crate) fn contains(&self, key: &[u8]) -> bool {
         key_in_region(&self.meta, key)
     }

@@ -121,12 +121,7 @@ impl SimCluster {
         let regions: Vec<u64> = state
             .regions
             .values()
-            .filter(|r| {
-                r.leader
-                    .and_then(|id| r.peer(id))
-                    .is_some_and(|p| p.store_id == store_id)
-                    && !state.raft.electing(r.meta.id)
-            })
+            .filter(|r| r.led_from(store_id) && !state.raft.electing(r.meta.id))
             .map(|r| r.meta.id)
             .collect();
         let now = state.raft_now();
