@@ -40,6 +40,10 @@ pub(crate) const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(10);
 pub(crate) const KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(3);
 /// The default overall deadline of one request.
 pub const DEFAULT_REQUEST_DEADLINE: Duration = Duration::from_secs(20);
+/// The default bound on waiting out a Region with no leader: 20 s, twice
+/// TiKV's default election timeout (10 ticks of 1 s), by when a Region with
+/// a live quorum has elected.
+pub const DEFAULT_LEADERLESS_WAIT: Duration = Duration::from_secs(20);
 /// Default largest number of requests written as one `BatchCommandsRequest`
 /// (client-go's `max-batch-size`).
 pub const DEFAULT_BATCH_MAX_SIZE: usize = 128;
@@ -226,6 +230,15 @@ pub struct Config {
     /// `cleanup_locks`, `gc`, `unsafe_destroy_range`) bound each request
     /// instead, their work growing with the range.
     pub request_deadline: Duration,
+    /// How long one call waits out a Region with no leader (every voter
+    /// answered `NotLeader` and none named a peer that answered as leader:
+    /// an election after the leader's store died, or a lost quorum) before
+    /// such rounds count against `region_backoff` again. Those rounds sleep
+    /// from 2 ms up to 500 ms apart, each reloading the Region from PD,
+    /// always within `request_deadline`. Default 20 s, two TiKV election
+    /// timeouts; zero counts every round against `region_backoff`, as
+    /// client-rust does, which fails calls within about 1.5 s of a crash.
+    pub leaderless_wait: Duration,
     /// Re-send raw writes (put, delete, batches, delete range) after a
     /// failure that does not prove they never reached a store, as upstream
     /// clients do. Off by default: with two writers a re-sent or late copy
@@ -286,6 +299,7 @@ impl Default for Config {
             forwarding: true,
             forwarding_probe_interval: DEFAULT_FORWARDING_PROBE_INTERVAL,
             request_deadline: DEFAULT_REQUEST_DEADLINE,
+            leaderless_wait: DEFAULT_LEADERLESS_WAIT,
             at_least_once_writes: false,
             region_cache_capacity: DEFAULT_REGION_CACHE_CAPACITY,
             region_cache_ttl: DEFAULT_REGION_CACHE_TTL,
@@ -386,6 +400,14 @@ impl Config {
             .into_iter()
             .map(|(k, v)| (k.into(), v.into()))
             .collect();
+        self
+    }
+
+    /// Sets how long one call waits out a Region with no leader (see
+    /// [`leaderless_wait`](Self::leaderless_wait)); zero for client-rust's
+    /// behaviour.
+    pub fn with_leaderless_wait(mut self, wait: Duration) -> Self {
+        self.leaderless_wait = wait;
         self
     }
 

@@ -148,7 +148,7 @@ enum WeekClient {
 }
 
 impl WeekClient {
-    async fn connect(kind: Kind, pd: &str) -> Result<WeekClient, String> {
+    async fn connect(kind: Kind, pd: &str, zero_wait: bool) -> Result<WeekClient, String> {
         let pd = vec![pd.to_owned()];
         match kind {
             Kind::PlanBatched | Kind::PlanUnary => {
@@ -157,7 +157,10 @@ impl WeekClient {
                 } else {
                     tikv_plan::RpcMode::Batched
                 };
-                let config = tikv_plan::Config::default().with_rpc_mode(mode);
+                let mut config = tikv_plan::Config::default().with_rpc_mode(mode);
+                if zero_wait {
+                    config = config.with_leaderless_wait(Duration::ZERO);
+                }
                 let fail = |e: tikv_plan::Error| format!("{} cannot connect: {e}", kind.label());
                 let raw = tikv_plan::RawClient::new_with_config(pd.clone(), config.clone())
                     .await
@@ -567,7 +570,7 @@ pub async fn rolling_restart(
     };
     drop(loader);
 
-    let client = Arc::new(WeekClient::connect(kind, &sim.pd).await?);
+    let client = Arc::new(WeekClient::connect(kind, &sim.pd, zero_wait).await?);
     let keys = Arc::new(keys);
     // Warm-up: caches filled, connections open.
     let stop = Arc::new(AtomicBool::new(false));
@@ -663,6 +666,8 @@ struct Readers {
 pub struct Crash {
     /// The client.
     pub kind: Kind,
+    /// The client as the table shows it.
+    pub client: String,
     /// Keys read, one per Region the crashed store led.
     pub keys: usize,
     /// From the crash until every key was read and stayed readable; `None`
@@ -701,8 +706,14 @@ async fn pd_calls(control: &mut Control) -> Result<HashMap<String, u64>, String>
     Ok(calls)
 }
 
-/// One crash trial of `kind`.
-pub async fn crash(sim_binary: &Path, kind: Kind, settings: &Settings) -> Result<Crash, String> {
+/// One crash trial of `kind`; `zero_wait`: with
+/// `Config::leaderless_wait` zero (tikv-plan only), client-rust's rule.
+pub async fn crash(
+    sim_binary: &Path,
+    kind: Kind,
+    zero_wait: bool,
+    settings: &Settings,
+) -> Result<Crash, String> {
     let sim = Sim::start(sim_binary, settings.crash_regions)?;
     let mut control = Control::connect(&sim.control).await?;
     control
@@ -728,7 +739,7 @@ pub async fn crash(sim_binary: &Path, kind: Kind, settings: &Settings) -> Result
     clients::load(&loader, pairs, 256).await?;
     drop(loader);
 
-    let client = Arc::new(WeekClient::connect(kind, &sim.pd).await?);
+    let client = Arc::new(WeekClient::connect(kind, &sim.pd, zero_wait).await?);
     let keys = Arc::new(keys);
     // Warm-up: every key read once, so the client caches every leader.
     for chunk in keys.chunks(TASKS) {
@@ -869,6 +880,11 @@ pub async fn crash(sim_binary: &Path, kind: Kind, settings: &Settings) -> Result
     readable_at.sort();
     Ok(Crash {
         kind,
+        client: if zero_wait {
+            format!("{}, leaderless_wait 0", kind.label())
+        } else {
+            kind.label().to_owned()
+        },
         keys: keys.len(),
         readable,
         readable_keys: readable_at.len(),
@@ -1010,7 +1026,7 @@ pub fn crash_table(runs: &[Crash], settings: &Settings) -> String {
             out,
             "| {} | {readable} | {readable_e} | {elected} | {elected_e} | {} | {total} in {:.2} s \
              | {:.0} | {} |",
-            r.kind.label(),
+            r.client,
             r.failed,
             r.pd_window.as_secs_f64(),
             total as f64 / r.pd_window.as_secs_f64().max(1e-9),
@@ -1030,7 +1046,7 @@ pub fn crash_table(runs: &[Crash], settings: &Settings) -> String {
         let _ = writeln!(
             out,
             "- {}: keys readable again: first {}, half {}, 99 % {}",
-            r.kind.label(),
+            r.client,
             at(0.0),
             at(0.5),
             at(0.99)
@@ -1039,7 +1055,7 @@ pub fn crash_table(runs: &[Crash], settings: &Settings) -> String {
             let _ = writeln!(
                 out,
                 "- {}: {n} x `{text}`, first {at:.2} s after the crash",
-                r.kind.label()
+                r.client
             );
         }
     }
@@ -1077,7 +1093,7 @@ fn crash_csv(runs: &[Crash]) -> String {
             let _ = writeln!(
                 out,
                 "{},{},{},{},{:.3}",
-                csv::field(r.kind.label()),
+                csv::field(&r.client),
                 r.keys,
                 election_timeout().as_millis(),
                 i + 1,
@@ -1117,7 +1133,13 @@ pub async fn run(
     let mut crashes = Vec::new();
     for &kind in &kinds {
         eprintln!("crash: {}", kind.label());
-        crashes.push(crash(sim_binary, kind, &settings).await?);
+        crashes.push(crash(sim_binary, kind, false, &settings).await?);
+    }
+    // Client-rust's rule (every leaderless round spends the Region
+    // backoff) beside the election wait.
+    if kinds.contains(&Kind::PlanBatched) {
+        eprintln!("crash: {}, leaderless_wait 0", Kind::PlanBatched.label());
+        crashes.push(crash(sim_binary, Kind::PlanBatched, true, &settings).await?);
     }
     println!("{}", crash_table(&crashes, &settings));
     if let Some(dir) = csv_dir {

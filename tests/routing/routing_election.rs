@@ -159,3 +159,110 @@ async fn calls_in_an_election_window_end_in_their_deadline_and_pd_load_stays_bou
     );
     cluster.shutdown().await;
 }
+
+/// Elections 2 to 4 s after a leader dies: the first always comes later
+/// than client-rust's Region backoff (about 1.5 s of sleeps) gives up.
+fn slow_timing() -> RaftTiming {
+    RaftTiming::scaled(Duration::from_millis(200))
+}
+
+/// Crashes store 1 while 8 tasks read every key, round and round, with a
+/// deadline longer than any election (5 s against 2E = 4 s) and the
+/// election wait `wait`. The reads that succeeded, the failures, and the
+/// longest read.
+async fn reads_through_a_crash(wait: Duration) -> (usize, Vec<(bool, String)>, Duration) {
+    let regions = 12;
+    let cluster = Arc::new(
+        SimCluster::builder()
+            .stores(3)
+            .replicas(3)
+            .split_keys((1..regions).map(key).collect())
+            .raft_timing(slow_timing())
+            .start()
+            .await
+            .unwrap(),
+    );
+    let config = Config::default()
+        .with_timeout(Duration::from_millis(200))
+        .with_connect_timeout(Duration::from_millis(100))
+        .with_request_deadline(Duration::from_secs(5))
+        .with_leaderless_wait(wait);
+    let client = RawClient::new_with_config(cluster.pd_endpoints(), config)
+        .await
+        .unwrap();
+    for i in 0..regions {
+        client.put(key(i), b"0".to_vec()).await.unwrap();
+    }
+    let crashed = Instant::now();
+    cluster.store_down(1).await;
+    let window = slow_timing().election_timeout() * 2 + Duration::from_millis(500);
+    let mut tasks = Vec::new();
+    for t in 0..8 {
+        let client = client.clone();
+        tasks.push(tokio::spawn(async move {
+            let (mut ok, mut failed, mut longest) = (0, Vec::new(), Duration::ZERO);
+            let mut i = t;
+            while crashed.elapsed() < window {
+                let began = Instant::now();
+                match client.get(key(i % regions)).await {
+                    Ok(found) => {
+                        assert_eq!(found.as_deref(), Some(&b"0"[..]));
+                        ok += 1;
+                    }
+                    Err(e) => {
+                        let gave_up = matches!(e.failure(), Some(Failure::RetriesExhausted { .. }));
+                        failed.push((gave_up, e.to_string()));
+                    }
+                }
+                longest = longest.max(began.elapsed());
+                i += 5;
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            (ok, failed, longest)
+        }));
+    }
+    let (mut ok, mut failed, mut longest) = (0, Vec::new(), Duration::ZERO);
+    for t in tasks {
+        let (o, f, l) = t.await.unwrap();
+        ok += o;
+        failed.extend(f);
+        longest = longest.max(l);
+    }
+    assert!(cluster.regions_electing().is_empty(), "all elected");
+    cluster.shutdown().await;
+    (ok, failed, longest)
+}
+
+#[tokio::test(start_paused = true)]
+async fn with_the_default_wait_reads_ride_out_an_election_and_without_it_they_fail() {
+    let (ok, failed, longest) = reads_through_a_crash(Config::default().leaderless_wait).await;
+    assert!(
+        failed.is_empty(),
+        "{} of {} reads failed: {:?}",
+        failed.len(),
+        ok + failed.len(),
+        &failed[..failed.len().min(3)]
+    );
+    // Some read waited through an election (2 to 4 s), within its deadline.
+    assert!(
+        longest >= slow_timing().election_timeout() - Duration::from_millis(400),
+        "{longest:?}"
+    );
+    assert!(longest < Duration::from_secs(5), "{longest:?}");
+
+    // client-rust's rule: every leaderless round spends the Region backoff
+    // (about 1.5 s of sleeps), shorter than the window.
+    let (ok, failed, longest) = reads_through_a_crash(Duration::ZERO).await;
+    assert!(
+        !failed.is_empty(),
+        "no read gave up without the election wait: {ok} reads, longest {longest:?}"
+    );
+    // Each gave up with its budget spent, a retryable error.
+    assert!(failed.iter().all(|(gave_up, _)| *gave_up), "{failed:?}");
+    eprintln!(
+        "without the wait: {} of {} reads failed, e.g. {}",
+        failed.len(),
+        ok + failed.len(),
+        failed[0].1
+    );
+}

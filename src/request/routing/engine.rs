@@ -55,7 +55,9 @@ use crate::classify::{classify_dispatch_error, DispatchFailure};
 use crate::telemetry::Counter;
 use crate::Failure;
 
+mod budget;
 pub(crate) mod scope;
+use budget::ElectionWait;
 use scope::{Deadline, RequestScope};
 
 /// What happened, fed to [`ShardMachine::handle`].
@@ -243,6 +245,8 @@ enum Phase {
 pub(crate) struct ShardMachine<'r> {
     region: RegionWithLeader,
     backoff: Backoff,
+    /// Rounds that found no leader sleep on this instead of `backoff`.
+    election: ElectionWait,
     /// Attempts made so far (1 for the first round; each spent backoff step
     /// or immediate retry adds one).
     attempts: u32,
@@ -289,6 +293,7 @@ impl<'r> ShardMachine<'r> {
         ShardMachine {
             region,
             backoff,
+            election: ElectionWait::new(policy.leaderless_wait.unwrap_or_default()),
             attempts: 1,
             policy,
             deadline,
@@ -315,6 +320,7 @@ impl<'r> ShardMachine<'r> {
         ShardMachine {
             region,
             backoff: self.backoff.clone(),
+            election: self.election.clone(),
             attempts: self.attempts,
             policy: self.policy,
             deadline: self.deadline,
@@ -778,24 +784,6 @@ impl<'r> ShardMachine<'r> {
         }
     }
 
-    /// Spends one attempt of the budget. `None` when it is spent.
-    fn spend_attempt(&mut self) -> Option<Duration> {
-        let delay = self.backoff.next_delay_duration()?;
-        self.attempts += 1;
-        Some(delay)
-    }
-
-    fn exhausted(&mut self, last: Error) -> Next {
-        let region_id = self.region.id();
-        let attempts = self.attempts;
-        self.request.observer.shard_exhausted();
-        self.done(Err(Error::from(Failure::RetriesExhausted {
-            region_id,
-            attempts,
-            last: Box::new(last),
-        })))
-    }
-
     fn round_exhausted(&mut self) -> Next {
         let round = std::mem::replace(
             &mut self.round,
@@ -818,10 +806,7 @@ impl<'r> ShardMachine<'r> {
             self.invalidate_region();
             self.unreachable_leader = exhausted.unreachable_leader;
         }
-        match self.spend_attempt() {
-            None => self.exhausted(exhausted.strongest),
-            Some(delay) => self.sleep(delay, exhausted.strongest),
-        }
+        self.after_round(exhausted.leaderless && !probing, exhausted.strongest)
     }
 
     /// Sleeps before the next round, unless the deadline ends first: then

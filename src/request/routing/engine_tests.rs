@@ -1696,3 +1696,5 @@ proptest! {
 
 #[path = "engine/tests/forwarding.rs"]
 mod forwarding;
+#[path = "engine/tests/leaderless.rs"]
+mod leaderless;

@@ -56,6 +56,9 @@ pub(crate) struct RequestPolicy {
     /// Where a read may go first: a replica, or a stale read (the request's
     /// own; leader only by default).
     pub(crate) read: super::replica::ReadMode,
+    /// How long a shard waits out a Region with no leader before its rounds
+    /// count against the Region backoff ([`Config::leaderless_wait`](crate::Config::leaderless_wait)).
+    pub(crate) leaderless_wait: Option<Duration>,
 }
 
 impl RequestPolicy {
@@ -81,6 +84,7 @@ impl RequestPolicy {
             max_concurrency: self.max_concurrency.or(defaults.max_concurrency),
             rpc_timeout: self.rpc_timeout.or(defaults.rpc_timeout),
             deadline: self.deadline.or(defaults.deadline),
+            leaderless_wait: self.leaderless_wait.or(defaults.leaderless_wait),
             shared_busy_probe: defaults.shared_busy_probe,
             forwarding: defaults.forwarding,
             ..self

@@ -112,6 +112,11 @@ pub(crate) struct RoundExhausted {
     /// The cached leader, when this client could not reach its store in
     /// the round (forwarding, when on, looks for it again after a reload).
     pub(crate) unreachable_leader: Option<u64>,
+    /// No peer leads the Region as far as the round could see: every
+    /// candidate said `NotLeader` (the cached leader may have been silent)
+    /// and no hint named a peer the round had not tried. An election is
+    /// under way, or the Region has lost its quorum.
+    pub(crate) leaderless: bool,
 }
 
 /// The per-round state. Holds no copy of the Region (the engine passes it
@@ -545,6 +550,10 @@ impl CandidateRound {
         // No candidate at all: the cached peer list is unusable.
         let reload_region =
             routing_failure || all_not_leader || self.hint_outside_region || tried == 0;
+        // A hint inside the Region brought its peer to the front of the
+        // round, so by now it was tried; one outside it names a peer the
+        // cache does not know, which may well lead.
+        let leaderless = all_not_leader && !self.hint_outside_region;
         let unreachable_leader = region
             .leader
             .filter(|_| self.forward.allowed && self.forward.leader_unreachable)
@@ -574,6 +583,7 @@ impl CandidateRound {
             strongest,
             tried,
             unreachable_leader,
+            leaderless,
         }
     }
 }

@@ -77,6 +77,7 @@ impl RoutingState {
                 max_concurrency: Some(config.max_concurrency.max(1)),
                 rpc_timeout: Some(config.timeout),
                 deadline: Some(config.request_deadline),
+                leaderless_wait: Some(config.leaderless_wait),
                 shared_busy_probe: config.shared_busy_probe,
                 forwarding: config.forwarding,
                 ..RequestPolicy::default()
