@@ -7,7 +7,8 @@
 #   perf/plot.sh cut-off       docs/img/cut-off.svg           <- cut-off-refuse.csv
 #   perf/plot.sh chaos         docs/img/chaos-timeline.svg    <- chaos-timeline.csv
 #   perf/plot.sh killed-bank   docs/img/killed-bank.svg       <- killed-bank.csv
-#   perf/plot.sh all           the five
+#   perf/plot.sh week          docs/img/week.svg              <- week-restart.csv, week-crash.csv
+#   perf/plot.sh all           the six
 #
 # With --run, the data is measured anew first (and written over the CSV
 # files in docs/img/data/, the markdown or text output beside them):
@@ -17,6 +18,8 @@
 #                       pass through)
 #   leader-loss --run   perf/run.sh --only failover --csv-dir docs/img/data
 #   cut-off --run       perf/run.sh --only cut-off --csv-dir docs/img/data
+#   week --run          perf/run.sh --only week --csv-dir docs/img/data
+#                       (about 10 minutes)
 #   killed-bank --run   perf/run.sh --only killed-bank --csv-dir docs/img/data
 #                       (60 s per client; --bank-seconds N, --seed N pass through)
 #   chaos --run         cargo run --release -p tikv-plan-chaos -- raw --seed 1
@@ -33,7 +36,7 @@ root="$(cd "$here/.." && pwd)"
 perf_target="${PERF_TARGET_DIR:-$here/target}"
 
 usage() {
-    echo "usage: perf/plot.sh ratios|leader-loss|cut-off|chaos|killed-bank|all [--run] [--data DIR] [options for the run]" >&2
+    echo "usage: perf/plot.sh ratios|leader-loss|cut-off|chaos|killed-bank|week|all [--run] [--data DIR] [options for the run]" >&2
     exit 2
 }
 
@@ -41,7 +44,7 @@ usage() {
 picture="$1"
 shift
 case "$picture" in
-    ratios | leader-loss | cut-off | chaos | killed-bank | all) ;;
+    ratios | leader-loss | cut-off | chaos | killed-bank | week | all) ;;
     *) usage ;;
 esac
 
@@ -82,6 +85,9 @@ if [[ "$run" == true ]]; then
         cut-off)
             "$here/run.sh" --only cut-off --csv-dir "$data" "${pass[@]}" | tee "$data/cut-off.md"
             ;;
+        week)
+            "$here/run.sh" --only week --csv-dir "$data" "${pass[@]}" | tee "$data/week.md"
+            ;;
         killed-bank)
             "$here/run.sh" --only killed-bank --csv-dir "$data" "${pass[@]}" | tee "$data/killed-bank.md"
             ;;
@@ -109,12 +115,14 @@ case "$picture" in
     cut-off) draw cut-off cut-off.svg ;;
     chaos) draw chaos chaos-timeline.svg ;;
     killed-bank) draw killed-bank killed-bank.svg ;;
+    week) draw week week.svg ;;
     all)
         draw ratios benchmark-ratios.svg
         draw leader-loss leader-loss.svg
         draw cut-off cut-off.svg
         draw chaos chaos-timeline.svg
         draw killed-bank killed-bank.svg
+        draw week week.svg
         ;;
 esac
 exit "$status"

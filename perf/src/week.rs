@@ -570,7 +570,7 @@ pub async fn rolling_restart(
     };
     drop(loader);
 
-    let client = Arc::new(WeekClient::connect(kind, &sim.pd, zero_wait).await?);
+    let client = Arc::new(WeekClient::connect(kind, &sim.pd, false).await?);
     let keys = Arc::new(keys);
     // Warm-up: caches filled, connections open.
     let stop = Arc::new(AtomicBool::new(false));
@@ -664,8 +664,6 @@ struct Readers {
 /// A crash trial.
 #[derive(Debug, Clone)]
 pub struct Crash {
-    /// The client.
-    pub kind: Kind,
     /// The client as the table shows it.
     pub client: String,
     /// Keys read, one per Region the crashed store led.
@@ -879,7 +877,6 @@ pub async fn crash(
         .collect();
     readable_at.sort();
     Ok(Crash {
-        kind,
         client: if zero_wait {
             format!("{}, leaderless_wait 0", kind.label())
         } else {

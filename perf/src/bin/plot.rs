@@ -7,6 +7,7 @@
 //! plot cut-off     [--data DIR] [--out FILE]   # DIR/cut-off-refuse.csv
 //! plot chaos       [--data DIR] [--out FILE]   # DIR/chaos-timeline.csv
 //! plot killed-bank [--data DIR] [--out FILE]   # DIR/killed-bank.csv
+//! plot week        [--data DIR] [--out FILE]   # DIR/week-restart.csv, DIR/week-crash.csv
 //! ```
 //!
 //! `DIR` defaults to `docs/img/data`, `FILE` to `docs/img/<picture>.svg`
@@ -23,6 +24,8 @@ use std::process::ExitCode;
 
 #[path = "../stats.rs"]
 mod stats;
+#[path = "plot/week.rs"]
+mod week;
 
 use plotters::coord::Shift;
 use plotters::prelude::*;
@@ -32,7 +35,7 @@ use stats::median;
 type Result<T> = std::result::Result<T, Box<dyn Error>>;
 
 const USAGE: &str =
-    "usage: plot ratios|leader-loss|cut-off|chaos|killed-bank [--data DIR] [--out FILE]";
+    "usage: plot ratios|leader-loss|cut-off|chaos|killed-bank|week [--data DIR] [--out FILE]";
 
 const FONT: &str = "sans-serif";
 const PLAN: RGBColor = RGBColor(31, 119, 180);
@@ -1400,6 +1403,7 @@ fn main() -> ExitCode {
         "cut-off" => (plot_cut_off, "cut-off.svg"),
         "chaos" => (plot_chaos, "chaos-timeline.svg"),
         "killed-bank" => (plot_killed_bank, "killed-bank.svg"),
+        "week" => (week::plot_week, "week.svg"),
         _ => {
             eprintln!("{USAGE}");
             return ExitCode::from(2);
