@@ -1,0 +1,27 @@
+//! **beyond** Blocking clients, for programs without an async runtime
+//! (client-rust's `SyncTransactionClient`, `SyncTransaction` and
+//! `SyncSnapshot`, and a raw counterpart, [`SyncRawClient`]).
+//!
+//! Each has every method of its async client under the same name, with
+//! the same arguments, results and errors, and blocks the calling thread
+//! until the call is done. A client owns a multi-threaded Tokio runtime,
+//! shared by its clones and by what it hands out; dropping the last of
+//! them shuts the runtime down without waiting for requests in flight (and
+//! without Tokio's panic when that happens inside another runtime).
+//!
+//! A blocking call on a thread inside a Tokio runtime (an async task, a
+//! `block_on`, a `spawn_blocking` thread) would stall that runtime, so it
+//! is refused with [`Error::NestedRuntimeError`](crate::Error::NestedRuntimeError)
+//! before anything is sent; async code uses [`RawClient`](crate::RawClient)
+//! and [`TransactionClient`](crate::TransactionClient).
+
+mod raw;
+mod runtime;
+mod snapshot;
+mod transaction;
+mod transaction_client;
+
+pub use raw::{SyncRawClient, SyncScanIter};
+pub use snapshot::SyncSnapshot;
+pub use transaction::SyncTransaction;
+pub use transaction_client::SyncTransactionClient;

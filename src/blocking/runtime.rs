@@ -1,0 +1,192 @@
+//! The Tokio runtime a blocking client owns: started with the client,
+//! shared by its clones and everything it hands out, and shut down when the
+//! last of them is dropped, without ever waiting unboundedly and without
+//! Tokio's panic for a runtime dropped inside another.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::{Error, Result};
+
+/// How long dropping the last handle of a blocking client waits, on a
+/// thread outside any runtime, for the runtime's threads to stop. Tasks
+/// stop at their next `.await` at once; only blocking work inside the
+/// runtime (a DNS lookup of a store's address) could take longer, and the
+/// drop does not wait for it past this.
+pub(crate) const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
+
+/// Fails with [`Error::NestedRuntimeError`] naming `call` when this thread
+/// is inside a Tokio runtime: a worker thread, a `block_on`, a
+/// `spawn_blocking` thread or an entered handle. Tokio's `block_on` would
+/// panic in most of these places and stall the runtime's thread in the
+/// others.
+pub(crate) fn outside_runtime(call: &str) -> Result<()> {
+    match tokio::runtime::Handle::try_current() {
+        Ok(_) => Err(Error::NestedRuntimeError(call.to_owned())),
+        Err(_) => Ok(()),
+    }
+}
+
+/// A multi-threaded runtime that shuts down when dropped, in bounded time.
+pub(crate) struct OwnedRuntime {
+    /// Always `Some` until the drop takes it.
+    runtime: Option<tokio::runtime::Runtime>,
+    /// How long the drop waits for the runtime's threads, off any runtime.
+    grace: Duration,
+}
+
+impl OwnedRuntime {
+    /// Starts a runtime for the blocking client call `call` (a constructor),
+    /// or fails when this thread is inside a runtime already.
+    pub(crate) fn start(call: &str) -> Result<Arc<OwnedRuntime>> {
+        Self::start_with_grace(call, SHUTDOWN_GRACE)
+    }
+
+    /// [`start`](Self::start) with a shutdown grace of its own.
+    pub(crate) fn start_with_grace(call: &str, grace: Duration) -> Result<Arc<OwnedRuntime>> {
+        outside_runtime(call)?;
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .enable_all()
+            .thread_name("tikv-plan-blocking")
+            .build()?;
+        Ok(Arc::new(OwnedRuntime {
+            runtime: Some(runtime),
+            grace,
+        }))
+    }
+
+    /// Runs `future` to its end on this runtime, blocking this thread; or
+    /// fails with [`Error::NestedRuntimeError`] naming `call`, having run
+    /// nothing, when this thread is inside a runtime.
+    pub(crate) fn block_on<T>(
+        &self,
+        call: &str,
+        future: impl Future<Output = Result<T>>,
+    ) -> Result<T> {
+        outside_runtime(call)?;
+        match &self.runtime {
+            Some(runtime) => runtime.block_on(future),
+            None => Err(Error::InternalError {
+                message: format!("{call}: the blocking client's runtime is already shut down"),
+            }),
+        }
+    }
+
+    /// The runtime's handle, for work that must find a runtime (spawning)
+    /// outside `block_on`, such as a transaction's drop.
+    pub(crate) fn handle(&self) -> Option<&tokio::runtime::Handle> {
+        self.runtime.as_ref().map(tokio::runtime::Runtime::handle)
+    }
+}
+
+impl Drop for OwnedRuntime {
+    fn drop(&mut self) {
+        let Some(runtime) = self.runtime.take() else {
+            return;
+        };
+        if tokio::runtime::Handle::try_current().is_ok() {
+            // Inside a runtime Tokio may not block (dropping the runtime
+            // there panics): stop without waiting; the threads end on
+            // their own.
+            runtime.shutdown_background();
+        } else {
+            runtime.shutdown_timeout(self.grace);
+        }
+    }
+}
+
+impl std::fmt::Debug for OwnedRuntime {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("OwnedRuntime")
+            .field("running", &self.runtime.is_some())
+            .field("grace", &self.grace)
+            .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_plain_thread_is_outside_any_runtime() {
+        assert!(outside_runtime("test").is_ok());
+        let runtime = OwnedRuntime::start("test").unwrap();
+        assert_eq!(runtime.block_on("test", async { Ok(7) }).unwrap(), 7);
+    }
+
+    #[test]
+    fn inside_a_runtime_every_call_is_refused_with_its_name() {
+        let owned = OwnedRuntime::start("test").unwrap();
+        let outer = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        outer.block_on(async {
+            let refused = owned.block_on("SyncRawClient::get", async { Ok(1) });
+            match refused {
+                Err(Error::NestedRuntimeError(call)) => assert_eq!(call, "SyncRawClient::get"),
+                other => panic!("expected NestedRuntimeError, got {other:?}"),
+            }
+            assert!(matches!(
+                OwnedRuntime::start("SyncRawClient::new"),
+                Err(Error::NestedRuntimeError(_))
+            ));
+        });
+        // An entered handle counts too (a `spawn_blocking` thread has one).
+        let _entered = outer.enter();
+        assert!(matches!(
+            outside_runtime("x"),
+            Err(Error::NestedRuntimeError(_))
+        ));
+    }
+
+    #[test]
+    fn the_error_says_what_to_do() {
+        let text =
+            Error::NestedRuntimeError("SyncTransactionClient::begin_optimistic".into()).to_string();
+        assert!(text.starts_with(
+            "SyncTransactionClient::begin_optimistic was called inside a Tokio runtime"
+        ));
+        assert!(text.contains("use the async client there"), "{text}");
+        assert!(text.contains("std::thread::spawn"), "{text}");
+    }
+
+    #[test]
+    fn dropping_inside_another_runtime_does_not_panic() {
+        let owned = OwnedRuntime::start("test").unwrap();
+        let outer = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        outer.block_on(async move { drop(owned) });
+    }
+
+    /// Blocking work that never ends on its own (it waits for a message
+    /// sent only after the drop) does not hold the drop past the grace,
+    /// on a plain thread and inside another runtime.
+    #[test]
+    fn the_drop_does_not_wait_for_stuck_blocking_work() {
+        for inside in [false, true] {
+            let owned = OwnedRuntime::start_with_grace("test", Duration::from_millis(50)).unwrap();
+            let (release, stuck) = std::sync::mpsc::channel::<()>();
+            let (started, has_started) = std::sync::mpsc::channel::<()>();
+            let handle = owned.handle().unwrap().clone();
+            handle.spawn_blocking(move || {
+                started.send(()).unwrap();
+                let _ = stuck.recv();
+            });
+            has_started.recv().unwrap();
+            if inside {
+                let outer = tokio::runtime::Builder::new_current_thread()
+                    .build()
+                    .unwrap();
+                outer.block_on(async move { drop(owned) });
+            } else {
+                drop(owned);
+            }
+            // Reached only because the drop returned while the work was
+            // still stuck; now let it end.
+            release.send(()).unwrap();
+        }
+    }
+}
