@@ -196,18 +196,6 @@ pub enum Error {
     /// (client-rust's variant).
     #[error("not a semver version requirement: {0}; write it as e.g. \">=1.0, <2\"")]
     InvalidSemver(#[from] semver::Error),
-    /// A blocking client ([`SyncRawClient`](crate::SyncRawClient),
-    /// [`SyncTransactionClient`](crate::SyncTransactionClient) and what they
-    /// hand out) was called on a thread that is inside a Tokio runtime,
-    /// where blocking would stall the runtime (client-rust's variant, of its
-    /// blocking client). Nothing was sent. The text names the call.
-    #[error(
-        "{0} was called inside a Tokio runtime, where a blocking client must not block; \
-use the async client there (RawClient, TransactionClient), or call the blocking client from a \
-thread that belongs to no runtime (std::thread::spawn; the threads of tokio's spawn_blocking \
-belong to the runtime)"
-    )]
-    NestedRuntimeError(String),
 }
 
 /// The underlying error of a failure the crate wrapped (a transport error,

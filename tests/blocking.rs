@@ -2,8 +2,8 @@
 //! transactions and snapshots it hands out), used as a program with a
 //! plain `fn main` uses them: every test is a plain `#[test]` on a thread
 //! without a runtime, against `tikv-sim` running on a runtime of its own
-//! over loopback gRPC. Inside a runtime every call is refused with
-//! `Error::NestedRuntimeError`, never a panic; dropping a client never
+//! over loopback gRPC. Inside a runtime every call is refused with a typed
+//! error (`Failure::NestedRuntime`), never a panic; dropping a client never
 //! waits for requests in flight, and never panics inside a runtime.
 
 use std::thread;
@@ -126,10 +126,18 @@ fn keys_of(pairs: impl IntoIterator<Item = KvPair>) -> Vec<Vec<u8>> {
     pairs.into_iter().map(|p| Vec::from(p.into_key())).collect()
 }
 
+/// The call a refusal inside a runtime names: an `Error::GrpcAPI` with code
+/// `FailedPrecondition` carrying `Failure::NestedRuntime`. Anything else
+/// fails the test.
 fn refused_call(result: Result<impl std::fmt::Debug, Error>) -> String {
-    match result {
-        Err(Error::NestedRuntimeError(call)) => call,
-        other => panic!("expected NestedRuntimeError, got {other:?}"),
+    let error = result.expect_err("refused inside a runtime");
+    let Error::GrpcAPI(status) = &error else {
+        panic!("expected Error::GrpcAPI, got {error:?}");
+    };
+    assert_eq!(status.code(), tonic::Code::FailedPrecondition);
+    match error.failure() {
+        Some(Failure::NestedRuntime { call }) => call.clone(),
+        other => panic!("expected Failure::NestedRuntime, got {other:?}"),
     }
 }
 
@@ -388,7 +396,7 @@ fn inside_a_runtime_every_call_is_refused_with_a_typed_error() {
         });
         let text = error.to_string();
         assert!(
-            text.starts_with("SyncRawClient::get was called inside a Tokio runtime")
+            text.contains("SyncRawClient::get was called inside a Tokio runtime")
                 && text.contains("use the async client there"),
             "{text}"
         );

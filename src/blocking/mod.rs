@@ -11,8 +11,11 @@
 //!
 //! A blocking call on a thread inside a Tokio runtime (an async task, a
 //! `block_on`, a `spawn_blocking` thread) would stall that runtime, so it
-//! is refused with [`Error::NestedRuntimeError`](crate::Error::NestedRuntimeError)
-//! before anything is sent; async code uses [`RawClient`](crate::RawClient)
+//! is refused before anything is sent, with
+//! [`Failure::NestedRuntime`](crate::Failure::NestedRuntime) (inside [`Error::GrpcAPI`](crate::Error::GrpcAPI), code `FailedPrecondition`)
+//! (client-rust's main branch adds the variant `Error::NestedRuntimeError`
+//! for it; tikv-plan's `Error` keeps tikv-client 0.4's variants, so a
+//! program that matches them exhaustively still builds); async code uses [`RawClient`](crate::RawClient)
 //! and [`TransactionClient`](crate::TransactionClient).
 
 mod raw;

@@ -21,7 +21,8 @@ use crate::{
 /// It owns a multi-threaded Tokio runtime, shared by its clones, on which
 /// the requests run; dropping the last clone shuts it down without waiting
 /// for requests still in flight. Called on a thread inside a Tokio runtime,
-/// every method fails with [`Error::NestedRuntimeError`](crate::Error::NestedRuntimeError)
+/// every method fails with
+/// [`Failure::NestedRuntime`](crate::Failure::NestedRuntime) (inside [`Error::GrpcAPI`](crate::Error::GrpcAPI), code `FailedPrecondition`)
 /// and sends nothing: use [`RawClient`] there.
 ///
 /// ```no_run
@@ -314,7 +315,7 @@ impl SyncRawClient {
 /// The pairs of a blocking scan stream ([`SyncRawClient::scan_stream`]),
 /// read a page at a time as the iterator is advanced. It ends after the
 /// first error; called inside a Tokio runtime, it yields
-/// [`Error::NestedRuntimeError`](crate::Error::NestedRuntimeError) once and
+/// [`Failure::NestedRuntime`](crate::Failure::NestedRuntime) once and
 /// ends.
 pub struct SyncScanIter {
     call: &'static str,

@@ -7,7 +7,7 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::{Error, Result};
+use crate::{Error, Failure, Result};
 
 /// How long dropping the last handle of a blocking client waits, on a
 /// thread outside any runtime, for the runtime's threads to stop. Tasks
@@ -16,14 +16,16 @@ use crate::{Error, Result};
 /// drop does not wait for it past this.
 pub(crate) const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
 
-/// Fails with [`Error::NestedRuntimeError`] naming `call` when this thread
+/// Fails with [`Failure::NestedRuntime`] naming `call` when this thread
 /// is inside a Tokio runtime: a worker thread, a `block_on`, a
 /// `spawn_blocking` thread or an entered handle. Tokio's `block_on` would
 /// panic in most of these places and stall the runtime's thread in the
 /// others.
 pub(crate) fn outside_runtime(call: &str) -> Result<()> {
     match tokio::runtime::Handle::try_current() {
-        Ok(_) => Err(Error::NestedRuntimeError(call.to_owned())),
+        Ok(_) => Err(Error::from(Failure::NestedRuntime {
+            call: call.to_owned(),
+        })),
         Err(_) => Ok(()),
     }
 }
@@ -57,7 +59,7 @@ impl OwnedRuntime {
     }
 
     /// Runs `future` to its end on this runtime, blocking this thread; or
-    /// fails with [`Error::NestedRuntimeError`] naming `call`, having run
+    /// fails with [`Failure::NestedRuntime`] naming `call`, having run
     /// nothing, when this thread is inside a runtime.
     pub(crate) fn block_on<T>(
         &self,
@@ -109,6 +111,19 @@ impl std::fmt::Debug for OwnedRuntime {
 mod tests {
     use super::*;
 
+    /// The call a refusal names; any other result fails the test.
+    fn refused_call<T: std::fmt::Debug>(result: Result<T>) -> String {
+        let error = result.expect_err("refused");
+        let Error::GrpcAPI(status) = &error else {
+            panic!("reported as GrpcAPI, as every failure to run: {error:?}");
+        };
+        assert_eq!(status.code(), tonic::Code::FailedPrecondition);
+        match error.failure() {
+            Some(Failure::NestedRuntime { call }) => call.clone(),
+            other => panic!("expected Failure::NestedRuntime, got {other:?}"),
+        }
+    }
+
     #[test]
     fn a_plain_thread_is_outside_any_runtime() {
         assert!(outside_runtime("test").is_ok());
@@ -124,30 +139,27 @@ mod tests {
             .unwrap();
         outer.block_on(async {
             let refused = owned.block_on("SyncRawClient::get", async { Ok(1) });
-            match refused {
-                Err(Error::NestedRuntimeError(call)) => assert_eq!(call, "SyncRawClient::get"),
-                other => panic!("expected NestedRuntimeError, got {other:?}"),
-            }
-            assert!(matches!(
-                OwnedRuntime::start("SyncRawClient::new"),
-                Err(Error::NestedRuntimeError(_))
-            ));
+            assert_eq!(refused_call(refused), "SyncRawClient::get");
+            let started = OwnedRuntime::start("SyncRawClient::new");
+            assert_eq!(refused_call(started), "SyncRawClient::new");
         });
         // An entered handle counts too (a `spawn_blocking` thread has one).
         let _entered = outer.enter();
-        assert!(matches!(
-            outside_runtime("x"),
-            Err(Error::NestedRuntimeError(_))
-        ));
+        assert_eq!(refused_call(outside_runtime("x")), "x");
     }
 
     #[test]
     fn the_error_says_what_to_do() {
-        let text =
-            Error::NestedRuntimeError("SyncTransactionClient::begin_optimistic".into()).to_string();
-        assert!(text.starts_with(
-            "SyncTransactionClient::begin_optimistic was called inside a Tokio runtime"
-        ));
+        let text = Error::from(Failure::NestedRuntime {
+            call: "SyncTransactionClient::begin_optimistic".into(),
+        })
+        .to_string();
+        assert!(
+            text.contains(
+                "SyncTransactionClient::begin_optimistic was called inside a Tokio runtime"
+            ),
+            "{text}"
+        );
         assert!(text.contains("use the async client there"), "{text}");
         assert!(text.contains("std::thread::spawn"), "{text}");
     }

@@ -28,7 +28,8 @@ use crate::{
 /// transactions' background work (heartbeats, secondary commits) run; when
 /// the last of them is dropped the runtime shuts down without waiting for
 /// requests still in flight. Called on a thread inside a Tokio runtime,
-/// every method fails with [`Error::NestedRuntimeError`](crate::Error::NestedRuntimeError)
+/// every method fails with
+/// [`Failure::NestedRuntime`](crate::Failure::NestedRuntime) (inside [`Error::GrpcAPI`](crate::Error::GrpcAPI), code `FailedPrecondition`)
 /// and sends nothing: use [`TransactionClient`] there.
 ///
 /// ```no_run

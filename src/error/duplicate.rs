@@ -70,7 +70,6 @@ impl Error {
             Error::Io(e) => Error::Io(std::io::Error::new(e.kind(), e.to_string())),
             Error::Channel(e) => Error::Channel(e.clone()),
             Error::Canceled(e) => Error::Canceled(*e),
-            Error::NestedRuntimeError(call) => Error::NestedRuntimeError(call.clone()),
             Error::Grpc(_) | Error::Url(_) | Error::JoinError(_) | Error::InvalidSemver(_) => {
                 Error::StringError(self.to_string())
             }
