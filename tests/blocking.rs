@@ -466,6 +466,27 @@ fn dropping_the_last_handle_while_requests_hang_returns() {
     }
 }
 
+/// The last handle dropped right after a commit, on a plain thread: the
+/// drop lets the secondary commits finish first, so no lock is left.
+#[test]
+fn the_last_drop_lets_secondary_commits_finish() {
+    outside_any_runtime();
+    let sim = Sim::txn(&["d", "h", "m", "r"]);
+    let client = SyncTransactionClient::new(sim.endpoints()).unwrap();
+    let mut txn = client.begin_optimistic().unwrap();
+    for key in ["a", "e", "i", "n", "s", "t", "u"] {
+        txn.put(key.to_owned(), "v".to_owned()).unwrap();
+    }
+    txn.commit().unwrap();
+    drop(txn);
+    drop(client);
+    assert!(
+        sim.cluster().locks(b"", b"").is_empty(),
+        "left: {:?}",
+        sim.cluster().locks(b"", b"")
+    );
+}
+
 /// A pessimistic transaction dropped unfinished releases its locks in the
 /// background, on the client's runtime (dropped on a plain thread, it
 /// could find no runtime to do it on).

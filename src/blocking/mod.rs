@@ -6,8 +6,10 @@
 //! the same arguments, results and errors, and blocks the calling thread
 //! until the call is done. A client owns a multi-threaded Tokio runtime,
 //! shared by its clones and by what it hands out; dropping the last of
-//! them shuts the runtime down without waiting for requests in flight (and
-//! without Tokio's panic when that happens inside another runtime).
+//! them shuts the runtime down within 5 s at most (after a transaction
+//! client's secondary commits in flight finish, cutting any other request
+//! in flight), and without Tokio's panic when that happens inside another
+//! runtime (then without waiting at all).
 //!
 //! A blocking call on a thread inside a Tokio runtime (an async task, a
 //! `block_on`, a `spawn_blocking` thread) would stall that runtime, so it

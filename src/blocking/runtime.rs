@@ -4,16 +4,18 @@
 //! Tokio's panic for a runtime dropped inside another.
 
 use std::future::Future;
-use std::sync::Arc;
-use std::time::Duration;
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
 
 use crate::{Error, Failure, Result};
 
-/// How long dropping the last handle of a blocking client waits, on a
-/// thread outside any runtime, for the runtime's threads to stop. Tasks
-/// stop at their next `.await` at once; only blocking work inside the
-/// runtime (a DNS lookup of a store's address) could take longer, and the
-/// drop does not wait for it past this.
+/// The most that dropping the last handle of a blocking client waits, on a
+/// thread outside any runtime: first for the background work it should
+/// finish (a transaction client's secondary commits), then for the
+/// runtime's threads to stop. Tasks stop at their next `.await` at once;
+/// only blocking work inside the runtime (a DNS lookup of a store's
+/// address) could take longer, and the drop does not wait for it past
+/// this.
 pub(crate) const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
 
 /// Fails with [`Failure::NestedRuntime`] naming `call` when this thread
@@ -30,12 +32,17 @@ pub(crate) fn outside_runtime(call: &str) -> Result<()> {
     }
 }
 
+/// Whether the background work a drop should let finish is done.
+pub(crate) type Settled = Box<dyn Fn() -> bool + Send + Sync>;
+
 /// A multi-threaded runtime that shuts down when dropped, in bounded time.
 pub(crate) struct OwnedRuntime {
     /// Always `Some` until the drop takes it.
     runtime: Option<tokio::runtime::Runtime>,
-    /// How long the drop waits for the runtime's threads, off any runtime.
+    /// The most the drop waits, off any runtime.
     grace: Duration,
+    /// What the drop waits for before shutting down (within `grace`).
+    settled: OnceLock<Settled>,
 }
 
 impl OwnedRuntime {
@@ -55,7 +62,14 @@ impl OwnedRuntime {
         Ok(Arc::new(OwnedRuntime {
             runtime: Some(runtime),
             grace,
+            settled: OnceLock::new(),
         }))
+    }
+
+    /// Makes the drop, off any runtime, wait (within the grace) until
+    /// `settled` holds before it shuts the runtime down. Set once.
+    pub(crate) fn settle_before_shutdown(&self, settled: Settled) {
+        let _ = self.settled.set(settled);
     }
 
     /// Runs `future` to its end on this runtime, blocking this thread; or
@@ -92,9 +106,17 @@ impl Drop for OwnedRuntime {
             // there panics): stop without waiting; the threads end on
             // their own.
             runtime.shutdown_background();
-        } else {
-            runtime.shutdown_timeout(self.grace);
+            return;
         }
+        let deadline = Instant::now() + self.grace;
+        if let Some(settled) = self.settled.get() {
+            runtime.block_on(async {
+                while !settled() && Instant::now() < deadline {
+                    tokio::time::sleep(Duration::from_millis(1)).await;
+                }
+            });
+        }
+        runtime.shutdown_timeout(deadline.saturating_duration_since(Instant::now()));
     }
 }
 
@@ -103,6 +125,7 @@ impl std::fmt::Debug for OwnedRuntime {
         f.debug_struct("OwnedRuntime")
             .field("running", &self.runtime.is_some())
             .field("grace", &self.grace)
+            .field("settles", &self.settled.get().is_some())
             .finish()
     }
 }
