@@ -328,6 +328,39 @@ fn snapshots_read_at_their_timestamp() {
     assert_eq!(new.get("a".to_owned()).unwrap(), Some(b"new".to_vec()));
 }
 
+/// The cluster-wide calls: locks scanned, resolved and cleaned up, GC.
+#[test]
+fn lock_and_gc_calls_from_a_plain_thread() {
+    outside_any_runtime();
+    let sim = Sim::txn(&["m"]);
+    let client = SyncTransactionClient::new(sim.endpoints()).unwrap();
+    let mut holder = client
+        .begin_with_options(warn_on_drop(TransactionOptions::new_pessimistic()))
+        .unwrap();
+    holder
+        .lock_keys(vec!["a".to_owned(), "z".to_owned()])
+        .unwrap();
+    let now = client.current_timestamp().unwrap();
+    let locks = client.scan_locks(&now, "".to_owned().., 10).unwrap();
+    let keys: Vec<&[u8]> = locks.iter().map(|l| l.key.as_slice()).collect();
+    assert_eq!(keys, [b"a".as_slice(), b"z".as_slice()]);
+    // The holder is alive: its locks stay.
+    let alive = client
+        .resolve_locks(locks, now, tikv_plan::Backoff::no_backoff())
+        .unwrap();
+    assert_eq!(alive.len(), 2);
+    holder.rollback().unwrap();
+    let now = client.current_timestamp().unwrap();
+    let cleaned = client.cleanup_locks("".to_owned().., &now, Default::default());
+    assert!(cleaned.is_ok(), "{cleaned:?}");
+    assert!(client
+        .scan_locks(&now, "".to_owned().., 10)
+        .unwrap()
+        .is_empty());
+    assert!(client.gc(now).unwrap());
+    assert_eq!(sim.cluster().gc_safe_point(), now.version());
+}
+
 /// Every kind of blocking call, inside a runtime: refused with the call's
 /// name, nothing sent; on a plain thread again, the same objects work.
 #[test]

@@ -283,6 +283,9 @@ impl SyncRawClient {
     /// Calls a coprocessor plugin on the stores of `ranges`
     /// ([`RawClient::coprocessor`]). `request_builder` runs on the client's
     /// runtime, where this client's own methods cannot be called.
+    // The async method's result type, to the letter (the lint skips
+    // `async fn`s).
+    #[allow(clippy::type_complexity)]
     pub fn coprocessor(
         &self,
         copr_name: impl Into<String>,
