@@ -145,6 +145,19 @@ fn warn_on_drop(options: TransactionOptions) -> TransactionOptions {
     options.drop_check(CheckLevel::Warn)
 }
 
+/// The clients, transactions and snapshots move between threads, and
+/// the clients are shared between them, as the async ones are.
+#[test]
+fn the_blocking_types_go_to_other_threads() {
+    fn shared<T: Send + Sync>() {}
+    fn sent<T: Send>() {}
+    shared::<SyncRawClient>();
+    shared::<SyncTransactionClient>();
+    sent::<tikv_plan::SyncTransaction>();
+    sent::<tikv_plan::SyncSnapshot>();
+    sent::<tikv_plan::blocking::SyncScanIter>();
+}
+
 #[test]
 fn raw_reads_and_writes_from_a_plain_thread() {
     outside_any_runtime();
