@@ -41,7 +41,8 @@
 //!    reaches a lock resolver through the `LockResolve` trait), `locks`
 //!    (the lock resolvers and GC's `CleanupLocks`);
 //! 10. [`raw`] and [`transaction`] (the clients; neither uses the other);
-//! 11. `mock` (test doubles over everything).
+//! 11. [`blocking`] (the blocking clients, over both);
+//! 12. `mock` (test doubles over everything).
 //!
 //! The specifications the code implements are in [`spec`]
 //! ([routing](spec::routing), [transactions](spec::txn),
@@ -69,14 +70,16 @@
 //!   deterministic simulation dial through a simulated network.
 //!
 //! No feature is on by default. Without features the crate needs tokio's
-//! `rt`, `sync` and `time` only, and runs on whichever runtime the caller
-//! starts.
+//! `rt`, `sync` and `time`, and runs on whichever runtime the caller
+//! starts; the blocking clients ([`blocking`]) start a runtime of their own
+//! (tokio's `rt-multi-thread`).
 
 #![deny(missing_docs)]
 #![forbid(unsafe_code)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 pub mod backoff;
+pub mod blocking;
 mod classify;
 pub mod config;
 mod error;
@@ -121,6 +124,7 @@ pub use tikv_plan_proto::codec;
 mod readme {}
 
 pub use backoff::Backoff;
+pub use blocking::{SyncRawClient, SyncSnapshot, SyncTransaction, SyncTransactionClient};
 pub use config::{Config, RpcMode, SecurityConfig};
 pub use error::{
     describe_key_error, describe_region_error, Error, ErrorSource, Failure, ProtoKeyError,

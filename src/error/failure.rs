@@ -182,6 +182,17 @@ pub enum Failure {
         /// The status tonic returned.
         source: Option<ErrorSource>,
     },
+    /// A blocking client ([`SyncRawClient`](crate::SyncRawClient),
+    /// [`SyncTransactionClient`](crate::SyncTransactionClient) and what they
+    /// hand out) was called on a thread inside a Tokio runtime, where
+    /// blocking would stall the runtime (client-rust's main branch reports
+    /// it as `Error::NestedRuntimeError`, a variant tikv-client 0.4 does not
+    /// have). Nothing was sent.
+    #[error("{call} was called inside a Tokio runtime, where a blocking client must not block (nothing was sent); use the async client there (RawClient, TransactionClient), or call the blocking client from a thread that belongs to no runtime (std::thread::spawn; the threads of tokio's spawn_blocking belong to the runtime)")]
+    NestedRuntime {
+        /// The blocking call, as `SyncRawClient::get`.
+        call: String,
+    },
 }
 
 impl Failure {
@@ -194,9 +205,9 @@ impl Failure {
             | Failure::PdUnavailable { .. }
             | Failure::StaleRegion { .. } => Code::Unavailable,
             Failure::Pd { .. } | Failure::Undetermined { .. } => Code::Unknown,
-            Failure::ClusterIdMismatch { .. } | Failure::NotTiKvStore { .. } => {
-                Code::FailedPrecondition
-            }
+            Failure::ClusterIdMismatch { .. }
+            | Failure::NotTiKvStore { .. }
+            | Failure::NestedRuntime { .. } => Code::FailedPrecondition,
             Failure::RegionNotFoundInPd { .. } | Failure::StoreNotFound { .. } => Code::NotFound,
             Failure::DeadlineExceeded { .. } | Failure::Timeout { .. } => Code::DeadlineExceeded,
             Failure::InvalidArgument(_) => Code::InvalidArgument,

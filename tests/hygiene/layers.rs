@@ -43,6 +43,8 @@ const LAYERS: &[&[&str]] = &[
     &["request"],
     // The clients.
     &["raw", "transaction"],
+    // The blocking clients, over both.
+    &["blocking"],
     // Test doubles over everything.
     &["mock"],
 ];

@@ -6,6 +6,7 @@
 
 mod source_files;
 
+mod blocking_api;
 mod doc_links;
 mod docs_pages;
 mod file_sizes;

@@ -403,7 +403,7 @@ fn self_type_name(ty: &syn::Type) -> Option<String> {
 }
 
 /// The public API as sorted lines.
-fn public_api() -> Vec<String> {
+pub(crate) fn public_api() -> Vec<String> {
     public_api_of(&Path::new(env!("CARGO_MANIFEST_DIR")).join("src/lib.rs"))
 }
 
@@ -766,6 +766,26 @@ const EXTENSIONS: &[(&str, &str)] = &[
         "crate::Failure",
         "what tikv-plan knows about a failure beyond client-rust's Error variant (the \
          Region, store, address, attempts), reached through Error::failure",
+    ),
+    (
+        "crate::blocking",
+        "the blocking clients, for programs without a runtime",
+    ),
+    (
+        "crate::SyncRawClient",
+        "the blocking raw client by its root name",
+    ),
+    (
+        "crate::SyncTransactionClient",
+        "client-rust main's blocking client",
+    ),
+    (
+        "crate::SyncTransaction",
+        "client-rust main's blocking transaction",
+    ),
+    (
+        "crate::SyncSnapshot",
+        "client-rust main's blocking snapshot",
     ),
     ("crate::config", "the configuration and its named defaults"),
     ("crate::RpcMode", "configuration: unary or batched RPCs"),
