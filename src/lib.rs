@@ -121,7 +121,7 @@ pub use tikv_plan_proto::codec;
 mod readme {}
 
 pub use backoff::Backoff;
-pub use config::{Config, RpcMode, SecurityConfig};
+pub use config::{Config, RequestSource, RequestTags, RpcMode, SecurityConfig};
 pub use error::{
     describe_key_error, describe_region_error, Error, ErrorSource, Failure, ProtoKeyError,
     ProtoRegionError, Result,

@@ -65,6 +65,9 @@ pub struct RawClient<PdC: PdClient = PdRpcClient> {
     at_least_once_writes: bool,
     /// Which replica reads may go to first ([`RawClient::with_replica_read`]).
     replica_read: ReplicaRead,
+    /// The tags every request carries (`Config::request_tags`,
+    /// [`RawClient::with_request_tags`]), as context fields built once.
+    tags: Arc<crate::config::WireTags>,
 }
 
 impl<PdC: PdClient> Clone for RawClient<PdC> {
@@ -78,6 +81,7 @@ impl<PdC: PdClient> Clone for RawClient<PdC> {
             keyspace: self.keyspace,
             at_least_once_writes: self.at_least_once_writes,
             replica_read: self.replica_read,
+            tags: Arc::clone(&self.tags),
         }
     }
 }
@@ -129,6 +133,18 @@ impl<PdC: PdClient> RawClient<PdC> {
             keyspace: Keyspace::Disable,
             at_least_once_writes: config.at_least_once_writes,
             replica_read: ReplicaRead::Leader,
+            tags: Arc::new(config.request_tags.wire()),
+        }
+    }
+
+    /// **beyond** A clone whose requests carry `tags` in place of the
+    /// config's ([`RequestTags`](crate::RequestTags): resource group,
+    /// request source, transaction source, resource group tag); it shares
+    /// connections, caches and routing state with this one.
+    pub fn with_request_tags(&self, tags: crate::RequestTags) -> Self {
+        RawClient {
+            tags: Arc::new(tags.wire()),
+            ..self.clone()
         }
     }
 
@@ -237,7 +253,8 @@ impl<PdC: PdClient> RawClient<PdC> {
         request: Req,
     ) -> PlanBuilder<CodecPdClient<PdC>, FastDispatch<Req>> {
         let builder = PlanBuilder::fast(Arc::clone(&self.rpc), self.keyspace, request)
-            .routing(Arc::clone(&self.routing));
+            .routing(Arc::clone(&self.routing))
+            .tagged(&self.tags);
         if self.at_least_once_writes {
             builder.at_least_once()
         } else {

@@ -112,7 +112,8 @@ impl<PdC: PdClient> TransactionClient<PdC> {
             Arc::clone(&routing),
             config.region_backoff.clone(),
             keyspace,
-        ));
+        )
+        .with_tags(&config.request_tags));
         TransactionClient {
             shared: Arc::new(TxnShared {
                 pd,
@@ -121,6 +122,7 @@ impl<PdC: PdClient> TransactionClient<PdC> {
                 resolver,
                 request_deadline: config.request_deadline,
                 counters: Default::default(),
+                tags: config.request_tags.clone(),
             }),
         }
     }

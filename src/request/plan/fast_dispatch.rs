@@ -38,6 +38,11 @@ impl<Req: TypedCall> FastDispatch<Req> {
         FastDispatch(Dispatch::new(request), Sent::default())
     }
 
+    /// The request, to change before the plan runs (its tags).
+    pub(crate) fn request_mut(&mut self) -> &mut Req {
+        &mut self.0.request
+    }
+
     /// A dispatch of `request` aimed at `client` (tests that send to a
     /// store directly).
     #[cfg(test)]
@@ -62,6 +67,15 @@ impl<Req: TypedCall> FastDispatch<Req> {
         } = &mut self.0;
         // A lock request's wait on the server fits in this attempt's bound.
         crate::store::fit_server_wait(request, *rpc_bound);
+        // A read tells TiKV how long the client waits for it, so TiKV
+        // drops it once the client has given up (`read_deadline`).
+        if Req::SERVER_DEADLINE {
+            let own = kv_client
+                .as_deref()
+                .and_then(crate::store::typed_channel)
+                .map(|typed| typed.timeout);
+            read_deadline(request, *rpc_bound, own);
+        }
         if std::mem::replace(&mut self.1 .0, true) {
             if let Some(context) = request.context_mut() {
                 context.is_retry_request = true;
@@ -95,6 +109,28 @@ impl<Req: TypedCall> FastDispatch<Req> {
             }
         }
         send(kv_client.as_ref(), request, *rpc_bound).await
+    }
+}
+
+/// Sets a read's `Context.max_execution_duration_ms` to what this attempt
+/// may still take: the smaller of the plan's bound (the RPC timeout, or
+/// what is left of the call's deadline) and the store client's own timeout
+/// (`own`); nothing when neither is known. Reads only: TiKV checks a read's
+/// deadline before it reads and answers `ServerIsBusy` ("deadline is
+/// exceeded") once it has passed, which leaves nothing undone; writes keep
+/// TiKV's default (no limit sent), as client-rust sends.
+fn read_deadline<Req: TypedCall>(
+    request: &mut Req,
+    bound: Option<Duration>,
+    own: Option<Duration>,
+) {
+    let left = match (bound, own) {
+        (Some(bound), Some(own)) => bound.min(own),
+        (Some(left), None) | (None, Some(left)) => left,
+        (None, None) => return,
+    };
+    if let Some(context) = request.context_mut() {
+        context.max_execution_duration_ms = crate::config::server_deadline_ms(left);
     }
 }
 
