@@ -77,7 +77,11 @@ impl fmt::Display for RequestSource {
         if self.source_type.is_empty() && explicit.is_empty() {
             return f.write_str("unknown");
         }
-        let origin = if self.internal { "internal" } else { "external" };
+        let origin = if self.internal {
+            "internal"
+        } else {
+            "external"
+        };
         let source = if self.source_type.is_empty() {
             "unknown"
         } else {
@@ -256,7 +260,9 @@ mod tests {
         assert_eq!(RequestSource::internal("gc").to_string(), "internal_gc");
         assert_eq!(RequestSource::default().to_string(), "unknown");
         assert_eq!(
-            RequestSource::external("").with_explicit_type("br").to_string(),
+            RequestSource::external("")
+                .with_explicit_type("br")
+                .to_string(),
             "external_unknown_br"
         );
         // The explicit type is left out when it repeats the type.
