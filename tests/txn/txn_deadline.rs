@@ -55,10 +55,12 @@ async fn reads_carry_what_is_left_of_their_time_and_writes_carry_none() {
         let mut txn = client.begin_with_options(pessimistic()).await.unwrap();
         txn.get_for_update("b".to_owned()).await.unwrap();
         txn.get("c".to_owned()).await.unwrap();
-        txn.batch_get(vec!["d".to_owned(), "y".to_owned()])
+        let _ = txn
+            .batch_get(vec!["d".to_owned(), "y".to_owned()])
             .await
-            .unwrap();
-        txn.scan("a".to_owned().., 10).await.unwrap();
+            .unwrap()
+            .count();
+        let _ = txn.scan("a".to_owned().., 10).await.unwrap().count();
         txn.put("b".to_owned(), "2".to_owned()).await.unwrap();
         txn.commit().await.unwrap();
         for read in [

@@ -346,3 +346,37 @@ async fn the_control_command_lists_requests_by_tags() {
     assert!(answer.ends_with("ok\n"), "{answer}");
     cluster.shutdown().await;
 }
+
+/// A plan built by hand is tagged with `PlanBuilder::request_tags`.
+#[tokio::test]
+async fn a_hand_built_plan_carries_its_own_tags() {
+    use std::sync::Arc;
+    use tikv_plan::pd::PdRpcClient;
+    use tikv_plan::request::{CollectSingle, Keyspace, Plan, PlanBuilder};
+    use tikv_plan::transaction_lowering::new_get_request;
+    use tikv_plan::{Timestamp, TimestampExt};
+
+    let cluster = cluster(&["m"]).await;
+    let pd = Arc::new(
+        PdRpcClient::connect(&cluster.pd_endpoints(), &Config::default())
+            .await
+            .unwrap(),
+    );
+    let ts = Timestamp::from_version(cluster.current_ts());
+    let tags = RequestTags::new()
+        .with_resource_group("rg_plan")
+        .with_request_source(RequestSource::external("Plan"))
+        .with_resource_group_tag(b"p".to_vec());
+    let value = PlanBuilder::new(pd, Keyspace::Disable, new_get_request("k".into(), ts))
+        .request_tags(&tags)
+        .retry_multi_region(tikv_plan::Backoff::no_jitter_backoff(2, 500, 10))
+        .merge(CollectSingle)
+        .post_process_default()
+        .plan()
+        .execute()
+        .await
+        .unwrap();
+    assert_eq!(value, None);
+    all_carry(&cluster, "kv_get", "rg_plan", "external_Plan", 0, b"p");
+    cluster.shutdown().await;
+}

@@ -202,3 +202,67 @@ impl<Req: TypedCall + Shardable> Shardable for FastDispatch<Req> {
         self.0.apply_store(store)
     }
 }
+
+#[cfg(all(test, feature = "mock"))]
+mod tests {
+    use std::sync::Mutex;
+
+    use super::*;
+    use crate::mock::{self, MockPdClient};
+    use crate::proto::kvrpcpb;
+    use crate::request::{CollectSingle, Keyspace, Plan, PlanBuilder, RoutingState};
+
+    /// Each attempt of a read carries what is left of the call's deadline
+    /// when it is sent: the first the whole of it, the one after a slow
+    /// first attempt (on the paused clock) the rest.
+    #[tokio::test(start_paused = true)]
+    async fn each_attempt_of_a_read_carries_what_is_left_of_the_deadline() {
+        let pd = Arc::new(MockPdClient::new(vec![mock::region(
+            1,
+            b"",
+            b"",
+            &[mock::voter(11, 1), mock::voter(12, 2), mock::voter(13, 3)],
+            Some(11),
+        )]));
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let log = Arc::clone(&seen);
+        pd.set_async_dispatch_hook(move |_peer, request| {
+            let ms = request.context().map_or(0, |c| c.max_execution_duration_ms);
+            let first = {
+                let mut log = crate::sync::lock(&log);
+                log.push(ms);
+                log.len() == 1
+            };
+            let answer = if first {
+                // The leader answers late that it no longer leads.
+                mock::response_with_region_error(request, Some(mock::not_leader(1, None)))
+            } else {
+                mock::response_with_region_error(request, None)
+            };
+            Box::pin(async move {
+                if first {
+                    tokio::time::sleep(Duration::from_millis(300)).await;
+                }
+                answer
+            })
+        });
+        let config = crate::Config::default()
+            .with_timeout(Duration::from_secs(5))
+            .with_request_deadline(Duration::from_secs(1));
+        let request = kvrpcpb::RawGetRequest {
+            key: b"k".to_vec(),
+            ..Default::default()
+        };
+        let _: Option<Vec<u8>> = PlanBuilder::fast(pd, Keyspace::Disable, request)
+            .routing(Arc::new(RoutingState::new(&config)))
+            .request_deadline(Duration::from_secs(1))
+            .retry_multi_region(crate::Backoff::no_backoff())
+            .merge(CollectSingle)
+            .post_process_default()
+            .plan()
+            .execute()
+            .await
+            .unwrap();
+        assert_eq!(*crate::sync::lock(&seen), vec![1000, 700]);
+    }
+}
