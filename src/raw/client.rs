@@ -26,10 +26,12 @@ use crate::request::plan::scan::{disjoint_layers, page_of, scan_pages};
 use crate::request::{CodecPdClient, EncodeKeyspace, KeyMode, Keyspace, TruncateKeyspace};
 use crate::request::{
     Collect, CollectError, CollectSingle, DefaultProcessor, HasRegionError, Merge, Plan,
-    PlanBuilder, Process, RoutingState, RoutingStats,
+    PlanBuilder, Process, RoutingState,
 };
 use crate::request::{FastDispatch, ShardPayload, Stage, TypedCall};
 use crate::Failure;
+
+mod extensions;
 use crate::{BoundRange, ColumnFamily, Config, Error, Key, KvPair, ReplicaRead, Result, Value};
 
 /// The largest `limit` a scan accepts; larger limits are an
@@ -137,17 +139,6 @@ impl<PdC: PdClient> RawClient<PdC> {
         }
     }
 
-    /// **beyond** A clone whose requests carry `tags` in place of the
-    /// config's ([`RequestTags`](crate::RequestTags): resource group,
-    /// request source, transaction source, resource group tag); it shares
-    /// connections, caches and routing state with this one.
-    pub fn with_request_tags(&self, tags: crate::RequestTags) -> Self {
-        RawClient {
-            tags: Arc::new(tags.wire()),
-            ..self.clone()
-        }
-    }
-
     /// A clone that works in `keyspace`: keys are encoded in its API v2 form
     /// on the way out and decoded on the way back, and in API v2 Regions
     /// are looked up by the keys' memcomparable encoding, as TiKV keeps raw
@@ -227,13 +218,6 @@ impl<PdC: PdClient> RawClient<PdC> {
             atomic: true,
             ..self.clone()
         }
-    }
-
-    /// What routing has done so far for this client and its clones:
-    /// fallback attempts and successes, busy probes, invalidations, connect
-    /// timeouts.
-    pub fn routing_stats(&self) -> RoutingStats {
-        self.routing.stats()
     }
 
     fn cf_name(&self) -> Option<String> {

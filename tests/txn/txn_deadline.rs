@@ -167,3 +167,48 @@ async fn a_store_drops_the_reads_a_client_gave_up_on() {
     assert_eq!(count(&cluster, "kv_get", Outcome::Ok), 0);
     cluster.shutdown().await;
 }
+
+/// Each attempt of a read carries what is left of the call's deadline when
+/// it is sent: the first the whole of it, the one after a slow first
+/// attempt (on the paused clock) the rest.
+#[tokio::test(start_paused = true)]
+async fn each_attempt_of_a_read_carries_what_is_left_of_the_deadline() {
+    use std::sync::{Arc, Mutex};
+    use tikv_plan::mock::{self, MockPdClient};
+
+    let pd = Arc::new(MockPdClient::new(vec![mock::region(
+        1,
+        b"",
+        b"",
+        &[mock::voter(11, 1), mock::voter(12, 2), mock::voter(13, 3)],
+        Some(11),
+    )]));
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let log = Arc::clone(&seen);
+    pd.set_async_dispatch_hook(move |_peer, request| {
+        let ms = request.context().map_or(0, |c| c.max_execution_duration_ms);
+        let first = {
+            let mut log = log.lock().unwrap();
+            log.push(ms);
+            log.len() == 1
+        };
+        let answer = if first {
+            // The leader answers late that it no longer leads.
+            mock::response_with_region_error(request, Some(mock::not_leader(1, None)))
+        } else {
+            mock::response_with_region_error(request, None)
+        };
+        Box::pin(async move {
+            if first {
+                tokio::time::sleep(Duration::from_millis(300)).await;
+            }
+            answer
+        })
+    });
+    let config = Config::default()
+        .with_timeout(Duration::from_secs(5))
+        .with_request_deadline(Duration::from_secs(1));
+    let raw = RawClient::new_with_pd_client(pd, &config);
+    raw.get("k".to_owned()).await.unwrap();
+    assert_eq!(*seen.lock().unwrap(), vec![1000, 700]);
+}

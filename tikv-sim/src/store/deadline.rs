@@ -1,6 +1,6 @@
 //! What TiKV does with a read's `Context.max_execution_duration_ms`: the
 //! read's deadline starts when the request arrives
-//! (`Storage::get_deadline`, `src/storage/mod.rs`), and the read pool
+//! (`Storage::get_deadline` in TiKV's `storage/mod.rs`), and the read pool
 //! checks it before reading (`deadline.check()` in `Storage::get_entry`,
 //! `batch_get`, `batch_get_command`). A read whose deadline passed while
 //! it queued is dropped unread and answered with the Region error
