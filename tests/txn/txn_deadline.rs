@@ -118,7 +118,6 @@ async fn a_store_answers_a_read_past_its_deadline_as_tikv_does() {
             context: Some(context),
             key: encode_bytes(b"k"),
             version: cluster.current_ts(),
-            ..Default::default()
         }
     };
     // 30 ms of time, 60 ms in the queue: dropped unread.
