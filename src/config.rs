@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 use crate::backoff::{Backoff, DEFAULT_REGION_BACKOFF};
 
 mod tags;
-pub(crate) use tags::{server_deadline_ms, WireTags};
+pub(crate) use tags::{server_deadline_ms, WireTags, DEADLINE_EXCEEDED_REASON};
 pub use tags::{RequestSource, RequestTags};
 
 /// Default bound on one RPC.

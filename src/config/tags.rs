@@ -239,6 +239,11 @@ impl WireTags {
     }
 }
 
+/// The `ServerIsBusy` reason TiKV gives for a request whose
+/// `Context.max_execution_duration_ms` passed before it ran
+/// (`tikv_util::deadline::set_deadline_exceeded_busy_error`).
+pub(crate) const DEADLINE_EXCEEDED_REASON: &str = "deadline is exceeded";
+
 /// The `Context.max_execution_duration_ms` of a read whose attempt may
 /// take `left` more: whole milliseconds rounded up, so TiKV's deadline
 /// (counted from when the request arrives) never ends before the client's

@@ -4,13 +4,9 @@
 
 use std::time::Duration;
 
+use crate::config::DEADLINE_EXCEEDED_REASON;
 use crate::proto::{errorpb, metapb};
 use crate::region::{can_become_leader, epoch_is_newer, RegionWithLeader};
-
-/// The `ServerIsBusy` reason TiKV gives for a request whose
-/// `Context.max_execution_duration_ms` passed before it ran
-/// (`tikv_util::deadline::set_deadline_exceeded_busy_error`).
-pub(crate) const DEADLINE_EXCEEDED_REASON: &str = "deadline is exceeded";
 
 /// The longest delay a `ServerIsBusy.backoff_ms` can ask for; longer wishes
 /// are capped to it.
