@@ -67,21 +67,18 @@ impl<Req: TypedCall> FastDispatch<Req> {
         } = &mut self.0;
         // A lock request's wait on the server fits in this attempt's bound.
         crate::store::fit_server_wait(request, *rpc_bound);
+        let typed = kv_client.as_deref().and_then(crate::store::typed_channel);
         // A read tells TiKV how long the client waits for it, so TiKV
         // drops it once the client has given up (`read_deadline`).
         if Req::SERVER_DEADLINE {
-            let own = kv_client
-                .as_deref()
-                .and_then(crate::store::typed_channel)
-                .map(|typed| typed.timeout);
-            read_deadline(request, *rpc_bound, own);
+            read_deadline(request, *rpc_bound, typed.as_ref().map(|t| t.timeout));
         }
         if std::mem::replace(&mut self.1 .0, true) {
             if let Some(context) = request.context_mut() {
                 context.is_retry_request = true;
             }
         }
-        if let Some(typed) = kv_client.as_deref().and_then(crate::store::typed_channel) {
+        if let Some(typed) = typed {
             // One timer: the smaller of the client's timeout and the
             // plan's bound; sent as `grpc-timeout` unless it is the
             // client's own and the channel keeps that one already.
