@@ -272,6 +272,13 @@ pub struct Config {
     /// transaction's own ([`TransactionOptions`](crate::TransactionOptions))
     /// win field by field.
     pub request_tags: RequestTags,
+    /// **beyond** Each attempt of a read tells TiKV how long the client
+    /// waits for it (`Context.max_execution_duration_ms`: the smaller of
+    /// `timeout` and what is left of `request_deadline`), so TiKV drops
+    /// reads the client gave up on. On by default; off sends no deadline,
+    /// as client-rust does (TiKV then sets no limit). Writes never carry
+    /// one either way.
+    pub server_deadlines: bool,
 }
 
 impl Default for Config {
@@ -305,6 +312,7 @@ impl Default for Config {
             batch_max_wait: DEFAULT_BATCH_MAX_WAIT,
             local_labels: std::collections::BTreeMap::new(),
             request_tags: RequestTags::default(),
+            server_deadlines: true,
         }
     }
 }
@@ -479,6 +487,21 @@ impl Config {
     pub fn with_request_tags(mut self, tags: RequestTags) -> Self {
         self.request_tags = tags;
         self
+    }
+
+    /// **beyond** Sends reads without a deadline TiKV can see, as
+    /// client-rust does ([`server_deadlines`](Self::server_deadlines) off).
+    #[must_use]
+    pub fn without_server_deadlines(mut self) -> Self {
+        self.server_deadlines = false;
+        self
+    }
+
+    /// The tags' context fields for clients of this configuration.
+    pub(crate) fn wire_tags(&self, tags: &RequestTags) -> WireTags {
+        let mut wire = tags.wire();
+        wire.no_server_deadline = !self.server_deadlines;
+        wire
     }
 
     /// Turns every routing extension beyond upstream off (store health,

@@ -184,6 +184,7 @@ impl RequestTags {
     /// string included) for every request that carries them.
     pub(crate) fn wire(&self) -> WireTags {
         WireTags {
+            no_server_deadline: false,
             resource_control: self.resource_group.as_ref().map(|name| {
                 kvrpcpb::ResourceControlContext {
                     resource_group_name: name.clone(),
@@ -205,6 +206,9 @@ impl RequestTags {
 /// client, transaction or plan.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub(crate) struct WireTags {
+    /// Reads leave `max_execution_duration_ms` out (`Config::server_deadlines`
+    /// off); not a tag, carried here because every plan takes these.
+    pub(crate) no_server_deadline: bool,
     resource_control: Option<kvrpcpb::ResourceControlContext>,
     request_source: String,
     txn_source: u64,

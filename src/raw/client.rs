@@ -135,7 +135,7 @@ impl<PdC: PdClient> RawClient<PdC> {
             keyspace: Keyspace::Disable,
             at_least_once_writes: config.at_least_once_writes,
             replica_read: ReplicaRead::Leader,
-            tags: Arc::new(config.request_tags.wire()),
+            tags: Arc::new(config.wire_tags(&config.request_tags)),
         }
     }
 

@@ -125,6 +125,7 @@ impl<PdC: PdClient> TransactionClient<PdC> {
                 request_deadline: config.request_deadline,
                 counters: Default::default(),
                 tags: config.request_tags.clone(),
+                server_deadlines: config.server_deadlines,
             }),
         }
     }

@@ -83,6 +83,8 @@ pub(crate) struct TxnShared<PdC: PdClient> {
     /// The client's tags (`Config::request_tags`): a transaction's own
     /// win field by field.
     pub(crate) tags: crate::RequestTags,
+    /// `Config::server_deadlines`: reads carry their deadline.
+    pub(crate) server_deadlines: bool,
 }
 
 impl<PdC: PdClient> TxnShared<PdC> {
@@ -170,7 +172,9 @@ impl<PdC: PdClient> Transaction<PdC> {
         mut options: TransactionOptions,
     ) -> Self {
         options.tags = options.tags.or(&shared.tags);
-        options.wire_tags = Arc::new(options.tags.wire());
+        let mut wire = options.tags.wire();
+        wire.no_server_deadline = !shared.server_deadlines;
+        options.wire_tags = Arc::new(wire);
         let status = if options.read_only {
             TransactionStatus::ReadOnly
         } else {

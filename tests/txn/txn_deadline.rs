@@ -211,3 +211,30 @@ async fn each_attempt_of_a_read_carries_what_is_left_of_the_deadline() {
     raw.get("k".to_owned()).await.unwrap();
     assert_eq!(*seen.lock().unwrap(), vec![1000, 700]);
 }
+
+/// `Config::without_server_deadlines` sends reads as client-rust does.
+#[tokio::test]
+async fn without_server_deadlines_reads_carry_none() {
+    for mode in MODES {
+        let cluster = cluster(&["m"]).await;
+        let config = Config::default()
+            .with_rpc_mode(mode)
+            .without_server_deadlines();
+        let raw = RawClient::new_with_config(cluster.pd_endpoints(), config.clone())
+            .await
+            .unwrap();
+        raw.get("a".to_owned()).await.unwrap();
+        let raw = raw.with_request_tags(tikv_plan::RequestTags::new().with_resource_group("g"));
+        raw.get("b".to_owned()).await.unwrap();
+        let client = client_with(&cluster, config).await;
+        let mut txn = client.begin_with_options(pessimistic()).await.unwrap();
+        txn.get("c".to_owned()).await.unwrap();
+        txn.rollback().await.unwrap();
+        assert_eq!(count(&cluster, "raw_get", Outcome::Ok), 2);
+        assert_eq!(count(&cluster, "kv_get", Outcome::Ok), 1);
+        for read in ["raw_get", "kv_get"] {
+            assert_eq!(deadlines(&cluster, read), (0, 0), "{mode:?}: {read}");
+        }
+        cluster.shutdown().await;
+    }
+}

@@ -20,8 +20,10 @@ impl<PdC: PdClient> RawClient<PdC> {
     /// request source, transaction source, resource group tag); it shares
     /// connections, caches and routing state with this one.
     pub fn with_request_tags(&self, tags: crate::RequestTags) -> Self {
+        let mut wire = tags.wire();
+        wire.no_server_deadline = self.tags.no_server_deadline;
         RawClient {
-            tags: Arc::new(tags.wire()),
+            tags: Arc::new(wire),
             ..self.clone()
         }
     }

@@ -109,6 +109,9 @@ impl<PdC: PdClient, Req: TypedCall> PlanBuilder<PdC, FastDispatch<Req>> {
     /// requests, with the tags' context fields built once per client or
     /// transaction.
     pub(crate) fn tagged(mut self, tags: &crate::config::WireTags) -> Self {
+        if tags.no_server_deadline {
+            self.plan.without_server_deadline();
+        }
         tag_request(tags, self.plan.request_mut());
         self
     }

@@ -28,9 +28,10 @@ use super::traits::{Plan, Shardable};
 #[derive(Clone)]
 pub(crate) struct FastDispatch<Req: TypedCall>(Dispatch<Req>, Sent);
 
-/// Whether a dispatch has sent its request before.
+/// Whether a dispatch has sent its request before, and whether a read
+/// leaves its deadline out (`Config::server_deadlines` off).
 #[derive(Clone, Copy, Default)]
-pub(crate) struct Sent(bool);
+pub(crate) struct Sent(bool, bool);
 
 impl<Req: TypedCall> FastDispatch<Req> {
     /// A dispatch of `request`, not yet targeted at a store.
@@ -41,6 +42,12 @@ impl<Req: TypedCall> FastDispatch<Req> {
     /// The request, to change before the plan runs (its tags).
     pub(crate) fn request_mut(&mut self) -> &mut Req {
         &mut self.0.request
+    }
+
+    /// Leaves a read's deadline out of its context (`Config::server_deadlines`
+    /// off: client-rust's wire).
+    pub(crate) fn without_server_deadline(&mut self) {
+        self.1 .1 = true;
     }
 
     /// A dispatch of `request` aimed at `client` (tests that send to a
@@ -70,7 +77,7 @@ impl<Req: TypedCall> FastDispatch<Req> {
         let typed = kv_client.as_deref().and_then(crate::store::typed_channel);
         // A read tells TiKV how long the client waits for it, so TiKV
         // drops it once the client has given up (`read_deadline`).
-        if Req::SERVER_DEADLINE {
+        if Req::SERVER_DEADLINE && !self.1 .1 {
             read_deadline(request, *rpc_bound, typed.as_ref().map(|t| t.timeout));
         }
         if std::mem::replace(&mut self.1 .0, true) {
@@ -176,7 +183,7 @@ impl<Req: TypedCall + ShardPayload> ShardStage for FastDispatch<Req> {
     fn for_shard(&self, shard: Self::Shard, whole: bool) -> Self {
         let mut dispatch = Dispatch::new(ShardPayload::for_shard(&self.0.request, shard, whole));
         dispatch.rpc_bound = self.0.rpc_bound;
-        FastDispatch(dispatch, Sent::default())
+        FastDispatch(dispatch, Sent(false, self.1 .1))
     }
 }
 
