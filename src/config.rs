@@ -9,6 +9,10 @@ use serde::{Deserialize, Serialize};
 
 use crate::backoff::{Backoff, DEFAULT_REGION_BACKOFF};
 
+mod tags;
+pub(crate) use tags::{server_deadline_ms, WireTags, DEADLINE_EXCEEDED_REASON};
+pub use tags::{RequestSource, RequestTags};
+
 /// Default bound on one RPC.
 pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(2);
 /// Default bound on opening a connection to a store or PD.
@@ -275,6 +279,19 @@ pub struct Config {
     /// in the client's zone), and takes any other when none does. Empty by
     /// default: no preference.
     pub local_labels: std::collections::BTreeMap<String, String>,
+    /// **beyond** The tags every request of the client carries (resource
+    /// group, request source, transaction source, resource group tag;
+    /// [`RequestTags`]). None by default, as client-rust sends none; a
+    /// transaction's own ([`TransactionOptions`](crate::TransactionOptions))
+    /// win field by field.
+    pub request_tags: RequestTags,
+    /// **beyond** Each attempt of a read tells TiKV how long the client
+    /// waits for it (`Context.max_execution_duration_ms`: the smaller of
+    /// `timeout` and what is left of `request_deadline`), so TiKV drops
+    /// reads the client gave up on. On by default; off sends no deadline,
+    /// as client-rust does (TiKV then sets no limit). Writes never carry
+    /// one either way.
+    pub server_deadlines: bool,
 }
 
 impl Default for Config {
@@ -308,6 +325,8 @@ impl Default for Config {
             batch_streams_per_store: DEFAULT_BATCH_STREAMS_PER_STORE,
             batch_max_wait: DEFAULT_BATCH_MAX_WAIT,
             local_labels: std::collections::BTreeMap::new(),
+            request_tags: RequestTags::default(),
+            server_deadlines: true,
         }
     }
 }
@@ -458,6 +477,53 @@ impl Config {
     pub fn with_batch_max_wait(mut self, wait: Duration) -> Self {
         self.batch_max_wait = wait;
         self
+    }
+
+    /// **beyond** Charges every request of the client to TiKV resource
+    /// group `name` (`Context.resource_control_context`).
+    ///
+    /// ```
+    /// use tikv_plan::{Config, RequestSource};
+    /// let config = Config::default()
+    ///     .with_resource_group("batch_jobs")
+    ///     .with_request_source(RequestSource::external("Import"));
+    /// assert_eq!(config.request_tags.resource_group.as_deref(), Some("batch_jobs"));
+    /// ```
+    #[must_use]
+    pub fn with_resource_group(mut self, name: impl Into<String>) -> Self {
+        self.request_tags.resource_group = Some(name.into());
+        self
+    }
+
+    /// **beyond** Names where the client's requests come from
+    /// (`Context.request_source`, client-go's `{internal|external}_{type}`).
+    #[must_use]
+    pub fn with_request_source(mut self, source: RequestSource) -> Self {
+        self.request_tags.request_source = Some(source);
+        self
+    }
+
+    /// **beyond** Sets every tag the client's requests carry at once
+    /// ([`RequestTags`]).
+    #[must_use]
+    pub fn with_request_tags(mut self, tags: RequestTags) -> Self {
+        self.request_tags = tags;
+        self
+    }
+
+    /// **beyond** Sends reads without a deadline TiKV can see, as
+    /// client-rust does ([`server_deadlines`](Self::server_deadlines) off).
+    #[must_use]
+    pub fn without_server_deadlines(mut self) -> Self {
+        self.server_deadlines = false;
+        self
+    }
+
+    /// The tags' context fields for clients of this configuration.
+    pub(crate) fn wire_tags(&self, tags: &RequestTags) -> WireTags {
+        let mut wire = tags.wire();
+        wire.no_server_deadline = !self.server_deadlines;
+        wire
     }
 
     /// Turns every routing extension beyond upstream off (store health,

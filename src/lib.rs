@@ -125,7 +125,7 @@ mod readme {}
 
 pub use backoff::Backoff;
 pub use blocking::{SyncRawClient, SyncSnapshot, SyncTransaction, SyncTransactionClient};
-pub use config::{Config, RpcMode, SecurityConfig};
+pub use config::{Config, RequestSource, RequestTags, RpcMode, SecurityConfig};
 pub use error::{
     describe_key_error, describe_region_error, Error, ErrorSource, Failure, ProtoKeyError,
     ProtoRegionError, Result,

@@ -333,8 +333,13 @@ pub(crate) fn region_error(e: &errorpb::Error) -> &'static str {
         "key_not_in_region"
     } else if e.epoch_not_match.is_some() {
         "epoch_not_match"
-    } else if e.server_is_busy.is_some() {
-        "server_is_busy"
+    } else if let Some(busy) = &e.server_is_busy {
+        // A read TiKV dropped past its `max_execution_duration_ms`.
+        if busy.reason == crate::config::DEADLINE_EXCEEDED_REASON {
+            "server_deadline_exceeded"
+        } else {
+            "server_is_busy"
+        }
     } else if e.stale_command.is_some() {
         "stale_command"
     } else if e.store_not_match.is_some() {
@@ -651,5 +656,26 @@ mod tests {
             r.shard_done(Err(&Error::RegionError(Box::default())));
         }
         assert_eq!(count(), before + 1);
+    }
+}
+
+#[cfg(test)]
+mod outcome_tests {
+    use super::*;
+
+    #[test]
+    fn a_read_tikv_dropped_past_its_deadline_has_its_own_outcome() {
+        let busy = |reason: &str| errorpb::Error {
+            server_is_busy: Some(errorpb::ServerIsBusy {
+                reason: reason.to_owned(),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        assert_eq!(
+            region_error(&busy("deadline is exceeded")),
+            "server_deadline_exceeded"
+        );
+        assert_eq!(region_error(&busy("scheduler is busy")), "server_is_busy");
     }
 }

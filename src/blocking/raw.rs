@@ -96,6 +96,12 @@ impl SyncRawClient {
         self.derive(self.client.with_replica_read(replica))
     }
 
+    /// **beyond** A client whose requests carry `tags`
+    /// ([`RawClient::with_request_tags`]).
+    pub fn with_request_tags(&self, tags: crate::RequestTags) -> Self {
+        self.derive(self.client.with_request_tags(tags))
+    }
+
     /// A client that retries with `backoff` ([`RawClient::with_backoff`]).
     pub fn with_backoff(&self, backoff: Backoff) -> Self {
         self.derive(self.client.with_backoff(backoff))

@@ -26,10 +26,12 @@ use crate::request::plan::scan::{disjoint_layers, page_of, scan_pages};
 use crate::request::{CodecPdClient, EncodeKeyspace, KeyMode, Keyspace, TruncateKeyspace};
 use crate::request::{
     Collect, CollectError, CollectSingle, DefaultProcessor, HasRegionError, Merge, Plan,
-    PlanBuilder, Process, RoutingState, RoutingStats,
+    PlanBuilder, Process, RoutingState,
 };
 use crate::request::{FastDispatch, ShardPayload, Stage, TypedCall};
 use crate::Failure;
+
+mod extensions;
 use crate::{BoundRange, ColumnFamily, Config, Error, Key, KvPair, ReplicaRead, Result, Value};
 
 /// The largest `limit` a scan accepts; larger limits are an
@@ -65,6 +67,9 @@ pub struct RawClient<PdC: PdClient = PdRpcClient> {
     at_least_once_writes: bool,
     /// Which replica reads may go to first ([`RawClient::with_replica_read`]).
     replica_read: ReplicaRead,
+    /// The tags every request carries (`Config::request_tags`,
+    /// [`RawClient::with_request_tags`]), as context fields built once.
+    tags: Arc<crate::config::WireTags>,
 }
 
 impl<PdC: PdClient> Clone for RawClient<PdC> {
@@ -78,6 +83,7 @@ impl<PdC: PdClient> Clone for RawClient<PdC> {
             keyspace: self.keyspace,
             at_least_once_writes: self.at_least_once_writes,
             replica_read: self.replica_read,
+            tags: Arc::clone(&self.tags),
         }
     }
 }
@@ -129,6 +135,7 @@ impl<PdC: PdClient> RawClient<PdC> {
             keyspace: Keyspace::Disable,
             at_least_once_writes: config.at_least_once_writes,
             replica_read: ReplicaRead::Leader,
+            tags: Arc::new(config.wire_tags(&config.request_tags)),
         }
     }
 
@@ -213,13 +220,6 @@ impl<PdC: PdClient> RawClient<PdC> {
         }
     }
 
-    /// What routing has done so far for this client and its clones:
-    /// fallback attempts and successes, busy probes, invalidations, connect
-    /// timeouts.
-    pub fn routing_stats(&self) -> RoutingStats {
-        self.routing.stats()
-    }
-
     fn cf_name(&self) -> Option<String> {
         ColumnFamily::request_field(self.cf)
     }
@@ -237,7 +237,8 @@ impl<PdC: PdClient> RawClient<PdC> {
         request: Req,
     ) -> PlanBuilder<CodecPdClient<PdC>, FastDispatch<Req>> {
         let builder = PlanBuilder::fast(Arc::clone(&self.rpc), self.keyspace, request)
-            .routing(Arc::clone(&self.routing));
+            .routing(Arc::clone(&self.routing))
+            .tagged(&self.tags);
         if self.at_least_once_writes {
             builder.at_least_once()
         } else {

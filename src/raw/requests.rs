@@ -220,6 +220,10 @@ macro_rules! kv_request {
         }
 
         impl crate::request::TypedCall for $req {
+            // Raw reads: TiKV bounds their snapshot (a replica's wait for
+            // its read index) by the deadline.
+            const SERVER_DEADLINE: bool = true;
+
             fn dispatch_typed<'a>(
                 &'a mut self,
                 grpc: &'a crate::store::GrpcChannel,

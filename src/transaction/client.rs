@@ -107,12 +107,15 @@ impl<PdC: PdClient> TransactionClient<PdC> {
     fn build(pd_client: Arc<PdC>, config: &Config, keyspace: Keyspace) -> Self {
         let pd = Arc::new(CodecPdClient::new(pd_client, keyspace, KeyMode::Txn));
         let routing = Arc::new(RoutingState::new(config));
-        let resolver = Arc::new(ClientLockResolver::new(
-            Arc::clone(&pd),
-            Arc::clone(&routing),
-            config.region_backoff.clone(),
-            keyspace,
-        ));
+        let resolver = Arc::new(
+            ClientLockResolver::new(
+                Arc::clone(&pd),
+                Arc::clone(&routing),
+                config.region_backoff.clone(),
+                keyspace,
+            )
+            .with_tags(&config.request_tags),
+        );
         TransactionClient {
             shared: Arc::new(TxnShared {
                 pd,
@@ -121,6 +124,8 @@ impl<PdC: PdClient> TransactionClient<PdC> {
                 resolver,
                 request_deadline: config.request_deadline,
                 counters: Default::default(),
+                tags: config.request_tags.clone(),
+                server_deadlines: config.server_deadlines,
             }),
         }
     }

@@ -162,6 +162,11 @@ pub struct TransactionOptions {
     pub(crate) lock_wait: LockWait,
     pub(crate) replica_read: crate::ReplicaRead,
     pub(crate) stale_read: bool,
+    /// The transaction's own tags; the client's fill the unset ones when
+    /// the transaction begins.
+    pub(crate) tags: crate::RequestTags,
+    /// `tags` as context fields, built once when the transaction begins.
+    pub(crate) wire_tags: std::sync::Arc<crate::config::WireTags>,
 }
 
 impl Default for TransactionOptions {
@@ -185,6 +190,8 @@ impl TransactionOptions {
             lock_wait: LockWait::ServerDefault,
             replica_read: crate::ReplicaRead::Leader,
             stale_read: false,
+            tags: crate::RequestTags::default(),
+            wire_tags: Default::default(),
         }
     }
 
@@ -291,6 +298,61 @@ impl TransactionOptions {
     pub fn lock_wait(mut self, wait: LockWait) -> TransactionOptions {
         self.lock_wait = wait;
         self
+    }
+
+    /// **beyond** Charges the transaction's requests to TiKV resource group
+    /// `name` (`Context.resource_control_context`), in place of the
+    /// client's ([`Config::with_resource_group`](crate::Config::with_resource_group)).
+    ///
+    /// ```
+    /// use tikv_plan::{RequestSource, TransactionOptions};
+    /// let options = TransactionOptions::new_optimistic()
+    ///     .resource_group("reports")
+    ///     .request_source(RequestSource::external("Select"))
+    ///     .txn_source(1);
+    /// assert_eq!(options.request_tags().resource_group.as_deref(), Some("reports"));
+    /// ```
+    #[must_use]
+    pub fn resource_group(mut self, name: impl Into<String>) -> TransactionOptions {
+        self.tags.resource_group = Some(name.into());
+        self
+    }
+
+    /// **beyond** Names where the transaction's requests come from
+    /// (`Context.request_source`), in place of the client's.
+    #[must_use]
+    pub fn request_source(mut self, source: crate::RequestSource) -> TransactionOptions {
+        self.tags.request_source = Some(source);
+        self
+    }
+
+    /// **beyond** Sets the transaction's source (`Context.txn_source`, a
+    /// u64 TiCDC reads to tell replicated writes apart; 0 is not sent).
+    #[must_use]
+    pub fn txn_source(mut self, source: u64) -> TransactionOptions {
+        self.tags.txn_source = source;
+        self
+    }
+
+    /// **beyond** Sets the opaque tag the transaction's requests carry
+    /// (`Context.resource_group_tag`).
+    #[must_use]
+    pub fn resource_group_tag(mut self, tag: impl Into<Vec<u8>>) -> TransactionOptions {
+        self.tags.resource_group_tag = Some(tag.into());
+        self
+    }
+
+    /// **beyond** Sets every tag of the transaction at once.
+    #[must_use]
+    pub fn request_tags_from(mut self, tags: crate::RequestTags) -> TransactionOptions {
+        self.tags = tags;
+        self
+    }
+
+    /// **beyond** The tags set on these options (the client's are added
+    /// to the unset ones when the transaction begins).
+    pub fn request_tags(&self) -> &crate::RequestTags {
+        &self.tags
     }
 
     /// How long lock requests wait on the server (see [`LockWait`]).

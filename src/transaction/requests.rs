@@ -66,7 +66,13 @@ fn describe_keys<'a>(keys: impl IntoIterator<Item = &'a Vec<u8>>) -> String {
 }
 
 macro_rules! txn_request {
+    (read $req:ty, $resp:ty, |$r:ident| $describe:expr) => {
+        txn_request!(@impl $req, $resp, |$r| $describe, true);
+    };
     ($req:ty, $resp:ty, |$r:ident| $describe:expr) => {
+        txn_request!(@impl $req, $resp, |$r| $describe, false);
+    };
+    (@impl $req:ty, $resp:ty, |$r:ident| $describe:expr, $read:expr) => {
         impl KvRequest for $req {
             type Response = $resp;
 
@@ -77,6 +83,8 @@ macro_rules! txn_request {
         }
 
         impl crate::request::TypedCall for $req {
+            const SERVER_DEADLINE: bool = $read;
+
             fn dispatch_typed<'a>(
                 &'a mut self,
                 grpc: &'a crate::store::GrpcChannel,
@@ -89,14 +97,14 @@ macro_rules! txn_request {
 }
 
 txn_request!(
-    kvrpcpb::GetRequest,
+    read kvrpcpb::GetRequest,
     kvrpcpb::GetResponse,
     |r| describe_keys([&r.key])
 );
-txn_request!(kvrpcpb::BatchGetRequest, kvrpcpb::BatchGetResponse, |r| {
+txn_request!(read kvrpcpb::BatchGetRequest, kvrpcpb::BatchGetResponse, |r| {
     describe_keys(&r.keys)
 });
-txn_request!(kvrpcpb::ScanRequest, kvrpcpb::ScanResponse, |r| format!(
+txn_request!(read kvrpcpb::ScanRequest, kvrpcpb::ScanResponse, |r| format!(
     "range from {:?}",
     Key::from(r.start_key.clone())
 ));

@@ -80,15 +80,23 @@ pub(crate) struct TxnShared<PdC: PdClient> {
     pub(crate) resolver: Arc<ClientLockResolver<CodecPdClient<PdC>>>,
     pub(crate) request_deadline: Duration,
     pub(crate) counters: TxnCounters,
+    /// The client's tags (`Config::request_tags`): a transaction's own
+    /// win field by field.
+    pub(crate) tags: crate::RequestTags,
+    /// `Config::server_deadlines`: reads carry their deadline.
+    pub(crate) server_deadlines: bool,
 }
 
 impl<PdC: PdClient> TxnShared<PdC> {
+    /// The plan of one of a transaction's requests, carrying its tags.
     pub(crate) fn builder<Req: TypedCall>(
         &self,
         request: Req,
+        tags: &crate::config::WireTags,
     ) -> PlanBuilder<CodecPdClient<PdC>, FastDispatch<Req>> {
         PlanBuilder::fast(Arc::clone(&self.pd), self.keyspace, request)
             .routing(Arc::clone(&self.routing))
+            .tagged(tags)
     }
 
     /// A timestamp from PD's TSO, by the call's deadline (a call of its
@@ -161,8 +169,12 @@ impl<PdC: PdClient> Transaction<PdC> {
     pub(crate) fn new(
         shared: Arc<TxnShared<PdC>>,
         timestamp: Timestamp,
-        options: TransactionOptions,
+        mut options: TransactionOptions,
     ) -> Self {
+        options.tags = options.tags.or(&shared.tags);
+        let mut wire = options.tags.wire();
+        wire.no_server_deadline = !shared.server_deadlines;
+        options.wire_tags = Arc::new(wire);
         let status = if options.read_only {
             TransactionStatus::ReadOnly
         } else {

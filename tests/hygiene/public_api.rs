@@ -790,6 +790,16 @@ const EXTENSIONS: &[(&str, &str)] = &[
     ("crate::config", "the configuration and its named defaults"),
     ("crate::RpcMode", "configuration: unary or batched RPCs"),
     (
+        "crate::RequestTags",
+        "request tagging: the resource group, request source, transaction source and \
+         resource group tag TiKV reads from each request's context",
+    ),
+    (
+        "crate::RequestSource",
+        "request tagging: a request source in client-go's form, for TiKV's per-source \
+         metrics",
+    ),
+    (
         "crate::ReplicaRead",
         "replica reads: which replica a read may go to first",
     ),

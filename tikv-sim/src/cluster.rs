@@ -22,6 +22,7 @@ mod layout;
 mod raft;
 mod replicas;
 mod shape;
+mod tags;
 mod tiflash;
 use super::limits::{PD_GRPC_MAX_RECV_MESSAGE_SIZE, PD_GRPC_MAX_SEND_MESSAGE_SIZE};
 use super::pd::{PdHttp, PdService};

@@ -50,6 +50,7 @@
 //! | `versions KEY` | the lock of a transactional key, if any, then one line per write record, newest first: commit_ts, start_ts, kind, value |
 //! | `advance-clock MS` | move the TSO's physical clock forward by `MS` milliseconds (lock TTLs expire without waiting) |
 //! | `gc-safe-point` | answers `ok SAFE_POINT`, PD's GC safe point |
+//! | `request-tags` | one line `METHOD group=G source=S txn_source=N tag=HEX COUNT` per set of tags requests arrived with, summed over every store (`-` for an empty field: no resource group, source or tag), then `deadline_drops N` (reads dropped unread because their `max_execution_duration_ms` passed, answered `ServerIsBusy` "deadline is exceeded") |
 //! | `reset-counters` | zero every counter (stores' and PD's) |
 //! | `pd-calls` | one line per PD gRPC method called since the start or the last reset: method, count (each request on a `Tso` stream counts) |
 //! | `pd-leader INDEX` / `pd-down INDEX` / `pd-up INDEX` | PD member leadership, down, up |
@@ -212,7 +213,7 @@ hang STORE connect|respond | unhang STORE | slow STORE MS | busy STORE MS|off | 
 transfer REGION STORE [stale] | pd-view REGION STORE|none | cold REGION [accept|not-leader-first] | \
 election REGION | split KEY | merge SOURCE TARGET [WINDOW_MS] | add-peer REGION STORE [learner] | promote REGION STORE | \
 remove-peer REGION STORE | move-store STORE [ADDR] | cut-clients STORE [refuse|drop] | uncut-clients STORE | \
-drop STORE METHOD | counters STORE | reset-counters | pd-calls | lag STORE MS | unlag STORE | \
+drop STORE METHOD | counters STORE | request-tags | reset-counters | pd-calls | lag STORE MS | unlag STORE | \
 labels STORE [KEY=VALUE ...] | resolved-ts-interval MS | naive-replica-reads on|off | pd-leader INDEX | pd-down INDEX | pd-up INDEX | \
 pd-hang INDEX | pd-unhang INDEX | locks [START [END]] | versions KEY | advance-clock MS | gc-safe-point";
 
@@ -505,6 +506,12 @@ async fn run(cluster: &SimCluster, line: &str) -> Result<String> {
             let _ = writeln!(out, "served_as_replica {}", counters.served_as_replica());
             let (forwarded, failed) = counters.forwarded();
             let _ = writeln!(out, "forwarded {forwarded} {failed}");
+        }
+        "request-tags" => {
+            for (tag, n) in cluster.request_tags() {
+                let _ = writeln!(out, "{tag} {n}");
+            }
+            let _ = writeln!(out, "deadline_drops {}", cluster.deadline_drops());
         }
         "reset-counters" => cluster.reset_counters(),
         "pd-calls" => {

@@ -103,6 +103,79 @@ pub struct StoreCounters {
     batch_requests: u64,
     forwarded: u64,
     forward_failures: u64,
+    tagged: BTreeMap<RequestTag, u64>,
+    read_deadlines: BTreeMap<String, (u64, u64)>,
+    deadline_drops: u64,
+}
+
+/// The tags TiKV reads from a request's `Context`, as one request carried
+/// them: the method (a `tikv_plan::store::Request` label), its resource
+/// group (`resource_control_context.resource_group_name`, empty when the
+/// request carries no resource control context), `request_source`,
+/// `txn_source` and `resource_group_tag` (empty when unset).
+#[derive(Debug, Clone, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct RequestTag {
+    /// The method's label (`raw_get`, `kv_prewrite`, ...).
+    pub method: String,
+    /// The resource group name.
+    pub resource_group: String,
+    /// The request source (`external_Get`, ...).
+    pub request_source: String,
+    /// The transaction source.
+    pub txn_source: u64,
+    /// The resource group tag's bytes.
+    pub resource_group_tag: Vec<u8>,
+}
+
+impl RequestTag {
+    /// The tags of a `method` request with `context`.
+    pub fn of(method: &str, context: Option<&crate::proto::kvrpcpb::Context>) -> Self {
+        let default = crate::proto::kvrpcpb::Context::default();
+        let context = context.unwrap_or(&default);
+        RequestTag {
+            method: method.to_owned(),
+            resource_group: context
+                .resource_control_context
+                .as_ref()
+                .map(|r| r.resource_group_name.clone())
+                .unwrap_or_default(),
+            request_source: context.request_source.clone(),
+            txn_source: context.txn_source,
+            resource_group_tag: context.resource_group_tag.clone(),
+        }
+    }
+}
+
+impl std::fmt::Display for RequestTag {
+    /// As the control interface prints it:
+    /// `METHOD group=G source=S txn_source=N tag=HEX` (`-` for an empty
+    /// field).
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let or_dash = |s: &str| {
+            if s.is_empty() {
+                "-".to_owned()
+            } else {
+                s.to_owned()
+            }
+        };
+        let tag: String = if self.resource_group_tag.is_empty() {
+            "-".to_owned()
+        } else {
+            self.resource_group_tag
+                .iter()
+                .map(|b| format!("{b:02x}"))
+                .collect()
+        };
+        write!(
+            f,
+            "{} group={} source={} txn_source={} tag={}",
+            self.method,
+            or_dash(&self.resource_group),
+            or_dash(&self.request_source),
+            self.txn_source,
+            tag
+        )
+    }
 }
 
 impl StoreCounters {
@@ -217,6 +290,60 @@ impl StoreCounters {
     pub(crate) fn record_batch_message(&mut self, requests: usize) {
         self.batch_messages += 1;
         self.batch_requests += requests as u64;
+    }
+
+    /// How many requests arrived with each set of tags (every request is
+    /// counted once, whatever its outcome, untagged ones included).
+    pub fn tagged(&self) -> &BTreeMap<RequestTag, u64> {
+        &self.tagged
+    }
+
+    /// How many `method` requests arrived in resource group `group` from
+    /// source `source` (either empty for none), whatever their other tags.
+    pub fn count_tagged(&self, method: &str, group: &str, source: &str) -> u64 {
+        self.tagged
+            .iter()
+            .filter(|(t, _)| {
+                t.method == method && t.resource_group == group && t.request_source == source
+            })
+            .map(|(_, n)| n)
+            .sum()
+    }
+
+    /// For `method`: how many requests carried a deadline
+    /// (`max_execution_duration_ms` above 0), and the largest one, in ms.
+    pub fn deadlines(&self, method: &str) -> (u64, u64) {
+        self.read_deadlines.get(method).copied().unwrap_or((0, 0))
+    }
+
+    /// How many reads this store dropped because their deadline passed
+    /// before it read (each also counted as `server_is_busy`).
+    pub fn deadline_drops(&self) -> u64 {
+        self.deadline_drops
+    }
+
+    pub(crate) fn record_arrival(
+        &mut self,
+        method: &str,
+        context: Option<&crate::proto::kvrpcpb::Context>,
+    ) {
+        *self
+            .tagged
+            .entry(RequestTag::of(method, context))
+            .or_insert(0) += 1;
+        let ms = context.map_or(0, |c| c.max_execution_duration_ms);
+        if ms > 0 {
+            let entry = self
+                .read_deadlines
+                .entry(method.to_owned())
+                .or_insert((0, 0));
+            entry.0 += 1;
+            entry.1 = entry.1.max(ms);
+        }
+    }
+
+    pub(crate) fn record_deadline_drop(&mut self) {
+        self.deadline_drops += 1;
     }
 
     pub(crate) fn record_context_flags(&mut self, replica_read: bool, stale_read: bool) {

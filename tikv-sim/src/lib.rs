@@ -434,7 +434,7 @@ pub use cluster::{
     TXN_METHODS,
 };
 pub use codec::{keyspace_split_keys, KeyspaceMode};
-pub use counters::{Outcome, StoreCounters};
+pub use counters::{Outcome, RequestTag, StoreCounters};
 pub use error::{Error, Result};
 pub use keyspace::DEFAULT_KEYSPACE_NAME;
 pub use limits::{

@@ -72,6 +72,11 @@ pub(super) trait StoreCommand: KvMethod {
         let _ = api;
         false
     }
+    /// Whether TiKV's read pool checks the request's deadline before it
+    /// reads (`store/deadline.rs`): transactional point reads.
+    fn checks_deadline(&self) -> bool {
+        false
+    }
 }
 
 pub(super) fn first_outside<'a>(
@@ -130,6 +135,7 @@ fn read_index_gave_up() -> Status {
     Status::deadline_exceeded("the replica read waited too long for its read index (simulated)")
 }
 
+mod deadline;
 pub(crate) mod forward;
 mod raw;
 mod server;
@@ -187,18 +193,33 @@ impl StoreService {
     /// Serves one request, unary or from a BatchCommands stream: the same
     /// checks, faults and counters either way.
     async fn serve_command<C: StoreCommand>(&self, command: C) -> Result<C::Response, Status> {
+        // A read's deadline starts when it arrives (TiKV's
+        // `Storage::get_deadline`); the added latency is its queueing.
+        let received = Instant::now();
         let slow = {
-            let state = self.shared.lock();
+            let mut state = self.shared.lock();
             state
                 .stores
-                .get(&self.store_id)
-                .map(|s| s.slow)
-                .unwrap_or_default()
+                .get_mut(&self.store_id)
+                .map_or_else(Default::default, |s| {
+                    s.counters.record_arrival(C::LABEL, command.context());
+                    s.slow
+                })
         };
         if !slow.is_zero() {
             tokio::time::sleep(slow).await;
         }
         self.wait_out_hang(C::LABEL).await?;
+        if command.checks_deadline() {
+            if let Some(error) = deadline::expired(command.context(), received) {
+                let mut state = self.shared.lock();
+                if let Some(store) = state.stores.get_mut(&self.store_id) {
+                    store.counters.record_deadline_drop();
+                    store.counters.record(C::LABEL, Outcome::ServerIsBusy);
+                }
+                return Ok(C::Response::with_region_error(error));
+            }
+        }
         let proposed = self.propose(&command).await;
 
         let arrived = Instant::now();

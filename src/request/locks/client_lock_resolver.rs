@@ -148,6 +148,8 @@ pub(crate) struct ClientLockResolver<PdC: PdClient> {
     backoff: Backoff,
     in_flight: Mutex<HashMap<(u64, RegionVerId), SharedResolve>>,
     counters: LockCounters,
+    /// The client's resource group and request source, as context fields.
+    tags: crate::config::WireTags,
 }
 
 /// True for a pessimistic lock (not yet prewritten).
@@ -175,6 +177,7 @@ impl<PdC: PdClient> ClientLockResolver<PdC> {
             backoff,
             in_flight: Mutex::new(HashMap::new()),
             counters: LockCounters::default(),
+            tags: Default::default(),
         }
     }
 
@@ -192,6 +195,21 @@ impl<PdC: PdClient> ClientLockResolver<PdC> {
     fn builder<Req: TypedCall>(&self, request: Req) -> PlanBuilder<PdC, FastDispatch<Req>> {
         PlanBuilder::fast(Arc::clone(&self.pd), self.keyspace, request)
             .routing(Arc::clone(&self.routing))
+            .tagged(&self.tags)
+    }
+
+    /// Tags the resolver's requests (check_txn_status, check_secondary_locks,
+    /// resolve_lock, pessimistic rollback) with the client's tags: a
+    /// resolution is shared by every reader that meets the lock, so it
+    /// carries the client's resource group and source, never one
+    /// transaction's (nor a transaction source or tag: its writes settle
+    /// another transaction's locks, as client-go's resolver sends them).
+    pub(crate) fn with_tags(mut self, tags: &crate::RequestTags) -> Self {
+        let mut shared = crate::RequestTags::new();
+        shared.resource_group.clone_from(&tags.resource_group);
+        shared.request_source.clone_from(&tags.request_source);
+        self.tags = shared.wire();
+        self
     }
 
     /// One pass over `locks` met by a request of a transaction at

@@ -93,6 +93,44 @@ impl<PdC: PdClient, Req: TypedCall> PlanBuilder<PdC, FastDispatch<Req>> {
     }
 }
 
+impl<PdC: PdClient, Req: KvRequest> PlanBuilder<PdC, Dispatch<Req>> {
+    /// **beyond** Tags the request (resource group, request source,
+    /// transaction source, resource group tag; [`RequestTags`](crate::RequestTags)):
+    /// the set ones replace the context's, the unset ones leave it as it
+    /// is. Every attempt and shard carries them.
+    pub fn request_tags(mut self, tags: &crate::RequestTags) -> Self {
+        tag_request(&tags.wire(), &mut self.plan.request);
+        self
+    }
+}
+
+impl<PdC: PdClient, Req: TypedCall> PlanBuilder<PdC, FastDispatch<Req>> {
+    /// [`request_tags`](PlanBuilder::request_tags) for the crate's own
+    /// requests, with the tags' context fields built once per client or
+    /// transaction.
+    pub(crate) fn tagged(mut self, tags: &crate::config::WireTags) -> Self {
+        if tags.no_server_deadline {
+            self.plan.without_server_deadline();
+        }
+        tag_request(tags, self.plan.request_mut());
+        self
+    }
+}
+
+/// Sets `tags` on `request`'s context; nothing at all when no tag is set.
+fn tag_request<Req: KvRequest>(tags: &crate::config::WireTags, request: &mut Req) {
+    if tags.is_empty() {
+        return;
+    }
+    if let Some(context) = request.context_mut() {
+        tags.apply(context);
+        return;
+    }
+    let mut context = request.context().cloned().unwrap_or_default();
+    tags.apply(&mut context);
+    request.set_context(context);
+}
+
 /// Gives `request`'s context the keyspace's API version and id.
 fn in_keyspace<Req: KvRequest>(keyspace: Keyspace, request: &mut Req) {
     // API v1 needs nothing: the default context already says V1.

@@ -28,14 +28,26 @@ use super::traits::{Plan, Shardable};
 #[derive(Clone)]
 pub(crate) struct FastDispatch<Req: TypedCall>(Dispatch<Req>, Sent);
 
-/// Whether a dispatch has sent its request before.
+/// Whether a dispatch has sent its request before, and whether a read
+/// leaves its deadline out (`Config::server_deadlines` off).
 #[derive(Clone, Copy, Default)]
-pub(crate) struct Sent(bool);
+pub(crate) struct Sent(bool, bool);
 
 impl<Req: TypedCall> FastDispatch<Req> {
     /// A dispatch of `request`, not yet targeted at a store.
     pub(crate) fn new(request: Req) -> Self {
         FastDispatch(Dispatch::new(request), Sent::default())
+    }
+
+    /// The request, to change before the plan runs (its tags).
+    pub(crate) fn request_mut(&mut self) -> &mut Req {
+        &mut self.0.request
+    }
+
+    /// Leaves a read's deadline out of its context (`Config::server_deadlines`
+    /// off: client-rust's wire).
+    pub(crate) fn without_server_deadline(&mut self) {
+        self.1 .1 = true;
     }
 
     /// A dispatch of `request` aimed at `client` (tests that send to a
@@ -62,12 +74,18 @@ impl<Req: TypedCall> FastDispatch<Req> {
         } = &mut self.0;
         // A lock request's wait on the server fits in this attempt's bound.
         crate::store::fit_server_wait(request, *rpc_bound);
+        let typed = kv_client.as_deref().and_then(crate::store::typed_channel);
+        // A read tells TiKV how long the client waits for it, so TiKV
+        // drops it once the client has given up (`read_deadline`).
+        if Req::SERVER_DEADLINE && !self.1 .1 {
+            read_deadline(request, *rpc_bound, typed.as_ref().map(|t| t.timeout));
+        }
         if std::mem::replace(&mut self.1 .0, true) {
             if let Some(context) = request.context_mut() {
                 context.is_retry_request = true;
             }
         }
-        if let Some(typed) = kv_client.as_deref().and_then(crate::store::typed_channel) {
+        if let Some(typed) = typed {
             // One timer: the smaller of the client's timeout and the
             // plan's bound; sent as `grpc-timeout` unless it is the
             // client's own and the channel keeps that one already.
@@ -95,6 +113,28 @@ impl<Req: TypedCall> FastDispatch<Req> {
             }
         }
         send(kv_client.as_ref(), request, *rpc_bound).await
+    }
+}
+
+/// Sets a read's `Context.max_execution_duration_ms` to what this attempt
+/// may still take: the smaller of the plan's bound (the RPC timeout, or
+/// what is left of the call's deadline) and the store client's own timeout
+/// (`own`); nothing when neither is known. Reads only: TiKV checks a read's
+/// deadline before it reads and answers `ServerIsBusy` ("deadline is
+/// exceeded") once it has passed, which leaves nothing undone; writes keep
+/// TiKV's default (no limit sent), as client-rust sends.
+fn read_deadline<Req: TypedCall>(
+    request: &mut Req,
+    bound: Option<Duration>,
+    own: Option<Duration>,
+) {
+    let left = match (bound, own) {
+        (Some(bound), Some(own)) => bound.min(own),
+        (Some(left), None) | (None, Some(left)) => left,
+        (None, None) => return,
+    };
+    if let Some(context) = request.context_mut() {
+        context.max_execution_duration_ms = crate::config::server_deadline_ms(left);
     }
 }
 
@@ -143,7 +183,7 @@ impl<Req: TypedCall + ShardPayload> ShardStage for FastDispatch<Req> {
     fn for_shard(&self, shard: Self::Shard, whole: bool) -> Self {
         let mut dispatch = Dispatch::new(ShardPayload::for_shard(&self.0.request, shard, whole));
         dispatch.rpc_bound = self.0.rpc_bound;
-        FastDispatch(dispatch, Sent::default())
+        FastDispatch(dispatch, Sent(false, self.1 .1))
     }
 }
 

@@ -87,6 +87,11 @@ pub trait ShardPayload: Shardable + Clone {
 /// type, handed to tonic as its encoding (a large request without a copy of
 /// its payload) and kept for a retry.
 pub trait TypedCall: KvRequest {
+    /// A read that tells TiKV how long the client waits for it
+    /// (`Context.max_execution_duration_ms`, set per attempt); false for
+    /// writes, which never send it.
+    const SERVER_DEADLINE: bool = false;
+
     /// Sends the request on `grpc`. `timeout` is sent as the call's
     /// `grpc-timeout` (and enforced by tonic); `None` when the channel
     /// enforces the client's timeout itself. `None` (the default) when the

@@ -4,6 +4,7 @@
 
 use std::time::Duration;
 
+use crate::config::DEADLINE_EXCEEDED_REASON;
 use crate::proto::{errorpb, metapb};
 use crate::region::{can_become_leader, epoch_is_newer, RegionWithLeader};
 
@@ -140,6 +141,13 @@ pub fn decide_region_error(error: &errorpb::Error, region: &RegionWithLeader) ->
         return A::backoff().invalidating_region().invalidating_store();
     }
     if let Some(busy) = &error.server_is_busy {
+        // TiKV dropped a read whose `max_execution_duration_ms` ran out
+        // before it was read (`tikv_util::deadline`): nothing was done, and
+        // it is the client's own time that ran out, as a client timeout:
+        // the next candidate, caches kept, no busy suspicion.
+        if busy.reason == DEADLINE_EXCEEDED_REASON {
+            return A::step(RegionErrorStep::NextCandidate);
+        }
         // A store's wish is honoured up to a cap: one answering "an hour"
         // must not park the request for an hour (the request deadline
         // bounds it too).
@@ -444,6 +452,25 @@ mod tests {
         assert_eq!(a.step, RegionErrorStep::RetryNow);
         assert_eq!(a.update_leader, Some(peer(12, 2)));
         assert!(!a.invalidate_region);
+    }
+
+    #[test]
+    fn a_read_tikv_dropped_past_its_deadline_goes_to_the_next_candidate() {
+        // What TiKV answers (storage::errors::extract_region_error_from_error).
+        let dropped = errorpb::Error {
+            message: "Deadline is exceeded".to_owned(),
+            server_is_busy: Some(errorpb::ServerIsBusy {
+                reason: DEADLINE_EXCEEDED_REASON.to_owned(),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let a = decide_region_error(&dropped, &cached());
+        assert_eq!(a.step, RegionErrorStep::NextCandidate);
+        assert!(!a.busy_zero_wait);
+        assert!(!a.undetermined);
+        assert!(!a.invalidate_region);
+        assert!(!a.invalidate_store);
     }
 
     #[test]

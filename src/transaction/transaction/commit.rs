@@ -148,7 +148,7 @@ impl<PdC: PdClient> Transaction<PdC> {
         };
         let response = self
             .shared
-            .builder(request)
+            .builder(request, &self.options.wire_tags)
             .retry_multi_region(self.region_backoff())
             .merge(CollectSingle)
             .extract_error()
@@ -199,7 +199,7 @@ impl<PdC: PdClient> Transaction<PdC> {
                 new_commit_request(vec![primary.as_bytes().to_vec()], start_ts, commit_ts);
             let result = self
                 .shared
-                .builder(request)
+                .builder(request, &self.options.wire_tags)
                 .commit_point()
                 .retry_multi_region(self.region_backoff())
                 .merge(CollectError)
@@ -233,6 +233,7 @@ impl<PdC: PdClient> Transaction<PdC> {
         let shared = Arc::clone(&self.shared);
         let start_ts = self.start_ts();
         let backoff = self.region_backoff();
+        let tags = Arc::clone(&self.options.wire_tags);
         shared
             .counters
             .secondary_commits_pending
@@ -243,7 +244,7 @@ impl<PdC: PdClient> Transaction<PdC> {
             for _ in 0..SECONDARY_COMMIT_ATTEMPTS {
                 let request = new_commit_request(keys.clone(), start_ts, commit_ts);
                 let plan = shared
-                    .builder(request)
+                    .builder(request, &tags)
                     .retry_multi_region(backoff.clone())
                     .merge(CollectError)
                     .extract_error()

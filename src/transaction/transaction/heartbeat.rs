@@ -143,7 +143,7 @@ async fn send_heart_beat_with_ttl<PdC: PdClient>(
 ) -> Result<u64> {
     let request = new_heart_beat_request(primary.into(), start_ts, ttl);
     let response = shared
-        .builder(request)
+        .builder(request, &options.wire_tags)
         .retry_multi_region(options.retry_options.region_backoff.clone())
         .merge(CollectSingle)
         .extract_error()

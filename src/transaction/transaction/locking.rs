@@ -237,7 +237,7 @@ impl<PdC: PdClient> Transaction<PdC> {
             };
             let result = self
                 .shared
-                .builder(request)
+                .builder(request, &self.options.wire_tags)
                 .preserve_shard()
                 .retry_multi_region(self.region_backoff())
                 .resolve_lock_with(self.shared.resolver.clone(), 0, self.lock_backoff())
@@ -270,9 +270,10 @@ impl<PdC: PdClient> Transaction<PdC> {
                     let fresh: Vec<Vec<u8>> = keys.iter().map(|k| k.as_bytes().to_vec()).collect();
                     let shared = Arc::clone(&self.shared);
                     let (start_ts, backoff) = (self.start_ts(), self.region_backoff());
+                    let tags = Arc::clone(&self.options.wire_tags);
                     self.beyond_the_call(async move {
                         let released = shared
-                            .pessimistic_rollback(start_ts, backoff, fresh, for_update_ts)
+                            .pessimistic_rollback(start_ts, backoff, &tags, fresh, for_update_ts)
                             .await;
                         if let Err(re) = released {
                             warn!("releasing pessimistic locks after a failed lock: {re}");
@@ -327,7 +328,13 @@ impl<PdC: PdClient> Transaction<PdC> {
         for_update_ts: u64,
     ) -> Result<()> {
         self.shared
-            .pessimistic_rollback(self.start_ts(), self.region_backoff(), keys, for_update_ts)
+            .pessimistic_rollback(
+                self.start_ts(),
+                self.region_backoff(),
+                &self.options.wire_tags,
+                keys,
+                for_update_ts,
+            )
             .await
     }
 }

@@ -105,7 +105,7 @@ impl<PdC: PdClient> Transaction<PdC> {
             try_one_pc: one_pc,
             ..Default::default()
         };
-        let mut builder = self.shared.builder(request);
+        let mut builder = self.shared.builder(request, &self.options.wire_tags);
         if async_commit || one_pc {
             // A commit point, but not `terminal_on_dispatch_error`: prewrite
             // is idempotent, so fallback may re-send it; only the outcome
@@ -181,7 +181,7 @@ impl<PdC: PdClient> Transaction<PdC> {
             ..Default::default()
         };
         self.shared
-            .builder(request)
+            .builder(request, &self.options.wire_tags)
             .retry_multi_region(self.region_backoff())
             .resolve_lock_with(self.shared.resolver.clone(), 0, self.lock_backoff())
             .merge(CollectError)

@@ -137,7 +137,7 @@ impl<PdC: PdClient> Transaction<PdC> {
     ) -> PlanBuilder<CodecPdClient<PdC>, FastDispatch<Req>> {
         let builder = self
             .shared
-            .builder(request)
+            .builder(request, &self.options.wire_tags)
             .replica_read(self.options.replica_read);
         if self.options.stale_read {
             builder.stale_read()
@@ -157,7 +157,7 @@ impl<PdC: PdClient> Transaction<PdC> {
         let builder = if ts == self.start_ts() {
             self.read_builder(request)
         } else {
-            self.shared.builder(request)
+            self.shared.builder(request, &self.options.wire_tags)
         };
         let response = builder
             .retry_multi_region(self.region_backoff())

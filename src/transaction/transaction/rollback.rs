@@ -7,6 +7,7 @@ use std::sync::Arc;
 use tracing::warn;
 
 use crate::backoff::Backoff;
+use crate::config::WireTags;
 use crate::pd::PdClient;
 use crate::proto::kvrpcpb;
 use crate::request::plan::call_deadline;
@@ -100,7 +101,14 @@ impl<PdC: PdClient> Transaction<PdC> {
         keys: Vec<Vec<u8>>,
     ) -> Result<()> {
         self.shared
-            .rollback_prewritten(self.start_ts(), self.region_backoff(), primary, keys, None)
+            .rollback_prewritten(
+                self.start_ts(),
+                self.region_backoff(),
+                &self.options.wire_tags,
+                primary,
+                keys,
+                None,
+            )
             .await
     }
 
@@ -120,6 +128,7 @@ impl<PdC: PdClient> Transaction<PdC> {
         let shared = Arc::clone(&self.shared);
         let (start_ts, backoff) = (self.start_ts(), self.region_backoff());
         let for_update_ts = self.options.for_update_ts();
+        let tags = Arc::clone(&self.options.wire_tags);
         let locked: Vec<Vec<u8>> = self
             .pessimistic_locked
             .iter()
@@ -131,7 +140,14 @@ impl<PdC: PdClient> Transaction<PdC> {
         let verdict = Arc::clone(&primary_rolled_back);
         self.beyond_the_call(async move {
             if let Err(e) = shared
-                .rollback_prewritten(start_ts, backoff.clone(), Some(primary), keys, Some(&verdict))
+                .rollback_prewritten(
+                    start_ts,
+                    backoff.clone(),
+                    &tags,
+                    Some(primary),
+                    keys,
+                    Some(&verdict),
+                )
                 .await
             {
                 warn!(
@@ -139,7 +155,7 @@ impl<PdC: PdClient> Transaction<PdC> {
                 );
             }
             if let Err(e) = shared
-                .pessimistic_rollback(start_ts, backoff, locked, for_update_ts)
+                .pessimistic_rollback(start_ts, backoff, &tags, locked, for_update_ts)
                 .await
             {
                 warn!("releasing pessimistic locks after a failed prewrite failed: {e}");
@@ -181,9 +197,10 @@ impl<PdC: PdClient> Transaction<PdC> {
         let shared = Arc::clone(&self.shared);
         let (start_ts, backoff) = (self.start_ts(), self.region_backoff());
         let for_update_ts = self.options.for_update_ts();
+        let tags = Arc::clone(&self.options.wire_tags);
         runtime.spawn(async move {
             let released = shared
-                .pessimistic_rollback(start_ts, backoff, keys, for_update_ts)
+                .pessimistic_rollback(start_ts, backoff, &tags, keys, for_update_ts)
                 .await;
             if let Err(e) = released {
                 warn!("releasing the locks of dropped transaction {start_ts} failed: {e}");
@@ -205,34 +222,36 @@ impl<PdC: PdClient> TxnShared<PdC> {
         &self,
         start_ts: u64,
         backoff: Backoff,
+        tags: &WireTags,
         primary: Option<Key>,
         keys: Vec<Vec<u8>>,
         primary_rolled_back: Option<&std::sync::atomic::AtomicBool>,
     ) -> Result<()> {
         let listed = |p: &Key| keys.iter().any(|k| k.as_slice() == p.as_bytes());
         let Some(primary) = primary.filter(|p| listed(p)) else {
-            return self.batch_rollback(start_ts, backoff, keys).await;
+            return self.batch_rollback(start_ts, backoff, tags, keys).await;
         };
         let primary = primary.as_bytes().to_vec();
         let rest: Vec<Vec<u8>> = keys.into_iter().filter(|k| *k != primary).collect();
-        self.batch_rollback(start_ts, backoff.clone(), vec![primary])
+        self.batch_rollback(start_ts, backoff.clone(), tags, vec![primary])
             .await?;
         if let Some(done) = primary_rolled_back {
             done.store(true, std::sync::atomic::Ordering::Release);
         }
-        self.batch_rollback(start_ts, backoff, rest).await
+        self.batch_rollback(start_ts, backoff, tags, rest).await
     }
 
     async fn batch_rollback(
         &self,
         start_ts: u64,
         backoff: Backoff,
+        tags: &WireTags,
         keys: Vec<Vec<u8>>,
     ) -> Result<()> {
         if keys.is_empty() {
             return Ok(());
         }
-        self.builder(new_batch_rollback_request(keys, start_ts))
+        self.builder(new_batch_rollback_request(keys, start_ts), tags)
             .retry_multi_region(backoff)
             .merge(CollectError)
             .extract_error()
@@ -248,6 +267,7 @@ impl<PdC: PdClient> TxnShared<PdC> {
         &self,
         start_ts: u64,
         backoff: Backoff,
+        tags: &WireTags,
         keys: Vec<Vec<u8>>,
         for_update_ts: u64,
     ) -> Result<()> {
@@ -260,7 +280,7 @@ impl<PdC: PdClient> TxnShared<PdC> {
             for_update_ts,
             ..Default::default()
         };
-        self.builder(request)
+        self.builder(request, tags)
             .retry_multi_region(backoff)
             .merge(CollectError)
             .extract_error()

@@ -76,6 +76,9 @@ impl StoreCommand for kvrpcpb::GetRequest {
     fn read_ts(&self) -> Option<u64> {
         Some(self.version)
     }
+    fn checks_deadline(&self) -> bool {
+        true
+    }
     fn key_outside(&self, region: &metapb::Region, _: RawKeys) -> Option<Vec<u8>> {
         first_encoded_outside(region, [self.key.as_slice()])
     }
@@ -87,6 +90,9 @@ impl StoreCommand for kvrpcpb::GetRequest {
 impl StoreCommand for kvrpcpb::BatchGetRequest {
     fn read_ts(&self) -> Option<u64> {
         Some(self.version)
+    }
+    fn checks_deadline(&self) -> bool {
+        true
     }
     fn key_outside(&self, region: &metapb::Region, _: RawKeys) -> Option<Vec<u8>> {
         first_encoded_outside(region, self.keys.iter().map(Vec::as_slice))
