@@ -151,6 +151,21 @@ pub trait PdClient: Send + Sync + 'static {
         None
     }
 
+    /// **beyond** The labels of store `store_id`, from the cache or else
+    /// from PD (`GetStore`, which caches the store): what a replica read
+    /// looks up before it chooses, when the client has
+    /// [`Config::local_labels`](crate::Config::local_labels), so that even
+    /// the first read of a fresh client knows which stores are in its zone.
+    /// The caller bounds the wait. The default asks
+    /// [`store_labels`](PdClient::store_labels) only (a client without PD
+    /// knows what it knows).
+    async fn load_store_labels(
+        &self,
+        store_id: StoreId,
+    ) -> Result<Option<Vec<crate::proto::metapb::StoreLabel>>> {
+        Ok(self.store_labels(store_id))
+    }
+
     /// The client of the store `store_id` when both the store and its
     /// connection are cached and the store is usable, without waiting: the
     /// fast path of [`map_peer_to_store`](PdClient::map_peer_to_store),
