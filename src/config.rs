@@ -262,6 +262,12 @@ pub struct Config {
     /// in the client's zone), and takes any other when none does. Empty by
     /// default: no preference.
     pub local_labels: std::collections::BTreeMap<String, String>,
+    /// **beyond** Replica reads (follower, mixed, learner and stale) pass
+    /// over a store whose own health feedback calls it slow (TiKV's slow
+    /// score, 80 or more) while another replica is not slow, as client-go
+    /// does. On by default; leader requests never look at it. Off: the
+    /// feedback is still kept and reported, but the choice ignores it.
+    pub slow_store_feedback: bool,
 }
 
 impl Default for Config {
@@ -294,6 +300,7 @@ impl Default for Config {
             batch_streams_per_store: DEFAULT_BATCH_STREAMS_PER_STORE,
             batch_max_wait: DEFAULT_BATCH_MAX_WAIT,
             local_labels: std::collections::BTreeMap::new(),
+            slow_store_feedback: true,
         }
     }
 }
@@ -386,6 +393,13 @@ impl Config {
             .into_iter()
             .map(|(k, v)| (k.into(), v.into()))
             .collect();
+        self
+    }
+
+    /// Turns the slow-store preference of replica reads on or off
+    /// ([`Config::slow_store_feedback`]).
+    pub fn with_slow_store_feedback(mut self, on: bool) -> Self {
+        self.slow_store_feedback = on;
         self
     }
 

@@ -423,6 +423,10 @@ impl<KvC: KvConnect> PdClient for PdRpcClient<KvC> {
             .with_cached(store_id, |store| store.labels.clone())
     }
 
+    fn store_feedback(&self) -> Option<&crate::store::StoreFeedback> {
+        self.kv_connect.store_feedback()
+    }
+
     /// Cache, then PD's `GetStore` (one lookup per store however many
     /// reads ask at once); a tombstone's labels too: the choice only
     /// ranks by them, and mapping refuses the store.

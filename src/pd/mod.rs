@@ -166,6 +166,15 @@ pub trait PdClient: Send + Sync + 'static {
         Ok(self.store_labels(store_id))
     }
 
+    /// **beyond** The health feedback of the stores this client reaches
+    /// (their slow scores), kept by its connector ([routing.md, "Slow-store
+    /// feedback"](crate::spec::routing#slow-store-feedback-beyond)):
+    /// replica reads prefer stores that are not slow. `None` (the
+    /// default): no feedback is heard.
+    fn store_feedback(&self) -> Option<&crate::store::StoreFeedback> {
+        None
+    }
+
     /// The client of the store `store_id` when both the store and its
     /// connection are cached and the store is usable, without waiting: the
     /// fast path of [`map_peer_to_store`](PdClient::map_peer_to_store),

@@ -217,7 +217,21 @@ impl<PdC: PdClient> RawClient<PdC> {
     /// fallback attempts and successes, busy probes, invalidations, connect
     /// timeouts.
     pub fn routing_stats(&self) -> RoutingStats {
-        self.routing.stats()
+        let mut stats = self.routing.stats();
+        stats.slow_stores = self.rpc.store_feedback().map_or(0, |f| f.slow_stores());
+        stats
+    }
+
+    /// **beyond** The slow score (1 healthy to 100) each store last
+    /// reported in its health feedback, by store id: TiKV sends it over
+    /// BatchCommands streams, so a client in
+    /// [`RpcMode::Batched`](crate::RpcMode) hears it ([routing.md,
+    /// "Slow-store feedback"](crate::spec::routing#slow-store-feedback-beyond)).
+    pub fn store_slow_scores(&self) -> Vec<(crate::region::StoreId, u32)> {
+        self.rpc
+            .store_feedback()
+            .map(|f| f.scores())
+            .unwrap_or_default()
     }
 
     fn cf_name(&self) -> Option<String> {

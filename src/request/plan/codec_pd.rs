@@ -270,6 +270,10 @@ impl<PdC: PdClient> PdClient for CodecPdClient<PdC> {
         self.inner.store_labels(store_id)
     }
 
+    fn store_feedback(&self) -> Option<&crate::store::StoreFeedback> {
+        self.inner.store_feedback()
+    }
+
     async fn load_store_labels(
         &self,
         store_id: StoreId,

@@ -50,6 +50,9 @@ where
             }
         };
         let spread = routing.map_or(0, |r| r.next_replica_spread());
+        let feedback = pd
+            .store_feedback()
+            .filter(|_| routing.is_some_and(|r| r.avoids_slow_stores()));
         if !wanted.is_empty() {
             self.resolve_labels(region, deadline).await;
             *now = Instant::now();
@@ -74,7 +77,7 @@ where
                     refused.contains(&store_id)
                         || known_not_tikv(pd.store_labels(store_id).as_deref())
                 },
-                |_| false,
+                |store_id| feedback.is_some_and(|f| f.is_slow(store_id)),
             )?;
             let mapped = self.map_candidate(region, peer, None, deadline).await;
             if !matches!(&mapped, Err(error) if is_not_tikv_refusal(error)) {
