@@ -54,7 +54,7 @@ pub struct RawClient<PdC: PdClient = PdRpcClient> {
     /// The PD client, seen through the key codec of this client's keyspace:
     /// raw keys route by themselves in API v1, by their memcomparable
     /// encoding in API v2, as TiKV checks them.
-    rpc: Arc<CodecPdClient<PdC>>,
+    pub(super) rpc: Arc<CodecPdClient<PdC>>,
     routing: Arc<RoutingState>,
     cf: Option<ColumnFamily>,
     backoff: Backoff,
@@ -220,18 +220,6 @@ impl<PdC: PdClient> RawClient<PdC> {
         let mut stats = self.routing.stats();
         stats.slow_stores = self.rpc.store_feedback().map_or(0, |f| f.slow_stores());
         stats
-    }
-
-    /// **beyond** The slow score (1 healthy to 100) each store last
-    /// reported in its health feedback, by store id: TiKV sends it over
-    /// BatchCommands streams, so a client in
-    /// [`RpcMode::Batched`](crate::RpcMode) hears it ([routing.md,
-    /// "Slow-store feedback"](crate::spec::routing#slow-store-feedback-beyond)).
-    pub fn store_slow_scores(&self) -> Vec<(crate::region::StoreId, u32)> {
-        self.rpc
-            .store_feedback()
-            .map(|f| f.scores())
-            .unwrap_or_default()
     }
 
     fn cf_name(&self) -> Option<String> {

@@ -18,7 +18,7 @@
 //! round at a time, whenever it is read; a change of latency first brings it
 //! up to date under the old latency.
 //!
-//! **The feedback** (TiKV `src/server/service/kv.rs`,
+//! **The feedback** (TiKV's kv service, `service/kv.rs`,
 //! `HealthFeedbackAttacher::attach_if_needed`): each BatchCommands stream
 //! attaches `HealthFeedback { store_id, feedback_seq_no, slow_score }` to its
 //! first response message and then to the first one after each
