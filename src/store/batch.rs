@@ -501,7 +501,6 @@ impl KvBatchClient {
             options,
             None,
             crate::config::DEFAULT_GRPC_MAX_DECODING_MESSAGE_SIZE,
-            super::StoreFeedback::new(),
         )
     }
 
@@ -513,7 +512,6 @@ impl KvBatchClient {
         options: BatchOptions,
         dialer: Option<Dialer>,
         response_limit: usize,
-        feedback: super::StoreFeedback,
     ) -> Self {
         KvBatchClient {
             shared: Arc::new(Shared {
@@ -529,9 +527,18 @@ impl KvBatchClient {
                 unsupported: AtomicBool::new(false),
                 next_id: AtomicU64::new(1),
                 forwarded_host: None,
-                feedback,
+                feedback: super::StoreFeedback::new(),
             }),
         }
+    }
+
+    /// A client, just built, whose streams hand the stores' health
+    /// feedback to `feedback`.
+    pub(crate) fn with_feedback(mut self, feedback: super::StoreFeedback) -> Self {
+        if let Some(shared) = Arc::get_mut(&mut self.shared) {
+            shared.feedback = feedback;
+        }
+        self
     }
 
     /// A client, just built, whose streams and unary calls all ask the

@@ -230,8 +230,8 @@ impl TikvConnect {
                 watch: Some(watch.clone()),
             }),
             self.max_decoding_message_size,
-            self.feedback.clone(),
-        ))
+        )
+        .with_feedback(self.feedback.clone()))
     }
 }
 
