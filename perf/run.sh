@@ -9,7 +9,7 @@
 # --no-csv   write no CSV files (by default the figures also go to
 #            perf/results/*.csv, or to the directory --csv-dir DIR names)
 # Other options go to the program: --rounds N, --window-ms MS,
-# --only throughput|faults|failover|dead-store|cut-off|contention|replicas|week|killed-bank,
+# --only throughput|faults|failover|dead-store|cut-off|contention|replicas|slow-store|week|killed-bank,
 # --csv-dir DIR (killed-bank also takes --bank-seconds N and --seed N).
 #
 # Target dirs can be overridden: SIM_TARGET_DIR (tikv-plan) and

@@ -292,6 +292,12 @@ pub struct Config {
     /// as client-rust does (TiKV then sets no limit). Writes never carry
     /// one either way.
     pub server_deadlines: bool,
+    /// **beyond** Replica reads (follower, mixed, learner and stale) pass
+    /// over a store whose own health feedback calls it slow (TiKV's slow
+    /// score, 80 or more) while another replica is not slow, as client-go
+    /// does. On by default; leader requests never look at it. Off: the
+    /// feedback is still kept and reported, but the choice ignores it.
+    pub slow_store_feedback: bool,
 }
 
 impl Default for Config {
@@ -327,6 +333,7 @@ impl Default for Config {
             local_labels: std::collections::BTreeMap::new(),
             request_tags: RequestTags::default(),
             server_deadlines: true,
+            slow_store_feedback: true,
         }
     }
 }
@@ -427,6 +434,13 @@ impl Config {
     /// behaviour.
     pub fn with_leaderless_wait(mut self, wait: Duration) -> Self {
         self.leaderless_wait = wait;
+        self
+    }
+
+    /// Turns the slow-store preference of replica reads on or off
+    /// ([`Config::slow_store_feedback`]).
+    pub fn with_slow_store_feedback(mut self, on: bool) -> Self {
+        self.slow_store_feedback = on;
         self
     }
 

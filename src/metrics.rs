@@ -20,7 +20,7 @@ use std::time::Duration;
 
 use prometheus::{
     exponential_buckets, Encoder, Histogram, HistogramOpts, HistogramVec, IntCounter,
-    IntCounterVec, IntGauge, Opts, Registry, TextEncoder,
+    IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry, TextEncoder,
 };
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
@@ -51,6 +51,8 @@ pub(crate) struct Metrics {
     pub(crate) pd_requests: IntCounterVec,
     pub(crate) pd_request_duration: HistogramVec,
     pub(crate) connections: IntCounterVec,
+    pub(crate) health_feedbacks: IntCounter,
+    pub(crate) store_slow_score: IntGaugeVec,
     /// The series client-rust exports, under its names, so its dashboards
     /// keep working.
     pub(crate) compat: CompatMetrics,
@@ -318,6 +320,18 @@ impl Metrics {
                 "Connection attempts, by target (store, pd) and outcome (ok, failed, timeout).",
                 &["target", "outcome"],
             ),
+            health_feedbacks: counter(
+                "tikv_plan_health_feedbacks_total",
+                "Health feedbacks from stores kept (newer than the store's last one).",
+            ),
+            store_slow_score: IntGaugeVec::new(
+                Opts::new(
+                    "tikv_plan_store_slow_score",
+                    "The slow score each store last reported (1 healthy to 100; 80 and above is slow).",
+                ),
+                &["store"],
+            )
+            .unwrap_or_else(|e| invalid("tikv_plan_store_slow_score", e)),
             compat: CompatMetrics::new(),
         };
         for collector in m.collectors() {
@@ -331,7 +345,7 @@ impl Metrics {
     }
 
     fn collectors(&self) -> impl Iterator<Item = Box<dyn prometheus::core::Collector>> {
-        let own: [Box<dyn prometheus::core::Collector>; 24] = [
+        let own: [Box<dyn prometheus::core::Collector>; 26] = [
             Box::new(self.requests.clone()),
             Box::new(self.request_duration.clone()),
             Box::new(self.store_rpcs.clone()),
@@ -356,6 +370,8 @@ impl Metrics {
             Box::new(self.pd_requests.clone()),
             Box::new(self.pd_request_duration.clone()),
             Box::new(self.connections.clone()),
+            Box::new(self.health_feedbacks.clone()),
+            Box::new(self.store_slow_score.clone()),
         ];
         own.into_iter().chain(self.compat.collectors())
     }

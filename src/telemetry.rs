@@ -77,6 +77,21 @@ pub(crate) fn store_marked_unreachable() {
     METRICS.stores_marked_unreachable.inc();
 }
 
+/// A store's health feedback was kept: its slow score is now `score`.
+#[inline]
+pub(crate) fn store_slow_score(store_id: StoreId, score: u32) {
+    #[cfg(feature = "prometheus")]
+    {
+        METRICS.health_feedbacks.inc();
+        METRICS
+            .store_slow_score
+            .with_label_values(&[&store_id.to_string()])
+            .set(i64::from(score));
+    }
+    #[cfg(not(feature = "prometheus"))]
+    let _ = (store_id, score);
+}
+
 /// An RPC started (`true`) or ended.
 #[inline]
 pub(crate) fn rpc_in_flight(started: bool) {

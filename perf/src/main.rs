@@ -4,7 +4,7 @@
 //!
 //! ```text
 //! tikv-plan-perf --sim PATH/TO/tikv-sim [--quick] [--rounds N] [--window-ms MS]
-//!                [--only throughput|faults|failover|dead-store|cut-off|contention|replicas|week]
+//!                [--only throughput|faults|failover|dead-store|cut-off|contention|replicas|slow-store|week]
 //!                [--label TEXT] [--clients LIST] [--ops LIST] [--tasks LIST] [--csv-dir DIR]
 //! ```
 //!
@@ -19,6 +19,7 @@ mod csv;
 mod cutoff;
 mod faults;
 mod replicas;
+mod slow_store;
 mod report;
 mod sim;
 mod stats;
@@ -59,6 +60,9 @@ struct Plan {
     /// Reads spread over the replicas and stale reads against a slow
     /// leader (`--only replicas`; not in the default run).
     replicas: bool,
+    /// Follower reads beside a slow store, with and without the slow-store
+    /// feedback (`--only slow-store`, and part of `--only replicas`).
+    slow_store: bool,
     /// A rolling restart and a crash (`--only week`, `week.rs`; not in the
     /// default run).
     week: bool,
@@ -88,12 +92,12 @@ struct Plan {
 }
 
 const USAGE: &str = "usage: tikv-plan-perf --sim PATH [--quick] [--rounds N] [--window-ms MS] \
-[--only throughput|faults|failover|dead-store|cut-off|contention|replicas|week|killed-bank] \
+[--only throughput|faults|failover|dead-store|cut-off|contention|replicas|slow-store|week|killed-bank] \
 [--label TEXT] [--clients plan,unary,unary-tonic,bare,upstream] [--ops get,put,batch_get,scan] \
 [--tasks 1,64] [--csv-dir DIR] [--bank-seconds N] [--seed N]";
 
 /// The values `--only` takes.
-const ONLY: [&str; 9] = [
+const ONLY: [&str; 10] = [
     "throughput",
     "faults",
     "failover",
@@ -101,6 +105,7 @@ const ONLY: [&str; 9] = [
     "cut-off",
     "contention",
     "replicas",
+    "slow-store",
     "week",
     "killed-bank",
 ];
@@ -167,6 +172,7 @@ fn parse_args(args: impl Iterator<Item = String>) -> Result<Plan, String> {
         cut_off: matches!(only.as_deref(), None | Some("faults") | Some("cut-off")),
         contention: only.as_deref() == Some("contention"),
         replicas: only.as_deref() == Some("replicas"),
+        slow_store: matches!(only.as_deref(), Some("replicas") | Some("slow-store")),
         week: only.as_deref() == Some("week"),
         killed_bank: only.as_deref() == Some("killed-bank"),
         bank_duration: Duration::from_secs(bank_seconds.unwrap_or(if quick { 10 } else { 60 })),
@@ -487,6 +493,12 @@ async fn run(plan: Plan) -> Result<(), String> {
         let slow = Duration::from_millis(20);
         let (on_leader, stale) = replicas::stale_latency(&plan.sim, reads, slow).await?;
         println!("{}", replicas::stale_table(&on_leader, &stale, slow));
+    }
+    if plan.slow_store {
+        let slow = Duration::from_millis(20);
+        let rounds = plan.rounds.min(3);
+        let cells = slow_store::run(&plan.sim, 64, rounds, plan.window, slow).await?;
+        println!("{}", slow_store::table(&cells, 64, plan.window, slow));
     }
     if plan.week {
         week::run(&plan.sim, &kinds, plan.quick, plan.csv_dir.as_deref(), &info).await?;

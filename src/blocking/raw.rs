@@ -9,6 +9,7 @@ use futures::{Stream, StreamExt};
 use super::runtime::OwnedRuntime;
 use crate::proto::metapb;
 use crate::raw::RawChecksum;
+use crate::region::StoreId;
 use crate::request::{Keyspace, RoutingStats};
 use crate::{
     Backoff, BoundRange, ColumnFamily, Config, Key, KvPair, RawClient, ReplicaRead, Result, Value,
@@ -111,6 +112,12 @@ impl SyncRawClient {
     /// ([`RawClient::with_atomic_for_cas`]).
     pub fn with_atomic_for_cas(&self) -> Self {
         self.derive(self.client.with_atomic_for_cas())
+    }
+
+    /// **beyond** Each store's last reported slow score, by store id
+    /// ([`RawClient::store_slow_scores`]).
+    pub fn store_slow_scores(&self) -> Vec<(StoreId, u32)> {
+        self.client.store_slow_scores()
     }
 
     /// What routing has done so far ([`RawClient::routing_stats`]).

@@ -240,4 +240,10 @@ impl SyncTransactionClient {
     pub fn routing_stats(&self) -> RoutingStats {
         self.client.routing_stats()
     }
+
+    /// **beyond** Each store's last reported slow score, by store id
+    /// ([`TransactionClient::store_slow_scores`]).
+    pub fn store_slow_scores(&self) -> Vec<(crate::region::StoreId, u32)> {
+        self.client.store_slow_scores()
+    }
 }

@@ -423,6 +423,28 @@ impl<KvC: KvConnect> PdClient for PdRpcClient<KvC> {
             .with_cached(store_id, |store| store.labels.clone())
     }
 
+    fn store_feedback(&self) -> Option<&crate::store::StoreFeedback> {
+        self.kv_connect.store_feedback()
+    }
+
+    /// Cache, then PD's `GetStore` (one lookup per store however many
+    /// reads ask at once); a tombstone's labels too: the choice only
+    /// ranks by them, and mapping refuses the store.
+    async fn load_store_labels(
+        &self,
+        store_id: StoreId,
+    ) -> Result<Option<Vec<metapb::StoreLabel>>> {
+        let cluster = Arc::clone(&self.cluster);
+        let store = self
+            .stores
+            .get_or_load(
+                store_id,
+                move |id| async move { cluster.get_store(id).await },
+            )
+            .await?;
+        Ok(Some(store.labels))
+    }
+
     fn cached_store_client(
         &self,
         store_id: StoreId,

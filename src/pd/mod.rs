@@ -151,6 +151,30 @@ pub trait PdClient: Send + Sync + 'static {
         None
     }
 
+    /// **beyond** The labels of store `store_id`, from the cache or else
+    /// from PD (`GetStore`, which caches the store): what a replica read
+    /// looks up before it chooses, when the client has
+    /// [`Config::local_labels`](crate::Config::local_labels), so that even
+    /// the first read of a fresh client knows which stores are in its zone.
+    /// The caller bounds the wait. The default asks
+    /// [`store_labels`](PdClient::store_labels) only (a client without PD
+    /// knows what it knows).
+    async fn load_store_labels(
+        &self,
+        store_id: StoreId,
+    ) -> Result<Option<Vec<crate::proto::metapb::StoreLabel>>> {
+        Ok(self.store_labels(store_id))
+    }
+
+    /// **beyond** The health feedback of the stores this client reaches
+    /// (their slow scores), kept by its connector ([routing.md, "Slow-store
+    /// feedback"](crate::spec::routing#slow-store-feedback-beyond)):
+    /// replica reads prefer stores that are not slow. `None` (the
+    /// default): no feedback is heard.
+    fn store_feedback(&self) -> Option<&crate::store::StoreFeedback> {
+        None
+    }
+
     /// The client of the store `store_id` when both the store and its
     /// connection are cached and the store is usable, without waiting: the
     /// fast path of [`map_peer_to_store`](PdClient::map_peer_to_store),

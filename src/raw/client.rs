@@ -56,7 +56,7 @@ pub struct RawClient<PdC: PdClient = PdRpcClient> {
     /// The PD client, seen through the key codec of this client's keyspace:
     /// raw keys route by themselves in API v1, by their memcomparable
     /// encoding in API v2, as TiKV checks them.
-    rpc: Arc<CodecPdClient<PdC>>,
+    pub(super) rpc: Arc<CodecPdClient<PdC>>,
     routing: Arc<RoutingState>,
     cf: Option<ColumnFamily>,
     backoff: Backoff,

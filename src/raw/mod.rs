@@ -3,6 +3,7 @@
 mod checksum;
 mod client;
 mod coprocessor;
+mod health;
 pub mod lowering;
 mod requests;
 

@@ -269,6 +269,8 @@ struct Shared {
     /// to (`tikv-forwarded-host`), when this client goes through a proxy:
     /// one set of streams per (proxy, target).
     forwarded_host: Option<AsciiMetadataValue>,
+    /// Where the stores' health feedback goes.
+    feedback: super::StoreFeedback,
 }
 
 impl Drop for Shared {
@@ -296,6 +298,7 @@ impl Shared {
             client,
             outgoing,
             self.forwarded_host.clone(),
+            self.feedback.clone(),
         ));
         stream.set_reader(task.abort_handle());
         stream
@@ -399,6 +402,7 @@ async fn read_responses(
     mut client: Grpc<Channel>,
     outgoing: Outgoing,
     forwarded_host: Option<AsciiMetadataValue>,
+    feedback: super::StoreFeedback,
 ) {
     // As the generated client's `batch_commands` calls it, with the codec
     // that leaves each answer encoded for its request.
@@ -427,7 +431,10 @@ async fn read_responses(
     };
     loop {
         match incoming.message().await {
-            Ok(Some(msg)) => {
+            Ok(Some(mut msg)) => {
+                if let Some(health) = msg.health_feedback.take() {
+                    feedback.record(&health);
+                }
                 if stream.deliver(msg) {
                     // Retired, and the last request on it answered.
                     return;
@@ -520,8 +527,18 @@ impl KvBatchClient {
                 unsupported: AtomicBool::new(false),
                 next_id: AtomicU64::new(1),
                 forwarded_host: None,
+                feedback: super::StoreFeedback::new(),
             }),
         }
+    }
+
+    /// A client, just built, whose streams hand the stores' health
+    /// feedback to `feedback`.
+    pub(crate) fn with_feedback(mut self, feedback: super::StoreFeedback) -> Self {
+        if let Some(shared) = Arc::get_mut(&mut self.shared) {
+            shared.feedback = feedback;
+        }
+        self
     }
 
     /// A client, just built, whose streams and unary calls all ask the

@@ -37,6 +37,9 @@ pub struct TikvConnect {
     /// tonic's generated client and codec, for the benchmark that compares
     /// the two (see [`set_typed_path`]).
     typed_path: bool,
+    /// The stores' health feedback, shared by every client this connector
+    /// opens.
+    feedback: super::StoreFeedback,
 }
 
 /// Whether connectors built from now on send unary calls on the typed path
@@ -69,6 +72,7 @@ impl TikvConnect {
             rpc_mode: RpcMode::default(),
             batch: BatchOptions::default(),
             typed_path: TYPED_PATH.load(std::sync::atomic::Ordering::Relaxed),
+            feedback: super::StoreFeedback::new(),
         }
     }
 
@@ -127,6 +131,10 @@ impl KvConnect for TikvConnect {
     /// its streams its own.
     async fn connect_forwarded(&self, proxy: &str, target: &str) -> Result<KvRpcClient> {
         self.open(proxy, Some(target)).await
+    }
+
+    fn store_feedback(&self) -> Option<&super::StoreFeedback> {
+        Some(&self.feedback)
     }
 }
 
@@ -222,7 +230,8 @@ impl TikvConnect {
                 watch: Some(watch.clone()),
             }),
             self.max_decoding_message_size,
-        ))
+        )
+        .with_feedback(self.feedback.clone()))
     }
 }
 

@@ -4,6 +4,7 @@
 
 mod batch;
 mod client;
+mod health;
 mod request;
 mod server_wait;
 mod typed;
@@ -17,6 +18,7 @@ pub use client::TikvConnect;
 pub(crate) use client::{
     call_timeout, timeout_as_error, typed_channel, with_backstop, BACKSTOP_SLACK,
 };
+pub use health::{StoreFeedback, DECAY_AFTER, SLOW_SCORE_THRESHOLD};
 #[cfg(test)]
 mod tests;
 pub(crate) use request::liveness_probe;
@@ -91,6 +93,15 @@ pub trait KvConnect: Sized + Send + Sync + 'static {
             ),
             source: None,
         }))
+    }
+
+    /// **beyond** The health feedback the stores this connector reaches
+    /// send (TiKV's `HealthFeedback`, over BatchCommands streams), shared by
+    /// all its clients ([routing.md, "Slow-store
+    /// feedback"](crate::spec::routing#slow-store-feedback-beyond)). `None`
+    /// (the default): this connector hears none.
+    fn store_feedback(&self) -> Option<&StoreFeedback> {
+        None
     }
 }
 

@@ -362,6 +362,23 @@ impl<PdC: PdClient> TransactionClient<PdC> {
 
     /// What routing has done for this client.
     pub fn routing_stats(&self) -> RoutingStats {
-        self.shared.routing.stats()
+        let mut stats = self.shared.routing.stats();
+        stats.slow_stores = self
+            .shared
+            .pd
+            .store_feedback()
+            .map_or(0, |f| f.slow_stores());
+        stats
+    }
+
+    /// **beyond** The slow score (1 healthy to 100) each store last
+    /// reported in its health feedback, by store id ([routing.md,
+    /// "Slow-store feedback"](crate::spec::routing#slow-store-feedback-beyond)).
+    pub fn store_slow_scores(&self) -> Vec<(crate::region::StoreId, u32)> {
+        self.shared
+            .pd
+            .store_feedback()
+            .map(|f| f.scores())
+            .unwrap_or_default()
     }
 }

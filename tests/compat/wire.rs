@@ -218,7 +218,7 @@ fn batch_commands_request_fields_and_cases() {
 fn batch_commands_response_fields_and_cases() {
     use tikvpb::batch_commands_response::{response::Cmd, Response};
     // responses = 1, request_ids = 2, transport_layer_load = 3,
-    // tikv_send_time_ns = 5; RawPut is case 15, Get case 1.
+    // health_feedback = 4, tikv_send_time_ns = 5; RawPut is case 15, Get case 1.
     check(
         tikvpb::BatchCommandsResponse {
             responses: vec![
@@ -234,6 +234,11 @@ fn batch_commands_response_fields_and_cases() {
             ],
             request_ids: vec![9, 1],
             transport_layer_load: 2,
+            health_feedback: Some(kvrpcpb::HealthFeedback {
+                store_id: 7,
+                feedback_seq_no: 8,
+                slow_score: 80,
+            }),
             tikv_send_time_ns: 4,
         },
         &[
@@ -242,7 +247,9 @@ fn batch_commands_response_fields_and_cases() {
             0x0A, 2, 0x0A, 0, // responses[1]: Get = 1, empty
             0x12, 2, 9, 1, // request_ids = 2, packed
             0x18, 2, // transport_layer_load = 3
-            0x28, 4, // tikv_send_time_ns = 5
+            // health_feedback = 4 { store_id = 1, feedback_seq_no = 2,
+            // slow_score = 3 }
+            0x22, 6, 0x08, 7, 0x10, 8, 0x18, 80, 0x28, 4, // tikv_send_time_ns = 5
         ],
     );
     // Other case numbers this crate sends, checked through their tags.

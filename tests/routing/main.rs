@@ -25,6 +25,7 @@ mod routing_region_error;
 mod routing_replica;
 mod routing_shape;
 mod routing_sim;
+mod routing_slow_store;
 mod routing_store_health;
 mod routing_tiflash;
 mod routing_transport;

@@ -94,11 +94,6 @@ async fn reads_stay_in_the_clients_zone_when_a_store_there_holds_a_replica() {
     .unwrap();
     client.put("k".to_owned(), "v".to_owned()).await.unwrap();
     let reader = client.with_replica_read(ReplicaRead::Mixed);
-    // The first reads may pick any peer while store labels are not yet
-    // cached; each store is cached once mapped.
-    for _ in 0..6 {
-        reader.get("k".to_owned()).await.unwrap();
-    }
     let before = gets(&cluster, 3);
     for _ in 0..10 {
         assert_eq!(
@@ -107,6 +102,35 @@ async fn reads_stay_in_the_clients_zone_when_a_store_there_holds_a_replica() {
         );
     }
     assert_eq!(gets(&cluster, 3) - before, 10, "every read went to zone z3");
+}
+
+#[tokio::test]
+async fn the_first_follower_read_of_a_fresh_client_stays_in_its_zone() {
+    // Each store in its own zone; the client is in z3, where a follower
+    // of the one Region lives. Nothing is cached before the first read.
+    for mode in [RpcMode::Unary, RpcMode::Batched] {
+        for replica in [ReplicaRead::Follower, ReplicaRead::Mixed] {
+            let cluster = cluster().await;
+            for (store, zone) in [(1, "z1"), (2, "z2"), (3, "z3")] {
+                cluster.set_store_labels(store, &[("zone", zone)]).unwrap();
+            }
+            let reader = RawClient::new_with_config(
+                cluster.pd_endpoints(),
+                config(mode).with_local_labels([("zone", "z3")]),
+            )
+            .await
+            .unwrap()
+            .with_replica_read(replica);
+            assert_eq!(reader.get("k".to_owned()).await.unwrap(), None);
+            let per_store: Vec<u64> = [1, 2, 3].iter().map(|s| gets(&cluster, *s)).collect();
+            assert_eq!(
+                per_store,
+                vec![0, 0, 1],
+                "{mode:?} {replica:?}: the first read went to z3 alone"
+            );
+            assert_eq!(cluster.counters(3).served_as_replica(), 1);
+        }
+    }
 }
 
 #[tokio::test]

@@ -21,6 +21,8 @@ use crate::methods::{KvMethod, KvResponse};
 const RESPONSES_FIELD: u64 = 1;
 /// `BatchCommandsResponse.request_ids`.
 const REQUEST_IDS_FIELD: u64 = 2;
+/// `BatchCommandsResponse.health_feedback`.
+const HEALTH_FEEDBACK_FIELD: u64 = 4;
 /// The returned pairs: kvproto numbers them 2 in every response that has
 /// them (`pairs` or `kvs`; a test checks each).
 const PAIRS_FIELD: u64 = 2;
@@ -38,6 +40,9 @@ pub struct BatchAnswers {
     pub request_ids: Vec<u64>,
     /// `responses`, each still encoded (a slice of the message's buffer).
     pub responses: Vec<Bytes>,
+    /// `health_feedback`: the store's word on its own health, which TiKV
+    /// attaches to some messages only.
+    pub health_feedback: Option<crate::kvrpcpb::HealthFeedback>,
 }
 
 /// Why an answer could not be read.
@@ -110,6 +115,9 @@ pub fn split_batch_response(mut buf: Bytes) -> Result<BatchAnswers, AnswerError>
                 }
             }
             Field::Varint(REQUEST_IDS_FIELD, id) => answers.request_ids.push(id),
+            Field::Bytes(HEALTH_FEEDBACK_FIELD, feedback) => {
+                answers.health_feedback = Some(prost::Message::decode(feedback)?);
+            }
             _ => {}
         }
     }
@@ -234,9 +242,23 @@ mod tests {
             ],
             transport_layer_load: 5,
             tikv_send_time_ns: 9,
+            health_feedback: None,
         };
         let answers = split_batch_response(Bytes::from(message.encode_to_vec())).unwrap();
         assert_eq!(answers.request_ids, vec![7, 300]);
+        assert_eq!(answers.health_feedback, None);
+        let feedback = kvrpcpb::HealthFeedback {
+            store_id: 3,
+            feedback_seq_no: 1_700_000_000_123,
+            slow_score: 80,
+        };
+        let with_feedback = BatchCommandsResponse {
+            health_feedback: Some(feedback),
+            ..message.clone()
+        };
+        let read = split_batch_response(Bytes::from(with_feedback.encode_to_vec())).unwrap();
+        assert_eq!(read.health_feedback, Some(feedback));
+        assert_eq!(read.request_ids, vec![7, 300]);
         let mut answers = answers.responses.into_iter();
         let decoded =
             decode_batch_answer::<kvrpcpb::RawScanRequest>(answers.next().unwrap()).unwrap();

@@ -51,6 +51,20 @@ const PACKAGES: [&str; 10] = [
 /// tikv-client 0.4.0 does not: `(package, message, field, reason)`.
 const DELIBERATE_EXTRAS: &[(&str, &str, &str, &str)] = &[
     (
+        "tikvpb",
+        "BatchCommandsResponse",
+        "health_feedback",
+        "the store's slow score (tag 4, kvproto's), which replica reads use to \
+         pass over a slow store; only read, never sent, and a client that \
+         skips it decodes the rest the same",
+    ),
+    (
+        "kvrpcpb",
+        "HealthFeedback",
+        "",
+        "the message of BatchCommandsResponse.health_feedback",
+    ),
+    (
         "errorpb",
         "Error",
         "undetermined_result",

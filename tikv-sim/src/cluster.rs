@@ -18,6 +18,7 @@ use super::net::{bind, Endpoint, PeerPorts};
 
 mod clients;
 mod election;
+mod health;
 mod layout;
 mod raft;
 mod replicas;
@@ -919,8 +920,16 @@ impl SimCluster {
 
     /// Adds `delay` before a store handles each request
     /// (`Duration::ZERO` removes it).
+    ///
+    /// The store's slow score follows, as TiKV's does
+    /// (`store/health.rs`): it doubles every round of inspections
+    /// (30 × [`store_health_timing`](Self::store_health_timing)'s inspect
+    /// interval, 3 s by default) while the delay is at least the inspect
+    /// interval, up to 100, and falls back to 1 over five minutes after.
     pub fn store_slow(&self, store_id: u64, delay: Duration) {
         if let Some(s) = self.state().stores.get_mut(&store_id) {
+            let old = s.slow;
+            s.health.catch_up(tokio::time::Instant::now(), old);
             s.slow = delay;
         }
         self.shared.faults_changed();

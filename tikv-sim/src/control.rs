@@ -26,7 +26,9 @@
 //! | `hang STORE connect` | new TCP connects hang and open connections stop moving bytes (dropped packets) |
 //! | `hang STORE respond` | receive requests but never answer |
 //! | `unhang STORE` | end a hang |
-//! | `slow STORE MS` | add `MS` milliseconds before each request (0 ends it) |
+//! | `slow STORE MS` | add `MS` milliseconds before each request (0 ends it); the store's slow score rises as TiKV's does |
+//! | `health-timing INSPECT_MS FEEDBACK_MS` | every store's `raftstore.inspect-interval` (TiKV: 100; a latency at or above it times the slow score's inspections out) and `server.health-feedback-interval` (TiKV: 1000; 0: no feedback on BatchCommands streams) |
+//! | `slow-score STORE` | answers `ok SCORE`, the store's slow score now (1 to 100) |
 //! | `busy STORE MS` / `busy STORE off` | answer `ServerIsBusy` with `estimated_wait_ms = MS` / stop |
 //! | `transfer REGION STORE` | move leadership to the peer on `STORE`, PD updated |
 //! | `transfer REGION STORE stale` | the same, PD keeps the old leader |
@@ -209,7 +211,8 @@ fn lock_line(lock: &kvrpcpb::LockInfo) -> String {
 const HELP: &str = "commands: help | stores | regions | region KEY | down STORE | up STORE | \
 down-cold STORE | evict-leaders STORE | restart STORE [DOWN_MS] | rolling-restart [DOWN_MS] [BETWEEN_MS] | \
 raft-tick MS | electing | raft-stats | disk-full STORE on|off | propose-delay STORE MS | \
-hang STORE connect|respond | unhang STORE | slow STORE MS | busy STORE MS|off | \
+hang STORE connect|respond | unhang STORE | slow STORE MS | health-timing INSPECT_MS FEEDBACK_MS | \
+slow-score STORE | busy STORE MS|off | \
 transfer REGION STORE [stale] | pd-view REGION STORE|none | cold REGION [accept|not-leader-first] | \
 election REGION | split KEY | merge SOURCE TARGET [WINDOW_MS] | add-peer REGION STORE [learner] | promote REGION STORE | \
 remove-peer REGION STORE | move-store STORE [ADDR] | cut-clients STORE [refuse|drop] | uncut-clients STORE | \
@@ -375,6 +378,19 @@ async fn run(cluster: &SimCluster, line: &str) -> Result<String> {
             let store = known_store(cluster, words.next())?;
             let ms: u64 = parse_num("milliseconds", words.next())?;
             cluster.store_slow(store, Duration::from_millis(ms));
+        }
+        "health-timing" => {
+            let inspect: u64 = parse_num("inspect interval in ms", words.next())?;
+            let feedback: u64 = parse_num("feedback interval in ms", words.next())?;
+            cluster.store_health_timing(
+                Duration::from_millis(inspect.max(1)),
+                (feedback > 0).then(|| Duration::from_millis(feedback)),
+            );
+        }
+        "slow-score" => {
+            let store = known_store(cluster, words.next())?;
+            let score = cluster.store_slow_score(store).unwrap_or(1.0);
+            result = format!("{score:.2}");
         }
         "busy" => {
             let store = known_store(cluster, words.next())?;

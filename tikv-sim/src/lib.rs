@@ -454,6 +454,7 @@ pub use raft::{RaftStats, RaftTiming};
 pub use state::{ColdMode, HangMode};
 pub use store::{ForwardDial, ForwardStream, FORWARDED_HOST};
 pub use store::{COPROCESSOR_PLUGIN, COPROCESSOR_PLUGIN_VERSION};
+pub use store::{DEFAULT_HEALTH_FEEDBACK_INTERVAL, DEFAULT_INSPECT_INTERVAL};
 pub use tikv_plan_proto::meta::StoreEngine;
 
 /// The version string the simulated stores report to PD clients.

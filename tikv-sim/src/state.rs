@@ -101,6 +101,8 @@ pub(crate) struct SimStore {
     /// `engine` label, which no one sets by hand.
     pub(crate) engine: StoreEngine,
     pub(crate) counters: StoreCounters,
+    /// Its slow score and health feedback (`store/health.rs`).
+    pub(crate) health: crate::store::StoreHealth,
 }
 
 /// Why a Region has no leader.

@@ -137,12 +137,15 @@ fn read_index_gave_up() -> Status {
 
 mod deadline;
 pub(crate) mod forward;
+mod health;
 mod raw;
 mod server;
 mod tiflash;
 mod txn;
 
 pub use forward::{ForwardDial, ForwardStream, FORWARDED_HOST};
+pub(crate) use health::{Attacher, StoreHealth};
+pub use health::{DEFAULT_HEALTH_FEEDBACK_INTERVAL, DEFAULT_INSPECT_INTERVAL};
 pub use raw::{COPROCESSOR_PLUGIN, COPROCESSOR_PLUGIN_VERSION};
 pub(crate) use server::StoreServer;
 pub(crate) use tiflash::TiFlashServer;
@@ -501,6 +504,22 @@ impl StoreService {
         tikv_plan_proto::kv_methods!(route)
     }
 
+    /// Attaches the store's health feedback to `msg` when the stream is
+    /// due one (`store/health.rs`).
+    fn attach_feedback(&self, attacher: &mut Attacher, msg: &mut BatchCommandsResponse) {
+        let now = Instant::now();
+        let mut state = self.shared.lock();
+        let Some(store) = state.stores.get_mut(&self.store_id) else {
+            return;
+        };
+        if !attacher.due(now, store.health.feedback_interval) {
+            return;
+        }
+        let slow = store.slow;
+        msg.health_feedback = Some(store.health.feedback(self.store_id, now, slow));
+        attacher.attached(now);
+    }
+
     fn record_batch(&self, f: impl FnOnce(&mut super::counters::StoreCounters)) {
         let mut state = self.shared.lock();
         if let Some(store) = state.stores.get_mut(&self.store_id) {
@@ -523,6 +542,7 @@ impl StoreService {
         let (out_tx, out_rx) = mpsc::channel(64);
         let service = self.clone();
         tokio::spawn(async move {
+            let mut attacher = Attacher::default();
             let (done_tx, mut done_rx) = mpsc::unbounded_channel::<(u64, Box<BatchResponseCmd>)>();
             let mut done_tx = Some(done_tx);
             loop {
@@ -565,7 +585,8 @@ impl StoreService {
                         let mut answered = answered.into_iter();
                         while !answered.as_slice().is_empty() {
                             let count = answered.len().min(MAX_RESPONSES_PER_MESSAGE);
-                            let msg = answers_message(count, answered.by_ref().take(count));
+                            let mut msg = answers_message(count, answered.by_ref().take(count));
+                            service.attach_feedback(&mut attacher, &mut msg);
                             if out_tx.send(Ok(msg)).await.is_err() {
                                 return;
                             }
@@ -578,7 +599,9 @@ impl StoreService {
                         let ready = std::iter::once(first)
                             .chain(std::iter::from_fn(|| done_rx.try_recv().ok()))
                             .take(count);
-                        if out_tx.send(Ok(answers_message(count, ready))).await.is_err() {
+                        let mut msg = answers_message(count, ready);
+                        service.attach_feedback(&mut attacher, &mut msg);
+                        if out_tx.send(Ok(msg)).await.is_err() {
                             break;
                         }
                     }

@@ -12,7 +12,9 @@ impl<PdC: PdClient> RawClient<PdC> {
     /// fallback attempts and successes, busy probes, invalidations, connect
     /// timeouts.
     pub fn routing_stats(&self) -> RoutingStats {
-        self.routing.stats()
+        let mut stats = self.routing.stats();
+        stats.slow_stores = self.rpc.store_feedback().map_or(0, |f| f.slow_stores());
+        stats
     }
 
     /// **beyond** A clone whose requests carry `tags` in place of the

@@ -270,6 +270,17 @@ impl<PdC: PdClient> PdClient for CodecPdClient<PdC> {
         self.inner.store_labels(store_id)
     }
 
+    fn store_feedback(&self) -> Option<&crate::store::StoreFeedback> {
+        self.inner.store_feedback()
+    }
+
+    async fn load_store_labels(
+        &self,
+        store_id: StoreId,
+    ) -> Result<Option<Vec<crate::proto::metapb::StoreLabel>>> {
+        self.inner.load_store_labels(store_id).await
+    }
+
     /// Encoded: bounded by the client call's deadline, as every PD wait of
     /// a transactional call is (a lock's Region, a timestamp).
     async fn region_for_key(&self, key: &[u8]) -> Result<RegionWithLeader> {

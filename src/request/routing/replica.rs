@@ -86,11 +86,19 @@ impl ReadFlags {
 ///
 /// `spread` picks among equally good peers (a counter, so reads spread);
 /// `label_match` says whether a store's labels match the client's local
-/// labels (`None`: unknown, or no labels configured); `unreachable` says a
-/// store is marked unreachable (never chosen); `not_tikv` says a store is
-/// known to run another engine (a TiFlash store, whose learners serve no
-/// TiKV read, `ReplicaRead::Learner` included: never chosen, as in
-/// client-go, whose replica selector sees TiKV's peers only).
+/// labels (`None`: unknown, or no labels configured; the shell looks the
+/// candidates' labels up from PD before it asks, so unknown means PD could
+/// not tell in time, and such a store ranks as outside the zone);
+/// `unreachable` says a store is marked unreachable (never chosen);
+/// `not_tikv` says a store is known to run another engine (a TiFlash store,
+/// whose learners serve no TiKV read, `ReplicaRead::Learner` included:
+/// never chosen, as in client-go, whose replica selector sees TiKV's peers
+/// only); `slow` says the store's own feedback calls it slow.
+///
+/// The candidates are ranked as client-go's replica selector ranks them
+/// (`calculateScore`): a store that is not slow first, then one in the
+/// client's zone; the read spreads over the best rank. A slow store is
+/// still chosen when every candidate is slow.
 pub(crate) fn replica_target(
     region: &RegionWithLeader,
     mode: ReadMode,
@@ -98,6 +106,7 @@ pub(crate) fn replica_target(
     label_match: impl Fn(StoreId) -> Option<bool>,
     unreachable: impl Fn(StoreId) -> bool,
     not_tikv: impl Fn(StoreId) -> bool,
+    slow: impl Fn(StoreId) -> bool,
 ) -> Option<(metapb::Peer, ReadFlags)> {
     if !mode.leaves_leader() {
         return None;
@@ -134,13 +143,12 @@ pub(crate) fn replica_target(
             ReplicaRead::Learner => holds_data(p) && !is_leader(p) && role(p) == PeerRole::Learner,
         })
         .collect();
-    // Peers in the client's zone first, when any is.
-    let local: Vec<&metapb::Peer> = candidates
-        .iter()
-        .copied()
-        .filter(|p| label_match(p.store_id) == Some(true))
-        .collect();
-    let pool = if local.is_empty() { candidates } else { local };
+    // A store that is not slow first, then one in the client's zone.
+    let rank = |p: &metapb::Peer| {
+        (u8::from(!slow(p.store_id)) << 1) | u8::from(label_match(p.store_id) == Some(true))
+    };
+    let best = candidates.iter().map(|p| rank(p)).max()?;
+    let pool: Vec<&metapb::Peer> = candidates.into_iter().filter(|p| rank(p) == best).collect();
     let peer = *pool.get(spread % pool.len().max(1))?;
     if is_leader(peer) {
         return None;
@@ -198,7 +206,16 @@ mod tests {
     }
 
     fn target(m: ReadMode, spread: usize) -> Option<(u64, ReadFlags)> {
-        replica_target(&region(), m, spread, |_| None, |_| false, |_| false).map(|(p, f)| (p.id, f))
+        replica_target(
+            &region(),
+            m,
+            spread,
+            |_| None,
+            |_| false,
+            |_| false,
+            |_| false,
+        )
+        .map(|(p, f)| (p.id, f))
     }
 
     #[test]
@@ -244,7 +261,7 @@ mod tests {
     fn prefer_leader_leaves_the_leader_only_when_its_store_is_unreachable() {
         let m = mode(ReplicaRead::PreferLeader, false);
         assert_eq!(target(m, 0), None);
-        let away = replica_target(&region(), m, 1, |_| None, |s| s == 1, |_| false);
+        let away = replica_target(&region(), m, 1, |_| None, |s| s == 1, |_| false, |_| false);
         assert_eq!(away.map(|(p, _)| p.id), Some(13));
     }
 
@@ -254,7 +271,7 @@ mod tests {
         r.region.peers[1].is_witness = true;
         let m = mode(ReplicaRead::Follower, false);
         for spread in 0..3 {
-            let got = replica_target(&r, m, spread, |_| None, |s| s == 3, |_| false);
+            let got = replica_target(&r, m, spread, |_| None, |s| s == 3, |_| false, |_| false);
             assert_eq!(
                 got, None,
                 "only the witness and an unreachable peer are left"
@@ -266,11 +283,105 @@ mod tests {
     fn local_labels_pick_the_peers_in_the_clients_zone_when_there_are_any() {
         let m = mode(ReplicaRead::Follower, false);
         for spread in 0..3 {
-            let got = replica_target(&region(), m, spread, |s| Some(s == 3), |_| false, |_| false);
+            let got = replica_target(
+                &region(),
+                m,
+                spread,
+                |s| Some(s == 3),
+                |_| false,
+                |_| false,
+                |_| false,
+            );
             assert_eq!(got.map(|(p, _)| p.id), Some(13));
         }
-        let none_local = replica_target(&region(), m, 0, |_| Some(false), |_| false, |_| false);
+        let none_local = replica_target(
+            &region(),
+            m,
+            0,
+            |_| Some(false),
+            |_| false,
+            |_| false,
+            |_| false,
+        );
         assert_eq!(none_local.map(|(p, _)| p.id), Some(12), "any follower then");
+    }
+
+    #[test]
+    fn a_slow_store_is_passed_over_while_another_candidate_is_not_slow() {
+        let follower = mode(ReplicaRead::Follower, false);
+        let slow3 = |s: StoreId| s == 3;
+        for spread in 0..4 {
+            let got = replica_target(
+                &region(),
+                follower,
+                spread,
+                |_| None,
+                |_| false,
+                |_| false,
+                slow3,
+            );
+            assert_eq!(got.map(|(p, _)| p.id), Some(12), "spread {spread}");
+        }
+        // Not slow outranks the client's zone, as in client-go.
+        let zone3 = |s: StoreId| Some(s == 3);
+        let got = replica_target(&region(), follower, 0, zone3, |_| false, |_| false, slow3);
+        assert_eq!(got.map(|(p, _)| p.id), Some(12));
+        // Every follower slow: still a follower, in the zone first.
+        let all = |s: StoreId| s != 1;
+        let got = replica_target(&region(), follower, 0, zone3, |_| false, |_| false, all);
+        assert_eq!(got.map(|(p, _)| p.id), Some(13));
+        // A mixed read passes over a slow leader; a learner read keeps its
+        // only learner even when slow.
+        let mixed = mode(ReplicaRead::Mixed, false);
+        let slow1 = |s: StoreId| s == 1;
+        for spread in 0..6 {
+            let got = replica_target(
+                &region(),
+                mixed,
+                spread,
+                |_| None,
+                |_| false,
+                |_| false,
+                slow1,
+            );
+            assert!(got.is_some(), "never the slow leader (spread {spread})");
+        }
+        let learner = mode(ReplicaRead::Learner, false);
+        let got = replica_target(
+            &region(),
+            learner,
+            0,
+            |_| None,
+            |_| false,
+            |_| false,
+            |s| s == 4,
+        );
+        assert_eq!(got.map(|(p, _)| p.id), Some(14));
+        // A leader read never looks at slowness.
+        let leader = mode(ReplicaRead::Leader, false);
+        assert_eq!(
+            replica_target(&region(), leader, 0, |_| None, |_| false, |_| false, slow1),
+            None
+        );
+    }
+
+    #[test]
+    fn unknown_labels_rank_outside_the_zone_never_as_a_match() {
+        let follower = mode(ReplicaRead::Follower, false);
+        // Store 2's labels unknown, store 3 known in zone: always 13.
+        let labels = |s: StoreId| (s != 2).then_some(s == 3);
+        for spread in 0..4 {
+            let got = replica_target(
+                &region(),
+                follower,
+                spread,
+                labels,
+                |_| false,
+                |_| false,
+                |_| false,
+            );
+            assert_eq!(got.map(|(p, _)| p.id), Some(13));
+        }
     }
 
     #[test]
@@ -287,8 +398,15 @@ mod tests {
         ] {
             for stale in [false, true] {
                 for spread in 0..10 {
-                    let got =
-                        replica_target(&r, mode(kind, stale), spread, |_| None, |_| false, tiflash);
+                    let got = replica_target(
+                        &r,
+                        mode(kind, stale),
+                        spread,
+                        |_| None,
+                        |_| false,
+                        tiflash,
+                        |_| false,
+                    );
                     assert_ne!(
                         got.map(|(p, _)| p.store_id),
                         Some(5),
@@ -300,9 +418,9 @@ mod tests {
         // Even in the client's zone, and with nothing else left.
         let zone = |s: StoreId| Some(s == 5);
         let learner = mode(ReplicaRead::Learner, false);
-        let got = replica_target(&r, learner, 0, zone, |_| false, tiflash);
+        let got = replica_target(&r, learner, 0, zone, |_| false, tiflash, |_| false);
         assert_eq!(got.map(|(p, _)| p.id), Some(14));
-        let got = replica_target(&r, learner, 0, |_| None, |s| s == 4, tiflash);
+        let got = replica_target(&r, learner, 0, |_| None, |s| s == 4, tiflash, |_| false);
         assert_eq!(got, None, "no TiKV learner left: the leader reads");
     }
 

@@ -594,6 +594,7 @@ mod tests {
         stream.deliver(BatchAnswers {
             request_ids: vec![2],
             responses: vec![Bytes::from_static(b"an answer")],
+            ..BatchAnswers::default()
         });
         assert!(matches!(rx.pop().unwrap().try_recv(), Ok(Reply::Answer(_))));
         assert_eq!(stream.answers(), 1);

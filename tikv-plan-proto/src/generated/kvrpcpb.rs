@@ -1287,6 +1287,21 @@ pub struct WriteDetail {
     #[prost(uint64, tag = "17")]
     pub pessimistic_lock_wait_nanos: u64,
 }
+/// A store's word on its own health, which TiKV attaches to a
+/// BatchCommands response (kvproto's numbers).
+#[allow(clippy::all)]
+#[derive(Clone, Copy, PartialEq, Eq, Hash, ::prost::Message)]
+pub struct HealthFeedback {
+    #[prost(uint64, tag = "1")]
+    pub store_id: u64,
+    /// Grows with each feedback the store sends; it starts at the store's
+    /// start time in unix milliseconds, so a newer feedback has a larger one.
+    #[prost(uint64, tag = "2")]
+    pub feedback_seq_no: u64,
+    /// The raftstore's slow score, 1 (healthy) to 100 (slow).
+    #[prost(int32, tag = "3")]
+    pub slow_score: i32,
+}
 #[allow(clippy::all)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, ::prost::Enumeration)]
 #[repr(i32)]

@@ -104,6 +104,10 @@ pub struct BatchCommandsResponse {
     /// How loaded the store's transport is (TiKV: its gRPC thread load).
     #[prost(uint64, tag = "3")]
     pub transport_layer_load: u64,
+    /// The store's health, attached to the first response of a stream and
+    /// then at most once per TiKV's `server.health-feedback-interval`.
+    #[prost(message, optional, tag = "4")]
+    pub health_feedback: ::core::option::Option<super::kvrpcpb::HealthFeedback>,
     /// When the store wrote the message, in nanoseconds (0: not set).
     #[prost(uint64, tag = "5")]
     pub tikv_send_time_ns: u64,

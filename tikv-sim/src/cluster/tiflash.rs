@@ -92,6 +92,7 @@ pub(super) fn new_store(engine: StoreEngine) -> SimStore {
         labels: Vec::new(),
         engine,
         counters: StoreCounters::default(),
+        health: crate::store::StoreHealth::new(tokio::time::Instant::now()),
     }
 }
 

@@ -50,6 +50,13 @@ where
             }
         };
         let spread = routing.map_or(0, |r| r.next_replica_spread());
+        let feedback = pd
+            .store_feedback()
+            .filter(|_| routing.is_some_and(|r| r.avoids_slow_stores()));
+        if !wanted.is_empty() {
+            self.resolve_labels(region, deadline).await;
+            *now = Instant::now();
+        }
         // Stores whose mapping refused them as TiFlash in this read (the
         // PD client's labels know them too, once looked up).
         let mut refused: Vec<StoreId> = Vec::new();
@@ -70,6 +77,7 @@ where
                     refused.contains(&store_id)
                         || known_not_tikv(pd.store_labels(store_id).as_deref())
                 },
+                |store_id| feedback.is_some_and(|f| f.is_slow(store_id)),
             )?;
             let mapped = self.map_candidate(region, peer, None, deadline).await;
             if !matches!(&mapped, Err(error) if is_not_tikv_refusal(error)) {
@@ -122,5 +130,46 @@ where
         );
         count(Counter::ReplicaFallback);
         None
+    }
+
+    /// Looks up from PD the labels of the Region's stores this client has
+    /// not cached yet, all at once and within the read's deadline, so the
+    /// choice knows which replicas are in the client's zone before its
+    /// first request ([routing.md, "Replica and stale
+    /// reads"](crate::spec::routing#replica-and-stale-reads-beyond)). A
+    /// store PD could not describe in time stays unknown and ranks as
+    /// outside the zone.
+    async fn resolve_labels(&self, region: &RegionWithLeader, deadline: Option<Deadline>) {
+        let pd = &*self.pd_client;
+        let mut unknown: Vec<StoreId> = region
+            .region
+            .peers
+            .iter()
+            .map(|p| p.store_id)
+            .filter(|s| pd.store_labels(*s).is_none())
+            .collect();
+        unknown.dedup();
+        if unknown.is_empty() {
+            return;
+        }
+        let loads = futures::future::join_all(unknown.iter().map(|s| pd.load_store_labels(*s)));
+        let results = match deadline {
+            Some(d) => match tokio::time::timeout_at(d.at, loads).await {
+                Ok(results) => results,
+                Err(_) => {
+                    tracing::debug!(
+                        "region {}: the labels of stores {unknown:?} were not known by the deadline",
+                        region.id()
+                    );
+                    return;
+                }
+            },
+            None => loads.await,
+        };
+        for (store_id, result) in unknown.iter().zip(results) {
+            if let Err(error) = result {
+                tracing::debug!("the labels of store {store_id} could not be loaded: {error}");
+            }
+        }
     }
 }

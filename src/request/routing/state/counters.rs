@@ -57,6 +57,11 @@ pub struct RoutingStats {
     /// Of those, the ones the replica did not answer cleanly, which went to
     /// the leader.
     pub replica_fallbacks: u64,
+    /// Stores whose own health feedback calls them slow right now (slow
+    /// score 80 or more; [routing.md, "Slow-store
+    /// feedback"](crate::spec::routing#slow-store-feedback-beyond)); their
+    /// scores are in the client's `store_slow_scores`.
+    pub slow_stores: u64,
 }
 
 #[derive(Debug, Default)]
@@ -101,6 +106,7 @@ impl Counters {
             rpcs_given_up: get(&self.rpcs_given_up),
             replica_reads: get(&self.replica_reads),
             replica_fallbacks: get(&self.replica_fallbacks),
+            slow_stores: 0,
         }
     }
 

@@ -61,6 +61,8 @@ pub struct RoutingState {
     local_labels: Vec<crate::proto::metapb::StoreLabel>,
     /// Spreads replica reads over equally good replicas.
     replica_spread: std::sync::atomic::AtomicUsize,
+    /// Replica reads pass over slow stores ([`Config::slow_store_feedback`]).
+    slow_store_feedback: bool,
 }
 
 impl RoutingState {
@@ -99,12 +101,19 @@ impl RoutingState {
                 })
                 .collect(),
             replica_spread: std::sync::atomic::AtomicUsize::new(0),
+            slow_store_feedback: config.slow_store_feedback,
         }
     }
 
     /// The labels of the client's location ([`Config::local_labels`]).
     pub(crate) fn local_labels(&self) -> &[crate::proto::metapb::StoreLabel] {
         &self.local_labels
+    }
+
+    /// True when replica reads pass over stores that report themselves
+    /// slow.
+    pub(crate) fn avoids_slow_stores(&self) -> bool {
+        self.slow_store_feedback
     }
 
     /// The next number that spreads replica reads over their replicas.
