@@ -18,13 +18,13 @@ use crate::sync::lock;
 use crate::Error;
 use crate::Failure;
 use prost::bytes::Bytes;
-use std::any::Any;
-use tikv_plan_proto::answers::{AnswerError, BatchAnswers};
+use tikv_plan_proto::answers::BatchAnswers;
 
 /// What a waiting request receives.
 pub(super) enum Reply {
-    /// The answer, decoded as the request's response type.
-    Answer(Box<dyn Any + Send>),
+    /// The answer, still encoded: the waiting request decodes it as its
+    /// own response type, on its own task (see [`super::KvBatchClient`]).
+    Answer(Bytes),
     Failed(Error),
     /// The stream ended before the connection took this request: nothing
     /// was sent; send it again (as a unary call).
@@ -34,22 +34,10 @@ pub(super) enum Reply {
     Unsupported,
 }
 
-/// Decodes an encoded answer as one method's response type.
-pub(super) type DecodeAnswer = fn(Bytes) -> std::result::Result<Box<dyn Any + Send>, AnswerError>;
-
-/// What a request's answer is: its method's label (for errors) and the
-/// decoder of its response type.
-#[derive(Clone, Copy)]
-pub(super) struct AnswerType {
-    pub(super) label: &'static str,
-    pub(super) decode: DecodeAnswer,
-}
-
 struct Waiter {
     tx: oneshot::Sender<Reply>,
     /// The connection took the request: it may have reached the store.
     written: bool,
-    answer: AnswerType,
 }
 
 /// The mutable state of one stream.
@@ -128,7 +116,6 @@ impl BatchStream {
         id: u64,
         entry: Vec<u8>,
         tx: oneshot::Sender<Reply>,
-        answer: AnswerType,
     ) -> std::result::Result<(), (Vec<u8>, oneshot::Sender<Reply>)> {
         let waker = {
             let mut core = lock(&self.core);
@@ -137,11 +124,7 @@ impl BatchStream {
             }
             core.waiting.insert(
                 id,
-                Waiter {
-                    tx,
-                    written: false,
-                    answer,
-                },
+                Waiter { tx, written: false },
             );
             core.queue.push_back((id, entry));
             core.waker.take()
@@ -201,18 +184,11 @@ impl BatchStream {
                     source: None,
                 }))
             } else {
-                // Decoded here, on the reader's thread, from slices of the
-                // message this thread received: the answers of one message
-                // share its buffer and its reference count.
-                match (waiter.answer.decode)(resp) {
-                    Ok(response) => Reply::Answer(response),
-                    Err(e) => Reply::Failed(Error::InternalError {
-                        message: format!(
-                            "the store at {} answered request {id} ({}) of a BatchCommands stream with {e}",
-                            self.address, waiter.answer.label
-                        ),
-                    }),
-                }
+                // A slice of the message this thread received (the answers
+                // of one message share its buffer and its reference count),
+                // decoded by the request on its own task: the reader only
+                // routes, so it does not serialise every decode.
+                Reply::Answer(resp)
             };
             let _ = waiter.tx.send(reply);
         }
@@ -441,12 +417,6 @@ mod tests {
         tikv_plan_proto::requests::encode_batch_entry(&request).unwrap()
     }
 
-    /// Takes any answer as a response of no type.
-    const ANY_ANSWER: AnswerType = AnswerType {
-        label: "test",
-        decode: |_| Ok(Box::new(())),
-    };
-
     fn outgoing(stream: &Arc<BatchStream>, max_batch_size: usize, max_wait: Duration) -> Outgoing {
         Outgoing {
             stream: stream.clone(),
@@ -465,7 +435,7 @@ mod tests {
         (first..first + n)
             .map(|id| {
                 let (tx, rx) = oneshot::channel();
-                assert!(stream.enqueue(id, get(b"k"), tx, ANY_ANSWER).is_ok());
+                assert!(stream.enqueue(id, get(b"k"), tx).is_ok());
                 rx
             })
             .collect()
