@@ -3,8 +3,9 @@
 //! under `valgrind --tool=callgrind`. Every client task runs inside
 //! [`measured`] (sim in its own process), so
 //! `--collect-atstart=no --toggle-collect='tikv_plan_perf::count::measured'`
-//! collects exactly the client's work on the measured operations;
-//! divide by N for instructions per operation. See perf/README.md.
+//! collects the client's work on the operations, the warm-up's included:
+//! divide by N + [`WARM_UP`] for instructions per operation. See
+//! perf/README.md.
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -14,6 +15,9 @@ use tokio::runtime::Runtime;
 use crate::clients::{self, Client, Kind};
 use crate::sim::{Control, Sim};
 use crate::workload::{self, Layout, Op};
+
+/// Operations run before each measured phase, also inside [`measured`].
+pub const WARM_UP: u64 = 2_000;
 
 /// What a count run does.
 pub struct CountPlan<'a> {
@@ -58,7 +62,10 @@ pub fn run(plan: &CountPlan<'_>) -> Result<(), String> {
             }
             for &tasks in plan.tasks {
                 // Warm-up: caches filled, streams open, allocators grown.
-                runtime.block_on(workload::fixed_count(client, &layout, op, tasks, 2_000))?;
+                // Through `measured` as well (the compiler folds two
+                // identical calls into one anyway): a collection toggled
+                // on `measured` covers WARM_UP + N operations.
+                measured(&runtime, client, &layout, op, tasks, WARM_UP)?;
                 let start = Instant::now();
                 measured(&runtime, client, &layout, op, tasks, plan.count)?;
                 println!(

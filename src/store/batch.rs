@@ -202,8 +202,9 @@ fn to_batch_entry(req: &dyn Request) -> Option<(Vec<u8>, AnswerType)> {
 /// The codec of a BatchCommands stream: each request message written out
 /// of its requests' encoded entries ([`write_batch_request`]), each
 /// response message split into its ids and still-encoded answers
-/// ([`split_batch_response`]); the stream's reader then decodes each
-/// answer as its own request's response type ([`BatchStream::deliver`]).
+/// ([`split_batch_response`]); the stream's reader then hands each answer,
+/// still encoded, to its request ([`BatchStream::deliver`]), which decodes
+/// it as its own response type on its own task.
 #[derive(Debug, Clone, Copy, Default)]
 struct BatchCodec;
 
@@ -616,8 +617,9 @@ impl KvBatchClient {
         let (id, answered) = self.send_entry(req, entry).await?;
         match answered {
             Answered::Unary(response) => Ok(response),
-            Answered::Encoded(bytes) => (answer.decode)(bytes)
-                .map_err(|e| self.undecodable(id, answer.label, e)),
+            Answered::Encoded(bytes) => {
+                (answer.decode)(bytes).map_err(|e| self.undecodable(id, answer.label, e))
+            }
         }
     }
 
@@ -635,8 +637,9 @@ impl KvBatchClient {
             None => (0, Answered::Unary(self.unary(req).await?)),
         };
         match answered {
-            (id, Answered::Encoded(bytes)) => decode_batch_answer::<R>(bytes)
-                .map_err(|e| self.undecodable(id, R::LABEL, e)),
+            (id, Answered::Encoded(bytes)) => {
+                decode_batch_answer::<R>(bytes).map_err(|e| self.undecodable(id, R::LABEL, e))
+            }
             (_, Answered::Unary(response)) => response
                 .downcast::<R::Response>()
                 .map(|b| *b)

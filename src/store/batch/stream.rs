@@ -122,10 +122,7 @@ impl BatchStream {
             if core.closed {
                 return Err((entry, tx));
             }
-            core.waiting.insert(
-                id,
-                Waiter { tx, written: false },
-            );
+            core.waiting.insert(id, Waiter { tx, written: false });
             core.queue.push_back((id, entry));
             core.waker.take()
         };
