@@ -468,15 +468,20 @@ async fn read_responses(
 }
 
 /// Removes a request from its stream when its future ends early (timeout or
-/// cancellation); a no-op once answered.
+/// cancellation). Once the request got its reply the stream has removed it
+/// already (every reply is sent after its entry left the table), so the
+/// stream's lock is not taken again.
 struct Entry<'a> {
     stream: &'a BatchStream,
     id: u64,
+    replied: bool,
 }
 
 impl Drop for Entry<'_> {
     fn drop(&mut self) {
-        self.stream.forget(self.id);
+        if !self.replied {
+            self.stream.forget(self.id);
+        }
     }
 }
 
@@ -689,7 +694,11 @@ impl KvBatchClient {
         id: u64,
         rx: oneshot::Receiver<Reply>,
     ) -> Result<Answered> {
-        let _entry = Entry { stream, id };
+        let mut entry = Entry {
+            stream,
+            id,
+            replied: false,
+        };
         let timeout = self.shared.timeout;
         let deadline = tokio::time::Instant::now() + timeout;
         let answers_before = stream.answers();
@@ -715,7 +724,10 @@ impl KvBatchClient {
                     self.shared.address
                 ))))
             }
-            Ok(Ok(reply)) => reply,
+            Ok(Ok(reply)) => {
+                entry.replied = true;
+                reply
+            }
         };
         match reply {
             Reply::Answer(answer) => Ok(Answered::Encoded(answer)),

@@ -6,6 +6,7 @@
 use std::collections::{HashMap, VecDeque};
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, Waker};
 
@@ -51,9 +52,6 @@ struct Core {
     closed: bool,
     /// The request body's waker, parked while the queue is empty.
     waker: Option<Waker>,
-    /// How many answers the stream has delivered: a request that times out
-    /// while this count stood still found the stream stalled.
-    answers: u64,
 }
 
 /// One open BatchCommands stream.
@@ -64,6 +62,10 @@ pub(super) struct BatchStream {
     /// larger, as they carry many answers.
     response_limit: usize,
     core: Mutex<Core>,
+    /// How many answers the stream has delivered: a request that times out
+    /// while this count stood still found the stream stalled. Outside the
+    /// core's lock, so a request reads it without taking that lock.
+    answers: AtomicU64,
     reader: Mutex<Option<AbortHandle>>,
     /// Opened on the client's base connection (not one of its own).
     on_base: bool,
@@ -89,8 +91,8 @@ impl BatchStream {
                 waiting: HashMap::new(),
                 closed: false,
                 waker: None,
-                answers: 0,
             }),
+            answers: AtomicU64::new(0),
             reader: Mutex::new(None),
             on_base,
         })
@@ -157,7 +159,8 @@ impl BatchStream {
         let mut answered = Vec::with_capacity(msg.request_ids.len());
         let done = {
             let mut core = lock(&self.core);
-            core.answers += msg.request_ids.len() as u64;
+            self.answers
+                .fetch_add(msg.request_ids.len() as u64, Ordering::Relaxed);
             for (id, resp) in msg.request_ids.into_iter().zip(msg.responses) {
                 // None: timed out or cancelled meanwhile.
                 if let Some(waiter) = core.waiting.remove(&id) {
@@ -194,7 +197,7 @@ impl BatchStream {
 
     /// How many answers the stream has delivered so far.
     pub(super) fn answers(&self) -> u64 {
-        lock(&self.core).answers
+        self.answers.load(Ordering::Relaxed)
     }
 
     /// Takes a stalled stream out of service: no request is queued on it
