@@ -267,6 +267,11 @@ fn transactions_from_a_plain_thread() {
         txn.status(),
         tikv_plan::transaction::TransactionStatus::Committed
     );
+    // Its secondary ("n") is committed in the background: wait for it, so
+    // the locks counted below are the next transaction's alone.
+    wait_until("the optimistic secondary's lock is committed", || {
+        sim.cluster().locks(b"", b"").is_empty()
+    });
     // Pessimistic: a locking read, a write, a commit.
     let mut txn = client.begin_pessimistic().unwrap();
     assert_eq!(

@@ -25,6 +25,9 @@ pub enum Kind {
     PlanUnaryTonic,
     /// A tonic `TikvClient` straight at the Region leader, context by hand.
     Bare,
+    /// The floor of the batched protocol: one bare `BatchCommands` stream
+    /// per store, context by hand (see [`crate::floor`]).
+    Floor,
     /// `tikv_client::RawClient` 0.4.0 from crates.io.
     Upstream,
 }
@@ -36,6 +39,7 @@ impl Kind {
         vec![
             Kind::PlanBatched,
             Kind::PlanUnary,
+            Kind::Floor,
             Kind::Bare,
             Kind::Upstream,
         ]
@@ -48,9 +52,16 @@ impl Kind {
             "unary" => Some(Kind::PlanUnary),
             "unary-tonic" => Some(Kind::PlanUnaryTonic),
             "bare" => Some(Kind::Bare),
+            "floor" => Some(Kind::Floor),
             "upstream" => Some(Kind::Upstream),
             _ => None,
         }
+    }
+
+    /// True for the hand-routed clients (the bare call and the floor): no
+    /// PD, no routing, no transactions.
+    pub fn is_hand_routed(self) -> bool {
+        matches!(self, Kind::Bare | Kind::Floor)
     }
 
     /// The name shown in tables.
@@ -60,6 +71,7 @@ impl Kind {
             Kind::PlanUnary => "tikv-plan unary",
             Kind::PlanUnaryTonic => "tikv-plan unary, tonic codec",
             Kind::Bare => "bare tonic",
+            Kind::Floor => "BatchCommands floor",
             Kind::Upstream => "tikv-client 0.4.0",
         }
     }
@@ -72,6 +84,8 @@ pub enum Client {
     Plan(Arc<Pair<tikv_plan::RawClient, tikv_plan::TransactionClient>>),
     /// The bare call: no PD, no cache, no retries.
     Bare(Arc<Bare>),
+    /// The floor: bare BatchCommands streams.
+    Floor(Arc<crate::floor::Floor>),
     /// tikv-client 0.4.0.
     Upstream(Arc<Pair<tikv_client::RawClient, tikv_client::TransactionClient>>),
 }
@@ -117,6 +131,9 @@ impl Client {
                     .map_err(fail)?;
                 Ok(Client::Upstream(Arc::new(Pair { raw, txn })))
             }
+            Kind::Floor => Ok(Client::Floor(Arc::new(
+                crate::floor::Floor::connect(control, layout_regions).await?,
+            ))),
             Kind::Bare => {
                 let stores: HashMap<u64, String> = control.stores().await?.into_iter().collect();
                 let mut channels: HashMap<u64, TikvClient<Channel>> = HashMap::new();
@@ -177,6 +194,7 @@ impl Client {
                 _ => upstream_run(&c.raw, request).await,
             },
             Client::Bare(b) => b.run(request).await,
+            Client::Floor(f) => f.run(request).await,
         }
     }
 
@@ -185,7 +203,7 @@ impl Client {
         match self {
             Client::Plan(c) => c.raw.get(key.to_vec()).await.map_err(|e| e.to_string()),
             Client::Upstream(c) => c.raw.get(key.to_vec()).await.map_err(|e| e.to_string()),
-            Client::Bare(_) => Err("the bare call has no routing".to_owned()),
+            Client::Bare(_) | Client::Floor(_) => Err("the bare call has no routing".to_owned()),
         }
     }
 
@@ -211,7 +229,7 @@ impl Client {
         match self {
             Client::Plan(c) => c.raw.batch_put(pairs).await.map_err(|e| e.to_string()),
             Client::Upstream(c) => c.raw.batch_put(pairs).await.map_err(|e| e.to_string()),
-            Client::Bare(_) => Err("the loader uses tikv-plan".to_owned()),
+            Client::Bare(_) | Client::Floor(_) => Err("the loader uses tikv-plan".to_owned()),
         }
     }
 
@@ -245,7 +263,7 @@ async fn plan(pd: &str, mode: tikv_plan::RpcMode) -> Result<Client, String> {
     Ok(Client::Plan(Arc::new(Pair { raw, txn })))
 }
 
-fn check_value(value: Option<Vec<u8>>) -> Result<(), String> {
+pub(crate) fn check_value(value: Option<Vec<u8>>) -> Result<(), String> {
     match value {
         Some(v) if v.len() == VALUE_LEN => Ok(()),
         Some(v) => Err(format!("value of {} bytes, want {VALUE_LEN}", v.len())),
@@ -253,7 +271,7 @@ fn check_value(value: Option<Vec<u8>>) -> Result<(), String> {
     }
 }
 
-fn check_count(what: &str, got: usize, want: usize) -> Result<(), String> {
+pub(crate) fn check_count(what: &str, got: usize, want: usize) -> Result<(), String> {
     if got == want {
         Ok(())
     } else {

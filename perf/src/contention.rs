@@ -255,7 +255,11 @@ pub async fn run(
     let pd = sim.pd.clone();
     let mut deadlocks: Vec<(Kind, Vec<DeadlockTrial>)> = Vec::new();
     let mut hot: Vec<(Kind, usize, HotRun)> = Vec::new();
-    let routed: Vec<Kind> = kinds.iter().copied().filter(|k| *k != Kind::Bare).collect();
+    let routed: Vec<Kind> = kinds
+        .iter()
+        .copied()
+        .filter(|k| !k.is_hand_routed())
+        .collect();
     for &kind in &routed {
         eprintln!("contention: {}", kind.label());
         let tag = format!("{kind:?}");

@@ -3,8 +3,8 @@
 //! tables are made from the same figures.
 //!
 //! - `throughput.csv`: one line per round, operation, task count and
-//!   client, with that round's ratios against the bare call and against
-//!   tikv-client (this client's figure over the reference's, the two
+//!   client, with that round's ratios against the BatchCommands floor, the
+//!   bare call and tikv-client (this client's figure over the reference's, the two
 //!   measured seconds apart in the same round).
 //! - `failover.csv`: every timed read of every failover trial.
 //! - `dead-store.csv`: when each key of each dead-store trial was read.
@@ -103,7 +103,7 @@ pub fn throughput(results: &BTreeMap<Cell, Vec<Sample>>, kinds: &[Kind]) -> Stri
         "client_cpu_us_per_op",
         "sim_cpu_us_per_op",
     ];
-    let ratio_headers: Vec<String> = ["bare", "tikv_client"]
+    let ratio_headers: Vec<String> = ["floor", "bare", "tikv_client"]
         .iter()
         .flat_map(|reference| {
             RATIO_NAMES
@@ -137,7 +137,7 @@ pub fn throughput(results: &BTreeMap<Cell, Vec<Sample>>, kinds: &[Kind]) -> Stri
                 number(sample.cpu_per_op(), 2),
                 number(sample.sim_cpu_per_op(), 2),
             ];
-            for kind in [Kind::Bare, Kind::Upstream] {
+            for kind in [Kind::Floor, Kind::Bare, Kind::Upstream] {
                 let other = reference(kind).and_then(|r| r.get(round));
                 for metric in METRICS {
                     row.push(match other {
@@ -260,9 +260,10 @@ mod tests {
         };
         results.insert(cell(Kind::PlanUnary), vec![sample(900), sample(1200)]);
         results.insert(cell(Kind::Bare), vec![sample(1000), sample(1500)]);
-        let text = throughput(&results, &[Kind::PlanUnary, Kind::Bare]);
+        results.insert(cell(Kind::Floor), vec![sample(1100), sample(1600)]);
+        let text = throughput(&results, &[Kind::PlanUnary, Kind::Floor, Kind::Bare]);
         let lines: Vec<&str> = text.lines().collect();
-        assert_eq!(lines.len(), 5, "{text}");
+        assert_eq!(lines.len(), 7, "{text}");
         let header: Vec<&str> = lines[0].split(',').collect();
         let at = |name: &str| header.iter().position(|h| *h == name).unwrap();
         let plan_round_2: Vec<&str> = lines
@@ -272,6 +273,7 @@ mod tests {
             .split(',')
             .collect();
         assert_eq!(plan_round_2[at("ops_per_s_vs_bare")], "0.8000");
+        assert_eq!(plan_round_2[at("ops_per_s_vs_floor")], "0.7500");
         assert_eq!(plan_round_2[at("ops_per_s_vs_tikv_client")], "");
         let bare_round_1: Vec<&str> = lines
             .iter()

@@ -122,7 +122,13 @@ impl ProxyThroughput {
 
 /// `tasks` tasks send `op` on keys of Regions led from [`CUT_STORE`] back to
 /// back for `seconds`; the rate of successes.
-async fn rate(client: &Client, keys: &Arc<Vec<Vec<u8>>>, tasks: usize, put: bool, for_: Duration) -> f64 {
+async fn rate(
+    client: &Client,
+    keys: &Arc<Vec<Vec<u8>>>,
+    tasks: usize,
+    put: bool,
+    for_: Duration,
+) -> f64 {
     let done = Arc::new(AtomicU64::new(0));
     let until = Instant::now() + for_;
     let mut set = tokio::task::JoinSet::new();

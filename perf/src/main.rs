@@ -15,9 +15,11 @@
 mod bank;
 mod clients;
 mod contention;
+mod count;
 mod csv;
 mod cutoff;
 mod faults;
+mod floor;
 mod replicas;
 mod slow_store;
 mod report;
@@ -89,15 +91,18 @@ struct Plan {
     tasks: Vec<usize>,
     /// Where to write the CSV files (`--csv-dir`), if anywhere.
     csv_dir: Option<PathBuf>,
+    /// `--only count`: this many operations per client, op and task count
+    /// (`--count`), for instruction counts (count.rs).
+    count: Option<u64>,
 }
 
 const USAGE: &str = "usage: tikv-plan-perf --sim PATH [--quick] [--rounds N] [--window-ms MS] \
-[--only throughput|faults|failover|dead-store|cut-off|contention|replicas|slow-store|week|killed-bank] \
-[--label TEXT] [--clients plan,unary,unary-tonic,bare,upstream] [--ops get,put,batch_get,scan] \
-[--tasks 1,64] [--csv-dir DIR] [--bank-seconds N] [--seed N]";
+[--only throughput|faults|failover|dead-store|cut-off|contention|replicas|slow-store|week|killed-bank|count] \
+[--label TEXT] [--clients plan,unary,unary-tonic,floor,bare,upstream] [--ops get,put,batch_get,scan] \
+[--tasks 1,64] [--csv-dir DIR] [--bank-seconds N] [--seed N] [--count N]";
 
 /// The values `--only` takes.
-const ONLY: [&str; 10] = [
+const ONLY: [&str; 11] = [
     "throughput",
     "faults",
     "failover",
@@ -108,6 +113,7 @@ const ONLY: [&str; 10] = [
     "slow-store",
     "week",
     "killed-bank",
+    "count",
 ];
 
 fn parse_args(args: impl Iterator<Item = String>) -> Result<Plan, String> {
@@ -123,6 +129,7 @@ fn parse_args(args: impl Iterator<Item = String>) -> Result<Plan, String> {
     let mut csv_dir = None;
     let mut bank_seconds = None;
     let mut seed = 1;
+    let mut count = 20_000;
     let mut args = args.peekable();
     while let Some(flag) = args.next() {
         if flag == "--quick" {
@@ -148,6 +155,7 @@ fn parse_args(args: impl Iterator<Item = String>) -> Result<Plan, String> {
             "--csv-dir" => csv_dir = Some(PathBuf::from(&value)),
             "--bank-seconds" => bank_seconds = Some(number()?.max(1)),
             "--seed" => seed = number()?,
+            "--count" => count = number()?.max(1),
             "--clients" => clients = Some(list(&value, Kind::parse)?),
             "--ops" => ops = list(&value, Op::parse)?,
             "--tasks" => {
@@ -188,6 +196,7 @@ fn parse_args(args: impl Iterator<Item = String>) -> Result<Plan, String> {
         ops,
         tasks,
         csv_dir,
+        count: (only.as_deref() == Some("count")).then_some(count),
     })
 }
 
@@ -244,7 +253,7 @@ async fn throughput(plan: &Plan, kinds: &[Kind]) -> Result<BTreeMap<Cell, Vec<Sa
     let warm = plan.window.min(Duration::from_millis(500));
     for (kind, client) in &connected {
         for &op in &plan.ops {
-            if *kind == Kind::Bare && op.is_txn() {
+            if kind.is_hand_routed() && op.is_txn() {
                 continue;
             }
             let s = workload::closed_loop(client, &layout, op, 64, warm, &sim, 0).await;
@@ -277,7 +286,7 @@ async fn throughput(plan: &Plan, kinds: &[Kind]) -> Result<BTreeMap<Cell, Vec<Sa
         for &op in &plan.ops {
             for &tasks in &plan.tasks {
                 for (kind, client) in &order {
-                    if *kind == Kind::Bare && op.is_txn() {
+                    if kind.is_hand_routed() && op.is_txn() {
                         continue;
                     }
                     let seed = (round * 100 + tasks) as u64;
@@ -303,7 +312,11 @@ async fn throughput(plan: &Plan, kinds: &[Kind]) -> Result<BTreeMap<Cell, Vec<Sa
 /// its CSV file written) as soon as it is complete.
 async fn faults(plan: &Plan, kinds: &[Kind], info: &str) -> Result<(), String> {
     // The bare call does no routing: it has nothing to fail over to.
-    let routed: Vec<Kind> = kinds.iter().copied().filter(|k| *k != Kind::Bare).collect();
+    let routed: Vec<Kind> = kinds
+        .iter()
+        .copied()
+        .filter(|k| !k.is_hand_routed())
+        .collect();
     let mut failover: Vec<(Kind, Vec<Failover>)> = Vec::new();
     for &kind in routed.iter().filter(|_| plan.failover) {
         let mut trials = Vec::new();
@@ -501,7 +514,14 @@ async fn run(plan: Plan) -> Result<(), String> {
         println!("{}", slow_store::table(&cells, 64, plan.window, slow));
     }
     if plan.week {
-        week::run(&plan.sim, &kinds, plan.quick, plan.csv_dir.as_deref(), &info).await?;
+        week::run(
+            &plan.sim,
+            &kinds,
+            plan.quick,
+            plan.csv_dir.as_deref(),
+            &info,
+        )
+        .await?;
     }
     if plan.killed_bank {
         // tikv-plan's default transport and tikv-client unless named.
@@ -551,6 +571,23 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    if let Some(count) = plan.count {
+        let kinds = plan.clients.clone().unwrap_or_else(Kind::all);
+        let result = count::run(&count::CountPlan {
+            sim: &plan.sim,
+            kinds: &kinds,
+            ops: &plan.ops,
+            tasks: &plan.tasks,
+            count,
+        });
+        return match result {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("tikv-plan-perf: {e}");
+                ExitCode::FAILURE
+            }
+        };
+    }
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

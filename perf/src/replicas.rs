@@ -11,8 +11,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use tikv_plan::{
-    CheckLevel, Config, RawClient, ReplicaRead, Timestamp, TransactionClient,
-    TransactionOptions,
+    CheckLevel, Config, RawClient, ReplicaRead, Timestamp, TransactionClient, TransactionOptions,
 };
 
 use crate::sim::{Control, Sim};
@@ -75,7 +74,12 @@ pub async fn spread(
         .and_then(|r| r.leader)
         .map(|l| l.store_id)
         .ok_or("the Region has no leader")?;
-    let stores: Vec<u64> = control.stores().await?.into_iter().map(|(id, _)| id).collect();
+    let stores: Vec<u64> = control
+        .stores()
+        .await?
+        .into_iter()
+        .map(|(id, _)| id)
+        .collect();
     let client = RawClient::new_with_config(vec![sim.pd.clone()], Config::default())
         .await
         .map_err(|e| format!("cannot connect: {e}"))?;
@@ -92,7 +96,10 @@ pub async fn spread(
             let reader = client.with_replica_read(*mode);
             // Warm: every store's connection and labels cached.
             for i in 0..16 {
-                reader.get(key(i)).await.map_err(|e| format!("warm-up read: {e}"))?;
+                reader
+                    .get(key(i))
+                    .await
+                    .map_err(|e| format!("warm-up read: {e}"))?;
             }
             control.command("reset-counters").await?;
             let done = Arc::new(AtomicU64::new(0));
@@ -133,7 +140,11 @@ pub async fn spread(
 /// The table of [`spread`]: per mode, median reads/s, the leader store's
 /// share of the reads, each store's reads (median), and the throughput as
 /// a ratio of leader-only reads.
-pub fn spread_table(results: &[(&'static str, Vec<Spread>)], tasks: usize, window: Duration) -> String {
+pub fn spread_table(
+    results: &[(&'static str, Vec<Spread>)],
+    tasks: usize,
+    window: Duration,
+) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
@@ -152,7 +163,9 @@ pub fn spread_table(results: &[(&'static str, Vec<Spread>)], tasks: usize, windo
         .unwrap_or(1.0);
     for (name, rounds) in results {
         let ops = median(&rounds.iter().map(|s| s.ops_per_sec).collect::<Vec<_>>());
-        let Some(first) = rounds.first() else { continue };
+        let Some(first) = rounds.first() else {
+            continue;
+        };
         let per_store: Vec<String> = first
             .by_store
             .iter()
@@ -246,7 +259,10 @@ pub async fn stale_latency(
             .await
             .map_err(|e| format!("leader read: {e}"))?;
         on_leader.push(started.elapsed());
-        let stale_options = options.clone().stale_read().replica_read(ReplicaRead::Follower);
+        let stale_options = options
+            .clone()
+            .stale_read()
+            .replica_read(ReplicaRead::Follower);
         let mut stale_read = client.snapshot(back, stale_options);
         let started = Instant::now();
         stale_read
@@ -282,8 +298,16 @@ pub fn stale_table(on_leader: &[Duration], stale: &[Duration], slow: Duration) -
     );
     let _ = writeln!(out, "| read | p50 | p99 |");
     let _ = writeln!(out, "|---|---|---|");
-    for (name, v) in [("leader, fresh snapshot", on_leader), ("stale, 1 s back", stale)] {
-        let _ = writeln!(out, "| {name} | {:.2} ms | {:.2} ms |", pick(v, 0.5), pick(v, 0.99));
+    for (name, v) in [
+        ("leader, fresh snapshot", on_leader),
+        ("stale, 1 s back", stale),
+    ] {
+        let _ = writeln!(
+            out,
+            "| {name} | {:.2} ms | {:.2} ms |",
+            pick(v, 0.5),
+            pick(v, 0.99)
+        );
     }
     let _ = writeln!(
         out,

@@ -413,6 +413,36 @@ pub async fn closed_loop(
     sample
 }
 
+/// `tasks` tasks issue `count` operations of `op` between them, back to
+/// back; the first failure ends the run with its error.
+pub async fn fixed_count(
+    client: &Client,
+    layout: &Arc<Layout>,
+    op: Op,
+    tasks: usize,
+    count: u64,
+) -> Result<(), String> {
+    let tasks = tasks.max(1);
+    let handles: Vec<_> = (0..tasks)
+        .map(|t| {
+            let client = client.clone();
+            let layout = layout.clone();
+            let mine = count / tasks as u64 + u64::from((t as u64) < count % tasks as u64);
+            tokio::spawn(async move {
+                let mut rng = fastrand::Rng::with_seed(t as u64);
+                for _ in 0..mine {
+                    client.run(&layout.request(op, &mut rng)).await?;
+                }
+                Ok::<(), String>(())
+            })
+        })
+        .collect();
+    for handle in handles {
+        handle.await.map_err(|e| format!("task failed: {e}"))??;
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -231,6 +231,13 @@ macro_rules! kv_request {
             ) -> impl std::future::Future<Output = Option<Result<Self::Response>>> + Send + 'a {
                 crate::store::send_typed(self, grpc, timeout)
             }
+            fn dispatch_batched<'a>(
+                &'a mut self,
+                client: &'a crate::store::KvRpcClient,
+                bound: Option<std::time::Duration>,
+            ) -> impl std::future::Future<Output = Option<Result<Self::Response>>> + Send + 'a {
+                crate::store::send_batched(client, self, bound)
+            }
         }
     };
 }
@@ -268,6 +275,13 @@ macro_rules! write_request {
                 timeout: Option<std::time::Duration>,
             ) -> impl std::future::Future<Output = Option<Result<Self::Response>>> + Send + 'a {
                 crate::store::send_typed(self, grpc, timeout)
+            }
+            fn dispatch_batched<'a>(
+                &'a mut self,
+                client: &'a crate::store::KvRpcClient,
+                bound: Option<std::time::Duration>,
+            ) -> impl std::future::Future<Output = Option<Result<Self::Response>>> + Send + 'a {
+                crate::store::send_batched(client, self, bound)
             }
         }
     };

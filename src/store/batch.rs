@@ -68,7 +68,7 @@ use tonic::transport::Channel;
 mod stream;
 
 use crate::sync::lock;
-use stream::{AnswerType, BatchStream, Outgoing, OutgoingBatch, Reply};
+use stream::{BatchStream, Outgoing, OutgoingBatch, Reply};
 
 use super::{KvClient, Request};
 use crate::config::{
@@ -148,6 +148,24 @@ impl BatchOptions {
     }
 }
 
+/// Decodes an encoded answer as one method's response type.
+type DecodeAnswer = fn(Bytes) -> std::result::Result<Box<dyn Any + Send>, AnswerError>;
+
+/// What a request's answer is: its method's label (for errors) and the
+/// decoder of its response type.
+#[derive(Clone, Copy)]
+struct AnswerType {
+    label: &'static str,
+    decode: DecodeAnswer,
+}
+
+/// What a request got back: its answer still encoded (from its stream), or
+/// the response of the unary call it was sent as instead.
+enum Answered {
+    Encoded(Bytes),
+    Unary(Box<dyn Any + Send>),
+}
+
 /// Decodes the answer to a request of method `R` straight into its
 /// response type.
 fn decode_answer<R: KvMethod>(
@@ -184,8 +202,9 @@ fn to_batch_entry(req: &dyn Request) -> Option<(Vec<u8>, AnswerType)> {
 /// The codec of a BatchCommands stream: each request message written out
 /// of its requests' encoded entries ([`write_batch_request`]), each
 /// response message split into its ids and still-encoded answers
-/// ([`split_batch_response`]); the stream's reader then decodes each
-/// answer as its own request's response type ([`BatchStream::deliver`]).
+/// ([`split_batch_response`]); the stream's reader then hands each answer,
+/// still encoded, to its request ([`BatchStream::deliver`]), which decodes
+/// it as its own response type on its own task.
 #[derive(Debug, Clone, Copy, Default)]
 struct BatchCodec;
 
@@ -456,15 +475,20 @@ async fn read_responses(
 }
 
 /// Removes a request from its stream when its future ends early (timeout or
-/// cancellation); a no-op once answered.
+/// cancellation). Once the request got its reply the stream has removed it
+/// already (every reply is sent after its entry left the table), so the
+/// stream's lock is not taken again.
 struct Entry<'a> {
     stream: &'a BatchStream,
     id: u64,
+    replied: bool,
 }
 
 impl Drop for Entry<'_> {
     fn drop(&mut self) {
-        self.stream.forget(self.id);
+        if !self.replied {
+            self.stream.forget(self.id);
+        }
     }
 }
 
@@ -612,20 +636,72 @@ impl KvBatchClient {
         let Some((entry, answer)) = to_batch_entry(req) else {
             return self.unary(req).await;
         };
+        let (id, answered) = self.send_entry(req, entry).await?;
+        match answered {
+            Answered::Unary(response) => Ok(response),
+            Answered::Encoded(bytes) => {
+                (answer.decode)(bytes).map_err(|e| self.undecodable(id, answer.label, e))
+            }
+        }
+    }
+
+    /// [`send`](Self::send) for a request whose type is known: encoded
+    /// straight from it, and its answer decoded straight as its response
+    /// type, on the caller's task (no boxed response to downcast).
+    pub(crate) async fn send_typed<R: KvMethod + Request>(&self, req: &R) -> Result<R::Response> {
+        let entry = if self.shared.unsupported.load(Ordering::Acquire) {
+            None
+        } else {
+            encode_batch_entry(req)
+        };
+        let answered = match entry {
+            Some(entry) => self.send_entry(req, entry).await?,
+            None => (0, Answered::Unary(self.unary(req).await?)),
+        };
+        match answered {
+            (id, Answered::Encoded(bytes)) => {
+                decode_batch_answer::<R>(bytes).map_err(|e| self.undecodable(id, R::LABEL, e))
+            }
+            (_, Answered::Unary(response)) => response
+                .downcast::<R::Response>()
+                .map(|b| *b)
+                .map_err(|_| Error::InternalError {
+                    message: format!(
+                        "the store client answered {} with a response of another type",
+                        R::LABEL
+                    ),
+                }),
+        }
+    }
+
+    /// Queues `req`, encoded as `entry`, on a stream and waits for what it
+    /// gets; with the request's id.
+    async fn send_entry(&self, req: &dyn Request, entry: Vec<u8>) -> Result<(u64, Answered)> {
         let id = self.shared.next_id.fetch_add(1, Ordering::Relaxed);
         let (mut entry, (mut tx, rx)) = (entry, oneshot::channel());
         // A stream may close between the pick and the enqueue: pick again
         // once (the next pick opens a fresh stream).
         for _ in 0..2 {
             let stream = self.shared.pick();
-            match stream.enqueue(id, entry, tx, answer) {
-                Ok(()) => return self.wait(req, &stream, id, rx).await,
+            match stream.enqueue(id, entry, tx) {
+                Ok(()) => return Ok((id, self.wait(req, &stream, id, rx).await?)),
                 Err(back) => (entry, tx) = back,
             }
         }
         // Every stream picked closed before it could take the request:
         // nothing was sent; a unary call it is.
-        self.unary(req).await
+        Ok((id, Answered::Unary(self.unary(req).await?)))
+    }
+
+    /// The error of an answer that does not decode as its request's
+    /// response type.
+    fn undecodable(&self, id: u64, label: &str, e: AnswerError) -> Error {
+        Error::InternalError {
+            message: format!(
+                "the store at {} answered request {id} ({label}) of a BatchCommands stream with {e}",
+                self.shared.address
+            ),
+        }
     }
 
     async fn wait(
@@ -634,8 +710,12 @@ impl KvBatchClient {
         stream: &BatchStream,
         id: u64,
         rx: oneshot::Receiver<Reply>,
-    ) -> Result<Box<dyn Any + Send>> {
-        let _entry = Entry { stream, id };
+    ) -> Result<Answered> {
+        let mut entry = Entry {
+            stream,
+            id,
+            replied: false,
+        };
         let timeout = self.shared.timeout;
         let deadline = tokio::time::Instant::now() + timeout;
         let answers_before = stream.answers();
@@ -661,22 +741,30 @@ impl KvBatchClient {
                     self.shared.address
                 ))))
             }
-            Ok(Ok(reply)) => reply,
+            Ok(Ok(reply)) => {
+                entry.replied = true;
+                reply
+            }
         };
         match reply {
-            Reply::Answer(response) => Ok(response),
+            Reply::Answer(answer) => Ok(Answered::Encoded(answer)),
             Reply::Failed(e) => Err(e),
             // Its stream ended before the connection took it: nothing was
             // sent, so it goes again as a unary call, and fails as such a
             // call would.
-            Reply::Resend => self.unary_until(req, deadline, timeout).await,
+            Reply::Resend => self
+                .unary_until(req, deadline, timeout)
+                .await
+                .map(Answered::Unary),
             Reply::Unsupported => {
                 tracing::info!(
                     "the store at {} does not serve BatchCommands; using unary calls",
                     self.shared.address
                 );
                 self.shared.unsupported.store(true, Ordering::Release);
-                self.unary_until(req, deadline, timeout).await
+                self.unary_until(req, deadline, timeout)
+                    .await
+                    .map(Answered::Unary)
             }
         }
     }

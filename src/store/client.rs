@@ -20,6 +20,7 @@ use crate::proto::tikvpb::tikv_client::TikvClient;
 use crate::security::{ConnectionWatch, SecurityManager};
 use crate::Failure;
 use crate::{Error, Result};
+use tikv_plan_proto::methods::KvMethod;
 
 /// Opens store clients. Connection setup is bounded by the connect
 /// timeout, so an address that drops packets cannot stall a candidate round
@@ -386,6 +387,58 @@ impl KvClient for KvRpcClient {
             Err(_) => Err(backstop_fired()),
         }
     }
+}
+
+impl KvRpcClient {
+    /// [`KvClient::dispatch_within`] on the batched transport for a request
+    /// whose type is known: the same checks and the same one timer, the
+    /// request encoded straight from its type and its answer decoded
+    /// straight as its response type ([`KvBatchClient::send_typed`]), with
+    /// no boxed future and no boxed response.
+    async fn dispatch_batched<R: KvMethod + Request>(
+        &self,
+        batch: &KvBatchClient,
+        req: &R,
+        bound: Option<Duration>,
+    ) -> Result<R::Response> {
+        if let Some(lost) = self.silently_lost() {
+            return Err(lost);
+        }
+        let (timeout, bounded) = call_timeout(bound, self.timeout);
+        if !bounded {
+            return batch.send_typed(req).await;
+        }
+        match tokio::time::timeout(timeout, batch.send_typed(req)).await {
+            Ok(result) => result,
+            Err(_) => Err(Error::from(Failure::Timeout {
+                what: format!("the {} request", req.label()),
+                after: timeout,
+            })),
+        }
+    }
+}
+
+/// `client` when it is the crate's own gRPC client on the batched
+/// transport ([`send_batched`] sends on it); `None` sends the request
+/// through [`KvClient::dispatch_within`].
+pub(crate) fn batched_client(client: &(dyn KvClient + Send + Sync)) -> Option<&KvRpcClient> {
+    let client: &dyn Any = client;
+    client
+        .downcast_ref::<KvRpcClient>()
+        .filter(|c| c.batch.is_some())
+}
+
+/// Sends `req` on `client`'s batched transport within `bound` (see
+/// `KvRpcClient::dispatch_batched`); `None` when the client sends unary
+/// calls. What [`TypedCall::dispatch_batched`](crate::request::TypedCall::dispatch_batched)
+/// returns for the requests of the wire protocol's table.
+pub(crate) async fn send_batched<R: KvMethod + Request>(
+    client: &KvRpcClient,
+    req: &R,
+    bound: Option<Duration>,
+) -> Option<Result<R::Response>> {
+    let batch = client.batch.as_ref()?;
+    Some(client.dispatch_batched(batch, req, bound).await)
 }
 
 /// The typed path of a store client (see [`typed_channel`]).

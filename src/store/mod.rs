@@ -12,11 +12,11 @@ mod typed;
 pub(crate) use batch::BatchOptions;
 #[cfg(feature = "unstable-internals")]
 pub use client::set_typed_path;
-#[cfg(test)]
 pub(crate) use client::KvRpcClient;
 pub use client::TikvConnect;
 pub(crate) use client::{
-    call_timeout, timeout_as_error, typed_channel, with_backstop, BACKSTOP_SLACK,
+    batched_client, call_timeout, send_batched, timeout_as_error, typed_channel, with_backstop,
+    BACKSTOP_SLACK,
 };
 pub use health::{StoreFeedback, DECAY_AFTER, SLOW_SCORE_THRESHOLD};
 #[cfg(test)]

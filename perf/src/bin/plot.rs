@@ -42,6 +42,9 @@ const PLAN: RGBColor = RGBColor(31, 119, 180);
 const BATCHED: RGBColor = RGBColor(23, 190, 207);
 const UPSTREAM: RGBColor = RGBColor(230, 126, 34);
 const GREY: RGBColor = RGBColor(120, 120, 120);
+const FLOOR: RGBColor = RGBColor(60, 60, 60);
+/// The bare BatchCommands stream per store (perf/src/floor.rs).
+const FLOOR_NAME: &str = "BatchCommands floor";
 const LIGHT: RGBColor = RGBColor(200, 200, 200);
 const OK: RGBColor = RGBColor(90, 160, 90);
 const UNDETERMINED: RGBColor = RGBColor(240, 160, 0);
@@ -201,6 +204,7 @@ fn client_color(client: &str) -> RGBColor {
     match client {
         "tikv-plan" | "tikv-plan unary" => PLAN,
         "tikv-plan batched" => BATCHED,
+        FLOOR_NAME => FLOOR,
         c if c.starts_with("tikv-client") => UPSTREAM,
         _ => GREY,
     }
@@ -246,19 +250,26 @@ const OPS: [(&str, &str); 7] = [
 struct RatioCell {
     label: String,
     /// Client to (ops/s ÷ bare, p99 ÷ bare, ops/s ÷ tikv-client, p99 ÷
-    /// tikv-client).
-    by_client: BTreeMap<String, [f64; 4]>,
+    /// tikv-client, ops/s ÷ floor, client CPU per op ÷ floor).
+    by_client: BTreeMap<String, [f64; 6]>,
 }
 
 fn ratio_cells(csv: &Csv) -> Result<Vec<RatioCell>> {
     let ops = csv.texts("op")?;
     let tasks = csv.numbers("tasks")?;
     let clients = csv.texts("client")?;
+    // Files written before the floor was measured have no floor columns.
+    let optional = |name: &str| {
+        csv.numbers(name)
+            .unwrap_or_else(|_| vec![f64::NAN; ops.len()])
+    };
     let columns = [
         csv.numbers("ops_per_s_vs_bare")?,
         csv.numbers("p99_vs_bare")?,
         csv.numbers("ops_per_s_vs_tikv_client")?,
         csv.numbers("p99_vs_tikv_client")?,
+        optional("ops_per_s_vs_floor"),
+        optional("cpu_vs_floor"),
     ];
     let task_counts: BTreeSet<u64> = tasks.iter().map(|t| *t as u64).collect();
     let mut cells = Vec::new();
@@ -279,15 +290,7 @@ fn ratio_cells(csv: &Csv) -> Result<Vec<RatioCell>> {
                     .filter(|&i| &clients[i] == name)
                     .collect();
                 let med = |c: &Vec<f64>| median(&mine.iter().map(|&i| c[i]).collect::<Vec<_>>());
-                by_client.insert(
-                    name.clone(),
-                    [
-                        med(&columns[0]),
-                        med(&columns[1]),
-                        med(&columns[2]),
-                        med(&columns[3]),
-                    ],
-                );
+                by_client.insert(name.clone(), columns.each_ref().map(med));
             }
             cells.push(RatioCell {
                 label: format!("{op_label} · {t}"),
@@ -430,6 +433,33 @@ fn plot_ratios(data: &Path, out: &Path) -> Result<String> {
             )
         })
         .collect();
+    // Each tikv-plan transport's throughput and client CPU per op over the
+    // floor's, in the cells the floor ran.
+    let with_floor: Vec<usize> = (0..cells.len())
+        .filter(|&i| cells[i].by_client.values().any(|r| r[4].is_finite()))
+        .collect();
+    let floor_labels: Vec<String> = with_floor.iter().map(|&i| labels[i].clone()).collect();
+    let plan_vs_floor: Vec<(String, RGBColor, Vec<f64>)> = plans
+        .iter()
+        .flat_map(|c| {
+            let ops = column(c, 4);
+            let cpu = column(c, 5);
+            let base = client_color(c);
+            let lighter = RGBColor(base.0 / 2 + 127, base.1 / 2 + 127, base.2 / 2 + 127);
+            [
+                (
+                    format!("{c}: ops/s"),
+                    base,
+                    with_floor.iter().map(|&i| ops[i]).collect(),
+                ),
+                (
+                    format!("{c}: client CPU per op"),
+                    lighter,
+                    with_floor.iter().map(|&i| cpu[i]).collect(),
+                ),
+            ]
+        })
+        .collect();
     // Each tikv-plan transport's throughput over tikv-client's.
     let plan_vs_upstream: Vec<(String, RGBColor, Vec<f64>)> = plans
         .iter()
@@ -452,11 +482,25 @@ fn plot_ratios(data: &Path, out: &Path) -> Result<String> {
     );
     let root = canvas(
         out,
-        (1500, 760),
+        (1500, if with_floor.is_empty() { 760 } else { 1130 }),
         "Side by side against one simulated cluster (3 stores, 8 Regions); after each operation, its task count",
         &footer,
     )?;
     let (upper, lower) = root.split_vertically(370);
+    let lower = if with_floor.is_empty() {
+        lower
+    } else {
+        let (middle, lower) = lower.split_vertically(370);
+        ratio_panel(
+            &middle,
+            "tikv-plan relative to the BatchCommands floor (one bare stream per store, context by hand)",
+            "÷ BatchCommands floor",
+            &floor_labels,
+            &plan_vs_floor,
+            "floor = 1",
+        )?;
+        lower
+    };
     ratio_panel(
         &upper,
         "Throughput relative to a bare tonic call (1 = as fast as one hand-routed gRPC call)",
@@ -485,10 +529,12 @@ fn plot_ratios(data: &Path, out: &Path) -> Result<String> {
         );
         for plan in &plans {
             line.push_str(&format!(
-                "; {plan} ÷ bare {:.2}, ÷ tikv-client ops/s {:.2} p99 {:.2}",
+                "; {plan} ÷ bare {:.2}, ÷ tikv-client ops/s {:.2} p99 {:.2}, ÷ floor ops/s {:.2} CPU {:.2}",
                 get(plan, 0),
                 get(plan, 2),
                 get(plan, 3),
+                get(plan, 4),
+                get(plan, 5),
             ));
         }
         summary.push_str(&line);

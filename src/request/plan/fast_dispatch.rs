@@ -112,6 +112,15 @@ impl<Req: TypedCall> FastDispatch<Req> {
                 }
             }
         }
+        if let Some(client) = kv_client.as_deref().and_then(crate::store::batched_client) {
+            // The batched transport, typed: the request encoded straight
+            // from its type, its answer decoded straight as its response
+            // type, no boxed future or response. Pinned in place, as above.
+            let call = std::pin::pin!(request.dispatch_batched(client, *rpc_bound));
+            if let Some(result) = call.await {
+                return result;
+            }
+        }
         send(kv_client.as_ref(), request, *rpc_bound).await
     }
 }

@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use crate::pd::PdClient;
 use crate::region::RegionWithLeader;
-use crate::store::GrpcChannel;
+use crate::store::{GrpcChannel, KvRpcClient};
 use crate::Result;
 
 use super::traits::{KvRequest, Plan, Shardable};
@@ -103,6 +103,19 @@ pub trait TypedCall: KvRequest {
         timeout: Option<Duration>,
     ) -> impl Future<Output = Option<Result<Self::Response>>> + Send + 'a {
         let _ = (grpc, timeout);
+        std::future::ready(None)
+    }
+
+    /// Sends the request on `client`'s batched transport within `bound`,
+    /// its answer decoded straight as its response type. `None` (the
+    /// default, and when the client sends unary calls): the request is sent
+    /// through [`KvClient::dispatch_within`](crate::store::KvClient::dispatch_within).
+    fn dispatch_batched<'a>(
+        &'a mut self,
+        client: &'a KvRpcClient,
+        bound: Option<Duration>,
+    ) -> impl Future<Output = Option<Result<Self::Response>>> + Send + 'a {
+        let _ = (client, bound);
         std::future::ready(None)
     }
 }

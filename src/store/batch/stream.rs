@@ -6,6 +6,7 @@
 use std::collections::{HashMap, VecDeque};
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, Waker};
 
@@ -18,13 +19,13 @@ use crate::sync::lock;
 use crate::Error;
 use crate::Failure;
 use prost::bytes::Bytes;
-use std::any::Any;
-use tikv_plan_proto::answers::{AnswerError, BatchAnswers};
+use tikv_plan_proto::answers::BatchAnswers;
 
 /// What a waiting request receives.
 pub(super) enum Reply {
-    /// The answer, decoded as the request's response type.
-    Answer(Box<dyn Any + Send>),
+    /// The answer, still encoded: the waiting request decodes it as its
+    /// own response type, on its own task (see [`super::KvBatchClient`]).
+    Answer(Bytes),
     Failed(Error),
     /// The stream ended before the connection took this request: nothing
     /// was sent; send it again (as a unary call).
@@ -34,22 +35,10 @@ pub(super) enum Reply {
     Unsupported,
 }
 
-/// Decodes an encoded answer as one method's response type.
-pub(super) type DecodeAnswer = fn(Bytes) -> std::result::Result<Box<dyn Any + Send>, AnswerError>;
-
-/// What a request's answer is: its method's label (for errors) and the
-/// decoder of its response type.
-#[derive(Clone, Copy)]
-pub(super) struct AnswerType {
-    pub(super) label: &'static str,
-    pub(super) decode: DecodeAnswer,
-}
-
 struct Waiter {
     tx: oneshot::Sender<Reply>,
     /// The connection took the request: it may have reached the store.
     written: bool,
-    answer: AnswerType,
 }
 
 /// The mutable state of one stream.
@@ -63,9 +52,6 @@ struct Core {
     closed: bool,
     /// The request body's waker, parked while the queue is empty.
     waker: Option<Waker>,
-    /// How many answers the stream has delivered: a request that times out
-    /// while this count stood still found the stream stalled.
-    answers: u64,
 }
 
 /// One open BatchCommands stream.
@@ -76,6 +62,10 @@ pub(super) struct BatchStream {
     /// larger, as they carry many answers.
     response_limit: usize,
     core: Mutex<Core>,
+    /// How many answers the stream has delivered: a request that times out
+    /// while this count stood still found the stream stalled. Outside the
+    /// core's lock, so a request reads it without taking that lock.
+    answers: AtomicU64,
     reader: Mutex<Option<AbortHandle>>,
     /// Opened on the client's base connection (not one of its own).
     on_base: bool,
@@ -101,8 +91,8 @@ impl BatchStream {
                 waiting: HashMap::new(),
                 closed: false,
                 waker: None,
-                answers: 0,
             }),
+            answers: AtomicU64::new(0),
             reader: Mutex::new(None),
             on_base,
         })
@@ -128,21 +118,13 @@ impl BatchStream {
         id: u64,
         entry: Vec<u8>,
         tx: oneshot::Sender<Reply>,
-        answer: AnswerType,
     ) -> std::result::Result<(), (Vec<u8>, oneshot::Sender<Reply>)> {
         let waker = {
             let mut core = lock(&self.core);
             if core.closed {
                 return Err((entry, tx));
             }
-            core.waiting.insert(
-                id,
-                Waiter {
-                    tx,
-                    written: false,
-                    answer,
-                },
-            );
+            core.waiting.insert(id, Waiter { tx, written: false });
             core.queue.push_back((id, entry));
             core.waker.take()
         };
@@ -177,7 +159,8 @@ impl BatchStream {
         let mut answered = Vec::with_capacity(msg.request_ids.len());
         let done = {
             let mut core = lock(&self.core);
-            core.answers += msg.request_ids.len() as u64;
+            self.answers
+                .fetch_add(msg.request_ids.len() as u64, Ordering::Relaxed);
             for (id, resp) in msg.request_ids.into_iter().zip(msg.responses) {
                 // None: timed out or cancelled meanwhile.
                 if let Some(waiter) = core.waiting.remove(&id) {
@@ -201,18 +184,11 @@ impl BatchStream {
                     source: None,
                 }))
             } else {
-                // Decoded here, on the reader's thread, from slices of the
-                // message this thread received: the answers of one message
-                // share its buffer and its reference count.
-                match (waiter.answer.decode)(resp) {
-                    Ok(response) => Reply::Answer(response),
-                    Err(e) => Reply::Failed(Error::InternalError {
-                        message: format!(
-                            "the store at {} answered request {id} ({}) of a BatchCommands stream with {e}",
-                            self.address, waiter.answer.label
-                        ),
-                    }),
-                }
+                // A slice of the message this thread received (the answers
+                // of one message share its buffer and its reference count),
+                // decoded by the request on its own task: the reader only
+                // routes, so it does not serialise every decode.
+                Reply::Answer(resp)
             };
             let _ = waiter.tx.send(reply);
         }
@@ -221,7 +197,7 @@ impl BatchStream {
 
     /// How many answers the stream has delivered so far.
     pub(super) fn answers(&self) -> u64 {
-        lock(&self.core).answers
+        self.answers.load(Ordering::Relaxed)
     }
 
     /// Takes a stalled stream out of service: no request is queued on it
@@ -441,12 +417,6 @@ mod tests {
         tikv_plan_proto::requests::encode_batch_entry(&request).unwrap()
     }
 
-    /// Takes any answer as a response of no type.
-    const ANY_ANSWER: AnswerType = AnswerType {
-        label: "test",
-        decode: |_| Ok(Box::new(())),
-    };
-
     fn outgoing(stream: &Arc<BatchStream>, max_batch_size: usize, max_wait: Duration) -> Outgoing {
         Outgoing {
             stream: stream.clone(),
@@ -465,7 +435,7 @@ mod tests {
         (first..first + n)
             .map(|id| {
                 let (tx, rx) = oneshot::channel();
-                assert!(stream.enqueue(id, get(b"k"), tx, ANY_ANSWER).is_ok());
+                assert!(stream.enqueue(id, get(b"k"), tx).is_ok());
                 rx
             })
             .collect()

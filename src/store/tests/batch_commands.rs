@@ -498,3 +498,43 @@ async fn an_answer_over_the_decoding_limit_fails_only_its_own_request() {
     assert_eq!(sum(&cluster, |c| c.batch_streams()), before);
     cluster.shutdown().await;
 }
+
+#[tokio::test]
+async fn the_typed_batched_path_answers_as_the_boxed_one_and_only_when_batched() {
+    let cluster = cluster(1, &[]).await;
+    let writer = RawClient::new_with_config(cluster.pd_endpoints(), batched())
+        .await
+        .unwrap();
+    writer.put("t", "typed").await.unwrap();
+    let store = leader_store(&cluster, b"t");
+    let connect = connector(BatchOptions::default(), PATIENCE);
+    let client = store_client(&cluster, store, &connect).await;
+    let request = raw_get(&cluster, store, b"t");
+    let typed = crate::store::send_batched(&client, &request, None)
+        .await
+        .expect("a batched client takes the typed path")
+        .unwrap();
+    let boxed = client.dispatch(&request).await.unwrap();
+    let boxed = boxed.downcast::<kvrpcpb::RawGetResponse>().unwrap();
+    assert_eq!(typed.value, b"typed".to_vec());
+    assert_eq!(typed, *boxed);
+    // Both went over the stream: no unary call was made.
+    assert_eq!(client.batch_client().unwrap().open_streams(), 1);
+    // A bound shorter than the client's own timeout is kept, and fails as
+    // the plan's timeout when it runs out (here it does not).
+    let bounded = crate::store::send_batched(&client, &request, Some(PATIENCE / 2))
+        .await
+        .unwrap();
+    assert_eq!(bounded.unwrap().value, b"typed".to_vec());
+    // A unary client has no typed batched path: the plan sends through
+    // `dispatch_within`.
+    let unary = connector(BatchOptions::default(), PATIENCE)
+        .with_rpc_mode(RpcMode::Unary, BatchOptions::default());
+    let unary = store_client(&cluster, store, &unary).await;
+    assert!(crate::store::send_batched(&unary, &request, None)
+        .await
+        .is_none());
+    assert!(crate::store::batched_client(&unary).is_none());
+    assert!(crate::store::batched_client(&client).is_some());
+    cluster.shutdown().await;
+}
