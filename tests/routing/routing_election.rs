@@ -36,29 +36,41 @@ fn region_loads(calls: &BTreeMap<String, u64>) -> u64 {
     .sum()
 }
 
-#[tokio::test(start_paused = true)]
-async fn calls_in_an_election_window_end_in_their_deadline_and_pd_load_stays_bounded() {
-    let regions = 20;
+/// A 3-store cluster of `regions` Regions electing on `raft`, and a raw
+/// client of `config` (with 200 ms RPC and 100 ms connect bounds) that has
+/// written "0" to each Region's key.
+async fn loaded_cluster(
+    regions: usize,
+    raft: RaftTiming,
+    config: Config,
+) -> (Arc<SimCluster>, RawClient) {
     let cluster = Arc::new(
         SimCluster::builder()
             .stores(3)
             .replicas(3)
             .split_keys((1..regions).map(key).collect())
-            .raft_timing(timing())
+            .raft_timing(raft)
             .start()
             .await
             .unwrap(),
     );
-    let config = Config::default()
+    let config = config
         .with_timeout(Duration::from_millis(200))
-        .with_connect_timeout(Duration::from_millis(100))
-        .with_request_deadline(DEADLINE);
+        .with_connect_timeout(Duration::from_millis(100));
     let client = RawClient::new_with_config(cluster.pd_endpoints(), config)
         .await
         .unwrap();
     for i in 0..regions {
         client.put(key(i), b"0".to_vec()).await.unwrap();
     }
+    (cluster, client)
+}
+
+#[tokio::test(start_paused = true)]
+async fn calls_in_an_election_window_end_in_their_deadline_and_pd_load_stays_bounded() {
+    let regions = 20;
+    let config = Config::default().with_request_deadline(DEADLINE);
+    let (cluster, client) = loaded_cluster(regions, timing(), config).await;
     let dead = 1;
     let led: Vec<u64> = cluster
         .regions()
@@ -172,27 +184,10 @@ fn slow_timing() -> RaftTiming {
 /// longest read.
 async fn reads_through_a_crash(wait: Duration) -> (usize, Vec<(bool, String)>, Duration) {
     let regions = 12;
-    let cluster = Arc::new(
-        SimCluster::builder()
-            .stores(3)
-            .replicas(3)
-            .split_keys((1..regions).map(key).collect())
-            .raft_timing(slow_timing())
-            .start()
-            .await
-            .unwrap(),
-    );
     let config = Config::default()
-        .with_timeout(Duration::from_millis(200))
-        .with_connect_timeout(Duration::from_millis(100))
         .with_request_deadline(Duration::from_secs(5))
         .with_leaderless_wait(wait);
-    let client = RawClient::new_with_config(cluster.pd_endpoints(), config)
-        .await
-        .unwrap();
-    for i in 0..regions {
-        client.put(key(i), b"0".to_vec()).await.unwrap();
-    }
+    let (cluster, client) = loaded_cluster(regions, slow_timing(), config).await;
     let crashed = Instant::now();
     cluster.store_down(1).await;
     let window = slow_timing().election_timeout() * 2 + Duration::from_millis(500);
