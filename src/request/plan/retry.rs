@@ -31,6 +31,8 @@ use engine::{Event, Next, ShardMachine};
 mod replica;
 mod steps;
 
+use steps::Target;
+
 /// Shards a plan by Region and runs leader-first candidate rounds with voter
 /// fallback for each shard ([routing.md, "One round, per
 /// shard"](crate::spec::routing#one-round-per-shard)). Results come back in
@@ -84,7 +86,7 @@ impl Drop for InFlight<'_> {
 /// into pieces that run next, in key order.
 enum PieceEnd<'r, P: Plan + Shardable> {
     Done(Result<P::Result>),
-    Split(Vec<(P::Shard, Box<ShardMachine<'r>>)>),
+    Split(Vec<(P::Shard, ShardMachine<'r>)>),
 }
 
 impl<P, PdC> RetryableMultiRegion<P, PdC>
@@ -108,7 +110,7 @@ where
     fn dispatch_candidate<'a>(
         &'a self,
         plan: &'a mut P,
-        store: &'a RegionStore,
+        target: Target,
         permits: Option<&'a Semaphore>,
         deadline_left: Option<std::time::Duration>,
         deadline: Option<Deadline>,
@@ -116,13 +118,13 @@ where
         now: &'a mut Instant,
     ) -> impl std::future::Future<Output = (Instant, Result<P::Result>)> + 'a {
         async move {
-            if let Err(error) = plan.apply_store(store) {
+            if let Err(error) = target.aimed {
                 return (*now, Err(error));
             }
             #[cfg(feature = "failpoints")]
             fail::fail_point!("tikv_plan::before_dispatch", |arg| (
                 *now,
-                Err(fail_point_error("dispatch", store.store_id(), arg))
+                Err(fail_point_error("dispatch", target.store_id, arg))
             ));
             let before_permit = *now;
             let permit = match permits {
@@ -163,8 +165,10 @@ where
                     what: "a concurrency permit of the request (nothing was sent)".to_owned(),
                     after: now.saturating_duration_since(before_permit),
                 });
-                let region_id = store.region_with_leader.id();
-                return (*now, Err(deadline_exceeded(region_id, waited, deadline)));
+                return (
+                    *now,
+                    Err(deadline_exceeded(target.region_id, waited, deadline)),
+                );
             }
             // One bound, kept by the store client's own timer when the plan
             // passes it on (with a backstop here near the deadline), else by
@@ -182,7 +186,7 @@ where
             // probed, and gives up once the store is marked unreachable (a
             // write that must not be sent twice then ends undetermined).
             let watch = self.routing.as_ref().and_then(|r| {
-                r.liveness_watch(store.target_peer.store_id, forwarded)
+                r.liveness_watch(target.store_id, forwarded)
                     .map(|watch| (watch, r))
             });
             let rpc = std::pin::pin!(async {
@@ -198,7 +202,7 @@ where
                 Some(bound) => match timed(now, tokio::time::timeout(bound, rpc)).await {
                     Ok(result) => result,
                     Err(_) => Err(Error::from(Failure::Timeout {
-                        what: format!("the request to store {}", store.store_id()),
+                        what: format!("the request to store {}", target.store_id),
                         after: bound,
                     })),
                 },
@@ -225,26 +229,21 @@ where
             let mut results = Vec::with_capacity(1);
             // The shard itself, then the pieces a split left, in key order
             // (the queue allocates only when a split happens); a piece of a
-            // split is never the whole request.
-            // Boxed: the machine is large, and moves with each piece into
-            // its future.
-            let machine = Box::new(ShardMachine::new(
-                region,
-                self.backoff.clone(),
-                self.policy,
-                deadline,
-                scope,
-            ));
-            let mut piece = Some((shard, machine, whole));
+            // split is never the whole request. The machine stays here, in
+            // this future, and is lent to each piece's: it is large, and a
+            // box of its own per request would cost an allocation.
+            let mut machine =
+                ShardMachine::new(region, self.backoff.clone(), self.policy, deadline, scope);
+            let mut piece = Some((shard, whole));
             let mut pieces = VecDeque::new();
-            while let Some((shard, machine, whole)) = piece.take() {
+            while let Some((shard, whole)) = piece.take() {
                 // Pinned in place: awaited as a temporary, the piece's
                 // future would take its room twice in this one.
                 let end = std::pin::pin!(self.run_piece(
                     whole_plan.for_shard(shard, whole),
                     whole_plan,
                     whole,
-                    machine,
+                    &mut machine,
                     permits,
                 ))
                 .await;
@@ -263,9 +262,10 @@ where
                         }
                     }
                 }
-                piece = pieces
-                    .pop_front()
-                    .map(|(shard, machine)| (shard, machine, false));
+                if let Some((shard, next)) = pieces.pop_front() {
+                    machine = next;
+                    piece = Some((shard, false));
+                }
             }
             results
         }
@@ -276,17 +276,20 @@ where
     /// from the whole plan and re-aimed at each candidate.
     // Not `async fn`: see `dispatch_candidate`.
     #[allow(clippy::manual_async_fn)]
-    fn run_piece<'a>(
+    fn run_piece<'a, 'm>(
         &'a self,
         mut plan: P,
         whole_plan: &'a P,
         whole: bool,
-        mut machine: Box<ShardMachine<'a>>,
+        machine: &'m mut ShardMachine<'a>,
         permits: Option<&'a Semaphore>,
-    ) -> impl std::future::Future<Output = PieceEnd<'a, P>> + 'a {
+    ) -> impl std::future::Future<Output = PieceEnd<'a, P>> + 'm
+    where
+        'a: 'm,
+    {
         async move {
             let mut event = Event::Start;
-            let mut store: Option<RegionStore> = None;
+            let mut store: Option<Target> = None;
             // Whether the mapped store is reached through a proxy.
             let mut forwarded = false;
             let mut response: Option<P::Result> = None;
@@ -327,20 +330,40 @@ where
                     },
                     Next::Map { peer, via } => {
                         forwarded = via.is_some();
-                        let mapping = std::pin::pin!(self.map_candidate(
-                            machine.region(),
-                            peer,
-                            via,
-                            machine.deadline()
-                        ));
-                        let mapping = InSpan {
-                            fut: mapping,
-                            span: machine.attempt_span(),
-                        };
-                        match timed(&mut now, mapping).await {
-                            Ok(mut mapped) => {
+                        let mapped = match self.cached_client(peer.store_id, via) {
+                            Err(error) => Err(error),
+                            // The usual case, the store's client cached: the
+                            // machine lends its Region to aim the request
+                            // and has it back before its next step, so the
+                            // Region is not copied.
+                            Ok(Some(client)) => {
+                                let mut mapped =
+                                    RegionStore::new(machine.lend_region(), peer, client);
                                 mapped.read = read_flags;
-                                store = Some(mapped);
+                                let target = Target::aim(&mut plan, &mapped);
+                                machine.return_region(mapped.region_with_leader);
+                                Ok(target)
+                            }
+                            Ok(None) => {
+                                let mapping = std::pin::pin!(self.look_up_candidate(
+                                    machine.region(),
+                                    peer,
+                                    via,
+                                    machine.deadline()
+                                ));
+                                let mapping = InSpan {
+                                    fut: mapping,
+                                    span: machine.attempt_span(),
+                                };
+                                timed(&mut now, mapping).await.map(|mut mapped| {
+                                    mapped.read = read_flags;
+                                    Target::aim(&mut plan, &mapped)
+                                })
+                            }
+                        };
+                        match mapped {
+                            Ok(target) => {
+                                store = Some(target);
                                 Event::Mapped
                             }
                             Err(error) => Event::MappingFailed(error),
@@ -348,13 +371,13 @@ where
                     }
                     Next::Dispatch { bound } => {
                         let (sent_at, result) = match store.take() {
-                            Some(store) => {
+                            Some(target) => {
                                 // Pinned in place and polled in the attempt's
                                 // span through a reference: the RPC's future
                                 // is not moved again into a wrapper.
                                 let rpc = std::pin::pin!(self.dispatch_candidate(
                                     &mut plan,
-                                    &store,
+                                    target,
                                     permits,
                                     bound,
                                     machine.deadline(),
@@ -431,7 +454,7 @@ where
                         Some(Ok(new)) => {
                             return PieceEnd::Split(
                                 new.into_iter()
-                                    .map(|(shard, region)| (shard, Box::new(machine.fork(region))))
+                                    .map(|(shard, region)| (shard, machine.fork(region)))
                                     .collect(),
                             )
                         }

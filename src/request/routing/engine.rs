@@ -357,6 +357,18 @@ impl<'r> ShardMachine<'r> {
         &self.region
     }
 
+    /// Lends the shard's Region (to aim a request at a candidate without a
+    /// copy); until [`return_region`](Self::return_region) the machine holds
+    /// an empty one, so nothing else may be asked of it in between.
+    pub(crate) fn lend_region(&mut self) -> RegionWithLeader {
+        std::mem::take(&mut self.region)
+    }
+
+    /// Takes back the Region [`lend_region`](Self::lend_region) lent.
+    pub(crate) fn return_region(&mut self, region: RegionWithLeader) {
+        self.region = region;
+    }
+
     /// The effects of the last transition, in the order to perform them.
     pub(crate) fn take_effects(&mut self) -> Effects {
         std::mem::take(&mut self.effects)

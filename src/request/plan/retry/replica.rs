@@ -111,10 +111,12 @@ where
             }
         };
         let (flags, store_id) = (store.read, store.store_id());
+        let target = super::steps::Target::aim(plan, &store);
+        drop(store);
         *now = Instant::now();
         let left = deadline.map(|d| d.at.saturating_duration_since(*now));
         let (_, result) = self
-            .dispatch_candidate(plan, &store, permits, left, deadline, false, now)
+            .dispatch_candidate(plan, target, permits, left, deadline, false, now)
             .await;
         let why = match result {
             Ok(mut answer) => match answer.region_error() {

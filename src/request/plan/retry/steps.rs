@@ -11,12 +11,34 @@ use crate::pd::PdClient;
 use crate::region::RegionWithLeader;
 use crate::request::plan::retry::RetryableMultiRegion;
 use crate::request::plan::stage::ShardStage;
-use crate::request::plan::traits::HasRegionError;
+use crate::request::plan::traits::{HasRegionError, Shardable};
 use crate::request::routing::engine::scope::Deadline;
 use crate::request::routing::engine::Effect;
 use crate::request::routing::state::ProxyChange;
 use crate::store::RegionStore;
 use crate::Result;
+
+/// A candidate the piece's request is aimed at: its store client set and
+/// its context filled (`Shardable::apply_store`) when the candidate was
+/// mapped, so the mapping's copy of the Region is not kept until the
+/// dispatch.
+pub(super) struct Target {
+    pub(super) store_id: crate::region::StoreId,
+    pub(super) region_id: crate::region::RegionId,
+    /// How aiming the request went; an error fails the dispatch, unsent.
+    pub(super) aimed: Result<()>,
+}
+
+impl Target {
+    /// Aims `plan` at `store`.
+    pub(super) fn aim<P: Shardable>(plan: &mut P, store: &RegionStore) -> Target {
+        Target {
+            store_id: store.store_id(),
+            region_id: store.region_with_leader.id(),
+            aimed: plan.apply_store(store),
+        }
+    }
+}
 
 impl<P, PdC> RetryableMultiRegion<P, PdC>
 where
@@ -132,15 +154,43 @@ where
         via: Option<crate::region::StoreId>,
         deadline: Option<Deadline>,
     ) -> Result<RegionStore> {
-        if let Some(proxy) = via {
-            return self.map_via(region, peer, proxy, deadline).await;
+        match self.cached_client(peer.store_id, via)? {
+            Some(client) => Ok(RegionStore::new(region.clone(), peer, client)),
+            None => self.look_up_candidate(region, peer, via, deadline).await,
+        }
+    }
+
+    /// The cached client of a candidate's store, behind the
+    /// `before-map-store` fail point; `None` when the store must be looked
+    /// up, or is reached through the proxy `via` (see
+    /// [`look_up_candidate`](Self::look_up_candidate)).
+    pub(super) fn cached_client(
+        &self,
+        store_id: crate::region::StoreId,
+        via: Option<crate::region::StoreId>,
+    ) -> Result<Option<Arc<dyn crate::store::KvClient + Send + Sync>>> {
+        if via.is_some() {
+            return Ok(None);
         }
         #[cfg(feature = "failpoints")]
         fail::fail_point!("tikv_plan::before_map_store", |arg| Err(
-            super::fail_point_error("mapping", peer.store_id, arg)
+            super::fail_point_error("mapping", store_id, arg)
         ));
-        if let Some(client) = self.pd_client.cached_store_client(peer.store_id) {
-            return Ok(RegionStore::new(region.clone(), peer, client));
+        Ok(self.pd_client.cached_store_client(store_id))
+    }
+
+    /// Maps a candidate whose store the cache does not answer: through the
+    /// proxy `via`, or by looking the store up in PD, cut off at the
+    /// request's `deadline`.
+    pub(super) async fn look_up_candidate(
+        &self,
+        region: &RegionWithLeader,
+        peer: crate::proto::metapb::Peer,
+        via: Option<crate::region::StoreId>,
+        deadline: Option<Deadline>,
+    ) -> Result<RegionStore> {
+        if let Some(proxy) = via {
+            return self.map_via(region, peer, proxy, deadline).await;
         }
         let store_id = peer.store_id;
         let lookup = Arc::clone(&self.pd_client).map_peer_to_store(region.clone(), peer);
