@@ -235,7 +235,8 @@ macro_rules! kv_request {
                 &'a mut self,
                 client: &'a crate::store::KvRpcClient,
                 bound: Option<std::time::Duration>,
-            ) -> impl std::future::Future<Output = Option<Result<Self::Response>>> + Send + 'a {
+            ) -> impl std::future::Future<Output = Option<Result<Box<Self::Response>>>> + Send + 'a
+            {
                 crate::store::send_batched(client, self, bound)
             }
         }
@@ -280,7 +281,8 @@ macro_rules! write_request {
                 &'a mut self,
                 client: &'a crate::store::KvRpcClient,
                 bound: Option<std::time::Duration>,
-            ) -> impl std::future::Future<Output = Option<Result<Self::Response>>> + Send + 'a {
+            ) -> impl std::future::Future<Output = Option<Result<Box<Self::Response>>>> + Send + 'a
+            {
                 crate::store::send_batched(client, self, bound)
             }
         }

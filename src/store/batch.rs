@@ -171,7 +171,7 @@ enum Answered {
 fn decode_answer<R: KvMethod>(
     answer: Bytes,
 ) -> std::result::Result<Box<dyn Any + Send>, AnswerError> {
-    decode_batch_answer::<R>(answer).map(|response| Box::new(response) as Box<dyn Any + Send>)
+    decode_batch_answer::<R>(answer).map(|response| response as Box<dyn Any + Send>)
 }
 
 /// A request as a BatchCommands sub-request, encoded as its entry in a
@@ -646,9 +646,12 @@ impl KvBatchClient {
     }
 
     /// [`send`](Self::send) for a request whose type is known: encoded
-    /// straight from it, and its answer decoded straight as its response
-    /// type, on the caller's task (no boxed response to downcast).
-    pub(crate) async fn send_typed<R: KvMethod + Request>(&self, req: &R) -> Result<R::Response> {
+    /// straight from it, its answer decoded straight as its response type
+    /// (in the box it then moves in) on the caller's task.
+    pub(crate) async fn send_typed<R>(&self, req: &R) -> Result<Box<R::Response>>
+    where
+        R: KvMethod + Request,
+    {
         let entry = if self.shared.unsupported.load(Ordering::Acquire) {
             None
         } else {
@@ -662,15 +665,14 @@ impl KvBatchClient {
             (id, Answered::Encoded(bytes)) => {
                 decode_batch_answer::<R>(bytes).map_err(|e| self.undecodable(id, R::LABEL, e))
             }
-            (_, Answered::Unary(response)) => response
-                .downcast::<R::Response>()
-                .map(|b| *b)
-                .map_err(|_| Error::InternalError {
+            (_, Answered::Unary(response)) => response.downcast().map_err(|_| {
+                let label = R::LABEL;
+                Error::InternalError {
                     message: format!(
-                        "the store client answered {} with a response of another type",
-                        R::LABEL
+                        "the store client answered {label} with a response of another type"
                     ),
-                }),
+                }
+            }),
         }
     }
 

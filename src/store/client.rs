@@ -400,7 +400,7 @@ impl KvRpcClient {
         batch: &KvBatchClient,
         req: &R,
         bound: Option<Duration>,
-    ) -> Result<R::Response> {
+    ) -> Result<Box<R::Response>> {
         if let Some(lost) = self.silently_lost() {
             return Err(lost);
         }
@@ -436,7 +436,7 @@ pub(crate) async fn send_batched<R: KvMethod + Request>(
     client: &KvRpcClient,
     req: &R,
     bound: Option<Duration>,
-) -> Option<Result<R::Response>> {
+) -> Option<Result<Box<R::Response>>> {
     let batch = client.batch.as_ref()?;
     Some(client.dispatch_batched(batch, req, bound).await)
 }

@@ -96,7 +96,7 @@ macro_rules! txn_request {
                 &'a mut self,
                 client: &'a crate::store::KvRpcClient,
                 bound: Option<std::time::Duration>,
-            ) -> impl std::future::Future<Output = Option<Result<Self::Response>>> + Send + 'a {
+            ) -> impl std::future::Future<Output = Option<Result<Box<Self::Response>>>> + Send + 'a {
                 crate::store::send_batched(client, self, bound)
             }
         }

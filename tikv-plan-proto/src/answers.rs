@@ -133,11 +133,17 @@ pub fn split_batch_response(mut buf: Bytes) -> Result<BatchAnswers, AnswerError>
 /// reserved first for as many pairs as `buf` holds.
 pub fn decode_response<R: KvResponse, B: Buf>(buf: B) -> Result<R, prost::DecodeError> {
     let mut response = R::default();
+    decode_into(&mut response, buf)?;
+    Ok(response)
+}
+
+/// [`decode_response`] into `response`, a default one (a response in a box
+/// is decoded where it lies, not made elsewhere and moved in).
+fn decode_into<R: KvResponse, B: Buf>(response: &mut R, buf: B) -> Result<(), prost::DecodeError> {
     if let Some(pairs) = response.pairs_mut() {
         pairs.reserve_exact(count_field(buf.chunk(), PAIRS_FIELD));
     }
-    response.merge(buf)?;
-    Ok(response)
+    response.merge(buf)
 }
 
 /// How many length-delimited fields numbered `number` the top level of the
@@ -176,8 +182,13 @@ fn count_field(mut bytes: &[u8], number: u64) -> usize {
 }
 
 /// Decodes one encoded `BatchCommandsResponse.Response` as the answer to a
-/// request of method `R`: its case must be `R`'s.
-pub fn decode_batch_answer<R: KvMethod>(mut answer: Bytes) -> Result<R::Response, AnswerError> {
+/// request of method `R`: its case must be `R`'s. The response is decoded
+/// in a box, where it stays: a response is large (its Region error field
+/// alone takes some 600 bytes), and a client hands it on through several
+/// layers, each a move of a pointer rather than of the response.
+pub fn decode_batch_answer<R: KvMethod>(
+    mut answer: Bytes,
+) -> Result<Box<R::Response>, AnswerError> {
     let expected = R::batch_case_number().ok_or(AnswerError::NoBatchCase)?;
     let mut found = None;
     while answer.has_remaining() {
@@ -188,7 +199,13 @@ pub fn decode_batch_answer<R: KvMethod>(mut answer: Bytes) -> Result<R::Response
     }
     match found {
         None => Err(AnswerError::Empty),
-        Some((number, payload)) if number == u64::from(expected) => Ok(decode_response(payload)?),
+        Some((number, payload)) if number == u64::from(expected) => {
+            // Allocated first, then made in place: `Box::new` would make
+            // the default response on the stack and copy it over.
+            let mut response = Box::write(Box::new_uninit(), R::Response::default());
+            decode_into(&mut *response, payload)?;
+            Ok(response)
+        }
         Some((number, _)) => Err(AnswerError::OtherCase(
             u32::try_from(number).unwrap_or(u32::MAX),
         )),
@@ -262,11 +279,11 @@ mod tests {
         let mut answers = answers.responses.into_iter();
         let decoded =
             decode_batch_answer::<kvrpcpb::RawScanRequest>(answers.next().unwrap()).unwrap();
-        assert_eq!(decoded, scan);
+        assert_eq!(*decoded, scan);
         assert_eq!(decoded.kvs.capacity(), 3, "reserved once, exactly");
         let other = answers.next().unwrap();
         assert_eq!(
-            decode_batch_answer::<kvrpcpb::RawGetRequest>(other.clone()).unwrap(),
+            *decode_batch_answer::<kvrpcpb::RawGetRequest>(other.clone()).unwrap(),
             get
         );
         let get_case = kvrpcpb::RawGetRequest::batch_case_number().unwrap();

@@ -111,6 +111,15 @@ pub(crate) async fn send<Req: KvRequest>(
     request: &Req,
     bound: Option<Duration>,
 ) -> Result<Req::Response> {
+    send_boxed(client, request, bound).await.map(|b| *b)
+}
+
+/// [`send`], the response in the box the store client answered it in.
+pub(crate) async fn send_boxed<Req: KvRequest>(
+    client: Option<&Arc<dyn KvClient + Send + Sync>>,
+    request: &Req,
+    bound: Option<Duration>,
+) -> Result<Box<Req::Response>> {
     let client = client.ok_or_else(|| Error::InternalError {
         message: format!(
             "{} was dispatched before a store was chosen",
@@ -120,7 +129,6 @@ pub(crate) async fn send<Req: KvRequest>(
     let response = client.dispatch_within(request, bound).await?;
     response
         .downcast::<Req::Response>()
-        .map(|b| *b)
         .map_err(|_| Error::InternalError {
             message: format!(
                 "the store client answered {} with a response of another type",

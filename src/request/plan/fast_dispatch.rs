@@ -15,7 +15,7 @@ use crate::region::RegionWithLeader;
 use crate::store::RegionStore;
 use crate::{Error, Failure, Result};
 
-use super::base::{send, Dispatch};
+use super::base::{send_boxed, Dispatch};
 use super::stage::{ShardPayload, ShardStage, Stage, TypedCall};
 use super::traits::{Plan, Shardable};
 
@@ -65,8 +65,9 @@ impl<Req: TypedCall> FastDispatch<Req> {
     /// Sends the request: on the typed path when the store client offers
     /// one (the response comes back with its own type, and the request is
     /// encoded once, straight into the HTTP body of the call), else as
-    /// [`Dispatch`] does, through the client's `dispatch_within`.
-    async fn send_mut(&mut self) -> Result<Req::Response> {
+    /// [`Dispatch`] does, through the client's `dispatch_within`. The
+    /// response comes in a box (see [`Stage::run_boxed`]).
+    async fn send_mut(&mut self) -> Result<Box<Req::Response>> {
         let Dispatch {
             request,
             kv_client,
@@ -102,6 +103,7 @@ impl<Req: TypedCall> FastDispatch<Req> {
             match crate::store::with_backstop(timeout, call).await {
                 Ok(Some(result)) => {
                     return crate::store::timeout_as_error(result, bounded, label, timeout)
+                        .map(Box::new)
                 }
                 Ok(None) => {}
                 Err(_) => {
@@ -121,7 +123,7 @@ impl<Req: TypedCall> FastDispatch<Req> {
                 return result;
             }
         }
-        send(kv_client.as_ref(), request, *rpc_bound).await
+        send_boxed(kv_client.as_ref(), request, *rpc_bound).await
     }
 }
 
@@ -173,6 +175,11 @@ impl<Req: TypedCall> Stage for FastDispatch<Req> {
     }
 
     fn run_mut(&mut self) -> impl Future<Output = Result<Self::Result>> + Send + '_ {
+        let label = self.0.request.label();
+        crate::telemetry::tikv_rpc(label, async move { self.send_mut().await.map(|b| *b) })
+    }
+
+    fn run_boxed(&mut self) -> impl Future<Output = Result<Box<Self::Result>>> + Send + '_ {
         crate::telemetry::tikv_rpc(self.0.request.label(), self.send_mut())
     }
 

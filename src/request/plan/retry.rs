@@ -85,7 +85,7 @@ impl Drop for InFlight<'_> {
 /// How a piece of a shard ended: answered (or failed), or split by a reload
 /// into pieces that run next, in key order.
 enum PieceEnd<'r, P: Plan + Shardable> {
-    Done(Result<P::Result>),
+    Done(Result<Box<P::Result>>),
     Split(Vec<(P::Shard, ShardMachine<'r>)>),
 }
 
@@ -116,7 +116,7 @@ where
         deadline: Option<Deadline>,
         forwarded: bool,
         now: &'a mut Instant,
-    ) -> impl std::future::Future<Output = (Instant, Result<P::Result>)> + 'a {
+    ) -> impl std::future::Future<Output = (Instant, Result<Box<P::Result>>)> + 'a {
         async move {
             if let Err(error) = target.aimed {
                 return (*now, Err(error));
@@ -181,7 +181,7 @@ where
             };
             // Pinned where it is made: a future bound to a local and then
             // moved into an await is kept twice in this future's state.
-            let rpc = std::pin::pin!(plan.run_mut());
+            let rpc = std::pin::pin!(plan.run_boxed());
             // Store liveness: an RPC unanswered for a while gets its store
             // probed, and gives up once the store is marked unreachable (a
             // write that must not be sent twice then ends undetermined).
@@ -251,7 +251,8 @@ where
                     PieceEnd::Done(result) => {
                         let stop = self.policy.terminal_on_undetermined
                             && matches!(&result, Err(e) if e.is_undetermined());
-                        results.push(result);
+                        // Out of its box here, once, into its slot.
+                        results.push(result.map(|answer| *answer));
                         if stop {
                             return results;
                         }
@@ -292,7 +293,7 @@ where
             let mut store: Option<Target> = None;
             // Whether the mapped store is reached through a proxy.
             let mut forwarded = false;
-            let mut response: Option<P::Result> = None;
+            let mut response: Option<Box<P::Result>> = None;
             // The clock, read again only after a step that had to wait (see
             // `timed`): once per attempt on the fast path, after the RPC.
             let mut now = Instant::now();
@@ -314,7 +315,7 @@ where
             }
             loop {
                 let next = machine.handle(event, now);
-                for effect in machine.take_effects() {
+                for effect in machine.drain_effects() {
                     timed(&mut now, self.perform(effect)).await;
                 }
                 event = match next {
@@ -532,9 +533,11 @@ where
 {
     /// The retrying future, boxed: it is large (every shard's state), and
     /// the stages that wrap it (merge, process) then hold a pointer, not a
-    /// copy of it moved into each of their futures.
+    /// copy of it moved into each of their futures. The box is allocated
+    /// before the future is made, so the future is written straight into it
+    /// (`Box::pin` would make it on the stack first and copy it over).
     fn run(&self) -> impl std::future::Future<Output = Result<Self::Result>> + Send + '_ {
-        Box::pin(self.run_shards())
+        Box::into_pin(Box::write(Box::new_uninit(), self.run_shards()))
     }
 }
 

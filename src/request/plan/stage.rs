@@ -33,6 +33,15 @@ pub trait Stage: Plan {
         self.run()
     }
 
+    /// [`run_mut`](Self::run_mut), its result in a box: the retry stage
+    /// hands a result on through several layers, and a response is large
+    /// (its Region error field alone takes some 600 bytes), so it moves as
+    /// a pointer. A stage whose transport decodes into a box returns that
+    /// one; by default `run_mut`'s result is boxed.
+    fn run_boxed(&mut self) -> impl Future<Output = Result<Box<Self::Result>>> + Send + '_ {
+        async move { self.run_mut().await.map(Box::new) }
+    }
+
     /// Bounds the stage's next RPC by `bound` (see
     /// [`RequestPolicy::rpc_bound`](crate::request::routing::policy::RequestPolicy::rpc_bound)).
     /// Returns true when the stage hands the bound to its store client,
@@ -107,14 +116,15 @@ pub trait TypedCall: KvRequest {
     }
 
     /// Sends the request on `client`'s batched transport within `bound`,
-    /// its answer decoded straight as its response type. `None` (the
+    /// its answer decoded straight as its response type, in a box (see
+    /// [`Stage::run_boxed`]). `None` (the
     /// default, and when the client sends unary calls): the request is sent
     /// through [`KvClient::dispatch_within`](crate::store::KvClient::dispatch_within).
     fn dispatch_batched<'a>(
         &'a mut self,
         client: &'a KvRpcClient,
         bound: Option<Duration>,
-    ) -> impl Future<Output = Option<Result<Self::Response>>> + Send + 'a {
+    ) -> impl Future<Output = Option<Result<Box<Self::Response>>>> + Send + 'a {
         let _ = (client, bound);
         std::future::ready(None)
     }

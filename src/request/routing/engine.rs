@@ -369,13 +369,14 @@ impl<'r> ShardMachine<'r> {
         self.region = region;
     }
 
-    /// The effects of the last transition, in the order to perform them.
-    pub(crate) fn take_effects(&mut self) -> Effects {
-        std::mem::take(&mut self.effects)
+    /// The effects of the last transition, in the order to perform them,
+    /// taken out in place.
+    pub(crate) fn drain_effects(&mut self) -> smallvec::Drain<'_, [Effect; 4]> {
+        self.effects.drain(..)
     }
 
     /// The one transition function: what happened in, the next step out
-    /// (effects are left in [`take_effects`](ShardMachine::take_effects)).
+    /// (effects are left in [`drain_effects`](ShardMachine::drain_effects)).
     /// An event that does not fit the current phase is a bug of the shell
     /// and ends the shard with an internal error.
     pub(crate) fn handle(&mut self, event: Event, now: Instant) -> Next {

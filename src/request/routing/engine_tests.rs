@@ -147,7 +147,7 @@ impl<'r> Run<'r> {
 
     fn step(&mut self, event: Event) -> Next {
         let next = self.m.handle(event, self.now);
-        for effect in self.m.take_effects() {
+        for effect in std::mem::take(&mut self.m.effects) {
             match effect {
                 Effect::FinishProbe(ticket, outcome) => {
                     ticket.finish(outcome);
@@ -1243,7 +1243,7 @@ impl World<'_> {
             return Ok(Vec::new());
         };
         let next = r.m.handle(event, r.now);
-        for effect in r.m.take_effects() {
+        for effect in std::mem::take(&mut r.m.effects) {
             match effect {
                 Effect::Count(Counter::BusyProbe) => {
                     self.busy_probes += 1;

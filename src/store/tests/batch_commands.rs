@@ -517,7 +517,7 @@ async fn the_typed_batched_path_answers_as_the_boxed_one_and_only_when_batched()
     let boxed = client.dispatch(&request).await.unwrap();
     let boxed = boxed.downcast::<kvrpcpb::RawGetResponse>().unwrap();
     assert_eq!(typed.value, b"typed".to_vec());
-    assert_eq!(typed, *boxed);
+    assert_eq!(*typed, *boxed);
     // Both went over the stream: no unary call was made.
     assert_eq!(client.batch_client().unwrap().open_streams(), 1);
     // A bound shorter than the client's own timeout is kept, and fails as

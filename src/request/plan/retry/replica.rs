@@ -40,7 +40,7 @@ where
         permits: Option<&Semaphore>,
         deadline: Option<Deadline>,
         now: &mut Instant,
-    ) -> Option<P::Result> {
+    ) -> Option<Box<P::Result>> {
         let routing = self.routing.as_deref();
         let wanted = routing.map_or(&[][..], |r| r.local_labels());
         let pd = &*self.pd_client;
