@@ -79,7 +79,7 @@ where
                 },
                 |store_id| feedback.is_some_and(|f| f.is_slow(store_id)),
             )?;
-            let mapped = self.map_candidate(region, peer, None, deadline).await;
+            let mapped = self.map_candidate(region, peer, deadline).await;
             if !matches!(&mapped, Err(error) if is_not_tikv_refusal(error)) {
                 count(Counter::ReplicaRead);
             }

@@ -143,20 +143,19 @@ where
         }
     }
 
-    /// Maps a candidate to its store, behind the `before-map-store` fail
-    /// point. A store the cache does not know is looked up in PD, cut off
-    /// at the request's `deadline`: then the machine, past it, ends the
-    /// shard with that as the last error.
+    /// Maps a candidate reached directly (a replica) to its store, behind
+    /// the `before-map-store` fail point. A store the cache does not know is
+    /// looked up in PD, cut off at the request's `deadline`: then the
+    /// machine, past it, ends the shard with that as the last error.
     pub(super) async fn map_candidate(
         &self,
         region: &RegionWithLeader,
         peer: crate::proto::metapb::Peer,
-        via: Option<crate::region::StoreId>,
         deadline: Option<Deadline>,
     ) -> Result<RegionStore> {
-        match self.cached_client(peer.store_id, via)? {
+        match self.cached_client(peer.store_id, None)? {
             Some(client) => Ok(RegionStore::new(region.clone(), peer, client)),
-            None => self.look_up_candidate(region, peer, via, deadline).await,
+            None => self.look_up_candidate(region, peer, None, deadline).await,
         }
     }
 
