@@ -5,7 +5,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tikv_plan::proto::kvrpcpb;
-use tikv_plan::proto::metapb;
 use tikv_plan::proto::tikvpb::tikv_client::TikvClient;
 use tonic::transport::Channel;
 
@@ -139,9 +138,7 @@ impl Client {
                 let mut channels: HashMap<u64, TikvClient<Channel>> = HashMap::new();
                 let mut routes = Vec::new();
                 for region in layout_regions {
-                    let leader = region
-                        .leader
-                        .ok_or_else(|| format!("Region {} has no leader", region.id))?;
+                    let (leader, context) = region.leader_context()?;
                     let client = match channels.get(&leader.store_id) {
                         Some(c) => c.clone(),
                         None => {
@@ -157,19 +154,6 @@ impl Client {
                             channels.insert(leader.store_id, c.clone());
                             c
                         }
-                    };
-                    let context = kvrpcpb::Context {
-                        region_id: region.id,
-                        region_epoch: Some(metapb::RegionEpoch {
-                            conf_ver: region.conf_ver,
-                            version: region.version,
-                        }),
-                        peer: Some(metapb::Peer {
-                            id: leader.id,
-                            store_id: leader.store_id,
-                            ..Default::default()
-                        }),
-                        ..Default::default()
                     };
                     routes.push((client, context));
                 }

@@ -16,7 +16,6 @@ use std::sync::{Arc, Mutex};
 
 use futures::channel::mpsc as stream_channel;
 use tikv_plan::proto::kvrpcpb;
-use tikv_plan::proto::metapb;
 use tikv_plan::proto::tikvpb::batch_commands_request::{request::Cmd as Ask, Request as Sub};
 use tikv_plan::proto::tikvpb::batch_commands_response::{response::Cmd as Got, Response as Answer};
 use tikv_plan::proto::tikvpb::tikv_client::TikvClient;
@@ -51,9 +50,7 @@ impl Floor {
         let mut senders: HashMap<u64, mpsc::UnboundedSender<Call>> = HashMap::new();
         let mut routes = Vec::new();
         for region in regions {
-            let leader = region
-                .leader
-                .ok_or_else(|| format!("Region {} has no leader", region.id))?;
+            let (leader, context) = region.leader_context()?;
             let sender = match senders.get(&leader.store_id) {
                 Some(s) => s.clone(),
                 None => {
@@ -64,19 +61,6 @@ impl Floor {
                     senders.insert(leader.store_id, s.clone());
                     s
                 }
-            };
-            let context = kvrpcpb::Context {
-                region_id: region.id,
-                region_epoch: Some(metapb::RegionEpoch {
-                    conf_ver: region.conf_ver,
-                    version: region.version,
-                }),
-                peer: Some(metapb::Peer {
-                    id: leader.id,
-                    store_id: leader.store_id,
-                    ..Default::default()
-                }),
-                ..Default::default()
             };
             routes.push((sender, context));
         }

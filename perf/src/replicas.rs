@@ -67,13 +67,7 @@ pub async fn spread(
 ) -> Result<Vec<(&'static str, Vec<Spread>)>, String> {
     let sim = Sim::start(sim_binary, 1)?;
     let mut control = Control::connect(&sim.control).await?;
-    let leader = control
-        .regions()
-        .await?
-        .first()
-        .and_then(|r| r.leader)
-        .map(|l| l.store_id)
-        .ok_or("the Region has no leader")?;
+    let leader = control.first_leader_store().await?;
     let stores: Vec<u64> = control
         .stores()
         .await?
@@ -216,13 +210,7 @@ pub async fn stale_latency(
 ) -> Result<(Vec<Duration>, Vec<Duration>), String> {
     let sim = Sim::start(sim_binary, 1)?;
     let mut control = Control::connect(&sim.control).await?;
-    let leader = control
-        .regions()
-        .await?
-        .first()
-        .and_then(|r| r.leader)
-        .map(|l| l.store_id)
-        .ok_or("the Region has no leader")?;
+    let leader = control.first_leader_store().await?;
     control.command("resolved-ts-interval 100").await?;
     let client = TransactionClient::new_with_config(vec![sim.pd.clone()], Config::default())
         .await

@@ -11,6 +11,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
 
+use tikv_plan::proto::{kvrpcpb, metapb};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader as AsyncBufReader};
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::TcpStream;
@@ -216,6 +217,17 @@ impl Control {
             .collect()
     }
 
+    /// The store of the first Region's leader (the one Region of the
+    /// single-Region comparisons).
+    pub async fn first_leader_store(&mut self) -> Result<u64, String> {
+        self.regions()
+            .await?
+            .first()
+            .and_then(|r| r.leader)
+            .map(|l| l.store_id)
+            .ok_or_else(|| "the Region has no leader".to_owned())
+    }
+
     /// Store id to address.
     pub async fn stores(&mut self) -> Result<Vec<(u64, String)>, String> {
         self.command("stores")
@@ -263,6 +275,29 @@ pub struct RegionLine {
 }
 
 impl RegionLine {
+    /// The Region's leader and the `Context` of a request to it, filled
+    /// by hand (Region id, epoch, leader peer): what the bare references
+    /// send, with no routing of their own.
+    pub fn leader_context(&self) -> Result<(PeerRef, kvrpcpb::Context), String> {
+        let leader = self
+            .leader
+            .ok_or_else(|| format!("Region {} has no leader", self.id))?;
+        let context = kvrpcpb::Context {
+            region_id: self.id,
+            region_epoch: Some(metapb::RegionEpoch {
+                conf_ver: self.conf_ver,
+                version: self.version,
+            }),
+            peer: Some(metapb::Peer {
+                id: leader.id,
+                store_id: leader.store_id,
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        Ok((leader, context))
+    }
+
     fn parse(line: &str) -> Result<RegionLine, String> {
         let bad = || format!("unexpected regions line: {line}");
         let mut words = line.split_whitespace();

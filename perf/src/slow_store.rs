@@ -62,14 +62,13 @@ pub async fn run(
 ) -> Result<Vec<(&'static str, Vec<Cell>)>, String> {
     let sim = Sim::start(sim_binary, 1)?;
     let mut control = Control::connect(&sim.control).await?;
-    let leader = control
-        .regions()
+    let leader = control.first_leader_store().await?;
+    let stores: Vec<u64> = control
+        .stores()
         .await?
-        .first()
-        .and_then(|r| r.leader)
-        .map(|l| l.store_id)
-        .ok_or("the Region has no leader")?;
-    let stores: Vec<u64> = control.stores().await?.into_iter().map(|(id, _)| id).collect();
+        .into_iter()
+        .map(|(id, _)| id)
+        .collect();
     let slow_store = *stores
         .iter()
         .find(|s| **s != leader)
@@ -113,8 +112,10 @@ pub async fn run(
         heard.elapsed().as_secs_f64(),
         readers[0].store_slow_scores()
     );
-    let mut results: Vec<(&'static str, Vec<Cell>)> =
-        CLIENTS.iter().map(|(name, _)| (*name, Vec::new())).collect();
+    let mut results: Vec<(&'static str, Vec<Cell>)> = CLIENTS
+        .iter()
+        .map(|(name, _)| (*name, Vec::new()))
+        .collect();
     for round in 0..rounds {
         // The order alternates from round to round.
         for slot in (0..readers.len()).map(|i| (i + round) % readers.len()) {
@@ -171,7 +172,12 @@ fn quantile(v: &[Duration], q: f64) -> f64 {
 }
 
 /// The table of [`run`]: per client, the medians over the rounds.
-pub fn table(results: &[(&'static str, Vec<Cell>)], tasks: usize, window: Duration, slow: Duration) -> String {
+pub fn table(
+    results: &[(&'static str, Vec<Cell>)],
+    tasks: usize,
+    window: Duration,
+    slow: Duration,
+) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
@@ -179,7 +185,10 @@ pub fn table(results: &[(&'static str, Vec<Cell>)], tasks: usize, window: Durati
         slow.as_millis(),
         window.as_millis()
     );
-    let _ = writeln!(out, "| client | reads/s | p50 | p99 | p99.9 | reads on the slow store |");
+    let _ = writeln!(
+        out,
+        "| client | reads/s | p50 | p99 | p99.9 | reads on the slow store |"
+    );
     let _ = writeln!(out, "|---|---|---|---|---|---|");
     for (name, cells) in results {
         let med = |f: &dyn Fn(&Cell) -> f64| median(&cells.iter().map(f).collect::<Vec<_>>());

@@ -206,17 +206,22 @@ impl<KvC: KvConnect> PdRpcClient<KvC> {
         self.cached_connection(address).is_some()
     }
 
-    /// The store `store_id` (cache, then PD). A tombstone store is an
-    /// error: nothing can be sent to it.
-    pub async fn store(&self, store_id: StoreId) -> Result<metapb::Store> {
+    /// The store `store_id` in whatever state PD reports (cache, then PD's
+    /// `GetStore`, one lookup per store however many callers ask at once).
+    async fn store_any_state(&self, store_id: StoreId) -> Result<metapb::Store> {
         let cluster = Arc::clone(&self.cluster);
-        let store = self
-            .stores
+        self.stores
             .get_or_load(
                 store_id,
                 move |id| async move { cluster.get_store(id).await },
             )
-            .await?;
+            .await
+    }
+
+    /// The store `store_id` (cache, then PD). A tombstone store is an
+    /// error: nothing can be sent to it.
+    pub async fn store(&self, store_id: StoreId) -> Result<metapb::Store> {
+        let store = self.store_any_state(store_id).await?;
         if store.state == metapb::StoreState::Tombstone as i32 {
             return Err(Error::from(Failure::Pd {
                 error_type: pdpb::ErrorType::StoreTombstone,
@@ -434,14 +439,7 @@ impl<KvC: KvConnect> PdClient for PdRpcClient<KvC> {
         &self,
         store_id: StoreId,
     ) -> Result<Option<Vec<metapb::StoreLabel>>> {
-        let cluster = Arc::clone(&self.cluster);
-        let store = self
-            .stores
-            .get_or_load(
-                store_id,
-                move |id| async move { cluster.get_store(id).await },
-            )
-            .await?;
+        let store = self.store_any_state(store_id).await?;
         Ok(Some(store.labels))
     }
 
