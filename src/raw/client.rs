@@ -23,6 +23,7 @@ use crate::pd::{PdClient, PdRpcClient};
 use crate::proto::{kvrpcpb, metapb};
 use crate::request::plan::call_deadline;
 use crate::request::plan::scan::{disjoint_layers, page_of, scan_pages};
+use crate::request::{call_plan, CallSettings};
 use crate::request::{CodecPdClient, EncodeKeyspace, KeyMode, Keyspace, TruncateKeyspace};
 use crate::request::{
     Collect, CollectError, CollectSingle, DefaultProcessor, HasRegionError, Merge, Plan,
@@ -246,11 +247,14 @@ impl<PdC: PdClient> RawClient<PdC> {
         }
     }
 
-    /// Runs `request` through the plan with fallback, merges its shards'
-    /// answers with `merge` and applies the default processing.
+    /// Runs `request` through the plan with fallback (a read's first
+    /// attempt may go to a replica as `replica` says; `None` for a write),
+    /// merges its shards' answers with `merge` and applies the default
+    /// processing.
     async fn run<Req, M>(
         &self,
         request: Req,
+        replica: Option<ReplicaRead>,
         merge: M,
     ) -> Result<<DefaultProcessor as Process<M::Out>>::Out>
     where
@@ -259,38 +263,28 @@ impl<PdC: PdClient> RawClient<PdC> {
         M: Merge<Req::Response>,
         DefaultProcessor: Process<M::Out>,
     {
-        self.run_with(self.builder(request), merge).await
-    }
-
-    /// Runs the plan `builder` holds (for a read, built with
-    /// [`read_builder`](Self::read_builder)) as [`run`](Self::run) does.
-    async fn run_with<Req, M>(
-        &self,
-        builder: PlanBuilder<CodecPdClient<PdC>, FastDispatch<Req>>,
-        merge: M,
-    ) -> Result<<DefaultProcessor as Process<M::Out>>::Out>
-    where
-        Req: TypedCall + ShardPayload,
-        Req::Response: HasRegionError + Sync,
-        M: Merge<Req::Response>,
-        DefaultProcessor: Process<M::Out>,
-    {
-        let plan = builder
-            .retry_multi_region(self.backoff.clone())
-            .merge(merge)
-            .post_process_default()
-            .plan();
-        // The stages run as one future (`Stage::run`), without the box of
-        // each stage's `Plan::execute`: the retrying stage's future is the
-        // one boxed, so the caller's future stays small (a caller moves it
-        // at least twice before polling it).
+        // Built in place, before the first await (`call_plan`: the builder's
+        // steps would each move it). Its stages run as one future
+        // (`Stage::run`), without the box of each stage's `Plan::execute`:
+        // the retrying stage's future is the one boxed, so the caller's
+        // future stays small (a caller moves it at least twice).
+        let plan = {
+            let settings = CallSettings {
+                routing: &self.routing,
+                tags: &self.tags,
+                at_least_once: self.at_least_once_writes,
+                replica,
+                backoff: &self.backoff,
+            };
+            call_plan(&self.rpc, self.keyspace, request, &settings, merge)
+        };
         plan.run().await
     }
 
     /// The value of `key`, or `None` when it does not exist.
     pub async fn get(&self, key: impl Into<Key>) -> Result<Option<Value>> {
         let request = new_raw_get_request(self.encode_key(key), self.cf_name());
-        self.run_with(self.read_builder(request), CollectSingle)
+        self.run(request, Some(self.replica_read), CollectSingle)
             .await
     }
 
@@ -304,7 +298,7 @@ impl<PdC: PdClient> RawClient<PdC> {
             return Ok(Vec::new());
         }
         let request = new_raw_batch_get_request(keys, self.cf_name());
-        let pairs = self.run_with(self.read_builder(request), Collect).await?;
+        let pairs = self.run(request, Some(self.replica_read), Collect).await?;
         Ok(pairs.into_iter().map(|p| self.strip_keyspace(p)).collect())
     }
 
@@ -312,7 +306,7 @@ impl<PdC: PdClient> RawClient<PdC> {
     /// or `None` when it does not exist.
     pub async fn get_key_ttl_secs(&self, key: impl Into<Key>) -> Result<Option<u64>> {
         let request = new_raw_get_key_ttl_request(self.encode_key(key), self.cf_name());
-        self.run_with(self.read_builder(request), CollectSingle)
+        self.run(request, Some(self.replica_read), CollectSingle)
             .await
     }
 
@@ -335,7 +329,7 @@ impl<PdC: PdClient> RawClient<PdC> {
             ttl_secs,
             self.atomic,
         );
-        self.run(request, CollectSingle).await
+        self.run(request, None, CollectSingle).await
     }
 
     /// Sets every pair. When a key appears twice, the later value wins.
@@ -392,13 +386,13 @@ impl<PdC: PdClient> RawClient<PdC> {
             }
         }
         let request = new_raw_batch_put_request(pairs, ttls, self.cf_name(), self.atomic);
-        self.run(request, CollectError).await
+        self.run(request, None, CollectError).await
     }
 
     /// Deletes `key` (deleting a missing key is not an error).
     pub async fn delete(&self, key: impl Into<Key>) -> Result<()> {
         let request = new_raw_delete_request(self.encode_key(key), self.cf_name(), self.atomic);
-        self.run(request, CollectSingle).await
+        self.run(request, None, CollectSingle).await
     }
 
     /// Deletes every key.
@@ -414,7 +408,7 @@ impl<PdC: PdClient> RawClient<PdC> {
             return Ok(());
         }
         let request = new_raw_batch_delete_request(keys, self.cf_name(), self.atomic);
-        self.run(request, CollectError).await
+        self.run(request, None, CollectError).await
     }
 
     /// Deletes every key in `range`. As in client-rust, `..` and `"".."""`
@@ -432,7 +426,7 @@ impl<PdC: PdClient> RawClient<PdC> {
             return Ok(());
         }
         let request = new_raw_delete_range_request(start, end, self.cf_name());
-        self.run(request, CollectError).await
+        self.run(request, None, CollectError).await
     }
 
     /// Up to `limit` pairs of `range`, in ascending key order.
@@ -651,7 +645,7 @@ impl<PdC: PdClient> RawClient<PdC> {
                 key_only,
                 self.cf_name(),
             );
-            let pairs = self.run_with(self.read_builder(request), Collect).await?;
+            let pairs = self.run(request, Some(self.replica_read), Collect).await?;
             // TiKV applies `each_limit` per range *and Region*; a range
             // spanning Regions can return more, so cut each range back to its
             // first `each_limit` keys (pairs arrive in key order).
@@ -764,7 +758,7 @@ impl<PdC: PdClient> RawClient<PdC> {
             at_least_once_writes: false,
             ..self.clone()
         };
-        once.run(request, CollectSingle).await
+        once.run(request, None, CollectSingle).await
     }
 }
 

@@ -21,7 +21,7 @@ use async_trait::async_trait;
 use crate::pd::PdClient;
 use crate::proto::kvrpcpb;
 use crate::region::RegionWithLeader;
-use crate::request::no_key_errors;
+use crate::request::{checked, no_key_errors};
 use crate::request::{Batchable, Collect, DefaultProcessor, KvRequest, Merge, Process, Shardable};
 use crate::store::{RegionStore, Request as _};
 use crate::{Error, Result};
@@ -571,17 +571,17 @@ impl Merge<kvrpcpb::RawBatchScanResponse> for Collect {
 impl Process<kvrpcpb::RawGetResponse> for DefaultProcessor {
     type Out = Option<Value>;
 
-    fn process(&self, input: Result<kvrpcpb::RawGetResponse>) -> Result<Self::Out> {
-        let r = no_key_errors(input?)?;
-        Ok((!r.not_found).then_some(r.value))
+    fn process(&self, mut input: Result<kvrpcpb::RawGetResponse>) -> Result<Self::Out> {
+        let r = checked(&mut input)?;
+        Ok((!r.not_found).then(|| std::mem::take(&mut r.value)))
     }
 }
 
 impl Process<kvrpcpb::RawGetKeyTtlResponse> for DefaultProcessor {
     type Out = Option<u64>;
 
-    fn process(&self, input: Result<kvrpcpb::RawGetKeyTtlResponse>) -> Result<Self::Out> {
-        let r = no_key_errors(input?)?;
+    fn process(&self, mut input: Result<kvrpcpb::RawGetKeyTtlResponse>) -> Result<Self::Out> {
+        let r = checked(&mut input)?;
         Ok((!r.not_found).then_some(r.ttl))
     }
 }
@@ -611,8 +611,8 @@ macro_rules! unit_processor {
         impl Process<$resp> for DefaultProcessor {
             type Out = ();
 
-            fn process(&self, input: Result<$resp>) -> Result<()> {
-                no_key_errors(input?).map(|_| ())
+            fn process(&self, mut input: Result<$resp>) -> Result<()> {
+                checked(&mut input).map(|_| ())
             }
         }
 

@@ -152,6 +152,7 @@ pub use plan::base::{
     MergeResponse, Process, ProcessResponse, ResponseWithShard,
 };
 pub use plan::builder::PlanBuilder;
+pub(crate) use plan::builder::{call_plan, CallSettings};
 pub use plan::codec_pd::CodecPdClient;
 pub(crate) use plan::fast_dispatch::FastDispatch;
 pub(crate) use plan::keyspace::configured_keyspace;
@@ -162,7 +163,7 @@ pub use plan::resolve_lock::{CollectWithShard, ResolveLock};
 pub use plan::retry::RetryableMultiRegion;
 pub use plan::retry_options::RetryOptions;
 pub(crate) use plan::stage::{ShardPayload, Stage, TypedCall};
-pub(crate) use plan::traits::{no_key_errors, strongest_shard_error};
+pub(crate) use plan::traits::{checked, no_key_errors, strongest_shard_error};
 pub use plan::traits::{
     set_context_for_store, Batchable, HasKeyErrors, HasRegionError, KvRequest, Plan, Shardable,
 };

@@ -721,8 +721,8 @@ impl KvBatchClient {
         let timeout = self.shared.timeout;
         let deadline = tokio::time::Instant::now() + timeout;
         let answers_before = stream.answers();
-        let reply = match tokio::time::timeout_at(deadline, rx).await {
-            Err(_) => {
+        let reply = match super::shared_timer::until(deadline, rx).await {
+            None => {
                 if stream.answers() == answers_before {
                     // Not one answer on this stream for a whole request
                     // timeout: it stalled (a frozen store, a connection
@@ -737,13 +737,13 @@ impl KvBatchClient {
                 }
                 return Err(self.timed_out(req, timeout));
             }
-            Ok(Err(_)) => {
+            Some(Err(_)) => {
                 return Err(Error::GrpcAPI(tonic::Status::unavailable(format!(
                     "the BatchCommands stream to {} went away without an answer",
                     self.shared.address
                 ))))
             }
-            Ok(Ok(reply)) => {
+            Some(Ok(reply)) => {
                 entry.replied = true;
                 reply
             }

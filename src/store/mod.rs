@@ -7,6 +7,7 @@ mod client;
 mod health;
 mod request;
 mod server_wait;
+pub(crate) mod shared_timer;
 mod typed;
 
 pub(crate) use batch::BatchOptions;

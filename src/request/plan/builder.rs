@@ -16,7 +16,7 @@ use super::fast_dispatch::FastDispatch;
 use super::keyspace::Keyspace;
 use super::resolve_lock::{HasLocks, LiveLockWait, LockResolve, ResolveLock};
 use super::retry::RetryableMultiRegion;
-use super::stage::{ShardStage, TypedCall};
+use super::stage::{ShardPayload, ShardStage, TypedCall};
 use super::traits::{HasKeyErrors, HasRegionError, KvRequest, Plan, Shardable};
 use crate::request::routing::policy::RequestPolicy;
 use crate::request::routing::state::RoutingState;
@@ -114,6 +114,77 @@ impl<PdC: PdClient, Req: TypedCall> PlanBuilder<PdC, FastDispatch<Req>> {
         }
         tag_request(tags, self.plan.request_mut());
         self
+    }
+}
+
+/// What a client's call sets on its plan (the raw client's calls), for
+/// [`call_plan`].
+pub(crate) struct CallSettings<'a> {
+    /// The client-wide routing state.
+    pub(crate) routing: &'a Arc<RoutingState>,
+    /// The tags every request of the client carries.
+    pub(crate) tags: &'a crate::config::WireTags,
+    /// `Config::at_least_once_writes`.
+    pub(crate) at_least_once: bool,
+    /// A read's replica choice; `None` for a write.
+    pub(crate) replica: Option<crate::ReplicaRead>,
+    /// Each shard's retry schedule.
+    pub(crate) backoff: &'a Backoff,
+}
+
+/// The plan [`call_plan`] builds: the crate's dispatch, retried per Region,
+/// merged by `M`, processed by default.
+pub(crate) type CallPlan<PdC, Req, M> = ProcessResponse<
+    MergeResponse<RetryableMultiRegion<FastDispatch<Req>, PdC>, <Req as KvRequest>::Response, M>,
+    DefaultProcessor,
+>;
+
+/// The plan `PlanBuilder::fast(..).routing(..).tagged(..)`, then
+/// `at_least_once` and `replica_read` as `settings` say, then
+/// `retry_multi_region(..).merge(merge).post_process_default().plan()`
+/// would build, built in one place: each builder step moves the whole plan
+/// (its request's context alone is some 300 bytes), about ten copies per
+/// call that this makes once.
+pub(crate) fn call_plan<PdC, Req, M>(
+    pd_client: &Arc<PdC>,
+    keyspace: Keyspace,
+    mut request: Req,
+    settings: &CallSettings<'_>,
+    merge: M,
+) -> CallPlan<PdC, Req, M>
+where
+    PdC: PdClient,
+    Req: TypedCall + ShardPayload,
+    M: Merge<Req::Response>,
+    DefaultProcessor: Process<M::Out>,
+{
+    in_keyspace(keyspace, &mut request);
+    let mut policy = RequestPolicy::for_request(request.terminal_on_dispatch_error());
+    if settings.at_least_once {
+        policy.at_least_once();
+    }
+    if let Some(replica) = settings.replica {
+        policy.read.replica = replica;
+    }
+    tag_request(settings.tags, &mut request);
+    let mut dispatch = FastDispatch::new(request);
+    if settings.tags.no_server_deadline {
+        dispatch.without_server_deadline();
+    }
+    ProcessResponse {
+        inner: MergeResponse {
+            inner: RetryableMultiRegion {
+                inner: dispatch,
+                pd_client: Arc::clone(pd_client),
+                backoff: settings.backoff.clone(),
+                routing: Some(Arc::clone(settings.routing)),
+                policy: policy.or_defaults(settings.routing.policy_defaults()),
+                preserve_region_results: false,
+            },
+            merge,
+            phantom: PhantomData,
+        },
+        processor: DefaultProcessor,
     }
 }
 
@@ -430,5 +501,136 @@ impl<PdC: PdClient, P: Plan> PlanBuilder<PdC, P> {
     /// The finished plan.
     pub fn plan(self) -> P {
         self.plan
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use async_trait::async_trait;
+
+    use super::*;
+    use crate::pd::Timestamp;
+    use crate::proto::{kvrpcpb, metapb};
+    use crate::region::{RegionVerId, RegionWithLeader, StoreId};
+    use crate::request::CollectSingle;
+    use crate::store::KvRpcClient;
+    use crate::{Config, Error, ReplicaRead, RequestTags};
+
+    /// A PD the plans are built with and never asked.
+    struct NoPd;
+
+    fn unused<T>() -> Result<T> {
+        Err(Error::InternalError {
+            message: "not used".to_owned(),
+        })
+    }
+
+    #[async_trait]
+    impl PdClient for NoPd {
+        type KvClient = KvRpcClient;
+
+        async fn map_peer_to_store(
+            self: Arc<Self>,
+            _region: RegionWithLeader,
+            _peer: metapb::Peer,
+        ) -> Result<RegionStore> {
+            unused()
+        }
+        async fn region_for_key(&self, _key: &[u8]) -> Result<RegionWithLeader> {
+            unused()
+        }
+        async fn region_for_id(&self, _id: crate::region::RegionId) -> Result<RegionWithLeader> {
+            unused()
+        }
+        async fn all_stores(&self) -> Result<Vec<crate::store::Store>> {
+            unused()
+        }
+        async fn get_timestamp(self: Arc<Self>) -> Result<Timestamp> {
+            unused()
+        }
+        async fn update_leader(&self, _ver_id: RegionVerId, _leader: metapb::Peer) -> Result<()> {
+            unused()
+        }
+        async fn invalidate_region_cache(&self, _ver_id: RegionVerId) {}
+        async fn invalidate_store_cache(&self, _store_id: StoreId) {}
+    }
+
+    /// `call_plan` builds what the builder's steps build, for every setting
+    /// a client's call has.
+    #[test]
+    fn a_call_plan_is_the_plan_the_builder_steps_build() {
+        let pd = Arc::new(NoPd);
+        let backoff = Backoff::no_jitter_backoff(2, 500, 10);
+        let tagged = RequestTags::new()
+            .with_resource_group("rg")
+            .with_txn_source(3)
+            .wire();
+        let plain = RequestTags::new().wire();
+        let mut no_deadline = RequestTags::new().wire();
+        no_deadline.no_server_deadline = true;
+        let configs = [
+            Config::default(),
+            Config::default().with_request_deadline(std::time::Duration::from_secs(3)),
+        ];
+        let keyspaces = [
+            Keyspace::Disable,
+            Keyspace::Enable { keyspace_id: 7 },
+            Keyspace::ApiV2NoPrefix,
+        ];
+        let mut compared = 0;
+        for config in &configs {
+            let routing = Arc::new(RoutingState::new(config));
+            for keyspace in keyspaces {
+                for tags in [&plain, &tagged, &no_deadline] {
+                    for at_least_once in [false, true] {
+                        for replica in [None, Some(ReplicaRead::Follower)] {
+                            let request = kvrpcpb::RawPutRequest {
+                                key: b"k".to_vec(),
+                                value: b"v".to_vec(),
+                                ..Default::default()
+                            };
+                            let mut builder =
+                                PlanBuilder::fast(Arc::clone(&pd), keyspace, request.clone())
+                                    .routing(Arc::clone(&routing))
+                                    .tagged(tags);
+                            if at_least_once {
+                                builder = builder.at_least_once();
+                            }
+                            if let Some(replica) = replica {
+                                builder = builder.replica_read(replica);
+                            }
+                            let stepped = builder
+                                .retry_multi_region(backoff.clone())
+                                .merge(CollectSingle)
+                                .post_process_default()
+                                .plan();
+                            let settings = CallSettings {
+                                routing: &routing,
+                                tags,
+                                at_least_once,
+                                replica,
+                                backoff: &backoff,
+                            };
+                            let built = call_plan(&pd, keyspace, request, &settings, CollectSingle);
+                            let (a, b) = (&stepped.inner.inner, &built.inner.inner);
+                            let (a_req, a_quiet) = a.inner.parts();
+                            let (b_req, b_quiet) = b.inner.parts();
+                            assert_eq!(a_req, b_req);
+                            assert_eq!(a_quiet, b_quiet);
+                            assert_eq!(format!("{:?}", a.policy), format!("{:?}", b.policy));
+                            assert_eq!(format!("{:?}", a.backoff), format!("{:?}", b.backoff));
+                            assert!(Arc::ptr_eq(&a.pd_client, &b.pd_client));
+                            assert!(Arc::ptr_eq(
+                                a.routing.as_ref().unwrap(),
+                                b.routing.as_ref().unwrap()
+                            ));
+                            assert_eq!(a.preserve_region_results, b.preserve_region_results);
+                            compared += 1;
+                        }
+                    }
+                }
+            }
+        }
+        assert_eq!(compared, 2 * 3 * 3 * 2 * 2);
     }
 }

@@ -50,6 +50,12 @@ impl<Req: TypedCall> FastDispatch<Req> {
         self.1 .1 = true;
     }
 
+    /// The request and whether a read leaves its deadline out (tests).
+    #[cfg(test)]
+    pub(crate) fn parts(&self) -> (&Req, bool) {
+        (&self.0.request, self.1 .1)
+    }
+
     /// A dispatch of `request` aimed at `client` (tests that send to a
     /// store directly).
     #[cfg(test)]

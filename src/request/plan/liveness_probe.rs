@@ -9,12 +9,14 @@
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
+use std::task::Poll;
 
 use tokio::time::Instant;
 
 use crate::pd::PdClient;
 use crate::region::StoreId;
 use crate::request::routing::state::{RoutingState, Watch};
+use crate::store::shared_timer::{self, Slot};
 use crate::telemetry::Counter;
 use crate::{Error, Failure, Result};
 
@@ -30,10 +32,8 @@ where
     F: Future<Output = Result<T>>,
     PdC: PdClient,
 {
-    tokio::select! {
-        biased;
-        result = rpc.as_mut() => return result,
-        () = tokio::time::sleep_until(sent_at + watch.after) => {}
+    if let Some(result) = unanswered_until(rpc.as_mut(), sent_at + watch.after).await {
+        return result;
     }
     spawn(routing, pd, watch);
     let answered = |result: Result<T>| {
@@ -61,6 +61,47 @@ where
             () = notified => {}
         }
     }
+}
+
+/// Awaits `rpc` until `at`: its output, or `None` when `at` came first.
+/// The instant is offered to the batched stream's wait inside the RPC
+/// (`shared_timer`), whose one timer then tells when it passes; an RPC
+/// that does not take the offer in its first poll (a unary call), or hands
+/// it back, is timed here.
+async fn unanswered_until<F: Future>(mut rpc: Pin<&mut F>, at: Instant) -> Option<F::Output> {
+    let mut first = true;
+    let mut shared = false;
+    let mut own = std::pin::pin!(None::<tokio::time::Sleep>);
+    std::future::poll_fn(|cx| {
+        if first {
+            shared_timer::offer(at);
+        }
+        let polled = rpc.as_mut().poll(cx);
+        let slot = shared_timer::collect();
+        if first {
+            first = false;
+            shared = slot == Slot::Taken || slot == Slot::Passed;
+        }
+        if let Poll::Ready(output) = polled {
+            return Poll::Ready(Some(output));
+        }
+        match slot {
+            Slot::Passed => return Poll::Ready(None),
+            Slot::HandedBack => shared = false,
+            _ => {}
+        }
+        if shared {
+            return Poll::Pending;
+        }
+        if own.is_none() {
+            own.set(Some(tokio::time::sleep_until(at)));
+        }
+        match own.as_mut().as_pin_mut().map(|sleep| sleep.poll(cx)) {
+            Some(Poll::Pending) => Poll::Pending,
+            _ => Poll::Ready(None),
+        }
+    })
+    .await
 }
 
 /// Probes `watch`'s store in the background unless a probe of it runs.
@@ -114,4 +155,75 @@ fn gave_up(store_id: StoreId, waited: std::time::Duration) -> Error {
         ),
         after: waited,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use tokio::sync::oneshot;
+
+    use super::*;
+
+    const AFTER: Duration = Duration::from_secs(1);
+    const BOUND: Duration = Duration::from_secs(10);
+
+    #[tokio::test(start_paused = true)]
+    async fn an_rpc_that_keeps_no_timer_is_timed_by_the_watch() {
+        let start = Instant::now();
+        let rpc = std::pin::pin!(std::future::pending::<()>());
+        assert!(unanswered_until(rpc, start + AFTER).await.is_none());
+        assert_eq!(Instant::now() - start, AFTER);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_rpc_answered_in_time_is_returned() {
+        let start = Instant::now();
+        let (tx, rx) = oneshot::channel::<u8>();
+        let mut rpc = std::pin::pin!(shared_timer::until(start + BOUND, rx));
+        let answer = tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            tx.send(5).unwrap();
+        });
+        let got = unanswered_until(rpc.as_mut(), start + AFTER).await;
+        assert!(matches!(got, Some(Some(Ok(5)))), "{got:?}");
+        assert_eq!(Instant::now() - start, Duration::from_millis(300));
+        answer.await.unwrap();
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_stream_wait_tells_the_watch_when_its_instant_passes_and_keeps_its_bound() {
+        let start = Instant::now();
+        let (_tx, rx) = oneshot::channel::<u8>();
+        let mut rpc = std::pin::pin!(shared_timer::until(start + BOUND, rx));
+        assert!(unanswered_until(rpc.as_mut(), start + AFTER)
+            .await
+            .is_none());
+        assert_eq!(Instant::now() - start, AFTER);
+        // The RPC goes on, bounded as before.
+        assert!(rpc.await.is_none());
+        assert_eq!(Instant::now() - start, BOUND);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_wait_that_hands_the_instant_back_leaves_the_watch_to_time_it() {
+        let start = Instant::now();
+        let (tx, rx) = oneshot::channel::<u8>();
+        // The stream's wait ends early (its stream closed, say) and the RPC
+        // goes on without a timer of its own.
+        let rpc = std::pin::pin!(async move {
+            let _ = shared_timer::until(start + BOUND, rx).await;
+            std::future::pending::<()>().await
+        });
+        let close = tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            drop(tx);
+        });
+        // Bounded, so a watch that is never woken fails the test instead of
+        // hanging it.
+        let watched = tokio::time::timeout(BOUND, unanswered_until(rpc, start + AFTER)).await;
+        assert!(matches!(watched, Ok(None)), "{watched:?}");
+        assert_eq!(Instant::now() - start, AFTER);
+        close.await.unwrap();
+    }
 }

@@ -214,6 +214,25 @@ pub(crate) fn no_key_errors<R: HasKeyErrors>(mut response: R) -> Result<R> {
     }
 }
 
+/// [`no_key_errors`] on a result in place: the response, checked, by
+/// reference. A response is large (its Region error field alone is some
+/// 600 bytes) and is read where it is, not moved out to be read.
+pub(crate) fn checked<R: HasKeyErrors>(input: &mut Result<R>) -> Result<&mut R> {
+    match input {
+        Ok(response) => match response.key_errors() {
+            Some(errors) => Err(strongest_shard_error(errors)),
+            None => Ok(response),
+        },
+        // Taken out; the result is not read again.
+        Err(error) => Err(std::mem::replace(
+            error,
+            Error::InternalError {
+                message: String::new(),
+            },
+        )),
+    }
+}
+
 pub(crate) fn strongest_shard_error(mut errors: Vec<Error>) -> Error {
     if let Some(pos) = errors.iter().position(Error::is_undetermined) {
         return errors.swap_remove(pos);
