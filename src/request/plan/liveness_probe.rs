@@ -4,7 +4,9 @@
 //! store is probed in the background (one cheap call, bounded by `after`,
 //! one probe per store at a time), and the RPC ends as soon as its store is
 //! marked unreachable, by the probe or by anything else.
-//! An RPC answered before `after` costs one timer and nothing more.
+//! An RPC answered before `after` costs one timer and nothing more, and
+//! on the batched transport not even that: the watch shares the RPC's own
+//! (`store::shared_timer`).
 
 use std::future::Future;
 use std::pin::Pin;
