@@ -603,6 +603,7 @@ mod tests {
     use super::*;
     use crate::request::plan::resolve_lock::HasLocks;
     use crate::request::HasKeyErrors;
+    #[cfg(feature = "mock")]
     use crate::request::ShardPayload;
 
     #[test]
