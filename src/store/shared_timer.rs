@@ -71,8 +71,10 @@ fn take() -> Option<Instant> {
 /// with a watch that offered an instant before `deadline`.
 pub(crate) async fn until<F: Future>(deadline: Instant, future: F) -> Option<F::Output> {
     let mut watch = take();
-    // An instant at or after the bound is of no use to the watch: the wait
-    // ends first. It is handed back below, so the watch times it itself.
+    // An instant at or after the bound never passes inside the wait: the
+    // wait ends first, and with it the RPC, unless it ends with an answer
+    // that sends the request on (a unary call): then the instant is
+    // handed back below and the watch times it itself.
     let first = match watch {
         Some(at) if at < deadline => at,
         _ => deadline,
